@@ -1,0 +1,32 @@
+//! The mesh wire contract as code (ADR 42), with no I/O.
+//!
+//! - [`key`]: routing keys `<origin>.<name>.<event…>`, names, event names and tool keys;
+//! - [`pattern`]: topic patterns with RabbitMQ's matching;
+//! - [`envelope`]: an event's id, provenance and payload;
+//! - [`wire`] and [`codec`]: the message as a transport carries it, and the only code that
+//!   knows header names;
+//! - [`policy`]: retry policy as plain data;
+//! - [`naming`]: every exchange and queue name;
+//! - [`transport`]: the seam every transport implements.
+//!
+//! Architecture invariant: this crate performs no I/O and names no broker client's types.
+
+pub mod codec;
+pub mod envelope;
+pub mod key;
+pub mod naming;
+pub mod pattern;
+pub mod policy;
+pub mod transport;
+pub mod wire;
+
+pub use codec::{DeadLetter, DeadReason, DecodeError, RemoteError, RequestMeta};
+pub use envelope::{Envelope, EventId, SchemaVersion, Timestamp};
+pub use key::{EventName, KeyError, Name, Origin, RoutingKey, ToolKey};
+pub use pattern::{topic_matches, TopicPattern};
+pub use policy::{PolicyError, RetryPolicy};
+pub use transport::{
+    Acker, BoxError, BoxFuture, Confirm, Delivery, Health, PublishOptions, QueueSpec, ServeSpec,
+    Subscription, SubscriptionSpec, Target, Transport, TransportError, TransportErrorKind,
+};
+pub use wire::{HeaderValue, Headers, Properties, WireMessage};

@@ -1,0 +1,95 @@
+//! Every exchange and queue name of the contract, derived from identities.
+//!
+//! Modules never see these names: the SDK derives them from the node, the module and the
+//! subscription's kind, and transports declare them.
+
+use std::time::Duration;
+
+use crate::key::{Name, ToolKey};
+
+/// The durable topic exchange every event rides.
+pub const EVENTS_EXCHANGE: &str = "mesh.events";
+/// The durable topic exchange tool invocations ride.
+pub const RPC_EXCHANGE: &str = "mesh.rpc";
+/// The dead-letter exchange (topic): events set aside for inspection.
+pub const DEAD_EXCHANGE: &str = "mesh.events.dead";
+/// The durable queue bound to [`DEAD_EXCHANGE`] on `#`.
+pub const DEAD_QUEUE: &str = "mesh.dead-letters";
+/// The node name reserved for shared queues (`shared.<module>.events`).
+pub const SHARED_NODE: &str = "shared";
+/// The module name of the audit logger.
+pub const AUDIT_MODULE: &str = "audit-logger";
+
+/// `<node>.<module>.events`: a module's durable queue on a node.
+pub fn consumer_queue(node: &Name, module: &Name) -> String {
+    format!("{node}.{module}.events")
+}
+
+/// `shared.<module>.events`: one queue for the workers of a module on every node.
+pub fn shared_queue(module: &Name) -> String {
+    format!("{SHARED_NODE}.{module}.events")
+}
+
+/// `<node>.audit-logger.events`: the audit logger's queue, bound to `#`.
+pub fn audit_queue(node: &Name) -> String {
+    format!("{node}.{AUDIT_MODULE}.events")
+}
+
+/// `serve.<key>`: the shared, durable queue the servers of a tool compete on.
+pub fn serve_queue(tool: &ToolKey) -> String {
+    format!("serve.{tool}")
+}
+
+/// `<queue>.delay.<step>`: the delay queue of one retry step, e.g. `a.b.events.delay.5s`.
+pub fn delay_queue(queue: &str, delay: Duration) -> String {
+    format!("{queue}.delay.{}", delay_label(delay))
+}
+
+/// A short, exact label of a delay: `500ms`, `5s`, `2m`, `1h`.
+pub fn delay_label(delay: Duration) -> String {
+    let ms = delay.as_millis();
+    if ms > 0 && ms % 3_600_000 == 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms > 0 && ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms > 0 && ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(s: &str) -> Name {
+        Name::parse(s).unwrap()
+    }
+
+    #[test]
+    fn names_follow_the_contract() {
+        assert_eq!(
+            consumer_queue(&name("anchor"), &name("umami")),
+            "anchor.umami.events"
+        );
+        assert_eq!(shared_queue(&name("umami")), "shared.umami.events");
+        assert_eq!(audit_queue(&name("anchor")), "anchor.audit-logger.events");
+        assert_eq!(
+            serve_queue(&ToolKey::parse("umami.sites.create").unwrap()),
+            "serve.umami.sites.create"
+        );
+        assert_eq!(
+            delay_queue("anchor.umami.events", Duration::from_secs(5)),
+            "anchor.umami.events.delay.5s"
+        );
+    }
+
+    #[test]
+    fn delay_labels_are_exact() {
+        assert_eq!(delay_label(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(delay_label(Duration::from_secs(120)), "2m");
+        assert_eq!(delay_label(Duration::from_secs(7200)), "2h");
+        assert_eq!(delay_label(Duration::from_millis(250)), "250ms");
+    }
+}

@@ -1,0 +1,234 @@
+//! Topic patterns with RabbitMQ's topic-exchange semantics.
+//!
+//! `*` matches exactly one word, `#` matches zero or more words, words are separated by `.`.
+//! [`topic_matches`] follows the broker to the letter on any text (also keys mesh itself would
+//! refuse, such as empty words), so the in-memory transport and the audit store route exactly
+//! as RabbitMQ does; [`TopicPattern`] additionally refuses patterns that are surely mistakes.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::key::{KeyError, MAX_KEY_LEN};
+
+/// Splits like RabbitMQ does: the empty text has no words; otherwise every `.` separates
+/// two words, which may be empty.
+fn split(text: &str) -> Vec<&str> {
+    if text.is_empty() {
+        Vec::new()
+    } else {
+        text.split('.').collect()
+    }
+}
+
+/// Whether routing key `key` matches binding pattern `pattern` on a RabbitMQ topic exchange.
+pub fn topic_matches(pattern: &str, key: &str) -> bool {
+    words_match(&split(pattern), &split(key))
+}
+
+/// Dynamic programming over (pattern words, key words): `reach[j]` says whether the pattern
+/// consumed so far can have matched the first `j` key words.
+fn words_match(pattern: &[&str], key: &[&str]) -> bool {
+    let mut reach = vec![false; key.len() + 1];
+    reach[0] = true;
+    for word in pattern {
+        let mut next = vec![false; key.len() + 1];
+        match *word {
+            "#" => {
+                // `#` extends any reached prefix by zero or more words.
+                let mut any = false;
+                for j in 0..=key.len() {
+                    any |= reach[j];
+                    next[j] = any;
+                }
+            }
+            "*" => {
+                for j in 1..=key.len() {
+                    next[j] = reach[j - 1];
+                }
+            }
+            literal => {
+                for j in 1..=key.len() {
+                    next[j] = reach[j - 1] && key[j - 1] == literal;
+                }
+            }
+        }
+        reach = next;
+    }
+    reach[key.len()]
+}
+
+/// A binding pattern a subscription asks for, such as `module.umami.#` or `node.*.joined`.
+///
+/// Beyond what the broker accepts, it refuses: an empty pattern, empty words, a wildcard
+/// glued to other characters (`site*`, which RabbitMQ would take literally), control
+/// characters and more than 255 bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPattern(String);
+
+impl TopicPattern {
+    /// Validates a pattern.
+    pub fn parse(text: &str) -> Result<TopicPattern, KeyError> {
+        if text.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if text.len() > MAX_KEY_LEN {
+            return Err(KeyError::TooLong {
+                len: text.len(),
+                max: MAX_KEY_LEN,
+            });
+        }
+        if let Some(character) = text.chars().find(|c| c.is_control()) {
+            return Err(KeyError::ControlCharacter { character });
+        }
+        for (position, word) in text.split('.').enumerate() {
+            if word.is_empty() {
+                return Err(KeyError::EmptyWord { position });
+            }
+            if word.len() > 1 && word.contains(['*', '#']) {
+                return Err(KeyError::PartialWildcard {
+                    word: word.to_owned(),
+                });
+            }
+        }
+        Ok(TopicPattern(text.to_owned()))
+    }
+
+    /// The pattern that matches every key.
+    pub fn all() -> TopicPattern {
+        TopicPattern("#".to_owned())
+    }
+
+    /// The pattern as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `key` matches this pattern.
+    pub fn matches(&self, key: &str) -> bool {
+        topic_matches(&self.0, key)
+    }
+}
+
+impl fmt::Display for TopicPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for TopicPattern {
+    type Err = KeyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TopicPattern::parse(s)
+    }
+}
+
+impl From<&crate::key::RoutingKey> for TopicPattern {
+    /// A key is the pattern that matches exactly itself.
+    fn from(key: &crate::key::RoutingKey) -> Self {
+        TopicPattern(key.as_str().to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (pattern, key, matches) — the broker's behaviour, including edge cases.
+    const CASES: &[(&str, &str, bool)] = &[
+        // literal
+        ("a.b.c", "a.b.c", true),
+        ("a.b.c", "a.b", false),
+        ("a.b", "a.b.c", false),
+        ("a.b.c", "a.b.d", false),
+        // `*` is exactly one word
+        ("*", "a", true),
+        ("*", "a.b", false),
+        ("*", "", false),
+        ("*.*", "a.b", true),
+        ("*.*", "a", false),
+        ("*.*", "a.b.c", false),
+        ("a.*", "a.b", true),
+        ("a.*", "a", false),
+        ("a.*", "a.b.c", false),
+        ("*.b.*", "a.b.c", true),
+        ("*.b.*", "a.x.c", false),
+        ("node.*.joined", "node.anchor.joined", true),
+        ("node.*.joined", "node.anchor.left", false),
+        // `#` is zero or more words
+        ("#", "a", true),
+        ("#", "a.b.c.d", true),
+        ("#", "", true),
+        ("a.#", "a", true),
+        ("a.#", "a.b", true),
+        ("a.#", "a.b.c", true),
+        ("a.#", "b.a", false),
+        ("#.c", "c", true),
+        ("#.c", "a.b.c", true),
+        ("#.c", "a.b.c.d", false),
+        ("a.#.b", "a.b", true),
+        ("a.#.b", "a.x.b", true),
+        ("a.#.b", "a.x.y.b", true),
+        ("a.#.b", "a.x.y", false),
+        ("a.#.b", "a.b.b", true),
+        ("#.#", "", true),
+        ("#.#", "a", true),
+        ("#.#", "a.b.c", true),
+        ("#.*", "", false),
+        ("#.*", "a", true),
+        ("*.#", "a", true),
+        ("*.#", "", false),
+        ("#.*.#", "a.b", true),
+        ("a.*.#", "a", false),
+        ("a.*.#", "a.b", true),
+        ("a.*.#", "a.b.c.d", true),
+        ("module.umami.#", "module.umami.site.created", true),
+        ("module.umami.#", "module.umamix.site", false),
+        ("a.#.#.b", "a.b", true),
+        // empty words, as the broker treats them
+        ("a..b", "a..b", true),
+        ("a.*.b", "a..b", true),
+        ("a.#", "a.", true),
+        ("*", ".", false),
+        ("*.*", ".", true),
+        ("", "", true),
+        ("", "a", false),
+        ("#", ".", true),
+        // wildcards glued to text are literal words on the broker
+        ("a*", "a*", true),
+        ("a*", "ab", false),
+    ];
+
+    #[test]
+    fn matcher_follows_the_broker() {
+        assert!(CASES.len() >= 30);
+        for (pattern, key, expected) in CASES {
+            assert_eq!(
+                topic_matches(pattern, key),
+                *expected,
+                "pattern {pattern:?} against key {key:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn patterns_refuse_mistakes() {
+        assert!(TopicPattern::parse("#").is_ok());
+        assert!(TopicPattern::parse("node.*.joined").is_ok());
+        assert!(TopicPattern::parse("a.#.b").is_ok());
+        assert_eq!(TopicPattern::parse(""), Err(KeyError::Empty));
+        assert_eq!(
+            TopicPattern::parse("a..b"),
+            Err(KeyError::EmptyWord { position: 1 })
+        );
+        assert_eq!(
+            TopicPattern::parse("site*"),
+            Err(KeyError::PartialWildcard {
+                word: "site*".into()
+            })
+        );
+        assert_eq!(
+            TopicPattern::parse(&"a".repeat(256)),
+            Err(KeyError::TooLong { len: 256, max: 255 })
+        );
+    }
+}

@@ -1,0 +1,482 @@
+//! The seam between the SDK and a transport (in-memory, RabbitMQ).
+//!
+//! The SDK decides *what* happens to an event (decode, dispatch, retry or give up, dedup);
+//! a transport does the mechanics the broker offers: publish with confirms, declare and
+//! consume queues with a prefetch, ack, send a copy down the retry ladder, set a message
+//! aside as a dead letter, and request/reply. Every transport passes the same conformance
+//! suite, so the SDK cannot tell them apart.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::key::ToolKey;
+use crate::pattern::TopicPattern;
+use crate::wire::WireMessage;
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The boxed cause of an error.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What went wrong in a transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransportErrorKind {
+    /// The connection or channel was lost; what was in flight may or may not have
+    /// reached the broker.
+    ConnectionLost,
+    /// The transport was closed by its owner.
+    Closed,
+    /// The broker refused to take responsibility for the message (a publisher nack).
+    Nacked,
+    /// No queue is bound for a message published as mandatory.
+    Unroutable,
+    /// The message is larger than the broker accepts; resending cannot help.
+    TooLarge {
+        /// The message's size in bytes.
+        size: usize,
+        /// The limit, when known.
+        max: Option<usize>,
+    },
+    /// A deadline passed (a confirm, or a call's reply).
+    Timeout,
+    /// The unconfirmed window is full (a long outage or a broker alarm) and stayed full
+    /// until the deadline.
+    Backpressure,
+    /// No server serves the called tool.
+    NoServer,
+    /// The broker holds an entity with other arguments than mesh declares.
+    Incompatible {
+        /// The queue or exchange.
+        entity: String,
+        /// The argument that differs.
+        argument: String,
+        /// What mesh declares.
+        ours: String,
+        /// What the broker holds.
+        theirs: String,
+    },
+    /// The broker refused access (credentials, vhost, permissions).
+    AccessRefused,
+    /// The options given cannot work (a bad URL, an impossible setting).
+    InvalidOptions,
+    /// Anything else the broker or the client reported.
+    Protocol,
+}
+
+/// An error of a transport: a kind, context, and the cause.
+#[derive(Debug)]
+pub struct TransportError {
+    kind: TransportErrorKind,
+    context: String,
+    source: Option<BoxError>,
+}
+
+impl TransportError {
+    /// A new error of this kind, with a short lowercase context.
+    pub fn new(kind: TransportErrorKind, context: impl Into<String>) -> TransportError {
+        TransportError {
+            kind,
+            context: context.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the cause.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> TransportError {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> &TransportErrorKind {
+        &self.kind
+    }
+
+    /// Whether trying the same thing again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind,
+            TransportErrorKind::ConnectionLost
+                | TransportErrorKind::Nacked
+                | TransportErrorKind::Timeout
+                | TransportErrorKind::Backpressure
+                | TransportErrorKind::NoServer
+        )
+    }
+
+    /// Whether the connection or channel was lost.
+    pub fn is_connection_lost(&self) -> bool {
+        self.kind == TransportErrorKind::ConnectionLost
+    }
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            TransportErrorKind::ConnectionLost => f.write_str("connection lost")?,
+            TransportErrorKind::Closed => f.write_str("transport closed")?,
+            TransportErrorKind::Nacked => f.write_str("broker nacked the message")?,
+            TransportErrorKind::Unroutable => f.write_str("message is unroutable")?,
+            TransportErrorKind::TooLarge { size, max: Some(max) } => {
+                write!(f, "message of {size} bytes exceeds the broker's limit of {max}")?
+            }
+            TransportErrorKind::TooLarge { size, max: None } => {
+                write!(f, "message of {size} bytes is too large for the broker")?
+            }
+            TransportErrorKind::Timeout => f.write_str("timed out")?,
+            TransportErrorKind::Backpressure => f.write_str("unconfirmed window is full")?,
+            TransportErrorKind::NoServer => f.write_str("no server for the tool")?,
+            TransportErrorKind::Incompatible {
+                entity,
+                argument,
+                ours,
+                theirs,
+            } => write!(
+                f,
+                "`{entity}` exists with {argument} = {theirs}, mesh declares {argument} = {ours}"
+            )?,
+            TransportErrorKind::AccessRefused => f.write_str("access refused")?,
+            TransportErrorKind::InvalidOptions => f.write_str("invalid options")?,
+            TransportErrorKind::Protocol => f.write_str("protocol error")?,
+        }
+        if !self.context.is_empty() {
+            write!(f, " ({})", self.context)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for TransportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Where a message is published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// `mesh.events`, routed by the message's routing key.
+    Events,
+    /// Straight into one queue (the default exchange): a re-driven dead letter goes back
+    /// to the failing consumer only.
+    Queue(String),
+}
+
+/// How to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishOptions {
+    /// Where to.
+    pub target: Target,
+    /// Fail with [`TransportErrorKind::Unroutable`] if no queue takes the message.
+    pub mandatory: bool,
+    /// How long the publish may wait for room in the unconfirmed window and then for its
+    /// confirm, in all; `None` waits as long as it takes.
+    pub deadline: Option<Duration>,
+}
+
+impl Default for PublishOptions {
+    fn default() -> Self {
+        PublishOptions {
+            target: Target::Events,
+            mandatory: false,
+            deadline: None,
+        }
+    }
+}
+
+/// A broker's confirmation of one publish: a future resolving to `Ok` once the broker took
+/// responsibility for the message.
+///
+/// Await it now, later or never: the message is published either way. Dropping it only
+/// gives up on learning the outcome.
+#[must_use = "a confirmation says whether the broker took the message"]
+pub struct Confirm {
+    inner: BoxFuture<'static, Result<(), TransportError>>,
+}
+
+impl Confirm {
+    /// Wraps a future resolving to the outcome.
+    pub fn new(inner: impl Future<Output = Result<(), TransportError>> + Send + 'static) -> Confirm {
+        Confirm {
+            inner: Box::pin(inner),
+        }
+    }
+
+    /// An outcome already known.
+    pub fn ready(result: Result<(), TransportError>) -> Confirm {
+        Confirm::new(std::future::ready(result))
+    }
+}
+
+impl fmt::Debug for Confirm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Confirm").finish_non_exhaustive()
+    }
+}
+
+impl Future for Confirm {
+    type Output = Result<(), TransportError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+/// The queue a subscription consumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueSpec {
+    /// A durable consumer queue: persistent, dead-lettered, bound to exactly the
+    /// subscription's patterns (bindings no longer asked for are removed), with manual
+    /// acks.
+    Durable {
+        /// Its name (see [`crate::naming`]).
+        name: String,
+    },
+    /// An exclusive, auto-delete, server-named queue with automatic acks: at-most-once,
+    /// for notification listeners and tails. Nothing remains when it ends.
+    Ephemeral,
+    /// The dead-letter queue `mesh.dead-letters`, manual acks.
+    DeadLetters,
+}
+
+/// What to consume and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionSpec {
+    /// The queue.
+    pub queue: QueueSpec,
+    /// The patterns its queue is bound to on `mesh.events` (ignored for dead letters).
+    pub patterns: Vec<TopicPattern>,
+    /// Deliveries handed out but not yet settled, at most.
+    pub prefetch: u16,
+    /// The delay steps of the retry ladder (one delay queue each on a broker).
+    pub retry_delays: Vec<Duration>,
+}
+
+/// What to serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeSpec {
+    /// The tool key; its queue is `serve.<key>`.
+    pub tool: ToolKey,
+    /// Requests handled at once, at most.
+    pub prefetch: u16,
+}
+
+/// How a transport settles one delivery. Each method consumes the acker: a delivery is
+/// settled once.
+///
+/// An acker dropped without a decision must release its message back to its queue (a
+/// requeue), so a message is never lost because a task died.
+pub trait Acker: Send + 'static {
+    /// The handler succeeded: remove the message.
+    fn ack(self: Box<Self>) -> BoxFuture<'static, Result<(), TransportError>>;
+
+    /// Publish `copy` to the retry ladder at delay step `step` (it comes back to this
+    /// queue only, after the step's delay); once that publish is confirmed, remove the
+    /// original. No prefetch slot is held while the copy waits.
+    fn retry(
+        self: Box<Self>,
+        copy: WireMessage,
+        step: usize,
+    ) -> BoxFuture<'static, Result<(), TransportError>>;
+
+    /// Publish `copy` (already annotated) to the dead-letter exchange; once confirmed,
+    /// remove the original.
+    fn dead_letter(self: Box<Self>, copy: WireMessage)
+        -> BoxFuture<'static, Result<(), TransportError>>;
+
+    /// Publish `reply` to the request's `reply_to` with its correlation id, then remove
+    /// the request (serve deliveries only).
+    fn reply(self: Box<Self>, reply: WireMessage) -> BoxFuture<'static, Result<(), TransportError>>;
+
+    /// Put the message back in its queue for another delivery (a requeue).
+    fn release(self: Box<Self>);
+}
+
+/// One message handed to a subscriber.
+pub struct Delivery {
+    /// The message, as published.
+    pub message: WireMessage,
+    /// Whether the broker delivered it before (the redelivered flag).
+    pub redelivered: bool,
+    /// How many times the broker delivered it before, when the queue counts (quorum
+    /// queues and the memory transport do; classic queues do not).
+    pub delivery_count: Option<u32>,
+    /// The queue it came from.
+    pub queue: String,
+    acker: Box<dyn Acker>,
+}
+
+impl Delivery {
+    /// A delivery settled through `acker`.
+    pub fn new(
+        message: WireMessage,
+        redelivered: bool,
+        delivery_count: Option<u32>,
+        queue: String,
+        acker: Box<dyn Acker>,
+    ) -> Delivery {
+        Delivery {
+            message,
+            redelivered,
+            delivery_count,
+            queue,
+            acker,
+        }
+    }
+
+    /// See [`Acker::ack`].
+    pub async fn ack(self) -> Result<(), TransportError> {
+        self.acker.ack().await
+    }
+
+    /// See [`Acker::retry`].
+    pub async fn retry(self, copy: WireMessage, step: usize) -> Result<(), TransportError> {
+        self.acker.retry(copy, step).await
+    }
+
+    /// See [`Acker::dead_letter`].
+    pub async fn dead_letter(self, copy: WireMessage) -> Result<(), TransportError> {
+        self.acker.dead_letter(copy).await
+    }
+
+    /// See [`Acker::reply`].
+    pub async fn reply(self, reply: WireMessage) -> Result<(), TransportError> {
+        self.acker.reply(reply).await
+    }
+
+    /// See [`Acker::release`].
+    pub fn release(self) {
+        self.acker.release();
+    }
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("routing_key", &self.message.routing_key)
+            .field("redelivered", &self.redelivered)
+            .field("delivery_count", &self.delivery_count)
+            .field("queue", &self.queue)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A stream of deliveries from one queue.
+///
+/// The transport keeps it fed across reconnects. [`cancel`](Subscription::cancel) stops
+/// new deliveries; those already buffered are still returned by
+/// [`next`](Subscription::next) and must be settled (dropping them releases them).
+#[derive(Debug)]
+pub struct Subscription {
+    queue: String,
+    deliveries: mpsc::Receiver<Delivery>,
+    cancel: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Subscription {
+    /// A subscription reading from `deliveries`; the transport stops feeding it when
+    /// `cancel` fires or is dropped.
+    pub fn new(
+        queue: String,
+        deliveries: mpsc::Receiver<Delivery>,
+        cancel: tokio::sync::oneshot::Sender<()>,
+    ) -> Subscription {
+        Subscription {
+            queue,
+            deliveries,
+            cancel: Some(cancel),
+        }
+    }
+
+    /// The queue's name (server-named queues: the name the broker gave).
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// The next delivery; `None` once the subscription ended (cancelled and drained, or
+    /// the transport closed).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a delivery is never lost when this future is dropped before it
+    /// completes.
+    pub async fn next(&mut self) -> Option<Delivery> {
+        self.deliveries.recv().await
+    }
+
+    /// Stops new deliveries (a consumer cancel on a broker).
+    pub fn cancel(&mut self) {
+        if let Some(cancel) = self.cancel.take() {
+            let _ = cancel.send(());
+        }
+        self.deliveries.close();
+    }
+}
+
+/// The health of a transport's connections, for readiness checks.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Health {
+    /// Connected to a broker (always, for the memory transport).
+    pub connected: bool,
+    /// The broker blocked publishing (a memory or disk alarm).
+    pub blocked: bool,
+    /// Consumers the transport should have attached.
+    pub consumers_expected: usize,
+    /// Consumers attached now.
+    pub consumers_attached: usize,
+}
+
+impl Health {
+    /// Connected, not blocked and every consumer attached.
+    pub fn is_ready(&self) -> bool {
+        self.connected && !self.blocked && self.consumers_attached >= self.consumers_expected
+    }
+}
+
+/// A transport: the mechanics of a broker.
+///
+/// Implementations are cheap handles onto a task that owns the connection; all methods
+/// take `&self`.
+pub trait Transport: Send + Sync + fmt::Debug + 'static {
+    /// Publishes a message. Resolves once the transport accepted it into its unconfirmed
+    /// window (waiting for room there is the backpressure); the returned [`Confirm`]
+    /// resolves once the broker confirmed it.
+    fn publish(
+        &self,
+        message: WireMessage,
+        options: PublishOptions,
+    ) -> BoxFuture<'_, Result<Confirm, TransportError>>;
+
+    /// Declares the subscription's queue and bindings and starts consuming.
+    fn subscribe(&self, spec: SubscriptionSpec)
+        -> BoxFuture<'_, Result<Subscription, TransportError>>;
+
+    /// Sends a request to a tool and waits for its reply: the reply message, or
+    /// [`TransportErrorKind::NoServer`] when no serve queue exists for the tool, or
+    /// [`TransportErrorKind::Timeout`].
+    fn call(
+        &self,
+        tool: &ToolKey,
+        request: WireMessage,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<WireMessage, TransportError>>;
+
+    /// Declares `serve.<key>` and starts consuming requests; settle each with
+    /// [`Delivery::reply`].
+    fn serve(&self, spec: ServeSpec) -> BoxFuture<'_, Result<Subscription, TransportError>>;
+
+    /// The health of the transport now.
+    fn health(&self) -> Health;
+
+    /// Closes every connection; what is unconfirmed stays unconfirmed. The SDK's drain
+    /// waits for confirms first.
+    fn close(&self) -> BoxFuture<'_, ()>;
+}
