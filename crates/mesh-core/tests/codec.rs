@@ -1,0 +1,293 @@
+//! Every malformed input has its own typed error; good input round-trips.
+
+use bytes::Bytes;
+use mesh_core::codec::{self, DeadLetter, DeadReason, DecodeError, RemoteError};
+use mesh_core::{
+    Envelope, EventId, HeaderValue, Headers, KeyError, RoutingKey, SchemaVersion, Timestamp,
+    ToolKey, WireMessage,
+};
+
+fn envelope() -> Envelope {
+    let mut extra = Headers::new();
+    extra.insert("x-unknown-tracing".into(), HeaderValue::Str("abc".into()));
+    Envelope {
+        id: EventId::new(),
+        key: RoutingKey::parse("module.umami.site.created").unwrap(),
+        source: "umami".into(),
+        node: "anchor".into(),
+        time: Timestamp::parse("2026-09-03T12:00:00.123456Z").unwrap(),
+        causation_id: Some("cause-1".into()),
+        schema: Some(SchemaVersion(2)),
+        extra_headers: extra,
+        body: Bytes::from_static(br#"{"site":"blog"}"#),
+    }
+}
+
+fn good() -> WireMessage {
+    codec::encode(&envelope())
+}
+
+#[test]
+fn an_event_round_trips_with_unknown_headers_kept() {
+    let original = envelope();
+    let message = codec::encode(&original);
+    assert!(message.properties.persistent);
+    assert_eq!(
+        message.properties.content_type.as_deref(),
+        Some("application/json")
+    );
+    assert_eq!(message.routing_key, "module.umami.site.created");
+    let decoded = codec::decode(&message).unwrap();
+    assert_eq!(decoded, original);
+    assert_eq!(
+        decoded.extra_headers.get("x-unknown-tracing"),
+        Some(&HeaderValue::Str("abc".into()))
+    );
+}
+
+fn without(header: &str) -> WireMessage {
+    let mut message = good();
+    assert!(message.properties.headers.remove(header).is_some());
+    message
+}
+
+#[test]
+fn each_missing_required_field_is_named() {
+    for field in [codec::EVENT_ID, codec::SOURCE, codec::NODE, codec::TIME] {
+        match codec::decode(&without(field)) {
+            Err(DecodeError::Missing { field: named }) => assert_eq!(named, field),
+            other => panic!("{field}: expected Missing, got {other:?}"),
+        }
+    }
+    let mut message = good();
+    message.properties.content_type = None;
+    match codec::decode(&message) {
+        Err(DecodeError::Missing { field }) => assert_eq!(field, "content-type"),
+        other => panic!("expected Missing content-type, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_bad_time_is_refused() {
+    let mut message = good();
+    message
+        .properties
+        .headers
+        .insert(codec::TIME.into(), "yesterday".into());
+    let error = codec::decode(&message).unwrap_err();
+    assert!(
+        matches!(&error, DecodeError::Malformed { field, .. } if *field == codec::TIME),
+        "{error:?}"
+    );
+    assert_eq!(error.field(), "x-time");
+}
+
+#[test]
+fn a_bad_id_is_refused() {
+    let mut message = good();
+    message
+        .properties
+        .headers
+        .insert(codec::EVENT_ID.into(), "42".into());
+    assert!(matches!(
+        codec::decode(&message),
+        Err(DecodeError::Malformed { field, .. }) if field == codec::EVENT_ID
+    ));
+    message
+        .properties
+        .headers
+        .insert(codec::EVENT_ID.into(), HeaderValue::Int(42));
+    assert!(matches!(
+        codec::decode(&message),
+        Err(DecodeError::Malformed { field, .. }) if field == codec::EVENT_ID
+    ));
+}
+
+#[test]
+fn an_empty_required_header_is_refused() {
+    let mut message = good();
+    message
+        .properties
+        .headers
+        .insert(codec::SOURCE.into(), "".into());
+    assert!(matches!(
+        codec::decode(&message),
+        Err(DecodeError::Malformed { field, .. }) if field == codec::SOURCE
+    ));
+}
+
+#[test]
+fn a_non_json_body_is_refused() {
+    let mut message = good();
+    message.body = Bytes::from_static(b"<xml/>");
+    let error = codec::decode(&message).unwrap_err();
+    assert!(matches!(error, DecodeError::Body(_)), "{error:?}");
+    assert_eq!(error.field(), "body");
+}
+
+#[test]
+fn a_wrong_content_type_is_refused() {
+    let mut message = good();
+    message.properties.content_type = Some("text/plain".into());
+    assert!(matches!(
+        codec::decode(&message),
+        Err(DecodeError::ContentType { found }) if found == "text/plain"
+    ));
+    message.properties.content_type = Some("application/json; charset=utf-8".into());
+    assert!(codec::decode(&message).is_ok());
+}
+
+#[test]
+fn a_content_type_header_from_a_foreign_publisher_is_accepted() {
+    let mut message = good();
+    message.properties.content_type = None;
+    message
+        .properties
+        .headers
+        .insert(codec::CONTENT_TYPE_HEADER.into(), "application/json".into());
+    let decoded = codec::decode(&message).unwrap();
+    assert!(!decoded.extra_headers.contains_key("content-type"));
+}
+
+#[test]
+fn a_bad_schema_is_refused() {
+    for bad in [
+        HeaderValue::Str("v2".into()),
+        HeaderValue::Int(0),
+        HeaderValue::Bool(true),
+    ] {
+        let mut message = good();
+        message.properties.headers.insert(codec::SCHEMA.into(), bad);
+        assert!(matches!(
+            codec::decode(&message),
+            Err(DecodeError::Malformed { field, .. }) if field == codec::SCHEMA
+        ));
+    }
+    let mut message = good();
+    message
+        .properties
+        .headers
+        .insert(codec::SCHEMA.into(), "3".into());
+    assert_eq!(codec::decode(&message).unwrap().schema, Some(SchemaVersion(3)));
+}
+
+#[test]
+fn invalid_routing_keys_on_the_wire_are_refused() {
+    let cases = [
+        ("module.umami.*", KeyError::Wildcard { wildcard: '*' }),
+        (
+            "service.umami.created",
+            KeyError::UnknownOrigin {
+                origin: "service".into(),
+            },
+        ),
+        ("module.umami", KeyError::TooFewWords { words: 2 }),
+    ];
+    for (key, expected) in cases {
+        let mut message = good();
+        message.routing_key = key.into();
+        match codec::decode(&message) {
+            Err(DecodeError::Key { source, .. }) => assert_eq!(source, expected, "{key}"),
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+    let mut message = good();
+    message.routing_key = format!("module.umami.{}", "x".repeat(250));
+    assert!(matches!(
+        codec::decode(&message),
+        Err(DecodeError::Key {
+            source: KeyError::TooLong { .. },
+            ..
+        })
+    ));
+}
+
+#[test]
+fn contract_headers_win_over_same_named_extras() {
+    let mut forged = envelope();
+    forged
+        .extra_headers
+        .insert(codec::SOURCE.into(), "someone-else".into());
+    let message = codec::encode(&forged);
+    assert_eq!(
+        message.header(codec::SOURCE),
+        Some(&HeaderValue::Str("umami".into()))
+    );
+}
+
+#[test]
+fn attempts_and_dead_letters_round_trip() {
+    let mut message = good();
+    assert_eq!(codec::attempts(&message), 0);
+    codec::set_attempts(&mut message, 3);
+    assert_eq!(codec::attempts(&message), 3);
+    let dead = DeadLetter {
+        reason: DeadReason::MaxAttempts,
+        attempts: 5,
+        last_error: Some("db down".into()),
+        queue: "anchor.billing.events".into(),
+        time: Timestamp::parse("2026-09-03T12:00:00Z").unwrap(),
+    };
+    codec::mark_dead(&mut message, &dead);
+    assert_eq!(codec::read_dead_letter(&message), Some(dead));
+    // The original event is intact under the annotations.
+    assert_eq!(codec::decode(&message).unwrap().id, envelope_id(&message));
+}
+
+fn envelope_id(message: &WireMessage) -> EventId {
+    codec::event_id(message).unwrap()
+}
+
+#[test]
+fn a_broker_dead_letter_is_read_from_x_death() {
+    let mut message = good();
+    let mut death = Headers::new();
+    death.insert("reason".into(), "delivery_limit".into());
+    death.insert("queue".into(), "anchor.billing.events".into());
+    death.insert("time".into(), HeaderValue::Timestamp(1_790_000_000));
+    message.properties.headers.insert(
+        codec::BROKER_DEATH.into(),
+        HeaderValue::Array(vec![HeaderValue::Table(death)]),
+    );
+    let dead = codec::read_dead_letter(&message).unwrap();
+    assert_eq!(dead.reason, DeadReason::DeliveryLimit);
+    assert_eq!(dead.queue, "anchor.billing.events");
+}
+
+#[test]
+fn replies_carry_a_status() {
+    let ok = codec::encode_reply(&Ok(Bytes::from_static(b"5")));
+    assert_eq!(codec::decode_reply(&ok).unwrap(), Ok(Bytes::from_static(b"5")));
+    let remote = RemoteError {
+        code: "not-found".into(),
+        message: "no such site".into(),
+    };
+    let err = codec::encode_reply(&Err(remote.clone()));
+    assert_eq!(codec::decode_reply(&err).unwrap(), Err(remote));
+    let mut odd = ok.clone();
+    odd.properties
+        .headers
+        .insert(codec::REPLY_STATUS.into(), "maybe".into());
+    assert!(codec::decode_reply(&odd).is_err());
+    assert!(matches!(
+        codec::decode_reply(&WireMessage::new("", "{}")),
+        Err(DecodeError::Missing { .. })
+    ));
+}
+
+#[test]
+fn requests_carry_event_style_metadata() {
+    let meta = codec::RequestMeta {
+        id: EventId::new(),
+        source: "umami".into(),
+        node: "anchor".into(),
+        time: Timestamp::now(),
+        causation_id: Some("c".into()),
+    };
+    let tool = ToolKey::parse("billing.quote").unwrap();
+    let message = codec::encode_request(&tool, &meta, Bytes::from_static(b"{}"));
+    assert_eq!(message.routing_key, "billing.quote");
+    let decoded = codec::decode_request(&message).unwrap();
+    assert_eq!(decoded.id, meta.id);
+    assert_eq!(decoded.causation_id.as_deref(), Some("c"));
+}
