@@ -1,0 +1,89 @@
+//! The conformance suite: scenarios written against the SDK and the [`Harness`]
+//! abstraction only, so every transport runs the very same test code.
+//!
+//! A transport's test file instantiates the suite with [`suite!`] and a harness factory;
+//! each scenario gets a fresh harness (an isolated broker: a new in-memory broker, or a
+//! new vhost on RabbitMQ). Timings use real time with short delays, since a suite on a
+//! paused clock cannot run against a broker.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use mesh_core::Transport;
+
+pub mod scenarios;
+
+/// An isolated broker the suite can connect to and inspect.
+pub trait Harness: Send + Sync + 'static {
+    /// A new connection (transport) to this harness's broker.
+    fn transport(&self) -> BoxFuture<'_, Arc<dyn Transport>>;
+
+    /// The names of the queues the broker holds now.
+    fn queues(&self) -> BoxFuture<'_, Vec<String>>;
+
+    /// Messages in `queue` now, ready and unacknowledged; `None` if there is no such queue.
+    fn messages<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Option<u64>>;
+}
+
+/// The in-memory transport's harness: one [`mesh_memory::MemoryBroker`] per scenario.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryHarness {
+    broker: mesh_memory::MemoryBroker,
+}
+
+impl MemoryHarness {
+    /// A harness on a new broker.
+    pub fn new() -> MemoryHarness {
+        MemoryHarness::default()
+    }
+}
+
+impl Harness for MemoryHarness {
+    fn transport(&self) -> BoxFuture<'_, Arc<dyn Transport>> {
+        let transport: Arc<dyn Transport> = Arc::new(self.broker.transport());
+        Box::pin(std::future::ready(transport))
+    }
+
+    fn queues(&self) -> BoxFuture<'_, Vec<String>> {
+        Box::pin(std::future::ready(self.broker.queue_names()))
+    }
+
+    fn messages<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Option<u64>> {
+        let ready = self.broker.queue_depth(queue);
+        let unacked = self.broker.unacked(queue);
+        let total = ready.zip(unacked).map(|(r, u)| (r + u) as u64);
+        Box::pin(std::future::ready(total))
+    }
+}
+
+/// Instantiates every scenario as a `#[tokio::test]`, each with a harness from `$make`
+/// (an expression evaluating to a future of a [`Harness`]).
+#[macro_export]
+macro_rules! suite {
+    ($make:expr) => {
+        $crate::suite!(@tests $make;
+            competing_consumers_get_each_event_once,
+            handlers_of_one_module_share_one_queue,
+            a_handler_that_fails_twice_is_called_three_times,
+            a_handler_that_always_fails_is_dead_lettered_after_max_attempts,
+            a_permanent_error_dead_letters_after_one_call,
+            an_undecodable_message_is_dead_lettered,
+            an_unread_schema_version_is_dead_lettered,
+            an_emit_under_another_module_is_refused,
+            an_ephemeral_listener_sees_only_later_events_and_leaves_nothing,
+            drain_waits_for_an_in_flight_handler,
+            dedup_runs_the_effect_once,
+            rpc_round_trip_and_remote_error,
+            rpc_timeout_and_no_server
+        );
+    };
+    (@tests $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let harness = $make.await;
+                $crate::scenarios::$name(&harness).await;
+            }
+        )*
+    };
+}

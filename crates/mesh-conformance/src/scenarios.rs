@@ -1,0 +1,714 @@
+//! The scenarios. Each takes a fresh harness, uses only the SDK and the harness, and waits
+//! on conditions with a timeout, never on bare sleeps.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mesh::{
+    Bus, DeadReason, ErrorKind, Event, EventId, Incoming, MemoryDedup, Outgoing, RemoteError,
+    RetryPolicy,
+};
+use mesh_core::{PublishOptions, WireMessage};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use crate::Harness;
+
+/// How long any single wait may take before the scenario fails.
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(WAIT, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out after {WAIT:?} waiting for {what}"),
+    }
+}
+
+/// Polls `condition` until it holds, failing after [`WAIT`].
+async fn eventually<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    within(what, async {
+        while !condition().await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// Short delays so the suite runs in seconds on a real broker.
+fn short_policy(attempts: u32) -> RetryPolicy {
+    RetryPolicy::new(
+        attempts,
+        vec![Duration::from_millis(200), Duration::from_millis(400)],
+    )
+    .expect("a valid policy")
+}
+
+/// Counts calls per key, with a notification on each.
+#[derive(Default)]
+struct Tally {
+    counts: Mutex<HashMap<String, u32>>,
+    changed: Notify,
+}
+
+impl Tally {
+    fn hit(&self, key: impl Into<String>) {
+        *self
+            .counts
+            .lock()
+            .expect("tally lock")
+            .entry(key.into())
+            .or_default() += 1;
+        self.changed.notify_waiters();
+    }
+
+    fn get(&self, key: &str) -> u32 {
+        self.counts
+            .lock()
+            .expect("tally lock")
+            .get(key)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn snapshot(&self) -> HashMap<String, u32> {
+        self.counts.lock().expect("tally lock").clone()
+    }
+
+    async fn wait_for(&self, what: &str, condition: impl Fn(&HashMap<String, u32>) -> bool) {
+        within(what, async {
+            loop {
+                let notified = self.changed.notified();
+                if condition(&self.counts.lock().expect("tally lock")) {
+                    return;
+                }
+                notified.await;
+            }
+        })
+        .await;
+    }
+}
+
+async fn emitter(harness: &dyn Harness, module: &str) -> Bus {
+    Bus::builder()
+        .node("n1")
+        .module(module)
+        .start(harness.transport().await)
+        .await
+        .expect("emitter starts")
+}
+
+/// 10,000 events through 3 competing consumers with prefetch 32 arrive exactly once each.
+pub async fn competing_consumers_get_each_event_once(harness: &dyn Harness) {
+    const EVENTS: usize = 10_000;
+    let seen = Arc::new(Tally::default());
+    let per_worker = Arc::new(Tally::default());
+    let mut workers = Vec::new();
+    for worker in 0..3 {
+        let seen = Arc::clone(&seen);
+        let per_worker = Arc::clone(&per_worker);
+        let bus = Bus::builder()
+            .node("n1")
+            .module("worker")
+            .prefetch(32)
+            .on_raw(["module.src.job.#"], move |incoming: Incoming<Bytes>| {
+                seen.hit(incoming.meta.id.to_string());
+                per_worker.hit(worker.to_string());
+                async { Ok(()) }
+            })
+            .start(harness.transport().await)
+            .await
+            .expect("worker starts");
+        workers.push(bus);
+    }
+    let src = emitter(harness, "src").await;
+    let mut pending = Vec::with_capacity(EVENTS);
+    for n in 0..EVENTS {
+        let outgoing = Outgoing::json("job.created", &serde_json::json!({ "n": n })).expect("json");
+        pending.push(src.emit_nowait(outgoing).await.expect("emit accepted"));
+    }
+    for confirm in futures::future::join_all(pending).await {
+        confirm.expect("emit confirmed");
+    }
+    seen.wait_for("every event handled", |c| c.len() == EVENTS)
+        .await;
+    for worker in &workers {
+        worker.drain().await.expect("drain");
+    }
+    let counts = seen.snapshot();
+    assert_eq!(counts.len(), EVENTS);
+    let duplicates: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(duplicates.is_empty(), "events handled more than once: {duplicates:?}");
+    let shares = per_worker.snapshot();
+    assert_eq!(shares.len(), 3, "every worker got a share: {shares:?}");
+    assert_eq!(shares.values().sum::<u32>() as usize, EVENTS);
+    src.drain().await.expect("drain");
+}
+
+/// Two `on` handlers of one module with different patterns each get exactly their events,
+/// from one queue.
+pub async fn handlers_of_one_module_share_one_queue(harness: &dyn Harness) {
+    let a = Arc::new(Tally::default());
+    let b = Arc::new(Tally::default());
+    let (ta, tb) = (Arc::clone(&a), Arc::clone(&b));
+    let bus = Bus::builder()
+        .node("n1")
+        .module("m")
+        .on_raw(["module.src.a.*"], move |i: Incoming<Bytes>| {
+            ta.hit(i.meta.key.to_string());
+            async { Ok(()) }
+        })
+        .on_raw(["module.src.b.#"], move |i: Incoming<Bytes>| {
+            tb.hit(i.meta.key.to_string());
+            async { Ok(()) }
+        })
+        .start(harness.transport().await)
+        .await
+        .expect("bus starts");
+    let src = emitter(harness, "src").await;
+    for _ in 0..10 {
+        for name in ["a.one", "b.two", "b.two.three", "c.other", "a.one.deep"] {
+            src.emit_json(name, &serde_json::json!({})).await.expect("emit");
+        }
+    }
+    a.wait_for("handler a's events", |c| c.values().sum::<u32>() == 10)
+        .await;
+    b.wait_for("handler b's events", |c| c.values().sum::<u32>() == 20)
+        .await;
+    bus.drain().await.expect("drain");
+    assert_eq!(
+        a.snapshot(),
+        HashMap::from([("module.src.a.one".to_owned(), 10)])
+    );
+    assert_eq!(
+        b.snapshot(),
+        HashMap::from([
+            ("module.src.b.two".to_owned(), 10),
+            ("module.src.b.two.three".to_owned(), 10)
+        ])
+    );
+    let queues: Vec<String> = harness
+        .queues()
+        .await
+        .into_iter()
+        .filter(|q| q.starts_with("n1.m.") && !q.contains(".delay."))
+        .collect();
+    assert_eq!(queues, vec!["n1.m.events".to_owned()]);
+    src.drain().await.expect("drain");
+}
+
+/// A handler that fails twice then succeeds is called 3 times and the event is acked.
+pub async fn a_handler_that_fails_twice_is_called_three_times(harness: &dyn Harness) {
+    let calls = Arc::new(Tally::default());
+    let counted = Arc::clone(&calls);
+    let bus = Bus::builder()
+        .node("n1")
+        .module("m")
+        .retry(short_policy(5))
+        .on_raw(["module.src.flaky.#"], move |i: Incoming<Bytes>| {
+            counted.hit("calls");
+            let attempt = i.meta.attempt;
+            async move {
+                if attempt < 3 {
+                    Err(mesh::HandlerError::retry(format!("attempt {attempt} fails")))
+                } else {
+                    Ok(())
+                }
+            }
+        })
+        .start(harness.transport().await)
+        .await
+        .expect("bus starts");
+    let src = emitter(harness, "src").await;
+    src.emit_json("flaky.job", &serde_json::json!({}))
+        .await
+        .expect("emit");
+    calls.wait_for("three calls", |c| c.get("calls") == Some(&3)).await;
+    bus.drain().await.expect("drain");
+    assert_eq!(calls.get("calls"), 3);
+    eventually("the event acked", || async {
+        harness.messages("n1.m.events").await == Some(0)
+    })
+    .await;
+    assert_eq!(harness.messages("mesh.dead-letters").await, Some(0));
+    src.drain().await.expect("drain");
+}
+
+/// A handler that always fails is called exactly max-attempts times; the event is then
+/// dead-lettered with reason and attempt count, while other events keep flowing.
+pub async fn a_handler_that_always_fails_is_dead_lettered_after_max_attempts(
+    harness: &dyn Harness,
+) {
+    let calls = Arc::new(Tally::default());
+    let good_done = Arc::new(Mutex::new(None::<Instant>));
+    let last_poison_call = Arc::new(Mutex::new(None::<Instant>));
+    let (counted, good, poison) = (
+        Arc::clone(&calls),
+        Arc::clone(&good_done),
+        Arc::clone(&last_poison_call),
+    );
+    let bus = Bus::builder()
+        .node("n1")
+        .module("m")
+        .prefetch(1)
+        .retry(short_policy(3))
+        .on_raw(["module.src.#"], move |i: Incoming<Bytes>| {
+            let key = i.meta.key.to_string();
+            counted.hit(key.clone());
+            let failed = key.ends_with("poison");
+            if failed {
+                *poison.lock().expect("lock") = Some(Instant::now());
+            } else if counted.get(&key) == 5 {
+                *good.lock().expect("lock") = Some(Instant::now());
+            }
+            async move {
+                if failed {
+                    Err(mesh::HandlerError::retry("always fails"))
+                } else {
+                    Ok(())
+                }
+            }
+        })
+        .start(harness.transport().await)
+        .await
+        .expect("bus starts");
+    let src = emitter(harness, "src").await;
+    let mut dead = src.dead_letters().await.expect("dead letters");
+    let poison_id = src
+        .emit_json("item.poison", &serde_json::json!({"poison": true}))
+        .await
+        .expect("emit");
+    for _ in 0..5 {
+        src.emit_json("item.good", &serde_json::json!({}))
+            .await
+            .expect("emit");
+    }
+    let letter = within("the dead letter", dead.next())
+        .await
+        .expect("a dead letter");
+    assert_eq!(letter.event_id, Some(poison_id));
+    let info = letter.dead.clone().expect("dead-letter annotations");
+    assert_eq!(info.reason, DeadReason::MaxAttempts);
+    assert_eq!(info.attempts, 3);
+    assert_eq!(info.queue, "n1.m.events");
+    assert!(info
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e.contains("always fails")));
+    assert_eq!(letter.message.body, Bytes::from_static(b"{\"poison\":true}"));
+    letter.ack().await.expect("ack dead letter");
+    calls
+        .wait_for("the good events", |c| c.get("module.src.item.good") == Some(&5))
+        .await;
+    bus.drain().await.expect("drain");
+    assert_eq!(calls.get("module.src.item.poison"), 3);
+    let good_at = good_done.lock().expect("lock").expect("good handled");
+    let poison_at = last_poison_call.lock().expect("lock").expect("poison called");
+    assert!(
+        good_at < poison_at,
+        "the good events flowed while the poison event waited for its retries"
+    );
+    src.drain().await.expect("drain");
+}
+
+/// A permanent error dead-letters after one call.
+pub async fn a_permanent_error_dead_letters_after_one_call(harness: &dyn Harness) {
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&calls);
+    let bus = Bus::builder()
+        .node("n1")
+        .module("m")
+        .retry(short_policy(5))
+        .on_raw(["module.src.#"], move |_: Incoming<Bytes>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Err(mesh::HandlerError::permanent("invariant broken")) }
+        })
+        .start(harness.transport().await)
+        .await
+        .expect("bus starts");
+    let src = emitter(harness, "src").await;
+    let mut dead = src.dead_letters().await.expect("dead letters");
+    let id = src
+        .emit_json("order.placed", &serde_json::json!({}))
+        .await
+        .expect("emit");
+    let letter = within("the dead letter", dead.next()).await.expect("letter");
+    assert_eq!(letter.event_id, Some(id));
+    let info = letter.dead.clone().expect("annotations");
+    assert_eq!(info.reason, DeadReason::Permanent);
+    assert_eq!(info.attempts, 1);
+    letter.ack().await.expect("ack");
+    bus.drain().await.expect("drain");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    src.drain().await.expect("drain");
+}
+
+/// Messages from foreign publishers that break the contract are dead-lettered after one
+/// delivery, with the reason; the next good event still flows.
+pub async fn an_undecodable_message_is_dead_lettered(harness: &dyn Harness) {
+    let calls = Arc::new(Tally::default());
+    let counted = Arc::clone(&calls);
+    let bus = Bus::builder()
+        .node("n1")
+        .module("m")
+        .on_raw(["module.src.#"], move |i: Incoming<Bytes>| {
+            counted.hit(i.meta.key.to_string());
+            async { Ok(()) }
+        })
+        .start(harness.transport().await)
+        .await
+        .expect("bus starts");
+    let src = emitter(harness, "src").await;
+    let mut dead = src.dead_letters().await.expect("dead letters");
+    let raw = harness.transport().await;
+
+    let good = mesh_core::Envelope {
+        id: EventId::new(),
+        key: mesh_core::RoutingKey::parse("module.src.raw.event").expect("key"),
+        source: "src".into(),
+        node: "n1".into(),
+        time: mesh_core::Timestamp::now(),
+        causation_id: None,
+        schema: None,
+        extra_headers: Default::default(),
+        body: Bytes::from_static(b"{}"),
+    };
+    let mut no_id = mesh_core::codec::encode(&good);
+    no_id.properties.headers.remove(mesh_core::codec::EVENT_ID);
+    let mut not_json: WireMessage = mesh_core::codec::encode(&mesh_core::Envelope {
+        id: EventId::new(),
+        ..good.clone()
+    });
+    not_json.body = Bytes::from_static(b"not json");
+    for message in [no_id, not_json] {
+        raw.publish(message, PublishOptions::default())
+            .await
+            .expect("published")
+            .await
+            .expect("confirmed");
+    }
+    let mut fields = Vec::new();
+    for _ in 0..2 {
+        let letter = within("a dead letter", dead.next()).await.expect("letter");
+        let info = letter.dead.clone().expect("annotations");
+        assert_eq!(info.reason, DeadReason::Undecodable);
+        assert_eq!(info.attempts, 1);
+        fields.push(info.last_error.unwrap_or_default());
+        letter.ack().await.expect("ack");
+    }
+    fields.sort();
+    assert!(fields[0].contains("body is not JSON"), "{fields:?}");
+    assert!(fields[1].contains("x-event-id"), "{fields:?}");
+    // The next good event still flows, and the bad ones never reached the handler.
+    raw.publish(mesh_core::codec::encode(&good), PublishOptions::default())
+        .await
+        .expect("published")
+        .await
+        .expect("confirmed");
+    calls
+        .wait_for("the good event", |c| c.get("module.src.raw.event") == Some(&1))
+        .await;
+    bus.drain().await.expect("drain");
+    assert_eq!(calls.snapshot().values().sum::<u32>(), 1);
+    raw.close().await;
+    src.drain().await.expect("drain");
+}
+
+#[derive(Serialize, Deserialize)]
+struct ThingV2 {
+    name: String,
+    size: u32,
+}
+
+impl Event for ThingV2 {
+    const KEY: &'static str = "module.src.thing.made";
+    const SCHEMA: u32 = 2;
+}
+
+#[derive(Serialize, Deserialize)]
+struct ThingV1 {
+    name: String,
+}
+
+impl Event for ThingV1 {
+    const KEY: &'static str = "module.src.thing.made";
+}
+
+/// An event whose schema version the consumer does not read is dead-lettered with that
+/// reason, never misread.
+pub async fn an_unread_schema_version_is_dead_lettered(harness: &dyn Harness) {
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&calls);
+    let bus = Bus::builder()
+        .node("n1")
+        .module("m")
+        .on(move |_: Incoming<ThingV1>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok(()) }
+        })
+        .start(harness.transport().await)
+        .await
+        .expect("bus starts");
+    let src = emitter(harness, "src").await;
+    let mut dead = src.dead_letters().await.expect("dead letters");
+    let id = src
+        .emit(&ThingV2 {
+            name: "x".into(),
+            size: 3,
+        })
+        .await
+        .expect("emit");
+    let letter = within("the dead letter", dead.next()).await.expect("letter");
+    assert_eq!(letter.event_id, Some(id));
+    let info = letter.dead.clone().expect("annotations");
+    assert_eq!(info.reason, DeadReason::UnreadSchema);
+    assert!(info.last_error.unwrap_or_default().contains("schema version 2"));
+    letter.ack().await.expect("ack");
+    bus.drain().await.expect("drain");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    src.drain().await.expect("drain");
+}
+
+#[derive(Serialize, Deserialize)]
+struct OtherModulesEvent {}
+
+impl Event for OtherModulesEvent {
+    const KEY: &'static str = "module.other.site.created";
+}
+
+/// A module cannot emit under another module's name, nor an invalid name.
+pub async fn an_emit_under_another_module_is_refused(harness: &dyn Harness) {
+    let src = emitter(harness, "src").await;
+    let error = src.emit(&OtherModulesEvent {}).await.expect_err("refused");
+    assert!(
+        matches!(error.kind(), ErrorKind::ForeignKey { key, .. } if key == "module.other.site.created"),
+        "{error:?}"
+    );
+    let error = src
+        .emit_outgoing(Outgoing::raw("mesh.delivery.deployed", "{}").expect("valid key"))
+        .await
+        .expect_err("refused");
+    assert!(matches!(error.kind(), ErrorKind::ForeignKey { .. }), "{error:?}");
+    let error = src
+        .emit_json("site.*", &serde_json::json!({}))
+        .await
+        .expect_err("refused");
+    assert_eq!(error.kind(), &ErrorKind::InvalidKey);
+    src.drain().await.expect("drain");
+}
+
+/// An ephemeral listener sees only events emitted after it started and leaves nothing
+/// behind.
+pub async fn an_ephemeral_listener_sees_only_later_events_and_leaves_nothing(
+    harness: &dyn Harness,
+) {
+    let src = emitter(harness, "src").await;
+    let before = src
+        .emit_json("note.before", &serde_json::json!({}))
+        .await
+        .expect("emit");
+    let mut listener = src.listen(["module.src.note.#"]).await.expect("listen");
+    let queue = listener.queue().to_owned();
+    assert!(harness.queues().await.contains(&queue));
+    let first = src
+        .emit_json("note.after", &serde_json::json!({"n": 1}))
+        .await
+        .expect("emit");
+    let second = src
+        .emit_json("note.after", &serde_json::json!({"n": 2}))
+        .await
+        .expect("emit");
+    let got1 = within("first note", listener.next())
+        .await
+        .expect("open")
+        .expect("valid");
+    let got2 = within("second note", listener.next())
+        .await
+        .expect("open")
+        .expect("valid");
+    assert_ne!(got1.meta.id, before);
+    assert_eq!((got1.meta.id, got2.meta.id), (first, second));
+    drop(listener);
+    eventually("the listener's queue is gone", || async {
+        !harness.queues().await.contains(&queue)
+    })
+    .await;
+    src.drain().await.expect("drain");
+}
+
+/// `drain()` waits for an in-flight handler and its ack.
+pub async fn drain_waits_for_an_in_flight_handler(harness: &dyn Harness) {
+    let started = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (s, r, f) = (
+        Arc::clone(&started),
+        Arc::clone(&release),
+        Arc::clone(&finished),
+    );
+    let bus = Bus::builder()
+        .node("n1")
+        .module("m")
+        .on_raw(["module.src.#"], move |_: Incoming<Bytes>| {
+            let (s, r, f) = (Arc::clone(&s), Arc::clone(&r), Arc::clone(&f));
+            async move {
+                let released = r.notified();
+                s.notify_one();
+                released.await;
+                f.store(true, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .start(harness.transport().await)
+        .await
+        .expect("bus starts");
+    let src = emitter(harness, "src").await;
+    src.emit_json("slow.job", &serde_json::json!({}))
+        .await
+        .expect("emit");
+    within("the handler to start", started.notified()).await;
+    let draining = {
+        let bus = bus.clone();
+        let finished = Arc::clone(&finished);
+        tokio::spawn(async move {
+            bus.drain().await.expect("drain");
+            finished.load(Ordering::SeqCst)
+        })
+    };
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!draining.is_finished(), "drain returned while a handler ran");
+    release.notify_one();
+    let handler_had_finished = within("drain", draining).await.expect("drain task");
+    assert!(handler_had_finished, "drain returned before the handler finished");
+    eventually("the event acked", || async {
+        harness.messages("n1.m.events").await == Some(0)
+    })
+    .await;
+    src.drain().await.expect("drain");
+}
+
+/// With the dedup helper, the same event delivered twice runs the effect once.
+pub async fn dedup_runs_the_effect_once(harness: &dyn Harness) {
+    let deliveries = Arc::new(Tally::default());
+    let effects = Arc::new(AtomicU32::new(0));
+    let store: Arc<dyn mesh::DedupStore> = Arc::new(MemoryDedup::default());
+    let effect = Arc::clone(&effects);
+    let deduped = mesh::dedup(store, move |_: Incoming<Bytes>| {
+        effect.fetch_add(1, Ordering::SeqCst);
+        async { Ok(()) }
+    });
+    let counted = Arc::clone(&deliveries);
+    let bus = Bus::builder()
+        .node("n1")
+        .module("m")
+        .prefetch(1)
+        .on_raw(["module.src.#"], move |i: Incoming<Bytes>| {
+            counted.hit(i.meta.key.to_string());
+            deduped(i)
+        })
+        .start(harness.transport().await)
+        .await
+        .expect("bus starts");
+    let src = emitter(harness, "src").await;
+    let id = EventId::new();
+    for _ in 0..2 {
+        let outgoing = Outgoing::json("pay.charged", &serde_json::json!({}))
+            .expect("json")
+            .id(id);
+        src.emit_outgoing(outgoing).await.expect("emit");
+    }
+    src.emit_json("pay.end", &serde_json::json!({}))
+        .await
+        .expect("emit");
+    deliveries
+        .wait_for("both copies and the end marker", |c| {
+            c.get("module.src.pay.charged") == Some(&2) && c.get("module.src.pay.end") == Some(&1)
+        })
+        .await;
+    bus.drain().await.expect("drain");
+    // The end marker's effect counts too: 1 for the charge, 1 for the marker.
+    assert_eq!(effects.load(Ordering::SeqCst), 2);
+    src.drain().await.expect("drain");
+}
+
+#[derive(Serialize, Deserialize)]
+struct Add {
+    a: i64,
+    b: i64,
+}
+
+async fn calculator(harness: &dyn Harness) -> Bus {
+    Bus::builder()
+        .node("n2")
+        .module("calc")
+        .serve("calc.add", |req: Add, _meta| async move {
+            if req.b == 0 {
+                Err(RemoteError {
+                    code: "zero".into(),
+                    message: "adding zero is pointless".into(),
+                })
+            } else {
+                Ok(req.a + req.b)
+            }
+        })
+        .start(harness.transport().await)
+        .await
+        .expect("server starts")
+}
+
+/// RPC: a round trip, and a remote error arriving as the typed error with its code.
+pub async fn rpc_round_trip_and_remote_error(harness: &dyn Harness) {
+    let server = calculator(harness).await;
+    let client = emitter(harness, "client").await;
+    let sum: i64 = client
+        .call("calc.add", &Add { a: 2, b: 3 }, Duration::from_secs(10))
+        .await
+        .expect("reply");
+    assert_eq!(sum, 5);
+    let error = client
+        .call::<_, i64>("calc.add", &Add { a: 2, b: 0 }, Duration::from_secs(10))
+        .await
+        .expect_err("remote error");
+    let remote = error.remote().expect("a remote error");
+    assert_eq!(remote.code, "zero");
+    assert_eq!(remote.message, "adding zero is pointless");
+    client.drain().await.expect("drain");
+    server.drain().await.expect("drain");
+}
+
+/// RPC: a never-served tool fails with no-server well before the timeout; a served tool
+/// with no server attached times out near the set time.
+pub async fn rpc_timeout_and_no_server(harness: &dyn Harness) {
+    let client = emitter(harness, "client").await;
+    let started = Instant::now();
+    let error = client
+        .call::<_, i64>("nobody.home", &Add { a: 1, b: 1 }, Duration::from_secs(10))
+        .await
+        .expect_err("no server");
+    assert!(error.is_no_server(), "{error:?}");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+
+    // The tool's queue exists, but its server is gone.
+    let server = calculator(harness).await;
+    server.close().await;
+    let timeout = Duration::from_millis(800);
+    let started = Instant::now();
+    let error = client
+        .call::<_, i64>("calc.add", &Add { a: 1, b: 1 }, timeout)
+        .await
+        .expect_err("timeout");
+    let elapsed = started.elapsed();
+    assert!(error.is_timeout(), "{error:?}");
+    assert!(elapsed >= timeout, "{elapsed:?}");
+    assert!(elapsed < timeout * 4, "{elapsed:?}");
+    client.drain().await.expect("drain");
+}

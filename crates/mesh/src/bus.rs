@@ -1,0 +1,579 @@
+//! The bus: a module's handle onto the mesh.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use mesh_core::codec;
+use mesh_core::naming;
+use mesh_core::{
+    Envelope, EventId, EventName, HeaderValue, Headers, Health, Name, PublishOptions, QueueSpec,
+    RetryPolicy, RoutingKey, SchemaVersion, SubscriptionSpec, Timestamp, TopicPattern, Transport,
+};
+use serde::Serialize;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, Instrument};
+
+use crate::dispatch::Dispatcher;
+use crate::error::{Error, ErrorKind, HandlerError};
+use crate::event::Event;
+use crate::handler::{self, HandlerEntry};
+use crate::identity::Identity;
+use crate::incoming::Incoming;
+use crate::rpc::{self, ServeEntry};
+
+/// The default prefetch: deliveries in flight per consumer (ADR 42).
+pub const DEFAULT_PREFETCH: u16 = 32;
+
+enum IdentitySpec {
+    Module(String),
+    Context(String),
+    Node,
+}
+
+/// Configures and starts a [`Bus`]: identity, policies, and the handlers of its queue.
+///
+/// All `on` handlers of a bus share its one consumer queue, bound to the union of their
+/// patterns; they are registered before [`start`](BusBuilder::start) so the queue's
+/// bindings are set once, completely (bindings no longer asked for are removed).
+pub struct BusBuilder {
+    node: Option<String>,
+    identity: Option<IdentitySpec>,
+    prefetch: u16,
+    retry: RetryPolicy,
+    shared: bool,
+    emit_deadline: Option<Duration>,
+    handlers: Vec<(Vec<String>, handler::ErasedHandler)>,
+    serves: Vec<ServeEntry>,
+}
+
+impl std::fmt::Debug for BusBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BusBuilder")
+            .field("node", &self.node)
+            .field("prefetch", &self.prefetch)
+            .field("retry", &self.retry)
+            .field("shared", &self.shared)
+            .field("handlers", &self.handlers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for BusBuilder {
+    fn default() -> Self {
+        BusBuilder {
+            node: None,
+            identity: None,
+            prefetch: DEFAULT_PREFETCH,
+            retry: RetryPolicy::default(),
+            shared: false,
+            emit_deadline: Some(Duration::from_secs(30)),
+            handlers: Vec::new(),
+            serves: Vec::new(),
+        }
+    }
+}
+
+impl BusBuilder {
+    /// The node this bus runs on (one word).
+    pub fn node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+
+    /// Speak as module `module`: emit `module.<module>.…`, consume on
+    /// `<node>.<module>.events`.
+    pub fn module(mut self, module: impl Into<String>) -> Self {
+        self.identity = Some(IdentitySpec::Module(module.into()));
+        self
+    }
+
+    /// Speak as runtime context `context`: emit `mesh.<context>.…`.
+    pub fn context(mut self, context: impl Into<String>) -> Self {
+        self.identity = Some(IdentitySpec::Context(context.into()));
+        self
+    }
+
+    /// Speak as the node itself: emit `node.<node>.…`.
+    pub fn as_node(mut self) -> Self {
+        self.identity = Some(IdentitySpec::Node);
+        self
+    }
+
+    /// Deliveries in flight per consumer (default 32); handlers run concurrently up to it.
+    pub fn prefetch(mut self, prefetch: u16) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// How failed handlers are retried (default: 5 attempts, 1 s, 5 s, 25 s, 2 min).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Consume from `shared.<module>.events`, one queue for this module's workers on every
+    /// node, instead of this node's own queue.
+    pub fn shared(mut self, shared: bool) -> Self {
+        self.shared = shared;
+        self
+    }
+
+    /// How long an emit may wait for room and for its confirm (default 30 s; `None`:
+    /// forever).
+    pub fn emit_deadline(mut self, deadline: Option<Duration>) -> Self {
+        self.emit_deadline = deadline;
+        self
+    }
+
+    /// Handles events of type `E` (its key is the pattern).
+    pub fn on<E, F, Fut>(mut self, handler: F) -> Self
+    where
+        E: Event,
+        F: Fn(Incoming<E>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        self.handlers
+            .push((vec![E::KEY.to_owned()], handler::typed::<E, F, Fut>(handler)));
+        self
+    }
+
+    /// Handles every event matching any of `patterns` (topic patterns: `*` one word, `#`
+    /// zero or more), receiving the JSON body as bytes.
+    pub fn on_raw<I, S, F, Fut>(mut self, patterns: I, handler: F) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+        F: Fn(Incoming<Bytes>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        self.handlers.push((
+            patterns.into_iter().map(Into::into).collect(),
+            handler::raw(handler),
+        ));
+        self
+    }
+
+    /// Serves tool `tool`: requests of type `Req`, replies of type `Resp` or a
+    /// [`RemoteError`](mesh_core::RemoteError).
+    pub fn serve<Req, Resp, F, Fut>(mut self, tool: impl Into<String>, handler: F) -> Self
+    where
+        Req: serde::de::DeserializeOwned + Send + 'static,
+        Resp: Serialize + Send + 'static,
+        F: Fn(Req, mesh_core::RequestMeta) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Resp, mesh_core::RemoteError>> + Send + 'static,
+    {
+        self.serves.push(ServeEntry::new(tool.into(), handler));
+        self
+    }
+
+    /// Validates the options, declares the queue, and starts consuming.
+    pub async fn start(self, transport: Arc<dyn Transport>) -> Result<Bus, Error> {
+        let node_text = self
+            .node
+            .ok_or_else(|| Error::options("a bus needs a node name"))?;
+        let node = Name::parse(&node_text)?;
+        if node.as_str() == naming::SHARED_NODE {
+            return Err(Error::options(format!(
+                "node name `{}` is reserved for shared queues",
+                naming::SHARED_NODE
+            )));
+        }
+        let identity = match self.identity {
+            Some(IdentitySpec::Module(m)) => Identity::Module(Name::parse(&m)?),
+            Some(IdentitySpec::Context(c)) => Identity::Context(Name::parse(&c)?),
+            Some(IdentitySpec::Node) => Identity::Node,
+            None => return Err(Error::options("a bus needs a module, a context or the node identity")),
+        };
+        if self.prefetch == 0 {
+            return Err(Error::options("prefetch must be at least 1"));
+        }
+        let mut handlers = Vec::with_capacity(self.handlers.len());
+        for (patterns, call) in self.handlers {
+            let patterns = patterns
+                .iter()
+                .map(|p| TopicPattern::parse(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            if patterns.is_empty() {
+                return Err(Error::options("a handler needs at least one pattern"));
+            }
+            handlers.push(HandlerEntry { patterns, call });
+        }
+        let queue = match (&identity, self.shared) {
+            (Identity::Module(module), false) => Some(naming::consumer_queue(&node, module)),
+            (Identity::Module(module), true) => Some(naming::shared_queue(module)),
+            _ => None,
+        };
+        if !handlers.is_empty() && queue.is_none() {
+            return Err(Error::options(
+                "only a module consumes events; give the bus a module identity",
+            ));
+        }
+
+        let inner = Arc::new(Inner {
+            prefix: identity.prefix(&node),
+            transport,
+            node,
+            identity,
+            prefetch: self.prefetch,
+            retry: self.retry,
+            emit_deadline: self.emit_deadline,
+            stop: CancellationToken::new(),
+            handlers: TaskTracker::new(),
+            confirms: TaskTracker::new(),
+            loops: Mutex::new(Vec::new()),
+        });
+        let bus = Bus { inner };
+
+        if let (false, Some(queue)) = (handlers.is_empty(), queue) {
+            let mut union: Vec<TopicPattern> =
+                handlers.iter().flat_map(|h| h.patterns.clone()).collect();
+            union.sort();
+            union.dedup();
+            let spec = SubscriptionSpec {
+                queue: QueueSpec::Durable {
+                    name: queue.clone(),
+                },
+                patterns: union,
+                prefetch: bus.inner.prefetch,
+                retry_delays: bus.inner.retry.delays().to_vec(),
+            };
+            let subscription = bus.inner.transport.subscribe(spec).await?;
+            info!(queue, handlers = handlers.len(), "consuming");
+            let dispatcher = Arc::new(Dispatcher {
+                handlers,
+                retry: bus.inner.retry.clone(),
+            });
+            let stop = bus.inner.stop.child_token();
+            let tracker = bus.inner.handlers.clone();
+            bus.spawn_loop(dispatcher.run(subscription, stop, tracker)).await;
+        }
+        for entry in self.serves {
+            bus.start_serving(entry).await?;
+        }
+        Ok(bus)
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) node: Name,
+    pub(crate) identity: Identity,
+    prefix: String,
+    prefetch: u16,
+    retry: RetryPolicy,
+    emit_deadline: Option<Duration>,
+    /// Fired by drain and close: every consumer loop stops taking deliveries.
+    pub(crate) stop: CancellationToken,
+    /// Handler and serve tasks in flight.
+    pub(crate) handlers: TaskTracker,
+    /// Confirms of emits whose callers did not await them.
+    confirms: TaskTracker,
+    loops: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A module's handle onto the mesh: emit events, call tools, and (through the
+/// [`BusBuilder`]) handle events and serve tools.
+///
+/// Cheap to clone; every clone is the same bus.
+#[derive(Clone)]
+pub struct Bus {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Bus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bus")
+            .field("node", &self.inner.node)
+            .field("identity", &self.inner.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An event to emit, with its options: built from a typed event, a JSON value under an
+/// event name of this bus, or a full key.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    key: KeySpec,
+    body: Bytes,
+    schema: Option<SchemaVersion>,
+    causation_id: Option<String>,
+    id: Option<EventId>,
+    headers: Headers,
+}
+
+#[derive(Debug, Clone)]
+enum KeySpec {
+    Full(RoutingKey),
+    Event(EventName),
+}
+
+impl Outgoing {
+    /// A typed event.
+    pub fn event<E: Event>(event: &E) -> Result<Outgoing, Error> {
+        let key = RoutingKey::parse(E::KEY)?;
+        let body = serde_json::to_vec(event).map_err(|e| Error::with_source(ErrorKind::Payload, e))?;
+        Ok(Outgoing {
+            key: KeySpec::Full(key),
+            body: body.into(),
+            schema: Some(SchemaVersion(E::SCHEMA)),
+            causation_id: None,
+            id: None,
+            headers: Headers::new(),
+        })
+    }
+
+    /// A JSON payload under event name `name` (`site.created`), emitted under this bus's
+    /// own prefix.
+    pub fn json<T: Serialize + ?Sized>(name: &str, payload: &T) -> Result<Outgoing, Error> {
+        let name = EventName::parse(name)?;
+        let body =
+            serde_json::to_vec(payload).map_err(|e| Error::with_source(ErrorKind::Payload, e))?;
+        Ok(Outgoing {
+            key: KeySpec::Event(name),
+            body: body.into(),
+            schema: None,
+            causation_id: None,
+            id: None,
+            headers: Headers::new(),
+        })
+    }
+
+    /// A JSON body (checked to be JSON) under a full routing key, which must be one this
+    /// bus owns.
+    pub fn raw(key: &str, body: impl Into<Bytes>) -> Result<Outgoing, Error> {
+        let key = RoutingKey::parse(key)?;
+        let body = body.into();
+        serde_json::from_slice::<serde::de::IgnoredAny>(&body)
+            .map_err(|e| Error::with_source(ErrorKind::Payload, e))?;
+        Ok(Outgoing {
+            key: KeySpec::Full(key),
+            body,
+            schema: None,
+            causation_id: None,
+            id: None,
+            headers: Headers::new(),
+        })
+    }
+
+    /// Names its cause (overrides the event being handled, which is the default).
+    pub fn causation_id(mut self, id: impl Into<String>) -> Self {
+        self.causation_id = Some(id.into());
+        self
+    }
+
+    /// States the version of the body's shape.
+    pub fn schema(mut self, version: u32) -> Self {
+        self.schema = Some(SchemaVersion(version));
+        self
+    }
+
+    /// Uses this event id instead of a new one (a resend of the same event).
+    pub fn id(mut self, id: EventId) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// Adds a header the contract does not define (`x-…`; ignored by consumers that do
+    /// not know it).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<HeaderValue>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+}
+
+/// An emit the broker has not confirmed yet: a future resolving to the event's id once it
+/// has.
+///
+/// The event is published whether this is awaited or not; [`Bus::drain`] waits for its
+/// confirm either way.
+#[must_use = "an emit is confirmed only when this resolves to Ok"]
+#[derive(Debug)]
+pub struct PendingEmit {
+    id: EventId,
+    confirm: JoinHandle<Result<(), mesh_core::TransportError>>,
+}
+
+impl PendingEmit {
+    /// The event's id.
+    pub fn id(&self) -> EventId {
+        self.id
+    }
+}
+
+impl Future for PendingEmit {
+    type Output = Result<EventId, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let id = self.id;
+        Pin::new(&mut self.confirm).poll(cx).map(|joined| match joined {
+            Ok(Ok(())) => Ok(id),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(Error::new(ErrorKind::Closed)),
+        })
+    }
+}
+
+impl Bus {
+    /// A builder.
+    pub fn builder() -> BusBuilder {
+        BusBuilder::default()
+    }
+
+    /// The node this bus runs on.
+    pub fn node(&self) -> &Name {
+        &self.inner.node
+    }
+
+    /// Its identity.
+    pub fn identity(&self) -> &Identity {
+        &self.inner.identity
+    }
+
+    /// Emits a typed event and waits until the broker confirmed it.
+    pub async fn emit<E: Event>(&self, event: &E) -> Result<EventId, Error> {
+        self.emit_outgoing(Outgoing::event(event)?).await
+    }
+
+    /// Emits a JSON payload under event name `name` of this bus and waits for the confirm.
+    pub async fn emit_json<T: Serialize + ?Sized>(
+        &self,
+        name: &str,
+        payload: &T,
+    ) -> Result<EventId, Error> {
+        self.emit_outgoing(Outgoing::json(name, payload)?).await
+    }
+
+    /// Emits and waits for the confirm.
+    pub async fn emit_outgoing(&self, outgoing: Outgoing) -> Result<EventId, Error> {
+        let (id, message, options) = self.prepare(outgoing)?;
+        let span = tracing::debug_span!("mesh.emit", key = %message.routing_key, %id);
+        async {
+            let confirm = self.inner.transport.publish(message, options).await?;
+            confirm.await?;
+            Ok(id)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Emits without waiting for the confirm: returns once the transport took the event
+    /// (waiting only for room in its unconfirmed window), with a [`PendingEmit`] that
+    /// resolves on the confirm. Many emits can be in flight this way.
+    pub async fn emit_nowait(&self, outgoing: Outgoing) -> Result<PendingEmit, Error> {
+        let (id, message, options) = self.prepare(outgoing)?;
+        let confirm = self.inner.transport.publish(message, options).await?;
+        let confirm = self.inner.confirms.spawn(confirm);
+        Ok(PendingEmit { id, confirm })
+    }
+
+    fn prepare(
+        &self,
+        outgoing: Outgoing,
+    ) -> Result<(EventId, mesh_core::WireMessage, PublishOptions), Error> {
+        if self.inner.stop.is_cancelled() {
+            return Err(Error::new(ErrorKind::Closed));
+        }
+        let key = match outgoing.key {
+            KeySpec::Full(key) => {
+                if !self.inner.identity.owns(&self.inner.node, &key) {
+                    return Err(Error::new(ErrorKind::ForeignKey {
+                        key: key.to_string(),
+                        allowed: format!("{}…", self.inner.prefix),
+                    }));
+                }
+                key
+            }
+            KeySpec::Event(name) => {
+                RoutingKey::parse(&format!("{}{}", self.inner.prefix, name))?
+            }
+        };
+        let id = outgoing.id.unwrap_or_default();
+        let envelope = Envelope {
+            id,
+            key,
+            source: self.inner.identity.owner(&self.inner.node).to_string(),
+            node: self.inner.node.to_string(),
+            time: Timestamp::now(),
+            causation_id: outgoing.causation_id.or_else(crate::causation::current),
+            schema: outgoing.schema,
+            extra_headers: outgoing.headers,
+            body: outgoing.body,
+        };
+        let message = codec::encode(&envelope);
+        let options = PublishOptions {
+            deadline: self.inner.emit_deadline,
+            ..PublishOptions::default()
+        };
+        Ok((id, message, options))
+    }
+
+    /// The health of the bus's transport: connected, not blocked, consumers attached.
+    pub fn health(&self) -> Health {
+        self.inner.transport.health()
+    }
+
+    /// Whether the bus is ready: connected, not blocked, every consumer attached.
+    pub fn is_ready(&self) -> bool {
+        !self.inner.stop.is_cancelled() && self.health().is_ready()
+    }
+
+    pub(crate) async fn spawn_loop(&self, future: impl Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(future);
+        self.inner.loops.lock().await.push(handle);
+    }
+
+    pub(crate) async fn start_serving(&self, entry: ServeEntry) -> Result<(), Error> {
+        let subscription = rpc::subscribe(&self.inner, &entry).await?;
+        let stop = self.inner.stop.child_token();
+        let tracker = self.inner.handlers.clone();
+        self.spawn_loop(rpc::serve_loop(Arc::new(entry), subscription, stop, tracker))
+            .await;
+        Ok(())
+    }
+
+    /// Serves a tool from now on (see [`BusBuilder::serve`]).
+    pub async fn serve<Req, Resp, F, Fut>(&self, tool: &str, handler: F) -> Result<(), Error>
+    where
+        Req: serde::de::DeserializeOwned + Send + 'static,
+        Resp: Serialize + Send + 'static,
+        F: Fn(Req, mesh_core::RequestMeta) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Resp, mesh_core::RemoteError>> + Send + 'static,
+    {
+        self.start_serving(ServeEntry::new(tool.to_owned(), handler))
+            .await
+    }
+
+    /// Stops taking new deliveries, lets in-flight handlers finish (settling their
+    /// deliveries), waits for every unconfirmed emit, then closes the transport.
+    pub async fn drain(&self) -> Result<(), Error> {
+        self.inner.stop.cancel();
+        let loops: Vec<JoinHandle<()>> = std::mem::take(&mut *self.inner.loops.lock().await);
+        for handle in loops {
+            let _ = handle.await;
+        }
+        self.inner.handlers.close();
+        self.inner.handlers.wait().await;
+        self.inner.confirms.close();
+        self.inner.confirms.wait().await;
+        self.inner.transport.close().await;
+        debug!("bus drained");
+        Ok(())
+    }
+
+    /// Closes now: consumers stop, the transport closes. Deliveries whose handlers have not
+    /// finished are released back to their queues by the broker.
+    pub async fn close(&self) {
+        self.inner.stop.cancel();
+        for handle in std::mem::take(&mut *self.inner.loops.lock().await) {
+            handle.abort();
+        }
+        self.inner.transport.close().await;
+    }
+}

@@ -1,0 +1,184 @@
+//! The consumer loop: each delivery of a module's queue is decoded, handed to the matching
+//! handlers, and settled by their outcome — ack, a counted retry down the ladder, or a
+//! dead letter with its reason.
+//!
+//! This is where the delivery guarantees are decided, once, for every transport: a
+//! delivery is acked only after every matching handler succeeded; a delivery that is never
+//! settled (the task died, the bus was closed) is released back to its queue by the
+//! transport.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use mesh_core::codec::{self, DeadLetter, DeadReason};
+use mesh_core::{Delivery, RetryPolicy, Subscription, Timestamp};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, warn, Instrument};
+
+use crate::handler::{HandlerEntry, Outcome};
+use crate::incoming::Meta;
+
+/// What a consumer loop needs.
+pub(crate) struct Dispatcher {
+    pub(crate) handlers: Vec<HandlerEntry>,
+    pub(crate) retry: RetryPolicy,
+}
+
+impl Dispatcher {
+    /// Consumes `subscription` until `stop` fires, running handlers on `tracker`.
+    pub(crate) async fn run(
+        self: Arc<Self>,
+        mut subscription: Subscription,
+        stop: CancellationToken,
+        tracker: TaskTracker,
+    ) {
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                delivery = subscription.next() => match delivery {
+                    Some(delivery) => {
+                        let this = Arc::clone(&self);
+                        tracker.spawn(async move { this.handle(delivery).await });
+                    }
+                    None => break,
+                },
+            }
+        }
+        // Stop new deliveries; those already buffered are released back to the queue as
+        // they drop with the subscription.
+        subscription.cancel();
+        debug!(queue = subscription.queue(), "consumer stopped");
+    }
+
+    async fn handle(&self, delivery: Delivery) {
+        let failed_before = codec::attempts(&delivery.message);
+        let attempt = failed_before.saturating_add(1);
+        let envelope = match codec::decode(&delivery.message) {
+            Ok(envelope) => envelope,
+            Err(error) => {
+                warn!(
+                    queue = %delivery.queue,
+                    key = %delivery.message.routing_key,
+                    field = error.field(),
+                    "undecodable event dead-lettered: {error}"
+                );
+                let text = error.to_string();
+                dead_letter(delivery, DeadReason::Undecodable, attempt, text).await;
+                return;
+            }
+        };
+        let span = tracing::info_span!(
+            "mesh.handle",
+            key = %envelope.key,
+            id = %envelope.id,
+            causation_id = envelope.causation_id.as_deref(),
+            attempt,
+            queue = %delivery.queue,
+        );
+        let matching: Vec<&HandlerEntry> = self
+            .handlers
+            .iter()
+            .filter(|h| h.matches(envelope.key.as_str()))
+            .collect();
+        if matching.is_empty() {
+            // A binding left over from an earlier deploy (or one the broker would not let
+            // us remove) still routes here: nobody wants the event, so it is done.
+            warn!(parent: &span, "no handler matches the event; acked");
+            settle_ack(delivery).await;
+            return;
+        }
+        let meta = Meta::new(&envelope, attempt, delivery.redelivered);
+        let cause = envelope.id.to_string();
+        let run = async {
+            let mut worst = Outcome::Done;
+            if let [only] = matching.as_slice() {
+                worst = call(only, &envelope, meta).await;
+            } else {
+                let calls = matching.iter().map(|h| call(h, &envelope, meta.clone()));
+                for outcome in futures::future::join_all(calls).await {
+                    worst = worse(worst, outcome);
+                }
+            }
+            worst
+        };
+        let outcome = crate::causation::scope(cause, run)
+            .instrument(span.clone())
+            .await;
+        let _entered = span.enter();
+        match outcome {
+            Outcome::Done => settle_ack(delivery).await,
+            Outcome::GiveUp(reason, error) => {
+                warn!(%reason, "event dead-lettered: {error}");
+                dead_letter(delivery, reason, attempt, error).await;
+            }
+            Outcome::Retry(error) => match self.retry.next_step(attempt) {
+                Some(step) => {
+                    debug!(step, "handler failed, retrying: {error}");
+                    let mut copy = delivery.message.clone();
+                    codec::set_attempts(&mut copy, attempt);
+                    if let Err(e) = delivery.retry(copy, step).await {
+                        // Not acked: the broker redelivers the original.
+                        warn!("retry could not be scheduled, the event will be redelivered: {e}");
+                    }
+                }
+                None => {
+                    warn!("event dead-lettered after {attempt} attempts: {error}");
+                    dead_letter(delivery, DeadReason::MaxAttempts, attempt, error).await;
+                }
+            },
+        }
+    }
+}
+
+/// Calls one handler, turning a panic into a retryable failure.
+async fn call(handler: &HandlerEntry, envelope: &mesh_core::Envelope, meta: Meta) -> Outcome {
+    match AssertUnwindSafe((handler.call)(envelope, meta))
+        .catch_unwind()
+        .await
+    {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            let text = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a handler panicked".to_owned());
+            Outcome::Retry(format!("handler panicked: {text}"))
+        }
+    }
+}
+
+/// A permanent failure outweighs a retryable one, which outweighs success.
+fn worse(a: Outcome, b: Outcome) -> Outcome {
+    match (a, b) {
+        (g @ Outcome::GiveUp(..), _) | (_, g @ Outcome::GiveUp(..)) => g,
+        (r @ Outcome::Retry(_), _) | (_, r @ Outcome::Retry(_)) => r,
+        _ => Outcome::Done,
+    }
+}
+
+async fn settle_ack(delivery: Delivery) {
+    if let Err(e) = delivery.ack().await {
+        warn!("ack failed, the event will be redelivered: {e}");
+    }
+}
+
+async fn dead_letter(delivery: Delivery, reason: DeadReason, attempts: u32, error: String) {
+    let mut copy = delivery.message.clone();
+    codec::mark_dead(
+        &mut copy,
+        &DeadLetter {
+            reason,
+            attempts,
+            last_error: Some(error),
+            queue: delivery.queue.clone(),
+            time: Timestamp::now(),
+        },
+    );
+    if let Err(e) = delivery.dead_letter(copy).await {
+        warn!("dead-lettering failed, the event will be redelivered: {e}");
+    }
+}

@@ -1,0 +1,221 @@
+//! The SDK's one error type.
+
+use std::fmt;
+
+use mesh_core::{BoxError, KeyError, PolicyError, RemoteError, TransportError, TransportErrorKind};
+
+/// What kind of failure an [`Error`] is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A routing key, pattern, name or tool key breaks the contract.
+    InvalidKey,
+    /// An emit under a key this bus does not own (another module's, context's or node's).
+    ForeignKey {
+        /// The key asked for.
+        key: String,
+        /// The prefix this bus may emit under.
+        allowed: String,
+    },
+    /// The bus's options cannot work.
+    InvalidOptions,
+    /// A payload could not be serialized, or a reply deserialized, as JSON.
+    Payload,
+    /// A message from the wire breaks the contract.
+    Decode,
+    /// The tool answered with an error.
+    Remote {
+        /// The tool's error code.
+        code: String,
+        /// The tool's message.
+        message: String,
+    },
+    /// The transport failed; the kind says how.
+    Transport(TransportErrorKind),
+    /// The bus was closed.
+    Closed,
+}
+
+/// An error of the mesh SDK: a kind and the cause.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    source: Option<BoxError>,
+}
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind) -> Error {
+        Error { kind, source: None }
+    }
+
+    pub(crate) fn with_source(kind: ErrorKind, source: impl Into<BoxError>) -> Error {
+        Error {
+            kind,
+            source: Some(source.into()),
+        }
+    }
+
+    pub(crate) fn options(message: impl Into<String>) -> Error {
+        Error::with_source(ErrorKind::InvalidOptions, message.into())
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+
+    /// The transport's error kind, when the transport failed.
+    pub fn transport_kind(&self) -> Option<&TransportErrorKind> {
+        match &self.kind {
+            ErrorKind::Transport(kind) => Some(kind),
+            _ => None,
+        }
+    }
+
+    /// Whether the same operation may succeed if tried again later.
+    pub fn is_retryable(&self) -> bool {
+        match &self.kind {
+            ErrorKind::Transport(_) => self
+                .source
+                .as_deref()
+                .and_then(|e| e.downcast_ref::<TransportError>())
+                .is_some_and(TransportError::is_retryable),
+            _ => false,
+        }
+    }
+
+    /// Whether the connection to the broker was lost.
+    pub fn is_connection_lost(&self) -> bool {
+        self.kind == ErrorKind::Transport(TransportErrorKind::ConnectionLost)
+    }
+
+    /// Whether a deadline passed (a confirm or a call's reply).
+    pub fn is_timeout(&self) -> bool {
+        self.kind == ErrorKind::Transport(TransportErrorKind::Timeout)
+    }
+
+    /// Whether a call found no server for its tool.
+    pub fn is_no_server(&self) -> bool {
+        self.kind == ErrorKind::Transport(TransportErrorKind::NoServer)
+    }
+
+    /// The tool's error, when a call was answered with one.
+    pub fn remote(&self) -> Option<RemoteError> {
+        match &self.kind {
+            ErrorKind::Remote { code, message } => Some(RemoteError {
+                code: code.clone(),
+                message: message.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ErrorKind::InvalidKey => f.write_str("invalid key"),
+            ErrorKind::ForeignKey { key, allowed } => {
+                write!(f, "may not emit `{key}`: this bus emits only under `{allowed}`")
+            }
+            ErrorKind::InvalidOptions => f.write_str("invalid options"),
+            ErrorKind::Payload => f.write_str("payload is not valid JSON for its type"),
+            ErrorKind::Decode => f.write_str("message breaks the contract"),
+            ErrorKind::Remote { code, message } => write!(f, "tool failed with `{code}`: {message}"),
+            ErrorKind::Transport(_) => f.write_str("transport failed"),
+            ErrorKind::Closed => f.write_str("bus is closed"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<KeyError> for Error {
+    fn from(error: KeyError) -> Self {
+        Error::with_source(ErrorKind::InvalidKey, error)
+    }
+}
+
+impl From<PolicyError> for Error {
+    fn from(error: PolicyError) -> Self {
+        Error::with_source(ErrorKind::InvalidOptions, error)
+    }
+}
+
+impl From<TransportError> for Error {
+    fn from(error: TransportError) -> Self {
+        match error.kind() {
+            TransportErrorKind::Closed => Error::with_source(ErrorKind::Closed, error),
+            kind => Error::with_source(ErrorKind::Transport(kind.clone()), error),
+        }
+    }
+}
+
+impl From<mesh_core::DecodeError> for Error {
+    fn from(error: mesh_core::DecodeError) -> Self {
+        Error::with_source(ErrorKind::Decode, error)
+    }
+}
+
+/// The outcome of a handler that failed: retry it later, or give up on the event now.
+///
+/// `?` turns any error into a *retryable* failure; say [`HandlerError::permanent`] for
+/// failures that no retry can fix (a broken invariant, input that can never be valid).
+#[derive(Debug)]
+pub struct HandlerError {
+    permanent: bool,
+    source: BoxError,
+}
+
+impl HandlerError {
+    /// A failure worth retrying (a dependency was down, a lock was taken).
+    pub fn retry(source: impl Into<BoxError>) -> HandlerError {
+        HandlerError {
+            permanent: false,
+            source: source.into(),
+        }
+    }
+
+    /// A failure no retry can fix: the event is dead-lettered at once.
+    pub fn permanent(source: impl Into<BoxError>) -> HandlerError {
+        HandlerError {
+            permanent: true,
+            source: source.into(),
+        }
+    }
+
+    /// Whether it is permanent.
+    pub fn is_permanent(&self) -> bool {
+        self.permanent
+    }
+
+    /// The cause.
+    pub fn source(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.source
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The chain, so the dead letter's `last error` says everything.
+        write!(f, "{}", self.source)?;
+        let mut next = self.source.source();
+        while let Some(cause) = next {
+            write!(f, ": {cause}")?;
+            next = cause.source();
+        }
+        Ok(())
+    }
+}
+
+impl<E: Into<BoxError>> From<E> for HandlerError {
+    fn from(error: E) -> Self {
+        HandlerError::retry(error)
+    }
+}

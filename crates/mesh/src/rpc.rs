@@ -1,0 +1,198 @@
+//! Request/reply: `call` a tool, `serve` one. Requests ride `mesh.rpc`, never
+//! `mesh.events`, so a `#` subscription on events stays a pure record of what happened.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use mesh_core::codec::{self, RemoteError, RequestMeta};
+use mesh_core::{Delivery, EventId, ServeSpec, Subscription, Timestamp, ToolKey};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, warn, Instrument};
+
+use crate::bus::{Bus, Inner};
+use crate::error::{Error, ErrorKind};
+
+/// The code of the remote error a server sends when a request's body does not fit the
+/// tool's request type.
+pub const INVALID_REQUEST: &str = "invalid-request";
+/// The code of the remote error a server sends when its handler panicked.
+pub const INTERNAL: &str = "internal";
+
+type ErasedServe =
+    Arc<dyn Fn(Bytes, RequestMeta) -> BoxFuture<'static, Result<Bytes, RemoteError>> + Send + Sync>;
+
+pub(crate) struct ServeEntry {
+    tool: String,
+    call: ErasedServe,
+}
+
+impl ServeEntry {
+    pub(crate) fn new<Req, Resp, F, Fut>(tool: String, handler: F) -> ServeEntry
+    where
+        Req: DeserializeOwned + Send + 'static,
+        Resp: Serialize + Send + 'static,
+        F: Fn(Req, RequestMeta) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Resp, RemoteError>> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let call: ErasedServe = Arc::new(move |body: Bytes, meta: RequestMeta| {
+            let request = match serde_json::from_slice::<Req>(&body) {
+                Ok(request) => request,
+                Err(e) => {
+                    return Box::pin(std::future::ready(Err(RemoteError {
+                        code: INVALID_REQUEST.to_owned(),
+                        message: e.to_string(),
+                    })))
+                }
+            };
+            let handler = Arc::clone(&handler);
+            Box::pin(async move {
+                let response = handler(request, meta).await?;
+                serde_json::to_vec(&response)
+                    .map(Bytes::from)
+                    .map_err(|e| RemoteError {
+                        code: INTERNAL.to_owned(),
+                        message: format!("reply could not be serialized: {e}"),
+                    })
+            })
+        });
+        ServeEntry { tool, call }
+    }
+}
+
+pub(crate) async fn subscribe(inner: &Inner, entry: &ServeEntry) -> Result<Subscription, Error> {
+    let tool = ToolKey::parse(&entry.tool)?;
+    Ok(inner
+        .transport
+        .serve(ServeSpec {
+            tool,
+            prefetch: crate::bus::DEFAULT_PREFETCH,
+        })
+        .await?)
+}
+
+pub(crate) async fn serve_loop(
+    entry: Arc<ServeEntry>,
+    mut subscription: Subscription,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+) {
+    loop {
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => break,
+            request = subscription.next() => match request {
+                Some(request) => {
+                    let entry = Arc::clone(&entry);
+                    tracker.spawn(async move { answer(&entry, request).await });
+                }
+                None => break,
+            },
+        }
+    }
+    subscription.cancel();
+}
+
+async fn answer(entry: &ServeEntry, request: Delivery) {
+    let result = match codec::decode_request(&request.message) {
+        Err(e) => Err(RemoteError {
+            code: INVALID_REQUEST.to_owned(),
+            message: e.to_string(),
+        }),
+        Ok(meta) => {
+            let span = tracing::info_span!("mesh.serve", tool = %entry.tool, id = %meta.id);
+            let cause = meta.id.to_string();
+            let call = (entry.call)(request.message.body.clone(), meta);
+            match AssertUnwindSafe(crate::causation::scope(cause, call))
+                .catch_unwind()
+                .instrument(span)
+                .await
+            {
+                Ok(result) => result,
+                Err(_) => Err(RemoteError {
+                    code: INTERNAL.to_owned(),
+                    message: "the tool's handler panicked".to_owned(),
+                }),
+            }
+        }
+    };
+    if request.message.properties.reply_to.is_none() {
+        // Nobody waits for an answer: the work is done, so the request is.
+        warn!(tool = %entry.tool, "request without reply_to handled; reply dropped");
+        if let Err(e) = request.ack().await {
+            warn!("ack of a request failed: {e}");
+        }
+        return;
+    }
+    if let Err(e) = request.reply(codec::encode_reply(&result)).await {
+        // Not acked: the request is redelivered and answered again.
+        warn!(tool = %entry.tool, "reply could not be sent: {e}");
+    }
+}
+
+impl Bus {
+    /// Calls tool `tool` with a JSON request and waits up to `timeout` for its reply.
+    ///
+    /// Fails with [`Error::is_no_server`] at once when no server ever declared the tool,
+    /// with [`Error::is_timeout`] when no reply came in time (including when the tool's
+    /// queue exists but no server is attached), and with [`ErrorKind::Remote`] when the
+    /// tool answered with an error. A request the caller gave up on expires in the queue
+    /// and is not executed later.
+    pub async fn call<Req, Resp>(
+        &self,
+        tool: &str,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, Error>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned,
+    {
+        let body =
+            serde_json::to_vec(request).map_err(|e| Error::with_source(ErrorKind::Payload, e))?;
+        let reply = self.call_raw(tool, body.into(), timeout).await?;
+        serde_json::from_slice(&reply).map_err(|e| Error::with_source(ErrorKind::Payload, e))
+    }
+
+    /// Calls a tool with a JSON body (checked to be JSON) and returns the JSON reply.
+    pub async fn call_raw(
+        &self,
+        tool: &str,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, Error> {
+        let tool = ToolKey::parse(tool)?;
+        serde_json::from_slice::<serde::de::IgnoredAny>(&body)
+            .map_err(|e| Error::with_source(ErrorKind::Payload, e))?;
+        let meta = RequestMeta {
+            id: EventId::new(),
+            source: self.inner.identity.owner(&self.inner.node).to_string(),
+            node: self.inner.node.to_string(),
+            time: Timestamp::now(),
+            causation_id: crate::causation::current(),
+        };
+        let span = tracing::info_span!("mesh.call", %tool, id = %meta.id);
+        async {
+            let request = codec::encode_request(&tool, &meta, body);
+            let reply = self.inner.transport.call(&tool, request, timeout).await?;
+            debug!("reply received");
+            match codec::decode_reply(&reply)? {
+                Ok(body) => Ok(body),
+                Err(remote) => Err(Error::new(ErrorKind::Remote {
+                    code: remote.code,
+                    message: remote.message,
+                })),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
