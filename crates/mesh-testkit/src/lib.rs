@@ -1,0 +1,73 @@
+//! Test helpers for mesh's crates (dev-only, never published).
+//!
+//! - [`shared`]: a throw-away vhost per test on the machine's shared RabbitMQ
+//!   ([`TestVhost`]), `rabbitmqctl`, and typed listings of queues, exchanges, bindings and
+//!   connections, plus forced connection closes;
+//! - [`node`]: private RabbitMQ nodes for destructive tests ([`PrivateNode`]: stop, crash,
+//!   restart with the same data, memory alarm), shared per test binary with [`shared_node`],
+//!   and never leaked, even when the test binary is killed;
+//! - [`relay`]: a TCP [`Relay`] between client and broker that passes, blackholes or cuts
+//!   connections;
+//! - [`ledger`]: a per-event-id [`Ledger`] of attempts, confirms and handles that finds lost,
+//!   unexpected and duplicate events;
+//! - [`wait`]: [`eventually`], polling a condition under a timeout (tests never sleep to
+//!   synchronise).
+//!
+//! Rules the helpers encode: tests never stop, restart or alarm the shared broker (that is
+//! what private nodes are for); tests needing a broker fail with a hint when none is reachable,
+//! rather than skip; every wait has a timeout.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use mesh_testkit::{eventually, Ledger, Relay, TestVhost};
+//!
+//! # async fn demo() -> anyhow::Result<()> {
+//! // Isolation on the shared broker: deleted on drop, even if the test panics.
+//! let vhost = TestVhost::create("orders").await?;
+//! // Put a relay in front of the broker and connect through it.
+//! let relay = Relay::start(vhost.broker_addr()).await?;
+//! let url = vhost.url_via(relay.addr());
+//! let ledger = Ledger::new();
+//! // ... a publisher calls ledger.attempted(id) / ledger.confirmed(id),
+//! //     a handler calls ledger.handled(id), both connected to `url` ...
+//! relay.cut(); // every connection drops; the client must reconnect and carry on
+//! eventually(Duration::from_secs(30), "a reconnect through the relay", || async {
+//!     (relay.active() > 0).then_some(())
+//! })
+//! .await;
+//! let queues = vhost.list_queues().await?;
+//! assert!(queues.iter().all(|q| q.durable));
+//! ledger.wait_all_handled(Duration::from_secs(30)).await.assert_clean();
+//! # let _ = url;
+//! # Ok(()) }
+//! ```
+//!
+//! For crash tests on a node of the test's own:
+//!
+//! ```no_run
+//! use mesh_testkit::{NodeOptions, PrivateNode};
+//! # async fn demo() -> anyhow::Result<()> {
+//! let node = PrivateNode::start(NodeOptions::default().heartbeat(2)).await?; // ~10 s
+//! // ... connect to node.url(), publish persistent messages to a durable queue ...
+//! node.kill().await?; // SIGKILL
+//! node.start_again().await?; // same port and data
+//! # Ok(()) }
+//! ```
+
+pub mod ledger;
+pub mod node;
+pub mod relay;
+pub mod shared;
+mod sys;
+pub mod wait;
+
+pub use ledger::{Ledger, LedgerReport};
+pub use node::{shared_node, NodeOptions, PrivateNode};
+pub use relay::{Relay, RelayMode};
+pub use shared::{
+    close_connections, list_bindings, list_connections, list_exchanges, list_queues, rabbitmqctl,
+    BindingInfo, ConnectionInfo, ExchangeInfo, QueueInfo, TestVhost,
+};
+pub use wait::eventually;
