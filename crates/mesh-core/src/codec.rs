@@ -118,10 +118,13 @@ fn text_header<'a>(
 ) -> Result<Option<&'a str>, DecodeError> {
     match headers.get(field) {
         None | Some(HeaderValue::Void) => Ok(None),
-        Some(value) => value.as_str().map(Some).ok_or_else(|| DecodeError::Malformed {
-            field,
-            problem: format!("expected a string, found {value:?}"),
-        }),
+        Some(value) => value
+            .as_str()
+            .map(Some)
+            .ok_or_else(|| DecodeError::Malformed {
+                field,
+                problem: format!("expected a string, found {value:?}"),
+            }),
     }
 }
 
@@ -212,8 +215,9 @@ pub fn decode(message: &WireMessage) -> Result<Envelope, DecodeError> {
 
     let content_type = match &message.properties.content_type {
         Some(content_type) => content_type.as_str(),
-        None => text_header(headers, CONTENT_TYPE_HEADER)?
-            .ok_or(DecodeError::Missing { field: "content-type" })?,
+        None => text_header(headers, CONTENT_TYPE_HEADER)?.ok_or(DecodeError::Missing {
+            field: "content-type",
+        })?,
     };
     if !is_json(content_type) {
         return Err(DecodeError::ContentType {

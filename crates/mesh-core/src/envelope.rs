@@ -72,7 +72,9 @@ impl Timestamp {
 
     /// From whole seconds since the Unix epoch.
     pub fn from_unix_seconds(seconds: i64) -> Option<Timestamp> {
-        OffsetDateTime::from_unix_timestamp(seconds).ok().map(Timestamp)
+        OffsetDateTime::from_unix_timestamp(seconds)
+            .ok()
+            .map(Timestamp)
     }
 
     /// The time as `time`'s type.

@@ -332,7 +332,10 @@ mod tests {
         assert_eq!(key.name(), "umami");
         assert_eq!(key.event(), "site.created");
         let key = RoutingKey::parse("node.anchor.joined").unwrap();
-        assert_eq!((key.origin(), key.name(), key.event()), (Origin::Node, "anchor", "joined"));
+        assert_eq!(
+            (key.origin(), key.name(), key.event()),
+            (Origin::Node, "anchor", "joined")
+        );
         let key = RoutingKey::parse("mesh.delivery.deployed").unwrap();
         assert_eq!(key.origin(), Origin::Mesh);
     }

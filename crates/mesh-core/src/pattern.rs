@@ -41,11 +41,7 @@ fn words_match(pattern: &[&str], key: &[&str]) -> bool {
                     next[j] = any;
                 }
             }
-            "*" => {
-                for j in 1..=key.len() {
-                    next[j] = reach[j - 1];
-                }
-            }
+            "*" => next[1..].copy_from_slice(&reach[..key.len()]),
             literal => {
                 for j in 1..=key.len() {
                     next[j] = reach[j - 1] && key[j - 1] == literal;

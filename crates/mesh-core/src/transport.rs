@@ -71,8 +71,13 @@ pub enum TransportErrorKind {
 }
 
 /// An error of a transport: a kind, context, and the cause.
+///
+/// Boxed inside, so a `Result<_, TransportError>` stays one pointer wide.
 #[derive(Debug)]
-pub struct TransportError {
+pub struct TransportError(Box<Inner>);
+
+#[derive(Debug)]
+struct Inner {
     kind: TransportErrorKind,
     context: String,
     source: Option<BoxError>,
@@ -81,28 +86,28 @@ pub struct TransportError {
 impl TransportError {
     /// A new error of this kind, with a short lowercase context.
     pub fn new(kind: TransportErrorKind, context: impl Into<String>) -> TransportError {
-        TransportError {
+        TransportError(Box::new(Inner {
             kind,
             context: context.into(),
             source: None,
-        }
+        }))
     }
 
     /// Attaches the cause.
     pub fn with_source(mut self, source: impl Into<BoxError>) -> TransportError {
-        self.source = Some(source.into());
+        self.0.source = Some(source.into());
         self
     }
 
     /// The kind.
     pub fn kind(&self) -> &TransportErrorKind {
-        &self.kind
+        &self.0.kind
     }
 
     /// Whether trying the same thing again later may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(
-            self.kind,
+            self.0.kind,
             TransportErrorKind::ConnectionLost
                 | TransportErrorKind::Nacked
                 | TransportErrorKind::Timeout
@@ -113,20 +118,24 @@ impl TransportError {
 
     /// Whether the connection or channel was lost.
     pub fn is_connection_lost(&self) -> bool {
-        self.kind == TransportErrorKind::ConnectionLost
+        self.0.kind == TransportErrorKind::ConnectionLost
     }
 }
 
 impl fmt::Display for TransportError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.kind {
+        match &self.0.kind {
             TransportErrorKind::ConnectionLost => f.write_str("connection lost")?,
             TransportErrorKind::Closed => f.write_str("transport closed")?,
             TransportErrorKind::Nacked => f.write_str("broker nacked the message")?,
             TransportErrorKind::Unroutable => f.write_str("message is unroutable")?,
-            TransportErrorKind::TooLarge { size, max: Some(max) } => {
-                write!(f, "message of {size} bytes exceeds the broker's limit of {max}")?
-            }
+            TransportErrorKind::TooLarge {
+                size,
+                max: Some(max),
+            } => write!(
+                f,
+                "message of {size} bytes exceeds the broker's limit of {max}"
+            )?,
             TransportErrorKind::TooLarge { size, max: None } => {
                 write!(f, "message of {size} bytes is too large for the broker")?
             }
@@ -146,8 +155,8 @@ impl fmt::Display for TransportError {
             TransportErrorKind::InvalidOptions => f.write_str("invalid options")?,
             TransportErrorKind::Protocol => f.write_str("protocol error")?,
         }
-        if !self.context.is_empty() {
-            write!(f, " ({})", self.context)?;
+        if !self.0.context.is_empty() {
+            write!(f, " ({})", self.0.context)?;
         }
         Ok(())
     }
@@ -155,7 +164,8 @@ impl fmt::Display for TransportError {
 
 impl std::error::Error for TransportError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
+        self.0
+            .source
             .as_deref()
             .map(|e| e as &(dyn std::error::Error + 'static))
     }
@@ -205,7 +215,9 @@ pub struct Confirm {
 
 impl Confirm {
     /// Wraps a future resolving to the outcome.
-    pub fn new(inner: impl Future<Output = Result<(), TransportError>> + Send + 'static) -> Confirm {
+    pub fn new(
+        inner: impl Future<Output = Result<(), TransportError>> + Send + 'static,
+    ) -> Confirm {
         Confirm {
             inner: Box::pin(inner),
         }
@@ -289,12 +301,15 @@ pub trait Acker: Send + 'static {
 
     /// Publish `copy` (already annotated) to the dead-letter exchange; once confirmed,
     /// remove the original.
-    fn dead_letter(self: Box<Self>, copy: WireMessage)
-        -> BoxFuture<'static, Result<(), TransportError>>;
+    fn dead_letter(
+        self: Box<Self>,
+        copy: WireMessage,
+    ) -> BoxFuture<'static, Result<(), TransportError>>;
 
     /// Publish `reply` to the request's `reply_to` with its correlation id, then remove
     /// the request (serve deliveries only).
-    fn reply(self: Box<Self>, reply: WireMessage) -> BoxFuture<'static, Result<(), TransportError>>;
+    fn reply(self: Box<Self>, reply: WireMessage)
+        -> BoxFuture<'static, Result<(), TransportError>>;
 
     /// Put the message back in its queue for another delivery (a requeue).
     fn release(self: Box<Self>);
@@ -456,8 +471,10 @@ pub trait Transport: Send + Sync + fmt::Debug + 'static {
     ) -> BoxFuture<'_, Result<Confirm, TransportError>>;
 
     /// Declares the subscription's queue and bindings and starts consuming.
-    fn subscribe(&self, spec: SubscriptionSpec)
-        -> BoxFuture<'_, Result<Subscription, TransportError>>;
+    fn subscribe(
+        &self,
+        spec: SubscriptionSpec,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>>;
 
     /// Sends a request to a tool and waits for its reply: the reply message, or
     /// [`TransportErrorKind::NoServer`] when no serve queue exists for the tool, or

@@ -12,10 +12,10 @@ fn envelope() -> Envelope {
     extra.insert("x-unknown-tracing".into(), HeaderValue::Str("abc".into()));
     Envelope {
         id: EventId::new(),
-        key: RoutingKey::parse("module.umami.site.created").unwrap(),
+        key: RoutingKey::parse("module.umami.site.created").expect("valid key"),
         source: "umami".into(),
         node: "anchor".into(),
-        time: Timestamp::parse("2026-09-03T12:00:00.123456Z").unwrap(),
+        time: Timestamp::parse("2026-09-03T12:00:00.123456Z").expect("valid time"),
         causation_id: Some("cause-1".into()),
         schema: Some(SchemaVersion(2)),
         extra_headers: extra,
@@ -168,7 +168,10 @@ fn a_bad_schema_is_refused() {
         .properties
         .headers
         .insert(codec::SCHEMA.into(), "3".into());
-    assert_eq!(codec::decode(&message).unwrap().schema, Some(SchemaVersion(3)));
+    assert_eq!(
+        codec::decode(&message).unwrap().schema,
+        Some(SchemaVersion(3))
+    );
 }
 
 #[test]
@@ -235,7 +238,7 @@ fn attempts_and_dead_letters_round_trip() {
 }
 
 fn envelope_id(message: &WireMessage) -> EventId {
-    codec::event_id(message).unwrap()
+    codec::event_id(message).expect("an event id")
 }
 
 #[test]
@@ -257,7 +260,10 @@ fn a_broker_dead_letter_is_read_from_x_death() {
 #[test]
 fn replies_carry_a_status() {
     let ok = codec::encode_reply(&Ok(Bytes::from_static(b"5")));
-    assert_eq!(codec::decode_reply(&ok).unwrap(), Ok(Bytes::from_static(b"5")));
+    assert_eq!(
+        codec::decode_reply(&ok).unwrap(),
+        Ok(Bytes::from_static(b"5"))
+    );
     let remote = RemoteError {
         code: "not-found".into(),
         message: "no such site".into(),

@@ -48,7 +48,9 @@ async fn transport() -> anyhow::Result<(Vec<Arc<dyn Transport>>, &'static str)> 
             let options: mesh::amqp::AmqpOptions = url.parse()?;
             let mut transports: Vec<Arc<dyn Transport>> = Vec::new();
             for _ in 0..4 {
-                transports.push(Arc::new(mesh::amqp::AmqpTransport::connect(options.clone()).await?));
+                transports.push(Arc::new(
+                    mesh::amqp::AmqpTransport::connect(options.clone()).await?,
+                ));
             }
             Ok((transports, "RabbitMQ"))
         }
@@ -65,7 +67,10 @@ async fn transport() -> anyhow::Result<(Vec<Arc<dyn Transport>>, &'static str)> 
 async fn run() -> anyhow::Result<()> {
     let (mut transports, name) = transport().await?;
     println!("1. mesh demo on {name}");
-    let quick_retries = RetryPolicy::new(3, vec![Duration::from_millis(200), Duration::from_millis(400)])?;
+    let quick_retries = RetryPolicy::new(
+        3,
+        vec![Duration::from_millis(200), Duration::from_millis(400)],
+    )?;
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
 
     // billing: handles site.created, emits invoice.opened, serves quotes.
@@ -85,7 +90,10 @@ async fn run() -> anyhow::Result<()> {
             }
         })
         .serve("billing.quote", |request: QuoteRequest, meta| async move {
-            println!("   billing serves a quote for plan `{}` asked by {}", request.plan, meta.source);
+            println!(
+                "   billing serves a quote for plan `{}` asked by {}",
+                request.plan, meta.source
+            );
             match request.plan.as_str() {
                 "basic" => Ok(900_u64),
                 other => Err(RemoteError {
@@ -154,21 +162,45 @@ async fn run() -> anyhow::Result<()> {
     letter.ack().await?;
 
     let cents: u64 = umami
-        .call("billing.quote", &QuoteRequest { plan: "basic".into() }, Duration::from_secs(5))
+        .call(
+            "billing.quote",
+            &QuoteRequest {
+                plan: "basic".into(),
+            },
+            Duration::from_secs(5),
+        )
         .await?;
     println!("5. umami called billing.quote: {cents} cents");
     match umami
-        .call::<_, u64>("billing.quote", &QuoteRequest { plan: "gold".into() }, Duration::from_secs(5))
+        .call::<_, u64>(
+            "billing.quote",
+            &QuoteRequest {
+                plan: "gold".into(),
+            },
+            Duration::from_secs(5),
+        )
         .await
     {
-        Err(e) => println!("6. a quote for `gold` failed as expected: {:#}", anyhow::Error::from(e)),
+        Err(e) => println!(
+            "6. a quote for `gold` failed as expected: {:#}",
+            anyhow::Error::from(e)
+        ),
         Ok(v) => anyhow::bail!("expected a remote error, got {v}"),
     }
     match umami
-        .call::<_, u64>("nobody.serves.this", &QuoteRequest { plan: "basic".into() }, Duration::from_secs(5))
+        .call::<_, u64>(
+            "nobody.serves.this",
+            &QuoteRequest {
+                plan: "basic".into(),
+            },
+            Duration::from_secs(5),
+        )
         .await
     {
-        Err(e) if e.is_no_server() => println!("7. calling an unserved tool fails at once: {:#}", anyhow::Error::from(e)),
+        Err(e) if e.is_no_server() => println!(
+            "7. calling an unserved tool fails at once: {:#}",
+            anyhow::Error::from(e)
+        ),
         other => anyhow::bail!("expected no server, got {other:?}"),
     }
 

@@ -139,8 +139,10 @@ impl BusBuilder {
         F: Fn(Incoming<E>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     {
-        self.handlers
-            .push((vec![E::KEY.to_owned()], handler::typed::<E, F, Fut>(handler)));
+        self.handlers.push((
+            vec![E::KEY.to_owned()],
+            handler::typed::<E, F, Fut>(handler),
+        ));
         self
     }
 
@@ -189,7 +191,11 @@ impl BusBuilder {
             Some(IdentitySpec::Module(m)) => Identity::Module(Name::parse(&m)?),
             Some(IdentitySpec::Context(c)) => Identity::Context(Name::parse(&c)?),
             Some(IdentitySpec::Node) => Identity::Node,
-            None => return Err(Error::options("a bus needs a module, a context or the node identity")),
+            None => {
+                return Err(Error::options(
+                    "a bus needs a module, a context or the node identity",
+                ))
+            }
         };
         if self.prefetch == 0 {
             return Err(Error::options("prefetch must be at least 1"));
@@ -252,7 +258,8 @@ impl BusBuilder {
             });
             let stop = bus.inner.stop.child_token();
             let tracker = bus.inner.handlers.clone();
-            bus.spawn_loop(dispatcher.run(subscription, stop, tracker)).await;
+            bus.spawn_loop(dispatcher.run(subscription, stop, tracker))
+                .await;
         }
         for entry in self.serves {
             bus.start_serving(entry).await?;
@@ -318,7 +325,8 @@ impl Outgoing {
     /// A typed event.
     pub fn event<E: Event>(event: &E) -> Result<Outgoing, Error> {
         let key = RoutingKey::parse(E::KEY)?;
-        let body = serde_json::to_vec(event).map_err(|e| Error::with_source(ErrorKind::Payload, e))?;
+        let body =
+            serde_json::to_vec(event).map_err(|e| Error::with_source(ErrorKind::Payload, e))?;
         Ok(Outgoing {
             key: KeySpec::Full(key),
             body: body.into(),
@@ -412,11 +420,13 @@ impl Future for PendingEmit {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let id = self.id;
-        Pin::new(&mut self.confirm).poll(cx).map(|joined| match joined {
-            Ok(Ok(())) => Ok(id),
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(Error::new(ErrorKind::Closed)),
-        })
+        Pin::new(&mut self.confirm)
+            .poll(cx)
+            .map(|joined| match joined {
+                Ok(Ok(())) => Ok(id),
+                Ok(Err(e)) => Err(e.into()),
+                Err(_) => Err(Error::new(ErrorKind::Closed)),
+            })
     }
 }
 
@@ -490,9 +500,7 @@ impl Bus {
                 }
                 key
             }
-            KeySpec::Event(name) => {
-                RoutingKey::parse(&format!("{}{}", self.inner.prefix, name))?
-            }
+            KeySpec::Event(name) => RoutingKey::parse(&format!("{}{}", self.inner.prefix, name))?,
         };
         let id = outgoing.id.unwrap_or_default();
         let envelope = Envelope {
@@ -533,8 +541,13 @@ impl Bus {
         let subscription = rpc::subscribe(&self.inner, &entry).await?;
         let stop = self.inner.stop.child_token();
         let tracker = self.inner.handlers.clone();
-        self.spawn_loop(rpc::serve_loop(Arc::new(entry), subscription, stop, tracker))
-            .await;
+        self.spawn_loop(rpc::serve_loop(
+            Arc::new(entry),
+            subscription,
+            stop,
+            tracker,
+        ))
+        .await;
         Ok(())
     }
 

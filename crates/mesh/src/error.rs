@@ -116,12 +116,17 @@ impl fmt::Display for Error {
         match &self.kind {
             ErrorKind::InvalidKey => f.write_str("invalid key"),
             ErrorKind::ForeignKey { key, allowed } => {
-                write!(f, "may not emit `{key}`: this bus emits only under `{allowed}`")
+                write!(
+                    f,
+                    "may not emit `{key}`: this bus emits only under `{allowed}`"
+                )
             }
             ErrorKind::InvalidOptions => f.write_str("invalid options"),
             ErrorKind::Payload => f.write_str("payload is not valid JSON for its type"),
             ErrorKind::Decode => f.write_str("message breaks the contract"),
-            ErrorKind::Remote { code, message } => write!(f, "tool failed with `{code}`: {message}"),
+            ErrorKind::Remote { code, message } => {
+                write!(f, "tool failed with `{code}`: {message}")
+            }
             ErrorKind::Transport(_) => f.write_str("transport failed"),
             ErrorKind::Closed => f.write_str("bus is closed"),
         }

@@ -22,7 +22,8 @@ pub(crate) enum Outcome {
     GiveUp(DeadReason, String),
 }
 
-pub(crate) type ErasedHandler = Arc<dyn Fn(&Envelope, Meta) -> BoxFuture<'static, Outcome> + Send + Sync>;
+pub(crate) type ErasedHandler =
+    Arc<dyn Fn(&Envelope, Meta) -> BoxFuture<'static, Outcome> + Send + Sync>;
 
 /// A registered `on` handler: its patterns and the function.
 #[derive(Clone)]

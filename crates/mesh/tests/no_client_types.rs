@@ -65,10 +65,7 @@ fn the_binding_keeps_client_types_out_of_public_signatures() {
         let mut signature: Option<String> = None;
         for line in text.lines() {
             let trimmed = line.trim_start();
-            if signature.is_none()
-                && trimmed.starts_with("pub ")
-                && !trimmed.starts_with("pub(")
-            {
+            if signature.is_none() && trimmed.starts_with("pub ") && !trimmed.starts_with("pub(") {
                 signature = Some(String::new());
             }
             if let Some(sig) = signature.as_mut() {
@@ -76,7 +73,10 @@ fn the_binding_keeps_client_types_out_of_public_signatures() {
                 sig.push(' ');
                 if trimmed.contains('{') || trimmed.ends_with(';') || trimmed.ends_with(',') {
                     let head = sig.split('{').next().unwrap_or_default().to_owned();
-                    if CLIENT_CRATES.iter().any(|c| head.contains(&format!("{c}::"))) {
+                    if CLIENT_CRATES
+                        .iter()
+                        .any(|c| head.contains(&format!("{c}::")))
+                    {
                         offenders.push(format!("{}: {head}", file.display()));
                     }
                     signature = None;

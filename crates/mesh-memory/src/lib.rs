@@ -1,0 +1,35 @@
+//! An in-process broker with RabbitMQ's semantics, behind mesh's transport seam.
+//!
+//! [`MemoryBroker`] holds what a RabbitMQ vhost would: the topic exchanges `mesh.events`,
+//! `mesh.rpc` and `mesh.events.dead`, queues with their bindings, consumers and unsettled
+//! deliveries. [`MemoryTransport`] is one connection to it and implements
+//! [`mesh_core::Transport`]; several transports on one broker are several nodes or modules
+//! sharing a broker. The SDK cannot tell it from the RabbitMQ transport: both pass one
+//! conformance suite.
+//!
+//! The mechanics follow the broker, not a simplification of it:
+//!
+//! - topic routing with RabbitMQ's matching; a queue bound by several matching patterns
+//!   receives one copy;
+//! - competing consumers, round robin among those with room under their prefetch;
+//! - manual acks; a release (or a delivery dropped undecided, or a closed connection)
+//!   puts the message back at the front of its queue, redelivered, its delivery count
+//!   (`x-delivery-count`) incremented;
+//! - the retry ladder as delay timers that put a fresh copy at the tail of the consumer's
+//!   own queue, like TTL delay queues dead-lettering through the default exchange;
+//! - per-message expiration: a message that waited longer is dropped, never delivered;
+//! - exclusive, auto-delete, server-named queues with automatic acks;
+//! - request/reply through `mesh.rpc`, a per-connection reply queue and correlation ids.
+//!
+//! Timers use tokio's clock, so tests may pause it (`tokio::time::pause()`).
+//!
+//! Architecture invariant: this crate knows mesh-core's wire types and names only; it never
+//! decides what happens to an event (that is the SDK's), and it does no I/O.
+
+mod acker;
+mod broker;
+mod state;
+mod transport;
+
+pub use broker::MemoryBroker;
+pub use transport::MemoryTransport;
