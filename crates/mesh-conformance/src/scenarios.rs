@@ -145,7 +145,10 @@ pub async fn competing_consumers_get_each_event_once(harness: &dyn Harness) {
     let counts = seen.snapshot();
     assert_eq!(counts.len(), EVENTS);
     let duplicates: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
-    assert!(duplicates.is_empty(), "events handled more than once: {duplicates:?}");
+    assert!(
+        duplicates.is_empty(),
+        "events handled more than once: {duplicates:?}"
+    );
     let shares = per_worker.snapshot();
     assert_eq!(shares.len(), 3, "every worker got a share: {shares:?}");
     assert_eq!(shares.values().sum::<u32>() as usize, EVENTS);
@@ -175,7 +178,9 @@ pub async fn handlers_of_one_module_share_one_queue(harness: &dyn Harness) {
     let src = emitter(harness, "src").await;
     for _ in 0..10 {
         for name in ["a.one", "b.two", "b.two.three", "c.other", "a.one.deep"] {
-            src.emit_json(name, &serde_json::json!({})).await.expect("emit");
+            src.emit_json(name, &serde_json::json!({}))
+                .await
+                .expect("emit");
         }
     }
     a.wait_for("handler a's events", |c| c.values().sum::<u32>() == 10)
@@ -217,7 +222,9 @@ pub async fn a_handler_that_fails_twice_is_called_three_times(harness: &dyn Harn
             let attempt = i.meta.attempt;
             async move {
                 if attempt < 3 {
-                    Err(mesh::HandlerError::retry(format!("attempt {attempt} fails")))
+                    Err(mesh::HandlerError::retry(format!(
+                        "attempt {attempt} fails"
+                    )))
                 } else {
                     Ok(())
                 }
@@ -230,7 +237,9 @@ pub async fn a_handler_that_fails_twice_is_called_three_times(harness: &dyn Harn
     src.emit_json("flaky.job", &serde_json::json!({}))
         .await
         .expect("emit");
-    calls.wait_for("three calls", |c| c.get("calls") == Some(&3)).await;
+    calls
+        .wait_for("three calls", |c| c.get("calls") == Some(&3))
+        .await;
     bus.drain().await.expect("drain");
     assert_eq!(calls.get("calls"), 3);
     eventually("the event acked", || async {
@@ -302,15 +311,23 @@ pub async fn a_handler_that_always_fails_is_dead_lettered_after_max_attempts(
         .last_error
         .as_deref()
         .is_some_and(|e| e.contains("always fails")));
-    assert_eq!(letter.message.body, Bytes::from_static(b"{\"poison\":true}"));
+    assert_eq!(
+        letter.message.body,
+        Bytes::from_static(b"{\"poison\":true}")
+    );
     letter.ack().await.expect("ack dead letter");
     calls
-        .wait_for("the good events", |c| c.get("module.src.item.good") == Some(&5))
+        .wait_for("the good events", |c| {
+            c.get("module.src.item.good") == Some(&5)
+        })
         .await;
     bus.drain().await.expect("drain");
     assert_eq!(calls.get("module.src.item.poison"), 3);
     let good_at = good_done.lock().expect("lock").expect("good handled");
-    let poison_at = last_poison_call.lock().expect("lock").expect("poison called");
+    let poison_at = last_poison_call
+        .lock()
+        .expect("lock")
+        .expect("poison called");
     assert!(
         good_at < poison_at,
         "the good events flowed while the poison event waited for its retries"
@@ -339,7 +356,9 @@ pub async fn a_permanent_error_dead_letters_after_one_call(harness: &dyn Harness
         .emit_json("order.placed", &serde_json::json!({}))
         .await
         .expect("emit");
-    let letter = within("the dead letter", dead.next()).await.expect("letter");
+    let letter = within("the dead letter", dead.next())
+        .await
+        .expect("letter");
     assert_eq!(letter.event_id, Some(id));
     let info = letter.dead.clone().expect("annotations");
     assert_eq!(info.reason, DeadReason::Permanent);
@@ -413,7 +432,9 @@ pub async fn an_undecodable_message_is_dead_lettered(harness: &dyn Harness) {
         .await
         .expect("confirmed");
     calls
-        .wait_for("the good event", |c| c.get("module.src.raw.event") == Some(&1))
+        .wait_for("the good event", |c| {
+            c.get("module.src.raw.event") == Some(&1)
+        })
         .await;
     bus.drain().await.expect("drain");
     assert_eq!(calls.snapshot().values().sum::<u32>(), 1);
@@ -465,11 +486,16 @@ pub async fn an_unread_schema_version_is_dead_lettered(harness: &dyn Harness) {
         })
         .await
         .expect("emit");
-    let letter = within("the dead letter", dead.next()).await.expect("letter");
+    let letter = within("the dead letter", dead.next())
+        .await
+        .expect("letter");
     assert_eq!(letter.event_id, Some(id));
     let info = letter.dead.clone().expect("annotations");
     assert_eq!(info.reason, DeadReason::UnreadSchema);
-    assert!(info.last_error.unwrap_or_default().contains("schema version 2"));
+    assert!(info
+        .last_error
+        .unwrap_or_default()
+        .contains("schema version 2"));
     letter.ack().await.expect("ack");
     bus.drain().await.expect("drain");
     assert_eq!(calls.load(Ordering::SeqCst), 0);
@@ -495,7 +521,10 @@ pub async fn an_emit_under_another_module_is_refused(harness: &dyn Harness) {
         .emit_outgoing(Outgoing::raw("mesh.delivery.deployed", "{}").expect("valid key"))
         .await
         .expect_err("refused");
-    assert!(matches!(error.kind(), ErrorKind::ForeignKey { .. }), "{error:?}");
+    assert!(
+        matches!(error.kind(), ErrorKind::ForeignKey { .. }),
+        "{error:?}"
+    );
     let error = src
         .emit_json("site.*", &serde_json::json!({}))
         .await
@@ -585,10 +614,16 @@ pub async fn drain_waits_for_an_in_flight_handler(harness: &dyn Harness) {
     for _ in 0..100 {
         tokio::task::yield_now().await;
     }
-    assert!(!draining.is_finished(), "drain returned while a handler ran");
+    assert!(
+        !draining.is_finished(),
+        "drain returned while a handler ran"
+    );
     release.notify_one();
     let handler_had_finished = within("drain", draining).await.expect("drain task");
-    assert!(handler_had_finished, "drain returned before the handler finished");
+    assert!(
+        handler_had_finished,
+        "drain returned before the handler finished"
+    );
     eventually("the event acked", || async {
         harness.messages("n1.m.events").await == Some(0)
     })
@@ -695,7 +730,11 @@ pub async fn rpc_timeout_and_no_server(harness: &dyn Harness) {
         .await
         .expect_err("no server");
     assert!(error.is_no_server(), "{error:?}");
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 
     // The tool's queue exists, but its server is gone.
     let server = calculator(harness).await;
