@@ -74,7 +74,8 @@ macro_rules! suite {
             drain_waits_for_an_in_flight_handler,
             dedup_runs_the_effect_once,
             rpc_round_trip_and_remote_error,
-            rpc_timeout_and_no_server
+            rpc_timeout_and_no_server,
+            shared_workers_on_two_nodes_compete_on_one_queue
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {

@@ -751,3 +751,53 @@ pub async fn rpc_timeout_and_no_server(harness: &dyn Harness) {
     assert!(elapsed < timeout * 4, "{elapsed:?}");
     client.drain().await.expect("drain");
 }
+
+/// With the shared option, workers of one module on two nodes compete on
+/// `shared.<module>.events`: each event is handled once, by either node.
+pub async fn shared_workers_on_two_nodes_compete_on_one_queue(harness: &dyn Harness) {
+    const EVENTS: usize = 200;
+    let seen = Arc::new(Tally::default());
+    let per_node = Arc::new(Tally::default());
+    let mut workers = Vec::new();
+    for node in ["n1", "n2"] {
+        let (seen, per_node) = (Arc::clone(&seen), Arc::clone(&per_node));
+        let bus = Bus::builder()
+            .node(node)
+            .module("worker")
+            .shared(true)
+            .prefetch(4)
+            .on_raw(["module.src.task.#"], move |i: Incoming<Bytes>| {
+                seen.hit(i.meta.id.to_string());
+                per_node.hit(node);
+                async { Ok(()) }
+            })
+            .start(harness.transport().await)
+            .await
+            .expect("worker starts");
+        workers.push(bus);
+    }
+    let src = emitter(harness, "src").await;
+    for n in 0..EVENTS {
+        src.emit_json("task.queued", &serde_json::json!({ "n": n }))
+            .await
+            .expect("emit");
+    }
+    seen.wait_for("every task", |c| c.len() == EVENTS).await;
+    for worker in &workers {
+        worker.drain().await.expect("drain");
+    }
+    assert!(
+        seen.snapshot().values().all(|n| *n == 1),
+        "a task ran twice"
+    );
+    let shares = per_node.snapshot();
+    assert_eq!(shares.len(), 2, "both nodes worked: {shares:?}");
+    let queues: Vec<String> = harness
+        .queues()
+        .await
+        .into_iter()
+        .filter(|q| q.ends_with(".worker.events"))
+        .collect();
+    assert_eq!(queues, vec!["shared.worker.events".to_owned()]);
+    src.drain().await.expect("drain");
+}
