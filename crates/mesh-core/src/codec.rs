@@ -50,6 +50,10 @@ pub const REPLY_ERROR_CODE: &str = "x-mesh-error-code";
 pub const REPLY_ERROR_MESSAGE: &str = "x-mesh-error-message";
 /// `x-mesh-tool`: the tool key a request was sent to.
 pub const TOOL: &str = "x-mesh-tool";
+/// `x-mesh-routing-key`: a message's own routing key while it travels under another one
+/// (a retry copy through a delay queue, a re-driven dead letter sent straight to a queue:
+/// the broker rewrites the key on both paths). A transport restores it on delivery.
+pub const ROUTING_KEY: &str = "x-mesh-routing-key";
 
 /// The header names ADR 42 defines; everything else lands in `extra_headers`.
 const CONTRACT_HEADERS: [&str; 7] = [

@@ -1,0 +1,428 @@
+//! The edge between mesh's wire types and the client library's: headers, properties and the
+//! limits of AMQP short strings.
+//!
+//! This module is the only one that converts between `mesh_core::wire` and `amqprs` values.
+//! The client library panics on a short string longer than 255 bytes, so everything that
+//! becomes one is checked here first and refused with an error instead.
+
+use std::time::Duration;
+
+use amqprs::{BasicProperties, FieldTable, FieldValue, DELIVERY_MODE_PERSISTENT};
+use mesh_core::{
+    HeaderValue, Headers, Properties, TransportError, TransportErrorKind, WireMessage,
+};
+
+/// The longest AMQP short string (names, routing keys, most properties).
+pub(crate) const MAX_SHORT_STR: usize = 255;
+
+/// How deep nested tables and arrays may go, both ways. Deeper values from the wire become
+/// [`HeaderValue::Void`] rather than risk the stack; deeper values to the wire are refused.
+const MAX_DEPTH: usize = 32;
+
+/// Refuses `value` if it cannot be an AMQP short string.
+pub(crate) fn check_short(what: &str, value: &str) -> Result<(), TransportError> {
+    if value.len() > MAX_SHORT_STR {
+        return Err(TransportError::new(
+            TransportErrorKind::Protocol,
+            format!(
+                "{what} is {} bytes, AMQP allows at most {MAX_SHORT_STR}",
+                value.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn too_deep() -> TransportError {
+    TransportError::new(
+        TransportErrorKind::Protocol,
+        format!("headers nest deeper than {MAX_DEPTH} levels"),
+    )
+}
+
+/// A header table as the client library carries it.
+pub(crate) fn to_field_table(headers: &Headers) -> Result<FieldTable, TransportError> {
+    table_to_wire(headers, 0)
+}
+
+fn table_to_wire(headers: &Headers, depth: usize) -> Result<FieldTable, TransportError> {
+    if depth > MAX_DEPTH {
+        return Err(too_deep());
+    }
+    let mut table = FieldTable::new();
+    for (name, value) in headers {
+        check_short("a header name", name)?;
+        let key = name.as_str().try_into().map_err(|_| {
+            TransportError::new(TransportErrorKind::Protocol, "header name is too long")
+        })?;
+        table.insert(key, value_to_wire(value, depth + 1)?);
+    }
+    Ok(table)
+}
+
+/// Integers go out in the narrowest AMQP width that holds them, as `mesh_core::wire`
+/// promises. RabbitMQ has no unsigned 64-bit type, so an unsigned value above `u32::MAX`
+/// goes out signed (and is read back as [`HeaderValue::Int`], same number), and one above
+/// `i64::MAX` as its decimal text; [`HeaderValue::as_u64`] reads either.
+fn value_to_wire(value: &HeaderValue, depth: usize) -> Result<FieldValue, TransportError> {
+    if depth > MAX_DEPTH {
+        return Err(too_deep());
+    }
+    let too_long = || TransportError::new(TransportErrorKind::Protocol, "header value is too long");
+    Ok(match value {
+        HeaderValue::Str(s) => FieldValue::S(s.as_str().try_into().map_err(|_| too_long())?),
+        HeaderValue::Bool(b) => FieldValue::t(*b),
+        HeaderValue::Int(n) => {
+            if let Ok(n) = i8::try_from(*n) {
+                FieldValue::b(n)
+            } else if let Ok(n) = i16::try_from(*n) {
+                FieldValue::s(n)
+            } else if let Ok(n) = i32::try_from(*n) {
+                FieldValue::I(n)
+            } else {
+                FieldValue::l(*n)
+            }
+        }
+        HeaderValue::UInt(n) => {
+            if let Ok(n) = u8::try_from(*n) {
+                FieldValue::B(n)
+            } else if let Ok(n) = u16::try_from(*n) {
+                FieldValue::u(n)
+            } else if let Ok(n) = u32::try_from(*n) {
+                FieldValue::i(n)
+            } else if let Ok(n) = i64::try_from(*n) {
+                FieldValue::l(n)
+            } else {
+                FieldValue::S(n.to_string().as_str().try_into().map_err(|_| too_long())?)
+            }
+        }
+        HeaderValue::Float(f) => FieldValue::d(*f),
+        HeaderValue::Bytes(b) => FieldValue::x(b.clone().try_into().map_err(|_| too_long())?),
+        HeaderValue::Timestamp(t) => FieldValue::T(*t),
+        HeaderValue::Array(items) => {
+            let values = items
+                .iter()
+                .map(|v| value_to_wire(v, depth + 1))
+                .collect::<Result<Vec<_>, _>>()?;
+            FieldValue::A(values.try_into().map_err(|_| too_long())?)
+        }
+        HeaderValue::Table(table) => FieldValue::F(table_to_wire(table, depth + 1)?),
+        HeaderValue::Void => FieldValue::V,
+    })
+}
+
+/// A header table from the wire. Never fails: whatever the broker or a foreign publisher
+/// sent is kept as faithfully as mesh's types allow.
+pub(crate) fn from_field_table(table: &FieldTable) -> Headers {
+    table_from_wire(table, 0)
+}
+
+fn table_from_wire(table: &FieldTable, depth: usize) -> Headers {
+    table
+        .as_ref()
+        .iter()
+        .map(|(name, value)| (name.to_string(), value_from_wire(value, depth + 1)))
+        .collect()
+}
+
+fn value_from_wire(value: &FieldValue, depth: usize) -> HeaderValue {
+    if depth > MAX_DEPTH {
+        return HeaderValue::Void;
+    }
+    match value {
+        FieldValue::t(b) => HeaderValue::Bool(*b),
+        FieldValue::b(n) => HeaderValue::Int(i64::from(*n)),
+        FieldValue::s(n) => HeaderValue::Int(i64::from(*n)),
+        FieldValue::I(n) => HeaderValue::Int(i64::from(*n)),
+        FieldValue::l(n) => HeaderValue::Int(*n),
+        FieldValue::B(n) => HeaderValue::UInt(u64::from(*n)),
+        FieldValue::u(n) => HeaderValue::UInt(u64::from(*n)),
+        FieldValue::i(n) => HeaderValue::UInt(u64::from(*n)),
+        FieldValue::f(f) => HeaderValue::Float(f64::from(*f)),
+        FieldValue::d(f) => HeaderValue::Float(*f),
+        FieldValue::D(decimal) => decimal_from_wire(&decimal.to_string()),
+        FieldValue::S(s) => HeaderValue::Str(s.to_string()),
+        FieldValue::A(array) => {
+            let items: Vec<FieldValue> = array.clone().into();
+            HeaderValue::Array(
+                items
+                    .iter()
+                    .map(|v| value_from_wire(v, depth + 1))
+                    .collect(),
+            )
+        }
+        FieldValue::T(t) => HeaderValue::Timestamp(*t),
+        FieldValue::F(table) => HeaderValue::Table(table_from_wire(table, depth + 1)),
+        FieldValue::V => HeaderValue::Void,
+        FieldValue::x(bytes) => HeaderValue::Bytes(bytes.clone().into()),
+    }
+}
+
+/// The client library keeps a decimal's scale and digits private and only shows them as
+/// `Decimal(<scale>, <value>)`, so that text is what is read back.
+fn decimal_from_wire(text: &str) -> HeaderValue {
+    let parsed = text
+        .strip_prefix("Decimal(")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .and_then(|inner| inner.split_once(", "))
+        .and_then(|(scale, value)| Some((scale.parse::<i32>().ok()?, value.parse::<i32>().ok()?)));
+    match parsed {
+        Some((scale, value)) => HeaderValue::Float(f64::from(value) / 10f64.powi(scale)),
+        None => HeaderValue::Str(text.to_owned()),
+    }
+}
+
+/// The basic properties of `message` for publishing. With `force_persistent`, the message
+/// is sent persistent whatever it says (retry and dead-letter copies).
+pub(crate) fn to_properties(
+    message: &WireMessage,
+    force_persistent: bool,
+) -> Result<BasicProperties, TransportError> {
+    let p = &message.properties;
+    let mut props = BasicProperties::default();
+    if let Some(content_type) = &p.content_type {
+        check_short("the content type", content_type)?;
+        props.with_content_type(content_type);
+    }
+    if p.persistent || force_persistent {
+        props.with_delivery_mode(DELIVERY_MODE_PERSISTENT);
+    }
+    if let Some(id) = &p.message_id {
+        check_short("the message id", id)?;
+        props.with_message_id(id);
+    }
+    if let Some(timestamp) = p.timestamp {
+        props.with_timestamp(timestamp);
+    }
+    if let Some(correlation_id) = &p.correlation_id {
+        check_short("the correlation id", correlation_id)?;
+        props.with_correlation_id(correlation_id);
+    }
+    if let Some(reply_to) = &p.reply_to {
+        check_short("reply_to", reply_to)?;
+        props.with_reply_to(reply_to);
+    }
+    if let Some(expiration) = p.expiration {
+        props.with_expiration(&expiration_text(expiration));
+    }
+    if !p.headers.is_empty() {
+        props.with_headers(to_field_table(&p.headers)?);
+    }
+    Ok(props)
+}
+
+/// `expiration` is the TTL in whole milliseconds, as text.
+pub(crate) fn expiration_text(expiration: Duration) -> String {
+    expiration.as_millis().min(u128::from(u32::MAX)).to_string()
+}
+
+/// The header that carries a message's own routing key when it is published under another
+/// one: a retry copy sent to its delay queue, or a message sent straight to a queue through
+/// the default exchange. The broker delivers those under the queue's name (dead-lettering
+/// from a delay queue even replaces the key), so without it the event's type, which *is* its
+/// routing key, would be lost. It is set by [`stamp_routing_key`] and removed again by
+/// [`delivered`], so a consumer never sees it.
+pub(crate) const ROUTING_KEY_HEADER: &str = mesh_core::codec::ROUTING_KEY;
+
+/// Keeps `message`'s routing key in [`ROUTING_KEY_HEADER`] when it is published under
+/// `publish_key`.
+pub(crate) fn stamp_routing_key(message: &mut WireMessage, publish_key: &str) {
+    if !message.routing_key.is_empty() && message.routing_key != publish_key {
+        message.properties.headers.insert(
+            ROUTING_KEY_HEADER.to_owned(),
+            HeaderValue::Str(message.routing_key.clone()),
+        );
+    }
+}
+
+/// A delivered message in mesh's types, under its own routing key (see
+/// [`ROUTING_KEY_HEADER`]).
+pub(crate) fn delivered(
+    routing_key: String,
+    props: &BasicProperties,
+    body: Vec<u8>,
+) -> WireMessage {
+    let mut message = from_delivery(routing_key, props, body);
+    if let Some(original) = message.properties.headers.remove(ROUTING_KEY_HEADER) {
+        match original {
+            HeaderValue::Str(key) if key.len() <= MAX_SHORT_STR => message.routing_key = key,
+            other => tracing::debug!(value = ?other, "ignored a malformed {ROUTING_KEY_HEADER}"),
+        }
+    }
+    message
+}
+
+/// A delivered (or returned) message in mesh's types, as the broker handed it.
+pub(crate) fn from_delivery(
+    routing_key: String,
+    props: &BasicProperties,
+    body: Vec<u8>,
+) -> WireMessage {
+    WireMessage {
+        routing_key,
+        properties: Properties {
+            content_type: props.content_type().cloned(),
+            persistent: props.delivery_mode() == Some(DELIVERY_MODE_PERSISTENT),
+            message_id: props.message_id().cloned(),
+            timestamp: props.timestamp(),
+            correlation_id: props.correlation_id().cloned(),
+            reply_to: props.reply_to().cloned(),
+            expiration: props
+                .expiration()
+                .and_then(|text| text.parse::<u64>().ok())
+                .map(Duration::from_millis),
+            headers: props.headers().map(from_field_table).unwrap_or_default(),
+        },
+        body: body.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(value: &HeaderValue) -> HeaderValue {
+        value_from_wire(&value_to_wire(value, 0).unwrap(), 0)
+    }
+
+    #[test]
+    fn header_values_survive_a_round_trip() {
+        let mut nested = Headers::new();
+        nested.insert("count".into(), HeaderValue::Int(3));
+        nested.insert("reason".into(), HeaderValue::Str("expired".into()));
+        nested.insert(
+            "routing-keys".into(),
+            HeaderValue::Array(vec![HeaderValue::Str("a.b".into())]),
+        );
+        for value in [
+            HeaderValue::Str("x".into()),
+            HeaderValue::Bool(true),
+            HeaderValue::Int(-1),
+            HeaderValue::Int(-300),
+            HeaderValue::Int(-70_000),
+            HeaderValue::Int(i64::MIN),
+            HeaderValue::UInt(0),
+            HeaderValue::UInt(300),
+            HeaderValue::UInt(70_000),
+            HeaderValue::UInt(u64::from(u32::MAX)),
+            HeaderValue::Float(1.5),
+            HeaderValue::Bytes(vec![0, 159, 146, 150]),
+            HeaderValue::Timestamp(1_700_000_000),
+            HeaderValue::Void,
+            HeaderValue::Array(vec![]),
+            HeaderValue::Array(vec![HeaderValue::Table(nested.clone())]),
+            HeaderValue::Table(nested),
+        ] {
+            assert_eq!(round_trip(&value), value);
+        }
+    }
+
+    #[test]
+    fn integers_go_out_narrow() {
+        assert_eq!(
+            value_to_wire(&HeaderValue::Int(5), 0).unwrap(),
+            FieldValue::b(5)
+        );
+        assert_eq!(
+            value_to_wire(&HeaderValue::UInt(5), 0).unwrap(),
+            FieldValue::B(5)
+        );
+        assert_eq!(
+            value_to_wire(&HeaderValue::UInt(1 << 40), 0).unwrap(),
+            FieldValue::l(1 << 40)
+        );
+        // RabbitMQ has no unsigned 64-bit type: above u32::MAX the value comes back signed
+        // (same number), and above i64::MAX as text; `as_u64` reads both.
+        assert_eq!(
+            round_trip(&HeaderValue::UInt(5_000_000_000)),
+            HeaderValue::Int(5_000_000_000)
+        );
+        let huge = round_trip(&HeaderValue::UInt(u64::MAX));
+        assert_eq!(huge.as_u64(), Some(u64::MAX));
+    }
+
+    #[test]
+    fn decimals_arrive_as_floats() {
+        assert_eq!(
+            decimal_from_wire("Decimal(2, 12345)"),
+            HeaderValue::Float(123.45)
+        );
+        assert_eq!(
+            decimal_from_wire("Decimal(0, -7)"),
+            HeaderValue::Float(-7.0)
+        );
+        assert_eq!(
+            decimal_from_wire("garbage"),
+            HeaderValue::Str("garbage".into())
+        );
+    }
+
+    #[test]
+    fn too_long_names_and_too_deep_values_are_refused_not_panicked_on() {
+        let mut headers = Headers::new();
+        headers.insert("h".repeat(256), HeaderValue::Bool(true));
+        assert!(to_field_table(&headers).is_err());
+
+        let mut deep = HeaderValue::Void;
+        for _ in 0..100 {
+            deep = HeaderValue::Array(vec![deep]);
+        }
+        assert!(value_to_wire(&deep, 0).is_err());
+
+        let mut message = WireMessage::new("k", "{}");
+        message.properties.correlation_id = Some("c".repeat(300));
+        assert!(to_properties(&message, false).is_err());
+    }
+
+    #[test]
+    fn a_message_keeps_its_routing_key_when_published_under_another() {
+        let mut message = WireMessage::new("module.a.b", "{}");
+        stamp_routing_key(&mut message, "n.m.events.delay.1s");
+        let props = to_properties(&message, true).unwrap();
+        let back = delivered("n.m.events".into(), &props, b"{}".to_vec());
+        assert_eq!(back.routing_key, "module.a.b");
+        assert!(back.header(ROUTING_KEY_HEADER).is_none());
+
+        let mut same = WireMessage::new("module.a.b", "{}");
+        stamp_routing_key(&mut same, "module.a.b");
+        assert!(same.header(ROUTING_KEY_HEADER).is_none());
+
+        // Garbage in the header is ignored, not trusted.
+        let mut forged = WireMessage::new("k", "");
+        forged
+            .properties
+            .headers
+            .insert(ROUTING_KEY_HEADER.into(), HeaderValue::Int(3));
+        let props = to_properties(&forged, false).unwrap();
+        assert_eq!(delivered("q".into(), &props, vec![]).routing_key, "q");
+    }
+
+    #[test]
+    fn properties_survive_a_round_trip() {
+        let mut message = WireMessage::new("module.a.b", "{}");
+        message.properties = Properties {
+            content_type: Some("application/json".into()),
+            persistent: true,
+            message_id: Some("id".into()),
+            timestamp: Some(1_700_000_000),
+            correlation_id: Some("corr".into()),
+            reply_to: Some("amq.gen-x".into()),
+            expiration: Some(Duration::from_millis(1500)),
+            headers: [("x-event-id".to_owned(), HeaderValue::Str("e".into()))]
+                .into_iter()
+                .collect(),
+        };
+        let props = to_properties(&message, false).unwrap();
+        let back = from_delivery("module.a.b".into(), &props, b"{}".to_vec());
+        assert_eq!(back, message);
+
+        let mut transient = WireMessage::new("k", "");
+        transient.properties.persistent = false;
+        let forced = to_properties(&transient, true).unwrap();
+        assert!(
+            from_delivery("k".into(), &forced, vec![])
+                .properties
+                .persistent
+        );
+    }
+}

@@ -1,0 +1,282 @@
+//! Applying declarations to a channel, and reading why the broker refused one.
+//!
+//! A refused declaration (`406 PRECONDITION_FAILED`, `403 ACCESS_REFUSED`) closes the channel
+//! it was made on, so declarations run on a channel of their own ([`DeclareChannel`]): only
+//! that channel dies, and the transport stays usable. The broker says why only in the
+//! `channel.close` it sends, which the client library hands to a callback; [`CloseCatcher`]
+//! keeps it so the failed call can return a precise error.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use amqprs::callbacks::ChannelCallback;
+use amqprs::channel::{
+    Channel, ExchangeDeclareArguments, QueueBindArguments, QueueDeclareArguments,
+    QueueUnbindArguments,
+};
+use amqprs::connection::Connection;
+use amqprs::{BasicProperties, Cancel, CloseChannel, Nack, Return};
+use mesh_core::{TransportError, TransportErrorKind};
+
+use crate::convert::{check_short, to_field_table};
+use crate::error::{from_client, from_close, BrokerClose};
+use crate::topology::{BindingDecl, ExchangeDecl, QueueDecl, Topology};
+
+/// How long one declaration may take before the broker is presumed unresponsive.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a channel's `channel.close` from the broker is kept.
+pub(crate) type CloseSlot = Arc<Mutex<Option<BrokerClose>>>;
+
+/// Takes the close a channel received, if any.
+pub(crate) fn take_close(slot: &CloseSlot) -> Option<BrokerClose> {
+    slot.lock().ok().and_then(|mut close| close.take())
+}
+
+/// A channel callback that keeps the broker's `channel.close` and otherwise only logs.
+pub(crate) struct CloseCatcher {
+    pub(crate) slot: CloseSlot,
+    pub(crate) role: &'static str,
+}
+
+#[async_trait::async_trait]
+impl ChannelCallback for CloseCatcher {
+    async fn close(
+        &mut self,
+        channel: &Channel,
+        close: CloseChannel,
+    ) -> Result<(), amqprs::error::Error> {
+        tracing::debug!(
+            channel = channel.channel_id(),
+            role = self.role,
+            code = close.reply_code(),
+            text = %close.reply_text(),
+            "broker closed the channel"
+        );
+        if let Ok(mut slot) = self.slot.lock() {
+            *slot = Some(BrokerClose {
+                code: close.reply_code(),
+                text: close.reply_text().clone(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn cancel(
+        &mut self,
+        channel: &Channel,
+        cancel: Cancel,
+    ) -> Result<(), amqprs::error::Error> {
+        // The broker cancels a consumer whose queue was deleted (or, on a quorum queue, lost
+        // its leader); the client library then ends the consumer's stream, which the
+        // subscription sees.
+        tracing::warn!(
+            channel = channel.channel_id(),
+            role = self.role,
+            consumer = %cancel.consumer_tag(),
+            "broker cancelled the consumer"
+        );
+        Ok(())
+    }
+
+    async fn flow(
+        &mut self,
+        _channel: &Channel,
+        active: bool,
+    ) -> Result<bool, amqprs::error::Error> {
+        Ok(active)
+    }
+
+    async fn publish_ack(&mut self, _channel: &Channel, _ack: amqprs::Ack) {}
+
+    async fn publish_nack(&mut self, _channel: &Channel, _nack: Nack) {}
+
+    async fn publish_return(
+        &mut self,
+        _channel: &Channel,
+        ret: Return,
+        _properties: BasicProperties,
+        _content: Vec<u8>,
+    ) {
+        tracing::warn!(role = self.role, %ret, "unexpected basic.return");
+    }
+}
+
+/// Opens a channel with a [`CloseCatcher`].
+pub(crate) async fn open_channel(
+    connection: &Connection,
+    role: &'static str,
+) -> Result<(Channel, CloseSlot), TransportError> {
+    let channel = within(connection.open_channel(None), "opening a channel")
+        .await?
+        .map_err(|e| from_client(e, "opening a channel"))?;
+    let slot = CloseSlot::default();
+    channel
+        .register_callback(CloseCatcher {
+            slot: slot.clone(),
+            role,
+        })
+        .await
+        .map_err(|e| from_client(e, "registering a channel callback"))?;
+    Ok((channel, slot))
+}
+
+/// Bounds a broker round trip: a broker that never answers is reported, not waited on
+/// forever (a dead connection is found by heartbeats, a stuck broker is not).
+pub(crate) async fn within<T>(
+    future: impl std::future::Future<Output = T>,
+    context: &str,
+) -> Result<T, TransportError> {
+    tokio::time::timeout(OPERATION_TIMEOUT, future)
+        .await
+        .map_err(|_| {
+            TransportError::new(
+                TransportErrorKind::Timeout,
+                format!("{context}: no answer from the broker in {OPERATION_TIMEOUT:?}"),
+            )
+        })
+}
+
+/// A channel of its own for declarations.
+pub(crate) struct DeclareChannel {
+    channel: Channel,
+    closed: CloseSlot,
+}
+
+impl std::fmt::Debug for DeclareChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeclareChannel")
+            .field("channel", &self.channel.channel_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeclareChannel {
+    /// Wraps a channel opened with [`open_channel`] (a consumer's own channel).
+    pub(crate) fn wrap(channel: Channel, closed: CloseSlot) -> DeclareChannel {
+        DeclareChannel { channel, closed }
+    }
+
+    /// The error of a failed call: what the broker said when it closed the channel, or else
+    /// what the client library reported.
+    fn error(&self, err: amqprs::error::Error, context: &str) -> TransportError {
+        let error = match take_close(&self.closed) {
+            Some(close) => from_close(close, context),
+            None => from_client(err, context),
+        };
+        tracing::warn!(error = %error, "declaration failed");
+        error
+    }
+
+    /// Declares an exchange.
+    pub(crate) async fn exchange(&self, decl: &ExchangeDecl) -> Result<(), TransportError> {
+        check_short("an exchange name", &decl.name)?;
+        let mut args = ExchangeDeclareArguments::new(&decl.name, &decl.kind);
+        args.durable = decl.durable;
+        let context = format!("declaring exchange `{}`", decl.name);
+        within(self.channel.exchange_declare(args), &context)
+            .await?
+            .map_err(|e| self.error(e, &context))?;
+        tracing::debug!(exchange = %decl.name, "declared exchange");
+        Ok(())
+    }
+
+    /// Declares a named queue.
+    pub(crate) async fn queue(&self, decl: &QueueDecl) -> Result<(), TransportError> {
+        check_short("a queue name", &decl.name)?;
+        if decl.name.is_empty() {
+            return Err(TransportError::new(
+                TransportErrorKind::InvalidOptions,
+                "a durable queue needs a name",
+            ));
+        }
+        let args = QueueDeclareArguments::new(&decl.name)
+            .durable(decl.durable)
+            .exclusive(decl.exclusive)
+            .auto_delete(decl.auto_delete)
+            .arguments(to_field_table(&decl.arguments)?)
+            .finish();
+        let context = format!("declaring queue `{}`", decl.name);
+        within(self.channel.queue_declare(args), &context)
+            .await?
+            .map_err(|e| self.error(e, &context))?;
+        tracing::debug!(queue = %decl.name, arguments = ?decl.arguments, "declared queue");
+        Ok(())
+    }
+
+    /// Declares an exclusive, auto-delete, server-named queue and returns its name.
+    pub(crate) async fn server_named(&self) -> Result<String, TransportError> {
+        let args = QueueDeclareArguments::new("")
+            .exclusive(true)
+            .auto_delete(true)
+            .finish();
+        let context = "declaring a server-named queue".to_owned();
+        let declared = within(self.channel.queue_declare(args), &context)
+            .await?
+            .map_err(|e| self.error(e, &context))?;
+        let name = declared.map(|(name, _, _)| name).ok_or_else(|| {
+            TransportError::new(TransportErrorKind::Protocol, "no declare-ok for a queue")
+        })?;
+        tracing::debug!(queue = %name, "declared server-named queue");
+        Ok(name)
+    }
+
+    /// Binds a queue.
+    pub(crate) async fn bind(&self, binding: &BindingDecl) -> Result<(), TransportError> {
+        check_short("a binding key", &binding.routing_key)?;
+        let args = QueueBindArguments::new(&binding.queue, &binding.exchange, &binding.routing_key);
+        let context = format!(
+            "binding `{}` to `{}` on `{}`",
+            binding.queue, binding.exchange, binding.routing_key
+        );
+        within(self.channel.queue_bind(args), &context)
+            .await?
+            .map_err(|e| self.error(e, &context))?;
+        Ok(())
+    }
+
+    /// Removes a binding.
+    pub(crate) async fn unbind(&self, binding: &BindingDecl) -> Result<(), TransportError> {
+        check_short("a binding key", &binding.routing_key)?;
+        let args =
+            QueueUnbindArguments::new(&binding.queue, &binding.exchange, &binding.routing_key);
+        let context = format!(
+            "unbinding `{}` from `{}` on `{}`",
+            binding.queue, binding.exchange, binding.routing_key
+        );
+        within(self.channel.queue_unbind(args), &context)
+            .await?
+            .map_err(|e| self.error(e, &context))?;
+        tracing::info!(
+            queue = %binding.queue,
+            exchange = %binding.exchange,
+            pattern = %binding.routing_key,
+            "removed a binding no longer asked for"
+        );
+        Ok(())
+    }
+
+    /// Declares a whole topology: exchanges, then queues, then bindings (a binding needs
+    /// both ends). This is what a reconnect replays.
+    pub(crate) async fn replay(&self, topology: &Topology) -> Result<(), TransportError> {
+        for exchange in topology.exchanges() {
+            self.exchange(exchange).await?;
+        }
+        for queue in topology.queues() {
+            self.queue(queue).await?;
+        }
+        for binding in topology.bindings() {
+            self.bind(binding).await?;
+        }
+        Ok(())
+    }
+
+    /// Closes the channel (a no-op if the broker already did).
+    pub(crate) async fn close(self) {
+        if self.channel.is_open() {
+            if let Err(e) = self.channel.close().await {
+                tracing::debug!(error = %e, "closing a declare channel failed");
+            }
+        }
+    }
+}

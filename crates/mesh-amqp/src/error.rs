@@ -1,0 +1,197 @@
+//! Mapping what the broker and the client library report to
+//! [`TransportError`](mesh_core::TransportError) kinds.
+//!
+//! The broker explains a refusal only in the text of the `channel.close` or
+//! `connection.close` it sends (`406 PRECONDITION_FAILED - inequivalent arg ...`); this module
+//! reads those texts, so the kinds say what happened and the text stays in the source chain.
+
+use std::fmt;
+
+use mesh_core::{TransportError, TransportErrorKind};
+
+/// AMQP reply codes mesh reacts to.
+pub(crate) mod code {
+    pub(crate) const ACCESS_REFUSED: u16 = 403;
+    pub(crate) const PRECONDITION_FAILED: u16 = 406;
+    pub(crate) const NOT_ALLOWED: u16 = 530;
+}
+
+/// A `channel.close` or `connection.close` the broker sent: the cause kept in an error's
+/// source chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BrokerClose {
+    pub(crate) code: u16,
+    pub(crate) text: String,
+}
+
+impl fmt::Display for BrokerClose {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "broker closed with {}: {}", self.code, self.text)
+    }
+}
+
+impl std::error::Error for BrokerClose {}
+
+/// The error for a channel or connection the broker closed while doing `context`.
+pub(crate) fn from_close(close: BrokerClose, context: &str) -> TransportError {
+    let kind = match close.code {
+        code::ACCESS_REFUSED | code::NOT_ALLOWED => TransportErrorKind::AccessRefused,
+        code::PRECONDITION_FAILED => match parse_inequivalent(&close.text) {
+            Some(kind) => kind,
+            None => TransportErrorKind::Protocol,
+        },
+        _ => TransportErrorKind::Protocol,
+    };
+    TransportError::new(kind, context).with_source(close)
+}
+
+/// The error for a client library failure while doing `context`, when the broker did not
+/// say why: the channel or connection is gone.
+pub(crate) fn from_client(err: amqprs::error::Error, context: &str) -> TransportError {
+    let text = err.to_string();
+    // A refused login surfaces as a connection-open error quoting the broker's close.
+    let kind = if text.contains("ACCESS_REFUSED") || text.contains("NOT_ALLOWED") {
+        TransportErrorKind::AccessRefused
+    } else {
+        TransportErrorKind::ConnectionLost
+    };
+    TransportError::new(kind, context).with_source(err)
+}
+
+/// Reads RabbitMQ's `inequivalent arg` refusal:
+///
+/// `PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'q' in vhost 'v':
+/// received the value 'quorum' of type 'longstr' but current is none`
+///
+/// Values are given as `the value '<v>' of type '<t>'`, `'<v>'` or `none` (the argument is
+/// absent), on either side.
+pub(crate) fn parse_inequivalent(text: &str) -> Option<TransportErrorKind> {
+    let rest = &text[text.find("inequivalent arg '")? + "inequivalent arg '".len()..];
+    let (argument, rest) = rest.split_once("' for ")?;
+    // `queue 'q' in vhost 'v': ...`; the name may itself hold quotes, so cut at the vhost.
+    let (_kind, rest) = rest.split_once(" '")?;
+    let (entity, rest) = rest.split_once("' in vhost '")?;
+    let rest = &rest[rest.find("': received ")? + "': received ".len()..];
+    let (ours, theirs) = rest.split_once(" but current is ")?;
+    Some(TransportErrorKind::Incompatible {
+        entity: entity.to_owned(),
+        argument: argument.to_owned(),
+        ours: quoted_value(ours),
+        theirs: quoted_value(theirs),
+    })
+}
+
+/// `the value 'quorum' of type 'longstr'` → `quorum`; `'true'` → `true`; `none` → `none`.
+fn quoted_value(text: &str) -> String {
+    let text = text.trim();
+    let text = text.strip_prefix("the value ").unwrap_or(text);
+    match text.strip_prefix('\'') {
+        Some(rest) => match rest.rfind("' of type '") {
+            Some(end) => rest[..end].to_owned(),
+            None => rest.strip_suffix('\'').unwrap_or(rest).to_owned(),
+        },
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn incompatible(text: &str) -> (String, String, String, String) {
+        match parse_inequivalent(text) {
+            Some(TransportErrorKind::Incompatible {
+                entity,
+                argument,
+                ours,
+                theirs,
+            }) => (entity, argument, ours, theirs),
+            other => panic!("not parsed: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reads_the_3_10_form() {
+        let text = "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'q' in \
+                    vhost 'v': received the value 'quorum' of type 'longstr' but current is none";
+        assert_eq!(
+            incompatible(text),
+            (
+                "q".into(),
+                "x-queue-type".into(),
+                "quorum".into(),
+                "none".into()
+            )
+        );
+        let text = "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue \
+                    'a.b.events' in vhost '/': received the value 'quorum' of type 'longstr' \
+                    but current is the value 'classic' of type 'longstr'";
+        assert_eq!(
+            incompatible(text),
+            (
+                "a.b.events".into(),
+                "x-queue-type".into(),
+                "quorum".into(),
+                "classic".into()
+            )
+        );
+    }
+
+    #[test]
+    fn reads_the_short_form_and_absent_values() {
+        let text = "PRECONDITION_FAILED - inequivalent arg 'durable' for exchange 'mesh.events' \
+                    in vhost 'v': received 'true' but current is 'false'";
+        assert_eq!(
+            incompatible(text),
+            (
+                "mesh.events".into(),
+                "durable".into(),
+                "true".into(),
+                "false".into()
+            )
+        );
+        let text = "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'q' in \
+                    vhost 'v': received none but current is the value '1000' of type 'long'";
+        assert_eq!(incompatible(text).2, "none");
+        assert_eq!(incompatible(text).3, "1000");
+    }
+
+    #[test]
+    fn other_refusals_are_not_incompatible() {
+        assert_eq!(
+            parse_inequivalent("PRECONDITION_FAILED - unknown delivery tag 1"),
+            None
+        );
+        let err = from_close(
+            BrokerClose {
+                code: 406,
+                text: "PRECONDITION_FAILED - unknown delivery tag 1".into(),
+            },
+            "ack",
+        );
+        assert_eq!(err.kind(), &TransportErrorKind::Protocol);
+        let err = from_close(
+            BrokerClose {
+                code: 403,
+                text: "ACCESS_REFUSED - no".into(),
+            },
+            "declare",
+        );
+        assert_eq!(err.kind(), &TransportErrorKind::AccessRefused);
+        assert!(std::error::Error::source(&err).is_some());
+    }
+
+    #[test]
+    fn garbage_does_not_panic() {
+        for text in [
+            "",
+            "inequivalent arg '",
+            "inequivalent arg 'x' for ",
+            "inequivalent arg 'x' for queue 'q' in vhost 'v': received ",
+            "inequivalent arg 'x' for queue 'q' in vhost 'v': received 'a but current is '",
+        ] {
+            let _ = parse_inequivalent(text);
+        }
+        assert_eq!(quoted_value("'"), "");
+    }
+}

@@ -1,0 +1,687 @@
+//! How to reach the broker and how the binding behaves: [`AmqpOptions`].
+//!
+//! Options are plain data: `Default` plus consuming setters, [`FromStr`] for `amqp://` URLs,
+//! and [`AmqpOptions::from_env`], which is the only place this crate reads the environment.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use mesh_core::{TransportError, TransportErrorKind};
+
+/// The environment variable [`AmqpOptions::from_env`] reads.
+pub const URL_ENV: &str = "MESH_URL";
+
+const DEFAULT_PORT: u16 = 5672;
+const DEFAULT_MANAGEMENT_PORT: u16 = 15672;
+/// The largest confirm window (see [`AmqpOptions::validate`]).
+const MAX_CONFIRM_WINDOW: usize = 8192;
+
+/// The queue type of the durable queues mesh declares (consumer, delay, dead-letter and serve
+/// queues). Exclusive queues (ephemeral subscriptions, RPC replies) are always classic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum QueueType {
+    /// Replicated, and the broker counts deliveries (`x-delivery-count`), which bounds a poison
+    /// message with `x-delivery-limit`. The default.
+    #[default]
+    Quorum,
+    /// A single-node queue: no delivery count, no delivery limit, and no at-least-once
+    /// dead-lettering of expired retry copies (the broker dead-letters them at most once).
+    Classic,
+}
+
+impl QueueType {
+    /// The value of `x-queue-type`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            QueueType::Quorum => "quorum",
+            QueueType::Classic => "classic",
+        }
+    }
+}
+
+impl fmt::Display for QueueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for QueueType {
+    type Err = TransportError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "quorum" => Ok(QueueType::Quorum),
+            "classic" => Ok(QueueType::Classic),
+            other => Err(invalid(format!(
+                "queue type `{other}` is neither `quorum` nor `classic`"
+            ))),
+        }
+    }
+}
+
+/// One broker node to connect to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BrokerAddress {
+    /// A host name or IP address; an IPv6 address keeps its brackets (`[::1]`).
+    pub host: String,
+    /// The AMQP port.
+    pub port: u16,
+}
+
+impl BrokerAddress {
+    /// An address.
+    pub fn new(host: impl Into<String>, port: u16) -> BrokerAddress {
+        BrokerAddress {
+            host: host.into(),
+            port,
+        }
+    }
+}
+
+impl fmt::Display for BrokerAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// The settings of an [`AmqpTransport`](crate::AmqpTransport).
+///
+/// ```
+/// use std::time::Duration;
+/// use mesh_amqp::{AmqpOptions, QueueType};
+///
+/// // One node, vhost `/` (`%2F`):
+/// let options: AmqpOptions = "amqp://mesh:secret@rabbit.local:5672/%2F".parse().unwrap();
+/// assert_eq!(options.get_vhost(), "/");
+///
+/// // A cluster: several `host:port` separated by commas; they are tried in order.
+/// let options: AmqpOptions = "amqp://mesh:secret@r1:5672,r2:5673,r3/prod".parse().unwrap();
+/// assert_eq!(options.get_addresses().len(), 3);
+///
+/// let options = options
+///     .queue_type(QueueType::Classic)
+///     .confirm_window(256)
+///     .heartbeat(Duration::from_secs(5))
+///     .connection_name("anchor.umami");
+/// # let _ = options;
+/// ```
+///
+/// # URL syntax
+///
+/// `amqp://[user[:password]@]host[:port][,host[:port]…][/vhost][?heartbeat=<s>&connection_timeout=<ms>]`
+///
+/// - user and password are percent-decoded; without them `guest`/`guest` is used;
+/// - several comma-separated addresses name the nodes of a cluster, tried in order;
+/// - the vhost is the percent-decoded path (`%2F` is `/`); an empty path is `/`; a literal
+///   `/` inside the vhost must be written `%2F`;
+/// - `amqps` is refused: this build has no TLS.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AmqpOptions {
+    addresses: Vec<BrokerAddress>,
+    user: String,
+    password: String,
+    vhost: String,
+    queue_type: QueueType,
+    confirm_window: usize,
+    delivery_limit: u32,
+    heartbeat: Duration,
+    connection_name: String,
+    management_url: Option<String>,
+    publish_deadline: Option<Duration>,
+    max_message_size: usize,
+    connect_timeout: Duration,
+}
+
+impl Default for AmqpOptions {
+    /// `amqp://guest:guest@localhost:5672/`, quorum queues, a window of 1,024 unconfirmed
+    /// publishes, delivery limit 20, heartbeat 10 s, connection names `mesh.*`, publish
+    /// deadline 30 s, messages up to 128 MiB, connect timeout 10 s.
+    fn default() -> Self {
+        AmqpOptions {
+            addresses: vec![BrokerAddress::new("localhost", DEFAULT_PORT)],
+            user: "guest".to_owned(),
+            password: "guest".to_owned(),
+            vhost: "/".to_owned(),
+            queue_type: QueueType::Quorum,
+            confirm_window: 1024,
+            delivery_limit: 20,
+            heartbeat: Duration::from_secs(10),
+            connection_name: "mesh".to_owned(),
+            management_url: None,
+            publish_deadline: Some(Duration::from_secs(30)),
+            max_message_size: 128 * 1024 * 1024,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl AmqpOptions {
+    /// The defaults (see [`Default`]).
+    pub fn new() -> AmqpOptions {
+        AmqpOptions::default()
+    }
+
+    /// Parses the URL in `MESH_URL`. The environment is read here and nowhere else.
+    pub fn from_env() -> Result<AmqpOptions, TransportError> {
+        match std::env::var(URL_ENV) {
+            Ok(url) if !url.trim().is_empty() => url.trim().parse(),
+            Ok(_) => Err(invalid(format!("{URL_ENV} is empty"))),
+            Err(std::env::VarError::NotPresent) => Err(invalid(format!("{URL_ENV} is not set"))),
+            Err(e) => Err(invalid(format!("{URL_ENV} is unreadable")).with_source(e)),
+        }
+    }
+
+    /// Connect to this one node only.
+    pub fn address(mut self, host: impl Into<String>, port: u16) -> Self {
+        self.addresses = vec![BrokerAddress::new(host, port)];
+        self
+    }
+
+    /// Connect to the first of these nodes that answers, in order.
+    pub fn addresses(mut self, addresses: impl IntoIterator<Item = BrokerAddress>) -> Self {
+        self.addresses = addresses.into_iter().collect();
+        self
+    }
+
+    /// The user name and password (also used for the management API).
+    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = user.into();
+        self.password = password.into();
+        self
+    }
+
+    /// The virtual host.
+    pub fn vhost(mut self, vhost: impl Into<String>) -> Self {
+        self.vhost = vhost.into();
+        self
+    }
+
+    /// The type of the durable queues mesh declares; [`QueueType::Quorum`] by default.
+    pub fn queue_type(mut self, queue_type: QueueType) -> Self {
+        self.queue_type = queue_type;
+        self
+    }
+
+    /// How many publishes may wait for their broker confirm at once (default 1,024, at most
+    /// 8,192). Waiting for room in this window is the backpressure of `publish`.
+    pub fn confirm_window(mut self, window: usize) -> Self {
+        self.confirm_window = window;
+        self
+    }
+
+    /// The `x-delivery-limit` of quorum queues (default 20): a backstop against a message
+    /// that kills its consumer before it can be settled. On RabbitMQ 3.10, a limit of `L`
+    /// allows `L + 1` deliveries; the next rejection dead-letters the message to
+    /// `mesh.events.dead`. Classic queues refuse the argument, so it is not set there.
+    pub fn delivery_limit(mut self, limit: u32) -> Self {
+        self.delivery_limit = limit;
+        self
+    }
+
+    /// The AMQP heartbeat (default 10 s; whole seconds, 0 disables it).
+    pub fn heartbeat(mut self, heartbeat: Duration) -> Self {
+        self.heartbeat = heartbeat;
+        self
+    }
+
+    /// The prefix of the client-provided connection names: connections are named
+    /// `<prefix>.publish` and `<prefix>.consume` (default prefix `mesh`), which is how an
+    /// operator, or a test, finds and closes them.
+    pub fn connection_name(mut self, prefix: impl Into<String>) -> Self {
+        self.connection_name = prefix.into();
+        self
+    }
+
+    /// The management API's base URL, e.g. `http://rabbit.local:15672` (plain HTTP only).
+    /// By default it is derived from the first AMQP address, port 15672, with the same
+    /// credentials. It is used to find bindings a durable queue no longer asks for.
+    pub fn management_url(mut self, url: impl Into<String>) -> Self {
+        self.management_url = Some(url.into());
+        self
+    }
+
+    /// The deadline of a publish whose `PublishOptions::deadline` is `None`: waiting for room
+    /// in the window plus waiting for the confirm (default 30 s). `None` waits as long as it
+    /// takes.
+    pub fn publish_deadline(mut self, deadline: Option<Duration>) -> Self {
+        self.publish_deadline = deadline;
+        self
+    }
+
+    /// The largest message body accepted (default 128 MiB, RabbitMQ's default
+    /// `max_message_size`). A larger one is refused as `TooLarge` without being published.
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message_size = bytes;
+        self
+    }
+
+    /// How long one connection attempt to one address may take (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The nodes, in the order they are tried.
+    pub fn get_addresses(&self) -> &[BrokerAddress] {
+        &self.addresses
+    }
+
+    /// The user name.
+    pub fn get_user(&self) -> &str {
+        &self.user
+    }
+
+    /// The password.
+    pub fn get_password(&self) -> &str {
+        &self.password
+    }
+
+    /// The virtual host.
+    pub fn get_vhost(&self) -> &str {
+        &self.vhost
+    }
+
+    /// The queue type of durable queues.
+    pub fn get_queue_type(&self) -> QueueType {
+        self.queue_type
+    }
+
+    /// The unconfirmed window.
+    pub fn get_confirm_window(&self) -> usize {
+        self.confirm_window
+    }
+
+    /// The quorum delivery limit.
+    pub fn get_delivery_limit(&self) -> u32 {
+        self.delivery_limit
+    }
+
+    /// The heartbeat.
+    pub fn get_heartbeat(&self) -> Duration {
+        self.heartbeat
+    }
+
+    /// The connection name prefix.
+    pub fn get_connection_name(&self) -> &str {
+        &self.connection_name
+    }
+
+    /// The management API's base URL: as set, or derived from the first address.
+    pub fn get_management_url(&self) -> Option<String> {
+        match &self.management_url {
+            Some(url) => Some(url.clone()),
+            None => self
+                .addresses
+                .first()
+                .map(|a| format!("http://{}:{DEFAULT_MANAGEMENT_PORT}", a.host)),
+        }
+    }
+
+    /// The default publish deadline.
+    pub fn get_publish_deadline(&self) -> Option<Duration> {
+        self.publish_deadline
+    }
+
+    /// The largest message body accepted.
+    pub fn get_max_message_size(&self) -> usize {
+        self.max_message_size
+    }
+
+    /// The timeout of one connection attempt.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// Checks what would otherwise fail late (or, in the client library, panic): AMQP short
+    /// strings are at most 255 bytes, a window of zero would never publish, and so on.
+    pub fn validate(&self) -> Result<(), TransportError> {
+        if self.addresses.is_empty() {
+            return Err(invalid("no broker address"));
+        }
+        if let Some(a) = self.addresses.iter().find(|a| a.host.is_empty()) {
+            return Err(invalid(format!("empty host in address `{a}`")));
+        }
+        if self.vhost.len() > 255 {
+            return Err(invalid("the vhost is longer than 255 bytes"));
+        }
+        if self.user.len() > 255 {
+            return Err(invalid("the user name is longer than 255 bytes"));
+        }
+        if self.confirm_window == 0 {
+            return Err(invalid("the confirm window must hold at least one publish"));
+        }
+        // Unconfirmed publishes may all sit in the client library's outgoing buffer (8,192
+        // frames) while the broker blocks the connection; a larger window would block the
+        // publish task on that buffer instead of making callers wait for room.
+        if self.confirm_window > MAX_CONFIRM_WINDOW {
+            return Err(invalid(format!(
+                "the confirm window is larger than {MAX_CONFIRM_WINDOW}"
+            )));
+        }
+        if self.heartbeat.as_secs() > u64::from(u16::MAX) {
+            return Err(invalid("the heartbeat is longer than 65,535 s"));
+        }
+        // Room for `.publish` / `.consume` within a reasonable name.
+        if self.connection_name.len() > 200 {
+            return Err(invalid(
+                "the connection name prefix is longer than 200 bytes",
+            ));
+        }
+        if self.max_message_size == 0 {
+            return Err(invalid("the maximum message size must be positive"));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(invalid("the connect timeout must be positive"));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for AmqpOptions {
+    /// Like the struct, with the password redacted.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AmqpOptions")
+            .field("addresses", &self.addresses)
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .field("vhost", &self.vhost)
+            .field("queue_type", &self.queue_type)
+            .field("confirm_window", &self.confirm_window)
+            .field("delivery_limit", &self.delivery_limit)
+            .field("heartbeat", &self.heartbeat)
+            .field("connection_name", &self.connection_name)
+            .field("management_url", &self.management_url)
+            .field("publish_deadline", &self.publish_deadline)
+            .field("max_message_size", &self.max_message_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl fmt::Display for AmqpOptions {
+    /// The URL without the password, for logs: `amqp://user@h1:5672,h2:5672/vhost`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "amqp://{}@", percent_encode(&self.user))?;
+        for (i, address) in self.addresses.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{address}")?;
+        }
+        write!(f, "/{}", percent_encode(&self.vhost))
+    }
+}
+
+impl FromStr for AmqpOptions {
+    type Err = TransportError;
+
+    /// Parses an `amqp://` URL; see the [type's docs](AmqpOptions#url-syntax).
+    fn from_str(url: &str) -> Result<Self, Self::Err> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| invalid("not an amqp:// URL (no `://`)"))?;
+        match scheme.to_ascii_lowercase().as_str() {
+            "amqp" => {}
+            "amqps" => {
+                return Err(invalid(
+                    "amqps:// needs TLS, which this build of mesh-amqp does not include",
+                ))
+            }
+            other => return Err(invalid(format!("scheme `{other}` is not amqp"))),
+        }
+        if rest.contains('#') {
+            return Err(invalid("a URL fragment (`#`) is not allowed"));
+        }
+        let (rest, query) = match rest.split_once('?') {
+            Some((rest, query)) => (rest, Some(query)),
+            None => (rest, None),
+        };
+        let (authority, path) = match rest.split_once('/') {
+            Some((authority, path)) => (authority, path),
+            None => (rest, ""),
+        };
+        let mut options = AmqpOptions::default();
+
+        let hosts = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => {
+                let (user, password) = match userinfo.split_once(':') {
+                    Some((user, password)) => (user, password),
+                    None => (userinfo, ""),
+                };
+                options.user = percent_decode(user, "user")?;
+                options.password = percent_decode(password, "password")?;
+                hosts
+            }
+            None => authority,
+        };
+        options.addresses = hosts
+            .split(',')
+            .map(parse_address)
+            .collect::<Result<_, _>>()?;
+
+        options.vhost = if path.is_empty() {
+            "/".to_owned()
+        } else if path.contains('/') {
+            return Err(invalid(
+                "the vhost contains `/`; write it percent-encoded as %2F",
+            ));
+        } else {
+            percent_decode(path, "vhost")?
+        };
+
+        if let Some(query) = query.filter(|q| !q.is_empty()) {
+            for pair in query.split('&') {
+                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+                match key {
+                    "heartbeat" => {
+                        let secs: u64 = value.parse().map_err(|_| {
+                            invalid(format!("heartbeat `{value}` is not a number of seconds"))
+                        })?;
+                        options.heartbeat = Duration::from_secs(secs);
+                    }
+                    "connection_timeout" => {
+                        let ms: u64 = value.parse().map_err(|_| {
+                            invalid(format!(
+                                "connection_timeout `{value}` is not a number of milliseconds"
+                            ))
+                        })?;
+                        options.connect_timeout = Duration::from_millis(ms);
+                    }
+                    other => {
+                        return Err(invalid(format!(
+                            "unsupported URL parameter `{other}` (supported: heartbeat, \
+                             connection_timeout)"
+                        )))
+                    }
+                }
+            }
+        }
+        options.validate()?;
+        Ok(options)
+    }
+}
+
+fn parse_address(text: &str) -> Result<BrokerAddress, TransportError> {
+    let text = text.trim();
+    let (host, port) = if let Some(end) = text.find(']') {
+        if !text.starts_with('[') {
+            return Err(invalid(format!("address `{text}` has a stray `]`")));
+        }
+        let host = &text[..=end];
+        match &text[end + 1..] {
+            "" => (host, None),
+            rest => match rest.strip_prefix(':') {
+                Some(port) => (host, Some(port)),
+                None => return Err(invalid(format!("address `{text}` is malformed"))),
+            },
+        }
+    } else {
+        match text.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (text, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(invalid(format!("address `{text}` has no host")));
+    }
+    let port = match port {
+        None | Some("") => DEFAULT_PORT,
+        Some(port) => port
+            .parse()
+            .map_err(|_| invalid(format!("port `{port}` of address `{text}` is not a port")))?,
+    };
+    Ok(BrokerAddress::new(percent_decode(host, "host")?, port))
+}
+
+/// Percent-decodes URL text, refusing a malformed escape or a result that is not UTF-8.
+fn percent_decode(text: &str, what: &str) -> Result<String, TransportError> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let byte = text
+                .get(i + 1..i + 3)
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+                .ok_or_else(|| invalid(format!("the {what} has a malformed %-escape")))?;
+            out.push(byte);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| invalid(format!("the {what} is not UTF-8")))
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+pub(crate) fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn invalid(context: impl Into<String>) -> TransportError {
+    TransportError::new(TransportErrorKind::InvalidOptions, context)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(url: &str) -> AmqpOptions {
+        url.parse().unwrap()
+    }
+
+    fn refused(url: &str) -> String {
+        let err = url.parse::<AmqpOptions>().unwrap_err();
+        assert_eq!(err.kind(), &TransportErrorKind::InvalidOptions, "{url}");
+        err.to_string()
+    }
+
+    #[test]
+    fn parses_a_single_node_url() {
+        let o = parse("amqp://mesh:s3cret@rabbit.local:5673/prod");
+        assert_eq!(
+            o.get_addresses(),
+            &[BrokerAddress::new("rabbit.local", 5673)]
+        );
+        assert_eq!((o.get_user(), o.get_password()), ("mesh", "s3cret"));
+        assert_eq!(o.get_vhost(), "prod");
+        assert_eq!(
+            o.get_management_url().as_deref(),
+            Some("http://rabbit.local:15672")
+        );
+    }
+
+    #[test]
+    fn vhost_is_percent_decoded_and_defaults_to_slash() {
+        assert_eq!(parse("amqp://h/%2F").get_vhost(), "/");
+        assert_eq!(parse("amqp://h/").get_vhost(), "/");
+        assert_eq!(parse("amqp://h").get_vhost(), "/");
+        assert_eq!(parse("amqp://h/a%2Fb%20c").get_vhost(), "a/b c");
+        assert!(refused("amqp://h/a/b").contains("%2F"));
+        assert!(refused("amqp://h/%zz").contains("malformed"));
+    }
+
+    #[test]
+    fn parses_cluster_addresses() {
+        let o = parse("amqp://u:p@h1:5672,h2:5673,h3/v");
+        assert_eq!(
+            o.get_addresses(),
+            &[
+                BrokerAddress::new("h1", 5672),
+                BrokerAddress::new("h2", 5673),
+                BrokerAddress::new("h3", 5672)
+            ]
+        );
+        let o = parse("amqp://[::1]:5673,[fe80::1]/v");
+        assert_eq!(
+            o.get_addresses(),
+            &[
+                BrokerAddress::new("[::1]", 5673),
+                BrokerAddress::new("[fe80::1]", 5672)
+            ]
+        );
+    }
+
+    #[test]
+    fn credentials_default_to_guest_and_are_decoded() {
+        let o = parse("amqp://localhost");
+        assert_eq!((o.get_user(), o.get_password()), ("guest", "guest"));
+        let o = parse("amqp://me%40corp:p%3Ass@h/v");
+        assert_eq!((o.get_user(), o.get_password()), ("me@corp", "p:ss"));
+    }
+
+    #[test]
+    fn refuses_what_cannot_work() {
+        assert!(refused("amqps://h/v").contains("TLS"));
+        assert!(refused("http://h/v").contains("scheme"));
+        assert!(refused("h:5672").contains("://"));
+        assert!(refused("amqp://h:99999/v").contains("port"));
+        assert!(refused("amqp://u:p@/v").contains("no host"));
+        assert!(refused("amqp://h,,h2/v").contains("no host"));
+        assert!(refused("amqp://h/v?frame_max=1").contains("frame_max"));
+        assert!(refused(&format!("amqp://h/{}", "v".repeat(256))).contains("255"));
+    }
+
+    #[test]
+    fn query_parameters() {
+        let o = parse("amqp://h/v?heartbeat=3&connection_timeout=1500");
+        assert_eq!(o.get_heartbeat(), Duration::from_secs(3));
+        assert_eq!(o.get_connect_timeout(), Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn debug_and_display_hide_the_password() {
+        let o = parse("amqp://u:hunter2@h/v");
+        assert!(!format!("{o:?}").contains("hunter2"));
+        assert!(!o.to_string().contains("hunter2"));
+        assert_eq!(o.to_string(), "amqp://u@h:5672/v");
+    }
+
+    #[test]
+    fn setters_and_validation() {
+        let o = AmqpOptions::default()
+            .address("x", 1)
+            .queue_type(QueueType::Classic)
+            .confirm_window(8)
+            .management_url("http://m:8080");
+        assert_eq!(o.get_queue_type(), QueueType::Classic);
+        assert_eq!(o.get_confirm_window(), 8);
+        assert_eq!(o.get_management_url().as_deref(), Some("http://m:8080"));
+        assert!(o.clone().validate().is_ok());
+        assert!(o.clone().confirm_window(0).validate().is_err());
+        assert!(o.clone().confirm_window(8193).validate().is_err());
+        assert!(o.clone().addresses([]).validate().is_err());
+        assert!(o.max_message_size(0).validate().is_err());
+        assert_eq!("classic".parse::<QueueType>().unwrap(), QueueType::Classic);
+    }
+}

@@ -1,0 +1,180 @@
+//! The caller's side of request/reply: one reply queue per transport and the calls waiting on
+//! it.
+//!
+//! The reply queue is exclusive, auto-delete and server-named, consumed with `no_ack` on the
+//! consume connection. It is created on the first call and again once it is gone (its
+//! connection or channel was lost), since its name dies with it. Each call waits under a
+//! fresh correlation id; a reply nobody waits for any more (the call timed out, or it is a
+//! duplicate) is dropped and counted.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use mesh_core::{TransportError, TransportErrorKind, WireMessage};
+use tokio::sync::{oneshot, watch};
+use tracing::Instrument;
+
+use crate::consumer::consume;
+use crate::declare::DeclareChannel;
+use crate::link::ConsumeLink;
+
+type Waiter = oneshot::Sender<Result<WireMessage, TransportError>>;
+type Waiters = Arc<Mutex<HashMap<String, Waiter>>>;
+
+/// The reply queue and the calls waiting on it.
+#[derive(Debug, Default)]
+pub(crate) struct Rpc {
+    reply_queue: tokio::sync::Mutex<Option<ReplyQueue>>,
+    waiters: Waiters,
+    late_replies: Arc<AtomicU64>,
+}
+
+#[derive(Debug)]
+struct ReplyQueue {
+    name: String,
+    alive: Arc<AtomicBool>,
+}
+
+/// A call waiting for its reply; dropped (the call returned or was cancelled), it stops
+/// waiting, and a reply arriving later counts as late.
+pub(crate) struct PendingCall {
+    waiters: Waiters,
+    correlation_id: String,
+    reply: oneshot::Receiver<Result<WireMessage, TransportError>>,
+}
+
+impl PendingCall {
+    /// The reply, or why none will come.
+    pub(crate) async fn reply(&mut self) -> Result<WireMessage, TransportError> {
+        (&mut self.reply).await.unwrap_or_else(|_| {
+            Err(TransportError::new(
+                TransportErrorKind::ConnectionLost,
+                "the reply queue is gone",
+            ))
+        })
+    }
+}
+
+impl Drop for PendingCall {
+    fn drop(&mut self) {
+        if let Ok(mut waiters) = self.waiters.lock() {
+            waiters.remove(&self.correlation_id);
+        }
+    }
+}
+
+impl Rpc {
+    /// Replies that arrived for no waiting call.
+    pub(crate) fn late_replies(&self) -> u64 {
+        self.late_replies.load(Ordering::Relaxed)
+    }
+
+    /// Registers a call under `correlation_id`; register before publishing, as a reply
+    /// may come before the publish confirm.
+    pub(crate) fn wait_for(&self, correlation_id: String) -> PendingCall {
+        let (waiter, reply) = oneshot::channel();
+        if let Ok(mut waiters) = self.waiters.lock() {
+            waiters.insert(correlation_id.clone(), waiter);
+        }
+        PendingCall {
+            waiters: self.waiters.clone(),
+            correlation_id,
+            reply,
+        }
+    }
+
+    /// The reply queue's name, creating the queue if there is none alive.
+    pub(crate) async fn reply_queue(
+        &self,
+        link: &ConsumeLink,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<String, TransportError> {
+        let mut current = self.reply_queue.lock().await;
+        if let Some(queue) = current.as_ref() {
+            if queue.alive.load(Ordering::Acquire) {
+                return Ok(queue.name.clone());
+            }
+        }
+        let (channel, closed) = link.channel("rpc-reply").await?;
+        let declare = DeclareChannel::wrap(channel.clone(), closed.clone());
+        let name = declare.server_named().await?;
+        let consumer = consume(channel, closed, &name, 0, false).await?;
+        let alive = Arc::new(AtomicBool::new(true));
+        let span = tracing::debug_span!("mesh_amqp.replies", queue = %name);
+        tokio::spawn(
+            receive_replies(
+                consumer,
+                self.waiters.clone(),
+                self.late_replies.clone(),
+                alive.clone(),
+                shutdown,
+            )
+            .instrument(span),
+        );
+        tracing::debug!(queue = %name, "reply queue ready");
+        *current = Some(ReplyQueue {
+            name: name.clone(),
+            alive,
+        });
+        Ok(name)
+    }
+}
+
+/// Hands each reply to the call waiting under its correlation id.
+async fn receive_replies(
+    mut consumer: crate::consumer::Consumer,
+    waiters: Waiters,
+    late: Arc<AtomicU64>,
+    alive: Arc<AtomicBool>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let message = tokio::select! {
+            message = consumer.stream.recv() => message,
+            () = crate::consumer::closing(&mut shutdown) => None,
+        };
+        let Some(message) = message else { break };
+        let (Some(deliver), properties) = (message.deliver, message.basic_properties) else {
+            continue;
+        };
+        let reply = crate::convert::delivered(
+            deliver.routing_key().clone(),
+            &properties.unwrap_or_default(),
+            message.content.unwrap_or_default(),
+        );
+        let waiter = reply
+            .properties
+            .correlation_id
+            .as_ref()
+            .and_then(|id| waiters.lock().ok().and_then(|mut w| w.remove(id)));
+        match waiter {
+            Some(waiter) => {
+                let _ = waiter.send(Ok(reply));
+            }
+            None => {
+                late.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    correlation_id = ?reply.properties.correlation_id,
+                    "dropped a reply nobody waits for"
+                );
+            }
+        }
+    }
+    // The queue is gone with its channel: the calls waiting on it cannot be answered.
+    alive.store(false, Ordering::Release);
+    let orphans: Vec<Waiter> = match waiters.lock() {
+        Ok(mut waiters) => waiters.drain().map(|(_, w)| w).collect(),
+        Err(_) => Vec::new(),
+    };
+    for waiter in orphans {
+        let _ = waiter.send(Err(TransportError::new(
+            TransportErrorKind::ConnectionLost,
+            "the reply queue was lost",
+        )));
+    }
+    if consumer.channel.is_open() {
+        let _ = crate::declare::within(consumer.channel.close(), "closing the reply channel").await;
+    }
+    tracing::debug!("reply queue ended");
+}

@@ -1,0 +1,342 @@
+//! Topology as data: every exchange, queue and binding the transport declared.
+//!
+//! The functions here build the declarations of ADR 42 (the exchanges, the dead-letter queue,
+//! consumer, delay and serve queues) from names and [`AmqpOptions`]; they do no I/O.
+//! [`declare`](crate::declare) applies them to a channel. The transport records what it
+//! declared in a [`Topology`] so that a reconnect can replay it in order: exchanges, then
+//! queues, then bindings.
+//!
+//! Server-named queues (ephemeral subscriptions, the RPC reply queue) are not recorded: their
+//! names die with the connection, and the subscription that owns one declares it again when it
+//! re-attaches.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use mesh_core::naming::{self, DEAD_EXCHANGE, DEAD_QUEUE, EVENTS_EXCHANGE, RPC_EXCHANGE};
+use mesh_core::{HeaderValue, Headers};
+
+use crate::options::{AmqpOptions, QueueType};
+
+/// `x-queue-type`.
+pub(crate) const QUEUE_TYPE: &str = "x-queue-type";
+/// `x-dead-letter-exchange`.
+pub(crate) const DEAD_LETTER_EXCHANGE: &str = "x-dead-letter-exchange";
+/// `x-dead-letter-routing-key`.
+pub(crate) const DEAD_LETTER_ROUTING_KEY: &str = "x-dead-letter-routing-key";
+/// `x-dead-letter-strategy`.
+pub(crate) const DEAD_LETTER_STRATEGY: &str = "x-dead-letter-strategy";
+/// `x-delivery-limit`.
+pub(crate) const DELIVERY_LIMIT: &str = "x-delivery-limit";
+/// `x-message-ttl`.
+pub(crate) const MESSAGE_TTL: &str = "x-message-ttl";
+/// `x-overflow`.
+pub(crate) const OVERFLOW: &str = "x-overflow";
+
+/// One exchange.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct ExchangeDecl {
+    /// Its name.
+    pub name: String,
+    /// Its type (`topic` for every exchange mesh declares).
+    pub kind: String,
+    /// Whether it survives a broker restart.
+    pub durable: bool,
+}
+
+/// One queue.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct QueueDecl {
+    /// Its name.
+    pub name: String,
+    /// Whether it survives a broker restart.
+    pub durable: bool,
+    /// Whether only the declaring connection may use it.
+    pub exclusive: bool,
+    /// Whether the broker deletes it when its last consumer goes.
+    pub auto_delete: bool,
+    /// Its `x-` arguments.
+    pub arguments: Headers,
+}
+
+/// One binding of a queue to an exchange.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub struct BindingDecl {
+    /// The exchange.
+    pub exchange: String,
+    /// The queue.
+    pub queue: String,
+    /// The binding key (a topic pattern on a topic exchange).
+    pub routing_key: String,
+}
+
+impl BindingDecl {
+    /// A binding of `queue` to `exchange` with `routing_key`.
+    pub fn new(
+        exchange: impl Into<String>,
+        queue: impl Into<String>,
+        routing_key: impl Into<String>,
+    ) -> BindingDecl {
+        BindingDecl {
+            exchange: exchange.into(),
+            queue: queue.into(),
+            routing_key: routing_key.into(),
+        }
+    }
+}
+
+/// Everything a transport declared, in replay order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Topology {
+    exchanges: BTreeMap<String, ExchangeDecl>,
+    queues: BTreeMap<String, QueueDecl>,
+    bindings: BTreeSet<BindingDecl>,
+}
+
+impl Topology {
+    /// An empty topology.
+    pub fn new() -> Topology {
+        Topology::default()
+    }
+
+    /// The exchanges, by name.
+    pub fn exchanges(&self) -> impl Iterator<Item = &ExchangeDecl> {
+        self.exchanges.values()
+    }
+
+    /// The queues, by name.
+    pub fn queues(&self) -> impl Iterator<Item = &QueueDecl> {
+        self.queues.values()
+    }
+
+    /// The bindings.
+    pub fn bindings(&self) -> impl Iterator<Item = &BindingDecl> {
+        self.bindings.iter()
+    }
+
+    /// A queue by name.
+    pub fn queue(&self, name: &str) -> Option<&QueueDecl> {
+        self.queues.get(name)
+    }
+
+    /// The bindings of one queue.
+    pub fn bindings_of<'a>(&'a self, queue: &'a str) -> impl Iterator<Item = &'a BindingDecl> {
+        self.bindings.iter().filter(move |b| b.queue == queue)
+    }
+
+    /// Records an exchange (replacing one of the same name).
+    pub fn add_exchange(&mut self, exchange: ExchangeDecl) {
+        self.exchanges.insert(exchange.name.clone(), exchange);
+    }
+
+    /// Records a queue (replacing one of the same name).
+    pub fn add_queue(&mut self, queue: QueueDecl) {
+        self.queues.insert(queue.name.clone(), queue);
+    }
+
+    /// Records a binding.
+    pub fn add_binding(&mut self, binding: BindingDecl) {
+        self.bindings.insert(binding);
+    }
+
+    /// Forgets a binding.
+    pub fn remove_binding(&mut self, binding: &BindingDecl) {
+        self.bindings.remove(binding);
+    }
+
+    /// Adds everything `other` holds.
+    pub fn merge(&mut self, other: Topology) {
+        self.exchanges.extend(other.exchanges);
+        self.queues.extend(other.queues);
+        self.bindings.extend(other.bindings);
+    }
+}
+
+fn topic(name: &str) -> ExchangeDecl {
+    ExchangeDecl {
+        name: name.to_owned(),
+        kind: "topic".to_owned(),
+        durable: true,
+    }
+}
+
+fn durable_queue(name: &str, arguments: Headers) -> QueueDecl {
+    QueueDecl {
+        name: name.to_owned(),
+        durable: true,
+        exclusive: false,
+        auto_delete: false,
+        arguments,
+    }
+}
+
+fn queue_type_argument(options: &AmqpOptions) -> Headers {
+    let mut arguments = Headers::new();
+    arguments.insert(
+        QUEUE_TYPE.to_owned(),
+        HeaderValue::Str(options.get_queue_type().as_str().to_owned()),
+    );
+    arguments
+}
+
+/// What every transport declares at connect: `mesh.events`, `mesh.rpc` and
+/// `mesh.events.dead` (durable topic exchanges), and `mesh.dead-letters` bound to
+/// `mesh.events.dead` on `#`, so a dead letter always has somewhere to go.
+pub(crate) fn base(options: &AmqpOptions) -> Topology {
+    let mut topology = Topology::new();
+    for exchange in [EVENTS_EXCHANGE, RPC_EXCHANGE, DEAD_EXCHANGE] {
+        topology.add_exchange(topic(exchange));
+    }
+    topology.add_queue(durable_queue(DEAD_QUEUE, queue_type_argument(options)));
+    topology.add_binding(BindingDecl::new(DEAD_EXCHANGE, DEAD_QUEUE, "#"));
+    topology
+}
+
+/// A consumer's durable queue: dead-lettered to `mesh.events.dead`, and on quorum queues
+/// bounded by the delivery limit.
+pub(crate) fn consumer_queue(name: &str, options: &AmqpOptions) -> QueueDecl {
+    let mut arguments = queue_type_argument(options);
+    arguments.insert(
+        DEAD_LETTER_EXCHANGE.to_owned(),
+        HeaderValue::Str(DEAD_EXCHANGE.to_owned()),
+    );
+    if options.get_queue_type() == QueueType::Quorum {
+        arguments.insert(
+            DELIVERY_LIMIT.to_owned(),
+            HeaderValue::Int(i64::from(options.get_delivery_limit())),
+        );
+    }
+    durable_queue(name, arguments)
+}
+
+/// The delay queue of one retry step of `queue`: a copy waits there for `delay` and then
+/// expires, and the broker dead-letters it through the default exchange straight back to
+/// `queue`, and to no other queue bound to its routing key.
+///
+/// On quorum queues the expiry is dead-lettered at least once (`x-dead-letter-strategy =
+/// at-least-once`, which requires `x-overflow = reject-publish`). Classic queues only offer
+/// at-most-once broker dead-lettering: a copy can be lost if the broker fails while moving it.
+pub(crate) fn delay_queue(queue: &str, delay: Duration, options: &AmqpOptions) -> QueueDecl {
+    let mut arguments = queue_type_argument(options);
+    let ttl = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+    arguments.insert(MESSAGE_TTL.to_owned(), HeaderValue::Int(ttl));
+    arguments.insert(
+        DEAD_LETTER_EXCHANGE.to_owned(),
+        HeaderValue::Str(String::new()),
+    );
+    arguments.insert(
+        DEAD_LETTER_ROUTING_KEY.to_owned(),
+        HeaderValue::Str(queue.to_owned()),
+    );
+    if options.get_queue_type() == QueueType::Quorum {
+        arguments.insert(
+            DEAD_LETTER_STRATEGY.to_owned(),
+            HeaderValue::Str("at-least-once".to_owned()),
+        );
+        arguments.insert(
+            OVERFLOW.to_owned(),
+            HeaderValue::Str("reject-publish".to_owned()),
+        );
+    }
+    durable_queue(&naming::delay_queue(queue, delay), arguments)
+}
+
+/// The durable queue `serve.<key>` the servers of a tool compete on. It has no dead-letter
+/// exchange: a request nobody could answer is the caller's timeout, not an event to inspect.
+pub(crate) fn serve_queue(name: &str, options: &AmqpOptions) -> QueueDecl {
+    let mut arguments = queue_type_argument(options);
+    if options.get_queue_type() == QueueType::Quorum {
+        arguments.insert(
+            DELIVERY_LIMIT.to_owned(),
+            HeaderValue::Int(i64::from(options.get_delivery_limit())),
+        );
+    }
+    durable_queue(name, arguments)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_topology_is_the_contract() {
+        let topology = base(&AmqpOptions::default());
+        let names: Vec<_> = topology.exchanges().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["mesh.events", "mesh.events.dead", "mesh.rpc"]);
+        assert!(topology.exchanges().all(|e| e.durable && e.kind == "topic"));
+        let dead = topology.queue("mesh.dead-letters").unwrap();
+        assert!(dead.durable && !dead.exclusive && !dead.auto_delete);
+        assert_eq!(
+            topology.bindings().collect::<Vec<_>>(),
+            [&BindingDecl::new(
+                "mesh.events.dead",
+                "mesh.dead-letters",
+                "#"
+            )]
+        );
+    }
+
+    #[test]
+    fn consumer_queues_are_dead_lettered_and_limited_on_quorum() {
+        let q = consumer_queue("n.m.events", &AmqpOptions::default().delivery_limit(7));
+        assert_eq!(q.arguments[QUEUE_TYPE], HeaderValue::Str("quorum".into()));
+        assert_eq!(
+            q.arguments[DEAD_LETTER_EXCHANGE],
+            HeaderValue::Str("mesh.events.dead".into())
+        );
+        assert_eq!(q.arguments[DELIVERY_LIMIT], HeaderValue::Int(7));
+
+        let classic = AmqpOptions::default().queue_type(QueueType::Classic);
+        let q = consumer_queue("n.m.events", &classic);
+        assert_eq!(q.arguments[QUEUE_TYPE], HeaderValue::Str("classic".into()));
+        assert!(!q.arguments.contains_key(DELIVERY_LIMIT));
+    }
+
+    #[test]
+    fn delay_queues_return_to_their_queue_only() {
+        let q = delay_queue(
+            "n.m.events",
+            Duration::from_secs(5),
+            &AmqpOptions::default(),
+        );
+        assert_eq!(q.name, "n.m.events.delay.5s");
+        assert_eq!(q.arguments[MESSAGE_TTL], HeaderValue::Int(5000));
+        assert_eq!(
+            q.arguments[DEAD_LETTER_EXCHANGE],
+            HeaderValue::Str(String::new())
+        );
+        assert_eq!(
+            q.arguments[DEAD_LETTER_ROUTING_KEY],
+            HeaderValue::Str("n.m.events".into())
+        );
+        assert_eq!(
+            q.arguments[DEAD_LETTER_STRATEGY],
+            HeaderValue::Str("at-least-once".into())
+        );
+        assert_eq!(
+            q.arguments[OVERFLOW],
+            HeaderValue::Str("reject-publish".into())
+        );
+
+        let classic = AmqpOptions::default().queue_type(QueueType::Classic);
+        let q = delay_queue("n.m.events", Duration::from_millis(1500), &classic);
+        assert_eq!(q.name, "n.m.events.delay.1500ms");
+        assert!(!q.arguments.contains_key(DEAD_LETTER_STRATEGY));
+    }
+
+    #[test]
+    fn topology_records_and_forgets() {
+        let mut t = Topology::new();
+        let b = BindingDecl::new("mesh.events", "q", "a.#");
+        t.add_binding(b.clone());
+        t.add_binding(BindingDecl::new("mesh.events", "other", "#"));
+        assert_eq!(t.bindings_of("q").count(), 1);
+        t.remove_binding(&b);
+        assert_eq!(t.bindings_of("q").count(), 0);
+        t.merge(base(&AmqpOptions::default()));
+        assert_eq!(t.exchanges().count(), 3);
+    }
+}

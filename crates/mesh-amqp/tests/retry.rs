@@ -1,0 +1,160 @@
+//! The retry ladder: a copy sent to a delay step comes back to its own queue, and only
+//! there, after the step's delay; and the broker's delivery count on quorum queues.
+
+// Helpers outside `#[test]` functions unwrap too: this whole file is a test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use mesh_core::{codec, PublishOptions, QueueSpec, SubscriptionSpec, TopicPattern};
+
+fn spec(queue: &str, delays: &[u64]) -> SubscriptionSpec {
+    SubscriptionSpec {
+        queue: QueueSpec::Durable {
+            name: queue.to_owned(),
+        },
+        patterns: vec![TopicPattern::parse("module.ladder.#").unwrap()],
+        prefetch: 8,
+        retry_delays: delays.iter().map(|s| Duration::from_secs(*s)).collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_copies_come_back_after_their_step_to_their_queue_only() {
+    let vhost = common::vhost("retry").await;
+    let transport = common::connect(&vhost, "retry").await;
+    let mut ours = transport
+        .subscribe(spec("n.ours.events", &[1, 3]))
+        .await
+        .unwrap();
+    // Another consumer bound to the same key must never see the retry copies.
+    let mut other = transport
+        .subscribe(spec("n.other.events", &[1, 3]))
+        .await
+        .unwrap();
+
+    for name in ["slow", "fast"] {
+        transport
+            .publish(
+                common::event(&format!("module.ladder.{name}"), "{}"),
+                PublishOptions::default(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    for _ in 0..2 {
+        common::next(&mut other).await.ack().await.unwrap();
+    }
+    let first = common::next(&mut ours).await;
+    let second = common::next(&mut ours).await;
+    let (slow, fast) = if first.message.routing_key.ends_with("slow") {
+        (first, second)
+    } else {
+        (second, first)
+    };
+
+    // The slow one goes to step 1 (3 s) first, so the fast one's step 0 (1 s) must come back
+    // while a longer delay is pending.
+    let mut slow_copy = slow.message.clone();
+    codec::set_attempts(&mut slow_copy, 2);
+    let slow_sent = Instant::now();
+    slow.retry(slow_copy, 1).await.unwrap();
+    let mut fast_copy = fast.message.clone();
+    codec::set_attempts(&mut fast_copy, 1);
+    let fast_sent = Instant::now();
+    fast.retry(fast_copy, 0).await.unwrap();
+
+    let back = common::next(&mut ours).await;
+    let fast_after = fast_sent.elapsed();
+    assert_eq!(back.message.routing_key, "module.ladder.fast");
+    assert_eq!(codec::attempts(&back.message), 1);
+    assert!(
+        fast_after >= Duration::from_millis(950) && fast_after <= Duration::from_secs(2),
+        "step 0 came back after {fast_after:?}"
+    );
+    // A copy is a new message to the queue: its count starts again.
+    assert_eq!(back.delivery_count, Some(0));
+    back.ack().await.unwrap();
+
+    let back = common::next(&mut ours).await;
+    let slow_after = slow_sent.elapsed();
+    assert_eq!(back.message.routing_key, "module.ladder.slow");
+    assert_eq!(codec::attempts(&back.message), 2);
+    assert!(
+        slow_after >= Duration::from_millis(2950) && slow_after <= Duration::from_secs(4),
+        "step 1 came back after {slow_after:?}"
+    );
+    back.ack().await.unwrap();
+
+    // Past the last step, the last step repeats.
+    transport
+        .publish(
+            common::event("module.ladder.clamped", "{}"),
+            PublishOptions::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    common::next(&mut other).await.ack().await.unwrap();
+    let clamped = common::next(&mut ours).await;
+    let copy = clamped.message.clone();
+    let sent = Instant::now();
+    clamped.retry(copy, 7).await.unwrap();
+    let back = common::next(&mut ours).await;
+    let after = sent.elapsed();
+    assert_eq!(back.message.routing_key, "module.ladder.clamped");
+    assert!(
+        after >= Duration::from_millis(2950),
+        "clamped step came back after {after:?}"
+    );
+    back.ack().await.unwrap();
+
+    // The other queue saw only the three originals: nothing is waiting for it, and nothing
+    // arrives now that every copy is back.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), other.next())
+            .await
+            .is_err(),
+        "a retry copy reached another queue"
+    );
+    transport.close().await;
+    vhost.delete().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum_queues_count_deliveries_and_release_requeues() {
+    let vhost = common::vhost("delivery-count").await;
+    let transport = common::connect(&vhost, "delivery-count").await;
+    let mut subscription = transport
+        .subscribe(spec("n.count.events", &[1]))
+        .await
+        .unwrap();
+    transport
+        .publish(
+            common::event("module.ladder.count", "{}"),
+            PublishOptions::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let first = common::next(&mut subscription).await;
+    assert_eq!((first.delivery_count, first.redelivered), (Some(0), false));
+    first.release();
+    let second = common::next(&mut subscription).await;
+    assert_eq!((second.delivery_count, second.redelivered), (Some(1), true));
+    // The broker's count header is not part of the message handed out.
+    assert!(second.message.header("x-delivery-count").is_none());
+    // Dropped without a decision: released too.
+    drop(second);
+    let third = common::next(&mut subscription).await;
+    assert_eq!(third.delivery_count, Some(2));
+    third.ack().await.unwrap();
+    transport.close().await;
+    vhost.delete().await.unwrap();
+}

@@ -1,0 +1,210 @@
+//! Request/reply: a round trip, `NoServer` for a tool nobody serves, `Timeout` when nobody
+//! consumes, late replies counted, and pending calls failing when the connection goes.
+
+// Helpers outside `#[test]` functions unwrap too: this whole file is a test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mesh_core::{codec, ServeSpec, ToolKey, TransportErrorKind, WireMessage};
+use mesh_testkit::eventually;
+
+fn tool(key: &str) -> ToolKey {
+    ToolKey::parse(key).unwrap()
+}
+
+fn request(body: &str) -> WireMessage {
+    let mut message = WireMessage::new("", body.to_owned());
+    message.properties.content_type = Some("application/json".to_owned());
+    message
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_and_serve_round_trip() {
+    let vhost = common::vhost("rpc").await;
+    let server = common::connect(&vhost, "rpc-server").await;
+    let client = common::connect(&vhost, "rpc-client").await;
+    let key = tool("umami.sites.create");
+    let mut requests = server
+        .serve(ServeSpec {
+            tool: key.clone(),
+            prefetch: 4,
+        })
+        .await
+        .unwrap();
+    assert_eq!(requests.queue(), "serve.umami.sites.create");
+    let serving = tokio::spawn(async move {
+        for _ in 0..3 {
+            let delivery = common::next(&mut requests).await;
+            assert_eq!(delivery.message.routing_key, "umami.sites.create");
+            assert!(delivery.message.properties.expiration.is_some());
+            let answer = format!(
+                "{{\"echo\":{}}}",
+                String::from_utf8_lossy(&delivery.message.body)
+            );
+            let reply = codec::encode_reply(&Ok(Bytes::from(answer)));
+            delivery.reply(reply).await.unwrap();
+        }
+    });
+    for i in 0..3 {
+        let reply = client
+            .call(&key, request(&i.to_string()), common::WAIT)
+            .await
+            .unwrap();
+        let body = codec::decode_reply(&reply).unwrap().unwrap();
+        assert_eq!(body, format!("{{\"echo\":{i}}}").as_bytes());
+    }
+    serving.await.unwrap();
+    assert_eq!(client.stats().late_replies, 0);
+    client.close().await;
+    server.close().await;
+    vhost.delete().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_nobody_serves_fails_at_once_with_no_server() {
+    let vhost = common::vhost("no-server").await;
+    let client = common::connect(&vhost, "no-server").await;
+    let started = Instant::now();
+    let error = client
+        .call(
+            &tool("nobody.serves.this"),
+            request("{}"),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), &TransportErrorKind::NoServer, "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    client.close().await;
+    vhost.delete().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serve_queue_without_consumers_times_out_and_late_replies_are_counted() {
+    let vhost = common::vhost("rpc-timeout").await;
+    let server = common::connect(&vhost, "rpc-timeout-server").await;
+    let client = common::connect(&vhost, "rpc-timeout-client").await;
+    let key = tool("slow.tool");
+    // Declared, then nobody consumes.
+    drop(
+        server
+            .serve(ServeSpec {
+                tool: key.clone(),
+                prefetch: 1,
+            })
+            .await
+            .unwrap(),
+    );
+    let started = Instant::now();
+    let error = client
+        .call(&key, request("{}"), Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(error.kind(), &TransportErrorKind::Timeout, "{error}");
+    assert!(
+        took >= Duration::from_millis(950) && took < Duration::from_secs(3),
+        "took {took:?}"
+    );
+
+    // A server that answers after the caller gave up: the reply is dropped and counted.
+    let mut requests = server
+        .serve(ServeSpec {
+            tool: key.clone(),
+            prefetch: 1,
+        })
+        .await
+        .unwrap();
+    let (taken_tx, taken) = tokio::sync::oneshot::channel();
+    let (gave_up_tx, gave_up) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(async move {
+        let delivery = common::next(&mut requests).await;
+        taken_tx.send(()).unwrap();
+        gave_up.await.unwrap();
+        delivery
+            .reply(codec::encode_reply(&Ok(Bytes::from_static(b"{}"))))
+            .await
+            .unwrap();
+    });
+    let call = {
+        let client = client.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            client
+                .call(&key, request("{}"), Duration::from_secs(3))
+                .await
+        })
+    };
+    taken.await.unwrap();
+    let error = call.await.unwrap().unwrap_err();
+    assert_eq!(error.kind(), &TransportErrorKind::Timeout);
+    gave_up_tx.send(()).unwrap();
+    serving.await.unwrap();
+    eventually(common::WAIT, "the late reply to be counted", || async {
+        (client.stats().late_replies == 1).then_some(())
+    })
+    .await;
+    client.close().await;
+    server.close().await;
+    vhost.delete().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_consume_connection_fails_pending_calls() {
+    let vhost = common::vhost("rpc-lost").await;
+    let server = common::connect(&vhost, "rpc-lost-server").await;
+    let client = common::connect(&vhost, "rpc-lost-client").await;
+    let key = tool("lost.tool");
+    drop(
+        server
+            .serve(ServeSpec {
+                tool: key.clone(),
+                prefetch: 1,
+            })
+            .await
+            .unwrap(),
+    );
+    let call = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .call(&key, request("{}"), Duration::from_secs(60))
+                .await
+        })
+    };
+    // Once the request is in the serve queue, the call is waiting for its reply.
+    eventually(common::WAIT, "the request to be queued", || async {
+        let queues = vhost.list_queues().await.ok()?;
+        queues
+            .iter()
+            .any(|q| q.name == "serve.lost.tool" && q.messages == 1)
+            .then_some(())
+    })
+    .await;
+    let closed = vhost
+        .close_connections(Some("rpc-lost-client.consume"), "test")
+        .await
+        .unwrap();
+    assert_eq!(closed, 1);
+    let error = tokio::time::timeout(common::WAIT, call)
+        .await
+        .expect("the call to fail promptly")
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(error.kind(), &TransportErrorKind::ConnectionLost, "{error}");
+    eventually(common::WAIT, "health to report the loss", || async {
+        (!client.health().connected).then_some(())
+    })
+    .await;
+    client.close().await;
+    server.close().await;
+    vhost.delete().await.unwrap();
+}

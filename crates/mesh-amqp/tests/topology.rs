@@ -1,0 +1,268 @@
+//! What the broker holds after subscribing: exactly the contract's exchanges, queues (with
+//! their arguments) and bindings; and bindings no longer asked for are removed.
+
+// Helpers outside `#[test]` functions unwrap too: this whole file is a test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use mesh_amqp::{AmqpTransport, BindingDecl, QueueType};
+use mesh_core::{QueueSpec, SubscriptionSpec, TopicPattern};
+use mesh_testkit::TestVhost;
+use serde_json::json;
+
+fn spec(queue: &str, patterns: &[&str], delays: &[u64]) -> SubscriptionSpec {
+    SubscriptionSpec {
+        queue: QueueSpec::Durable {
+            name: queue.to_owned(),
+        },
+        patterns: patterns
+            .iter()
+            .map(|p| TopicPattern::parse(p).unwrap())
+            .collect(),
+        prefetch: 8,
+        retry_delays: delays.iter().map(|s| Duration::from_secs(*s)).collect(),
+    }
+}
+
+/// Non-default bindings as (source, destination, key).
+async fn bindings(vhost: &TestVhost) -> BTreeSet<(String, String, String)> {
+    vhost
+        .list_bindings()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|b| !b.source.is_empty())
+        .map(|b| (b.source, b.destination, b.routing_key))
+        .collect()
+}
+
+fn binding(source: &str, queue: &str, key: &str) -> (String, String, String) {
+    (source.to_owned(), queue.to_owned(), key.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_subscription_declares_exactly_the_contract() {
+    let vhost = common::vhost("topology").await;
+    let transport = common::connect(&vhost, "topology").await;
+    let queue = "anchor.umami.events";
+    let mut subscription = transport
+        .subscribe(spec(
+            queue,
+            &["module.a.#", "node.*.joined", "mesh.x.y"],
+            &[1, 3],
+        ))
+        .await
+        .unwrap();
+
+    let exchanges: BTreeSet<_> = vhost
+        .list_exchanges()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| !e.is_builtin())
+        .map(|e| (e.name, e.kind, e.durable, e.auto_delete, e.internal))
+        .collect();
+    let expected: BTreeSet<_> = ["mesh.events", "mesh.events.dead", "mesh.rpc"]
+        .into_iter()
+        .map(|n| (n.to_owned(), "topic".to_owned(), true, false, false))
+        .collect();
+    assert_eq!(exchanges, expected);
+
+    let queues = vhost.list_queues().await.unwrap();
+    let names: BTreeSet<_> = queues.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "mesh.dead-letters",
+            queue,
+            "anchor.umami.events.delay.1s",
+            "anchor.umami.events.delay.3s"
+        ])
+    );
+    assert!(queues
+        .iter()
+        .all(|q| q.durable && !q.exclusive && !q.auto_delete));
+    let arguments = |name: &str| {
+        queues
+            .iter()
+            .find(|q| q.name == name)
+            .map(|q| q.arguments.clone())
+            .unwrap()
+    };
+    assert_eq!(
+        arguments("mesh.dead-letters"),
+        json!({"x-queue-type": "quorum"})
+    );
+    assert_eq!(
+        arguments(queue),
+        json!({
+            "x-queue-type": "quorum",
+            "x-dead-letter-exchange": "mesh.events.dead",
+            "x-delivery-limit": 20
+        })
+    );
+    for (step, ttl) in [("1s", 1000), ("3s", 3000)] {
+        assert_eq!(
+            arguments(&format!("{queue}.delay.{step}")),
+            json!({
+                "x-queue-type": "quorum",
+                "x-message-ttl": ttl,
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": queue,
+                "x-dead-letter-strategy": "at-least-once",
+                "x-overflow": "reject-publish"
+            })
+        );
+    }
+
+    assert_eq!(
+        bindings(&vhost).await,
+        BTreeSet::from([
+            binding("mesh.events.dead", "mesh.dead-letters", "#"),
+            binding("mesh.events", queue, "module.a.#"),
+            binding("mesh.events", queue, "node.*.joined"),
+            binding("mesh.events", queue, "mesh.x.y"),
+        ])
+    );
+    // The transport's own record says the same.
+    let recorded: BTreeSet<_> = transport
+        .topology()
+        .bindings()
+        .map(|b| binding(&b.exchange, &b.queue, &b.routing_key))
+        .collect();
+    assert_eq!(recorded, bindings(&vhost).await);
+    assert_eq!(transport.topology().queues().count(), 4);
+    subscription.cancel();
+
+    // One pattern fewer: that binding goes, on the broker and in the record.
+    let _again = transport
+        .subscribe(spec(queue, &["module.a.#", "node.*.joined"], &[1, 3]))
+        .await
+        .unwrap();
+    assert_eq!(
+        bindings(&vhost).await,
+        BTreeSet::from([
+            binding("mesh.events.dead", "mesh.dead-letters", "#"),
+            binding("mesh.events", queue, "module.a.#"),
+            binding("mesh.events", queue, "node.*.joined"),
+        ])
+    );
+    assert!(!transport
+        .topology()
+        .bindings()
+        .any(|b| b == &BindingDecl::new("mesh.events", queue, "mesh.x.y")));
+
+    transport.close().await;
+    vhost.delete().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_made_by_someone_else_is_removed_through_the_management_api() {
+    let vhost = common::vhost("foreign-binding").await;
+    let transport = common::connect(&vhost, "foreign-binding").await;
+    let queue = "n.m.events";
+    drop(
+        transport
+            .subscribe(spec(queue, &["a.b.c"], &[]))
+            .await
+            .unwrap(),
+    );
+
+    // A binding this transport never made (an older deployment, an operator).
+    let (connection, channel) = common::raw(&vhost).await;
+    channel
+        .queue_bind(amqprs::channel::QueueBindArguments::new(
+            queue,
+            "mesh.events",
+            "old.pattern.#",
+        ))
+        .await
+        .unwrap();
+    let _ = channel.close().await;
+    let _ = connection.close().await;
+
+    drop(
+        transport
+            .subscribe(spec(queue, &["a.b.c"], &[]))
+            .await
+            .unwrap(),
+    );
+    let ours: Vec<_> = bindings(&vhost)
+        .await
+        .into_iter()
+        .filter(|b| b.1 == queue)
+        .collect();
+    assert_eq!(ours, [binding("mesh.events", queue, "a.b.c")]);
+    transport.close().await;
+    vhost.delete().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_management_api_recorded_bindings_are_still_removed() {
+    let vhost = common::vhost("no-management").await;
+    // Nothing listens on port 1: the API is unreachable.
+    let options = common::options(&vhost, "no-management").management_url("http://127.0.0.1:1");
+    let transport = AmqpTransport::connect(options).await.unwrap();
+    let queue = "n.m.events";
+    drop(
+        transport
+            .subscribe(spec(queue, &["a.#", "b.#"], &[]))
+            .await
+            .unwrap(),
+    );
+    drop(
+        transport
+            .subscribe(spec(queue, &["a.#"], &[]))
+            .await
+            .unwrap(),
+    );
+    let ours: Vec<_> = bindings(&vhost)
+        .await
+        .into_iter()
+        .filter(|b| b.1 == queue)
+        .collect();
+    assert_eq!(ours, [binding("mesh.events", queue, "a.#")]);
+    transport.close().await;
+    vhost.delete().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classic_queues_carry_no_quorum_arguments() {
+    let vhost = common::vhost("classic").await;
+    let options = common::options(&vhost, "classic").queue_type(QueueType::Classic);
+    let transport = AmqpTransport::connect(options).await.unwrap();
+    let queue = "n.c.events";
+    drop(
+        transport
+            .subscribe(spec(queue, &["#"], &[2]))
+            .await
+            .unwrap(),
+    );
+    let queues = vhost.list_queues().await.unwrap();
+    let arguments = |name: &str| {
+        queues
+            .iter()
+            .find(|q| q.name == name)
+            .map(|q| q.arguments.clone())
+            .unwrap()
+    };
+    assert_eq!(
+        arguments(queue),
+        json!({"x-queue-type": "classic", "x-dead-letter-exchange": "mesh.events.dead"})
+    );
+    assert_eq!(
+        arguments("n.c.events.delay.2s"),
+        json!({
+            "x-queue-type": "classic",
+            "x-message-ttl": 2000,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": queue
+        })
+    );
+    transport.close().await;
+    vhost.delete().await.unwrap();
+}

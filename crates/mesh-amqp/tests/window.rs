@@ -1,0 +1,98 @@
+//! The unconfirmed window: a full window is backpressure, a confirm that does not come in
+//! time is a timeout, and a late confirm still frees its room. A relay between the transport
+//! and the broker holds the confirms back.
+
+// Helpers outside `#[test]` functions unwrap too: this whole file is a test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use mesh_amqp::AmqpTransport;
+use mesh_core::{PublishOptions, TransportErrorKind};
+use mesh_testkit::{eventually, Relay};
+
+fn within(deadline: Duration) -> PublishOptions {
+    PublishOptions {
+        deadline: Some(deadline),
+        ..PublishOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_window_is_backpressure_and_a_missing_confirm_a_timeout() {
+    let vhost = common::vhost("window").await;
+    let relay = Relay::start(vhost.broker_addr()).await.unwrap();
+    let options = vhost
+        .url_via(relay.addr())
+        .parse::<mesh_amqp::AmqpOptions>()
+        .unwrap()
+        .connection_name("window")
+        .confirm_window(2);
+    let transport = AmqpTransport::connect(options).await.unwrap();
+
+    // Nothing reaches the broker, so no confirm comes back.
+    relay.blackhole();
+    let first = transport
+        .publish(
+            common::event("module.w.a", "{}"),
+            within(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap();
+    let _second = transport
+        .publish(
+            common::event("module.w.b", "{}"),
+            within(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let error = transport
+        .publish(
+            common::event("module.w.c", "{}"),
+            within(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), &TransportErrorKind::Backpressure, "{error}");
+    assert!(error.is_retryable());
+    assert!(started.elapsed() >= Duration::from_millis(290));
+
+    let error = first.await.unwrap_err();
+    assert_eq!(error.kind(), &TransportErrorKind::Timeout, "{error}");
+
+    // The broker gets the messages and confirms them: the room comes back, although the
+    // first confirm's caller gave up.
+    relay.pass();
+    transport
+        .publish(
+            common::event("module.w.d", "{}"),
+            within(Duration::from_secs(10)),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    // Losing the connection fails what is in flight (recovery will resend it instead).
+    relay.blackhole();
+    let in_flight = transport
+        .publish(common::event("module.w.e", "{}"), PublishOptions::default())
+        .await
+        .unwrap();
+    relay.cut();
+    let error = tokio::time::timeout(common::WAIT, in_flight)
+        .await
+        .expect("the confirm to fail promptly")
+        .unwrap_err();
+    assert!(error.is_connection_lost(), "{error}");
+    eventually(common::WAIT, "health to report the loss", || async {
+        (!transport.health().connected).then_some(())
+    })
+    .await;
+    transport.close().await;
+    drop(relay);
+    vhost.delete().await.unwrap();
+}
