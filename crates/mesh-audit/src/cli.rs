@@ -1,0 +1,111 @@
+//! The command line of `mesh-audit run`, shared with the `mesh` CLI (`mesh audit run`), which
+//! flattens [`RunArgs`] into its own command.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use mesh_amqp::AmqpOptions;
+use tokio_util::sync::CancellationToken;
+
+use crate::options::{
+    AuditOptions, StoreOptions, DEFAULT_BATCH_SIZE, DEFAULT_PREFETCH, DEFAULT_STORE_URL,
+};
+use crate::service::AuditService;
+
+/// Runs the audit logger until SIGTERM or Ctrl-C.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The broker: amqp://user:password@host:port/vhost
+    #[arg(long, env = "MESH_URL", hide_env_values = true)]
+    pub url: String,
+    /// This node's name: the logger consumes NODE.audit-logger.events
+    #[arg(long, env = "MESH_NODE")]
+    pub node: String,
+    /// Where to store: sqlite://path?mode=rwc or postgres://user@host/db
+    #[arg(long, env = "MESH_AUDIT_STORE", default_value = DEFAULT_STORE_URL, hide_env_values = true)]
+    pub store: String,
+    /// Rows per transaction, at most
+    #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
+    pub batch_size: usize,
+    /// Milliseconds a batch stays open after its first message
+    #[arg(long, default_value_t = 50)]
+    pub batch_wait_ms: u64,
+    /// Unacked deliveries per queue, at most
+    #[arg(long, default_value_t = DEFAULT_PREFETCH)]
+    pub prefetch: u16,
+}
+
+impl RunArgs {
+    /// The service these arguments describe.
+    pub fn service(&self) -> anyhow::Result<AuditService> {
+        let amqp: AmqpOptions = self.url.parse().context("--url")?;
+        let store: StoreOptions = self.store.parse().context("--store")?;
+        let audit = AuditOptions::new()
+            .node(self.node.clone())
+            .batch_size(self.batch_size)
+            .batch_wait(Duration::from_millis(self.batch_wait_ms))
+            .prefetch(self.prefetch);
+        audit.validate().context("invalid options")?;
+        Ok(AuditService::new(amqp, store, audit))
+    }
+
+    /// Runs the service until SIGTERM or Ctrl-C, then shuts it down gracefully.
+    pub async fn run(&self) -> anyhow::Result<()> {
+        let service = self.service()?;
+        let shutdown = CancellationToken::new();
+        // Registered before the service starts, so a SIGTERM from then on is never missed
+        // (the default action would kill the process mid-batch).
+        let signals = tokio::spawn(cancel_on_signal(Signals::register()?, shutdown.clone()));
+        let outcome = service.run(shutdown.clone()).await;
+        signals.abort();
+        let stats = outcome?;
+        tracing::info!(?stats, "mesh-audit stopped");
+        Ok(())
+    }
+}
+
+#[cfg(unix)]
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl Signals {
+    fn register() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
+        })
+    }
+}
+
+/// Cancels `shutdown` on SIGTERM or Ctrl-C (SIGINT).
+#[cfg(unix)]
+async fn cancel_on_signal(mut signals: Signals, shutdown: CancellationToken) {
+    tokio::select! {
+        _ = signals.term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = signals.int.recv() => tracing::info!("Ctrl-C: shutting down"),
+    }
+    shutdown.cancel();
+}
+
+#[cfg(not(unix))]
+struct Signals;
+
+#[cfg(not(unix))]
+impl Signals {
+    fn register() -> anyhow::Result<Signals> {
+        Ok(Signals)
+    }
+}
+
+/// Cancels `shutdown` on Ctrl-C.
+#[cfg(not(unix))]
+async fn cancel_on_signal(_signals: Signals, shutdown: CancellationToken) {
+    if tokio::signal::ctrl_c().await.is_ok() {
+        shutdown.cancel();
+    }
+}

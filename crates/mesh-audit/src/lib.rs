@@ -1,0 +1,76 @@
+//! The audit logger and the dead-letter store.
+//!
+//! The audit logger is the mesh's memory: it consumes `<node>.audit-logger.events`, bound to
+//! `#` on `mesh.events` (a complete record of every event, since tool calls ride
+//! `mesh.rpc`), and `mesh.dead-letters`, and stores each event and each dead letter once, in
+//! SQLite (the default) or PostgreSQL. The store answers queries (events by pattern, source,
+//! node and time; one event; its causation tree; counts; dead letters by queue, reason and
+//! time) and re-drives dead letters to the consumer that gave up on them.
+//!
+//! - [`Store`]: the tables, their migrations, queries, and [`Store::redrive`];
+//! - [`AuditLogger`]: consumes through any [`mesh_core::Transport`] and batches inserts,
+//!   acking only what is committed (see [`logger`] for the rules);
+//! - [`AuditService`]: the logger on RabbitMQ with reconnects, what `mesh-audit run` runs;
+//! - [`cli::RunArgs`]: that command line, for the `mesh` CLI to embed.
+//!
+//! # Schema
+//!
+//! `events`: `id` (the event id, primary key: a redelivery or a resend is absorbed by
+//! `ON CONFLICT DO NOTHING`), `routing_key`, `source`, `node`, `time`, `causation_id`,
+//! `schema`, `received_at`, `headers` (JSON), `body` (the JSON text as emitted).
+//! `dead_letters`: `id` (a UUID v5 of the dead letter's content), `event_id`, `routing_key`,
+//! `reason`, `attempts`, `last_error`, `queue`, `dead_at`, `received_at`, `content_type`,
+//! `message_id`, `amqp_timestamp`, `headers`, `body` (bytes), `redriven_at`,
+//! `redrive_count`. SQLite keeps times as fixed-width UTC text, PostgreSQL as `timestamptz`;
+//! the migrations (`migrations/<backend>/`) are the reference.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), mesh_audit::Error> {
+//! use mesh_audit::{EventQuery, Order, Store, StoreOptions};
+//! let store = Store::open(StoreOptions::url("sqlite://audit.db?mode=rwc")?).await?;
+//! for event in store.events(&EventQuery::new().pattern("module.umami.#").limit(10)).await? {
+//!     println!("{} {} {}", event.time, event.routing_key, event.body);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Architecture invariant: header names come from `mesh_core::codec`, and the logger reaches
+//! the broker only through the `Transport` trait (the service alone names `mesh-amqp`).
+
+pub mod cli;
+mod convert;
+mod error;
+pub mod logger;
+mod options;
+mod record;
+pub mod redrive;
+mod service;
+mod store;
+
+pub use error::{Error, ErrorKind};
+pub use logger::{AuditLogger, LoggerStats};
+pub use options::{
+    AuditOptions, Backend, StoreOptions, DEFAULT_BATCH_SIZE, DEFAULT_BATCH_WAIT, DEFAULT_PREFETCH,
+    DEFAULT_STORE_URL,
+};
+pub use record::{
+    CausationNode, CausationTree, Counts, DeadLetterId, DeadLetterQuery, DeadLetterRecord,
+    EventQuery, EventRecord, Order, DEFAULT_LIMIT, MAX_TREE_NODES,
+};
+pub use redrive::{Redrive, RedriveReport};
+pub use service::AuditService;
+pub use store::Store;
+
+#[cfg(test)]
+mod tests {
+    /// The handles cross tasks and threads.
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn send_sync<T: Send + Sync + 'static>() {}
+        send_sync::<super::Store>();
+        send_sync::<super::AuditLogger>();
+        send_sync::<super::AuditService>();
+        send_sync::<super::Error>();
+        send_sync::<super::RedriveReport>();
+    }
+}

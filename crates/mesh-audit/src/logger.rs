@@ -1,0 +1,499 @@
+//! The audit logger: consumes `<node>.audit-logger.events` (bound to `#`) and
+//! `mesh.dead-letters`, and stores each message once, in batches.
+//!
+//! # Batches and acks
+//!
+//! Deliveries from both queues gather in one batch. A batch closes when it holds
+//! `batch_size` rows or `batch_wait` after its first delivery, whichever comes first (so a
+//! trickle is stored within `batch_wait`), and is written in one transaction of multi-row
+//! inserts. Only once that transaction committed are its deliveries acked, all at once, so
+//! the transport can fold them into `multiple` acks. Nothing is acked before it is durable;
+//! a crash loses only unacked deliveries, which the broker delivers again, and the event id
+//! as primary key (`ON CONFLICT DO NOTHING`) absorbs them, as it absorbs a publisher's resend.
+//!
+//! # What cannot be stored
+//!
+//! An event that breaks the contract (no id, a bad header, a body that is not JSON) has no
+//! key to be stored under: it is dead-lettered with reason `undecodable`, like any consumer
+//! does, and so reaches the dead-letter store through `mesh.dead-letters`. Nothing vanishes.
+//!
+//! A database that is down or busy is retried with backoff while the batch's deliveries
+//! stay unacked. A batch the database refuses for its content is split: each row is written
+//! on its own, and an event the database refuses is dead-lettered (`permanent`, with the
+//! database's error); a refused dead letter stays in its queue, since dead-lettering it
+//! again would loop.
+//!
+//! # Shutdown
+//!
+//! When the shutdown token fires, the logger cancels both consumers, takes the deliveries
+//! already buffered into the open batch, commits it, acks it and returns.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use mesh_core::{
+    codec, naming, DeadLetter, DeadReason, Delivery, QueueSpec, Subscription, SubscriptionSpec,
+    Timestamp, TopicPattern, Transport, TransportError, TransportErrorKind,
+};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn, Instrument};
+
+use crate::error::{is_transient, Error, ErrorKind};
+use crate::options::AuditOptions;
+use crate::store::{now_text, DeadRow, EventRow, Store, Written};
+
+/// The first pause after a failed write; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// What the logger did so far. Cheap to read while it runs ([`AuditLogger::stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LoggerStats {
+    /// Events stored (new rows).
+    pub events_stored: u64,
+    /// Event deliveries whose id was stored already: redeliveries and resends.
+    pub duplicates: u64,
+    /// Dead letters stored (new rows).
+    pub dead_letters_stored: u64,
+    /// Events dead-lettered because they break the contract or the database refused them.
+    pub rejected: u64,
+    /// Transactions committed.
+    pub batches: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    events_stored: AtomicU64,
+    duplicates: AtomicU64,
+    dead_letters_stored: AtomicU64,
+    rejected: AtomicU64,
+    batches: AtomicU64,
+}
+
+/// The audit logger. Build it with a store and options, then [`run`](AuditLogger::run) it
+/// on a transport.
+///
+/// ```no_run
+/// # async fn demo(transport: &dyn mesh_core::Transport) -> Result<(), mesh_audit::Error> {
+/// use mesh_audit::{AuditLogger, AuditOptions, Store, StoreOptions};
+/// use tokio_util::sync::CancellationToken;
+///
+/// let store = Store::open(StoreOptions::url("sqlite://audit.db?mode=rwc")?).await?;
+/// let logger = AuditLogger::new(store, AuditOptions::new().node("anchor"));
+/// let shutdown = CancellationToken::new();
+/// logger.run(transport, &shutdown).await?; // until `shutdown.cancel()`
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct AuditLogger {
+    store: Store,
+    options: AuditOptions,
+    counters: Arc<Counters>,
+}
+
+/// The open batch: rows and the deliveries they came from, index for index.
+#[derive(Default)]
+struct Batch {
+    events: Vec<EventRow>,
+    event_deliveries: Vec<Delivery>,
+    dead: Vec<DeadRow>,
+    dead_deliveries: Vec<Delivery>,
+    opened: Option<Instant>,
+}
+
+impl Batch {
+    fn len(&self) -> usize {
+        self.events.len() + self.dead.len()
+    }
+
+    fn open(&mut self) {
+        if self.opened.is_none() {
+            self.opened = Some(Instant::now());
+        }
+    }
+}
+
+/// Which queue a delivery came from.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Events,
+    DeadLetters,
+}
+
+impl AuditLogger {
+    /// A logger writing to `store`.
+    pub fn new(store: Store, options: AuditOptions) -> AuditLogger {
+        AuditLogger {
+            store,
+            options,
+            counters: Arc::default(),
+        }
+    }
+
+    /// The store it writes to.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// What it did so far (over every run of this logger and its clones).
+    pub fn stats(&self) -> LoggerStats {
+        let c = &self.counters;
+        LoggerStats {
+            events_stored: c.events_stored.load(Ordering::Relaxed),
+            duplicates: c.duplicates.load(Ordering::Relaxed),
+            dead_letters_stored: c.dead_letters_stored.load(Ordering::Relaxed),
+            rejected: c.rejected.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Consumes and stores until `shutdown` fires; then commits and acks the open batch and
+    /// returns `Ok`.
+    ///
+    /// Fails when a subscription ends on its own (the transport lost its connection: the
+    /// open batch is still committed and acked as far as the channel allows) or the
+    /// database cannot take a batch and shutdown was asked for meanwhile. The caller may
+    /// run it again, on a new transport if need be: nothing acked is lost and nothing
+    /// stored twice.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future loses nothing: the deliveries of the open batch are released
+    /// back to their queues (or, if their transaction had committed, delivered again and
+    /// absorbed). Prefer the shutdown token, which commits the open batch first.
+    pub async fn run(
+        &self,
+        transport: &dyn Transport,
+        shutdown: &CancellationToken,
+    ) -> Result<(), Error> {
+        let node = self.options.validate()?;
+        let queue = naming::audit_queue(&node);
+        let span = tracing::info_span!("mesh.audit", %queue);
+        self.run_inner(transport, shutdown, queue)
+            .instrument(span)
+            .await
+    }
+
+    async fn run_inner(
+        &self,
+        transport: &dyn Transport,
+        shutdown: &CancellationToken,
+        queue: String,
+    ) -> Result<(), Error> {
+        let prefetch = self.options.get_prefetch();
+        let mut events = transport
+            .subscribe(SubscriptionSpec {
+                queue: QueueSpec::Durable {
+                    name: queue.clone(),
+                },
+                patterns: vec![TopicPattern::all()],
+                prefetch,
+                // The logger never retries: a delivery is stored, or dead-lettered at once.
+                retry_delays: Vec::new(),
+            })
+            .await
+            .map_err(|e| Error::transport(format!("consuming `{queue}`"), e))?;
+        let mut dead = transport
+            .subscribe(SubscriptionSpec {
+                queue: QueueSpec::DeadLetters,
+                patterns: Vec::new(),
+                prefetch,
+                retry_delays: Vec::new(),
+            })
+            .await
+            .map_err(|e| Error::transport(format!("consuming `{}`", naming::DEAD_QUEUE), e))?;
+        info!(
+            prefetch,
+            batch_size = self.options.get_batch_size(),
+            batch_wait_ms = self.options.get_batch_wait().as_millis(),
+            "audit logger consuming"
+        );
+
+        let mut batch = Batch::default();
+        let mut ended = None;
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let deadline = batch.opened.map(|t| t + self.options.get_batch_wait());
+            if deadline.is_some_and(|d| d <= Instant::now())
+                || batch.len() >= self.options.get_batch_size()
+            {
+                self.commit(&mut batch, shutdown).await?;
+                continue;
+            }
+            // Not biased: under a backlog of events, dead letters still get their turn.
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = sleep_until(deadline) => {}
+                delivery = events.next() => match delivery {
+                    Some(delivery) => self.take(Source::Events, delivery, &mut batch).await,
+                    None => { ended = Some(queue.clone()); break; }
+                },
+                delivery = dead.next() => match delivery {
+                    Some(delivery) => self.take(Source::DeadLetters, delivery, &mut batch).await,
+                    None => { ended = Some(naming::DEAD_QUEUE.to_owned()); break; }
+                },
+            }
+        }
+
+        // Stop both consumers, and store what they had buffered rather than hand it back.
+        events.cancel();
+        dead.cancel();
+        self.drain_buffered(Source::Events, &mut events, &mut batch, shutdown)
+            .await?;
+        self.drain_buffered(Source::DeadLetters, &mut dead, &mut batch, shutdown)
+            .await?;
+        self.commit(&mut batch, shutdown).await?;
+
+        match ended {
+            None => {
+                info!(stats = ?self.stats(), "audit logger stopped");
+                Ok(())
+            }
+            Some(queue) => {
+                warn!(%queue, "subscription ended: the transport lost its connection");
+                Err(Error::transport(
+                    format!("the subscription to `{queue}` ended"),
+                    TransportError::new(TransportErrorKind::ConnectionLost, "subscription ended"),
+                ))
+            }
+        }
+    }
+
+    async fn drain_buffered(
+        &self,
+        source: Source,
+        subscription: &mut Subscription,
+        batch: &mut Batch,
+        shutdown: &CancellationToken,
+    ) -> Result<(), Error> {
+        while let Some(delivery) = subscription.next().await {
+            self.take(source, delivery, batch).await;
+            if batch.len() >= self.options.get_batch_size() {
+                self.commit(batch, shutdown).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a delivery to the batch, or dead-letters an event that cannot be stored.
+    async fn take(&self, source: Source, delivery: Delivery, batch: &mut Batch) {
+        let received_at = now_text();
+        match source {
+            Source::DeadLetters => {
+                batch
+                    .dead
+                    .push(DeadRow::new(&delivery.message, &received_at));
+                batch.dead_deliveries.push(delivery);
+                batch.open();
+            }
+            Source::Events => {
+                let row = codec::decode(&delivery.message)
+                    .map_err(|e| e.to_string())
+                    .and_then(|envelope| EventRow::new(&envelope, &delivery.message, &received_at));
+                match row {
+                    Ok(row) => {
+                        batch.events.push(row);
+                        batch.event_deliveries.push(delivery);
+                        batch.open();
+                    }
+                    Err(problem) => {
+                        warn!(
+                            key = %delivery.message.routing_key,
+                            "undecodable event dead-lettered: {problem}"
+                        );
+                        self.reject(delivery, DeadReason::Undecodable, problem)
+                            .await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Dead-letters an event delivery with `reason`; if that fails the delivery goes back to
+    /// its queue (the acker releases it), so it is never lost.
+    async fn reject(&self, delivery: Delivery, reason: DeadReason, problem: String) {
+        let mut copy = delivery.message.clone();
+        codec::mark_dead(
+            &mut copy,
+            &DeadLetter {
+                reason,
+                attempts: codec::attempts(&delivery.message).saturating_add(1),
+                last_error: Some(problem),
+                queue: delivery.queue.clone(),
+                time: Timestamp::now(),
+            },
+        );
+        match delivery.dead_letter(copy).await {
+            Ok(()) => {
+                self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => warn!(error = %e, "dead-lettering failed; the event will be delivered again"),
+        }
+    }
+
+    /// Writes the batch in one transaction and acks its deliveries; see the module docs for
+    /// what happens when the database fails.
+    async fn commit(&self, batch: &mut Batch, shutdown: &CancellationToken) -> Result<(), Error> {
+        let batch = std::mem::take(batch);
+        if batch.len() == 0 {
+            return Ok(());
+        }
+        let started = Instant::now();
+        match self
+            .write_retrying(&batch.events, &batch.dead, shutdown)
+            .await?
+        {
+            Ok(written) => {
+                self.count(&written, batch.events.len());
+                debug!(
+                    events = batch.events.len(),
+                    new_events = written.events,
+                    dead_letters = batch.dead.len(),
+                    elapsed_ms = started.elapsed().as_millis(),
+                    "batch committed"
+                );
+                ack_all(batch.event_deliveries).await;
+                ack_all(batch.dead_deliveries).await;
+            }
+            Err(refused) => {
+                warn!(error = %refused, rows = batch.len(), "the database refused a batch; writing its rows one by one");
+                self.commit_one_by_one(batch, shutdown).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn commit_one_by_one(
+        &self,
+        batch: Batch,
+        shutdown: &CancellationToken,
+    ) -> Result<(), Error> {
+        for (row, delivery) in batch.events.into_iter().zip(batch.event_deliveries) {
+            match self
+                .write_retrying(std::slice::from_ref(&row), &[], shutdown)
+                .await?
+            {
+                Ok(written) => {
+                    self.count(&written, 1);
+                    ack_all(vec![delivery]).await;
+                }
+                Err(refused) => {
+                    error!(id = %row.id, error = %refused, "the database refused an event; dead-lettering it");
+                    self.reject(
+                        delivery,
+                        DeadReason::Permanent,
+                        format!("the audit store refused it: {refused}"),
+                    )
+                    .await;
+                }
+            }
+        }
+        let mut refused_any = false;
+        for (row, delivery) in batch.dead.into_iter().zip(batch.dead_deliveries) {
+            match self
+                .write_retrying(&[], std::slice::from_ref(&row), shutdown)
+                .await?
+            {
+                Ok(written) => {
+                    self.count(&written, 0);
+                    ack_all(vec![delivery]).await;
+                }
+                Err(refused) => {
+                    // Dead-lettering a dead letter would loop: it stays in its queue.
+                    error!(id = %row.id, error = %refused, "the database refused a dead letter; it stays in its queue");
+                    delivery.release();
+                    refused_any = true;
+                }
+            }
+        }
+        if refused_any {
+            // The released dead letter comes straight back; do not spin on it.
+            pause(FIRST_BACKOFF * 5, shutdown).await;
+        }
+        Ok(())
+    }
+
+    fn count(&self, written: &Written, events: usize) {
+        let c = &self.counters;
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.events_stored.fetch_add(written.events, Ordering::Relaxed);
+        c.duplicates.fetch_add(
+            (events as u64).saturating_sub(written.events),
+            Ordering::Relaxed,
+        );
+        c.dead_letters_stored
+            .fetch_add(written.dead_letters, Ordering::Relaxed);
+    }
+
+    /// Writes, retrying transient failures with backoff. The outer `Err` gives up (shutdown
+    /// was asked for, or the pool is closed): the caller drops the deliveries, which releases
+    /// them. The inner `Err` is a refusal that retrying cannot change.
+    async fn write_retrying(
+        &self,
+        events: &[EventRow],
+        dead: &[DeadRow],
+        shutdown: &CancellationToken,
+    ) -> Result<Result<Written, sqlx::Error>, Error> {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            match self.store.write(events, dead).await {
+                Ok(written) => return Ok(Ok(written)),
+                Err(e) if is_transient(&e) => {
+                    if shutdown.is_cancelled() {
+                        return Err(Error::database("committing the last batch at shutdown", e));
+                    }
+                    warn!(error = %e, retry_in_ms = backoff.as_millis(), "writing a batch failed; retrying");
+                    if !pause(backoff, shutdown).await {
+                        // One more try: shutdown wants the batch committed if at all possible.
+                        return match self.store.write(events, dead).await {
+                            Ok(written) => Ok(Ok(written)),
+                            Err(e) => {
+                                Err(Error::database("committing the last batch at shutdown", e))
+                            }
+                        };
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                Err(e @ sqlx::Error::PoolClosed) => {
+                    return Err(
+                        Error::new(ErrorKind::Database, "the store was closed").with_source(e)
+                    )
+                }
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+    }
+}
+
+/// Acks every delivery at once: all the ack commands reach the transport before it sends
+/// anything, so it can fold them into `multiple` acks. A failed ack (the channel closed)
+/// needs nothing more: the broker delivers the message again, and its id absorbs it.
+async fn ack_all(deliveries: Vec<Delivery>) {
+    let outcomes = join_all(deliveries.into_iter().map(Delivery::ack)).await;
+    let failed = outcomes.iter().filter(|o| o.is_err()).count();
+    if failed > 0 {
+        if let Some(Err(e)) = outcomes.into_iter().find(Result::is_err) {
+            warn!(failed, error = %e, "acks failed after commit; the broker will deliver those again");
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits `duration`, or less if `shutdown` fires; returns whether it waited the whole time.
+async fn pause(duration: Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(duration) => true,
+        () = shutdown.cancelled() => false,
+    }
+}

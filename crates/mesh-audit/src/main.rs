@@ -1,0 +1,51 @@
+//! `mesh-audit`: the audit logger and dead-letter store as a process.
+//!
+//! Exit codes: 0 after a graceful shutdown (SIGTERM, Ctrl-C), 1 on an error, 2 on a usage
+//! error.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mesh-audit",
+    version,
+    about = "The mesh audit logger and dead-letter store"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Consume every event and dead letter into the store until SIGTERM or Ctrl-C.
+    Run(mesh_audit::cli::RunArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mesh-audit: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    match cli.command {
+        Command::Run(args) => runtime.block_on(args.run())?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

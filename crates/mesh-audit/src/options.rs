@@ -1,0 +1,291 @@
+//! Options of the store and of the logger: `Default`, consuming setters, and `FromStr` for a
+//! store URL. Nothing here reads the environment; the binary does.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use mesh_core::Name;
+
+use crate::error::Error;
+
+/// The default store: a SQLite file in the working directory, created if missing.
+pub const DEFAULT_STORE_URL: &str = "sqlite://mesh-audit.db?mode=rwc";
+
+/// Which database a store URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// `sqlite:` URLs: one file (or `sqlite::memory:`).
+    Sqlite,
+    /// `postgres:` and `postgresql:` URLs.
+    Postgres,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        })
+    }
+}
+
+/// Where and how the audit store keeps its rows.
+///
+/// ```
+/// # use mesh_audit::{Backend, StoreOptions};
+/// let options: StoreOptions = "postgres://postgres@127.0.0.1/audit".parse()?;
+/// assert_eq!(options.backend(), Backend::Postgres);
+/// let options = StoreOptions::default().max_connections(2);
+/// assert_eq!(options.backend(), Backend::Sqlite);
+/// # Ok::<(), mesh_audit::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoreOptions {
+    url: String,
+    backend: Backend,
+    max_connections: u32,
+    sqlite_synchronous_full: bool,
+}
+
+impl fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A PostgreSQL URL may carry a password.
+        f.debug_struct("StoreOptions")
+            .field("url", &redact(&self.url))
+            .field("backend", &self.backend)
+            .field("max_connections", &self.max_connections)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            url: DEFAULT_STORE_URL.to_owned(),
+            backend: Backend::Sqlite,
+            max_connections: 4,
+            sqlite_synchronous_full: true,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// The default: [`DEFAULT_STORE_URL`].
+    pub fn new() -> StoreOptions {
+        StoreOptions::default()
+    }
+
+    /// Options for `url` (`sqlite://path?mode=rwc`, `postgres://…`).
+    pub fn url(url: &str) -> Result<StoreOptions, Error> {
+        url.parse()
+    }
+
+    /// Connections in the pool, at most (default 4).
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max.max(1);
+        self
+    }
+
+    /// SQLite only: whether a commit waits for the disk (`synchronous = FULL`, the default),
+    /// so an acked event survives a power cut, not just a crash of the process. `false`
+    /// selects `NORMAL`, which in WAL mode still survives a crash of the process.
+    pub fn sqlite_synchronous_full(mut self, full: bool) -> Self {
+        self.sqlite_synchronous_full = full;
+        self
+    }
+
+    /// The backend the URL names.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The URL.
+    pub fn get_url(&self) -> &str {
+        &self.url
+    }
+
+    /// The URL with any password replaced by `***`, for logs.
+    pub fn redacted_url(&self) -> String {
+        redact(&self.url)
+    }
+
+    pub(crate) fn get_max_connections(&self) -> u32 {
+        self.max_connections
+    }
+
+    pub(crate) fn get_sqlite_synchronous_full(&self) -> bool {
+        self.sqlite_synchronous_full
+    }
+}
+
+impl FromStr for StoreOptions {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self, Self::Err> {
+        let scheme = url.split_once(':').map(|(scheme, _)| scheme);
+        let backend = match scheme {
+            Some("sqlite") => Backend::Sqlite,
+            Some("postgres" | "postgresql") => Backend::Postgres,
+            _ => {
+                return Err(Error::options(format!(
+                    "store URL `{}` is neither `sqlite:` nor `postgres:`",
+                    redact(url)
+                )))
+            }
+        };
+        Ok(StoreOptions {
+            url: url.to_owned(),
+            backend,
+            ..StoreOptions::default()
+        })
+    }
+}
+
+/// `scheme://user:password@host` → `scheme://user:***@host`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{path}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// The default prefetch of the logger's queues: larger than a handler's (32), because
+/// deliveries wait in a batch rather than in a handler.
+pub const DEFAULT_PREFETCH: u16 = 1000;
+/// The default batch size: rows per transaction.
+pub const DEFAULT_BATCH_SIZE: usize = 500;
+/// The default time a batch stays open after its first message.
+pub const DEFAULT_BATCH_WAIT: Duration = Duration::from_millis(50);
+
+/// How the audit logger consumes and batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditOptions {
+    node: Option<String>,
+    batch_size: usize,
+    batch_wait: Duration,
+    prefetch: u16,
+}
+
+impl Default for AuditOptions {
+    fn default() -> Self {
+        AuditOptions {
+            node: None,
+            batch_size: DEFAULT_BATCH_SIZE,
+            batch_wait: DEFAULT_BATCH_WAIT,
+            prefetch: DEFAULT_PREFETCH,
+        }
+    }
+}
+
+impl AuditOptions {
+    /// Defaults, without a node (which [`AuditOptions::node`] must set).
+    pub fn new() -> AuditOptions {
+        AuditOptions::default()
+    }
+
+    /// The node the logger runs on: its queue is `<node>.audit-logger.events`. Required.
+    pub fn node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+
+    /// Rows per transaction, at most (default 500). A batch closes at this size or after
+    /// [`batch_wait`](AuditOptions::batch_wait), whichever comes first.
+    pub fn batch_size(mut self, size: usize) -> Self {
+        self.batch_size = size;
+        self
+    }
+
+    /// How long a batch stays open after its first message (default 50 ms), so a trickle of
+    /// events is stored promptly.
+    pub fn batch_wait(mut self, wait: Duration) -> Self {
+        self.batch_wait = wait;
+        self
+    }
+
+    /// Unacked deliveries per queue, at most (default 1,000). Keep it at least the batch
+    /// size, or batches close on time only.
+    pub fn prefetch(mut self, prefetch: u16) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// The batch size.
+    pub fn get_batch_size(&self) -> usize {
+        self.batch_size
+    }
+
+    /// The batch wait.
+    pub fn get_batch_wait(&self) -> Duration {
+        self.batch_wait
+    }
+
+    /// The prefetch.
+    pub fn get_prefetch(&self) -> u16 {
+        self.prefetch
+    }
+
+    /// Checks the options and returns the node's name.
+    pub fn validate(&self) -> Result<Name, Error> {
+        let node = self
+            .node
+            .as_deref()
+            .ok_or_else(|| Error::options("the audit logger needs a node name"))?;
+        let node = Name::parse(node).map_err(|e| {
+            Error::options(format!("node name `{node}` is not a valid name")).with_source(e)
+        })?;
+        if self.batch_size == 0 {
+            return Err(Error::options("the batch size must be at least 1"));
+        }
+        if self.prefetch == 0 {
+            return Err(Error::options("the prefetch must be at least 1"));
+        }
+        Ok(node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_urls_name_their_backend() {
+        let sqlite: StoreOptions = "sqlite://audit.db?mode=rwc".parse().unwrap();
+        assert_eq!(sqlite.backend(), Backend::Sqlite);
+        let pg: StoreOptions = "postgresql://u:secret@db/audit".parse().unwrap();
+        assert_eq!(pg.backend(), Backend::Postgres);
+        assert_eq!(pg.redacted_url(), "postgresql://u:***@db/audit");
+        assert!(!format!("{pg:?}").contains("secret"));
+        let err = "mysql://db".parse::<StoreOptions>().unwrap_err();
+        assert_eq!(err.kind(), &crate::ErrorKind::InvalidOptions);
+        assert!("audit.db".parse::<StoreOptions>().is_err());
+    }
+
+    #[test]
+    fn audit_options_are_checked() {
+        assert!(AuditOptions::new().validate().is_err(), "no node");
+        assert!(AuditOptions::new().node("a.b").validate().is_err());
+        assert!(AuditOptions::new()
+            .node("n")
+            .batch_size(0)
+            .validate()
+            .is_err());
+        assert!(AuditOptions::new()
+            .node("n")
+            .prefetch(0)
+            .validate()
+            .is_err());
+        let node = AuditOptions::new().node("anchor").validate().unwrap();
+        assert_eq!(node.as_str(), "anchor");
+    }
+}

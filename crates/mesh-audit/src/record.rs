@@ -1,0 +1,364 @@
+//! What the store returns and how it is asked: records of events and dead letters, the
+//! queries over them, and the causation tree.
+
+use std::fmt;
+use std::str::FromStr;
+
+use bytes::Bytes;
+use mesh_core::{DeadReason, EventId, Timestamp};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// One event as the audit logger recorded it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRecord {
+    /// `x-event-id`: the primary key, so each event is stored once.
+    pub id: EventId,
+    /// The routing key: the event's type.
+    pub routing_key: String,
+    /// `x-source`.
+    pub source: String,
+    /// `x-node`.
+    pub node: String,
+    /// `x-time`, to the microsecond.
+    pub time: Timestamp,
+    /// `x-causation-id` (a UUID in its canonical lowercase form when it is one).
+    pub causation_id: Option<String>,
+    /// `x-schema` as stated; `None` means version 1.
+    pub schema: Option<u32>,
+    /// When the logger first stored it.
+    pub received_at: Timestamp,
+    /// Every header of the message as JSON (see the crate docs for the encoding).
+    pub headers: Value,
+    /// The body: the JSON text exactly as emitted.
+    pub body: String,
+}
+
+impl EventRecord {
+    /// The body parsed as JSON.
+    pub fn body_json(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(&self.body)
+    }
+}
+
+/// The key of a dead letter: a UUID derived from the dead letter's content, so a redelivered
+/// dead letter is stored once while the same event dead-lettered again (after a re-drive) is
+/// a row of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeadLetterId(pub(crate) Uuid);
+
+impl DeadLetterId {
+    /// The id as a UUID.
+    pub fn as_uuid(&self) -> Uuid {
+        self.0
+    }
+}
+
+impl From<Uuid> for DeadLetterId {
+    fn from(value: Uuid) -> Self {
+        DeadLetterId(value)
+    }
+}
+
+impl fmt::Display for DeadLetterId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+impl FromStr for DeadLetterId {
+    type Err = uuid::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Uuid::parse_str(s).map(DeadLetterId)
+    }
+}
+
+/// One dead letter as the store recorded it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterRecord {
+    /// Its key.
+    pub id: DeadLetterId,
+    /// `x-event-id`, when the message carries a well-formed one.
+    pub event_id: Option<EventId>,
+    /// The original routing key.
+    pub routing_key: String,
+    /// Why it was set aside; `None` when the message carries no annotation mesh or the
+    /// broker knows.
+    pub reason: Option<DeadReason>,
+    /// How many times handlers were called on it.
+    pub attempts: u32,
+    /// The last error, with its cause chain.
+    pub last_error: Option<String>,
+    /// The queue of the consumer that gave up: where a re-drive sends it.
+    pub queue: Option<String>,
+    /// When it was set aside.
+    pub dead_at: Timestamp,
+    /// When the store first recorded it.
+    pub received_at: Timestamp,
+    /// The `content_type` property.
+    pub content_type: Option<String>,
+    /// Every header, the dead-letter annotations included, as JSON.
+    pub headers: Value,
+    /// The body, byte for byte (a dead letter's body need not be JSON).
+    pub body: Bytes,
+    /// When it was last re-driven.
+    pub redriven_at: Option<Timestamp>,
+    /// How many times it was re-driven.
+    pub redrive_count: u32,
+}
+
+/// The order of query results, by time (then id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Oldest first.
+    Asc,
+    /// Newest first (the default).
+    #[default]
+    Desc,
+}
+
+/// The default number of rows a query returns.
+pub const DEFAULT_LIMIT: usize = 100;
+
+/// Which events to list or count. Filters combine with AND; `since` is inclusive, `until`
+/// exclusive.
+///
+/// ```
+/// # use mesh_audit::{EventQuery, Order};
+/// let query = EventQuery::new().pattern("module.umami.#").node("anchor").limit(20).order(Order::Asc);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventQuery {
+    pub(crate) pattern: Option<String>,
+    pub(crate) source: Option<String>,
+    pub(crate) node: Option<String>,
+    pub(crate) since: Option<Timestamp>,
+    pub(crate) until: Option<Timestamp>,
+    pub(crate) limit: usize,
+    pub(crate) order: Order,
+}
+
+impl Default for EventQuery {
+    fn default() -> Self {
+        EventQuery {
+            pattern: None,
+            source: None,
+            node: None,
+            since: None,
+            until: None,
+            limit: DEFAULT_LIMIT,
+            order: Order::Desc,
+        }
+    }
+}
+
+impl EventQuery {
+    /// Every event, newest first, at most [`DEFAULT_LIMIT`].
+    pub fn new() -> EventQuery {
+        EventQuery::default()
+    }
+
+    /// Routing keys matching a topic pattern, exactly as the broker routes
+    /// ([`mesh_core::topic_matches`]): `*` one word, `#` zero or more.
+    pub fn pattern(mut self, pattern: impl Into<String>) -> Self {
+        self.pattern = Some(pattern.into());
+        self
+    }
+
+    /// Emitted by this source.
+    pub fn source(mut self, source: impl Into<String>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Emitted from this node.
+    pub fn node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+
+    /// Emitted at or after `time`.
+    pub fn since(mut self, time: Timestamp) -> Self {
+        self.since = Some(time);
+        self
+    }
+
+    /// Emitted before `time`.
+    pub fn until(mut self, time: Timestamp) -> Self {
+        self.until = Some(time);
+        self
+    }
+
+    /// At most `limit` events (ignored by counts).
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// The order by emit time.
+    pub fn order(mut self, order: Order) -> Self {
+        self.order = order;
+        self
+    }
+}
+
+/// Which dead letters to list, count or re-drive. Filters combine with AND; `since` is
+/// inclusive, `until` exclusive (both on the time it was set aside).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterQuery {
+    pub(crate) queue: Option<String>,
+    pub(crate) reason: Option<DeadReason>,
+    pub(crate) event_id: Option<EventId>,
+    pub(crate) since: Option<Timestamp>,
+    pub(crate) until: Option<Timestamp>,
+    pub(crate) redriven: Option<bool>,
+    pub(crate) limit: usize,
+    pub(crate) order: Order,
+}
+
+impl Default for DeadLetterQuery {
+    fn default() -> Self {
+        DeadLetterQuery {
+            queue: None,
+            reason: None,
+            event_id: None,
+            since: None,
+            until: None,
+            redriven: None,
+            limit: DEFAULT_LIMIT,
+            order: Order::Desc,
+        }
+    }
+}
+
+impl DeadLetterQuery {
+    /// Every dead letter, newest first, at most [`DEFAULT_LIMIT`].
+    pub fn new() -> DeadLetterQuery {
+        DeadLetterQuery::default()
+    }
+
+    /// Set aside by the consumer of this queue.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Set aside for this reason.
+    pub fn reason(mut self, reason: DeadReason) -> Self {
+        self.reason = Some(reason);
+        self
+    }
+
+    /// Of this event.
+    pub fn event_id(mut self, id: EventId) -> Self {
+        self.event_id = Some(id);
+        self
+    }
+
+    /// Set aside at or after `time`.
+    pub fn since(mut self, time: Timestamp) -> Self {
+        self.since = Some(time);
+        self
+    }
+
+    /// Set aside before `time`.
+    pub fn until(mut self, time: Timestamp) -> Self {
+        self.until = Some(time);
+        self
+    }
+
+    /// Only those re-driven (`true`) or not yet re-driven (`false`).
+    pub fn redriven(mut self, redriven: bool) -> Self {
+        self.redriven = Some(redriven);
+        self
+    }
+
+    /// At most `limit` dead letters (ignored by counts).
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// The order by the time they were set aside.
+    pub fn order(mut self, order: Order) -> Self {
+        self.order = order;
+        self
+    }
+}
+
+/// How many rows the store holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    /// Events.
+    pub events: u64,
+    /// Dead letters.
+    pub dead_letters: u64,
+    /// Dead letters never re-driven.
+    pub dead_letters_pending: u64,
+}
+
+/// An event and what it caused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CausationNode {
+    /// The event.
+    pub event: EventRecord,
+    /// The events whose `x-causation-id` is this event's id, oldest first.
+    pub children: Vec<CausationNode>,
+}
+
+/// The causation tree of an event: its causes up to the oldest one recorded (the root), and
+/// everything it caused, transitively.
+///
+/// From the root down to the event asked about (the focus), each level holds only the cause
+/// of the next, not its other effects; below the focus, every effect is included.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CausationTree {
+    /// The oldest cause recorded (the focus itself when it has no recorded cause).
+    pub root: CausationNode,
+    /// The event asked about.
+    pub focus: EventId,
+    /// The root's own `x-causation-id` when that cause is not in the store (a tool call, or
+    /// an event emitted before the logger ran).
+    pub missing_cause: Option<String>,
+    /// Whether the tree was cut at [`MAX_TREE_NODES`] events.
+    pub truncated: bool,
+}
+
+/// The most events a causation tree holds; larger trees are cut and marked truncated.
+pub const MAX_TREE_NODES: usize = 10_000;
+
+impl CausationTree {
+    /// The node of event `id`, if it is in the tree.
+    pub fn find(&self, id: EventId) -> Option<&CausationNode> {
+        fn walk(node: &CausationNode, id: EventId) -> Option<&CausationNode> {
+            if node.event.id == id {
+                return Some(node);
+            }
+            node.children.iter().find_map(|child| walk(child, id))
+        }
+        walk(&self.root, id)
+    }
+
+    /// Every event of the tree, depth first from the root.
+    pub fn events(&self) -> Vec<&EventRecord> {
+        fn walk<'a>(node: &'a CausationNode, out: &mut Vec<&'a EventRecord>) {
+            out.push(&node.event);
+            for child in &node.children {
+                walk(child, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.root, &mut out);
+        out
+    }
+
+    /// The number of events in the tree.
+    pub fn len(&self) -> usize {
+        self.events().len()
+    }
+
+    /// Always false: a tree holds at least its focus.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}

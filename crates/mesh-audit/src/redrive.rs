@@ -1,0 +1,264 @@
+//! Re-drive: a dead letter goes back to the queue of the consumer that gave up on it, and
+//! only there.
+//!
+//! It is published through the default exchange straight into that queue
+//! ([`Target::Queue`]), not to `mesh.events`, which would hand the event again to every
+//! consumer bound to its key. It keeps its event id, routing key, body and headers, less the
+//! dead-letter annotations and the attempt counter, so the consumer starts afresh with its
+//! full retry policy. Once the broker confirmed the publish, the row is marked re-driven
+//! (time, and one more in its count); a dead letter whose publish failed stays as it was.
+
+use std::time::Duration;
+
+use mesh_core::{codec, Properties, PublishOptions, Target, Transport, WireMessage};
+use tracing::{info, warn};
+
+use crate::convert::headers_from_json;
+use crate::error::{Error, ErrorKind};
+use crate::record::{DeadLetterId, DeadLetterQuery, DeadLetterRecord, Order};
+use crate::store::Store;
+
+/// How long one publish may wait for room and for its confirm.
+const PUBLISH_DEADLINE: Duration = Duration::from_secs(30);
+/// Dead letters published before their confirms are awaited and their rows marked.
+const PAGE: usize = 200;
+
+/// The headers a re-driven message drops: the dead-letter annotations (mesh's and the
+/// broker's) and the retry ladder's attempt counter.
+const DROPPED_HEADERS: [&str; 7] = [
+    codec::ATTEMPTS,
+    codec::DEAD_REASON,
+    codec::DEAD_ATTEMPTS,
+    codec::DEAD_ERROR,
+    codec::DEAD_QUEUE,
+    codec::DEAD_TIME,
+    codec::BROKER_DEATH,
+];
+
+/// Which dead letters to re-drive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Redrive {
+    /// This one, whether or not it was re-driven before.
+    One(DeadLetterId),
+    /// Those matching the query, at most its limit, oldest first. Unless the query says
+    /// otherwise ([`DeadLetterQuery::redriven`]), only those not re-driven yet.
+    Matching(DeadLetterQuery),
+    /// Every dead letter not re-driven yet.
+    All,
+}
+
+/// What a re-drive did.
+#[derive(Debug, Default)]
+pub struct RedriveReport {
+    /// Re-driven and marked, in order.
+    pub redriven: Vec<DeadLetterId>,
+    /// Not re-driven, each with why (no failing queue recorded, unroutable, not confirmed).
+    pub failed: Vec<(DeadLetterId, Error)>,
+}
+
+impl Store {
+    /// Re-drives dead letters through `transport` (see the [module docs](crate::redrive)).
+    ///
+    /// [`Redrive::One`] fails with [`ErrorKind::NotFound`] for an unknown id and with the
+    /// publish's error when it could not be re-driven; sets report failures per dead letter.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave dead letters published but not marked: a later
+    /// re-drive sends them again, which the consumer sees as a redelivery (at-least-once).
+    pub async fn redrive(
+        &self,
+        transport: &dyn Transport,
+        which: Redrive,
+    ) -> Result<RedriveReport, Error> {
+        let mut report = RedriveReport::default();
+        match which {
+            Redrive::One(id) => {
+                let found = self.dead_letter_full(id).await?.ok_or_else(|| {
+                    Error::new(ErrorKind::NotFound, format!("no dead letter `{id}`"))
+                })?;
+                self.redrive_page(transport, vec![found], &mut report)
+                    .await?;
+                if let Some((_, error)) = report.failed.pop() {
+                    return Err(error);
+                }
+            }
+            Redrive::Matching(query) => {
+                let query = DeadLetterQuery {
+                    redriven: query.redriven.or(Some(false)),
+                    order: Order::Asc,
+                    ..query
+                };
+                self.redrive_walk(transport, &query, &mut report).await?;
+            }
+            Redrive::All => {
+                let query = DeadLetterQuery::new()
+                    .redriven(false)
+                    .order(Order::Asc)
+                    .limit(usize::MAX);
+                self.redrive_walk(transport, &query, &mut report).await?;
+            }
+        }
+        info!(
+            redriven = report.redriven.len(),
+            failed = report.failed.len(),
+            "re-drive done"
+        );
+        Ok(report)
+    }
+
+    /// Walks the query's rows oldest first, page by page (a keyset walk, so rows marked on
+    /// the way are not skipped or seen twice), until its limit.
+    async fn redrive_walk(
+        &self,
+        transport: &dyn Transport,
+        query: &DeadLetterQuery,
+        report: &mut RedriveReport,
+    ) -> Result<(), Error> {
+        let mut remaining = query.limit;
+        let mut cursor: Option<DeadLetterRecord> = None;
+        while remaining > 0 {
+            let page = self
+                .dead_letter_page(query, cursor.as_ref(), remaining.min(PAGE))
+                .await?;
+            let Some((last, _, _)) = page.last() else {
+                break;
+            };
+            cursor = Some(last.clone());
+            remaining -= page.len();
+            self.redrive_page(transport, page, report).await?;
+        }
+        Ok(())
+    }
+
+    /// Publishes a page, awaits its confirms, and marks the confirmed rows.
+    async fn redrive_page(
+        &self,
+        transport: &dyn Transport,
+        page: Vec<(DeadLetterRecord, Option<String>, Option<i64>)>,
+        report: &mut RedriveReport,
+    ) -> Result<(), Error> {
+        let mut pending = Vec::with_capacity(page.len());
+        for (record, message_id, timestamp) in page {
+            let Some(queue) = record.queue.clone() else {
+                report.failed.push((
+                    record.id,
+                    Error::new(
+                        ErrorKind::NotRedrivable,
+                        format!("dead letter `{}` names no failing queue", record.id),
+                    ),
+                ));
+                continue;
+            };
+            let message = redriven_message(&record, message_id, timestamp);
+            let options = PublishOptions {
+                target: Target::Queue(queue.clone()),
+                // The failing consumer's queue may be gone: then say so, do not drop it.
+                mandatory: true,
+                deadline: Some(PUBLISH_DEADLINE),
+            };
+            match transport.publish(message, options).await {
+                Ok(confirm) => pending.push((record.id, queue, confirm)),
+                Err(e) => report.failed.push((
+                    record.id,
+                    Error::transport(format!("re-driving `{}` to `{queue}`", record.id), e),
+                )),
+            }
+        }
+        let mut confirmed = Vec::with_capacity(pending.len());
+        for (id, queue, confirm) in pending {
+            match confirm.await {
+                Ok(()) => confirmed.push(id),
+                Err(e) => {
+                    warn!(%id, %queue, error = %e, "re-drive not confirmed");
+                    report.failed.push((
+                        id,
+                        Error::transport(format!("re-driving `{id}` to `{queue}`"), e),
+                    ));
+                }
+            }
+        }
+        self.mark_redriven(&confirmed).await?;
+        report.redriven.extend(confirmed);
+        Ok(())
+    }
+}
+
+/// The message a dead letter is re-driven as: its key, body and headers as they were before
+/// it died, persistent, with its properties.
+fn redriven_message(
+    record: &DeadLetterRecord,
+    message_id: Option<String>,
+    timestamp: Option<i64>,
+) -> WireMessage {
+    let mut headers = headers_from_json(&record.headers);
+    for name in DROPPED_HEADERS {
+        headers.remove(name);
+    }
+    WireMessage {
+        routing_key: record.routing_key.clone(),
+        properties: Properties {
+            content_type: record.content_type.clone(),
+            persistent: true,
+            message_id,
+            timestamp: timestamp.and_then(|t| u64::try_from(t).ok()),
+            headers,
+            ..Properties::default()
+        },
+        body: record.body.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mesh_core::{DeadLetter, DeadReason, HeaderValue, Timestamp};
+
+    #[test]
+    fn a_redriven_message_has_no_dead_letter_annotations() {
+        let mut message = WireMessage::new("module.a.b", &b"{}"[..]);
+        message.properties.headers.insert(
+            codec::EVENT_ID.into(),
+            "0190a1f2-0000-7000-8000-000000000001".into(),
+        );
+        codec::set_attempts(&mut message, 3);
+        codec::mark_dead(
+            &mut message,
+            &DeadLetter {
+                reason: DeadReason::MaxAttempts,
+                attempts: 4,
+                last_error: Some("boom".into()),
+                queue: "n.m.events".into(),
+                time: Timestamp::now(),
+            },
+        );
+        message
+            .properties
+            .headers
+            .insert("x-custom".into(), HeaderValue::UInt(7));
+        let row = crate::store::DeadRow::new(&message, &crate::store::now_text());
+        let record = DeadLetterRecord {
+            id: DeadLetterId(uuid::Uuid::nil()),
+            event_id: None,
+            routing_key: row.routing_key.clone(),
+            reason: None,
+            attempts: 0,
+            last_error: None,
+            queue: row.queue.clone(),
+            dead_at: Timestamp::now(),
+            received_at: Timestamp::now(),
+            content_type: Some("application/json".into()),
+            headers: serde_json::from_str(&row.headers).unwrap(),
+            body: message.body.clone(),
+            redriven_at: None,
+            redrive_count: 0,
+        };
+        let out = redriven_message(&record, Some("m".into()), Some(5));
+        let names: Vec<&str> = out.properties.headers.keys().map(String::as_str).collect();
+        assert_eq!(names, vec!["x-custom", "x-event-id"]);
+        assert_eq!(out.routing_key, "module.a.b");
+        assert!(out.properties.persistent);
+        assert_eq!(out.properties.timestamp, Some(5));
+    }
+}

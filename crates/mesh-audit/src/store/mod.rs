@@ -1,0 +1,612 @@
+//! The store: the audit trail and the dead letters, in SQLite or PostgreSQL.
+//!
+//! One `Store` type over either backend. Both have the same tables (`events`, `dead_letters`)
+//! created by their own migrations (`migrations/sqlite`, `migrations/postgres`), embedded in
+//! the binary and applied by [`Store::open`]. The SQL is shared ([`sql`]); only casts and
+//! select lists differ.
+
+mod rows;
+mod sql;
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+use std::time::Duration;
+
+use mesh_core::{codec, EventId, WireMessage};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::QueryBuilder;
+use tracing::{debug, info};
+
+use crate::error::{Error, ErrorKind};
+use crate::options::{Backend, StoreOptions};
+use crate::record::{
+    CausationNode, CausationTree, Counts, DeadLetterId, DeadLetterQuery, DeadLetterRecord,
+    EventQuery, EventRecord, MAX_TREE_NODES,
+};
+
+use rows::{dead_record, event_record, DeadTuple, EventTuple};
+pub(crate) use rows::{now_text, DeadRow, EventRow};
+use sql::{Cursor, Dialect, POSTGRES, SQLITE};
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
+
+/// Rows per `INSERT` statement: the parameters stay well below SQLite's 32,766 and
+/// PostgreSQL's 65,535 (events bind 10 per row, dead letters 14).
+const ROWS_PER_STATEMENT: usize = 1000;
+/// Ids per `IN (…)` list.
+const IDS_PER_STATEMENT: usize = 500;
+
+#[derive(Debug, Clone)]
+enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to the concrete pool and `$d` to its [`Dialect`]: the body
+/// is compiled once per backend, so each gets its own placeholders (`?` or `$n`) and types.
+macro_rules! with_pool {
+    ($store:expr, |$pool:ident, $d:ident| $body:expr) => {
+        match &$store.pool {
+            Pool::Sqlite($pool) => {
+                let $d: &Dialect = &SQLITE;
+                $body
+            }
+            Pool::Postgres($pool) => {
+                let $d: &Dialect = &POSTGRES;
+                $body
+            }
+        }
+    };
+}
+
+/// The audit store. Cheap to clone: clones share one connection pool.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: Pool,
+    options: StoreOptions,
+}
+
+/// What one write stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Written {
+    /// Event rows inserted (the rest were there already).
+    pub(crate) events: u64,
+    /// Dead-letter rows inserted.
+    pub(crate) dead_letters: u64,
+}
+
+impl Store {
+    /// Connects and brings the schema up to date (embedded migrations; safe to run from
+    /// several processes at once).
+    pub async fn open(options: StoreOptions) -> Result<Store, Error> {
+        let url = options.get_url();
+        let pool = match options.backend() {
+            Backend::Sqlite => {
+                let connect = SqliteConnectOptions::from_str(url)
+                    .map_err(|e| {
+                        Error::options(format!("store URL `{}`", options.redacted_url()))
+                            .with_source(e)
+                    })?
+                    // WAL: readers (queries) never block the logger's writes.
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(if options.get_sqlite_synchronous_full() {
+                        SqliteSynchronous::Full
+                    } else {
+                        SqliteSynchronous::Normal
+                    })
+                    .busy_timeout(Duration::from_secs(30));
+                // Every connection to `:memory:` is a database of its own: keep exactly one.
+                let memory = url.contains(":memory:") || url.contains("mode=memory");
+                let mut pool = SqlitePoolOptions::new().max_connections(if memory {
+                    1
+                } else {
+                    options.get_max_connections()
+                });
+                if memory {
+                    pool = pool
+                        .min_connections(1)
+                        .idle_timeout(None)
+                        .max_lifetime(None);
+                }
+                Pool::Sqlite(pool.connect_with(connect).await.map_err(|e| {
+                    Error::database(format!("opening {}", options.redacted_url()), e)
+                })?)
+            }
+            Backend::Postgres => {
+                let connect = PgConnectOptions::from_str(url).map_err(|e| {
+                    Error::options(format!("store URL `{}`", options.redacted_url())).with_source(e)
+                })?;
+                Pool::Postgres(
+                    PgPoolOptions::new()
+                        .max_connections(options.get_max_connections())
+                        .acquire_timeout(Duration::from_secs(30))
+                        .connect_with(connect)
+                        .await
+                        .map_err(|e| {
+                            Error::database(format!("connecting to {}", options.redacted_url()), e)
+                        })?,
+                )
+            }
+        };
+        let store = Store { pool, options };
+        store.migrate().await?;
+        info!(store = %store.options.redacted_url(), backend = %store.backend(), "audit store open");
+        Ok(store)
+    }
+
+    async fn migrate(&self) -> Result<(), Error> {
+        let result = match &self.pool {
+            Pool::Sqlite(pool) => SQLITE_MIGRATIONS.run(pool).await,
+            Pool::Postgres(pool) => POSTGRES_MIGRATIONS.run(pool).await,
+        };
+        result.map_err(|e| Error::new(ErrorKind::Migration, "").with_source(e))
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> Backend {
+        self.options.backend()
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
+    }
+
+    /// Closes the pool, waiting for connections in use to be returned.
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Sqlite(pool) => pool.close().await,
+            Pool::Postgres(pool) => pool.close().await,
+        }
+    }
+
+    /// Records messages as events, as the logger would (each id once). Returns how many were
+    /// new; a message that breaks the contract fails the whole call with
+    /// [`ErrorKind::InvalidMessage`] before anything is written. For imports and tests; the
+    /// logger batches deliveries itself.
+    pub async fn record_events(&self, messages: &[WireMessage]) -> Result<u64, Error> {
+        let received = now_text();
+        let rows = messages
+            .iter()
+            .map(|message| {
+                let envelope = codec::decode(message)
+                    .map_err(|e| Error::options("a message is not an event").with_source(e))?;
+                EventRow::new(&envelope, message, &received).map_err(Error::options)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let written = self
+            .write(&rows, &[])
+            .await
+            .map_err(|e| Error::database("recording events", e))?;
+        Ok(written.events)
+    }
+
+    /// Records messages as dead letters (each dead letter once). Returns how many were new.
+    pub async fn record_dead_letters(&self, messages: &[WireMessage]) -> Result<u64, Error> {
+        let received = now_text();
+        let rows: Vec<DeadRow> = messages
+            .iter()
+            .map(|message| DeadRow::new(message, &received))
+            .collect();
+        let written = self
+            .write(&[], &rows)
+            .await
+            .map_err(|e| Error::database("recording dead letters", e))?;
+        Ok(written.dead_letters)
+    }
+
+    /// Inserts rows in one transaction; a row whose id is stored already is skipped
+    /// (`ON CONFLICT DO NOTHING`). Returns the raw database error so the caller can tell a
+    /// transient failure from a row the database refuses.
+    pub(crate) async fn write(
+        &self,
+        events: &[EventRow],
+        dead: &[DeadRow],
+    ) -> Result<Written, sqlx::Error> {
+        let mut written = Written::default();
+        with_pool!(self, |pool, d| {
+            let mut tx = pool.begin().await?;
+            for chunk in events.chunks(ROWS_PER_STATEMENT) {
+                let mut qb = QueryBuilder::new(
+                    "INSERT INTO events (id, routing_key, source, node, time, causation_id, \
+                     schema, received_at, headers, body) ",
+                );
+                qb.push_values(chunk, |mut b, row| {
+                    b.push_bind(row.id.as_str()).push_unseparated(d.uuid);
+                    b.push_bind(row.routing_key.as_str());
+                    b.push_bind(row.source.as_str());
+                    b.push_bind(row.node.as_str());
+                    b.push_bind(row.time.as_str()).push_unseparated(d.time);
+                    b.push_bind(row.causation_id.as_deref());
+                    b.push_bind(row.schema);
+                    b.push_bind(row.received_at.as_str())
+                        .push_unseparated(d.time);
+                    b.push_bind(row.headers.as_str())
+                        .push_unseparated(d.headers);
+                    b.push_bind(row.body.as_str()).push_unseparated(d.body);
+                });
+                qb.push(" ON CONFLICT (id) DO NOTHING");
+                written.events += qb.build().execute(&mut *tx).await?.rows_affected();
+            }
+            for chunk in dead.chunks(ROWS_PER_STATEMENT) {
+                let mut qb = QueryBuilder::new(
+                    "INSERT INTO dead_letters (id, event_id, routing_key, reason, attempts, \
+                     last_error, queue, dead_at, received_at, content_type, message_id, \
+                     amqp_timestamp, headers, body) ",
+                );
+                qb.push_values(chunk, |mut b, row| {
+                    b.push_bind(row.id.as_str()).push_unseparated(d.uuid);
+                    b.push_bind(row.event_id.as_deref())
+                        .push_unseparated(d.uuid);
+                    b.push_bind(row.routing_key.as_str());
+                    b.push_bind(row.reason.as_deref());
+                    b.push_bind(row.attempts);
+                    b.push_bind(row.last_error.as_deref());
+                    b.push_bind(row.queue.as_deref());
+                    b.push_bind(row.dead_at.as_str()).push_unseparated(d.time);
+                    b.push_bind(row.received_at.as_str())
+                        .push_unseparated(d.time);
+                    b.push_bind(row.content_type.as_deref());
+                    b.push_bind(row.message_id.as_deref());
+                    b.push_bind(row.amqp_timestamp);
+                    b.push_bind(row.headers.as_str())
+                        .push_unseparated(d.headers);
+                    b.push_bind(row.body.as_slice());
+                });
+                qb.push(" ON CONFLICT (id) DO NOTHING");
+                written.dead_letters += qb.build().execute(&mut *tx).await?.rows_affected();
+            }
+            tx.commit().await?;
+        });
+        Ok(written)
+    }
+
+    /// Events matching `query`, in its order, at most its limit.
+    ///
+    /// A pattern is matched exactly as the broker routes: SQL narrows the rows by the
+    /// pattern's literal prefix, the core matcher decides, and pages are fetched until the
+    /// limit is filled or the rows run out, so the limit counts matching events only.
+    pub async fn events(&self, query: &EventQuery) -> Result<Vec<EventRecord>, Error> {
+        let mut found = Vec::new();
+        if query.limit == 0 {
+            return Ok(found);
+        }
+        let pattern = query.pattern.as_deref();
+        let exact = pattern.is_none_or(|p| sql::key_prefilter(p).is_exact());
+        // When the matcher may drop rows, over-fetch so one page usually fills the limit.
+        let page = if exact {
+            query.limit
+        } else {
+            query.limit.saturating_mul(2).clamp(200, 5000)
+        };
+        let mut cursor: Option<Cursor> = None;
+        loop {
+            let rows: Vec<EventTuple> = with_pool!(self, |pool, d| {
+                let mut qb = QueryBuilder::new(format!("SELECT {} FROM events", d.event_columns));
+                sql::push_event_filters(&mut qb, d, query)?;
+                sql::push_page(&mut qb, d, "time", query.order, cursor.as_ref(), page);
+                qb.build_query_as()
+                    .fetch_all(pool)
+                    .await
+                    .map_err(|e| Error::database("listing events", e))?
+            });
+            let fetched = rows.len();
+            for row in rows {
+                cursor = Some(Cursor {
+                    time: row.4.clone(),
+                    id: row.0.clone(),
+                });
+                if sql::key_passes(pattern, &row.1) {
+                    found.push(event_record(row)?);
+                    if found.len() == query.limit {
+                        return Ok(found);
+                    }
+                }
+            }
+            if fetched < page {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// The event with this id.
+    pub async fn event(&self, id: EventId) -> Result<Option<EventRecord>, Error> {
+        let row: Option<EventTuple> = with_pool!(self, |pool, d| {
+            let mut qb = QueryBuilder::new(format!(
+                "SELECT {} FROM events WHERE id = ",
+                d.event_columns
+            ));
+            qb.push_bind(id.to_string()).push(d.uuid);
+            qb.build_query_as()
+                .fetch_optional(pool)
+                .await
+                .map_err(|e| Error::database("reading an event", e))?
+        });
+        row.map(event_record).transpose()
+    }
+
+    /// How many events match `query` (its limit and order aside).
+    pub async fn count_events(&self, query: &EventQuery) -> Result<u64, Error> {
+        match query.pattern.as_deref() {
+            Some(pattern) if !sql::key_prefilter(pattern).is_exact() => Ok(self
+                .event_counts_by_key(query)
+                .await?
+                .into_iter()
+                .map(|(_, n)| n)
+                .sum()),
+            _ => {
+                let count: i64 = with_pool!(self, |pool, d| {
+                    let mut qb = QueryBuilder::new("SELECT count(*) FROM events");
+                    sql::push_event_filters(&mut qb, d, query)?;
+                    qb.build_query_scalar()
+                        .fetch_one(pool)
+                        .await
+                        .map_err(|e| Error::database("counting events", e))?
+                });
+                Ok(u64::try_from(count).unwrap_or(0))
+            }
+        }
+    }
+
+    /// How many events match `query`, per routing key, by key.
+    pub async fn event_counts_by_key(
+        &self,
+        query: &EventQuery,
+    ) -> Result<Vec<(String, u64)>, Error> {
+        let rows: Vec<(String, i64)> = with_pool!(self, |pool, d| {
+            let mut qb = QueryBuilder::new("SELECT routing_key, count(*) FROM events");
+            sql::push_event_filters(&mut qb, d, query)?;
+            qb.push(" GROUP BY routing_key ORDER BY routing_key");
+            qb.build_query_as()
+                .fetch_all(pool)
+                .await
+                .map_err(|e| Error::database("counting events by key", e))?
+        });
+        let pattern = query.pattern.as_deref();
+        Ok(rows
+            .into_iter()
+            .filter(|(key, _)| sql::key_passes(pattern, key))
+            .map(|(key, n)| (key, u64::try_from(n).unwrap_or(0)))
+            .collect())
+    }
+
+    /// How many events and dead letters the store holds.
+    pub async fn counts(&self) -> Result<Counts, Error> {
+        let (events, dead_letters, pending): (i64, i64, i64) = with_pool!(self, |pool, _d| {
+            sqlx::query_as(
+                "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM dead_letters), \
+                 (SELECT count(*) FROM dead_letters WHERE redriven_at IS NULL)",
+            )
+            .fetch_one(pool)
+            .await
+            .map_err(|e| Error::database("counting", e))?
+        });
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        Ok(Counts {
+            events: n(events),
+            dead_letters: n(dead_letters),
+            dead_letters_pending: n(pending),
+        })
+    }
+
+    /// The causation tree of event `id`: its causes up to the oldest one stored, and
+    /// everything it caused, transitively (see [`CausationTree`]). `None` when the event is
+    /// not stored.
+    pub async fn causation_tree(&self, id: EventId) -> Result<Option<CausationTree>, Error> {
+        let Some(focus) = self.event(id).await? else {
+            return Ok(None);
+        };
+        // Up: follow causation ids while they name stored events. A cycle (which only a
+        // forged id can make) stops at the first event seen twice.
+        let mut seen: HashSet<EventId> = HashSet::from([focus.id]);
+        let mut ancestors: Vec<EventRecord> = Vec::new();
+        let mut missing_cause = None;
+        let mut current = focus.causation_id.clone();
+        while let Some(cause) = current.take() {
+            let parent = match cause.parse::<EventId>() {
+                Ok(cause_id) if !seen.contains(&cause_id) => self.event(cause_id).await?,
+                Ok(_) => break,
+                Err(_) => None,
+            };
+            match parent {
+                Some(parent) => {
+                    seen.insert(parent.id);
+                    current = parent.causation_id.clone();
+                    ancestors.push(parent);
+                }
+                None => missing_cause = Some(cause),
+            }
+        }
+
+        // Down: everything the focus caused, level by level.
+        let mut children_of: HashMap<EventId, Vec<EventRecord>> = HashMap::new();
+        let mut level = vec![focus.id];
+        let mut total = 1 + ancestors.len();
+        let mut truncated = false;
+        while !level.is_empty() && !truncated {
+            let mut next = Vec::new();
+            for chunk in level.chunks(IDS_PER_STATEMENT) {
+                for child in self.caused_by(chunk).await? {
+                    if !seen.insert(child.id) {
+                        continue;
+                    }
+                    if total == MAX_TREE_NODES {
+                        truncated = true;
+                        break;
+                    }
+                    total += 1;
+                    next.push(child.id);
+                    let parent = child
+                        .causation_id
+                        .as_deref()
+                        .and_then(|c| c.parse::<EventId>().ok());
+                    if let Some(parent) = parent {
+                        children_of.entry(parent).or_default().push(child);
+                    }
+                }
+                if truncated {
+                    break;
+                }
+            }
+            level = next;
+        }
+
+        fn build(
+            event: EventRecord,
+            children_of: &mut HashMap<EventId, Vec<EventRecord>>,
+        ) -> CausationNode {
+            let children = children_of
+                .remove(&event.id)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|child| build(child, children_of))
+                .collect();
+            CausationNode { event, children }
+        }
+        let mut node = build(focus, &mut children_of);
+        for ancestor in ancestors {
+            node = CausationNode {
+                event: ancestor,
+                children: vec![node],
+            };
+        }
+        Ok(Some(CausationTree {
+            root: node,
+            focus: id,
+            missing_cause,
+            truncated,
+        }))
+    }
+
+    /// Events whose causation id is one of `ids`, oldest first.
+    async fn caused_by(&self, ids: &[EventId]) -> Result<Vec<EventRecord>, Error> {
+        let rows: Vec<EventTuple> = with_pool!(self, |pool, d| {
+            let mut qb = QueryBuilder::new(format!(
+                "SELECT {} FROM events WHERE causation_id IN (",
+                d.event_columns
+            ));
+            let mut list = qb.separated(", ");
+            for id in ids {
+                list.push_bind(id.to_string());
+            }
+            qb.push(") ORDER BY time, id");
+            qb.build_query_as()
+                .fetch_all(pool)
+                .await
+                .map_err(|e| Error::database("reading caused events", e))?
+        });
+        rows.into_iter().map(event_record).collect()
+    }
+
+    /// Dead letters matching `query`, in its order, at most its limit.
+    pub async fn dead_letters(
+        &self,
+        query: &DeadLetterQuery,
+    ) -> Result<Vec<DeadLetterRecord>, Error> {
+        Ok(self
+            .dead_letter_page(query, None, query.limit)
+            .await?
+            .into_iter()
+            .map(|(record, _, _)| record)
+            .collect())
+    }
+
+    /// The dead letter with this id.
+    pub async fn dead_letter(&self, id: DeadLetterId) -> Result<Option<DeadLetterRecord>, Error> {
+        Ok(self
+            .dead_letter_full(id)
+            .await?
+            .map(|(record, _, _)| record))
+    }
+
+    /// How many dead letters match `query` (its limit and order aside).
+    pub async fn count_dead_letters(&self, query: &DeadLetterQuery) -> Result<u64, Error> {
+        let count: i64 = with_pool!(self, |pool, d| {
+            let mut qb = QueryBuilder::new("SELECT count(*) FROM dead_letters");
+            sql::push_dead_filters(&mut qb, d, query)?;
+            qb.build_query_scalar()
+                .fetch_one(pool)
+                .await
+                .map_err(|e| Error::database("counting dead letters", e))?
+        });
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// A dead letter with the properties re-drive needs.
+    pub(crate) async fn dead_letter_full(
+        &self,
+        id: DeadLetterId,
+    ) -> Result<Option<(DeadLetterRecord, Option<String>, Option<i64>)>, Error> {
+        let row: Option<DeadTuple> = with_pool!(self, |pool, d| {
+            let mut qb = QueryBuilder::new(format!(
+                "SELECT {} FROM dead_letters WHERE id = ",
+                d.dead_columns
+            ));
+            qb.push_bind(id.to_string()).push(d.uuid);
+            qb.build_query_as()
+                .fetch_optional(pool)
+                .await
+                .map_err(|e| Error::database("reading a dead letter", e))?
+        });
+        row.map(dead_record).transpose()
+    }
+
+    /// One page of dead letters after `cursor`, with the properties re-drive needs.
+    pub(crate) async fn dead_letter_page(
+        &self,
+        query: &DeadLetterQuery,
+        cursor: Option<&DeadLetterRecord>,
+        limit: usize,
+    ) -> Result<Vec<(DeadLetterRecord, Option<String>, Option<i64>)>, Error> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let cursor = cursor
+            .map(|c| -> Result<Cursor, Error> {
+                Ok(Cursor {
+                    time: crate::convert::time_to_text(c.dead_at)?,
+                    id: c.id.to_string(),
+                })
+            })
+            .transpose()?;
+        let rows: Vec<DeadTuple> = with_pool!(self, |pool, d| {
+            let mut qb = QueryBuilder::new(format!("SELECT {} FROM dead_letters", d.dead_columns));
+            sql::push_dead_filters(&mut qb, d, query)?;
+            sql::push_page(&mut qb, d, "dead_at", query.order, cursor.as_ref(), limit);
+            qb.build_query_as()
+                .fetch_all(pool)
+                .await
+                .map_err(|e| Error::database("listing dead letters", e))?
+        });
+        rows.into_iter().map(dead_record).collect()
+    }
+
+    /// Marks dead letters re-driven now (time, and one more in the count).
+    pub(crate) async fn mark_redriven(&self, ids: &[DeadLetterId]) -> Result<(), Error> {
+        let now = now_text();
+        for chunk in ids.chunks(IDS_PER_STATEMENT) {
+            with_pool!(self, |pool, d| {
+                let mut qb = QueryBuilder::new("UPDATE dead_letters SET redriven_at = ");
+                qb.push_bind(now.clone())
+                    .push(d.time)
+                    .push(", redrive_count = redrive_count + 1 WHERE id IN (");
+                let mut list = qb.separated(", ");
+                for id in chunk {
+                    list.push_bind(id.to_string()).push_unseparated(d.uuid);
+                }
+                qb.push(")");
+                qb.build()
+                    .execute(pool)
+                    .await
+                    .map_err(|e| Error::database("marking dead letters re-driven", e))?;
+            });
+        }
+        debug!(count = ids.len(), "dead letters marked re-driven");
+        Ok(())
+    }
+}

@@ -1,0 +1,304 @@
+//! The SQL both backends share, and where they differ.
+//!
+//! Values are bound as text, integers or bytes on both backends, and PostgreSQL casts them
+//! to its column types (`$1::uuid`, `$2::timestamptz`, `$3::jsonb`); selected columns are
+//! cast back to text in the stored time format, so one row mapping serves both.
+
+use mesh_core::topic_matches;
+use sqlx::{Database, Encode, QueryBuilder, Type};
+
+use crate::convert::time_to_text;
+use crate::error::Error;
+use crate::record::{DeadLetterQuery, EventQuery, Order};
+
+/// How one backend spells what differs.
+#[derive(Debug)]
+pub(crate) struct Dialect {
+    /// Cast after a bound event or dead-letter id.
+    pub(crate) uuid: &'static str,
+    /// Cast after a bound time.
+    pub(crate) time: &'static str,
+    /// Cast after bound headers.
+    pub(crate) headers: &'static str,
+    /// Cast after an event's bound body.
+    pub(crate) body: &'static str,
+    /// The select list of an event, in [`super::rows::EventTuple`]'s order.
+    pub(crate) event_columns: &'static str,
+    /// The select list of a dead letter, in [`super::rows::DeadTuple`]'s order.
+    pub(crate) dead_columns: &'static str,
+}
+
+pub(crate) const SQLITE: Dialect = Dialect {
+    uuid: "",
+    time: "",
+    headers: "",
+    body: "",
+    event_columns: "id, routing_key, source, node, time, causation_id, schema, received_at, \
+                    headers, body",
+    dead_columns: "id, event_id, routing_key, reason, attempts, last_error, queue, dead_at, \
+                   received_at, content_type, message_id, amqp_timestamp, headers, body, \
+                   redriven_at, redrive_count",
+};
+
+/// `to_char` in the stored time format, in UTC whatever the session's time zone.
+macro_rules! pg_time {
+    ($column:literal) => {
+        concat!(
+            "to_char(",
+            $column,
+            " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        )
+    };
+}
+
+pub(crate) const POSTGRES: Dialect = Dialect {
+    uuid: "::uuid",
+    time: "::timestamptz",
+    headers: "::jsonb",
+    body: "::json",
+    event_columns: concat!(
+        "id::text, routing_key, source, node, ",
+        pg_time!("time"),
+        ", causation_id, schema::int8, ",
+        pg_time!("received_at"),
+        ", headers::text, body::text"
+    ),
+    dead_columns: concat!(
+        "id::text, event_id::text, routing_key, reason, attempts::int8, last_error, queue, ",
+        pg_time!("dead_at"),
+        ", ",
+        pg_time!("received_at"),
+        ", content_type, message_id, amqp_timestamp, headers::text, body, ",
+        pg_time!("redriven_at"),
+        ", redrive_count::int8"
+    ),
+};
+
+/// What SQL can decide about a routing key from a topic pattern, always a superset of what
+/// the pattern matches (SQL `LIKE` cannot express `*` and `#`; see [`key_prefilter`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum KeyPrefilter {
+    /// The pattern has no wildcard: it matches exactly this key (and SQL decides alone).
+    Exact(String),
+    /// The key starts with `prefix` followed by a `.`, or (when `or_equal`) is `prefix`.
+    Prefix { prefix: String, or_equal: bool },
+    /// The pattern starts with a wildcard: SQL cannot narrow it.
+    Any,
+}
+
+impl KeyPrefilter {
+    /// Whether SQL alone decides the match, so no row needs the matcher.
+    pub(crate) fn is_exact(&self) -> bool {
+        matches!(self, KeyPrefilter::Exact(_))
+    }
+}
+
+/// The prefilter of a pattern: its literal words before the first wildcard. A `*` after them
+/// needs one more word (`a.*` wants `a.` and more); a `#` needs zero or more (`a.#` matches
+/// `a` itself).
+pub(crate) fn key_prefilter(pattern: &str) -> KeyPrefilter {
+    // RabbitMQ's split: the empty pattern has no words.
+    let words: Vec<&str> = if pattern.is_empty() {
+        Vec::new()
+    } else {
+        pattern.split('.').collect()
+    };
+    let Some(first_wildcard) = words.iter().position(|w| *w == "*" || *w == "#") else {
+        return KeyPrefilter::Exact(pattern.to_owned());
+    };
+    if first_wildcard == 0 {
+        return KeyPrefilter::Any;
+    }
+    KeyPrefilter::Prefix {
+        prefix: words[..first_wildcard].join("."),
+        or_equal: words[first_wildcard] == "#",
+    }
+}
+
+/// `prefix` as a `LIKE` pattern matching `prefix.` and anything after, with `\` escaping.
+fn like_prefix(prefix: &str) -> String {
+    let mut like = String::with_capacity(prefix.len() + 3);
+    for c in prefix.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            like.push('\\');
+        }
+        like.push(c);
+    }
+    like.push_str(".%");
+    like
+}
+
+/// Whether a stored key passes the pattern (the matcher, after the prefilter).
+pub(crate) fn key_passes(pattern: Option<&str>, key: &str) -> bool {
+    pattern.is_none_or(|p| topic_matches(p, key))
+}
+
+/// The point after which the next page starts: (time, id) of the last row seen.
+#[derive(Debug, Clone)]
+pub(crate) struct Cursor {
+    pub(crate) time: String,
+    pub(crate) id: String,
+}
+
+/// ` WHERE …` for an event query (the pattern as its prefilter only).
+pub(crate) fn push_event_filters<'a, DB>(
+    qb: &mut QueryBuilder<'a, DB>,
+    d: &Dialect,
+    query: &EventQuery,
+) -> Result<(), Error>
+where
+    DB: Database,
+    String: Encode<'a, DB> + Type<DB>,
+{
+    qb.push(" WHERE 1 = 1");
+    if let Some(pattern) = &query.pattern {
+        match key_prefilter(pattern) {
+            KeyPrefilter::Exact(key) => {
+                qb.push(" AND routing_key = ").push_bind(key);
+            }
+            KeyPrefilter::Prefix { prefix, or_equal } => {
+                let like = like_prefix(&prefix);
+                if or_equal {
+                    qb.push(" AND (routing_key = ")
+                        .push_bind(prefix)
+                        .push(" OR routing_key LIKE ")
+                        .push_bind(like)
+                        .push(" ESCAPE '\\')");
+                } else {
+                    qb.push(" AND routing_key LIKE ")
+                        .push_bind(like)
+                        .push(" ESCAPE '\\'");
+                }
+            }
+            KeyPrefilter::Any => {}
+        }
+    }
+    if let Some(source) = &query.source {
+        qb.push(" AND source = ").push_bind(source.clone());
+    }
+    if let Some(node) = &query.node {
+        qb.push(" AND node = ").push_bind(node.clone());
+    }
+    if let Some(since) = query.since {
+        qb.push(" AND time >= ")
+            .push_bind(time_to_text(since)?)
+            .push(d.time);
+    }
+    if let Some(until) = query.until {
+        qb.push(" AND time < ")
+            .push_bind(time_to_text(until)?)
+            .push(d.time);
+    }
+    Ok(())
+}
+
+/// ` WHERE …` for a dead-letter query.
+pub(crate) fn push_dead_filters<'a, DB>(
+    qb: &mut QueryBuilder<'a, DB>,
+    d: &Dialect,
+    query: &DeadLetterQuery,
+) -> Result<(), Error>
+where
+    DB: Database,
+    String: Encode<'a, DB> + Type<DB>,
+{
+    qb.push(" WHERE 1 = 1");
+    if let Some(queue) = &query.queue {
+        qb.push(" AND queue = ").push_bind(queue.clone());
+    }
+    if let Some(reason) = query.reason {
+        qb.push(" AND reason = ")
+            .push_bind(reason.as_str().to_owned());
+    }
+    if let Some(id) = query.event_id {
+        qb.push(" AND event_id = ")
+            .push_bind(id.to_string())
+            .push(d.uuid);
+    }
+    if let Some(since) = query.since {
+        qb.push(" AND dead_at >= ")
+            .push_bind(time_to_text(since)?)
+            .push(d.time);
+    }
+    if let Some(until) = query.until {
+        qb.push(" AND dead_at < ")
+            .push_bind(time_to_text(until)?)
+            .push(d.time);
+    }
+    match query.redriven {
+        Some(true) => {
+            qb.push(" AND redriven_at IS NOT NULL");
+        }
+        Some(false) => {
+            qb.push(" AND redriven_at IS NULL");
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+/// ` AND (time, id) after the cursor` in the query's order, then ` ORDER BY … LIMIT n`.
+pub(crate) fn push_page<'a, DB>(
+    qb: &mut QueryBuilder<'a, DB>,
+    d: &Dialect,
+    time_column: &str,
+    order: Order,
+    cursor: Option<&Cursor>,
+    limit: usize,
+) where
+    DB: Database,
+    String: Encode<'a, DB> + Type<DB>,
+    i64: Encode<'a, DB> + Type<DB>,
+{
+    let (op, direction) = match order {
+        Order::Asc => (">", "ASC"),
+        Order::Desc => ("<", "DESC"),
+    };
+    if let Some(cursor) = cursor {
+        qb.push(format!(" AND ({time_column} {op} "))
+            .push_bind(cursor.time.clone())
+            .push(d.time)
+            .push(format!(" OR ({time_column} = "))
+            .push_bind(cursor.time.clone())
+            .push(d.time)
+            .push(format!(" AND id {op} "))
+            .push_bind(cursor.id.clone())
+            .push(d.uuid)
+            .push("))");
+    }
+    qb.push(format!(
+        " ORDER BY {time_column} {direction}, id {direction} LIMIT "
+    ))
+    .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefilters_are_supersets() {
+        assert_eq!(
+            key_prefilter("module.a.b"),
+            KeyPrefilter::Exact("module.a.b".into())
+        );
+        assert_eq!(key_prefilter(""), KeyPrefilter::Exact(String::new()));
+        assert_eq!(key_prefilter("#"), KeyPrefilter::Any);
+        assert_eq!(key_prefilter("*.a.b"), KeyPrefilter::Any);
+        assert_eq!(
+            key_prefilter("module.a.#"),
+            KeyPrefilter::Prefix {
+                prefix: "module.a".into(),
+                or_equal: true
+            }
+        );
+        assert_eq!(
+            key_prefilter("module.*.b.#"),
+            KeyPrefilter::Prefix {
+                prefix: "module".into(),
+                or_equal: false
+            }
+        );
+        assert_eq!(like_prefix("a_b%c\\"), "a\\_b\\%c\\\\.%");
+    }
+}

@@ -1,0 +1,434 @@
+//! The logger on the in-process transport: batching by time, shutdown, contract breakers
+//! and re-drive, without a broker.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::TempStore;
+use mesh::{Bus, HandlerError, MemoryBroker};
+use mesh_audit::{AuditLogger, AuditOptions, DeadLetterQuery, EventQuery, Redrive, Store};
+use mesh_core::{naming, DeadReason, PublishOptions, Transport, WireMessage};
+use mesh_testkit::eventually;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+struct Running {
+    logger: AuditLogger,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), mesh_audit::Error>>,
+}
+
+async fn start(broker: &MemoryBroker, store: Store, options: AuditOptions) -> Running {
+    let logger = AuditLogger::new(store, options);
+    let shutdown = CancellationToken::new();
+    let task = {
+        let (logger, shutdown) = (logger.clone(), shutdown.clone());
+        let transport = broker.transport();
+        tokio::spawn(async move { logger.run(&transport, &shutdown).await })
+    };
+    let broker = broker.clone();
+    eventually(WAIT, "the audit queue's consumer", || {
+        let attached = broker.consumer_count("n1.audit-logger.events").unwrap_or(0)
+            + broker.consumer_count(naming::DEAD_QUEUE).unwrap_or(0);
+        async move { (attached == 2).then_some(()) }
+    })
+    .await;
+    Running {
+        logger,
+        shutdown,
+        task,
+    }
+}
+
+impl Running {
+    async fn stop(self) -> Result<(), mesh_audit::Error> {
+        self.shutdown.cancel();
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .expect("the logger stops")
+            .expect("the logger task does not panic")
+    }
+}
+
+async fn emitter(broker: &MemoryBroker, module: &str) -> anyhow::Result<Bus> {
+    Ok(Bus::builder()
+        .node("n1")
+        .module(module)
+        .start(Arc::new(broker.transport()))
+        .await?)
+}
+
+async fn count(store: &Store) -> u64 {
+    store.counts().await.expect("counting").events
+}
+
+#[tokio::test]
+async fn a_trickle_is_stored_without_waiting_for_a_full_batch() -> anyhow::Result<()> {
+    let temp = TempStore::sqlite();
+    let store = temp.open().await?;
+    let broker = MemoryBroker::new();
+    let logger = start(&broker, store.clone(), AuditOptions::new().node("n1")).await;
+    let bus = emitter(&broker, "shop").await?;
+    let id = bus
+        .emit_json("order.placed", &serde_json::json!({"n": 1}))
+        .await?;
+    // One event, a batch of 500: stored after the batch wait (50 ms), well within the
+    // timeout, and acked only then.
+    eventually(WAIT, "the single event stored", || {
+        let store = store.clone();
+        async move { store.event(id).await.ok().flatten() }
+    })
+    .await;
+    eventually(WAIT, "the event acked", || {
+        let unacked = broker.unacked("n1.audit-logger.events");
+        let ready = broker.queue_depth("n1.audit-logger.events");
+        async move { (unacked == Some(0) && ready == Some(0)).then_some(()) }
+    })
+    .await;
+    assert_eq!(logger.logger.stats().events_stored, 1);
+    logger.stop().await?;
+    bus.drain().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn shutdown_commits_and_acks_the_open_batch() -> anyhow::Result<()> {
+    let temp = TempStore::sqlite();
+    let store = temp.open().await?;
+    let broker = MemoryBroker::new();
+    // A batch that would stay open for an hour: only the shutdown can close it.
+    let options = AuditOptions::new()
+        .node("n1")
+        .batch_size(1000)
+        .batch_wait(Duration::from_secs(3600));
+    let logger = start(&broker, store.clone(), options).await;
+    let bus = emitter(&broker, "shop").await?;
+    for n in 0..10 {
+        bus.emit_json("order.placed", &serde_json::json!({ "n": n }))
+            .await?;
+    }
+    eventually(WAIT, "ten deliveries handed to the logger", || {
+        let unacked = broker.unacked("n1.audit-logger.events");
+        async move { (unacked == Some(10)).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        count(&store).await,
+        0,
+        "nothing committed before the batch closes"
+    );
+    logger.stop().await?;
+    assert_eq!(count(&store).await, 10);
+    assert_eq!(broker.unacked("n1.audit-logger.events"), Some(0));
+    assert_eq!(broker.queue_depth("n1.audit-logger.events"), Some(0));
+    bus.drain().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_batch_closes_at_its_size() -> anyhow::Result<()> {
+    let temp = TempStore::sqlite();
+    let store = temp.open().await?;
+    let broker = MemoryBroker::new();
+    let options = AuditOptions::new()
+        .node("n1")
+        .batch_size(5)
+        .batch_wait(Duration::from_secs(3600));
+    let logger = start(&broker, store.clone(), options).await;
+    let bus = emitter(&broker, "shop").await?;
+    for n in 0..12 {
+        bus.emit_json("order.placed", &serde_json::json!({ "n": n }))
+            .await?;
+    }
+    // Two full batches commit at once; the last two events wait for the (hour-long) wait.
+    eventually(WAIT, "two full batches", || {
+        let store = store.clone();
+        async move { (count(&store).await == 10).then_some(()) }
+    })
+    .await;
+    // Acks follow each commit; the two left over stay unacked in the open batch.
+    eventually(WAIT, "the two batches acked", || {
+        let unacked = broker.unacked("n1.audit-logger.events");
+        async move { (unacked == Some(2)).then_some(()) }
+    })
+    .await;
+    let stats = logger.logger.stats();
+    assert_eq!((stats.batches, stats.events_stored), (2, 10));
+    logger.stop().await?;
+    assert_eq!(count(&store).await, 12);
+    bus.drain().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_event_that_breaks_the_contract_is_dead_lettered_and_kept() -> anyhow::Result<()> {
+    let temp = TempStore::sqlite();
+    let store = temp.open().await?;
+    let broker = MemoryBroker::new();
+    let logger = start(&broker, store.clone(), AuditOptions::new().node("n1")).await;
+    // No headers at all, and a body that is not JSON.
+    let transport = broker.transport();
+    let garbage = WireMessage::new(
+        "module.rogue.thing.happened",
+        Bytes::from_static(b"not json"),
+    );
+    transport
+        .publish(garbage, PublishOptions::default())
+        .await?
+        .await?;
+    let dead = eventually(
+        WAIT,
+        "the contract breaker in the dead-letter store",
+        || {
+            let store = store.clone();
+            async move {
+                let found = store.dead_letters(&DeadLetterQuery::new()).await.ok()?;
+                found.into_iter().next()
+            }
+        },
+    )
+    .await;
+    assert_eq!(dead.reason, Some(DeadReason::Undecodable));
+    assert_eq!(dead.queue.as_deref(), Some("n1.audit-logger.events"));
+    assert_eq!(dead.event_id, None);
+    assert_eq!(dead.body.as_ref(), b"not json");
+    assert!(dead
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e.contains("x-event-id")));
+    assert_eq!(count(&store).await, 0);
+    assert_eq!(logger.logger.stats().rejected, 1);
+    logger.stop().await?;
+    transport.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_redriven_dead_letter_reaches_its_consumer_only() -> anyhow::Result<()> {
+    let temp = TempStore::sqlite();
+    let store = temp.open().await?;
+    let broker = MemoryBroker::new();
+    let logger = start(&broker, store.clone(), AuditOptions::new().node("n1")).await;
+
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let billing_seen: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let billing = {
+        let (failing, seen) = (failing.clone(), billing_seen.clone());
+        Bus::builder()
+            .node("n1")
+            .module("billing")
+            .on_raw(["module.shop.order.placed"], move |incoming| {
+                let (failing, seen) = (failing.clone(), seen.clone());
+                async move {
+                    if failing.load(Ordering::SeqCst) {
+                        return Err(HandlerError::permanent("billing is down"));
+                    }
+                    seen.lock().expect("lock").push(incoming.meta.attempt);
+                    Ok(())
+                }
+            })
+            .start(Arc::new(broker.transport()))
+            .await?
+    };
+    let mailer_calls = Arc::new(AtomicUsize::new(0));
+    let mailer = {
+        let calls = mailer_calls.clone();
+        Bus::builder()
+            .node("n1")
+            .module("mailer")
+            .on_raw(["module.shop.order.placed"], move |_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async { Ok(()) }
+            })
+            .start(Arc::new(broker.transport()))
+            .await?
+    };
+    let shop = emitter(&broker, "shop").await?;
+    let id = shop
+        .emit_json("order.placed", &serde_json::json!({"order": 7}))
+        .await?;
+    let dead = eventually(WAIT, "the dead letter stored", || {
+        let store = store.clone();
+        async move {
+            store
+                .dead_letters(&DeadLetterQuery::new().event_id(id))
+                .await
+                .ok()?
+                .into_iter()
+                .next()
+        }
+    })
+    .await;
+    assert_eq!(dead.reason, Some(DeadReason::Permanent));
+    assert_eq!(dead.queue.as_deref(), Some("n1.billing.events"));
+    assert_eq!(mailer_calls.load(Ordering::SeqCst), 1);
+
+    failing.store(false, Ordering::SeqCst);
+    let report = store.redrive(&broker.transport(), Redrive::All).await?;
+    assert_eq!(report.redriven, vec![dead.id]);
+    eventually(WAIT, "billing handling the re-driven event", || {
+        let seen = billing_seen.lock().expect("lock").clone();
+        async move { (!seen.is_empty()).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        *billing_seen.lock().expect("lock"),
+        vec![1],
+        "the consumer starts afresh: first attempt"
+    );
+    assert_eq!(broker.queue_depth("n1.mailer.events"), Some(0));
+    assert_eq!(
+        mailer_calls.load(Ordering::SeqCst),
+        1,
+        "the mailer did not see it again"
+    );
+    let marked = store.dead_letter(dead.id).await?.expect("still listed");
+    assert_eq!(marked.redrive_count, 1);
+    assert!(marked.redriven_at.is_some());
+    // Nothing pending: a second re-drive of all does nothing.
+    let again = store.redrive(&broker.transport(), Redrive::All).await?;
+    assert!(again.redriven.is_empty() && again.failed.is_empty());
+    // The audit trail has the event once: the re-drive did not pass through `mesh.events`.
+    assert_eq!(
+        store
+            .count_events(&EventQuery::new().pattern("module.shop.#"))
+            .await?,
+        1
+    );
+
+    logger.stop().await?;
+    for bus in [billing, mailer, shop] {
+        bus.drain().await?;
+    }
+    Ok(())
+}
+
+/// A row the database refuses (here a rule added to the test's own schema, standing in for
+/// any value a database may refuse): the batch is split, the rest of it stored, and the
+/// refused event dead-lettered with the database's error, not lost.
+async fn an_event_the_database_refuses_is_dead_lettered_not_lost(
+    backend: mesh_audit::Backend,
+) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    match backend {
+        mesh_audit::Backend::Postgres => {
+            let mut db = sqlx::PgConnection::connect(temp.url()).await?;
+            sqlx::query(
+                "ALTER TABLE events ADD CONSTRAINT no_poison \
+                 CHECK (routing_key <> 'module.shop.poison.sent')",
+            )
+            .execute(&mut db)
+            .await?;
+        }
+        _ => {
+            let mut db = sqlx::SqliteConnection::connect(temp.url()).await?;
+            sqlx::query(
+                "CREATE TRIGGER no_poison BEFORE INSERT ON events \
+                 WHEN NEW.routing_key = 'module.shop.poison.sent' \
+                 BEGIN SELECT RAISE(ABORT, 'poison refused'); END",
+            )
+            .execute(&mut db)
+            .await?;
+        }
+    }
+    let broker = MemoryBroker::new();
+    let logger = start(&broker, store.clone(), AuditOptions::new().node("n1")).await;
+    let shop = emitter(&broker, "shop").await?;
+    let mut ids = Vec::new();
+    for name in ["order.placed", "poison.sent", "order.paid"] {
+        ids.push(shop.emit_json(name, &serde_json::json!({})).await?);
+    }
+    let stats = logger.logger.clone();
+    eventually(WAIT, "all three events settled", || {
+        let s = stats.stats();
+        async move { (s.events_stored + s.rejected == 3).then_some(()) }
+    })
+    .await;
+    assert_eq!(logger.logger.stats().events_stored, 2);
+    assert!(store.event(ids[0]).await?.is_some());
+    assert!(store.event(ids[1]).await?.is_none());
+    assert!(store.event(ids[2]).await?.is_some());
+    let dead = eventually(WAIT, "the refused event as a dead letter", || {
+        let store = store.clone();
+        let id = ids[1];
+        async move {
+            store
+                .dead_letters(&DeadLetterQuery::new().event_id(id))
+                .await
+                .ok()?
+                .into_iter()
+                .next()
+        }
+    })
+    .await;
+    assert_eq!(dead.reason, Some(DeadReason::Permanent));
+    assert_eq!(dead.queue.as_deref(), Some("n1.audit-logger.events"));
+    assert!(dead
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e.contains("audit store refused")));
+    assert_eq!(broker.queue_depth("n1.audit-logger.events"), Some(0));
+    logger.stop().await?;
+    shop.drain().await?;
+    store.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_event_the_database_refuses_is_dead_lettered_not_lost_sqlite() -> anyhow::Result<()> {
+    an_event_the_database_refuses_is_dead_lettered_not_lost(mesh_audit::Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn an_event_the_database_refuses_is_dead_lettered_not_lost_postgres() -> anyhow::Result<()> {
+    an_event_the_database_refuses_is_dead_lettered_not_lost(mesh_audit::Backend::Postgres).await
+}
+
+/// Values at the edges of their types: the largest `x-schema`, and a body with an escaped
+/// U+0000 and a lone surrogate escape, which the decoder accepts. Both stores keep them.
+async fn values_at_the_edges_are_stored(backend: mesh_audit::Backend) -> anyhow::Result<()> {
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    let body: &'static [u8] = br#"{"nul": "\u0000", "lone": "\ud800"}"#;
+    let envelope = mesh_core::Envelope {
+        id: mesh_core::EventId::new(),
+        key: mesh_core::RoutingKey::parse("module.shop.order.placed")?,
+        source: "shop".into(),
+        node: "n1".into(),
+        time: mesh_core::Timestamp::now(),
+        causation_id: Some("not-a-uuid".into()),
+        schema: Some(mesh_core::SchemaVersion(u32::MAX)),
+        extra_headers: mesh_core::Headers::new(),
+        body: Bytes::from_static(body),
+    };
+    assert_eq!(
+        store
+            .record_events(&[mesh_core::codec::encode(&envelope)])
+            .await?,
+        1
+    );
+    let stored = store.event(envelope.id).await?.expect("stored");
+    assert_eq!(stored.schema, Some(u32::MAX));
+    assert_eq!(stored.body.as_bytes(), body);
+    assert_eq!(stored.causation_id.as_deref(), Some("not-a-uuid"));
+    store.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn values_at_the_edges_are_stored_sqlite() -> anyhow::Result<()> {
+    values_at_the_edges_are_stored(mesh_audit::Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn values_at_the_edges_are_stored_postgres() -> anyhow::Result<()> {
+    values_at_the_edges_are_stored(mesh_audit::Backend::Postgres).await
+}

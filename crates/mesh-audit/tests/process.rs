@@ -1,0 +1,158 @@
+//! The `mesh-audit` binary as a process: killed with SIGKILL in the middle of ingesting, it
+//! loses nothing and stores nothing twice once restarted; SIGTERM stops it gracefully with
+//! exit code 0.
+
+mod common;
+
+use std::collections::HashSet;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context;
+use common::{emitter, TempStore};
+use mesh::Outgoing;
+use mesh_audit::{EventQuery, Order, Store};
+use mesh_core::EventId;
+use mesh_testkit::{eventually, TestVhost};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+
+const TOTAL: usize = 6_000;
+const WAIT: Duration = Duration::from_secs(120);
+
+fn spawn_logger(url: &str, store: &str, log: &std::path::Path) -> anyhow::Result<Child> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .context("opening the log file")?;
+    Command::new(env!("CARGO_BIN_EXE_mesh-audit"))
+        .args(["run", "--node", "n1", "--store", store])
+        .args(["--batch-size", "200", "--batch-wait-ms", "50"])
+        .env("MESH_URL", url)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting mesh-audit")
+}
+
+/// Waits until the process consumes both queues.
+async fn wait_consuming(vhost: &TestVhost) {
+    eventually(WAIT, "mesh-audit consuming both queues", || async {
+        let queues = vhost.list_queues().await.ok()?;
+        let consuming = |name: &str| queues.iter().any(|q| q.name == name && q.consumers == 1);
+        (consuming("n1.audit-logger.events") && consuming("mesh.dead-letters")).then_some(())
+    })
+    .await;
+}
+
+async fn stored(store: &Store) -> u64 {
+    store.counts().await.map(|c| c.events).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logger_killed_mid_batch_loses_nothing() -> anyhow::Result<()> {
+    let vhost = TestVhost::create("audit-sigkill").await?;
+    let temp = TempStore::sqlite();
+    let log = std::env::temp_dir().join(format!("{}.log", vhost.name()));
+    let url = vhost.url();
+    let mut logger = spawn_logger(&url, temp.url(), &log)?;
+    wait_consuming(&vhost).await;
+    // Opened once the process has migrated the schema.
+    let store = temp.open().await?;
+
+    let bus = emitter(&url, "n1", "load").await?;
+    let emitting = {
+        let bus = bus.clone();
+        tokio::spawn(async move {
+            let mut pending = Vec::with_capacity(TOTAL);
+            for n in 0..TOTAL {
+                let outgoing = Outgoing::json("tick.happened", &serde_json::json!({ "n": n }))?;
+                pending.push(bus.emit_nowait(outgoing).await?);
+            }
+            let mut confirmed = HashSet::with_capacity(TOTAL);
+            for emit in pending {
+                confirmed.insert(emit.await?);
+            }
+            anyhow::Ok(confirmed)
+        })
+    };
+
+    // Kill it once it has committed some batches, while events are still arriving.
+    eventually(WAIT, "the first batches committed", || {
+        let store = store.clone();
+        async move { (stored(&store).await >= 500).then_some(()) }
+    })
+    .await;
+    logger.start_kill().context("SIGKILL")?;
+    let status = logger.wait().await?;
+    assert!(!status.success(), "killed, not exited: {status}");
+    let at_kill = stored(&store).await;
+    assert!(
+        (at_kill as usize) < TOTAL,
+        "the logger must die before it has everything ({at_kill} stored)"
+    );
+
+    let confirmed: HashSet<EventId> = emitting.await??;
+    assert_eq!(confirmed.len(), TOTAL);
+
+    let mut logger = spawn_logger(&url, temp.url(), &log)?;
+    eventually(WAIT, "every confirmed event stored", || {
+        let store = store.clone();
+        async move { (stored(&store).await >= TOTAL as u64).then_some(()) }
+    })
+    .await;
+    eventually(WAIT, "the audit queue empty", || async {
+        let queues = vhost.list_queues().await.ok()?;
+        let queue = queues.iter().find(|q| q.name == "n1.audit-logger.events")?;
+        (queue.messages == 0).then_some(())
+    })
+    .await;
+
+    let rows = store
+        .events(&EventQuery::new().limit(2 * TOTAL).order(Order::Asc))
+        .await?;
+    let ids: HashSet<EventId> = rows.iter().map(|r| r.id).collect();
+    assert_eq!(rows.len(), TOTAL, "each confirmed event once");
+    assert_eq!(ids, confirmed, "nothing acked without being stored");
+
+    // SIGTERM: a graceful stop, exit code 0.
+    let pid = Pid::from_raw(i32::try_from(logger.id().context("a running process")?)?);
+    kill(pid, Signal::SIGTERM)?;
+    let status = tokio::time::timeout(WAIT, logger.wait())
+        .await
+        .context("mesh-audit did not stop on SIGTERM")??;
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "exit status {status}; log:\n{output}");
+    assert!(output.contains("SIGTERM"), "log:\n{output}");
+
+    bus.drain().await?;
+    store.close().await;
+    let _ = std::fs::remove_file(&log);
+    vhost.delete().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_arguments_fail_with_a_message() -> anyhow::Result<()> {
+    let output = Command::new(env!("CARGO_BIN_EXE_mesh-audit"))
+        .args(["run", "--url", "amqp://127.0.0.1/", "--node", "a.b"])
+        .env_remove("MESH_NODE")
+        .output()
+        .await?;
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("node name `a.b`"), "{stderr}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_mesh-audit"))
+        .args(["run", "--node", "n1"])
+        .env_remove("MESH_URL")
+        .output()
+        .await?;
+    assert_eq!(output.status.code(), Some(2), "a usage error");
+    Ok(())
+}

@@ -1,0 +1,419 @@
+//! The logger on RabbitMQ (a vhost of each test's own on the shared broker), into SQLite and
+//! PostgreSQL: completeness across restarts, resends absorbed, re-drive to one consumer, and
+//! causation trees.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{emitter, transport, RunningLogger, TempStore};
+use mesh::{Bus, HandlerError, Outgoing};
+use mesh_audit::{
+    AuditOptions, Backend, CausationNode, DeadLetterQuery, EventQuery, Order, Redrive, Store,
+};
+use mesh_core::{DeadReason, EventId};
+use mesh_testkit::{eventually, TestVhost};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn options() -> AuditOptions {
+    AuditOptions::new().node("n1")
+}
+
+async fn audit_queue_messages(vhost: &TestVhost) -> u64 {
+    vhost
+        .list_queues()
+        .await
+        .expect("listing queues")
+        .into_iter()
+        .find(|q| q.name == "n1.audit-logger.events")
+        .map_or(u64::MAX, |q| q.messages)
+}
+
+/// 10,000 events emitted (pipelined) while the logger is stopped gracefully once and killed
+/// once, each time restarted: every confirmed event is stored exactly once.
+async fn ten_thousand_events_across_two_restarts(backend: Backend) -> anyhow::Result<()> {
+    const TOTAL: usize = 10_000;
+    let vhost = TestVhost::create("audit-10k").await?;
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    let url = vhost.url();
+    let mut logger = Some(RunningLogger::start(&url, store.clone(), options()).await?);
+    let bus = emitter(&url, "n1", "load").await?;
+
+    let mut pending = Vec::with_capacity(TOTAL);
+    for n in 0..TOTAL {
+        match n {
+            2_500 => {
+                if let Some(running) = logger.take() {
+                    running.stop().await?;
+                }
+            }
+            6_000 => {
+                // Abrupt this time: whatever it had not acked goes back to the queue.
+                if let Some(running) = logger.take() {
+                    running.kill().await;
+                }
+            }
+            4_000 | 7_500 => {
+                logger = Some(RunningLogger::start(&url, store.clone(), options()).await?);
+            }
+            _ => {}
+        }
+        let outgoing = Outgoing::json("tick.happened", &serde_json::json!({ "n": n }))?;
+        pending.push(bus.emit_nowait(outgoing).await?);
+    }
+    let mut confirmed = HashSet::with_capacity(TOTAL);
+    for emit in pending {
+        confirmed.insert(emit.await?);
+    }
+    assert_eq!(confirmed.len(), TOTAL);
+
+    eventually(Duration::from_secs(180), "10,000 rows", || {
+        let store = store.clone();
+        async move { (store.counts().await.ok()?.events >= TOTAL as u64).then_some(()) }
+    })
+    .await;
+    eventually(WAIT, "the audit queue drained and acked", || async {
+        (audit_queue_messages(&vhost).await == 0).then_some(())
+    })
+    .await;
+
+    let rows = store
+        .events(&EventQuery::new().limit(2 * TOTAL).order(Order::Asc))
+        .await?;
+    assert_eq!(rows.len(), TOTAL, "exactly one row per event");
+    let stored: HashSet<EventId> = rows.iter().map(|r| r.id).collect();
+    assert_eq!(stored, confirmed, "the rows are the confirmed events");
+    let mut seen = vec![false; TOTAL];
+    for row in &rows {
+        let n = row.body_json()?["n"].as_u64().expect("a number") as usize;
+        assert!(!seen[n], "event {n} stored twice");
+        seen[n] = true;
+    }
+    assert!(seen.iter().all(|s| *s), "no gap");
+
+    if let Some(running) = logger.take() {
+        running.stop().await?;
+    }
+    bus.drain().await?;
+    store.close().await;
+    vhost.delete().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_events_across_two_restarts_sqlite() -> anyhow::Result<()> {
+    ten_thousand_events_across_two_restarts(Backend::Sqlite).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_events_across_two_restarts_postgres() -> anyhow::Result<()> {
+    ten_thousand_events_across_two_restarts(Backend::Postgres).await
+}
+
+async fn the_same_event_twice_is_one_row(backend: Backend) -> anyhow::Result<()> {
+    let vhost = TestVhost::create("audit-resend").await?;
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    let url = vhost.url();
+    let logger = RunningLogger::start(&url, store.clone(), options()).await?;
+    let bus = emitter(&url, "n1", "shop").await?;
+
+    let id = EventId::new();
+    let payload = serde_json::json!({"order": 42});
+    for _ in 0..2 {
+        let resent = bus
+            .emit_outgoing(Outgoing::json("order.placed", &payload)?.id(id))
+            .await?;
+        assert_eq!(resent, id);
+    }
+    let sentinel = bus.emit_json("order.checked", &payload).await?;
+    let stats = logger.logger.clone();
+    eventually(WAIT, "all three deliveries processed", || {
+        let stats = stats.stats();
+        async move { (stats.events_stored + stats.duplicates == 3).then_some(()) }
+    })
+    .await;
+    let stats = logger.logger.stats();
+    assert_eq!((stats.events_stored, stats.duplicates), (2, 1));
+    assert_eq!(store.counts().await?.events, 2);
+    assert!(store.event(id).await?.is_some());
+    assert!(store.event(sentinel).await?.is_some());
+    assert_eq!(
+        store
+            .count_events(&EventQuery::new().pattern("module.shop.order.placed"))
+            .await?,
+        1
+    );
+
+    logger.stop().await?;
+    bus.drain().await?;
+    store.close().await;
+    vhost.delete().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_same_event_twice_is_one_row_sqlite() -> anyhow::Result<()> {
+    the_same_event_twice_is_one_row(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn the_same_event_twice_is_one_row_postgres() -> anyhow::Result<()> {
+    the_same_event_twice_is_one_row(Backend::Postgres).await
+}
+
+/// `(id, children)` of a tree, for comparing shapes.
+#[derive(Debug, PartialEq)]
+struct Shape(EventId, Vec<Shape>);
+
+fn shape(node: &CausationNode) -> Shape {
+    Shape(node.event.id, node.children.iter().map(shape).collect())
+}
+
+async fn causation_trees(backend: Backend) -> anyhow::Result<()> {
+    let vhost = TestVhost::create("audit-causation").await?;
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    let url = vhost.url();
+    let logger = RunningLogger::start(&url, store.clone(), options()).await?;
+    let bus = emitter(&url, "n1", "flow").await?;
+
+    // A caused B caused C; A also caused D.
+    let a = bus.emit_json("step.a", &serde_json::json!({})).await?;
+    let b = bus
+        .emit_outgoing(
+            Outgoing::json("step.b", &serde_json::json!({}))?.causation_id(a.to_string()),
+        )
+        .await?;
+    let c = bus
+        .emit_outgoing(
+            Outgoing::json("step.c", &serde_json::json!({}))?.causation_id(b.to_string()),
+        )
+        .await?;
+    let d = bus
+        .emit_outgoing(
+            Outgoing::json("step.d", &serde_json::json!({}))?.causation_id(a.to_string()),
+        )
+        .await?;
+    // Unrelated, with a cause that was never stored.
+    let orphan_cause = EventId::new().to_string();
+    let orphan = bus
+        .emit_outgoing(
+            Outgoing::json("step.e", &serde_json::json!({}))?.causation_id(orphan_cause.clone()),
+        )
+        .await?;
+    eventually(WAIT, "five events stored", || {
+        let store = store.clone();
+        async move { (store.counts().await.ok()?.events == 5).then_some(()) }
+    })
+    .await;
+
+    let chain = Shape(a, vec![Shape(b, vec![Shape(c, vec![])])]);
+    for focus in [b, c] {
+        let tree = store.causation_tree(focus).await?.expect("a tree");
+        assert_eq!(shape(&tree.root), chain, "from {focus}");
+        assert_eq!(tree.focus, focus);
+        assert_eq!(tree.missing_cause, None);
+        assert!(!tree.truncated);
+    }
+    let from_a = store.causation_tree(a).await?.expect("a tree");
+    assert_eq!(
+        shape(&from_a.root),
+        Shape(a, vec![Shape(b, vec![Shape(c, vec![])]), Shape(d, vec![])]),
+        "everything A caused, oldest first"
+    );
+    assert_eq!(from_a.len(), 4);
+    assert!(from_a.find(c).is_some());
+    let from_d = store.causation_tree(d).await?.expect("a tree");
+    assert_eq!(shape(&from_d.root), Shape(a, vec![Shape(d, vec![])]));
+
+    let lone = store.causation_tree(orphan).await?.expect("a tree");
+    assert_eq!(shape(&lone.root), Shape(orphan, vec![]));
+    assert_eq!(lone.missing_cause, Some(orphan_cause));
+    assert!(store.causation_tree(EventId::new()).await?.is_none());
+
+    logger.stop().await?;
+    bus.drain().await?;
+    store.close().await;
+    vhost.delete().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn causation_trees_sqlite() -> anyhow::Result<()> {
+    causation_trees(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn causation_trees_postgres() -> anyhow::Result<()> {
+    causation_trees(Backend::Postgres).await
+}
+
+/// A consumer gives up on an event; it is listed with reason and attempts, re-driven to that
+/// consumer's queue only, handled there, and marked.
+async fn a_dead_letter_is_redriven_to_its_consumer_only(backend: Backend) -> anyhow::Result<()> {
+    let vhost = TestVhost::create("audit-redrive").await?;
+    let temp = TempStore::new(backend).await?;
+    let store: Store = temp.open().await?;
+    let url = vhost.url();
+    let logger = RunningLogger::start(&url, store.clone(), options()).await?;
+
+    let failing = Arc::new(AtomicBool::new(true));
+    let billing_handled: Arc<Mutex<Vec<(EventId, u32)>>> = Arc::default();
+    let billing = {
+        let (failing, handled) = (failing.clone(), billing_handled.clone());
+        Bus::builder()
+            .node("n1")
+            .module("billing")
+            .on_raw(["module.shop.order.placed"], move |incoming| {
+                let (failing, handled) = (failing.clone(), handled.clone());
+                async move {
+                    if failing.load(Ordering::SeqCst) {
+                        return Err(HandlerError::permanent("the ledger is closed"));
+                    }
+                    handled
+                        .lock()
+                        .expect("lock")
+                        .push((incoming.meta.id, incoming.meta.attempt));
+                    Ok(())
+                }
+            })
+            .start(transport(&url).await?)
+            .await?
+    };
+    let mailer_handled: Arc<Mutex<Vec<EventId>>> = Arc::default();
+    let mailer = {
+        let handled = mailer_handled.clone();
+        Bus::builder()
+            .node("n1")
+            .module("mailer")
+            .on_raw(["module.shop.order.placed"], move |incoming| {
+                handled.lock().expect("lock").push(incoming.meta.id);
+                async { Ok(()) }
+            })
+            .start(transport(&url).await?)
+            .await?
+    };
+    let shop = emitter(&url, "n1", "shop").await?;
+    let id = shop
+        .emit_json("order.placed", &serde_json::json!({"order": 7}))
+        .await?;
+
+    let dead = eventually(WAIT, "the dead letter listed", || {
+        let store = store.clone();
+        async move {
+            store
+                .dead_letters(&DeadLetterQuery::new().queue("n1.billing.events"))
+                .await
+                .ok()?
+                .into_iter()
+                .next()
+        }
+    })
+    .await;
+    assert_eq!(dead.event_id, Some(id));
+    assert_eq!(dead.reason, Some(DeadReason::Permanent));
+    assert_eq!(dead.attempts, 1);
+    assert!(dead
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e.contains("the ledger is closed")));
+    assert_eq!(dead.routing_key, "module.shop.order.placed");
+    assert_eq!(dead.redriven_at, None);
+    assert_eq!(*mailer_handled.lock().expect("lock"), vec![id]);
+
+    failing.store(false, Ordering::SeqCst);
+    let redriver = transport(&url).await?;
+    let report = store
+        .redrive(
+            redriver.as_ref(),
+            Redrive::Matching(
+                DeadLetterQuery::new()
+                    .queue("n1.billing.events")
+                    .reason(DeadReason::Permanent),
+            ),
+        )
+        .await?;
+    assert_eq!(report.redriven, vec![dead.id]);
+    assert!(report.failed.is_empty());
+    eventually(WAIT, "billing handling the re-driven event", || {
+        let handled = billing_handled.lock().expect("lock").clone();
+        async move { (!handled.is_empty()).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        *billing_handled.lock().expect("lock"),
+        vec![(id, 1)],
+        "the same event, on a fresh first attempt"
+    );
+    // Billing is bound to the key too and will handle the sentinel below.
+
+    // A sentinel behind it on the mailer's queue: once the mailer has it, a copy of the
+    // re-driven event on that queue would have been handled before it.
+    let sentinel = shop
+        .emit_json("order.placed", &serde_json::json!({"order": 8}))
+        .await?;
+    eventually(WAIT, "the mailer handling the sentinel", || {
+        let handled = mailer_handled.lock().expect("lock").clone();
+        async move { handled.contains(&sentinel).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        *mailer_handled.lock().expect("lock"),
+        vec![id, sentinel],
+        "the mailer never saw the re-driven event again"
+    );
+
+    let marked = store.dead_letter(dead.id).await?.expect("still listed");
+    assert!(marked.redriven_at.is_some());
+    assert_eq!(marked.redrive_count, 1);
+    assert_eq!(store.counts().await?.dead_letters_pending, 0);
+    // Re-driving one by id works whatever its state, and counts again.
+    let one = store
+        .redrive(redriver.as_ref(), Redrive::One(dead.id))
+        .await?;
+    assert_eq!(one.redriven, vec![dead.id]);
+    eventually(WAIT, "billing handling the second re-drive", || {
+        let n = billing_handled
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|(handled, _)| *handled == id)
+            .count();
+        async move { (n == 2).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        store.dead_letter(dead.id).await?.map(|d| d.redrive_count),
+        Some(2)
+    );
+    let unknown = store
+        .redrive(redriver.as_ref(), Redrive::One(uuid::Uuid::nil().into()))
+        .await
+        .expect_err("no such dead letter");
+    assert!(unknown.is_not_found());
+
+    logger.stop().await?;
+    redriver.close().await;
+    for bus in [billing, mailer, shop] {
+        bus.drain().await?;
+    }
+    store.close().await;
+    vhost.delete().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_dead_letter_is_redriven_to_its_consumer_only_sqlite() -> anyhow::Result<()> {
+    a_dead_letter_is_redriven_to_its_consumer_only(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn a_dead_letter_is_redriven_to_its_consumer_only_postgres() -> anyhow::Result<()> {
+    a_dead_letter_is_redriven_to_its_consumer_only(Backend::Postgres).await
+}

@@ -1,0 +1,479 @@
+//! The store on its own (no broker), on SQLite and PostgreSQL: pattern queries against the
+//! core matcher, filters, order and limits, counts, and dead letters stored once.
+
+mod common;
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+use common::TempStore;
+use mesh_audit::{Backend, DeadLetterQuery, EventQuery, EventRecord, Order, Store};
+use mesh_core::{
+    codec, topic_matches, DeadLetter, DeadReason, Envelope, EventId, Headers, RoutingKey,
+    Timestamp, WireMessage,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn at(millis: i64) -> Timestamp {
+    let base = time::OffsetDateTime::from_unix_timestamp(1_800_000_000).expect("a valid time");
+    Timestamp::from(base + time::Duration::milliseconds(millis))
+}
+
+fn event(key: &str, source: &str, node: &str, time: Timestamp) -> WireMessage {
+    codec::encode(&Envelope {
+        id: EventId::new(),
+        key: RoutingKey::parse(key).expect("a valid key"),
+        source: source.to_owned(),
+        node: node.to_owned(),
+        time,
+        causation_id: None,
+        schema: None,
+        extra_headers: Headers::new(),
+        body: Bytes::from_static(br#"{"ok": true}"#),
+    })
+}
+
+fn ids(events: &[EventRecord]) -> Vec<EventId> {
+    events.iter().map(|e| e.id).collect()
+}
+
+/// Keys and patterns from a few words, so that many patterns match some keys and `*`, `#`,
+/// empty and repeated words, and the LIKE metacharacters `_` and `%` all occur.
+fn generated(seed: u64) -> (Vec<String>, Vec<String>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let origins = ["module", "mesh", "node"];
+    let names = ["a", "b", "umami", "a_b"];
+    let words = ["x", "y", "a", "created", "a_b", "a%"];
+    // Keys a `#` pattern matches with zero words for the `#` (`module.a.x.#` and
+    // `module.a.x`), which a LIKE on the prefix and a dot would miss.
+    let mut keys: Vec<String> = ["module.a.x", "mesh.b.created", "node.umami.a_b"]
+        .iter()
+        .map(|k| (*k).to_owned())
+        .collect();
+    for _ in 0..220 {
+        let mut key = format!(
+            "{}.{}",
+            origins[rng.gen_range(0..origins.len())],
+            names[rng.gen_range(0..names.len())]
+        );
+        for _ in 0..rng.gen_range(1..=3) {
+            key.push('.');
+            key.push_str(words[rng.gen_range(0..words.len())]);
+        }
+        keys.push(key);
+    }
+    let pattern_words = [
+        "module", "mesh", "node", "a", "b", "umami", "x", "y", "a_b", "aXb", "*", "#", "*", "#",
+    ];
+    let mut patterns: Vec<String> = [
+        "",
+        "#",
+        "*",
+        "#.#",
+        "*.*",
+        "*.*.*",
+        "*.*.*.*",
+        "module.#",
+        "#.x",
+        "#.x.#",
+        "module.*.x.#",
+        "module.a_b.#",
+        "mesh.*.a%",
+        "node.#.#.y",
+        "module.a.x",
+        "module.a.x.#",
+        "mesh.b.created.#.#",
+        "node.umami.a_b.#",
+        "module.a.x.*",
+    ]
+    .iter()
+    .map(|p| (*p).to_owned())
+    .collect();
+    while patterns.len() < 320 {
+        let pattern: Vec<&str> = if rng.gen_bool(0.25) {
+            // Anything at all from the words.
+            (0..rng.gen_range(1..=5))
+                .map(|_| pattern_words[rng.gen_range(0..pattern_words.len())])
+                .collect()
+        } else {
+            // Shaped like the keys, so that many patterns match some of them.
+            let first = ["module", "mesh", "node", "*", "#"];
+            let second = ["a", "b", "umami", "a_b", "aXb", "*", "#"];
+            let rest = ["x", "y", "a", "created", "a_b", "a%", "*", "#"];
+            let mut p = vec![
+                first[rng.gen_range(0..first.len())],
+                second[rng.gen_range(0..second.len())],
+            ];
+            for _ in 0..rng.gen_range(0..=3) {
+                p.push(rest[rng.gen_range(0..rest.len())]);
+            }
+            p
+        };
+        patterns.push(pattern.join("."));
+    }
+    (keys, patterns)
+}
+
+async fn patterns_agree_with_the_core_matcher(backend: Backend) -> anyhow::Result<()> {
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    let (keys, patterns) = generated(42);
+    let messages: Vec<WireMessage> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, key)| event(key, "gen", "n1", at(i as i64)))
+        .collect();
+    assert_eq!(store.record_events(&messages).await?, messages.len() as u64);
+    let stored: Vec<(EventId, String)> = messages
+        .iter()
+        .map(|m| (codec::event_id(m).expect("an id"), m.routing_key.clone()))
+        .collect();
+
+    let mut pairs = 0;
+    let mut matched_somewhere = 0;
+    for pattern in &patterns {
+        let expected: Vec<EventId> = stored
+            .iter()
+            .filter(|(_, key)| topic_matches(pattern, key))
+            .map(|(id, _)| *id)
+            .collect();
+        pairs += stored.len();
+        if !expected.is_empty() {
+            matched_somewhere += 1;
+        }
+        let all = store
+            .events(
+                &EventQuery::new()
+                    .pattern(pattern)
+                    .limit(10_000)
+                    .order(Order::Asc),
+            )
+            .await?;
+        assert_eq!(ids(&all), expected, "pattern `{pattern}`, oldest first");
+
+        // The limit counts matching events only, however many the prefilter let through.
+        let newest = store
+            .events(
+                &EventQuery::new()
+                    .pattern(pattern)
+                    .limit(3)
+                    .order(Order::Desc),
+            )
+            .await?;
+        let expected_newest: Vec<EventId> = expected.iter().rev().take(3).copied().collect();
+        assert_eq!(
+            ids(&newest),
+            expected_newest,
+            "pattern `{pattern}`, newest 3"
+        );
+
+        let count = store
+            .count_events(&EventQuery::new().pattern(pattern))
+            .await?;
+        assert_eq!(count, expected.len() as u64, "count of `{pattern}`");
+    }
+    assert!(pairs >= 50_000, "{pairs} key/pattern pairs");
+    assert!(
+        matched_somewhere >= 100,
+        "only {matched_somewhere} patterns match any key: the generator is too sparse"
+    );
+    store.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn patterns_agree_with_the_core_matcher_sqlite() -> anyhow::Result<()> {
+    patterns_agree_with_the_core_matcher(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn patterns_agree_with_the_core_matcher_postgres() -> anyhow::Result<()> {
+    patterns_agree_with_the_core_matcher(Backend::Postgres).await
+}
+
+/// A pattern whose matches are rare, behind a prefilter that lets many rows through: the
+/// pages must go on until the limit is filled.
+async fn the_limit_is_filled_past_many_prefiltered_rows(backend: Backend) -> anyhow::Result<()> {
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    let mut messages = Vec::new();
+    for i in 0..1200 {
+        // One key in a hundred ends in `.y`; `module.a.#.y` prefilters on `module.a`.
+        let key = if i % 100 == 0 {
+            "module.a.x.y"
+        } else {
+            "module.a.x.z"
+        };
+        messages.push(event(key, "gen", "n1", at(i)));
+    }
+    store.record_events(&messages).await?;
+    let found = store
+        .events(
+            &EventQuery::new()
+                .pattern("module.a.#.y")
+                .limit(10)
+                .order(Order::Asc),
+        )
+        .await?;
+    assert_eq!(found.len(), 10);
+    assert!(found.iter().all(|e| e.routing_key == "module.a.x.y"));
+    assert_eq!(
+        store
+            .count_events(&EventQuery::new().pattern("module.a.#.y"))
+            .await?,
+        12
+    );
+    store.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_limit_is_filled_past_many_prefiltered_rows_sqlite() -> anyhow::Result<()> {
+    the_limit_is_filled_past_many_prefiltered_rows(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn the_limit_is_filled_past_many_prefiltered_rows_postgres() -> anyhow::Result<()> {
+    the_limit_is_filled_past_many_prefiltered_rows(Backend::Postgres).await
+}
+
+async fn filters_order_and_records(backend: Backend) -> anyhow::Result<()> {
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    let mut messages = vec![
+        event("module.shop.order.placed", "shop", "n1", at(0)),
+        event("module.shop.order.paid", "shop", "n2", at(10)),
+        event("module.billing.invoice.sent", "billing", "n1", at(20)),
+        event("node.n1.joined", "n1", "n1", at(30)),
+    ];
+    // Headers the contract does not define, an x-schema, and a body whose key order and
+    // spacing must survive.
+    let mut special = Envelope {
+        id: EventId::new(),
+        key: RoutingKey::parse("mesh.delivery.deployed")?,
+        source: "delivery".into(),
+        node: "n2".into(),
+        time: at(40),
+        causation_id: Some("0190A1F2-0000-7000-8000-0000000000AA".into()),
+        schema: Some(mesh_core::SchemaVersion(3)),
+        extra_headers: Headers::new(),
+        body: Bytes::from_static(br#"{"z": 1,  "a": [true, null]}"#),
+    };
+    special
+        .extra_headers
+        .insert("x-trace".into(), mesh_core::HeaderValue::UInt(7));
+    messages.push(codec::encode(&special));
+    assert_eq!(store.record_events(&messages).await?, 5);
+    // The same events again: nothing new.
+    assert_eq!(store.record_events(&messages).await?, 0);
+
+    let one = store.event(special.id).await?.expect("the event is stored");
+    assert_eq!(one.routing_key, "mesh.delivery.deployed");
+    assert_eq!(one.body, r#"{"z": 1,  "a": [true, null]}"#);
+    assert_eq!(one.schema, Some(3));
+    assert_eq!(one.time, at(40));
+    assert_eq!(
+        one.causation_id.as_deref(),
+        Some("0190a1f2-0000-7000-8000-0000000000aa"),
+        "a UUID cause is stored in canonical form"
+    );
+    assert_eq!(one.headers["x-trace"], 7);
+    assert_eq!(one.headers["x-source"], "delivery");
+    assert!(store.event(EventId::new()).await?.is_none());
+
+    let by_source = store.events(&EventQuery::new().source("shop")).await?;
+    assert_eq!(
+        ids(&by_source),
+        vec![
+            codec::event_id(&messages[1]).expect("id"),
+            codec::event_id(&messages[0]).expect("id")
+        ],
+        "newest first by default"
+    );
+    let by_node = store
+        .events(&EventQuery::new().node("n1").order(Order::Asc))
+        .await?;
+    assert_eq!(by_node.len(), 3);
+    let window = store
+        .events(
+            &EventQuery::new()
+                .since(at(10))
+                .until(at(30))
+                .order(Order::Asc),
+        )
+        .await?;
+    assert_eq!(
+        window
+            .iter()
+            .map(|e| e.routing_key.as_str())
+            .collect::<Vec<_>>(),
+        vec!["module.shop.order.paid", "module.billing.invoice.sent"],
+        "since inclusive, until exclusive"
+    );
+    let combined = store
+        .events(&EventQuery::new().pattern("module.*.order.*").node("n2"))
+        .await?;
+    assert_eq!(combined.len(), 1);
+    assert_eq!(store.events(&EventQuery::new().limit(0)).await?.len(), 0);
+    assert_eq!(
+        store
+            .count_events(&EventQuery::new().pattern("module.#").since(at(10)))
+            .await?,
+        2
+    );
+    let by_key = store
+        .event_counts_by_key(&EventQuery::new().pattern("module.shop.#"))
+        .await?;
+    assert_eq!(
+        by_key,
+        vec![
+            ("module.shop.order.paid".to_owned(), 1),
+            ("module.shop.order.placed".to_owned(), 1)
+        ]
+    );
+    let counts = store.counts().await?;
+    assert_eq!(counts.events, 5);
+    assert_eq!(counts.dead_letters, 0);
+    store.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn filters_order_and_records_sqlite() -> anyhow::Result<()> {
+    filters_order_and_records(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn filters_order_and_records_postgres() -> anyhow::Result<()> {
+    filters_order_and_records(Backend::Postgres).await
+}
+
+fn dead(message: &WireMessage, reason: DeadReason, queue: &str, time: Timestamp) -> WireMessage {
+    let mut copy = message.clone();
+    codec::mark_dead(
+        &mut copy,
+        &DeadLetter {
+            reason,
+            attempts: 5,
+            last_error: Some("handler failed: upstream\u{0} down".into()),
+            queue: queue.into(),
+            time,
+        },
+    );
+    copy
+}
+
+async fn dead_letters_are_stored_once(backend: Backend) -> anyhow::Result<()> {
+    let temp = TempStore::new(backend).await?;
+    let store: Store = temp.open().await?;
+    let original = event("module.shop.order.placed", "shop", "n1", at(0));
+    let first = dead(
+        &original,
+        DeadReason::MaxAttempts,
+        "n1.billing.events",
+        at(100),
+    );
+    // The same event, re-driven and dead again later: a dead letter of its own.
+    let second = dead(
+        &original,
+        DeadReason::Permanent,
+        "n1.billing.events",
+        at(200),
+    );
+    // No id, a body that is not JSON, bytes that are not UTF-8: still stored, as it came.
+    let mut raw = WireMessage::new(
+        "module.shop.garbage",
+        Bytes::from_static(&[0xff, 0x00, b'{']),
+    );
+    codec::mark_dead(
+        &mut raw,
+        &DeadLetter {
+            reason: DeadReason::Undecodable,
+            attempts: 1,
+            last_error: Some("required field `x-event-id` is missing".into()),
+            queue: "n1.mailer.events".into(),
+            time: at(300),
+        },
+    );
+    let batch = vec![first.clone(), second.clone(), raw.clone()];
+    assert_eq!(store.record_dead_letters(&batch).await?, 3);
+    assert_eq!(
+        store.record_dead_letters(&batch).await?,
+        0,
+        "a redelivered dead letter is absorbed"
+    );
+
+    let all = store
+        .dead_letters(&DeadLetterQuery::new().order(Order::Asc))
+        .await?;
+    assert_eq!(all.len(), 3);
+    let id = codec::event_id(&original).expect("an id");
+    assert_eq!(all[0].event_id, Some(id));
+    assert_eq!(all[0].reason, Some(DeadReason::MaxAttempts));
+    assert_eq!(all[0].attempts, 5);
+    assert_eq!(all[0].queue.as_deref(), Some("n1.billing.events"));
+    assert_eq!(all[0].dead_at, at(100));
+    assert_eq!(
+        all[0].last_error.as_deref(),
+        Some("handler failed: upstream\u{FFFD} down"),
+        "U+0000 is stored as U+FFFD"
+    );
+    assert_eq!(all[0].routing_key, "module.shop.order.placed");
+    assert_eq!(all[2].event_id, None);
+    assert_eq!(all[2].body, raw.body, "the body byte for byte");
+    assert_eq!(all[2].reason, Some(DeadReason::Undecodable));
+
+    let by_queue = store
+        .dead_letters(&DeadLetterQuery::new().queue("n1.billing.events"))
+        .await?;
+    assert_eq!(by_queue.len(), 2);
+    assert_eq!(by_queue[0].dead_at, at(200), "newest first");
+    let by_reason = store
+        .dead_letters(&DeadLetterQuery::new().reason(DeadReason::Permanent))
+        .await?;
+    assert_eq!(by_reason.len(), 1);
+    let by_event = store
+        .count_dead_letters(&DeadLetterQuery::new().event_id(id))
+        .await?;
+    assert_eq!(by_event, 2);
+    let window = store
+        .count_dead_letters(&DeadLetterQuery::new().since(at(150)).until(at(300)))
+        .await?;
+    assert_eq!(window, 1);
+    assert_eq!(
+        store.dead_letter(all[1].id).await?.map(|d| d.reason),
+        Some(Some(DeadReason::Permanent))
+    );
+    let counts = store.counts().await?;
+    assert_eq!((counts.dead_letters, counts.dead_letters_pending), (3, 3));
+    let distinct: HashSet<_> = all.iter().map(|d| d.id).collect();
+    assert_eq!(distinct.len(), 3);
+    store.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn dead_letters_are_stored_once_sqlite() -> anyhow::Result<()> {
+    dead_letters_are_stored_once(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn dead_letters_are_stored_once_postgres() -> anyhow::Result<()> {
+    dead_letters_are_stored_once(Backend::Postgres).await
+}
+
+#[tokio::test]
+async fn reopening_a_store_keeps_its_rows() -> anyhow::Result<()> {
+    let temp = TempStore::sqlite();
+    let store = temp.open().await?;
+    store
+        .record_events(&[event("module.a.b", "a", "n1", at(0))])
+        .await?;
+    store.close().await;
+    // Migrations run again on open and find nothing to do.
+    let again = temp.open().await?;
+    assert_eq!(again.counts().await?.events, 1);
+    again.close().await;
+    Ok(())
+}

@@ -1,0 +1,531 @@
+//! `mesh audit run | query | count | trace` and `mesh dead list | show | redrive`, on top of
+//! the `mesh-audit` library (its logger service and its store's query and re-drive API).
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use mesh::core::{DeadReason, EventId, Timestamp};
+use mesh_audit::{
+    CausationNode, DeadLetterId, DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, Order,
+    Redrive, Store, StoreOptions,
+};
+use serde_json::{json, Value};
+
+use crate::cli::{AuditCommand, DeadCommand, EventFilter, Global, RedriveArgs, StoreArg};
+use crate::config;
+use crate::exit::{fail, Code, WithCode};
+use crate::output::{self, paint, BAD, DIM, GOOD, NAME, WARN};
+
+/// The default store: `<data dir>/mesh/audit.db` (e.g. `~/.local/share/mesh/audit.db`).
+fn default_store_path() -> anyhow::Result<PathBuf> {
+    let dir = dirs::data_dir().ok_or_else(|| {
+        fail(
+            Code::Usage,
+            "no data directory for the default audit store: give --store or MESH_AUDIT_STORE",
+        )
+    })?;
+    Ok(dir.join("mesh").join("audit.db"))
+}
+
+/// The store URL: `--store`, or the default SQLite file (created by `audit run` only; the
+/// reading commands say when it does not exist).
+fn store_url(arg: &StoreArg, create: bool) -> anyhow::Result<String> {
+    if let Some(url) = &arg.store {
+        return Ok(url.clone());
+    }
+    let path = default_store_path()?;
+    if create {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+    } else if !path.exists() {
+        return Err(fail(
+            Code::Error,
+            format!(
+                "no audit store at {}: run `mesh audit run` to record one, or give --store",
+                path.display()
+            ),
+        ));
+    }
+    Ok(format!("sqlite://{}?mode=rwc", path.display()))
+}
+
+/// The store for `status`: the one given, or the default one when it exists; `None` when
+/// there is none.
+pub(crate) async fn open_if_any(arg: &StoreArg) -> anyhow::Result<Option<Store>> {
+    if arg.store.is_none() && !default_store_path().is_ok_and(|p| p.exists()) {
+        return Ok(None);
+    }
+    open(arg).await.map(Some)
+}
+
+/// Dead letters of `queue` not re-driven yet.
+pub(crate) async fn pending_dead_letters(store: &Store, queue: &str) -> anyhow::Result<u64> {
+    store
+        .count_dead_letters(&DeadLetterQuery::new().queue(queue).redriven(false))
+        .await
+        .with_context(|| format!("counting the dead letters of {queue}"))
+}
+
+async fn open(arg: &StoreArg) -> anyhow::Result<Store> {
+    let url = store_url(arg, false)?;
+    let options: StoreOptions = url
+        .parse()
+        .coded(Code::Usage, || "invalid --store".to_owned())?;
+    let shown = options.redacted_url();
+    Store::open(options)
+        .await
+        .with_context(|| format!("opening the audit store {shown}"))
+}
+
+/// `--since`/`--until`: RFC 3339, or a duration ago (`90s`, `2h`, `1day`).
+fn parse_time(text: &str) -> anyhow::Result<Timestamp> {
+    if let Ok(time) = Timestamp::parse(text) {
+        return Ok(time);
+    }
+    let ago = humantime::parse_duration(text).map_err(|_| {
+        fail(
+            Code::Usage,
+            format!("`{text}` is neither an RFC 3339 time nor a duration ago (e.g. 2h)"),
+        )
+    })?;
+    Ok(Timestamp::from(
+        Timestamp::now().as_offset_date_time() - ago,
+    ))
+}
+
+fn event_query(filter: &EventFilter) -> anyhow::Result<EventQuery> {
+    let mut query = EventQuery::new();
+    if let Some(key) = &filter.key {
+        mesh::core::TopicPattern::parse(key)
+            .coded(Code::Usage, || format!("invalid --key pattern `{key}`"))?;
+        query = query.pattern(key.clone());
+    }
+    if let Some(source) = &filter.source {
+        query = query.source(source.clone());
+    }
+    if let Some(node) = &filter.event_node {
+        query = query.node(node.clone());
+    }
+    if let Some(since) = &filter.since {
+        query = query.since(parse_time(since)?);
+    }
+    if let Some(until) = &filter.until {
+        query = query.until(parse_time(until)?);
+    }
+    Ok(query)
+}
+
+fn event_json(event: &EventRecord) -> Value {
+    json!({
+        "id": event.id.to_string(),
+        "key": event.routing_key,
+        "source": event.source,
+        "node": event.node,
+        "time": event.time.to_string(),
+        "causation_id": event.causation_id,
+        "schema": event.schema,
+        "received_at": event.received_at.to_string(),
+        "body": event.body_json().unwrap_or_else(|_| Value::from(event.body.clone())),
+    })
+}
+
+fn event_line(event: &EventRecord) -> String {
+    format!(
+        "{} {} {} {}@{} {}",
+        paint(DIM, event.time),
+        paint(NAME, &event.routing_key),
+        paint(DIM, event.id),
+        event.source,
+        event.node,
+        event.body
+    )
+}
+
+/// Runs one `audit` command.
+pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Result<Code> {
+    match command {
+        AuditCommand::Run(args) => {
+            let node = config::node(global)?;
+            let run = mesh_audit::cli::RunArgs {
+                url: global.url.clone(),
+                node: node.to_string(),
+                store: store_url(&args.store, true)?,
+                batch_size: args.batch_size,
+                batch_wait_ms: args.batch_wait_ms,
+                prefetch: args.prefetch,
+            };
+            install_logging();
+            output::note(paint(
+                DIM,
+                format!(
+                    "recording every event and dead letter as node {node} into {} (Ctrl-C stops)",
+                    redact(&run.store)
+                ),
+            ));
+            run.run().await.context("the audit logger failed")?;
+            Ok(Code::Ok)
+        }
+        AuditCommand::Query {
+            store,
+            filter,
+            limit,
+            oldest_first,
+        } => {
+            let store = open(store).await?;
+            let query = event_query(filter)?.limit(*limit).order(if *oldest_first {
+                Order::Asc
+            } else {
+                Order::Desc
+            });
+            let events = store.events(&query).await.context("querying events")?;
+            store.close().await;
+            for event in &events {
+                if global.json {
+                    output::json(&event_json(event))?;
+                } else {
+                    output::line(event_line(event))?;
+                }
+            }
+            Ok(Code::Ok)
+        }
+        AuditCommand::Count {
+            store,
+            filter,
+            by_key,
+        } => {
+            let store = open(store).await?;
+            let query = event_query(filter)?;
+            let result = count(global, &store, &query, filter, *by_key).await;
+            store.close().await;
+            result
+        }
+        AuditCommand::Trace { store, id } => {
+            let id: EventId = id
+                .parse()
+                .coded(Code::Usage, || format!("`{id}` is not an event id"))?;
+            let store = open(store).await?;
+            let tree = store
+                .causation_tree(id)
+                .await
+                .context("reading the causation tree");
+            store.close().await;
+            let Some(tree) = tree? else {
+                return Err(fail(
+                    Code::Error,
+                    format!("no event {id} in the audit store"),
+                ));
+            };
+            if global.json {
+                output::json(&json!({
+                    "focus": tree.focus.to_string(),
+                    "missing_cause": tree.missing_cause,
+                    "truncated": tree.truncated,
+                    "root": node_json(&tree.root),
+                }))?;
+                return Ok(Code::Ok);
+            }
+            if let Some(cause) = &tree.missing_cause {
+                output::line(paint(DIM, format!("caused by {cause} (not in the store)")))?;
+            }
+            draw(&tree.root, tree.focus, "", None)?;
+            if tree.truncated {
+                output::line(paint(
+                    WARN,
+                    "(truncated: the tree has more events than shown)",
+                ))?;
+            }
+            Ok(Code::Ok)
+        }
+    }
+}
+
+async fn count(
+    global: &Global,
+    store: &Store,
+    query: &EventQuery,
+    filter: &EventFilter,
+    by_key: bool,
+) -> anyhow::Result<Code> {
+    if by_key {
+        let rows = store
+            .event_counts_by_key(query)
+            .await
+            .context("counting events")?;
+        for (key, n) in rows {
+            if global.json {
+                output::json(&json!({"key": key, "events": n}))?;
+            } else {
+                output::line(format!("{n:>10} {}", paint(NAME, key)))?;
+            }
+        }
+        return Ok(Code::Ok);
+    }
+    if filter.is_empty() {
+        let counts = store.counts().await.context("counting")?;
+        if global.json {
+            output::json(&json!({
+                "events": counts.events, "dead_letters": counts.dead_letters,
+                "dead_letters_pending": counts.dead_letters_pending,
+            }))?;
+        } else {
+            output::line(format!(
+                "{} events, {} dead letters ({} not re-driven)",
+                counts.events, counts.dead_letters, counts.dead_letters_pending
+            ))?;
+        }
+    } else {
+        let n = store.count_events(query).await.context("counting events")?;
+        if global.json {
+            output::json(&json!({ "events": n }))?;
+        } else {
+            output::line(format!("{n} events"))?;
+        }
+    }
+    Ok(Code::Ok)
+}
+
+fn node_json(node: &CausationNode) -> Value {
+    let mut value = event_json(&node.event);
+    value["children"] = node.children.iter().map(node_json).collect();
+    value
+}
+
+/// Draws the tree: `├─`/`└─` branches, the event asked for marked with `◀`.
+fn draw(
+    node: &CausationNode,
+    focus: EventId,
+    prefix: &str,
+    last: Option<bool>,
+) -> anyhow::Result<()> {
+    let (branch, child_prefix) = match last {
+        None => (String::new(), String::new()),
+        Some(true) => (format!("{prefix}└─ "), format!("{prefix}   ")),
+        Some(false) => (format!("{prefix}├─ "), format!("{prefix}│  ")),
+    };
+    let event = &node.event;
+    let mark = if event.id == focus {
+        format!(" {}", paint(GOOD, "◀"))
+    } else {
+        String::new()
+    };
+    output::line(format!(
+        "{branch}{} {} {}@{} {}{mark}",
+        paint(NAME, &event.routing_key),
+        paint(DIM, event.id),
+        event.source,
+        event.node,
+        paint(DIM, event.time)
+    ))?;
+    let n = node.children.len();
+    for (i, child) in node.children.iter().enumerate() {
+        draw(child, focus, &child_prefix, Some(i + 1 == n))?;
+    }
+    Ok(())
+}
+
+/// `user:password@` → `user:***@` for notes.
+fn redact(url: &str) -> String {
+    url.parse::<StoreOptions>()
+        .map(|o| o.redacted_url())
+        .unwrap_or_else(|_| url.to_owned())
+}
+
+/// `audit run` is a service: it logs (to stderr, `RUST_LOG` or `info`).
+fn install_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn dead_json(dead: &DeadLetterRecord, with_body: bool) -> Value {
+    let mut value = json!({
+        "id": dead.id.to_string(),
+        "event_id": dead.event_id.map(|id| id.to_string()),
+        "key": dead.routing_key,
+        "reason": dead.reason.map(DeadReason::as_str),
+        "attempts": dead.attempts,
+        "last_error": dead.last_error,
+        "queue": dead.queue,
+        "dead_at": dead.dead_at.to_string(),
+        "redriven_at": dead.redriven_at.map(|t| t.to_string()),
+        "redrive_count": dead.redrive_count,
+    });
+    if with_body {
+        value["headers"] = dead.headers.clone();
+        value["content_type"] = json!(dead.content_type);
+        value["body"] = serde_json::from_slice(&dead.body)
+            .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&dead.body).into_owned()));
+    }
+    value
+}
+
+fn dead_line(dead: &DeadLetterRecord) -> String {
+    let redriven = match dead.redriven_at {
+        Some(at) => paint(
+            GOOD,
+            format!(" re-driven {}x, last {at}", dead.redrive_count),
+        ),
+        None => String::new(),
+    };
+    format!(
+        "{} {} {} {} from {} after {} attempt(s): {}{redriven}",
+        paint(DIM, dead.dead_at),
+        paint(DIM, dead.id),
+        paint(NAME, &dead.routing_key),
+        paint(BAD, dead.reason.map_or("unknown", DeadReason::as_str)),
+        dead.queue.as_deref().unwrap_or("?"),
+        dead.attempts,
+        dead.last_error.as_deref().unwrap_or("-"),
+    )
+}
+
+fn dead_id(text: &str) -> anyhow::Result<DeadLetterId> {
+    text.parse()
+        .coded(Code::Usage, || format!("`{text}` is not a dead-letter id"))
+}
+
+/// Runs one `dead` command.
+pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::Result<Code> {
+    match command {
+        DeadCommand::List {
+            store,
+            queue,
+            reason,
+            pending,
+            since,
+            limit,
+        } => {
+            let mut query = DeadLetterQuery::new().limit(*limit);
+            if let Some(queue) = queue {
+                query = query.queue(queue.clone());
+            }
+            if let Some(reason) = reason {
+                let parsed = DeadReason::parse(reason).ok_or_else(|| {
+                    fail(Code::Usage, format!("unknown reason `{reason}` (max-attempts, permanent, undecodable, unread-schema, delivery-limit, rejected, expired)"))
+                })?;
+                query = query.reason(parsed);
+            }
+            if *pending {
+                query = query.redriven(false);
+            }
+            if let Some(since) = since {
+                query = query.since(parse_time(since)?);
+            }
+            let store = open(store).await?;
+            let found = store
+                .dead_letters(&query)
+                .await
+                .context("listing dead letters");
+            store.close().await;
+            for dead in &found? {
+                if global.json {
+                    output::json(&dead_json(dead, false))?;
+                } else {
+                    output::line(dead_line(dead))?;
+                }
+            }
+            Ok(Code::Ok)
+        }
+        DeadCommand::Show { store, id } => {
+            let id = dead_id(id)?;
+            let store = open(store).await?;
+            let found = store
+                .dead_letter(id)
+                .await
+                .context("reading the dead letter");
+            store.close().await;
+            let Some(dead) = found? else {
+                return Err(fail(
+                    Code::Error,
+                    format!("no dead letter {id} in the audit store"),
+                ));
+            };
+            let value = dead_json(&dead, true);
+            if global.json {
+                output::json(&value)?;
+            } else {
+                output::line(dead_line(&dead))?;
+                output::line(format!("headers: {}", value["headers"]))?;
+                output::line(format!("body:    {}", value["body"]))?;
+            }
+            Ok(Code::Ok)
+        }
+        DeadCommand::Redrive(args) => redrive(global, args).await,
+    }
+}
+
+async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
+    let which: Vec<Redrive> = if args.all {
+        vec![Redrive::All]
+    } else if let Some(queue) = &args.queue {
+        vec![Redrive::Matching(
+            DeadLetterQuery::new()
+                .queue(queue.clone())
+                .limit(usize::MAX),
+        )]
+    } else if !args.ids.is_empty() {
+        args.ids
+            .iter()
+            .map(|id| dead_id(id).map(Redrive::One))
+            .collect::<anyhow::Result<_>>()?
+    } else {
+        return Err(fail(
+            Code::Usage,
+            "say which: dead-letter ids, --all or --queue Q",
+        ));
+    };
+    let store = open(&args.store).await?;
+    let transport = config::connect(config::amqp_options(global)?).await?;
+    let mut redriven: Vec<DeadLetterId> = Vec::new();
+    let mut failed: Vec<(String, String)> = Vec::new();
+    for which in which {
+        let label = match &which {
+            Redrive::One(id) => id.to_string(),
+            _ => "*".to_owned(),
+        };
+        match store.redrive(&*transport, which).await {
+            Ok(report) => {
+                redriven.extend(report.redriven);
+                failed.extend(
+                    report
+                        .failed
+                        .into_iter()
+                        .map(|(id, e)| (id.to_string(), format!("{:#}", anyhow::Error::new(e)))),
+                );
+            }
+            Err(e) => failed.push((label, format!("{:#}", anyhow::Error::new(e)))),
+        }
+    }
+    transport.close().await;
+    store.close().await;
+    if global.json {
+        output::json(&json!({
+            "redriven": redriven.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "failed": failed.iter().map(|(id, e)| json!({"id": id, "error": e})).collect::<Vec<_>>(),
+        }))?;
+    } else {
+        for id in &redriven {
+            output::line(format!("{} {id}", paint(GOOD, "re-driven")))?;
+        }
+        for (id, error) in &failed {
+            output::line(format!("{} {id}: {error}", paint(BAD, "failed")))?;
+        }
+        output::line(format!(
+            "{} re-driven, {} failed",
+            redriven.len(),
+            failed.len()
+        ))?;
+    }
+    if failed.is_empty() {
+        Ok(Code::Ok)
+    } else {
+        Err(fail(
+            Code::Error,
+            format!("{} dead letter(s) could not be re-driven", failed.len()),
+        ))
+    }
+}

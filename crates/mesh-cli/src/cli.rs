@@ -1,0 +1,635 @@
+//! The command line: every command, option and example, as clap derives it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The mesh command-line tool: emit and watch events, call tools, and compare the broker's
+/// topology with the mesh contract.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mesh",
+    version,
+    about,
+    long_about = None,
+    propagate_version = true,
+    after_help = exit_table!(),
+    after_long_help = LONG_HELP,
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+const LONG_HELP: &str = concat!(
+    "\
+Examples:
+  mesh emit module.umami.site.created --data '{\"site\":\"blog\"}'
+  mesh tail 'module.umami.#' --count 10
+  mesh call billing.quote --data '\"basic\"' --timeout 2s
+  mesh topology plan --module billing --pattern 'module.umami.#'
+  mesh status --json
+
+What needs what:
+  emit, tail and call speak AMQP only. topology show/plan/apply and the queue part of
+  status read RabbitMQ's management HTTP API (the rabbitmq_management plugin, by default
+  http://<broker host>:15672 with the AMQP credentials): AMQP cannot list bindings or
+  queue arguments. Without it those commands fail with exit code 8.
+
+",
+    exit_table!()
+);
+
+/// Options every command takes.
+#[derive(Debug, Args)]
+pub(crate) struct Global {
+    /// The broker: amqp://[user[:password]@]host[:port][/vhost] (guest/guest when no
+    /// credentials are given; %2F is the vhost `/`)
+    #[arg(
+        long,
+        env = "MESH_URL",
+        default_value = "amqp://127.0.0.1:5672",
+        global = true,
+        hide_env_values = true
+    )]
+    pub(crate) url: String,
+
+    /// The node this tool speaks from [default: the host name, up to its first dot]
+    #[arg(long, env = "MESH_NODE", global = true)]
+    pub(crate) node: Option<String>,
+
+    /// RabbitMQ's management API [default: http://<first broker host>:15672]
+    #[arg(long, env = "MESH_MANAGEMENT_URL", global = true)]
+    pub(crate) management_url: Option<String>,
+
+    /// How long connecting to the broker may take
+    #[arg(long, default_value = "5s", value_parser = parse_duration, global = true)]
+    pub(crate) connect_timeout: Duration,
+
+    /// Print machine-readable JSON (one object per line) instead of text
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+
+    /// The type of mesh's durable queues on this broker (mesh.dead-letters, and what topology
+    /// wants for module queues) [default: quorum]
+    #[arg(long, value_enum, env = "MESH_QUEUE_TYPE", global = true)]
+    pub(crate) queue_type: Option<QueueTypeArg>,
+
+    /// When to colour the output
+    #[arg(long, value_enum, default_value_t = ColorWhen::Auto, global = true)]
+    pub(crate) color: ColorWhen,
+}
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ColorWhen {
+    /// Colour when writing to a terminal (and NO_COLOR is not set).
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Emit one event, or many with --count
+    #[command(after_help = EMIT_HELP)]
+    Emit(EmitArgs),
+    /// Print events as they are emitted (an ephemeral, at-most-once subscription)
+    #[command(after_help = TAIL_HELP)]
+    Tail(TailArgs),
+    /// Call a tool and print its reply
+    #[command(after_help = CALL_HELP)]
+    Call(CallArgs),
+    /// Compare the broker's exchanges, queues and bindings with the contract, and fix them
+    #[command(subcommand)]
+    Topology(TopologyCommand),
+    /// Show the connection, and the queues of this node's modules
+    #[command(after_help = STATUS_HELP)]
+    Status(StatusArgs),
+    /// Record every event (the audit logger) and query what was recorded
+    #[command(subcommand)]
+    Audit(AuditCommand),
+    /// Inspect and re-drive dead letters recorded by the audit logger
+    #[command(subcommand)]
+    Dead(DeadCommand),
+}
+
+/// `--store`, on every command that reads the audit store.
+#[derive(Debug, Args)]
+pub(crate) struct StoreArg {
+    /// The audit store: sqlite://PATH?mode=rwc or postgres://user@host/db [default: the
+    /// SQLite file mesh/audit.db in the user's data directory, e.g. ~/.local/share]
+    #[arg(long, env = "MESH_AUDIT_STORE", hide_env_values = true)]
+    pub(crate) store: Option<String>,
+}
+
+/// Which events.
+#[derive(Debug, Args)]
+pub(crate) struct EventFilter {
+    /// Only keys matching this topic pattern
+    #[arg(long, value_name = "PATTERN")]
+    pub(crate) key: Option<String>,
+    /// Only events from this source (module, context or node)
+    #[arg(long, value_name = "S")]
+    pub(crate) source: Option<String>,
+    /// Only events emitted from this node
+    #[arg(long = "from-node", value_name = "N")]
+    pub(crate) event_node: Option<String>,
+    /// Only events at or after T: RFC 3339, or a duration ago (30m, 2h, 1day)
+    #[arg(long, value_name = "T")]
+    pub(crate) since: Option<String>,
+    /// Only events before T: RFC 3339, or a duration ago
+    #[arg(long, value_name = "T")]
+    pub(crate) until: Option<String>,
+}
+
+impl EventFilter {
+    /// No filter at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.key.is_none()
+            && self.source.is_none()
+            && self.event_node.is_none()
+            && self.since.is_none()
+            && self.until.is_none()
+    }
+}
+
+/// `mesh audit …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum AuditCommand {
+    /// Run the audit logger: record every event and dead letter until Ctrl-C or SIGTERM
+    #[command(after_help = AUDIT_RUN_HELP)]
+    Run(AuditRunArgs),
+    /// List recorded events, newest first
+    #[command(after_help = AUDIT_QUERY_HELP)]
+    Query {
+        #[command(flatten)]
+        store: StoreArg,
+        #[command(flatten)]
+        filter: EventFilter,
+        /// At most N events
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: usize,
+        /// Oldest first
+        #[arg(long)]
+        oldest_first: bool,
+    },
+    /// Count recorded events (and dead letters, without filters)
+    #[command(after_help = AUDIT_COUNT_HELP)]
+    Count {
+        #[command(flatten)]
+        store: StoreArg,
+        #[command(flatten)]
+        filter: EventFilter,
+        /// One count per routing key
+        #[arg(long)]
+        by_key: bool,
+    },
+    /// Draw the causation tree of an event: its causes and everything it caused
+    #[command(after_help = AUDIT_TRACE_HELP)]
+    Trace {
+        #[command(flatten)]
+        store: StoreArg,
+        /// The event id
+        id: String,
+    },
+}
+
+/// `mesh audit run`.
+#[derive(Debug, Args)]
+pub(crate) struct AuditRunArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArg,
+    /// Rows per transaction, at most
+    #[arg(long, default_value_t = mesh_audit::DEFAULT_BATCH_SIZE)]
+    pub(crate) batch_size: usize,
+    /// Milliseconds a batch stays open after its first message
+    #[arg(long, default_value_t = 50)]
+    pub(crate) batch_wait_ms: u64,
+    /// Unacked deliveries per queue, at most
+    #[arg(long, default_value_t = mesh_audit::DEFAULT_PREFETCH)]
+    pub(crate) prefetch: u16,
+}
+
+const AUDIT_RUN_HELP: &str = "\
+Consumes <node>.audit-logger.events (bound to # on mesh.events) and mesh.dead-letters, and
+stores each event and dead letter once.
+
+Example:
+  mesh audit run --node anchor --store sqlite:///var/lib/mesh/audit.db?mode=rwc";
+
+const AUDIT_QUERY_HELP: &str = "\
+Examples:
+  mesh audit query --key 'module.umami.#' --since 2h --limit 20
+  mesh audit query --source billing --since 2026-01-01T00:00:00Z --json";
+
+const AUDIT_COUNT_HELP: &str = "\
+Examples:
+  mesh audit count
+  mesh audit count --key 'module.umami.#' --by-key --json";
+
+const AUDIT_TRACE_HELP: &str = "\
+Example:
+  mesh audit trace 01a22f43-591c-7190-bfdc-009e3b6ca06f";
+
+/// `mesh dead …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DeadCommand {
+    /// List recorded dead letters, newest first
+    #[command(after_help = DEAD_LIST_HELP)]
+    List {
+        #[command(flatten)]
+        store: StoreArg,
+        /// Only those a consumer of queue Q gave up on
+        #[arg(long, value_name = "Q")]
+        queue: Option<String>,
+        /// Only this reason (max-attempts, permanent, undecodable, unread-schema,
+        /// delivery-limit, rejected, expired)
+        #[arg(long)]
+        reason: Option<String>,
+        /// Only those not re-driven yet
+        #[arg(long)]
+        pending: bool,
+        /// Only those dead at or after T: RFC 3339, or a duration ago
+        #[arg(long, value_name = "T")]
+        since: Option<String>,
+        /// At most N
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: usize,
+    },
+    /// Show one dead letter with its headers and body
+    #[command(after_help = DEAD_SHOW_HELP)]
+    Show {
+        #[command(flatten)]
+        store: StoreArg,
+        /// The dead letter's id (from `mesh dead list`)
+        id: String,
+    },
+    /// Send dead letters back to the queue of the consumer that gave up on them
+    #[command(after_help = DEAD_REDRIVE_HELP)]
+    Redrive(RedriveArgs),
+}
+
+/// `mesh dead redrive`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["ids", "all", "queue"])))]
+pub(crate) struct RedriveArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArg,
+    /// Dead-letter ids
+    #[arg(value_name = "ID")]
+    pub(crate) ids: Vec<String>,
+    /// Every dead letter not re-driven yet
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// Every dead letter of queue Q not re-driven yet
+    #[arg(long, value_name = "Q")]
+    pub(crate) queue: Option<String>,
+}
+
+const DEAD_LIST_HELP: &str = "\
+Examples:
+  mesh dead list --pending
+  mesh dead list --queue anchor.mailer.events --reason max-attempts --json";
+
+const DEAD_SHOW_HELP: &str = "\
+Example:
+  mesh dead show 3f0c1d1e-2b53-5b8e-9a43-0c2b3f1f4f55";
+
+const DEAD_REDRIVE_HELP: &str = "\
+A re-driven dead letter keeps its event id, key, body and headers (less the dead-letter
+annotations and the attempt counter) and is published to its consumer's queue only, which
+starts afresh with its full retry policy. Exits 1 if any could not be re-driven.
+
+Examples:
+  mesh dead redrive 3f0c1d1e-2b53-5b8e-9a43-0c2b3f1f4f55
+  mesh dead redrive --queue anchor.mailer.events
+  mesh dead redrive --all";
+
+const EMIT_HELP: &str = "\
+The key says who emits: module.<m>.… is emitted as module <m>, mesh.<c>.… as context <c>,
+node.<n>.… as node <n>. --source, when given, must name the same owner.
+
+With --count N, event n (1..=N) carries the body {\"seq\": n, \"data\": <data>}; the events are
+pipelined (as many in flight as the broker's confirms allow) or paced with --rate.
+
+Examples:
+  mesh emit module.umami.site.created --data '{\"site\":\"blog\"}'
+  echo '{\"site\":\"blog\"}' | mesh emit module.umami.site.created --causation 0190c2b6-…
+  mesh emit node.anchor.heartbeat --count 10000 --rate 500";
+
+const TAIL_HELP: &str = "\
+The queue is exclusive and auto-deleted: nothing of it remains when tail exits, and it sees
+only events emitted after it started.
+
+Examples:
+  mesh tail
+  mesh tail 'module.umami.#' 'node.*.joined' --count 1 --json";
+
+const CALL_HELP: &str = "\
+Exit codes: 4 when no server serves the tool, 5 when no reply came in time, 6 when the tool
+answered with an error.
+
+Examples:
+  mesh call billing.quote --data '\"basic\"'
+  mesh call umami.sites.create --data '{\"name\":\"blog\"}' --timeout 30s --json";
+
+const STATUS_HELP: &str = "\
+Connects over AMQP (which also checks the URL, the credentials and the vhost), then reads the
+queues <node>.*.events, their retry queues and mesh.dead-letters from the management API
+(counts are as of its last statistics sample, every 5 s by default). Each module's dead letters
+(not re-driven yet) are counted from the audit store, when there is one.
+
+Example:
+  mesh status --node anchor";
+
+/// `mesh emit`.
+#[derive(Debug, Args)]
+pub(crate) struct EmitArgs {
+    /// The routing key: <origin>.<name>.<event…>, origin module, mesh or node
+    pub(crate) key: String,
+
+    /// The JSON body [default: stdin when it is not a terminal, else {}]
+    #[arg(long, conflicts_with = "data_file")]
+    pub(crate) data: Option<String>,
+
+    /// Read the JSON body from a file (`-` is stdin)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) data_file: Option<PathBuf>,
+
+    /// Who emits: must be the key's owner (the word after the origin)
+    #[arg(long, value_name = "S")]
+    pub(crate) source: Option<String>,
+
+    /// The id of the event or call that caused this one (x-causation-id)
+    #[arg(long, value_name = "ID")]
+    pub(crate) causation: Option<String>,
+
+    /// The body's shape version (x-schema), 1 or more
+    #[arg(long, value_name = "V", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) schema: Option<u32>,
+
+    /// Emit N events, each body {"seq": n, "data": <data>}
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) count: Option<u64>,
+
+    /// With --count: emit R events per second instead of as fast as confirms allow
+    #[arg(long, value_name = "R", requires = "count", value_parser = parse_rate)]
+    pub(crate) rate: Option<f64>,
+}
+
+/// `mesh tail`.
+#[derive(Debug, Args)]
+pub(crate) struct TailArgs {
+    /// Topic patterns (`*` one word, `#` zero or more)
+    #[arg(value_name = "PATTERN", default_value = "#")]
+    pub(crate) patterns: Vec<String>,
+
+    /// Exit after N events
+    #[arg(long, value_name = "N")]
+    pub(crate) count: Option<u64>,
+}
+
+/// `mesh call`.
+#[derive(Debug, Args)]
+pub(crate) struct CallArgs {
+    /// The tool's key, e.g. billing.quote
+    pub(crate) tool: String,
+
+    /// The JSON request [default: null]
+    #[arg(long, default_value = "null")]
+    pub(crate) data: String,
+
+    /// How long to wait for the reply (e.g. 500ms, 5s, 1m)
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub(crate) timeout: Duration,
+}
+
+/// `mesh topology …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum TopologyCommand {
+    /// What the broker has and what the contract wants, side by side
+    #[command(after_help = SHOW_HELP, after_long_help = SHOW_LONG_HELP)]
+    Show(TopologyArgs),
+    /// The differences between what the contract wants and what the broker has
+    #[command(after_help = PLAN_HELP, after_long_help = PLAN_LONG_HELP)]
+    Plan {
+        #[command(flatten)]
+        args: TopologyArgs,
+        /// Exit with code 9 when there is any difference
+        #[arg(long)]
+        check: bool,
+    },
+    /// Create what is missing and remove bindings the contract does not want
+    #[command(after_help = APPLY_HELP, after_long_help = APPLY_LONG_HELP)]
+    Apply {
+        #[command(flatten)]
+        args: TopologyArgs,
+        /// Replace queues whose arguments differ: deletes them with the messages they hold
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+macro_rules! topology_note {
+    () => {
+        "\
+The contract wants the exchanges mesh.events, mesh.rpc and mesh.events.dead (durable topics),
+the queue mesh.dead-letters bound to mesh.events.dead on #, and for each module given with
+--module M --pattern P… (each --pattern belongs to the --module before it) or in --spec FILE,
+the queue <node>.<module>.events (x-queue-type, x-dead-letter-exchange mesh.events.dead and,
+on quorum queues, x-delivery-limit) bound to mesh.events on exactly its patterns.
+Retry delay queues are declared by the SDK when the module starts; they are not compared.
+This reads the management HTTP API: AMQP cannot list bindings or arguments.
+
+A spec file (TOML, or JSON when it ends in .json):
+  node = \"anchor\"              # optional: else --node
+  queue_type = \"quorum\"        # optional: quorum or classic (--queue-type wins)
+  delivery_limit = 20          # optional
+  [[modules]]
+  name = \"billing\"
+  patterns = [\"module.umami.#\", \"node.*.joined\"]
+  queue_type = \"classic\"       # optional
+  shared = false               # optional: the queue shared.<module>.events"
+    };
+}
+
+const SHOW_HELP: &str = "\
+Lists every exchange, queue and binding of the vhost, marked as wanted (=), missing (+),
+different (~), a binding not wanted (-) or outside the spec (?).
+
+Example:
+  mesh topology show --module billing --pattern 'module.umami.#'";
+const SHOW_LONG_HELP: &str = concat!(
+    "\
+Lists every exchange, queue and binding of the vhost, marked as wanted (=), missing (+),
+different (~), a binding not wanted (-) or outside the spec (?).
+
+Example:
+  mesh topology show --module billing --pattern 'module.umami.#'",
+    "\n\n",
+    topology_note!()
+);
+
+const PLAN_HELP: &str = "\
+Each line is one difference: + missing, ~ other arguments, - a binding not wanted.
+
+Examples:
+  mesh topology plan --module billing --pattern 'module.umami.#' --pattern 'node.*.joined'
+  mesh topology plan --spec mesh.toml --check --json";
+const PLAN_LONG_HELP: &str = concat!(
+    "\
+Each line is one difference: + missing, ~ other arguments, - a binding not wanted.
+
+Examples:
+  mesh topology plan --module billing --pattern 'module.umami.#' --pattern 'node.*.joined'
+  mesh topology plan --spec mesh.toml --check --json",
+    "\n\n",
+    topology_note!()
+);
+
+const APPLY_HELP: &str = "\
+Refuses, changing nothing, when a queue has other arguments than the contract's, unless
+--force, which deletes and re-creates it (its messages are lost; the refusal says how many).
+Exchanges with other settings are never replaced.
+
+Example:
+  mesh topology apply --spec mesh.toml";
+const APPLY_LONG_HELP: &str = concat!(
+    "\
+Refuses, changing nothing, when a queue has other arguments than the contract's, unless
+--force, which deletes and re-creates it (its messages are lost; the refusal says how many).
+Exchanges with other settings are never replaced.
+
+Example:
+  mesh topology apply --spec mesh.toml",
+    "\n\n",
+    topology_note!()
+);
+
+/// What the contract is compared for.
+#[derive(Debug, Args)]
+pub(crate) struct TopologyArgs {
+    /// A module whose queue the contract wants (repeatable)
+    #[arg(long = "module", value_name = "M")]
+    pub(crate) modules: Vec<String>,
+
+    /// A topic pattern of the --module before it (repeatable)
+    #[arg(long = "pattern", value_name = "P")]
+    pub(crate) patterns: Vec<String>,
+
+    /// A TOML or JSON file listing modules, their patterns and queue types
+    #[arg(long, value_name = "FILE")]
+    pub(crate) spec: Option<PathBuf>,
+
+    /// x-delivery-limit of quorum module queues [default: mesh-amqp's, 20]
+    #[arg(long, value_name = "N")]
+    pub(crate) delivery_limit: Option<u32>,
+
+    /// Where each --pattern stands among the --module options (filled in from the parse).
+    #[arg(skip)]
+    pub(crate) pattern_owner: Vec<Option<usize>>,
+}
+
+/// `--queue-type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum QueueTypeArg {
+    /// Replicated; the broker counts deliveries.
+    Quorum,
+    /// Single-node.
+    Classic,
+}
+
+/// `mesh status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// Also count each module's dead letters not re-driven yet, from this audit store (the
+    /// default store is read when it exists)
+    #[command(flatten)]
+    pub(crate) store: StoreArg,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (e.g. 500ms, 5s, 1m)"))
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err("a rate is a positive number of events per second".to_owned()),
+    }
+}
+
+/// Parses the command line, matching each `--pattern` to the `--module` before it (clap's
+/// derive keeps the values but not their order among options).
+pub(crate) fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().try_get_matches()?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    let Some(("topology", topology)) = matches.subcommand() else {
+        return Ok(cli);
+    };
+    let Some((_, sub)) = topology.subcommand() else {
+        return Ok(cli);
+    };
+    let modules: Vec<usize> = sub
+        .indices_of("modules")
+        .map(Iterator::collect)
+        .unwrap_or_default();
+    let owners: Vec<Option<usize>> = sub
+        .indices_of("patterns")
+        .map(|indices| {
+            indices
+                .map(|p| modules.iter().rposition(|&m| m < p))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Command::Topology(
+        TopologyCommand::Show(args)
+        | TopologyCommand::Plan { args, .. }
+        | TopologyCommand::Apply { args, .. },
+    ) = &mut cli.command
+    {
+        args.pattern_owner = owners;
+    }
+    Ok(cli)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_command_has_an_example() {
+        let cli = Cli::command();
+        for sub in cli.get_subcommands() {
+            let mut found = sub
+                .get_after_help()
+                .is_some_and(|h| h.to_string().contains("mesh "));
+            for nested in sub.get_subcommands() {
+                let help = nested.get_after_help().map(ToString::to_string);
+                assert!(
+                    help.as_deref().is_some_and(|h| h.contains("mesh ")),
+                    "{} {} has no example",
+                    sub.get_name(),
+                    nested.get_name()
+                );
+                found = true;
+            }
+            assert!(found, "{} has no example", sub.get_name());
+        }
+    }
+}

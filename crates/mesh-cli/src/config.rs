@@ -1,0 +1,109 @@
+//! From the global options to a broker connection, a node name and a management client.
+
+use std::sync::Arc;
+
+use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
+use mesh::core::{Name, TransportErrorKind};
+use mesh::Transport;
+
+use crate::cli::{Global, QueueTypeArg};
+use crate::exit::{Code, WithCode};
+use crate::management::Management;
+
+/// The prefix of the CLI's connection names (`mesh-cli.publish`, `mesh-cli.consume`), so an
+/// operator can tell them apart from services' connections.
+const CONNECTION_NAME: &str = "mesh-cli";
+
+/// The AMQP options from `--url`/`MESH_URL` and `--connect-timeout`; a bad URL is a usage
+/// error.
+pub(crate) fn amqp_options(global: &Global) -> anyhow::Result<AmqpOptions> {
+    let options: AmqpOptions = global
+        .url
+        .trim()
+        .parse()
+        .coded(Code::Usage, || "invalid --url (or MESH_URL)".to_owned())?;
+    let mut options = options
+        .connect_timeout(global.connect_timeout)
+        .connection_name(CONNECTION_NAME);
+    // The base topology a connection declares must match the broker's (mesh.dead-letters'
+    // queue type), or the broker refuses it.
+    if let Some(kind) = global.queue_type {
+        options = options.queue_type(match kind {
+            QueueTypeArg::Quorum => QueueType::Quorum,
+            QueueTypeArg::Classic => QueueType::Classic,
+        });
+    }
+    options
+        .validate()
+        .coded(Code::Usage, || "invalid connection options".to_owned())?;
+    Ok(options)
+}
+
+/// The node: `--node`/`MESH_NODE`, or the host name up to its first dot.
+pub(crate) fn node(global: &Global) -> anyhow::Result<Name> {
+    match &global.node {
+        Some(node) => {
+            Name::parse(node).coded(Code::Usage, || format!("invalid node name `{node}`"))
+        }
+        None => {
+            let host = nix::unistd::gethostname()
+                .coded(Code::Usage, || {
+                    "cannot read the host name: give --node or MESH_NODE".to_owned()
+                })?
+                .to_string_lossy()
+                .into_owned();
+            let first = host.split('.').next().unwrap_or_default();
+            Name::parse(first).coded(Code::Usage, || {
+                format!("the host name `{host}` is not a node name: give --node or MESH_NODE")
+            })
+        }
+    }
+}
+
+/// Connects (declaring the base topology, as every mesh client does). A broker that cannot
+/// be reached is exit code 3.
+pub(crate) async fn connect(options: AmqpOptions) -> anyhow::Result<Arc<dyn Transport>> {
+    let shown = options.to_string();
+    match AmqpTransport::connect(options).await {
+        Ok(transport) => Ok(Arc::new(transport)),
+        Err(error) => {
+            let code = match error.kind() {
+                TransportErrorKind::ConnectionLost | TransportErrorKind::Timeout => {
+                    Code::Unreachable
+                }
+                TransportErrorKind::InvalidOptions => Code::Usage,
+                _ => Code::Error,
+            };
+            let message = match error.kind() {
+                TransportErrorKind::AccessRefused => {
+                    format!(
+                        "the broker at {shown} refused access (credentials, vhost or permissions)"
+                    )
+                }
+                _ => format!("cannot connect to the broker at {shown}"),
+            };
+            Err(anyhow::Error::new(error).context(crate::exit::Coded { code, message }))
+        }
+    }
+}
+
+/// The management API client for the broker of `--url`.
+pub(crate) fn management(global: &Global) -> anyhow::Result<Management> {
+    let options = amqp_options(global)?;
+    let base = match &global.management_url {
+        Some(url) => url.clone(),
+        None => options.get_management_url().ok_or_else(|| {
+            crate::exit::fail(
+                Code::Usage,
+                "no broker address to derive the management URL from",
+            )
+        })?,
+    };
+    Management::new(
+        &base,
+        options.get_user(),
+        options.get_password(),
+        options.get_vhost(),
+        global.connect_timeout,
+    )
+}

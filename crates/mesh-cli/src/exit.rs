@@ -1,0 +1,223 @@
+//! Exit codes: what each one means, and how an error is mapped to one.
+//!
+//! A command either returns the code it decided on (`emit --count` with failures, `topology
+//! plan --check` with differences) or fails with an `anyhow::Error`. Failures whose code is
+//! not 1 carry a [`Coded`] context, added where the failure is understood (a refused
+//! connection is "unreachable" only where the connection is opened); SDK call errors are
+//! read from their predicates.
+
+use std::fmt;
+use std::process::ExitCode;
+
+/// The documented exit codes of `mesh` (see the crate docs and `mesh --help`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Code {
+    /// 0: done.
+    Ok,
+    /// 1: any failure without a code of its own.
+    Error,
+    /// 2: the command line is wrong: an unknown option, an invalid key, pattern or name, data
+    /// that is not JSON.
+    Usage,
+    /// 3: the broker cannot be reached (refused, timed out, unknown host).
+    Unreachable,
+    /// 4: `call`: no server serves the tool.
+    NoServer,
+    /// 5: `call`: no reply within the timeout.
+    Timeout,
+    /// 6: `call`: the tool answered with an error.
+    Remote,
+    /// 7: `emit`: at least one event was not confirmed by the broker.
+    NotConfirmed,
+    /// 8: RabbitMQ's management HTTP API cannot be reached.
+    NoManagement,
+    /// 9: `topology plan --check`: the broker differs from the contract.
+    Drift,
+}
+
+impl Code {
+    /// The process exit status.
+    pub(crate) const fn value(self) -> u8 {
+        match self {
+            Code::Ok => 0,
+            Code::Error => 1,
+            Code::Usage => 2,
+            Code::Unreachable => 3,
+            Code::NoServer => 4,
+            Code::Timeout => 5,
+            Code::Remote => 6,
+            Code::NotConfirmed => 7,
+            Code::NoManagement => 8,
+            Code::Drift => 9,
+        }
+    }
+
+    /// A short machine name (used in `--json` error output).
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Code::Ok => "ok",
+            Code::Error => "error",
+            Code::Usage => "usage",
+            Code::Unreachable => "unreachable",
+            Code::NoServer => "no-server",
+            Code::Timeout => "timeout",
+            Code::Remote => "remote",
+            Code::NotConfirmed => "not-confirmed",
+            Code::NoManagement => "no-management",
+            Code::Drift => "drift",
+        }
+    }
+}
+
+impl From<Code> for ExitCode {
+    fn from(code: Code) -> ExitCode {
+        ExitCode::from(code.value())
+    }
+}
+
+/// The exit-code table, as a literal so help texts can `concat!` it.
+macro_rules! exit_table {
+    () => {
+        "\
+Exit codes:
+  0  success (also when the reader of the output went away: a broken pipe)
+  1  error without a code of its own
+  2  usage: bad arguments, an invalid key, pattern or name, data that is not JSON
+  3  the broker is unreachable (connection refused, timed out, unknown host)
+  4  call: no server serves the tool
+  5  call: no reply within --timeout
+  6  call: the tool answered with an error
+  7  emit: at least one event was not confirmed by the broker
+  8  the RabbitMQ management API is unreachable (topology, status)
+  9  topology plan --check: the broker differs from the contract"
+    };
+}
+
+/// A context that gives an error its exit code. Its message becomes the first part of the
+/// one-line error (`{:#}`), so it says what was being done.
+#[derive(Debug)]
+pub(crate) struct Coded {
+    pub(crate) code: Code,
+    pub(crate) message: String,
+}
+
+impl fmt::Display for Coded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Adds a [`Coded`] context to results.
+pub(crate) trait WithCode<T> {
+    /// Fails with `code`, saying `message` first.
+    fn coded(self, code: Code, message: impl FnOnce() -> String) -> anyhow::Result<T>;
+}
+
+impl<T, E> WithCode<T> for Result<T, E>
+where
+    E: Into<anyhow::Error>,
+{
+    fn coded(self, code: Code, message: impl FnOnce() -> String) -> anyhow::Result<T> {
+        self.map_err(|e| {
+            e.into().context(Coded {
+                code,
+                message: message(),
+            })
+        })
+    }
+}
+
+/// An error with a code and no cause.
+pub(crate) fn fail(code: Code, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::msg(Coded {
+        code,
+        message: message.into(),
+    })
+}
+
+/// The exit code of a failed command.
+pub(crate) fn classify(error: &anyhow::Error) -> Code {
+    if let Some(coded) = error.downcast_ref::<Coded>() {
+        return coded.code;
+    }
+    for cause in error.chain() {
+        if let Some(e) = cause.downcast_ref::<mesh::Error>() {
+            if e.is_no_server() {
+                return Code::NoServer;
+            }
+            if e.is_timeout() {
+                return Code::Timeout;
+            }
+            if e.remote().is_some() {
+                return Code::Remote;
+            }
+        }
+    }
+    Code::Error
+}
+
+/// Whether the error is a closed output pipe (`mesh tail | head -1`), which is success.
+pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context as _;
+
+    #[test]
+    fn a_coded_context_decides_the_code_even_under_more_context() {
+        let error = Err::<(), _>(std::io::Error::other("refused"))
+            .coded(Code::Unreachable, || "cannot connect".into())
+            .context("running emit")
+            .unwrap_err();
+        assert_eq!(classify(&error), Code::Unreachable);
+        assert_eq!(
+            format!("{error:#}"),
+            "running emit: cannot connect: refused"
+        );
+    }
+
+    #[test]
+    fn plain_errors_are_code_1_and_broken_pipes_are_recognised() {
+        let error = anyhow::anyhow!("boom");
+        assert_eq!(classify(&error), Code::Error);
+        assert!(!is_broken_pipe(&error));
+        let pipe = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+            .context("writing");
+        assert!(is_broken_pipe(&pipe));
+    }
+
+    #[test]
+    fn fail_carries_its_code() {
+        assert_eq!(classify(&fail(Code::Drift, "differs")), Code::Drift);
+        assert_eq!(fail(Code::Drift, "differs").to_string(), "differs");
+    }
+
+    #[test]
+    fn codes_are_distinct() {
+        let all = [
+            Code::Ok,
+            Code::Error,
+            Code::Usage,
+            Code::Unreachable,
+            Code::NoServer,
+            Code::Timeout,
+            Code::Remote,
+            Code::NotConfirmed,
+            Code::NoManagement,
+            Code::Drift,
+        ];
+        for (i, a) in all.iter().enumerate() {
+            assert!(exit_table!().contains(&format!("  {}  ", a.value())));
+            for b in &all[i + 1..] {
+                assert_ne!(a.value(), b.value());
+            }
+        }
+    }
+}

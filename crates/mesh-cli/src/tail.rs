@@ -1,0 +1,107 @@
+//! `mesh tail`: an ephemeral, at-most-once subscription printing each event.
+//!
+//! The listener's queue is server-named, exclusive and auto-deleted (the SDK's `listen`), so
+//! nothing of it outlives the process; the bus is closed before exiting all the same.
+
+use bytes::Bytes;
+use mesh::core::TopicPattern;
+use mesh::{Bus, Incoming};
+use serde_json::{json, Value};
+
+use crate::cli::{Global, TailArgs};
+use crate::config;
+use crate::exit::{fail, Code, WithCode};
+use crate::output::{self, paint, DIM, NAME, WARN};
+
+/// The identity the CLI listens and calls as: the runtime context `cli`.
+pub(crate) const CLI_CONTEXT: &str = "cli";
+
+/// Runs `mesh tail`.
+pub(crate) async fn run(global: &Global, args: &TailArgs) -> anyhow::Result<Code> {
+    for pattern in &args.patterns {
+        TopicPattern::parse(pattern)
+            .coded(Code::Usage, || format!("invalid pattern `{pattern}`"))?;
+    }
+    let node = config::node(global)?;
+    let transport = config::connect(config::amqp_options(global)?).await?;
+    let bus = Bus::builder()
+        .node(node.as_str())
+        .context(CLI_CONTEXT)
+        .start(transport)
+        .await?;
+    let result = follow(global, args, &bus).await;
+    bus.close().await;
+    result
+}
+
+async fn follow(global: &Global, args: &TailArgs, bus: &Bus) -> anyhow::Result<Code> {
+    let mut listener = bus.listen(&args.patterns).await?;
+    output::note(paint(
+        DIM,
+        format!(
+            "listening on {} (queue {}, removed when tail exits)",
+            args.patterns.join(" "),
+            listener.queue()
+        ),
+    ));
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let interrupt = tokio::signal::ctrl_c();
+    tokio::pin!(interrupt);
+    let mut seen: u64 = 0;
+    while args.count.is_none_or(|count| seen < count) {
+        tokio::select! {
+            _ = &mut interrupt => break,
+            _ = terminate.recv() => break,
+            next = listener.next() => match next {
+                None => return Err(fail(Code::Error, "the connection to the broker was lost")),
+                Some(Ok(incoming)) => {
+                    seen += 1;
+                    print(global, &incoming)?;
+                }
+                Some(Err(error)) => {
+                    // Listeners are at-most-once: a message that breaks the contract is
+                    // reported and skipped.
+                    output::note(format!(
+                        "{} skipped a message that breaks the contract: {:#}",
+                        paint(WARN, "warning:"),
+                        anyhow::Error::new(error)
+                    ));
+                }
+            }
+        }
+    }
+    Ok(Code::Ok)
+}
+
+fn print(global: &Global, incoming: &Incoming<Bytes>) -> anyhow::Result<()> {
+    let meta = &incoming.meta;
+    let body_text = String::from_utf8_lossy(&incoming.event);
+    if global.json {
+        let body: Value = serde_json::from_slice(&incoming.event)
+            .unwrap_or_else(|_| Value::from(body_text.as_ref()));
+        output::json(&json!({
+            "key": meta.key.to_string(),
+            "id": meta.id.to_string(),
+            "source": meta.source,
+            "node": meta.node,
+            "time": meta.time.to_string(),
+            "causation_id": meta.causation_id,
+            "schema": meta.schema.map(|s| s.0),
+            "body": body,
+        }))?;
+    } else {
+        let caused = match &meta.causation_id {
+            Some(cause) => format!(" {}", paint(DIM, format!("(caused by {cause})"))),
+            None => String::new(),
+        };
+        output::line(format!(
+            "{} {} {} {}@{} {body_text}{caused}",
+            paint(DIM, meta.time),
+            paint(NAME, &meta.key),
+            paint(DIM, meta.id),
+            meta.source,
+            meta.node,
+        ))?;
+    }
+    Ok(())
+}

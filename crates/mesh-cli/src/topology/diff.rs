@@ -1,0 +1,473 @@
+//! Comparing what the contract wants with what the broker has, as a list of differences.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Map, Value};
+
+use super::spec::{Wanted, WantedQueue};
+use crate::management::{BindingRow, ExchangeRow, QueueRow};
+
+/// What the broker has, as the management API lists it.
+#[derive(Debug, Clone)]
+pub(crate) struct Actual {
+    pub(crate) exchanges: Vec<ExchangeRow>,
+    pub(crate) queues: Vec<QueueRow>,
+    pub(crate) bindings: Vec<BindingRow>,
+}
+
+impl Actual {
+    pub(crate) fn queue(&self, name: &str) -> Option<&QueueRow> {
+        self.queues.iter().find(|q| q.name == name)
+    }
+
+    fn exchange(&self, name: &str) -> Option<&ExchangeRow> {
+        self.exchanges.iter().find(|e| e.name == name)
+    }
+
+    /// The plain (argument-less) bindings of `queue` from `exchange`: the ones mesh makes.
+    fn bindings_of<'a>(
+        &'a self,
+        exchange: &'a str,
+        queue: &'a str,
+    ) -> impl Iterator<Item = &'a BindingRow> {
+        self.bindings.iter().filter(move |b| {
+            b.source == exchange
+                && b.destination == queue
+                && b.destination_type == "queue"
+                && b.arguments.is_empty()
+        })
+    }
+}
+
+/// One setting of a queue or exchange that differs.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Setting {
+    /// An `x-` argument, or `durable`, `exclusive`, `auto_delete`, `type`.
+    pub(crate) name: String,
+    /// What the contract wants (`None`: absent).
+    pub(crate) want: Option<Value>,
+    /// What the broker has (`None`: absent).
+    pub(crate) have: Option<Value>,
+}
+
+/// One difference between the contract and the broker.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Difference {
+    MissingExchange {
+        name: String,
+        kind: String,
+    },
+    /// An exchange of the wrong type or durability: never replaced by mesh.
+    ExchangeDiffers {
+        name: String,
+        settings: Vec<Setting>,
+    },
+    MissingQueue {
+        name: String,
+        arguments: Map<String, Value>,
+    },
+    /// A queue whose arguments differ: replacing it deletes what it holds.
+    QueueDiffers {
+        name: String,
+        settings: Vec<Setting>,
+        /// Its messages at the last statistics sample (`None`: unknown).
+        messages: Option<u64>,
+        arguments: Map<String, Value>,
+    },
+    MissingBinding {
+        exchange: String,
+        queue: String,
+        routing_key: String,
+    },
+    /// A binding of a wanted queue that the contract does not ask for.
+    ExtraBinding {
+        exchange: String,
+        queue: String,
+        routing_key: String,
+        properties_key: String,
+    },
+}
+
+impl Difference {
+    /// `+`, `~` or `-`.
+    pub(crate) fn sign(&self) -> char {
+        match self {
+            Difference::MissingExchange { .. }
+            | Difference::MissingQueue { .. }
+            | Difference::MissingBinding { .. } => '+',
+            Difference::ExchangeDiffers { .. } | Difference::QueueDiffers { .. } => '~',
+            Difference::ExtraBinding { .. } => '-',
+        }
+    }
+
+    /// One line of text, without the sign.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Difference::MissingExchange { name, kind } => {
+                format!("exchange {name} ({kind}, durable) is missing")
+            }
+            Difference::ExchangeDiffers { name, settings } => {
+                format!("exchange {name} differs: {}", describe_settings(settings))
+            }
+            Difference::MissingQueue { name, arguments } => {
+                format!(
+                    "queue {name} ({}) is missing",
+                    describe_arguments(arguments)
+                )
+            }
+            Difference::QueueDiffers {
+                name,
+                settings,
+                messages,
+                ..
+            } => format!(
+                "queue {name} differs: {}; replacing it deletes {}",
+                describe_settings(settings),
+                describe_messages(*messages)
+            ),
+            Difference::MissingBinding {
+                exchange,
+                queue,
+                routing_key,
+            } => format!("binding {exchange} -> {queue} on `{routing_key}` is missing"),
+            Difference::ExtraBinding {
+                exchange,
+                queue,
+                routing_key,
+                ..
+            } => format!("binding {exchange} -> {queue} on `{routing_key}` is not wanted"),
+        }
+    }
+
+    /// As JSON.
+    pub(crate) fn to_json(&self) -> Value {
+        let settings_json = |settings: &[Setting]| -> Value {
+            settings
+                .iter()
+                .map(|s| json!({"name": s.name, "want": s.want, "have": s.have}))
+                .collect()
+        };
+        match self {
+            Difference::MissingExchange { name, kind } => {
+                json!({"kind": "missing-exchange", "exchange": name, "type": kind})
+            }
+            Difference::ExchangeDiffers { name, settings } => json!({
+                "kind": "exchange-differs", "exchange": name, "settings": settings_json(settings)
+            }),
+            Difference::MissingQueue { name, arguments } => {
+                json!({"kind": "missing-queue", "queue": name, "arguments": arguments})
+            }
+            Difference::QueueDiffers {
+                name,
+                settings,
+                messages,
+                ..
+            } => json!({
+                "kind": "queue-differs", "queue": name, "settings": settings_json(settings),
+                "messages": messages
+            }),
+            Difference::MissingBinding {
+                exchange,
+                queue,
+                routing_key,
+            } => json!({
+                "kind": "missing-binding", "exchange": exchange, "queue": queue,
+                "routing_key": routing_key
+            }),
+            Difference::ExtraBinding {
+                exchange,
+                queue,
+                routing_key,
+                ..
+            } => json!({
+                "kind": "extra-binding", "exchange": exchange, "queue": queue,
+                "routing_key": routing_key
+            }),
+        }
+    }
+}
+
+pub(crate) fn describe_messages(messages: Option<u64>) -> String {
+    match messages {
+        Some(1) => "the 1 message it holds".to_owned(),
+        Some(n) => format!("the {n} messages it holds"),
+        None => "the messages it holds (how many is not known yet)".to_owned(),
+    }
+}
+
+fn show(value: Option<&Value>) -> String {
+    match value {
+        None => "none".to_owned(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+fn describe_settings(settings: &[Setting]) -> String {
+    settings
+        .iter()
+        .map(|s| {
+            format!(
+                "{} wants {}, has {}",
+                s.name,
+                show(s.want.as_ref()),
+                show(s.have.as_ref())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(crate) fn describe_arguments(arguments: &Map<String, Value>) -> String {
+    arguments
+        .iter()
+        .map(|(k, v)| format!("{k}={}", show(Some(v))))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether two argument values are the same to the broker (`20` and `20.0` are).
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        _ => a == b,
+    }
+}
+
+/// The settings of `have` that differ from `want`.
+pub(crate) fn compare_queue(want: &WantedQueue, have: &QueueRow) -> Vec<Setting> {
+    let mut settings = Vec::new();
+    for (name, wanted, actual) in [
+        ("durable", true, have.durable),
+        ("exclusive", false, have.exclusive),
+        ("auto_delete", false, have.auto_delete),
+    ] {
+        if wanted != actual {
+            settings.push(Setting {
+                name: name.to_owned(),
+                want: Some(Value::Bool(wanted)),
+                have: Some(Value::Bool(actual)),
+            });
+        }
+    }
+    let names: BTreeSet<&String> = want.arguments.keys().chain(have.arguments.keys()).collect();
+    for name in names {
+        let wanted = want.arguments.get(name);
+        let mut actual = have.arguments.get(name).cloned();
+        // A queue declared without `x-queue-type` still has a type.
+        if name == "x-queue-type" && actual.is_none() {
+            actual = have.kind.clone().map(Value::String);
+        }
+        let equal = match (wanted, &actual) {
+            (Some(w), Some(a)) => same(w, a),
+            (None, None) => true,
+            _ => false,
+        };
+        if !equal {
+            settings.push(Setting {
+                name: name.clone(),
+                want: wanted.cloned(),
+                have: actual,
+            });
+        }
+    }
+    settings
+}
+
+/// Every difference, in the order `apply` fixes them: exchanges, queues, bindings.
+pub(crate) fn differences(wanted: &Wanted, actual: &Actual) -> Vec<Difference> {
+    let mut out = Vec::new();
+    for exchange in &wanted.exchanges {
+        match actual.exchange(&exchange.name) {
+            None => out.push(Difference::MissingExchange {
+                name: exchange.name.clone(),
+                kind: exchange.kind.to_owned(),
+            }),
+            Some(have) => {
+                let mut settings = Vec::new();
+                if have.kind != exchange.kind {
+                    settings.push(Setting {
+                        name: "type".into(),
+                        want: Some(Value::from(exchange.kind)),
+                        have: Some(Value::from(have.kind.clone())),
+                    });
+                }
+                if !have.durable {
+                    settings.push(Setting {
+                        name: "durable".into(),
+                        want: Some(Value::Bool(true)),
+                        have: Some(Value::Bool(false)),
+                    });
+                }
+                if have.auto_delete || have.internal {
+                    let name = if have.internal {
+                        "internal"
+                    } else {
+                        "auto_delete"
+                    };
+                    settings.push(Setting {
+                        name: name.into(),
+                        want: Some(Value::Bool(false)),
+                        have: Some(Value::Bool(true)),
+                    });
+                }
+                if !settings.is_empty() {
+                    out.push(Difference::ExchangeDiffers {
+                        name: exchange.name.clone(),
+                        settings,
+                    });
+                }
+            }
+        }
+    }
+    for queue in &wanted.queues {
+        match actual.queue(&queue.name) {
+            None => out.push(Difference::MissingQueue {
+                name: queue.name.clone(),
+                arguments: queue.arguments.clone(),
+            }),
+            Some(have) => {
+                let settings = compare_queue(queue, have);
+                if !settings.is_empty() {
+                    out.push(Difference::QueueDiffers {
+                        name: queue.name.clone(),
+                        settings,
+                        messages: have.messages,
+                        arguments: queue.arguments.clone(),
+                    });
+                }
+            }
+        }
+    }
+    for queue in &wanted.queues {
+        let have: Vec<&BindingRow> = actual.bindings_of(queue.exchange, &queue.name).collect();
+        for pattern in &queue.patterns {
+            if !have.iter().any(|b| &b.routing_key == pattern) {
+                out.push(Difference::MissingBinding {
+                    exchange: queue.exchange.to_owned(),
+                    queue: queue.name.clone(),
+                    routing_key: pattern.clone(),
+                });
+            }
+        }
+        for binding in have {
+            if !queue.patterns.contains(&binding.routing_key) {
+                out.push(Difference::ExtraBinding {
+                    exchange: binding.source.clone(),
+                    queue: binding.destination.clone(),
+                    routing_key: binding.routing_key.clone(),
+                    properties_key: binding.properties_key.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::spec::{consumer_arguments, WantedExchange};
+    use mesh::amqp::QueueType;
+    use mesh::core::Name;
+
+    fn wanted() -> Wanted {
+        Wanted {
+            node: Name::parse("n").unwrap(),
+            exchanges: vec![WantedExchange {
+                name: "mesh.events".into(),
+                kind: "topic",
+            }],
+            queues: vec![WantedQueue {
+                name: "n.m.events".into(),
+                arguments: consumer_arguments(QueueType::Quorum, 20),
+                exchange: "mesh.events",
+                patterns: vec!["a.#".into(), "b.*".into()],
+            }],
+        }
+    }
+
+    fn queue(arguments: &Value, kind: &str) -> QueueRow {
+        QueueRow {
+            name: "n.m.events".into(),
+            durable: true,
+            auto_delete: false,
+            exclusive: false,
+            arguments: arguments.as_object().cloned().unwrap_or_default(),
+            kind: Some(kind.into()),
+            messages: Some(3),
+            messages_ready: Some(3),
+            messages_unacknowledged: Some(0),
+            consumers: Some(0),
+        }
+    }
+
+    fn binding(key: &str) -> BindingRow {
+        BindingRow {
+            source: "mesh.events".into(),
+            destination: "n.m.events".into(),
+            destination_type: "queue".into(),
+            routing_key: key.into(),
+            arguments: Map::new(),
+            properties_key: key.into(),
+        }
+    }
+
+    fn exchange() -> ExchangeRow {
+        ExchangeRow {
+            name: "mesh.events".into(),
+            kind: "topic".into(),
+            durable: true,
+            auto_delete: false,
+            internal: false,
+        }
+    }
+
+    #[test]
+    fn an_agreeing_broker_has_no_difference() {
+        let actual = Actual {
+            exchanges: vec![exchange()],
+            queues: vec![queue(
+                &json!({"x-queue-type": "quorum", "x-dead-letter-exchange": "mesh.events.dead", "x-delivery-limit": 20}),
+                "quorum",
+            )],
+            bindings: vec![binding("a.#"), binding("b.*")],
+        };
+        assert_eq!(differences(&wanted(), &actual), []);
+    }
+
+    #[test]
+    fn each_difference_is_listed_once() {
+        let actual = Actual {
+            exchanges: vec![],
+            queues: vec![queue(
+                &json!({"x-dead-letter-exchange": "mesh.events.dead"}),
+                "classic",
+            )],
+            bindings: vec![binding("a.#"), binding("old.#")],
+        };
+        let diffs = differences(&wanted(), &actual);
+        assert_eq!(diffs.len(), 4, "{diffs:#?}");
+        assert!(
+            matches!(&diffs[0], Difference::MissingExchange { name, .. } if name == "mesh.events")
+        );
+        match &diffs[1] {
+            Difference::QueueDiffers {
+                settings, messages, ..
+            } => {
+                assert_eq!(*messages, Some(3));
+                let names: Vec<_> = settings.iter().map(|s| s.name.as_str()).collect();
+                assert_eq!(names, ["x-delivery-limit", "x-queue-type"]);
+                assert_eq!(settings[1].have, Some(json!("classic")));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            matches!(&diffs[2], Difference::MissingBinding { routing_key, .. } if routing_key == "b.*")
+        );
+        assert!(
+            matches!(&diffs[3], Difference::ExtraBinding { routing_key, .. } if routing_key == "old.#")
+        );
+        assert!(diffs[1].describe().contains("the 3 messages it holds"));
+    }
+}

@@ -1,0 +1,358 @@
+//! What the contract wants on the broker for a node: exchanges, queues with their arguments,
+//! and bindings, built from `--module/--pattern` options or a spec file.
+//!
+//! The arguments mirror mesh-amqp's declarations (`topology::base` and
+//! `topology::consumer_queue`, private to that crate); the test
+//! `wanted_queues_match_what_mesh_amqp_declares` connects mesh-amqp to a scratch vhost and
+//! checks that both agree.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Context as _;
+use mesh::amqp::{AmqpOptions, QueueType};
+use mesh::core::naming::{self, DEAD_EXCHANGE, DEAD_QUEUE, EVENTS_EXCHANGE, RPC_EXCHANGE};
+use mesh::core::{Name, TopicPattern};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::cli::{QueueTypeArg, TopologyArgs};
+use crate::exit::{fail, Code, WithCode};
+
+/// An exchange the contract wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WantedExchange {
+    pub(crate) name: String,
+    pub(crate) kind: &'static str,
+}
+
+/// A queue the contract wants, with its arguments and the bindings it must have (on one
+/// exchange: bindings from that exchange not listed here are not wanted).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct WantedQueue {
+    pub(crate) name: String,
+    pub(crate) arguments: Map<String, Value>,
+    pub(crate) exchange: &'static str,
+    pub(crate) patterns: Vec<String>,
+}
+
+/// Everything the contract wants for a node.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Wanted {
+    pub(crate) node: Name,
+    pub(crate) exchanges: Vec<WantedExchange>,
+    pub(crate) queues: Vec<WantedQueue>,
+}
+
+/// A spec file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpecFile {
+    node: Option<String>,
+    queue_type: Option<QueueTypeArg>,
+    delivery_limit: Option<u32>,
+    #[serde(default)]
+    modules: Vec<ModuleSpec>,
+}
+
+/// One module of a spec file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModuleSpec {
+    name: String,
+    #[serde(default)]
+    patterns: Vec<String>,
+    queue_type: Option<QueueTypeArg>,
+    #[serde(default)]
+    shared: bool,
+}
+
+fn queue_type(arg: QueueTypeArg) -> QueueType {
+    match arg {
+        QueueTypeArg::Quorum => QueueType::Quorum,
+        QueueTypeArg::Classic => QueueType::Classic,
+    }
+}
+
+/// `x-queue-type` only: the arguments of `mesh.dead-letters`.
+fn queue_type_arguments(kind: QueueType) -> Map<String, Value> {
+    let mut arguments = Map::new();
+    arguments.insert("x-queue-type".into(), Value::from(kind.as_str()));
+    arguments
+}
+
+/// The arguments of a module's queue: dead-lettered to `mesh.events.dead`, and on quorum
+/// queues bounded by the delivery limit.
+pub(crate) fn consumer_arguments(kind: QueueType, delivery_limit: u32) -> Map<String, Value> {
+    let mut arguments = queue_type_arguments(kind);
+    arguments.insert("x-dead-letter-exchange".into(), Value::from(DEAD_EXCHANGE));
+    if kind == QueueType::Quorum {
+        arguments.insert("x-delivery-limit".into(), Value::from(delivery_limit));
+    }
+    arguments
+}
+
+/// Builds what the contract wants from the command line (and its spec file). `node` is the
+/// global `--node` (None when it was not given, so a spec file's node applies).
+pub(crate) fn wanted(
+    args: &TopologyArgs,
+    global_type: Option<QueueTypeArg>,
+    node: Option<Name>,
+    default_node: impl FnOnce() -> anyhow::Result<Name>,
+) -> anyhow::Result<Wanted> {
+    let file = match &args.spec {
+        Some(path) => read_spec(path)?,
+        None => SpecFile::default(),
+    };
+    let node = match (node, &file.node) {
+        (Some(node), _) => node,
+        (None, Some(text)) => Name::parse(text).coded(Code::Usage, || {
+            format!("invalid node `{text}` in the spec file")
+        })?,
+        (None, None) => default_node()?,
+    };
+    let default_type = queue_type(
+        global_type
+            .or(file.queue_type)
+            .unwrap_or(QueueTypeArg::Quorum),
+    );
+    let delivery_limit = args
+        .delivery_limit
+        .or(file.delivery_limit)
+        .unwrap_or_else(|| AmqpOptions::default().get_delivery_limit());
+
+    let mut modules: Vec<ModuleSpec> = file.modules;
+    let mut from_args: Vec<ModuleSpec> = args
+        .modules
+        .iter()
+        .map(|name| ModuleSpec {
+            name: name.clone(),
+            patterns: Vec::new(),
+            queue_type: None,
+            shared: false,
+        })
+        .collect();
+    for (i, pattern) in args.patterns.iter().enumerate() {
+        match args.pattern_owner.get(i).copied().flatten() {
+            Some(owner) if owner < from_args.len() => {
+                from_args[owner].patterns.push(pattern.clone());
+            }
+            _ => {
+                return Err(fail(
+                    Code::Usage,
+                    format!(
+                    "--pattern `{pattern}` comes before any --module: write --module M --pattern P"
+                ),
+                ))
+            }
+        }
+    }
+    modules.extend(from_args);
+
+    // One queue per module name (and sharing): patterns of repeated modules are merged.
+    let mut queues: BTreeMap<String, (QueueType, Vec<String>)> = BTreeMap::new();
+    for module in modules {
+        let name = Name::parse(&module.name).coded(Code::Usage, || {
+            format!("invalid module name `{}`", module.name)
+        })?;
+        if module.patterns.is_empty() {
+            return Err(fail(
+                Code::Usage,
+                format!("module `{name}` has no pattern: its queue would receive nothing"),
+            ));
+        }
+        let queue = if module.shared {
+            naming::shared_queue(&name)
+        } else {
+            naming::consumer_queue(&node, &name)
+        };
+        let kind = module.queue_type.map(queue_type).unwrap_or(default_type);
+        let entry = queues.entry(queue.clone()).or_insert((kind, Vec::new()));
+        if entry.0 != kind {
+            return Err(fail(
+                Code::Usage,
+                format!("module `{name}` is given with two queue types"),
+            ));
+        }
+        for pattern in &module.patterns {
+            let parsed = TopicPattern::parse(pattern).coded(Code::Usage, || {
+                format!("invalid pattern `{pattern}` of module `{name}`")
+            })?;
+            entry.1.push(parsed.to_string());
+        }
+    }
+
+    let exchanges = [EVENTS_EXCHANGE, RPC_EXCHANGE, DEAD_EXCHANGE]
+        .into_iter()
+        .map(|name| WantedExchange {
+            name: name.to_owned(),
+            kind: "topic",
+        })
+        .collect();
+    let mut wanted_queues = vec![WantedQueue {
+        name: DEAD_QUEUE.to_owned(),
+        arguments: queue_type_arguments(default_type),
+        exchange: DEAD_EXCHANGE,
+        patterns: vec!["#".to_owned()],
+    }];
+    for (name, (kind, mut patterns)) in queues {
+        patterns.sort();
+        patterns.dedup();
+        wanted_queues.push(WantedQueue {
+            name,
+            arguments: consumer_arguments(kind, delivery_limit),
+            exchange: EVENTS_EXCHANGE,
+            patterns,
+        });
+    }
+    Ok(Wanted {
+        node,
+        exchanges,
+        queues: wanted_queues,
+    })
+}
+
+fn read_spec(path: &Path) -> anyhow::Result<SpecFile> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the spec file {}", path.display()))?;
+    let is_json = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let parsed = if is_json {
+        serde_json::from_str(&text).map_err(anyhow::Error::new)
+    } else {
+        toml::from_str(&text).map_err(anyhow::Error::new)
+    };
+    parsed.coded(Code::Usage, || {
+        format!("invalid spec file {}", path.display())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(modules: &[&str], patterns: &[(&str, Option<usize>)]) -> TopologyArgs {
+        TopologyArgs {
+            modules: modules.iter().map(|m| (*m).to_owned()).collect(),
+            patterns: patterns.iter().map(|(p, _)| (*p).to_owned()).collect(),
+            pattern_owner: patterns.iter().map(|(_, o)| *o).collect(),
+            spec: None,
+            delivery_limit: None,
+        }
+    }
+
+    fn node() -> Option<Name> {
+        Some(Name::parse("anchor").unwrap())
+    }
+
+    fn no_default() -> anyhow::Result<Name> {
+        panic!("the default node is not needed")
+    }
+
+    #[test]
+    fn the_base_is_always_wanted() {
+        let wanted = wanted(&args(&[], &[]), None, node(), no_default).unwrap();
+        let names: Vec<_> = wanted.exchanges.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["mesh.events", "mesh.rpc", "mesh.events.dead"]);
+        assert_eq!(wanted.queues.len(), 1);
+        assert_eq!(wanted.queues[0].name, "mesh.dead-letters");
+        assert_eq!(wanted.queues[0].patterns, ["#"]);
+    }
+
+    #[test]
+    fn patterns_belong_to_the_module_before_them() {
+        let a = args(
+            &["billing", "mailer"],
+            &[
+                ("module.umami.#", Some(0)),
+                ("node.*.joined", Some(1)),
+                ("a.b", Some(0)),
+            ],
+        );
+        let wanted = wanted(&a, None, node(), no_default).unwrap();
+        let billing = wanted
+            .queues
+            .iter()
+            .find(|q| q.name == "anchor.billing.events")
+            .unwrap();
+        assert_eq!(billing.patterns, ["a.b", "module.umami.#"]);
+        assert_eq!(billing.arguments["x-queue-type"], "quorum");
+        assert_eq!(
+            billing.arguments["x-dead-letter-exchange"],
+            "mesh.events.dead"
+        );
+        assert_eq!(billing.arguments["x-delivery-limit"], 20);
+        let mailer = wanted
+            .queues
+            .iter()
+            .find(|q| q.name == "anchor.mailer.events")
+            .unwrap();
+        assert_eq!(mailer.patterns, ["node.*.joined"]);
+    }
+
+    #[test]
+    fn bad_input_is_a_usage_error() {
+        let orphan = args(&["billing"], &[("a.#", None)]);
+        let error = wanted(&orphan, None, node(), no_default).unwrap_err();
+        assert_eq!(crate::exit::classify(&error), Code::Usage);
+        let bad = args(&["billing"], &[("a*", Some(0))]);
+        assert!(wanted(&bad, None, node(), no_default).is_err());
+        let empty = args(&["billing"], &[]);
+        assert!(wanted(&empty, None, node(), no_default).is_err());
+        let dotted = args(&["a.b"], &[("#", Some(0))]);
+        assert!(wanted(&dotted, None, node(), no_default).is_err());
+    }
+
+    #[test]
+    fn classic_queues_have_no_delivery_limit() {
+        let arguments = consumer_arguments(QueueType::Classic, 20);
+        assert_eq!(arguments["x-queue-type"], "classic");
+        assert!(!arguments.contains_key("x-delivery-limit"));
+    }
+
+    #[test]
+    fn spec_files_are_read_as_toml_or_json() {
+        let dir = std::env::temp_dir().join(format!("mesh-cli-spec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let toml_path = dir.join("mesh.toml");
+        std::fs::write(
+            &toml_path,
+            "node = \"n1\"\ndelivery_limit = 7\n[[modules]]\nname = \"billing\"\npatterns = [\"module.umami.#\"]\nqueue_type = \"classic\"\n[[modules]]\nname = \"work\"\npatterns = [\"#\"]\nshared = true\n",
+        )
+        .unwrap();
+        let mut a = args(&[], &[]);
+        a.spec = Some(toml_path);
+        let wanted = wanted(&a, None, None, no_default).unwrap();
+        assert_eq!(wanted.node.as_str(), "n1");
+        let billing = wanted
+            .queues
+            .iter()
+            .find(|q| q.name == "n1.billing.events")
+            .unwrap();
+        assert_eq!(billing.arguments["x-queue-type"], "classic");
+        let work = wanted
+            .queues
+            .iter()
+            .find(|q| q.name == "shared.work.events")
+            .unwrap();
+        assert_eq!(work.arguments["x-delivery-limit"], 7);
+
+        let json_path = dir.join("mesh.json");
+        std::fs::write(
+            &json_path,
+            r#"{"modules":[{"name":"m","patterns":["x.y"]}]}"#,
+        )
+        .unwrap();
+        a.spec = Some(json_path);
+        let wanted = super::wanted(&a, None, node(), no_default).unwrap();
+        assert!(wanted.queues.iter().any(|q| q.name == "anchor.m.events"));
+
+        let bad_path = dir.join("bad.toml");
+        std::fs::write(&bad_path, "modules = 3").unwrap();
+        a.spec = Some(bad_path);
+        let error = super::wanted(&a, None, node(), no_default).unwrap_err();
+        assert_eq!(crate::exit::classify(&error), Code::Usage);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

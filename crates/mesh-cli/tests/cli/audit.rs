@@ -1,0 +1,292 @@
+//! `audit` and `dead` with the logger running (`mesh audit run`, a real process).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use mesh::{Bus, HandlerError};
+use mesh_testkit::{eventually, TestVhost};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::process::Child;
+
+use crate::{assert_code, finish, json, mesh, options, run, stdout, transport, vhost, NODE, WAIT};
+
+/// A SQLite store in the temporary directory, removed on drop.
+struct TempStore {
+    dir: std::path::PathBuf,
+    url: String,
+}
+
+impl TempStore {
+    fn new(name: &str) -> TempStore {
+        let dir = std::env::temp_dir().join(format!("mesh-cli-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let url = format!("sqlite://{}?mode=rwc", dir.join("audit.db").display());
+        TempStore { dir, url }
+    }
+}
+
+impl Drop for TempStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts `mesh audit run` and waits until its queue has a consumer.
+async fn start_logger(vhost: &TestVhost, store: &TempStore) -> Child {
+    let child = mesh(Some(&vhost.url()))
+        .args(["audit", "run", "--store", &store.url])
+        .spawn()
+        .expect("mesh audit run starts");
+    let queue = format!("{NODE}.audit-logger.events");
+    eventually(WAIT, "the audit logger consuming", || async {
+        let queues = vhost.list_queues().await.ok()?;
+        queues
+            .iter()
+            .any(|q| q.name == queue && q.consumers > 0)
+            .then_some(())
+    })
+    .await;
+    child
+}
+
+/// Stops the logger gracefully (SIGTERM) and checks it exited 0.
+async fn stop_logger(child: Child) {
+    let pid = child.id().expect("the logger runs");
+    kill(
+        Pid::from_raw(i32::try_from(pid).expect("a pid")),
+        Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let output = finish(child).await;
+    assert_code(&output, 0);
+}
+
+async fn count(url: &str, store: &TempStore) -> u64 {
+    let output = run(
+        Some(url),
+        &["audit", "count", "--json", "--store", &store.url],
+    )
+    .await;
+    assert_code(&output, 0);
+    json(&output)["events"].as_u64().expect("a count")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_emitted_events_are_counted_once() {
+    let vhost = vhost("cli-audit").await;
+    let url = vhost.url();
+    let store = TempStore::new("audit-count");
+    let logger = start_logger(&vhost, &store).await;
+
+    let output = run(
+        Some(&url),
+        &["emit", "module.umami.tick", "--count", "10000", "--json"],
+    )
+    .await;
+    assert_code(&output, 0);
+    assert_eq!(json(&output)["confirmed"], 10_000);
+
+    let counted = eventually(WAIT * 2, "10,000 events in the audit store", || async {
+        let n = count(&url, &store).await;
+        (n >= 10_000).then_some(n)
+    })
+    .await;
+    assert_eq!(counted, 10_000);
+    // Nothing left to record, and still not more.
+    let queue = format!("{NODE}.audit-logger.events");
+    eventually(WAIT, "the logger's queue drained", || async {
+        let queues = vhost.list_queues().await.ok()?;
+        queues
+            .iter()
+            .any(|q| q.name == queue && q.messages == 0)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(count(&url, &store).await, 10_000);
+
+    let output = run(
+        Some(&url),
+        &[
+            "audit",
+            "count",
+            "--key",
+            "module.umami.#",
+            "--by-key",
+            "--json",
+            "--store",
+            &store.url,
+        ],
+    )
+    .await;
+    assert_code(&output, 0);
+    assert_eq!(
+        json(&output),
+        serde_json::json!({"key": "module.umami.tick", "events": 10_000})
+    );
+
+    stop_logger(logger).await;
+    vhost.delete().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_trace_and_dead_letters_round_trip() {
+    let vhost = vhost("cli-dead").await;
+    let url = vhost.url();
+    let store = TempStore::new("audit-dead");
+    let logger = start_logger(&vhost, &store).await;
+
+    // A cause and its effect, linked with --causation.
+    let cause = run(
+        Some(&url),
+        &[
+            "emit",
+            "module.umami.site.created",
+            "--data",
+            r#"{"site":"blog"}"#,
+        ],
+    )
+    .await;
+    assert_code(&cause, 0);
+    let cause_id = stdout(&cause).trim().to_owned();
+    let effect = run(
+        Some(&url),
+        &[
+            "emit",
+            "module.billing.invoice.created",
+            "--causation",
+            &cause_id,
+        ],
+    )
+    .await;
+    assert_code(&effect, 0);
+    let effect_id = stdout(&effect).trim().to_owned();
+    eventually(WAIT, "both events recorded", || async {
+        (count(&url, &store).await >= 2).then_some(())
+    })
+    .await;
+
+    let output = run(
+        Some(&url),
+        &[
+            "audit",
+            "query",
+            "--key",
+            "module.umami.#",
+            "--json",
+            "--store",
+            &store.url,
+        ],
+    )
+    .await;
+    assert_code(&output, 0);
+    let event = json(&output);
+    assert_eq!(event["id"], cause_id.as_str());
+    assert_eq!(event["body"], serde_json::json!({"site": "blog"}));
+
+    let output = run(
+        Some(&url),
+        &["audit", "trace", &effect_id, "--store", &store.url],
+    )
+    .await;
+    assert_code(&output, 0);
+    let tree = stdout(&output);
+    let lines: Vec<&str> = tree.lines().collect();
+    assert_eq!(lines.len(), 2, "{tree}");
+    assert!(lines[0].starts_with("module.umami.site.created"), "{tree}");
+    assert!(
+        lines[1].starts_with("└─ module.billing.invoice.created"),
+        "{tree}"
+    );
+    assert!(
+        lines[1].ends_with('◀'),
+        "the event asked for is marked: {tree}"
+    );
+
+    // A handler that gives up at once: the event is dead-lettered, and recorded.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let mailer = Bus::builder()
+        .node(NODE)
+        .module("mailer")
+        .on_raw(["module.umami.#"], move |_| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async { Err::<(), _>(HandlerError::permanent("mail server unreachable")) }
+        })
+        .start(transport(options(&vhost)).await)
+        .await
+        .unwrap();
+    let output = run(Some(&url), &["emit", "module.umami.user.joined"]).await;
+    assert_code(&output, 0);
+    let dead = eventually(WAIT, "the dead letter recorded", || async {
+        let output = run(
+            Some(&url),
+            &["dead", "list", "--pending", "--json", "--store", &store.url],
+        )
+        .await;
+        assert_code(&output, 0);
+        let text = stdout(&output);
+        let line = text.lines().next()?;
+        serde_json::from_str::<serde_json::Value>(line).ok()
+    })
+    .await;
+    assert_eq!(dead["key"], "module.umami.user.joined");
+    assert_eq!(dead["reason"], "permanent");
+    assert_eq!(dead["queue"], format!("{NODE}.mailer.events"));
+    let id = dead["id"].as_str().unwrap().to_owned();
+
+    // status counts it for the module.
+    let output = run(Some(&url), &["status", "--json", "--store", &store.url]).await;
+    assert_code(&output, 0);
+    let status = json(&output);
+    let module = status["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["module"] == "mailer")
+        .cloned()
+        .unwrap();
+    assert_eq!(module["dead_letters"], 1, "{status}");
+
+    let output = run(
+        Some(&url),
+        &["dead", "show", &id, "--json", "--store", &store.url],
+    )
+    .await;
+    assert_code(&output, 0);
+    let shown = json(&output);
+    assert!(shown["last_error"]
+        .as_str()
+        .unwrap()
+        .contains("mail server unreachable"));
+    assert_eq!(shown["body"], serde_json::json!({}));
+
+    let output = run(
+        Some(&url),
+        &["dead", "redrive", &id, "--json", "--store", &store.url],
+    )
+    .await;
+    assert_code(&output, 0);
+    assert_eq!(json(&output)["redriven"], serde_json::json!([id]));
+    eventually(WAIT, "the re-driven event handled again", || async {
+        (calls.load(Ordering::SeqCst) >= 2).then_some(())
+    })
+    .await;
+    let output = run(
+        Some(&url),
+        &["dead", "show", &id, "--json", "--store", &store.url],
+    )
+    .await;
+    assert_eq!(json(&output)["redrive_count"], 1);
+
+    let output = run(
+        Some(&url),
+        &["dead", "show", "not-an-id", "--store", &store.url],
+    )
+    .await;
+    assert_code(&output, 2);
+
+    mailer.close().await;
+    stop_logger(logger).await;
+    vhost.delete().await.unwrap();
+}

@@ -1,0 +1,78 @@
+//! `call`: the reply, and a distinct exit code for no server, a timeout and a remote error.
+
+use std::time::{Duration, Instant};
+
+use mesh::{Bus, RemoteError};
+
+use crate::{assert_code, json, options, run, stderr, stdout, transport, vhost};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_prints_the_reply_or_exits_with_the_errors_code() {
+    let vhost = vhost("cli-call").await;
+    let url = vhost.url();
+    let server = Bus::builder()
+        .node("server")
+        .module("billing")
+        .serve("billing.quote", |plan: String, _meta| async move {
+            match plan.as_str() {
+                "basic" => Ok(900_u64),
+                // Never answers: the caller's timeout.
+                "slow" => std::future::pending().await,
+                other => Err(RemoteError {
+                    code: "unknown-plan".into(),
+                    message: format!("no plan named `{other}`"),
+                }),
+            }
+        })
+        .start(transport(options(&vhost)).await)
+        .await
+        .unwrap();
+
+    let output = run(
+        Some(&url),
+        &["call", "billing.quote", "--data", "\"basic\""],
+    )
+    .await;
+    assert_code(&output, 0);
+    assert_eq!(stdout(&output).trim(), "900");
+
+    let output = run(
+        Some(&url),
+        &["call", "billing.quote", "--data", "\"gold\"", "--json"],
+    )
+    .await;
+    assert_code(&output, 6);
+    assert_eq!(
+        json(&output),
+        serde_json::json!({"error": {"code": "unknown-plan", "message": "no plan named `gold`"}})
+    );
+    assert!(stderr(&output).contains("unknown-plan"));
+
+    let started = Instant::now();
+    let output = run(
+        Some(&url),
+        &[
+            "call",
+            "billing.quote",
+            "--data",
+            "\"slow\"",
+            "--timeout",
+            "700ms",
+        ],
+    )
+    .await;
+    assert_code(&output, 5);
+    assert!(started.elapsed() >= Duration::from_millis(700));
+    let err = stderr(&output);
+    assert!(
+        err.contains("no reply from `billing.quote` within 700ms"),
+        "{err}"
+    );
+
+    let output = run(Some(&url), &["call", "nobody.serves.this"]).await;
+    assert_code(&output, 4);
+    assert!(stderr(&output).contains("no server"), "{}", stderr(&output));
+
+    server.close().await;
+    vhost.delete().await.unwrap();
+}

@@ -1,0 +1,234 @@
+//! `topology plan | apply | show` against queues declared by the SDK itself.
+
+use mesh::{Bus, HandlerError};
+
+use crate::{assert_code, json, options, run, stderr, stdout, transport, vhost};
+
+async fn start_module(
+    vhost: &mesh_testkit::TestVhost,
+    module: &str,
+    patterns: &[&str],
+    delivery_limit: u32,
+) -> Bus {
+    Bus::builder()
+        .node(crate::NODE)
+        .module(module)
+        .on_raw(patterns.to_vec(), |_| async { Ok::<(), HandlerError>(()) })
+        .start(transport(options(vhost).delivery_limit(delivery_limit)).await)
+        .await
+        .expect("the module starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_sdk_declares_is_what_plan_wants() {
+    let vhost = vhost("cli-agree").await;
+    let url = vhost.url();
+    let bus = start_module(&vhost, "billing", &["module.umami.#", "node.*.joined"], 20).await;
+    let output = run(
+        Some(&url),
+        &[
+            "topology",
+            "plan",
+            "--json",
+            "--check",
+            "--module",
+            "billing",
+            "--pattern",
+            "module.umami.#",
+            "--pattern",
+            "node.*.joined",
+        ],
+    )
+    .await;
+    assert_code(&output, 0);
+    assert_eq!(json(&output)["differences"], serde_json::json!([]));
+    bus.close().await;
+    vhost.delete().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_lists_exactly_a_missing_binding_and_a_queue_with_other_arguments() {
+    let vhost = vhost("cli-plan").await;
+    let url = vhost.url();
+    // billing's queue was declared with another delivery limit (the contract here wants the
+    // default, 20); mailer lacks a binding.
+    let billing = start_module(&vhost, "billing", &["module.umami.#"], 5).await;
+    let mailer = start_module(&vhost, "mailer", &["module.umami.#"], 20).await;
+    billing.close().await;
+    mailer.close().await;
+    // Something in billing's queue, which replacing it would lose.
+    let emitted = run(
+        Some(&url),
+        &["emit", "module.umami.site.created", "--count", "3"],
+    )
+    .await;
+    assert_code(&emitted, 0);
+
+    let spec: &[&str] = &[
+        "--module",
+        "billing",
+        "--pattern",
+        "module.umami.#",
+        "--module",
+        "mailer",
+        "--pattern",
+        "module.umami.#",
+        "--pattern",
+        "node.*.joined",
+    ];
+    let plan = |extra: &'static [&'static str]| {
+        let url = url.clone();
+        async move {
+            let mut args = vec!["topology", "plan"];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(spec);
+            run(Some(&url), &args).await
+        }
+    };
+
+    let output = plan(&["--json"]).await;
+    assert_code(&output, 0);
+    let differences = json(&output)["differences"].as_array().cloned().unwrap();
+    assert_eq!(differences.len(), 2, "{differences:#?}");
+    let queue = differences
+        .iter()
+        .find(|d| d["kind"] == "queue-differs")
+        .unwrap();
+    assert_eq!(queue["queue"], "clitest.billing.events");
+    let settings: Vec<&str> = queue["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(settings, ["x-delivery-limit"]);
+    assert_eq!(queue["settings"][0]["want"], 20);
+    assert_eq!(queue["settings"][0]["have"], 5);
+    let binding = differences
+        .iter()
+        .find(|d| d["kind"] == "missing-binding")
+        .unwrap();
+    assert_eq!(binding["queue"], "clitest.mailer.events");
+    assert_eq!(binding["exchange"], "mesh.events");
+    assert_eq!(binding["routing_key"], "node.*.joined");
+
+    // The text form: one line per difference.
+    let output = plan(&[]).await;
+    assert_code(&output, 0);
+    let text = stdout(&output);
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(
+        text.contains("~ queue clitest.billing.events differs: x-delivery-limit wants 20, has 5"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "+ binding mesh.events -> clitest.mailer.events on `node.*.joined` is missing"
+        ),
+        "{text}"
+    );
+
+    let output = plan(&["--check"]).await;
+    assert_code(&output, 9);
+
+    // apply refuses to replace the queue without --force, and changes nothing.
+    let mut args = vec!["topology", "apply"];
+    args.extend_from_slice(spec);
+    let output = run(Some(&url), &args).await;
+    assert_code(&output, 1);
+    let err = stderr(&output);
+    assert!(err.contains("refusing to replace 1 queue(s)"), "{err}");
+    assert!(err.contains("--force"), "{err}");
+    assert!(err.contains("messages"), "says what it costs: {err}");
+    let output = plan(&["--json"]).await;
+    assert_eq!(json(&output)["differences"].as_array().unwrap().len(), 2);
+
+    args.push("--force");
+    let output = run(Some(&url), &args).await;
+    assert_code(&output, 0);
+    let text = stdout(&output);
+    assert!(text.contains("replaced"), "{text}");
+    assert!(text.contains("bound"), "{text}");
+    let output = plan(&["--check"]).await;
+    assert_code(&output, 0);
+    let queues = vhost.list_queues().await.unwrap();
+    let billing = queues
+        .iter()
+        .find(|q| q.name == "clitest.billing.events")
+        .unwrap();
+    assert_eq!(billing.arguments["x-delivery-limit"], 20);
+    assert_eq!(billing.messages, 0, "replaced with what it held");
+    let bindings = vhost.list_bindings().await.unwrap();
+    assert!(bindings.iter().any(|b| b.source == "mesh.events"
+        && b.destination == "clitest.billing.events"
+        && b.routing_key == "module.umami.#"));
+
+    let output = run(
+        Some(&url),
+        &[
+            "topology",
+            "show",
+            "--module",
+            "billing",
+            "--pattern",
+            "module.umami.#",
+        ],
+    )
+    .await;
+    assert_code(&output, 0);
+    let text = stdout(&output);
+    assert!(text.contains("= clitest.billing.events"), "{text}");
+    assert!(
+        text.contains("? clitest.mailer.events"),
+        "outside this spec: {text}"
+    );
+    vhost.delete().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_creates_everything_on_an_empty_vhost_and_removes_unwanted_bindings() {
+    let vhost = vhost("cli-apply").await;
+    let url = vhost.url();
+    let dir = std::env::temp_dir().join(format!("mesh-cli-apply-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("mesh.toml");
+    std::fs::write(
+        &spec,
+        "[[modules]]\nname = \"billing\"\npatterns = [\"module.umami.#\", \"old.#\"]\n",
+    )
+    .unwrap();
+    let spec = spec.to_str().unwrap().to_owned();
+    let output = run(Some(&url), &["topology", "plan", "--json", "--spec", &spec]).await;
+    assert_code(&output, 0);
+    // 3 exchanges, 2 queues, 3 bindings.
+    assert_eq!(json(&output)["differences"].as_array().unwrap().len(), 8);
+    let output = run(Some(&url), &["topology", "apply", "--spec", &spec]).await;
+    assert_code(&output, 0);
+    let output = run(
+        Some(&url),
+        &["topology", "plan", "--check", "--spec", &spec],
+    )
+    .await;
+    assert_code(&output, 0);
+
+    // The module drops a pattern: apply removes the binding.
+    std::fs::write(
+        dir.join("mesh.toml"),
+        "[[modules]]\nname = \"billing\"\npatterns = [\"module.umami.#\"]\n",
+    )
+    .unwrap();
+    let output = run(
+        Some(&url),
+        &["topology", "apply", "--json", "--spec", &spec],
+    )
+    .await;
+    assert_code(&output, 0);
+    let applied = json(&output)["applied"].clone();
+    assert_eq!(applied.as_array().unwrap().len(), 1, "{applied}");
+    assert_eq!(applied[0]["kind"], "extra-binding");
+    assert_eq!(applied[0]["routing_key"], "old.#");
+    let bindings = vhost.list_bindings().await.unwrap();
+    assert!(!bindings.iter().any(|b| b.routing_key == "old.#"));
+    std::fs::remove_dir_all(&dir).unwrap();
+    vhost.delete().await.unwrap();
+}
