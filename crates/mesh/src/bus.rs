@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mesh_core::codec;
@@ -18,7 +18,7 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, Instrument};
+use tracing::{debug, info, Instrument, Span};
 
 use crate::dispatch::Dispatcher;
 use crate::error::{Error, ErrorKind, HandlerError};
@@ -27,6 +27,19 @@ use crate::handler::{self, HandlerEntry};
 use crate::identity::Identity;
 use crate::incoming::Incoming;
 use crate::rpc::{self, ServeEntry};
+use crate::telemetry::{propagation, record};
+
+/// The span of one emit; key, id and causation are recorded once known. Its trace context
+/// rides the message (`traceparent`), so the consumer's `mesh.handle` span is its child.
+fn emit_span() -> Span {
+    tracing::info_span!(
+        "mesh.emit",
+        otel.kind = "producer",
+        key = tracing::field::Empty,
+        id = tracing::field::Empty,
+        causation_id = tracing::field::Empty,
+    )
+}
 
 /// The default prefetch: deliveries in flight per consumer (ADR 42).
 pub const DEFAULT_PREFETCH: u16 = 32;
@@ -224,6 +237,7 @@ impl BusBuilder {
 
         let inner = Arc::new(Inner {
             prefix: identity.prefix(&node),
+            source: identity.owner(&node).to_string(),
             transport,
             node,
             identity,
@@ -273,6 +287,8 @@ pub(crate) struct Inner {
     pub(crate) node: Name,
     pub(crate) identity: Identity,
     prefix: String,
+    /// The owner word of its keys: `x-source`, and the `source` label of its metrics.
+    pub(crate) source: String,
     prefetch: u16,
     retry: RetryPolicy,
     emit_deadline: Option<Duration>,
@@ -462,14 +478,15 @@ impl Bus {
 
     /// Emits and waits for the confirm.
     pub async fn emit_outgoing(&self, outgoing: Outgoing) -> Result<EventId, Error> {
-        let (id, message, options) = self.prepare(outgoing)?;
-        let span = tracing::debug_span!("mesh.emit", key = %message.routing_key, %id);
+        let span = emit_span();
         async {
-            let confirm = self.inner.transport.publish(message, options).await?;
-            confirm.await?;
+            let (id, confirm, since) = self.publish(outgoing, &span).await?;
+            let confirmed = confirm.await;
+            record::confirmed(&self.inner.source, since, &confirmed);
+            confirmed?;
             Ok(id)
         }
-        .instrument(span)
+        .instrument(span.clone())
         .await
     }
 
@@ -477,15 +494,43 @@ impl Bus {
     /// (waiting only for room in its unconfirmed window), with a [`PendingEmit`] that
     /// resolves on the confirm. Many emits can be in flight this way.
     pub async fn emit_nowait(&self, outgoing: Outgoing) -> Result<PendingEmit, Error> {
-        let (id, message, options) = self.prepare(outgoing)?;
-        let confirm = self.inner.transport.publish(message, options).await?;
-        let confirm = self.inner.confirms.spawn(confirm);
+        let span = emit_span();
+        let (id, confirm, since) = self
+            .publish(outgoing, &span)
+            .instrument(span.clone())
+            .await?;
+        let source = self.inner.source.clone();
+        let confirm = self.inner.confirms.spawn(async move {
+            let confirmed = confirm.await;
+            record::confirmed(&source, since, &confirmed);
+            confirmed
+        });
         Ok(PendingEmit { id, confirm })
+    }
+
+    /// Hands the event to the transport; the confirm is pending from the returned instant.
+    async fn publish(
+        &self,
+        outgoing: Outgoing,
+        span: &Span,
+    ) -> Result<(EventId, mesh_core::Confirm, Instant), Error> {
+        let (id, message, options) = self.prepare(outgoing, span)?;
+        match self.inner.transport.publish(message, options).await {
+            Ok(confirm) => {
+                record::emitted(&self.inner.source);
+                Ok((id, confirm, Instant::now()))
+            }
+            Err(e) => {
+                record::emit_refused(&self.inner.source, &e);
+                Err(e.into())
+            }
+        }
     }
 
     fn prepare(
         &self,
         outgoing: Outgoing,
+        span: &Span,
     ) -> Result<(EventId, mesh_core::WireMessage, PublishOptions), Error> {
         if self.inner.stop.is_cancelled() {
             return Err(Error::new(ErrorKind::Closed));
@@ -503,15 +548,23 @@ impl Bus {
             KeySpec::Event(name) => RoutingKey::parse(&format!("{}{}", self.inner.prefix, name))?,
         };
         let id = outgoing.id.unwrap_or_default();
+        let causation_id = outgoing.causation_id.or_else(crate::causation::current);
+        span.record("key", key.as_str());
+        span.record("id", tracing::field::display(id));
+        if let Some(cause) = &causation_id {
+            span.record("causation_id", cause.as_str());
+        }
+        let mut extra_headers = outgoing.headers;
+        propagation::inject(span, &mut extra_headers);
         let envelope = Envelope {
             id,
             key,
-            source: self.inner.identity.owner(&self.inner.node).to_string(),
+            source: self.inner.source.clone(),
             node: self.inner.node.to_string(),
             time: Timestamp::now(),
-            causation_id: outgoing.causation_id.or_else(crate::causation::current),
+            causation_id,
             schema: outgoing.schema,
-            extra_headers: outgoing.headers,
+            extra_headers,
             body: outgoing.body,
         };
         let message = codec::encode(&envelope);

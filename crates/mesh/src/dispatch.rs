@@ -9,16 +9,18 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::FutureExt;
 use mesh_core::codec::{self, DeadLetter, DeadReason};
 use mesh_core::{Delivery, RetryPolicy, Subscription, Timestamp};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, warn, Instrument, Span};
 
 use crate::handler::{HandlerEntry, Outcome};
 use crate::incoming::Meta;
+use crate::telemetry::{propagation, record};
 
 /// What a consumer loop needs.
 pub(crate) struct Dispatcher {
@@ -72,12 +74,17 @@ impl Dispatcher {
         };
         let span = tracing::info_span!(
             "mesh.handle",
+            otel.kind = "consumer",
             key = %envelope.key,
             id = %envelope.id,
             causation_id = envelope.causation_id.as_deref(),
             attempt,
             queue = %delivery.queue,
+            outcome = tracing::field::Empty,
         );
+        // Before anything enters the span: the emitter's span becomes its parent.
+        propagation::set_parent(&span, &envelope.extra_headers);
+        record::delivered(&delivery.queue, envelope.time, attempt);
         let matching: Vec<&HandlerEntry> = self
             .handlers
             .iter()
@@ -87,6 +94,7 @@ impl Dispatcher {
             // A binding left over from an earlier deploy (or one the broker would not let
             // us remove) still routes here: nobody wants the event, so it is done.
             warn!(parent: &span, "no handler matches the event; acked");
+            span.record("outcome", "unmatched");
             settle_ack(delivery).await;
             return;
         }
@@ -104,27 +112,49 @@ impl Dispatcher {
             }
             worst
         };
+        let started = Instant::now();
         let outcome = crate::causation::scope(cause, run)
             .instrument(span.clone())
             .await;
-        let _entered = span.enter();
+        let queue = delivery.queue.clone();
+        record::handled(&queue, started.elapsed(), !matches!(outcome, Outcome::Done));
+        // The settling is awaited inside the span, never across a held guard.
+        self.settle(delivery, outcome, attempt, &span)
+            .instrument(span.clone())
+            .await;
+    }
+
+    async fn settle(&self, delivery: Delivery, outcome: Outcome, attempt: u32, span: &Span) {
         match outcome {
-            Outcome::Done => settle_ack(delivery).await,
+            Outcome::Done => {
+                span.record("outcome", "ack");
+                settle_ack(delivery).await;
+            }
             Outcome::GiveUp(reason, error) => {
+                span.record("outcome", "dead-letter");
                 warn!(%reason, "event dead-lettered: {error}");
                 dead_letter(delivery, reason, attempt, error).await;
             }
             Outcome::Retry(error) => match self.retry.next_step(attempt) {
                 Some(step) => {
+                    span.record("outcome", "retry");
                     debug!(step, "handler failed, retrying: {error}");
                     let mut copy = delivery.message.clone();
                     codec::set_attempts(&mut copy, attempt);
-                    if let Err(e) = delivery.retry(copy, step).await {
-                        // Not acked: the broker redelivers the original.
-                        warn!("retry could not be scheduled, the event will be redelivered: {e}");
+                    let queue = delivery.queue.clone();
+                    match delivery.retry(copy, step).await {
+                        Ok(()) => record::retried(&queue),
+                        Err(e) => {
+                            record::settle_failed(&queue, "retry");
+                            // Not acked: the broker redelivers the original.
+                            warn!(
+                                "retry could not be scheduled, the event will be redelivered: {e}"
+                            );
+                        }
                     }
                 }
                 None => {
+                    span.record("outcome", "dead-letter");
                     warn!("event dead-lettered after {attempt} attempts: {error}");
                     dead_letter(delivery, DeadReason::MaxAttempts, attempt, error).await;
                 }
@@ -161,7 +191,9 @@ fn worse(a: Outcome, b: Outcome) -> Outcome {
 }
 
 async fn settle_ack(delivery: Delivery) {
+    let queue = delivery.queue.clone();
     if let Err(e) = delivery.ack().await {
+        record::settle_failed(&queue, "ack");
         warn!("ack failed, the event will be redelivered: {e}");
     }
 }
@@ -178,7 +210,12 @@ async fn dead_letter(delivery: Delivery, reason: DeadReason, attempts: u32, erro
             time: Timestamp::now(),
         },
     );
-    if let Err(e) = delivery.dead_letter(copy).await {
-        warn!("dead-lettering failed, the event will be redelivered: {e}");
+    let queue = delivery.queue.clone();
+    match delivery.dead_letter(copy).await {
+        Ok(()) => record::dead_lettered(&queue, reason),
+        Err(e) => {
+            record::settle_failed(&queue, "dead-letter");
+            warn!("dead-lettering failed, the event will be redelivered: {e}");
+        }
     }
 }

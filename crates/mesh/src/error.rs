@@ -34,6 +34,9 @@ pub enum ErrorKind {
     Transport(TransportErrorKind),
     /// The bus was closed.
     Closed,
+    /// A telemetry endpoint or exporter could not start (an address in use, another
+    /// metrics recorder installed).
+    Telemetry,
 }
 
 /// An error of the mesh SDK: a kind and the cause.
@@ -129,6 +132,7 @@ impl fmt::Display for Error {
             }
             ErrorKind::Transport(_) => f.write_str("transport failed"),
             ErrorKind::Closed => f.write_str("bus is closed"),
+            ErrorKind::Telemetry => f.write_str("telemetry could not start"),
         }
     }
 }

@@ -35,6 +35,11 @@
 //! the retry ladder; a permanent error (or exhausted attempts, or a message that breaks
 //! the contract) dead-letters it with the reason.
 //!
+//! Observability ([`telemetry`]): spans `mesh.emit`, `mesh.handle`, `mesh.call` and
+//! `mesh.serve` through `tracing`, metrics through the `metrics` facade, and, behind
+//! features, W3C trace context across the broker (`otel`), an OTLP exporter (`otlp`) and a
+//! `/metrics`, `/livez`, `/readyz` endpoint (`prometheus`) for binaries.
+//!
 //! Architecture invariant: no broker client's type appears in this crate's public API.
 
 mod bus;
@@ -48,6 +53,7 @@ mod identity;
 mod incoming;
 mod listen;
 mod rpc;
+pub mod telemetry;
 
 pub use bus::{Bus, BusBuilder, Outgoing, PendingEmit, DEFAULT_PREFETCH};
 pub use dedup::{dedup, DedupStore, MemoryDedup};

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -19,6 +19,7 @@ use tracing::{debug, warn, Instrument};
 
 use crate::bus::{Bus, Inner};
 use crate::error::{Error, ErrorKind};
+use crate::telemetry::{propagation, record};
 
 /// The code of the remote error a server sends when a request's body does not fit the
 /// tool's request type.
@@ -108,7 +109,15 @@ async fn answer(entry: &ServeEntry, request: Delivery) {
             message: e.to_string(),
         }),
         Ok(meta) => {
-            let span = tracing::info_span!("mesh.serve", tool = %entry.tool, id = %meta.id);
+            let span = tracing::info_span!(
+                "mesh.serve",
+                otel.kind = "server",
+                tool = %entry.tool,
+                id = %meta.id,
+                causation_id = meta.causation_id.as_deref(),
+                source = %meta.source,
+            );
+            propagation::set_parent(&span, &request.message.properties.headers);
             let cause = meta.id.to_string();
             let call = (entry.call)(request.message.body.clone(), meta);
             match AssertUnwindSafe(crate::causation::scope(cause, call))
@@ -124,6 +133,7 @@ async fn answer(entry: &ServeEntry, request: Delivery) {
             }
         }
     };
+    record::served(&entry.tool, if result.is_ok() { "ok" } else { "error" });
     if request.message.properties.reply_to.is_none() {
         // Nobody waits for an answer: the work is done, so the request is.
         warn!(tool = %entry.tool, "request without reply_to handled; reply dropped");
@@ -179,9 +189,17 @@ impl Bus {
             time: Timestamp::now(),
             causation_id: crate::causation::current(),
         };
-        let span = tracing::info_span!("mesh.call", %tool, id = %meta.id);
-        async {
-            let request = codec::encode_request(&tool, &meta, body);
+        let span = tracing::info_span!(
+            "mesh.call",
+            otel.kind = "client",
+            %tool,
+            id = %meta.id,
+            causation_id = meta.causation_id.as_deref(),
+        );
+        let started = Instant::now();
+        let result = async {
+            let mut request = codec::encode_request(&tool, &meta, body);
+            propagation::inject(&span, &mut request.properties.headers);
             let reply = self.inner.transport.call(&tool, request, timeout).await?;
             debug!("reply received");
             match codec::decode_reply(&reply)? {
@@ -192,7 +210,18 @@ impl Bus {
                 })),
             }
         }
-        .instrument(span)
-        .await
+        .instrument(span.clone())
+        .await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => match e.kind() {
+                ErrorKind::Remote { .. } => "remote-error",
+                ErrorKind::Transport(kind) => record::reason(kind),
+                ErrorKind::Closed => "closed",
+                _ => "invalid-reply",
+            },
+        };
+        record::called(tool.as_str(), started.elapsed(), outcome);
+        result
     }
 }

@@ -1,0 +1,77 @@
+//! mesh-logs: a process's log records on the `mesh.logs` exchange, and a tail of them.
+//!
+//! The third exchange of the topology, beside `mesh.events` and `mesh.rpc`, made for speed
+//! and for never hurting the program or the broker:
+//!
+//! - **`mesh.logs`** is a durable *topic* exchange (declaring it costs nothing and it
+//!   survives a broker restart, so every shipper and tail agrees on its arguments); the
+//!   records themselves are **transient** (delivery mode 1), published **without confirms**,
+//!   and consumed **without acks**. With nobody tailing, no queue is bound and the broker
+//!   drops each record on arrival: an unread logs exchange costs the broker no memory.
+//! - The routing key is `<node>.<source>.<level>` (`anchor.billing.warn`), so a tail picks
+//!   by pattern: `anchor.#`, `*.billing.*`, `#.error`.
+//! - The body is one JSON [`LogRecord`].
+//!
+//! Shipping ([`start`]): a [`LogsLayer`] (a `tracing_subscriber::Layer`) turns each event
+//! into a record and *tries* to put it in a bounded buffer; when the buffer is full the
+//! record is dropped and counted (`mesh_logs_dropped_total`), so logging never waits for
+//! the broker. A background task owns its own connection (`<node>.<source>.logs`) and
+//! publishes what the buffer holds, reconnecting with a backoff when the connection is lost.
+//!
+//! Tailing ([`tail`]): an exclusive, auto-delete, server-named queue bound to one pattern,
+//! consumed with automatic acks, read as a [`Tail`] stream of records. The queue holds at
+//! most [`TAIL_QUEUE_MAX_LENGTH`] records (the oldest go first), and the stream buffers
+//! [`TAIL_BUFFER`] more, dropping and counting past that, so a slow reader bounds both the
+//! broker's memory and its own.
+//!
+//! ```no_run
+//! use tracing_subscriber::layer::SubscriberExt;
+//! use tracing_subscriber::util::SubscriberInitExt;
+//! # async fn run() -> Result<(), mesh_logs::LogsError> {
+//! let logs = mesh_logs::start(mesh_logs::LogsOptions::new(
+//!     "amqp://guest:guest@127.0.0.1:5672/%2F",
+//!     "anchor",
+//!     "billing",
+//! )?)?;
+//! tracing_subscriber::registry()
+//!     .with(tracing_subscriber::fmt::layer())
+//!     .with(logs.layer())
+//!     .init();
+//! tracing::info!(plan = "gold", "quote computed"); // → anchor.billing.info
+//!
+//! let mut tail = mesh_logs::tail("amqp://guest:guest@127.0.0.1:5672/%2F", "#.error").await?;
+//! while let Some(record) = tail.next().await {
+//!     println!("{record}");
+//! }
+//! logs.shutdown(std::time::Duration::from_secs(5)).await; // publishes what is buffered
+//! # Ok(()) }
+//! ```
+//!
+//! Architecture invariant: like `mesh-amqp`, a binding: it names `amqprs`, but no `amqprs`
+//! type appears in its public API. Records of the `amqprs` and `mesh_logs` targets are
+//! never shipped (shipping them would log the shipping).
+
+mod connect;
+mod error;
+mod layer;
+mod record;
+mod shipper;
+mod tail;
+
+pub use error::{LogsError, LogsErrorKind};
+pub use layer::LogsLayer;
+pub use record::{LogRecord, SpanRecord};
+pub use shipper::{start, Logs, LogsOptions, LogsStats, DEFAULT_CAPACITY};
+pub use tail::{tail, tail_with, Tail, TAIL_BUFFER, TAIL_QUEUE_MAX_LENGTH};
+
+/// The logs exchange: topic, durable; its messages are transient.
+///
+/// (Every other broker name lives in `mesh_core::naming`; this one joins it when the lead
+/// moves it there.)
+pub const LOGS_EXCHANGE: &str = "mesh.logs";
+
+/// The name of the counter of records dropped because the buffer was full (or the shipper
+/// had stopped).
+pub const DROPPED_METRIC: &str = "mesh_logs_dropped_total";
+/// The name of the counter of records published.
+pub const PUBLISHED_METRIC: &str = "mesh_logs_published_total";

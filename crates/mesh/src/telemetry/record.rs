@@ -1,0 +1,126 @@
+//! Where the SDK counts: thin wrappers over the `metrics` facade, so the names and labels
+//! live in one place (`super::names`). Without a recorder installed every call is a no-op.
+
+use std::time::{Duration, Instant};
+
+use mesh_core::{DeadReason, Timestamp, TransportError, TransportErrorKind};
+use metrics::{counter, histogram};
+
+use super::names;
+
+/// The transport took an emit into its unconfirmed window.
+pub(crate) fn emitted(source: &str) {
+    counter!(names::EMITTED, "source" => source.to_owned()).increment(1);
+}
+
+/// An emit failed before the transport took it (backpressure, closed, too large, …).
+pub(crate) fn emit_refused(source: &str, error: &TransportError) {
+    counter!(
+        names::EMIT_FAILED,
+        "source" => source.to_owned(),
+        "reason" => reason(error.kind()),
+    )
+    .increment(1);
+}
+
+/// The broker's answer to one emit, `since` the transport took it.
+pub(crate) fn confirmed(source: &str, since: Instant, result: &Result<(), TransportError>) {
+    match result {
+        Ok(()) => {
+            counter!(names::CONFIRMED, "source" => source.to_owned()).increment(1);
+            histogram!(names::CONFIRM_LATENCY, "source" => source.to_owned())
+                .record(since.elapsed().as_secs_f64());
+        }
+        Err(e) if *e.kind() == TransportErrorKind::Nacked => {
+            counter!(names::NACKED, "source" => source.to_owned()).increment(1);
+        }
+        Err(e) => emit_refused(source, e),
+    }
+}
+
+/// A delivery arrived: the lag since its emit, for first attempts only (a retry's lag would
+/// be the ladder's delay).
+pub(crate) fn delivered(queue: &str, emitted_at: Timestamp, attempt: u32) {
+    if attempt != 1 {
+        return;
+    }
+    let lag_nanos = Timestamp::now().unix_nanos() - emitted_at.unix_nanos();
+    // Clocks of two nodes disagree a little: a negative lag is recorded as none.
+    let lag = Duration::from_nanos(u64::try_from(lag_nanos).unwrap_or(0));
+    histogram!(names::LAG, "queue" => queue.to_owned()).record(lag.as_secs_f64());
+}
+
+/// Handlers ran on one delivery for `took`; `failed` when any failed.
+pub(crate) fn handled(queue: &str, took: Duration, failed: bool) {
+    counter!(names::HANDLED, "queue" => queue.to_owned()).increment(1);
+    histogram!(names::HANDLER_DURATION, "queue" => queue.to_owned()).record(took.as_secs_f64());
+    if failed {
+        counter!(names::FAILED, "queue" => queue.to_owned()).increment(1);
+    }
+}
+
+/// A retry copy was scheduled (its publish confirmed, the original acked).
+pub(crate) fn retried(queue: &str) {
+    counter!(names::RETRIED, "queue" => queue.to_owned()).increment(1);
+}
+
+/// A dead letter was set aside (its publish confirmed, the original acked).
+pub(crate) fn dead_lettered(queue: &str, reason: DeadReason) {
+    counter!(
+        names::DEAD_LETTERED,
+        "queue" => queue.to_owned(),
+        "reason" => reason.as_str(),
+    )
+    .increment(1);
+}
+
+/// Settling a delivery failed; the broker will redeliver it.
+pub(crate) fn settle_failed(queue: &str, action: &'static str) {
+    counter!(
+        names::SETTLE_FAILED,
+        "queue" => queue.to_owned(),
+        "action" => action,
+    )
+    .increment(1);
+}
+
+/// A call to `tool` ended, after `took`, with `outcome` (`ok`, `remote-error`, `timeout`,
+/// `no-server`, …).
+pub(crate) fn called(tool: &str, took: Duration, outcome: &'static str) {
+    counter!(
+        names::CALLS,
+        "tool" => tool.to_owned(),
+        "outcome" => outcome,
+    )
+    .increment(1);
+    histogram!(names::CALL_DURATION, "tool" => tool.to_owned()).record(took.as_secs_f64());
+}
+
+/// A request to `tool` was answered with `outcome` (`ok` or `error`).
+pub(crate) fn served(tool: &str, outcome: &'static str) {
+    counter!(
+        names::SERVED,
+        "tool" => tool.to_owned(),
+        "outcome" => outcome,
+    )
+    .increment(1);
+}
+
+/// A stable, lowercase label for a transport error kind.
+pub(crate) fn reason(kind: &TransportErrorKind) -> &'static str {
+    match kind {
+        TransportErrorKind::ConnectionLost => "connection-lost",
+        TransportErrorKind::Closed => "closed",
+        TransportErrorKind::Nacked => "nacked",
+        TransportErrorKind::Unroutable => "unroutable",
+        TransportErrorKind::TooLarge { .. } => "too-large",
+        TransportErrorKind::Timeout => "timeout",
+        TransportErrorKind::Backpressure => "backpressure",
+        TransportErrorKind::NoServer => "no-server",
+        TransportErrorKind::Incompatible { .. } => "incompatible",
+        TransportErrorKind::AccessRefused => "access-refused",
+        TransportErrorKind::InvalidOptions => "invalid-options",
+        TransportErrorKind::Protocol => "protocol",
+        _ => "other",
+    }
+}
