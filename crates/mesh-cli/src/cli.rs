@@ -118,7 +118,39 @@ pub(crate) enum Command {
     /// Inspect and re-drive dead letters recorded by the audit logger
     #[command(subcommand)]
     Dead(DeadCommand),
+    /// Follow the log records processes ship to the mesh.logs exchange
+    #[command(subcommand)]
+    Logs(LogsCommand),
 }
+
+/// `mesh logs`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum LogsCommand {
+    /// Print log records as they are shipped (an exclusive, auto-deleted queue)
+    #[command(after_help = LOGS_TAIL_HELP)]
+    Tail(LogsTailArgs),
+}
+
+/// `mesh logs tail`.
+#[derive(Debug, Args)]
+pub(crate) struct LogsTailArgs {
+    /// A topic pattern over `<node>.<source>.<level>` (`*` one word, `#` zero or more)
+    #[arg(value_name = "PATTERN", default_value = "#")]
+    pub(crate) pattern: String,
+
+    /// Exit after N records
+    #[arg(long, value_name = "N")]
+    pub(crate) count: Option<u64>,
+}
+
+const LOGS_TAIL_HELP: &str = "\
+Records are transient and unconfirmed: a tail sees what is shipped while it runs, nothing
+before, and nothing is kept for it when it is not running.
+
+Examples:
+  mesh logs tail
+  mesh logs tail 'anchor.billing.*' --count 10
+  mesh logs tail '#.error' --json";
 
 /// `--store`, on every command that reads the audit store.
 #[derive(Debug, Args)]

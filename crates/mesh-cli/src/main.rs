@@ -41,6 +41,7 @@ mod call;
 mod cli;
 mod config;
 mod emit;
+mod logs;
 mod management;
 mod output;
 mod status;
@@ -109,6 +110,7 @@ fn run(cli: &Cli) -> anyhow::Result<Code> {
                     Command::Status(args) => status::run(global, args).await,
                     Command::Audit(command) => audit::run(global, command).await,
                     Command::Dead(command) => audit::run_dead(global, command).await,
+                    Command::Logs(command) => logs::run(global, command).await,
                     Command::Topology(command) => topology::run(global, command),
                 }
             });

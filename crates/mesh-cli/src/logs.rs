@@ -1,0 +1,53 @@
+//! `mesh logs tail`: follows the records processes ship to the `mesh.logs` exchange.
+//!
+//! The queue is server-named, exclusive and auto-deleted (at-most-once, like `tail`): nothing
+//! of it outlives the process, and an unread log never fills the broker.
+
+use crate::cli::{Global, LogsCommand, LogsTailArgs};
+use crate::config;
+use crate::exit::{Code, WithCode};
+use crate::output;
+
+/// Runs `mesh logs …`.
+pub(crate) async fn run(global: &Global, command: &LogsCommand) -> anyhow::Result<Code> {
+    match command {
+        LogsCommand::Tail(args) => tail(global, args).await,
+    }
+}
+
+async fn tail(global: &Global, args: &LogsTailArgs) -> anyhow::Result<Code> {
+    mesh::core::TopicPattern::parse(&args.pattern).coded(Code::Usage, || {
+        format!("invalid pattern `{}`", args.pattern)
+    })?;
+    let options = config::amqp_options(global)?;
+    let mut records = mesh_logs::tail_with(&options, &args.pattern)
+        .await
+        .coded(Code::Unreachable, || "could not follow the logs".to_owned())?;
+    output::note(format!(
+        "following mesh.logs on {} (queue {}, removed when this exits)",
+        args.pattern,
+        records.queue()
+    ));
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let interrupt = tokio::signal::ctrl_c();
+    tokio::pin!(interrupt);
+    let mut seen: u64 = 0;
+    while args.count.is_none_or(|count| seen < count) {
+        tokio::select! {
+            _ = &mut interrupt => break,
+            _ = terminate.recv() => break,
+            next = records.next() => match next {
+                None => return Err(crate::exit::fail(Code::Error, "the connection to the broker was lost")),
+                Some(record) => {
+                    seen += 1;
+                    if global.json {
+                        output::json(&serde_json::to_value(&record)?)?;
+                    } else {
+                        output::line(record.to_string())?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(Code::Ok)
+}
