@@ -1,50 +1,144 @@
-//! Opening a named connection to the first broker node that answers, and the state the
-//! broker reports about it (closed, blocked).
+//! Opening a named connection to a broker node, and the state the broker reports about it
+//! (closed, blocked).
 //!
 //! Each connection is owned by one task (the publisher's, or the consume side's supervisor),
-//! which watches it with [`lost`]; everything else only reads the [`LinkState`].
+//! which watches it with [`lost`] and replaces it when it is lost; everything else only reads
+//! the [`LinkState`]. The connection callbacks of the client library run on its own tasks:
+//! they only record what the broker said in the `LinkState`, tagged with the connection they
+//! came from, so a late callback of a replaced connection changes nothing.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use amqprs::callbacks::ConnectionCallback;
 use amqprs::connection::{Connection, OpenConnectionArguments};
 use amqprs::Close;
-use mesh_core::{TransportError, TransportErrorKind};
+use mesh_core::{BoxFuture, TransportError, TransportErrorKind};
 
 use crate::error::from_client;
+use crate::lifecycle::{Lifecycle, Link, Shared};
 use crate::options::AmqpOptions;
 
-/// What one connection's owner and the broker's callbacks report, for health checks.
-#[derive(Debug, Default)]
+/// What one link's owner and the broker's callbacks report, for health checks and stats.
+#[derive(Debug)]
 pub(crate) struct LinkState {
+    link: Link,
+    shared: Arc<Shared>,
     connected: AtomicBool,
     blocked: AtomicBool,
+    /// Which connection of this link is current (bumped by its owner for each new one).
+    current: AtomicU64,
+    /// Blocked time: the total of past blocks, and when the current one began.
+    blocked_time: Mutex<(Duration, Option<Instant>)>,
+    /// Why the broker closed the current connection, if it said.
+    close_reason: Mutex<Option<String>>,
 }
 
 impl LinkState {
+    pub(crate) fn new(link: Link, shared: Arc<Shared>) -> LinkState {
+        LinkState {
+            link,
+            shared,
+            connected: AtomicBool::new(false),
+            blocked: AtomicBool::new(false),
+            current: AtomicU64::new(0),
+            blocked_time: Mutex::new((Duration::ZERO, None)),
+            close_reason: Mutex::new(None),
+        }
+    }
+
     pub(crate) fn connected(&self) -> bool {
         self.connected.load(Ordering::Acquire)
     }
 
+    /// Marks the current connection up or down. A connection starts unblocked (the broker
+    /// says again if it is not), so going down ends a block.
     pub(crate) fn set_connected(&self, connected: bool) {
         self.connected.store(connected, Ordering::Release);
         if !connected {
-            // A new connection starts unblocked; the broker says again if it is not.
-            self.blocked.store(false, Ordering::Release);
+            self.unblock();
         }
     }
 
     pub(crate) fn blocked(&self) -> bool {
         self.blocked.load(Ordering::Acquire)
     }
+
+    /// Marks the link blocked (by the broker's `connection.blocked`, or inferred by the
+    /// publisher); reports it if it was not.
+    pub(crate) fn block(&self, reason: String) {
+        if self.set_blocked(true) {
+            tracing::warn!(link = %self.link, %reason, "publishing is blocked");
+            self.shared.emit(Lifecycle::Blocked {
+                link: self.link,
+                reason,
+            });
+        }
+    }
+
+    /// Marks the link unblocked; reports it if it was blocked.
+    pub(crate) fn unblock(&self) {
+        if self.set_blocked(false) {
+            tracing::info!(link = %self.link, "publishing is unblocked");
+            self.shared.emit(Lifecycle::Unblocked { link: self.link });
+        }
+    }
+
+    /// Sets the flag and keeps the time; whether it changed.
+    fn set_blocked(&self, blocked: bool) -> bool {
+        let was = self.blocked.swap(blocked, Ordering::AcqRel);
+        if let Ok(mut time) = self.blocked_time.lock() {
+            match (was, blocked) {
+                (false, true) => time.1 = Some(Instant::now()),
+                (true, false) => {
+                    if let Some(since) = time.1.take() {
+                        time.0 += since.elapsed();
+                    }
+                }
+                _ => {}
+            }
+        }
+        was != blocked
+    }
+
+    /// How long this link was blocked by the broker, in all, including a block going on now.
+    pub(crate) fn blocked_time(&self) -> Duration {
+        match self.blocked_time.lock() {
+            Ok(time) => time.0 + time.1.map_or(Duration::ZERO, |since| since.elapsed()),
+            Err(_) => Duration::ZERO,
+        }
+    }
+
+    /// Makes the next connection current; returns its number, for its callbacks.
+    fn next_connection(&self) -> u64 {
+        if let Ok(mut reason) = self.close_reason.lock() {
+            *reason = None;
+        }
+        self.current.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    fn is_current(&self, connection: u64) -> bool {
+        self.current.load(Ordering::Acquire) == connection
+    }
+
+    /// Why the current connection was lost: the broker's close if it sent one, else the
+    /// network (a failed read or write, or missed heartbeats).
+    pub(crate) fn loss_reason(&self) -> String {
+        self.close_reason
+            .lock()
+            .ok()
+            .and_then(|mut reason| reason.take())
+            .unwrap_or_else(|| "network failure or missed heartbeats".to_owned())
+    }
 }
 
 /// The connection callbacks: the broker's `connection.close`, `connection.blocked` and
 /// `connection.unblocked`.
 struct LinkCallback {
-    role: &'static str,
     state: Arc<LinkState>,
+    /// Which connection of the link this is.
+    connection: u64,
 }
 
 #[async_trait::async_trait]
@@ -56,49 +150,110 @@ impl ConnectionCallback for LinkCallback {
     ) -> Result<(), amqprs::error::Error> {
         tracing::warn!(
             connection = %connection.connection_name(),
-            role = self.role,
             close = %close,
             "broker closed the connection"
         );
-        self.state.set_connected(false);
+        if self.state.is_current(self.connection) {
+            if let Ok(mut reason) = self.state.close_reason.lock() {
+                *reason = Some(format!("{}: {}", close.reply_code(), close.reply_text()));
+            }
+            self.state.set_connected(false);
+        }
         Ok(())
     }
 
+    // RabbitMQ sends `connection.blocked` only to clients that announce the capability,
+    // which amqprs 2.1 does not; the publisher infers a block from stalled confirms instead
+    // (see `publisher`). These stay for a client library that does.
     async fn blocked(&mut self, connection: &Connection, reason: String) {
         // A memory or disk alarm: the broker stops reading from publishing connections, so
         // confirms stop and the unconfirmed window fills up.
         tracing::warn!(
             connection = %connection.connection_name(),
-            role = self.role,
             %reason,
             "broker blocked the connection"
         );
-        self.state.blocked.store(true, Ordering::Release);
+        if self.state.is_current(self.connection) {
+            self.state.block(reason);
+        }
     }
 
     async fn unblocked(&mut self, connection: &Connection) {
         tracing::info!(
             connection = %connection.connection_name(),
-            role = self.role,
             "broker unblocked the connection"
         );
-        self.state.blocked.store(false, Ordering::Release);
+        if self.state.is_current(self.connection) {
+            self.state.unblock();
+        }
     }
 
     async fn secret_updated(&mut self, _connection: &Connection) {}
 }
 
-/// Opens the connection `<prefix>.<role>` to the first address that accepts it, trying them
-/// in order, each bounded by the connect timeout.
+/// A connection and the future that resolves once it is lost, owned by the link's task.
+pub(crate) struct Live {
+    pub(crate) connection: Connection,
+    /// The index of its address in the options.
+    pub(crate) address: usize,
+    lost: BoxFuture<'static, ()>,
+}
+
+impl Live {
+    pub(crate) fn new(connection: Connection, address: usize) -> Live {
+        let watched = connection.clone();
+        Live {
+            connection,
+            address,
+            lost: Box::pin(async move { lost(&watched).await }),
+        }
+    }
+}
+
+/// Resolves once `live` is lost; never while it is `None`.
+///
+/// # Cancel safety
+///
+/// Cancel safe: the watch lives in `live`, not in this future.
+pub(crate) async fn lost_opt(live: &mut Option<Live>) {
+    match live {
+        Some(live) => (&mut live.lost).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves with the outcome of a connection attempt in progress; never while there is none.
+pub(crate) async fn opened_opt<T>(attempt: &mut Option<BoxFuture<'static, T>>) -> T {
+    match attempt {
+        Some(attempt) => attempt.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves at `at`; never if `None`.
+pub(crate) async fn sleep_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Opens the connection `<prefix>.<link>` to the first address that accepts it, trying them
+/// in order from `start` (wrapping around), each bounded by the connect timeout. Returns the
+/// connection and the index of its address. The caller marks the state connected when it is
+/// ready to be used.
 pub(crate) async fn open(
     options: &AmqpOptions,
-    role: &'static str,
     state: Arc<LinkState>,
-) -> Result<Connection, TransportError> {
-    let name = format!("{}.{role}", options.get_connection_name());
+    start: usize,
+) -> Result<(Connection, usize), TransportError> {
+    let name = format!("{}.{}", options.get_connection_name(), state.link);
     let heartbeat = u16::try_from(options.get_heartbeat().as_secs()).unwrap_or(u16::MAX);
+    let addresses = options.get_addresses();
     let mut last_error = None;
-    for address in options.get_addresses() {
+    for offset in 0..addresses.len() {
+        let index = (start + offset) % addresses.len();
+        let address = &addresses[index];
         let args = OpenConnectionArguments::new(
             &address.host,
             address.port,
@@ -121,21 +276,22 @@ pub(crate) async fn open(
             .and_then(|r| r.map_err(|e| from_client(e, &context)));
         match opened {
             Ok(connection) => {
+                let number = state.next_connection();
                 connection
                     .register_callback(LinkCallback {
-                        role,
                         state: state.clone(),
+                        connection: number,
                     })
                     .await
                     .map_err(|e| from_client(e, "registering connection callbacks"))?;
-                state.set_connected(true);
                 tracing::info!(
                     connection = %name,
                     %address,
                     vhost = %options.get_vhost(),
+                    heartbeat = connection.heartbeat(),
                     "connected"
                 );
-                return Ok(connection);
+                return Ok((connection, index));
             }
             Err(error) => {
                 tracing::warn!(%address, error = %error, "connection attempt failed");
@@ -152,7 +308,8 @@ pub(crate) async fn open(
     }))
 }
 
-/// Resolves once `connection` is gone, whether the network failed or the broker closed it.
+/// Resolves once `connection` is gone, whether the network failed, heartbeats stopped, or the
+/// broker closed it.
 ///
 /// The client library only reports a shutdown to listeners subscribed before it happens, and
 /// subscribes on the first poll; so after that first poll the connection's open flag is
@@ -164,4 +321,13 @@ pub(crate) async fn lost(connection: &Connection) {
         return;
     }
     listen.await;
+}
+
+/// Closes `connection` if it is open, bounded so a dead broker cannot hold the caller.
+pub(crate) async fn close(connection: Connection, link: Link) {
+    if connection.is_open() {
+        if let Err(e) = crate::declare::within(connection.close(), "closing").await {
+            tracing::debug!(%link, error = %e, "closing a connection timed out");
+        }
+    }
 }

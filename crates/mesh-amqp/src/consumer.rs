@@ -1,5 +1,5 @@
-//! Consumers: a channel per subscription, a pump that feeds the [`Subscription`], and the
-//! acker that settles each delivery.
+//! Consumers: a channel per subscription, a pump that feeds the [`Subscription`] and keeps
+//! feeding it across failures, and the acker that settles each delivery.
 //!
 //! # Design
 //!
@@ -17,39 +17,69 @@
 //!   once (no timers). Releases are `basic.nack(requeue)`, sent before the acks of the same
 //!   batch so a `multiple` ack never covers them.
 //!
-//! The tracker belongs to one channel: an acker can only reach the channel its delivery came
-//! on, never a replacement, and once that channel is closed every settlement fails with
-//! `ConnectionLost` (the broker has requeued the message already). The tracker closes the
-//! channel when the pump and every acker are gone, so acks of deliveries still buffered after
-//! a cancel keep working.
+//! # Re-attaching
+//!
+//! A consumer can stop without being asked to: the broker cancels it (`basic.cancel`, when
+//! its queue is deleted), closes its channel (a consumer timeout), or the connection is lost.
+//! Its stream then ends, and the pump, which owns the subscription's buffer and not the
+//! channel, re-attaches: after a lost connection it waits for the link's next connection
+//! (up once the topology is declared again), otherwise for a backoff delay; then it opens a
+//! fresh channel, declares its queue, the queue's delay queues and bindings again from the
+//! recorded [`Topology`] (a deleted queue comes back), sets the prefetch and consumes.
+//! Failed attempts back off like reconnects; the backoff starts over once a consumer stayed
+//! attached for [`STABLE_AFTER`], so a queue the broker keeps cancelling is not hammered.
+//! The subscription's reader sees nothing but, perhaps, redeliveries. An ephemeral
+//! subscription gets a new server-named queue, bound to its patterns (its old one died with
+//! its channel).
+//!
+//! # Fencing stale deliveries
+//!
+//! Delivery tags are numbers local to a channel: acking tag 5 of a lost channel on its
+//! replacement would ack another message, or close the channel (`PRECONDITION_FAILED -
+//! unknown delivery tag`). So each channel has its own tracker, and an acker holds the
+//! tracker of the channel its delivery came on, never the pump's current one: once that
+//! channel is gone, every settlement fails with `ConnectionLost` (the broker has requeued
+//! the message already and redelivers it on the new channel). Deliveries that were still in
+//! the client library's buffer when their channel died are dropped, not handed out: nothing
+//! could settle them. The tracker closes its channel when the pump and every acker are gone,
+//! so acks of deliveries still buffered after a cancel keep working.
 //!
 //! Ephemeral subscriptions consume with `no_ack`: there is no tracker, and settling is a
 //! no-op.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use amqprs::channel::{
     BasicAckArguments, BasicCancelArguments, BasicConsumeArguments, BasicNackArguments,
     BasicQosArguments, Channel, ConsumerMessage,
 };
-use mesh_core::naming::DEAD_EXCHANGE;
+use mesh_core::naming::{DEAD_EXCHANGE, EVENTS_EXCHANGE};
 use mesh_core::{
     Acker, BoxFuture, Delivery, Subscription, TransportError, TransportErrorKind, WireMessage,
 };
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::declare::{take_close, within, CloseSlot};
+use crate::backoff::Backoff;
+use crate::declare::{take_close, within, CloseSlot, DeclareChannel};
 use crate::error::{from_client, from_close};
+use crate::lifecycle::{Counters, Lifecycle};
+use crate::link::ConsumeLink;
 use crate::publisher::{Outgoing, Publisher};
+use crate::topology::{BindingDecl, Topology};
 
 /// The header quorum queues count redeliveries in.
 const DELIVERY_COUNT: &str = "x-delivery-count";
 
 /// How many commands the ack tracker handles before it sends what they decided.
 const ACK_BATCH: usize = 1024;
+
+/// A consumer attached this long is stable: the next re-attach starts its backoff over.
+const STABLE_AFTER: Duration = Duration::from_secs(5);
 
 /// Consumers the transport should have, and has, attached.
 #[derive(Debug, Default)]
@@ -58,7 +88,7 @@ pub(crate) struct ConsumerCounts {
     pub(crate) attached: AtomicUsize,
 }
 
-/// What the ackers of one subscription share.
+/// What the ackers of one attachment share.
 #[derive(Debug)]
 pub(crate) struct SubscriptionCtx {
     /// The queue consumed.
@@ -71,8 +101,40 @@ pub(crate) struct SubscriptionCtx {
     pub(crate) publisher: Publisher,
 }
 
+/// What a subscription consumes.
+#[derive(Debug, Clone)]
+pub(crate) enum Source {
+    /// A named queue of the recorded topology (consumer, serve or dead-letter queue).
+    Named(String),
+    /// A server-named queue bound to these patterns on `mesh.events`, declared anew for
+    /// each attachment.
+    Ephemeral(Vec<String>),
+}
+
+/// How to attach one subscription, again and again.
+#[derive(Debug, Clone)]
+pub(crate) struct AttachSpec {
+    pub(crate) source: Source,
+    pub(crate) prefetch: u16,
+    pub(crate) manual_ack: bool,
+    pub(crate) delay_queues: Vec<String>,
+    pub(crate) counts_deliveries: bool,
+}
+
+/// What attaching needs from the transport.
+#[derive(Debug, Clone)]
+pub(crate) struct Env {
+    pub(crate) link: ConsumeLink,
+    pub(crate) publisher: Publisher,
+    pub(crate) topology: Arc<Mutex<Topology>>,
+    pub(crate) counts: Arc<ConsumerCounts>,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) backoff: Backoff,
+}
+
 /// A channel consuming one queue.
 pub(crate) struct Consumer {
+    pub(crate) queue: String,
     pub(crate) channel: Channel,
     pub(crate) closed: CloseSlot,
     pub(crate) consumer_tag: String,
@@ -111,6 +173,7 @@ pub(crate) async fn consume(
         .map_err(|e| failed(e, &context))?;
     tracing::info!(queue, consumer = %consumer_tag, prefetch, manual_ack, "consumer attached");
     Ok(Consumer {
+        queue: queue.to_owned(),
         channel,
         closed,
         consumer_tag,
@@ -119,74 +182,254 @@ pub(crate) async fn consume(
     })
 }
 
-/// Starts the pump (and tracker) of `consumer` and returns the subscription they feed.
-pub(crate) fn start(
+/// Attaches `spec` on a new channel of the consume link. With `redeclare`, a named queue,
+/// its delay queues and its bindings are declared again first, from the recorded topology.
+async fn attach(
+    env: &Env,
+    spec: &AttachSpec,
+    redeclare: bool,
+) -> Result<(Consumer, Arc<SubscriptionCtx>), TransportError> {
+    let (channel, closed) = env.link.channel("consume").await?;
+    let declare = DeclareChannel::wrap(channel.clone(), closed.clone());
+    let attached = async {
+        let queue = match &spec.source {
+            Source::Named(queue) => {
+                if redeclare {
+                    redeclare_queue(&declare, queue, &spec.delay_queues, &env.topology).await?;
+                }
+                queue.clone()
+            }
+            Source::Ephemeral(patterns) => {
+                let name = declare.server_named().await?;
+                for pattern in patterns {
+                    declare
+                        .bind(&BindingDecl::new(EVENTS_EXCHANGE, &name, pattern))
+                        .await?;
+                }
+                name
+            }
+        };
+        consume(
+            channel.clone(),
+            closed.clone(),
+            &queue,
+            spec.prefetch,
+            spec.manual_ack,
+        )
+        .await
+    }
+    .await;
+    match attached {
+        Ok(consumer) => {
+            let ctx = Arc::new(SubscriptionCtx {
+                queue: consumer.queue.clone(),
+                delay_queues: spec.delay_queues.clone(),
+                counts_deliveries: spec.counts_deliveries,
+                publisher: env.publisher.clone(),
+            });
+            Ok((consumer, ctx))
+        }
+        Err(error) => {
+            declare.close().await;
+            Err(error)
+        }
+    }
+}
+
+/// Declares a named queue, its delay queues and its bindings as the topology records them.
+async fn redeclare_queue(
+    declare: &DeclareChannel,
+    queue: &str,
+    delay_queues: &[String],
+    topology: &Mutex<Topology>,
+) -> Result<(), TransportError> {
+    let (queues, bindings) = match topology.lock() {
+        Ok(topology) => (
+            std::iter::once(queue)
+                .chain(delay_queues.iter().map(String::as_str))
+                .filter_map(|name| topology.queue(name).cloned())
+                .collect::<Vec<_>>(),
+            topology.bindings_of(queue).cloned().collect::<Vec<_>>(),
+        ),
+        Err(_) => return Ok(()),
+    };
+    for decl in &queues {
+        declare.queue(decl).await?;
+    }
+    for binding in &bindings {
+        declare.bind(binding).await?;
+    }
+    Ok(())
+}
+
+/// Attaches `spec` and starts the pump that feeds the returned subscription, for as long as
+/// it is not cancelled, re-attaching whenever the consumer stops. `declared` says the queue
+/// was just declared (no need to again).
+pub(crate) async fn subscribe(
+    env: Env,
+    spec: AttachSpec,
+    declared: bool,
+) -> Result<Subscription, TransportError> {
+    let generation = env.link.status().borrow().generation;
+    let (consumer, ctx) = attach(&env, &spec, !declared).await?;
+    let (deliveries_tx, deliveries) = mpsc::channel(usize::from(spec.prefetch.max(1)));
+    let (cancel_tx, cancel) = oneshot::channel();
+    env.counts.expected.fetch_add(1, Ordering::AcqRel);
+    env.counts.attached.fetch_add(1, Ordering::AcqRel);
+    let queue = ctx.queue.clone();
+    let span = tracing::info_span!("mesh_amqp.subscription", %queue);
+    let pump = Pump {
+        backoff: env.backoff.clone(),
+        env,
+        spec,
+        deliveries: deliveries_tx,
+    };
+    tokio::spawn(
+        pump.run(Attachment::new(consumer, ctx, generation), cancel)
+            .instrument(span),
+    );
+    Ok(Subscription::new(queue, deliveries, cancel_tx))
+}
+
+/// Why serving one attachment ended.
+enum End {
+    /// Cancelled by the subscription (or the transport closing): the pump stops.
+    Stopped,
+    /// The consumer stopped on its own: the pump re-attaches.
+    Lost {
+        reason: String,
+        /// With its connection (not only its channel or consumer): re-attaching waits for
+        /// the next connection.
+        connection: bool,
+    },
+}
+
+/// One attached consumer: its channel, stream and tracker, and what its ackers share.
+struct Attachment {
     consumer: Consumer,
     ctx: Arc<SubscriptionCtx>,
-    prefetch: u16,
-    counts: Arc<ConsumerCounts>,
-    shutdown: watch::Receiver<bool>,
-) -> Subscription {
-    let (deliveries_tx, deliveries) = mpsc::channel(usize::from(prefetch.max(1)));
-    let (cancel_tx, cancel) = oneshot::channel();
-    counts.expected.fetch_add(1, Ordering::AcqRel);
-    counts.attached.fetch_add(1, Ordering::AcqRel);
-    let tracker = consumer.manual_ack.then(|| {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let span = tracing::debug_span!("mesh_amqp.acks", queue = %ctx.queue);
-        tokio::spawn(track(consumer.channel.clone(), consumer.closed.clone(), rx).instrument(span));
-        tx
-    });
-    let queue = ctx.queue.clone();
-    let pump = Pump {
-        ctx,
-        tracker,
-        deliveries: Some(deliveries_tx),
-        counts,
-    };
-    let span = tracing::info_span!("mesh_amqp.subscription", %queue);
-    tokio::spawn(pump.run(consumer, cancel, shutdown).instrument(span));
-    Subscription::new(queue, deliveries, cancel_tx)
+    tracker: Option<mpsc::UnboundedSender<AckCommand>>,
+    /// The link's generation when it attached (its connection's, or an older one).
+    generation: u64,
+}
+
+impl Attachment {
+    fn new(consumer: Consumer, ctx: Arc<SubscriptionCtx>, generation: u64) -> Attachment {
+        let tracker = consumer.manual_ack.then(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let span = tracing::debug_span!("mesh_amqp.acks", queue = %ctx.queue);
+            tokio::spawn(
+                track(consumer.channel.clone(), consumer.closed.clone(), rx).instrument(span),
+            );
+            tx
+        });
+        Attachment {
+            consumer,
+            ctx,
+            tracker,
+            generation,
+        }
+    }
 }
 
 struct Pump {
-    ctx: Arc<SubscriptionCtx>,
-    tracker: Option<mpsc::UnboundedSender<AckCommand>>,
-    deliveries: Option<mpsc::Sender<Delivery>>,
-    counts: Arc<ConsumerCounts>,
+    env: Env,
+    spec: AttachSpec,
+    /// The subscription's buffer: the same one across every attachment.
+    deliveries: mpsc::Sender<Delivery>,
+    backoff: Backoff,
 }
 
 impl Pump {
-    async fn run(
-        mut self,
-        mut consumer: Consumer,
-        mut cancel: oneshot::Receiver<()>,
-        mut shutdown: watch::Receiver<bool>,
-    ) {
-        let queue = self.ctx.queue.clone();
+    async fn run(mut self, mut attachment: Attachment, mut cancel: oneshot::Receiver<()>) {
+        let mut shutdown = self.env.shutdown.clone();
+        loop {
+            let attached_at = Instant::now();
+            let end = self
+                .serve(&mut attachment, &mut cancel, &mut shutdown)
+                .await;
+            self.env.counts.attached.fetch_sub(1, Ordering::AcqRel);
+            let queue = attachment.ctx.queue.clone();
+            let generation = attachment.generation;
+            let closed_channel = attachment.consumer.channel.clone();
+            // The tracker closes the channel once the ackers of its deliveries are gone.
+            drop(attachment);
+            let (reason, connection_lost) = match end {
+                End::Stopped => {
+                    // A manual-ack channel is closed by its tracker; a no-ack one has none,
+                    // and nothing can be settled on it.
+                    if !self.spec.manual_ack && closed_channel.is_open() {
+                        let _ = within(closed_channel.close(), "closing a consumer channel").await;
+                    }
+                    break;
+                }
+                End::Lost { reason, connection } => (reason, connection),
+            };
+            Counters::bump(&self.env.link.shared().counters.consumer_cancels);
+            tracing::warn!(%queue, %reason, "consumer stopped; re-attaching");
+            self.env
+                .link
+                .shared()
+                .emit(Lifecycle::ConsumerCancelled { queue, reason });
+            if attached_at.elapsed() >= STABLE_AFTER {
+                self.backoff.reset();
+            }
+            // After a lost connection, the next one is what to wait for (the supervisor
+            // spaces its attempts); otherwise the backoff spaces ours.
+            let after = connection_lost.then_some(generation);
+            match self.reattach(after, &mut cancel, &mut shutdown).await {
+                Some(next) => {
+                    attachment = next;
+                    self.env.counts.attached.fetch_add(1, Ordering::AcqRel);
+                    Counters::bump(&self.env.link.shared().counters.reattached);
+                    let queue = attachment.ctx.queue.clone();
+                    tracing::info!(%queue, prefetch = self.spec.prefetch, "consumer re-attached");
+                    self.env
+                        .link
+                        .shared()
+                        .emit(Lifecycle::ConsumerReattached { queue });
+                }
+                None => break,
+            }
+        }
+        self.env.counts.expected.fetch_sub(1, Ordering::AcqRel);
+        tracing::debug!("subscription ended");
+    }
+
+    /// Feeds the subscription from one attachment until it is cancelled or stops.
+    async fn serve(
+        &mut self,
+        attachment: &mut Attachment,
+        cancel: &mut oneshot::Receiver<()>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> End {
         let mut cancelled = false;
         loop {
             tokio::select! {
                 biased;
                 // Fires on `Subscription::cancel` and when the subscription is dropped.
-                _ = &mut cancel, if !cancelled => {
+                _ = &mut *cancel, if !cancelled => {
                     cancelled = true;
-                    self.cancel_consumer(&consumer).await;
+                    cancel_consumer(attachment).await;
                 }
-                () = closing(&mut shutdown), if !cancelled => {
+                () = closing(shutdown), if !cancelled => {
                     cancelled = true;
-                    self.cancel_consumer(&consumer).await;
+                    cancel_consumer(attachment).await;
                 }
-                message = consumer.stream.recv() => match message {
+                message = attachment.consumer.stream.recv() => match message {
                     Some(message) => {
-                        if let Some(delivery) = self.delivery(message) {
-                            if cancelled {
-                                // Arrived between our cancel and the broker's cancel-ok:
-                                // dropping the delivery releases it.
-                                drop(delivery);
-                            } else {
-                                self.hand_out(delivery, &mut cancel, &mut cancelled, &consumer).await;
-                            }
+                        let Some(delivery) = delivery(attachment, message) else {
+                            continue;
+                        };
+                        if cancelled {
+                            // Arrived between our cancel and the broker's cancel-ok:
+                            // dropping the delivery releases it.
+                            drop(delivery);
+                        } else if !self.hand_out(delivery, cancel).await {
+                            // Cancelled, or the subscription's reader is gone: stop the
+                            // consumer; the delivery was released as it dropped.
+                            cancelled = true;
+                            cancel_consumer(attachment).await;
                         }
                     }
                     // The stream ends after a cancel, when the broker cancels the consumer
@@ -195,117 +438,139 @@ impl Pump {
                 },
             }
         }
-        self.counts.attached.fetch_sub(1, Ordering::AcqRel);
-        // Buffered deliveries stay readable; then `next()` returns `None`.
-        self.deliveries = None;
-        if !cancelled {
-            let reason = take_close(&consumer.closed)
-                .map(|c| format!("{} {}", c.code, c.text))
-                .unwrap_or_else(|| "the channel or connection is gone".to_owned());
-            tracing::warn!(%queue, %reason, "consumer ended");
-            // Recovery (next issue) re-attaches here and keeps the subscription fed. Until
-            // then the subscription is over, but still expected: health reports it missing
-            // until the application cancels or drops it.
-            tokio::select! {
-                _ = &mut cancel => {}
-                () = closing(&mut shutdown) => {}
-            }
+        if cancelled {
+            return End::Stopped;
         }
-        self.counts.expected.fetch_sub(1, Ordering::AcqRel);
-        if self.tracker.is_none() && consumer.channel.is_open() {
-            // No tracker to close it: nothing can be settled on a no-ack channel.
-            let _ = within(consumer.channel.close(), "closing a consumer channel").await;
-        }
-        tracing::debug!(%queue, "subscription ended");
+        let channel = &attachment.consumer.channel;
+        let (reason, connection) = match take_close(&attachment.consumer.closed) {
+            Some(close) => (close.to_string(), false),
+            None if channel.is_open() => ("the broker cancelled the consumer".to_owned(), false),
+            None => ("the connection was lost".to_owned(), true),
+        };
+        End::Lost { reason, connection }
     }
 
     /// Hands a delivery to the subscription, waiting for room in its buffer (which the
-    /// prefetch bounds) but not past a cancel.
-    async fn hand_out(
-        &mut self,
-        delivery: Delivery,
-        cancel: &mut oneshot::Receiver<()>,
-        cancelled: &mut bool,
-        consumer: &Consumer,
-    ) {
-        let Some(deliveries) = &self.deliveries else {
-            return;
-        };
+    /// prefetch bounds) but not past a cancel. `false` if it could not.
+    async fn hand_out(&self, delivery: Delivery, cancel: &mut oneshot::Receiver<()>) -> bool {
         let room = tokio::select! {
-            room = deliveries.reserve() => room.ok(),
+            room = self.deliveries.reserve() => room.ok(),
             _ = cancel => None,
         };
         match room {
-            Some(room) => room.send(delivery),
-            None => {
-                // Cancelled, or the subscription's receiver was closed: stop the consumer;
-                // the delivery is released as it drops.
-                drop(delivery);
-                if !*cancelled {
-                    *cancelled = true;
-                    self.cancel_consumer(consumer).await;
-                }
+            Some(room) => {
+                room.send(delivery);
+                true
             }
+            None => false,
         }
     }
 
-    async fn cancel_consumer(&self, consumer: &Consumer) {
-        if !consumer.channel.is_open() {
-            return;
-        }
-        let args = BasicCancelArguments::new(&consumer.consumer_tag);
-        match within(consumer.channel.basic_cancel(args), "cancelling a consumer").await {
-            Ok(Ok(_)) => tracing::info!(queue = %self.ctx.queue, "consumer cancelled"),
-            Ok(Err(e)) => tracing::debug!(error = %e, "basic.cancel failed"),
-            Err(e) => tracing::debug!(error = %e, "basic.cancel failed"),
-        }
-    }
-
-    /// A delivery in mesh's types, registered with the tracker before anyone can settle it.
-    fn delivery(&self, message: ConsumerMessage) -> Option<Delivery> {
-        let ConsumerMessage {
-            deliver,
-            basic_properties,
-            content,
-            ..
-        } = message;
-        let deliver = deliver?;
-        let tag = deliver.delivery_tag();
-        let settle = self.tracker.as_ref().map(|tracker| {
-            let _ = tracker.send(AckCommand::Delivered(tag));
-            Settle {
-                tracker: tracker.clone(),
-                tag,
-                done: false,
+    /// Attaches again once the link is up — first, with `after`, once a connection newer
+    /// than generation `after` is — backing off between failed attempts; `None` if cancelled
+    /// meanwhile.
+    async fn reattach(
+        &mut self,
+        mut after: Option<u64>,
+        cancel: &mut oneshot::Receiver<()>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Option<Attachment> {
+        let mut status = self.env.link.status();
+        loop {
+            let delay = match after {
+                Some(_) => Duration::ZERO,
+                None => self.backoff.next_delay(),
+            };
+            let newer = after.take().unwrap_or(0);
+            let ready = async {
+                tokio::time::sleep(delay).await;
+                status
+                    .wait_for(|s| s.connected && s.generation > newer)
+                    .await
+                    .is_ok()
+            };
+            tokio::select! {
+                ready = ready => if !ready { return None },
+                _ = &mut *cancel => return None,
+                () = closing(shutdown) => return None,
             }
-        });
-        let mut message = crate::convert::delivered(
-            deliver.routing_key().clone(),
-            &basic_properties.unwrap_or_default(),
-            content.unwrap_or_default(),
-        );
-        // The broker's count belongs to this queue: a copy republished with it (a retry)
-        // would carry a stale count into its next delivery, so it never stays in the message.
-        let count = message.properties.headers.remove(DELIVERY_COUNT);
-        let delivery_count = self.ctx.counts_deliveries.then(|| {
-            count
-                .and_then(|c| c.as_u64())
-                .map_or(0, |c| u32::try_from(c).unwrap_or(u32::MAX))
-        });
-        let acker = AmqpAcker {
-            ctx: self.ctx.clone(),
-            settle,
-            reply_to: message.properties.reply_to.clone(),
-            correlation_id: message.properties.correlation_id.clone(),
-        };
-        Some(Delivery::new(
-            message,
-            deliver.redelivered(),
-            delivery_count,
-            self.ctx.queue.clone(),
-            Box::new(acker),
-        ))
+            let generation = status.borrow().generation;
+            match attach(&self.env, &self.spec, true).await {
+                Ok((consumer, ctx)) => return Some(Attachment::new(consumer, ctx, generation)),
+                Err(error) => tracing::warn!(
+                    error = %error,
+                    failures = self.backoff.failures(),
+                    "re-attaching a consumer failed; retrying"
+                ),
+            }
+        }
     }
+}
+
+async fn cancel_consumer(attachment: &Attachment) {
+    let consumer = &attachment.consumer;
+    if !consumer.channel.is_open() {
+        return;
+    }
+    let args = BasicCancelArguments::new(&consumer.consumer_tag);
+    match within(consumer.channel.basic_cancel(args), "cancelling a consumer").await {
+        Ok(Ok(_)) => tracing::info!(queue = %attachment.ctx.queue, "consumer cancelled"),
+        Ok(Err(e)) => tracing::debug!(error = %e, "basic.cancel failed"),
+        Err(e) => tracing::debug!(error = %e, "basic.cancel failed"),
+    }
+}
+
+/// A delivery in mesh's types, registered with the tracker before anyone can settle it;
+/// `None` for a manual-ack delivery whose channel is gone already (nothing could settle it,
+/// and the broker redelivers it).
+fn delivery(attachment: &Attachment, message: ConsumerMessage) -> Option<Delivery> {
+    let ConsumerMessage {
+        deliver,
+        basic_properties,
+        content,
+        ..
+    } = message;
+    let deliver = deliver?;
+    if attachment.consumer.manual_ack && !attachment.consumer.channel.is_open() {
+        tracing::debug!("dropped a delivery of a closed channel");
+        return None;
+    }
+    let ctx = &attachment.ctx;
+    let tag = deliver.delivery_tag();
+    let settle = attachment.tracker.as_ref().map(|tracker| {
+        let _ = tracker.send(AckCommand::Delivered(tag));
+        Settle {
+            tracker: tracker.clone(),
+            tag,
+            done: false,
+        }
+    });
+    let mut message = crate::convert::delivered(
+        deliver.routing_key().clone(),
+        &basic_properties.unwrap_or_default(),
+        content.unwrap_or_default(),
+    );
+    // The broker's count belongs to this queue: a copy republished with it (a retry)
+    // would carry a stale count into its next delivery, so it never stays in the message.
+    let count = message.properties.headers.remove(DELIVERY_COUNT);
+    let delivery_count = ctx.counts_deliveries.then(|| {
+        count
+            .and_then(|c| c.as_u64())
+            .map_or(0, |c| u32::try_from(c).unwrap_or(u32::MAX))
+    });
+    let acker = AmqpAcker {
+        ctx: ctx.clone(),
+        settle,
+        reply_to: message.properties.reply_to.clone(),
+        correlation_id: message.properties.correlation_id.clone(),
+    };
+    Some(Delivery::new(
+        message,
+        deliver.redelivered(),
+        delivery_count,
+        ctx.queue.clone(),
+        Box::new(acker),
+    ))
 }
 
 /// Resolves once the transport is closing (or gone).
@@ -546,6 +811,7 @@ impl Acker for AmqpAcker {
                 message: copy,
                 mandatory: true,
                 force_persistent: true,
+                resend: true,
             };
             Self::publish_then_ack(ctx.clone(), settle, outgoing).await
         })
@@ -566,6 +832,7 @@ impl Acker for AmqpAcker {
                 message: copy,
                 mandatory: true,
                 force_persistent: true,
+                resend: true,
             };
             Self::publish_then_ack(ctx.clone(), settle, outgoing).await
         })
@@ -604,6 +871,7 @@ impl Acker for AmqpAcker {
                 message: reply,
                 mandatory: false,
                 force_persistent: false,
+                resend: true,
             };
             Self::publish_then_ack(ctx, settle, outgoing).await
         })

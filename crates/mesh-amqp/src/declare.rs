@@ -19,7 +19,8 @@ use amqprs::{BasicProperties, Cancel, CloseChannel, Nack, Return};
 use mesh_core::{TransportError, TransportErrorKind};
 
 use crate::convert::{check_short, to_field_table};
-use crate::error::{from_client, from_close, BrokerClose};
+use crate::error::{from_client, from_close, is_unknown_delivery_tag, BrokerClose};
+use crate::lifecycle::{Counters, Lifecycle, Link, Shared};
 use crate::topology::{BindingDecl, ExchangeDecl, QueueDecl, Topology};
 
 /// How long one declaration may take before the broker is presumed unresponsive.
@@ -33,10 +34,12 @@ pub(crate) fn take_close(slot: &CloseSlot) -> Option<BrokerClose> {
     slot.lock().ok().and_then(|mut close| close.take())
 }
 
-/// A channel callback that keeps the broker's `channel.close` and otherwise only logs.
+/// A channel callback that keeps the broker's `channel.close`, counts and reports it, and
+/// otherwise only logs.
 pub(crate) struct CloseCatcher {
     pub(crate) slot: CloseSlot,
     pub(crate) role: &'static str,
+    pub(crate) shared: Arc<Shared>,
 }
 
 #[async_trait::async_trait]
@@ -46,18 +49,37 @@ impl ChannelCallback for CloseCatcher {
         channel: &Channel,
         close: CloseChannel,
     ) -> Result<(), amqprs::error::Error> {
-        tracing::debug!(
-            channel = channel.channel_id(),
-            role = self.role,
-            code = close.reply_code(),
-            text = %close.reply_text(),
-            "broker closed the channel"
-        );
+        let close = BrokerClose {
+            code: close.reply_code(),
+            text: close.reply_text().clone(),
+        };
+        let counters = &self.shared.counters;
+        Counters::bump(&counters.channel_closes);
+        if is_unknown_delivery_tag(&close) {
+            // Ackers only reach the channel their delivery came on, so this is a bug.
+            Counters::bump(&counters.unknown_tag_closes);
+            tracing::error!(
+                channel = channel.channel_id(),
+                role = self.role,
+                text = %close.text,
+                "broker closed a channel for an unknown delivery tag"
+            );
+        } else {
+            tracing::info!(
+                channel = channel.channel_id(),
+                role = self.role,
+                code = close.code,
+                text = %close.text,
+                "broker closed the channel"
+            );
+        }
+        self.shared.emit(Lifecycle::ChannelClosed {
+            link: Link::Consume,
+            code: close.code,
+            reason: close.text.clone(),
+        });
         if let Ok(mut slot) = self.slot.lock() {
-            *slot = Some(BrokerClose {
-                code: close.reply_code(),
-                text: close.reply_text().clone(),
-            });
+            *slot = Some(close);
         }
         Ok(())
     }
@@ -106,6 +128,7 @@ impl ChannelCallback for CloseCatcher {
 pub(crate) async fn open_channel(
     connection: &Connection,
     role: &'static str,
+    shared: Arc<Shared>,
 ) -> Result<(Channel, CloseSlot), TransportError> {
     let channel = within(connection.open_channel(None), "opening a channel")
         .await?
@@ -115,6 +138,7 @@ pub(crate) async fn open_channel(
         .register_callback(CloseCatcher {
             slot: slot.clone(),
             role,
+            shared,
         })
         .await
         .map_err(|e| from_client(e, "registering a channel callback"))?;
@@ -257,7 +281,8 @@ impl DeclareChannel {
     }
 
     /// Declares a whole topology: exchanges, then queues, then bindings (a binding needs
-    /// both ends). This is what a reconnect replays.
+    /// both ends), stopping at the first refusal. (A reconnect replays it more tolerantly,
+    /// see `link`.)
     pub(crate) async fn replay(&self, topology: &Topology) -> Result<(), TransportError> {
         for exchange in topology.exchanges() {
             self.exchange(exchange).await?;
@@ -269,6 +294,11 @@ impl DeclareChannel {
             self.bind(binding).await?;
         }
         Ok(())
+    }
+
+    /// Whether the channel is still open (a refused declaration closes it).
+    pub(crate) fn is_open(&self) -> bool {
+        self.channel.is_open()
     }
 
     /// Closes the channel (a no-op if the broker already did).

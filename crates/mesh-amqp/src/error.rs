@@ -1,5 +1,5 @@
 //! Mapping what the broker and the client library report to
-//! [`TransportError`](mesh_core::TransportError) kinds.
+//! [`TransportError`] kinds.
 //!
 //! The broker explains a refusal only in the text of the `channel.close` or
 //! `connection.close` it sends (`406 PRECONDITION_FAILED - inequivalent arg ...`); this module
@@ -12,6 +12,7 @@ use mesh_core::{TransportError, TransportErrorKind};
 /// AMQP reply codes mesh reacts to.
 pub(crate) mod code {
     pub(crate) const ACCESS_REFUSED: u16 = 403;
+    pub(crate) const NOT_FOUND: u16 = 404;
     pub(crate) const PRECONDITION_FAILED: u16 = 406;
     pub(crate) const NOT_ALLOWED: u16 = 530;
 }
@@ -56,6 +57,61 @@ pub(crate) fn from_client(err: amqprs::error::Error, context: &str) -> Transport
         TransportErrorKind::ConnectionLost
     };
     TransportError::new(kind, context).with_source(err)
+}
+
+/// Why the broker closed a publishing channel, as far as it concerns the messages on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PublishRefusal {
+    /// `406 PRECONDITION_FAILED - message size N is larger than configured max size M`: the
+    /// message of `size` body bytes must not be sent again.
+    TooLarge { size: usize, max: usize },
+    /// `404 NOT_FOUND - no exchange 'X' in vhost 'v'`, or `403 ACCESS_REFUSED - write access
+    /// to exchange 'X' in vhost 'v' refused for user 'u'`: about the messages to `exchange`.
+    Exchange { code: u16, exchange: String },
+    /// Anything else: nothing to say about a particular message.
+    Other,
+}
+
+/// Reads a publishing channel's close.
+pub(crate) fn publish_refusal(close: &BrokerClose) -> PublishRefusal {
+    if close.code == code::PRECONDITION_FAILED {
+        if let Some((size, max)) = parse_too_large(&close.text) {
+            return PublishRefusal::TooLarge { size, max };
+        }
+    }
+    if matches!(close.code, code::NOT_FOUND | code::ACCESS_REFUSED) {
+        if let Some(exchange) = parse_exchange(&close.text) {
+            return PublishRefusal::Exchange {
+                code: close.code,
+                exchange,
+            };
+        }
+    }
+    PublishRefusal::Other
+}
+
+/// `... message size 2097152 is larger than configured max size 1048576` (or `than max size`,
+/// RabbitMQ's wording when the limit is its built-in maximum) → `(2097152, 1048576)`.
+pub(crate) fn parse_too_large(text: &str) -> Option<(usize, usize)> {
+    let rest = &text[text.find("message size ")? + "message size ".len()..];
+    let (size, rest) = rest.split_once(' ')?;
+    let rest = &rest[rest.find("max size ")? + "max size ".len()..];
+    let max: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    Some((size.parse().ok()?, max.parse().ok()?))
+}
+
+/// The exchange named in `... exchange 'X' in vhost 'v' ...`.
+fn parse_exchange(text: &str) -> Option<String> {
+    let rest = &text[text.find("exchange '")? + "exchange '".len()..];
+    // The name may itself hold quotes, so cut at the vhost.
+    let (exchange, _) = rest.split_once("' in vhost '")?;
+    Some(exchange.to_owned())
+}
+
+/// Whether a channel was closed for an ack or nack with a delivery tag it does not know: an
+/// acker settled a delivery on a channel it did not come from.
+pub(crate) fn is_unknown_delivery_tag(close: &BrokerClose) -> bool {
+    close.code == code::PRECONDITION_FAILED && close.text.contains("unknown delivery tag")
 }
 
 /// Reads RabbitMQ's `inequivalent arg` refusal:
@@ -182,6 +238,64 @@ mod tests {
     }
 
     #[test]
+    fn reads_publish_refusals() {
+        let close = |code, text: &str| BrokerClose {
+            code,
+            text: text.to_owned(),
+        };
+        assert_eq!(
+            publish_refusal(&close(
+                406,
+                "PRECONDITION_FAILED - message size 2097152 is larger than configured max \
+                 size 1048576"
+            )),
+            PublishRefusal::TooLarge {
+                size: 2_097_152,
+                max: 1_048_576
+            }
+        );
+        assert_eq!(
+            parse_too_large(
+                "PRECONDITION_FAILED - message size 536870913 is larger than max size 536870912"
+            ),
+            Some((536_870_913, 536_870_912))
+        );
+        assert_eq!(
+            publish_refusal(&close(
+                404,
+                "NOT_FOUND - no exchange 'mesh.events' in vhost 'v'"
+            )),
+            PublishRefusal::Exchange {
+                code: 404,
+                exchange: "mesh.events".to_owned()
+            }
+        );
+        assert_eq!(
+            publish_refusal(&close(
+                403,
+                "ACCESS_REFUSED - write access to exchange 'it''s' in vhost 'v' refused for \
+                 user 'u'"
+            )),
+            PublishRefusal::Exchange {
+                code: 403,
+                exchange: "it''s".to_owned()
+            }
+        );
+        assert_eq!(
+            publish_refusal(&close(406, "PRECONDITION_FAILED - something else")),
+            PublishRefusal::Other
+        );
+        assert!(is_unknown_delivery_tag(&close(
+            406,
+            "PRECONDITION_FAILED - unknown delivery tag 7"
+        )));
+        assert!(!is_unknown_delivery_tag(&close(
+            406,
+            "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out"
+        )));
+    }
+
+    #[test]
     fn garbage_does_not_panic() {
         for text in [
             "",
@@ -193,5 +307,14 @@ mod tests {
             let _ = parse_inequivalent(text);
         }
         assert_eq!(quoted_value("'"), "");
+        for text in [
+            "message size ",
+            "message size 1",
+            "message size x is larger than max size ",
+            "exchange '",
+        ] {
+            let _ = parse_too_large(text);
+            let _ = parse_exchange(text);
+        }
     }
 }

@@ -5,8 +5,9 @@
 //!
 //! - `<prefix>.publish` publishes with confirms through a bounded unconfirmed window: a
 //!   publish waits for room there (the backpressure), and each message stays in the window,
-//!   whole, until the broker acks or nacks it; the connection is separate because RabbitMQ
-//!   blocks publishing connections during alarms, and consumers must keep acking then;
+//!   whole, until the broker acks or nacks it (and is resent after a failure); the
+//!   connection is separate because RabbitMQ blocks publishing connections during alarms,
+//!   and consumers must keep acking then;
 //! - `<prefix>.consume` carries declarations (each on a channel of its own, so a refused one
 //!   only closes that channel), one channel per subscription, and the RPC reply queue.
 //!
@@ -46,21 +47,68 @@
 //! `x-mesh-routing-key` header, because the broker delivers it under the queue's name; the
 //! consumer side restores it and removes the header.
 //!
-//! # Not yet
+//! # Recovery
 //!
-//! Recovery comes next: today a lost connection fails what is in flight with
-//! `ConnectionLost` and ends the subscriptions on it. The pieces it needs are in place: the
-//! unconfirmed window keeps whole messages, the topology is data, subscriptions get their
-//! channels from the link's supervisor, and acks are bound to the channel they came on.
+//! At-least-once through failures is the point, so every loss is detected and repaired
+//! without the caller's help; the SDK above sees, at most, redeliveries.
+//!
+//! **Who owns what.** The publish task owns the publishing connection, its confirm channel
+//! and the unconfirmed window (`publisher`); the consume link's supervisor owns the consume
+//! connection and hands out channels (`link`); each subscription's pump owns its
+//! subscription's buffer, not its channel (`consumer`). Everything else holds cheap handles.
+//!
+//! **Detection.** A connection is lost when the broker closes it (`connection.close`: a
+//! forced close, a node shutting down), its socket fails (a TCP cut is seen at once), or two
+//! heartbeat intervals pass without a frame (a silent partition is seen within about twice
+//! the [heartbeat](AmqpOptions::heartbeat)). A channel can also be closed by the broker
+//! while its connection stays up (a refused declaration, an oversized message, a consumer
+//! timeout), and a consumer cancelled (`basic.cancel`, when its queue is deleted); those are
+//! seen per channel and per consumer.
+//!
+//! **Reconnecting.** Each connection's owner reconnects with exponential backoff and jitter
+//! ([`AmqpOptions::reconnect_backoff`], 100 ms doubling to 5 s), trying the
+//! [addresses](AmqpOptions::addresses) in turn starting after the lost one. The consume
+//! connection declares the recorded [`Topology`] again (exchanges, queues, bindings) before
+//! it counts as up; then every consumer re-attaches on a fresh channel, declaring its own
+//! queue and bindings again (so a deleted queue comes back) and setting its prefetch again;
+//! the RPC reply queue is created anew by the next call.
+//!
+//! **The window.** Messages stay in the unconfirmed window, whole, until the broker settles
+//! them. After a lost channel or connection, those not settled are published again in their
+//! order on the new channel (numbered anew), with the same event id: a consumer may see one
+//! twice, and dedups by `x-event-id`. The window is bounded in count
+//! ([`AmqpOptions::confirm_window`]) and bytes ([`AmqpOptions::max_unconfirmed_bytes`]);
+//! when it is full — a long outage, or a broker alarm blocking the connection — `publish`
+//! waits for room until its deadline, then fails with `Backpressure`: never unbounded
+//! memory, never a hang, never a silent drop. A `Confirm` waits through reconnects until its
+//! deadline (`Timeout`; the message may still be delivered). Not resent: a message the
+//! broker refused as too large (`TooLarge`; the others on that channel are resent), and RPC
+//! requests (their calls fail at once with `ConnectionLost`; later calls work once the
+//! connection is back).
+//!
+//! **Stale delivery tags.** A delivery can only be settled on the channel it came on: its
+//! acker holds that channel's ack tracker, never the one of a replacement. After a loss,
+//! settling a delivery of the old channel fails with `ConnectionLost` and the broker
+//! redelivers the message on the new one; a delivery tag is never sent on a channel it does
+//! not belong to. [`AmqpStats::unknown_delivery_tag_closes`] counts the channel closes that
+//! would betray a violation.
+//!
+//! **Watching it.** [`AmqpTransport::health`] says whether the transport is ready
+//! (connected, not blocked, every consumer attached); [`AmqpTransport::lifecycle`] streams
+//! [`Lifecycle`] events (also logged with `tracing`); [`AmqpTransport::stats`] counts
+//! reconnects, resends, channel closes, cancelled and re-attached consumers, and gauges the
+//! unconfirmed window and the time spent blocked.
 //!
 //! Architecture invariant: no `amqprs` type appears in this crate's public API; values are
 //! mapped to and from `mesh_core::wire` types at the edge (`convert`).
 
+mod backoff;
 mod connection;
 mod consumer;
 mod convert;
 mod declare;
 mod error;
+mod lifecycle;
 mod link;
 mod management;
 mod options;
@@ -69,6 +117,7 @@ mod rpc;
 mod topology;
 mod transport;
 
+pub use lifecycle::{Lifecycle, Link};
 pub use options::{AmqpOptions, BrokerAddress, QueueType, URL_ENV};
 pub use topology::{BindingDecl, ExchangeDecl, QueueDecl, Topology};
 pub use transport::{AmqpStats, AmqpTransport};

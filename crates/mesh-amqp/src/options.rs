@@ -16,6 +16,9 @@ const DEFAULT_PORT: u16 = 5672;
 const DEFAULT_MANAGEMENT_PORT: u16 = 15672;
 /// The largest confirm window (see [`AmqpOptions::validate`]).
 const MAX_CONFIRM_WINDOW: usize = 8192;
+/// The largest byte bound of the unconfirmed window: a message takes its size in permits of
+/// a semaphore, which counts them in `u32`.
+const MAX_UNCONFIRMED_BYTES: usize = u32::MAX as usize;
 
 /// The queue type of the durable queues mesh declares (consumer, delay, dead-letter and serve
 /// queues). Exclusive queues (ephemeral subscriptions, RPC replies) are always classic.
@@ -95,14 +98,16 @@ impl fmt::Display for BrokerAddress {
 /// let options: AmqpOptions = "amqp://mesh:secret@rabbit.local:5672/%2F".parse().unwrap();
 /// assert_eq!(options.get_vhost(), "/");
 ///
-/// // A cluster: several `host:port` separated by commas; they are tried in order.
+/// // A cluster: several `host:port` separated by commas, tried in turn.
 /// let options: AmqpOptions = "amqp://mesh:secret@r1:5672,r2:5673,r3/prod".parse().unwrap();
 /// assert_eq!(options.get_addresses().len(), 3);
 ///
 /// let options = options
 ///     .queue_type(QueueType::Classic)
 ///     .confirm_window(256)
+///     .max_unconfirmed_bytes(16 * 1024 * 1024)
 ///     .heartbeat(Duration::from_secs(5))
+///     .reconnect_backoff(Duration::from_millis(100), Duration::from_secs(5))
 ///     .connection_name("anchor.umami");
 /// # let _ = options;
 /// ```
@@ -112,7 +117,8 @@ impl fmt::Display for BrokerAddress {
 /// `amqp://[user[:password]@]host[:port][,host[:port]…][/vhost][?heartbeat=<s>&connection_timeout=<ms>]`
 ///
 /// - user and password are percent-decoded; without them `guest`/`guest` is used;
-/// - several comma-separated addresses name the nodes of a cluster, tried in order;
+/// - several comma-separated addresses name the nodes of a cluster, tried in order (after a
+///   lost connection, starting with the node after the lost one);
 /// - the vhost is the percent-decoded path (`%2F` is `/`); an empty path is `/`; a literal
 ///   `/` inside the vhost must be written `%2F`;
 /// - `amqps` is refused: this build has no TLS.
@@ -131,12 +137,16 @@ pub struct AmqpOptions {
     publish_deadline: Option<Duration>,
     max_message_size: usize,
     connect_timeout: Duration,
+    max_unconfirmed_bytes: usize,
+    reconnect_min: Duration,
+    reconnect_max: Duration,
 }
 
 impl Default for AmqpOptions {
     /// `amqp://guest:guest@localhost:5672/`, quorum queues, a window of 1,024 unconfirmed
-    /// publishes, delivery limit 20, heartbeat 10 s, connection names `mesh.*`, publish
-    /// deadline 30 s, messages up to 128 MiB, connect timeout 10 s.
+    /// publishes holding at most 64 MiB, delivery limit 20, heartbeat 10 s, connection names
+    /// `mesh.*`, publish deadline 30 s, messages up to 128 MiB, connect timeout 10 s,
+    /// reconnects after 100 ms doubling to 5 s.
     fn default() -> Self {
         AmqpOptions {
             addresses: vec![BrokerAddress::new("localhost", DEFAULT_PORT)],
@@ -152,6 +162,9 @@ impl Default for AmqpOptions {
             publish_deadline: Some(Duration::from_secs(30)),
             max_message_size: 128 * 1024 * 1024,
             connect_timeout: Duration::from_secs(10),
+            max_unconfirmed_bytes: 64 * 1024 * 1024,
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(5),
         }
     }
 }
@@ -262,6 +275,25 @@ impl AmqpOptions {
         self
     }
 
+    /// How many body bytes the unconfirmed window may hold, in all (default 64 MiB, at most
+    /// 4 GiB). Together with [`confirm_window`](AmqpOptions::confirm_window) it bounds the
+    /// memory a long outage or a broker alarm can cost: a publish waits for room, up to its
+    /// deadline, then fails with `Backpressure`. A single message larger than the bound takes
+    /// the whole of it (it waits until the window holds no other bytes).
+    pub fn max_unconfirmed_bytes(mut self, bytes: usize) -> Self {
+        self.max_unconfirmed_bytes = bytes;
+        self
+    }
+
+    /// The delays between reconnect (and re-attach) attempts: `min` after the first failure,
+    /// doubling up to `max`, each drawn at random from the upper half of its step (default
+    /// 100 ms to 5 s).
+    pub fn reconnect_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.reconnect_min = min;
+        self.reconnect_max = max;
+        self
+    }
+
     /// The nodes, in the order they are tried.
     pub fn get_addresses(&self) -> &[BrokerAddress] {
         &self.addresses
@@ -333,6 +365,16 @@ impl AmqpOptions {
         self.connect_timeout
     }
 
+    /// The byte bound of the unconfirmed window.
+    pub fn get_max_unconfirmed_bytes(&self) -> usize {
+        self.max_unconfirmed_bytes
+    }
+
+    /// The reconnect backoff, `(min, max)`.
+    pub fn get_reconnect_backoff(&self) -> (Duration, Duration) {
+        (self.reconnect_min, self.reconnect_max)
+    }
+
     /// Checks what would otherwise fail late (or, in the client library, panic): AMQP short
     /// strings are at most 255 bytes, a window of zero would never publish, and so on.
     pub fn validate(&self) -> Result<(), TransportError> {
@@ -374,6 +416,17 @@ impl AmqpOptions {
         if self.connect_timeout.is_zero() {
             return Err(invalid("the connect timeout must be positive"));
         }
+        if self.max_unconfirmed_bytes == 0 {
+            return Err(invalid("the unconfirmed byte bound must be positive"));
+        }
+        if self.max_unconfirmed_bytes > MAX_UNCONFIRMED_BYTES {
+            return Err(invalid(format!(
+                "the unconfirmed byte bound is larger than {MAX_UNCONFIRMED_BYTES}"
+            )));
+        }
+        if self.reconnect_min.is_zero() || self.reconnect_max < self.reconnect_min {
+            return Err(invalid("the reconnect backoff needs 0 < min <= max"));
+        }
         Ok(())
     }
 }
@@ -395,6 +448,9 @@ impl fmt::Debug for AmqpOptions {
             .field("publish_deadline", &self.publish_deadline)
             .field("max_message_size", &self.max_message_size)
             .field("connect_timeout", &self.connect_timeout)
+            .field("max_unconfirmed_bytes", &self.max_unconfirmed_bytes)
+            .field("reconnect_min", &self.reconnect_min)
+            .field("reconnect_max", &self.reconnect_max)
             .finish()
     }
 }
@@ -681,7 +737,32 @@ mod tests {
         assert!(o.clone().confirm_window(0).validate().is_err());
         assert!(o.clone().confirm_window(8193).validate().is_err());
         assert!(o.clone().addresses([]).validate().is_err());
-        assert!(o.max_message_size(0).validate().is_err());
+        assert!(o.clone().max_message_size(0).validate().is_err());
+        assert!(o.clone().max_unconfirmed_bytes(0).validate().is_err());
+        assert!(o
+            .clone()
+            .max_unconfirmed_bytes(u32::MAX as usize + 1)
+            .validate()
+            .is_err());
+        assert!(o
+            .clone()
+            .reconnect_backoff(Duration::ZERO, Duration::from_secs(1))
+            .validate()
+            .is_err());
+        assert!(o
+            .clone()
+            .reconnect_backoff(Duration::from_secs(2), Duration::from_secs(1))
+            .validate()
+            .is_err());
+        let o = o
+            .max_unconfirmed_bytes(1024)
+            .reconnect_backoff(Duration::from_millis(10), Duration::from_secs(1));
+        assert!(o.validate().is_ok());
+        assert_eq!(o.get_max_unconfirmed_bytes(), 1024);
+        assert_eq!(
+            o.get_reconnect_backoff(),
+            (Duration::from_millis(10), Duration::from_secs(1))
+        );
         assert_eq!("classic".parse::<QueueType>().unwrap(), QueueType::Classic);
     }
 }

@@ -1,57 +1,103 @@
-//! The publish side: one task owns the publishing connection and its confirm channel.
+//! The publish side: one task owns the publishing connection, its confirm channel and the
+//! unconfirmed window, and carries the window through every failure.
 //!
 //! # Design
 //!
-//! [`Publisher`] is a cheap handle. A publish first takes a permit of the *unconfirmed
-//! window* (a semaphore of `confirm_window` permits): waiting for one is the backpressure,
-//! bounded by the publish deadline ([`Backpressure`](TransportErrorKind::Backpressure)). The
-//! message then goes, with its permit, through a bounded queue to the [`PublishTask`], and the
-//! caller gets a [`Confirm`] to await now, later or never.
+//! [`Publisher`] is a cheap handle. A publish first takes room in the *unconfirmed window*:
+//! one permit of a semaphore of `confirm_window` permits, and as many permits of a second
+//! semaphore as its body has bytes (`max_unconfirmed_bytes` in all). Waiting for room is the
+//! backpressure, bounded by the publish deadline
+//! ([`Backpressure`](TransportErrorKind::Backpressure)); so memory stays bounded through an
+//! outage or a broker alarm however fast callers publish. The message then goes, with its
+//! permits, through a queue to the [`PublishTask`], and the caller gets a [`Confirm`] to await
+//! now, later or never. The permits are released when the broker settles the message.
 //!
 //! The task owns the connection (`<prefix>.publish`, its own connection because RabbitMQ
 //! blocks publishing connections during alarms, which must not stall consumers) and one
-//! channel in confirm mode. It numbers each `basic.publish` as the broker does (1, 2, … from
-//! `confirm.select`) and keeps the message in the window map *sequence number → message,
-//! responder, permit* until the broker settles it:
+//! channel in confirm mode. It keeps two queues of whole messages:
 //!
-//! - `basic.ack` (with `multiple`, everything up to the tag) → `Ok`, or
-//!   [`Unroutable`](TransportErrorKind::Unroutable) if a `basic.return` for that message came
-//!   first (the broker returns before it acks);
-//! - `basic.nack` → [`Nacked`](TransportErrorKind::Nacked);
-//! - the channel or the connection is lost → [`ConnectionLost`](TransportErrorKind::ConnectionLost).
+//! - the **window**, *sequence number → message*, of what was published on the current
+//!   channel and not yet settled. It numbers each `basic.publish` as the broker does (1, 2, …
+//!   from `confirm.select`);
+//! - the **backlog**, in order, of what is waiting to be published: new messages while the
+//!   connection is down, and every unsettled message of a lost channel.
 //!
-//! Settling drops the entry and so frees its permit. The window holds the whole message (not
-//! only its responder) so that recovery can publish it again on a new channel, in order,
-//! after a reconnect; until then a loss fails what is in flight.
+//! The broker settles a message with `basic.ack` (with `multiple`, everything up to the tag):
+//! `Ok`, or [`Unroutable`](TransportErrorKind::Unroutable) if a `basic.return` for it came
+//! first (the broker returns before it acks); or with `basic.nack`:
+//! [`Nacked`](TransportErrorKind::Nacked).
 //!
-//! A `basic.return` carries no sequence number, so it is matched to the oldest unsettled,
-//! not yet returned, mandatory message with the same exchange, routing key, message id,
-//! correlation id and body: returns come in publish order, and messages that equal in all of
-//! that are interchangeable.
+//! # Recovery
+//!
+//! When the channel or the connection is lost, whatever was unsettled on it may or may not
+//! have reached a queue. The window goes back to the front of the backlog, in publish order,
+//! and is published again, with the same message (so the same event id), on the next
+//! channel, where it is numbered anew: at-least-once, so a consumer may see a resent message
+//! twice, and dedups by event id. What is *not* sent again:
+//!
+//! - an RPC request (`resend = false`): its reply queue died with the consume connection, or
+//!   will, so it fails at once with `ConnectionLost` and the caller decides;
+//! - a message the broker refused as too large (`406 PRECONDITION_FAILED - message size N is
+//!   larger than configured max size M`, which closes the *channel*): the message of that size
+//!   fails with [`TooLarge`](TransportErrorKind::TooLarge) and the rest is resent; the limit is
+//!   remembered, so a later message over it fails before it is sent;
+//! - a message to an exchange the broker says is gone (`404`) and that this transport never
+//!   declared, or may not write to (`403`): it fails, the rest is resent. An exchange of the
+//!   recorded topology is declared again before the next channel instead.
+//!
+//! A lost connection is reconnected with backoff (100 ms doubling to 5 s by default, with
+//! jitter), trying the addresses in turn from the one after the lost one. A channel the
+//! broker closed while the connection stayed up is reopened with the same backoff, reset by
+//! the next confirm, so a broker that keeps closing channels is not hammered.
+//!
+//! A [`Confirm`] waits through all of this until its message is confirmed or its deadline
+//! passes ([`Timeout`](TransportErrorKind::Timeout)). A timed-out message stays in the window
+//! and may still be delivered: the caller only gave up learning the outcome.
+//!
+//! # Blocked
+//!
+//! During a memory or disk alarm RabbitMQ stops reading from publishing connections. It
+//! says so with `connection.blocked` only to clients that announce that capability, and
+//! amqprs 2.1 does not; the connection just goes quiet (heartbeats still flow, so it is not
+//! lost). So the task infers the block: when messages wait in the window and no confirm came
+//! for [`STALL_AFTER`] while the connection is up, the link is reported blocked (in `health()`,
+//! a [`Lifecycle::Blocked`] event, the blocked time) until the next confirm. An overloaded
+//! broker that confirms nothing for that long is reported the same way, which is what a
+//! readiness check wants to know.
 //!
 //! Channel callbacks of the client library run on its own tasks; they only forward
 //! [`Event`]s, tagged with the channel's generation so that late events of a replaced channel
 //! are ignored.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use amqprs::callbacks::ChannelCallback;
 use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments};
 use amqprs::connection::Connection;
 use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
-use mesh_core::{Confirm, TransportError, TransportErrorKind, WireMessage};
+use mesh_core::{BoxFuture, Confirm, TransportError, TransportErrorKind, WireMessage};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::connection::{self, LinkState};
+use crate::backoff::Backoff;
+use crate::connection::{self, lost_opt, opened_opt, sleep_opt, LinkState, Live};
 use crate::convert::{check_short, from_delivery, to_properties};
-use crate::declare::within;
-use crate::error::{from_client, from_close, BrokerClose};
+use crate::declare::{open_channel, within, DeclareChannel};
+use crate::error::{code, from_client, from_close, publish_refusal, BrokerClose, PublishRefusal};
+use crate::lifecycle::{Counters, Lifecycle, Link, Shared};
 use crate::options::AmqpOptions;
+use crate::topology::Topology;
+
+/// How many queued publishes the task takes in before it publishes them.
+const COMMAND_BATCH: usize = 256;
+
+/// How long messages may wait for a confirm, with none coming, before the publishing
+/// connection is reported blocked (see the module docs).
+pub(crate) const STALL_AFTER: Duration = Duration::from_secs(5);
 
 /// A message to publish, with where to.
 #[derive(Debug)]
@@ -66,13 +112,9 @@ pub(crate) struct Outgoing {
     pub(crate) mandatory: bool,
     /// Send it persistent whatever it says (retry and dead-letter copies).
     pub(crate) force_persistent: bool,
-}
-
-/// Counters of the publish side.
-#[derive(Debug, Default)]
-pub(crate) struct PublishStats {
-    /// `basic.return`s that matched no unsettled mandatory publish.
-    pub(crate) unmatched_returns: AtomicU64,
+    /// Publish it again after a lost channel or connection (events, copies, replies); if
+    /// `false`, fail it with `ConnectionLost` instead (RPC requests).
+    pub(crate) resend: bool,
 }
 
 type Responder = oneshot::Sender<Result<(), TransportError>>;
@@ -82,8 +124,17 @@ struct Pending {
     outgoing: Outgoing,
     properties: BasicProperties,
     responder: Responder,
-    /// Its place in the window, released when it is settled.
-    _permit: OwnedSemaphorePermit,
+    /// How many times it was published.
+    sent: u32,
+    /// Its room in the window, released when it is settled.
+    _count: OwnedSemaphorePermit,
+    _bytes: Option<OwnedSemaphorePermit>,
+}
+
+impl Pending {
+    fn fail(self: Box<Self>, error: TransportError) {
+        let _ = self.responder.send(Err(error));
+    }
 }
 
 /// A published message waiting for the broker.
@@ -123,21 +174,38 @@ enum Event {
     },
 }
 
+/// The room of the unconfirmed window, shared by the handles and the task.
+#[derive(Debug)]
+struct Window {
+    count: Arc<Semaphore>,
+    bytes: Arc<Semaphore>,
+    max_count: usize,
+    max_bytes: usize,
+    /// The broker's message size limit, once a refusal told it (0: not known).
+    broker_max: AtomicUsize,
+}
+
+impl Window {
+    fn close(&self) {
+        self.count.close();
+        self.bytes.close();
+    }
+}
+
 /// The handle to the publish task.
 #[derive(Clone)]
 pub(crate) struct Publisher {
     commands: mpsc::Sender<Command>,
-    window: Arc<Semaphore>,
+    window: Arc<Window>,
     max_message_size: usize,
     default_deadline: Option<Duration>,
     state: Arc<LinkState>,
-    stats: Arc<PublishStats>,
 }
 
 impl std::fmt::Debug for Publisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Publisher")
-            .field("room", &self.window.available_permits())
+            .field("unconfirmed", &self.unconfirmed())
             .field("connected", &self.state.connected())
             .finish_non_exhaustive()
     }
@@ -145,28 +213,54 @@ impl std::fmt::Debug for Publisher {
 
 impl Publisher {
     /// Opens the publishing connection and starts its task.
-    pub(crate) async fn start(options: &AmqpOptions) -> Result<Publisher, TransportError> {
-        let state = Arc::new(LinkState::default());
-        let connection = connection::open(options, "publish", state.clone()).await?;
-        let window = Arc::new(Semaphore::new(options.get_confirm_window()));
+    pub(crate) async fn start(
+        options: &AmqpOptions,
+        shared: Arc<Shared>,
+        topology: Arc<Mutex<Topology>>,
+    ) -> Result<Publisher, TransportError> {
+        let state = Arc::new(LinkState::new(Link::Publish, shared.clone()));
+        let (connection, address) = connection::open(options, state.clone(), 0).await?;
+        state.set_connected(true);
+        shared.emit(Lifecycle::Connected {
+            link: Link::Publish,
+            address: options.get_addresses()[address].to_string(),
+            reconnect: false,
+        });
+        let window = Arc::new(Window {
+            count: Arc::new(Semaphore::new(options.get_confirm_window())),
+            bytes: Arc::new(Semaphore::new(options.get_max_unconfirmed_bytes())),
+            max_count: options.get_confirm_window(),
+            max_bytes: options.get_max_unconfirmed_bytes(),
+            broker_max: AtomicUsize::new(0),
+        });
         // Every queued publish holds a permit, so the queue never holds more than the
         // window; the extra room is for `Close`.
         let (commands_tx, commands) = mpsc::channel(options.get_confirm_window() + 4);
         let (events_tx, events) = mpsc::unbounded_channel();
-        let stats = Arc::new(PublishStats::default());
         let task = PublishTask {
-            connection,
-            connected: true,
+            options: options.clone(),
             state: state.clone(),
-            stats: stats.clone(),
+            shared,
+            topology,
+            room: window.clone(),
             commands,
-            window_semaphore: window.clone(),
             events_tx,
             events,
+            live: Some(Live::new(connection, address)),
+            connecting: None,
+            retry_at: None,
+            backoff: Backoff::from_options(options),
+            next_address: address,
             channel: None,
+            channel_backoff: Backoff::from_options(options),
+            channel_retry_at: None,
+            redeclare: BTreeSet::new(),
             generation: 0,
             next_seq: 1,
             window: BTreeMap::new(),
+            backlog: VecDeque::new(),
+            progress_at: Instant::now(),
+            stalled: false,
         };
         let span = tracing::info_span!(
             "mesh_amqp.publisher",
@@ -179,7 +273,6 @@ impl Publisher {
             max_message_size: options.get_max_message_size(),
             default_deadline: options.get_publish_deadline(),
             state,
-            stats,
         })
     }
 
@@ -188,9 +281,19 @@ impl Publisher {
         &self.state
     }
 
-    /// The counters.
-    pub(crate) fn stats(&self) -> &PublishStats {
-        &self.stats
+    /// Publishes accepted and not yet settled (in the window, the backlog, or on their way).
+    pub(crate) fn unconfirmed(&self) -> usize {
+        self.window
+            .max_count
+            .saturating_sub(self.window.count.available_permits())
+    }
+
+    /// The body bytes of those publishes (a message larger than the bound counts as the
+    /// bound).
+    pub(crate) fn unconfirmed_bytes(&self) -> usize {
+        self.window
+            .max_bytes
+            .saturating_sub(self.window.bytes.available_permits())
     }
 
     /// Publishes `outgoing`: resolves once it is in the unconfirmed window, with the
@@ -200,7 +303,7 @@ impl Publisher {
     /// # Cancel safety
     ///
     /// Dropped while waiting for room, nothing is published. Once it resolved, the message
-    /// is published whatever happens to the `Confirm`.
+    /// is published (and resent after failures) whatever happens to the `Confirm`.
     pub(crate) async fn publish(
         &self,
         outgoing: Outgoing,
@@ -209,14 +312,19 @@ impl Publisher {
         let deadline = deadline
             .or(self.default_deadline)
             .map(|d| Instant::now() + d);
-        // RabbitMQ counts the body against `max_message_size`; refuse here rather than
-        // have the broker close the channel (and with it every publish in flight).
+        // RabbitMQ counts the body against `max_message_size`; refuse here rather than have
+        // the broker close the channel (which costs a resend of everything in flight).
         let size = outgoing.message.body.len();
-        if size > self.max_message_size {
+        let broker_max = self.window.broker_max.load(Ordering::Relaxed);
+        let max = match broker_max {
+            0 => self.max_message_size,
+            known => known.min(self.max_message_size),
+        };
+        if size > max {
             return Err(TransportError::new(
                 TransportErrorKind::TooLarge {
                     size,
-                    max: Some(self.max_message_size),
+                    max: Some(max),
                 },
                 format!("publishing to `{}`", outgoing.routing_key),
             ));
@@ -227,12 +335,25 @@ impl Publisher {
         check_short("a routing key", &outgoing.routing_key)?;
         let properties = to_properties(&outgoing.message, outgoing.force_persistent)?;
 
-        let room = self.window.clone().acquire_owned();
-        let permit = match deadline {
+        // A message larger than the byte bound takes all of it rather than never fitting.
+        let charge = u32::try_from(size.min(self.window.max_bytes)).unwrap_or(u32::MAX);
+        let room = async {
+            let count = self.window.count.clone().acquire_owned().await?;
+            let bytes = match charge {
+                0 => None,
+                n => Some(self.window.bytes.clone().acquire_many_owned(n).await?),
+            };
+            Ok::<_, tokio::sync::AcquireError>((count, bytes))
+        };
+        let (count, bytes) = match deadline {
             Some(at) => tokio::time::timeout_at(at, room).await.map_err(|_| {
                 TransportError::new(
                     TransportErrorKind::Backpressure,
-                    "no room in the unconfirmed window before the deadline",
+                    format!(
+                        "no room in the unconfirmed window (at most {} publishes, {} bytes) \
+                         before the deadline",
+                        self.window.max_count, self.window.max_bytes
+                    ),
                 )
             })?,
             None => room.await,
@@ -244,7 +365,9 @@ impl Publisher {
             outgoing,
             properties,
             responder,
-            _permit: permit,
+            sent: 0,
+            _count: count,
+            _bytes: bytes,
         });
         self.commands
             .send(Command::Publish(pending))
@@ -257,7 +380,8 @@ impl Publisher {
                     Err(_) => {
                         return Err(TransportError::new(
                             TransportErrorKind::Timeout,
-                            "no confirm from the broker before the deadline",
+                            "no confirm from the broker before the deadline; the message \
+                             may still be delivered",
                         ))
                     }
                 },
@@ -267,7 +391,7 @@ impl Publisher {
         }))
     }
 
-    /// Stops the task: the window is failed with `Closed`, the channel and the connection
+    /// Stops the task: what is unsettled fails with `Closed`, the channel and the connection
     /// are closed.
     pub(crate) async fn close(&self) {
         // Waiters for room learn at once; the task fails what it holds.
@@ -281,6 +405,13 @@ impl Publisher {
 
 fn closed() -> TransportError {
     TransportError::new(TransportErrorKind::Closed, "publishing")
+}
+
+fn connection_lost() -> TransportError {
+    TransportError::new(
+        TransportErrorKind::ConnectionLost,
+        "the publishing connection was lost; not resent",
+    )
 }
 
 /// The publish channel's callbacks: forward everything to the task.
@@ -367,115 +498,194 @@ struct PublishChannel {
 
 /// The task that owns the publishing connection; see the module docs.
 struct PublishTask {
-    connection: Connection,
-    connected: bool,
+    options: AmqpOptions,
     state: Arc<LinkState>,
-    stats: Arc<PublishStats>,
+    shared: Arc<Shared>,
+    topology: Arc<Mutex<Topology>>,
+    room: Arc<Window>,
     commands: mpsc::Receiver<Command>,
-    window_semaphore: Arc<Semaphore>,
     events_tx: mpsc::UnboundedSender<Event>,
     events: mpsc::UnboundedReceiver<Event>,
+    live: Option<Live>,
+    /// A reconnect attempt in progress.
+    connecting: Option<BoxFuture<'static, Result<(Connection, usize), TransportError>>>,
+    /// When the next reconnect attempt starts.
+    retry_at: Option<Instant>,
+    backoff: Backoff,
+    /// The address the next attempt starts with.
+    next_address: usize,
     channel: Option<PublishChannel>,
+    /// Backoff for reopening a channel the broker closed; reset by a confirm.
+    channel_backoff: Backoff,
+    /// No channel is opened before this.
+    channel_retry_at: Option<Instant>,
+    /// Exchanges of the topology to declare again before the next channel.
+    redeclare: BTreeSet<String>,
     /// The generation of the newest channel; events of older ones are stale.
     generation: u64,
     /// The sequence number the broker gives the next publish on the channel.
     next_seq: u64,
     window: BTreeMap<u64, Unconfirmed>,
+    backlog: VecDeque<Box<Pending>>,
+    /// When the broker last settled anything, or the window last started to fill.
+    progress_at: Instant,
+    /// Reported blocked for want of confirms.
+    stalled: bool,
+}
+
+enum Step {
+    Event(Event),
+    Lost,
+    Opened(Result<(Connection, usize), TransportError>),
+    Reconnect,
+    ChannelRetry,
+    Stalled,
+    Command(Option<Command>),
 }
 
 impl PublishTask {
     async fn run(mut self) {
-        let connection = self.connection.clone();
-        let lost = connection::lost(&connection);
-        tokio::pin!(lost);
         loop {
-            tokio::select! {
+            self.flush().await;
+            let stall_at = self.stall_at();
+            let step = tokio::select! {
                 biased;
-                Some(event) = self.events.recv() => self.on_event(event),
-                () = &mut lost, if self.connected => self.on_connection_lost(),
-                command = self.commands.recv() => match command {
-                    Some(Command::Publish(pending)) => self.publish(pending).await,
-                    Some(Command::Close(done)) => {
-                        self.shutdown().await;
-                        let _ = done.send(());
-                        return;
+                Some(event) = self.events.recv() => Step::Event(event),
+                () = lost_opt(&mut self.live) => Step::Lost,
+                opened = opened_opt(&mut self.connecting) => Step::Opened(opened),
+                () = sleep_opt(self.retry_at) => Step::Reconnect,
+                () = sleep_opt(self.channel_retry_at) => Step::ChannelRetry,
+                () = sleep_opt(stall_at) => Step::Stalled,
+                command = self.commands.recv() => Step::Command(command),
+            };
+            match step {
+                Step::Event(event) => self.on_event(event),
+                Step::Lost => self.on_connection_lost(),
+                Step::Reconnect => self.reconnect(),
+                Step::Opened(Ok((connection, address))) => self.on_reconnected(connection, address),
+                Step::Opened(Err(error)) => self.on_reconnect_failed(&error),
+                Step::ChannelRetry => self.channel_retry_at = None,
+                Step::Stalled => self.on_stalled(),
+                Step::Command(Some(Command::Publish(pending))) => {
+                    self.backlog.push_back(pending);
+                    // Take in what else is queued, so it goes out in one go.
+                    for _ in 1..COMMAND_BATCH {
+                        match self.commands.try_recv() {
+                            Ok(Command::Publish(pending)) => self.backlog.push_back(pending),
+                            Ok(Command::Close(done)) => {
+                                self.shutdown().await;
+                                let _ = done.send(());
+                                return;
+                            }
+                            Err(_) => break,
+                        }
                     }
-                    // Every handle is gone: nobody can publish or learn an outcome.
-                    None => break,
-                },
+                }
+                Step::Command(Some(Command::Close(done))) => {
+                    self.shutdown().await;
+                    let _ = done.send(());
+                    return;
+                }
+                // Every handle is gone: nobody can publish or learn an outcome.
+                Step::Command(None) => {
+                    self.shutdown().await;
+                    return;
+                }
             }
         }
-        self.shutdown().await;
     }
 
-    async fn publish(&mut self, pending: Box<Pending>) {
-        if !self.connected {
-            // Recovery will reconnect and keep these in the window instead.
-            let _ = pending.responder.send(Err(TransportError::new(
-                TransportErrorKind::ConnectionLost,
-                "the publishing connection is lost",
-            )));
+    /// Publishes the backlog, in order, if there is a connection and a channel may be
+    /// opened.
+    async fn flush(&mut self) {
+        if self.backlog.is_empty() || self.live.is_none() || self.channel_retry_at.is_some() {
             return;
         }
         let channel = match self.ensure_channel().await {
             Ok(channel) => channel,
             Err(error) => {
-                let _ = pending.responder.send(Err(error));
+                tracing::warn!(error = %error, "opening the publish channel failed");
+                self.retry_channel_later();
                 return;
             }
         };
-        let outgoing = &pending.outgoing;
-        let args = BasicPublishArguments::new(&outgoing.exchange, &outgoing.routing_key)
-            .mandatory(outgoing.mandatory)
-            .finish();
-        let sent = within(
-            channel.basic_publish(
-                pending.properties.clone(),
-                outgoing.message.body.to_vec(),
-                args,
-            ),
-            "publishing",
-        )
-        .await
-        .and_then(|r| r.map_err(|e| from_client(e, "publishing")));
-        match sent {
-            Ok(()) => {
-                let seq = self.next_seq;
-                self.next_seq += 1;
-                self.window.insert(
-                    seq,
-                    Unconfirmed {
-                        pending,
-                        returned: None,
-                    },
-                );
+        let mut resent = 0u64;
+        while let Some(mut pending) = self.backlog.pop_front() {
+            let outgoing = &pending.outgoing;
+            let args = BasicPublishArguments::new(&outgoing.exchange, &outgoing.routing_key)
+                .mandatory(outgoing.mandatory)
+                .finish();
+            let sent = within(
+                channel.basic_publish(
+                    pending.properties.clone(),
+                    outgoing.message.body.to_vec(),
+                    args,
+                ),
+                "publishing",
+            )
+            .await
+            .and_then(|r| r.map_err(|e| from_client(e, "publishing")));
+            match sent {
+                Ok(()) => {
+                    if pending.sent > 0 {
+                        resent += 1;
+                    }
+                    pending.sent += 1;
+                    if self.window.is_empty() {
+                        // The stall clock starts when something starts waiting.
+                        self.progress_at = Instant::now();
+                    }
+                    let seq = self.next_seq;
+                    self.next_seq += 1;
+                    self.window.insert(
+                        seq,
+                        Unconfirmed {
+                            pending,
+                            returned: None,
+                        },
+                    );
+                }
+                Err(error) => {
+                    // The frame never left: the channel (or the connection) is unusable, and
+                    // the broker's numbering of what did leave is ours no more to trust.
+                    tracing::warn!(error = %error, "publish failed; replacing the channel");
+                    self.backlog.push_front(pending);
+                    self.drop_channel(None);
+                    self.retry_channel_later();
+                    break;
+                }
             }
-            Err(error) => {
-                // The frame never left: the channel (or connection) is unusable, and the
-                // broker's numbering of what did leave is ours no more to trust.
-                tracing::warn!(error = %error, "publish failed; dropping the channel");
-                let _ = pending.responder.send(Err(error));
-                self.drop_channel("the publish channel failed", None);
-            }
+        }
+        if resent > 0 {
+            self.shared
+                .counters
+                .resent
+                .fetch_add(resent, Ordering::Relaxed);
+            tracing::info!(resent, "resent unconfirmed publishes on a new channel");
         }
     }
 
-    /// The open confirm channel, opening one if needed.
+    /// The open confirm channel, opening one if needed (after declaring again the exchanges
+    /// the broker said are gone).
     async fn ensure_channel(&mut self) -> Result<Channel, TransportError> {
         if let Some(current) = &self.channel {
             if current.channel.is_open() {
                 return Ok(current.channel.clone());
             }
-            self.drop_channel("the publish channel closed", None);
+            self.drop_channel(None);
+        }
+        let connection = match &self.live {
+            Some(live) => live.connection.clone(),
+            None => return Err(connection_lost()),
+        };
+        if !self.redeclare.is_empty() {
+            self.redeclare_exchanges(&connection).await?;
         }
         self.generation += 1;
         let generation = self.generation;
-        let channel = within(
-            self.connection.open_channel(None),
-            "opening the publish channel",
-        )
-        .await?
-        .map_err(|e| from_client(e, "opening the publish channel"))?;
+        let channel = within(connection.open_channel(None), "opening the publish channel")
+            .await?
+            .map_err(|e| from_client(e, "opening the publish channel"))?;
         channel
             .register_callback(PublishCallback {
                 generation,
@@ -502,6 +712,54 @@ impl PublishTask {
         Ok(channel)
     }
 
+    /// Declares again the exchanges the broker said are gone, on a channel of their own.
+    async fn redeclare_exchanges(&mut self, connection: &Connection) -> Result<(), TransportError> {
+        let decls: Vec<_> = match self.topology.lock() {
+            Ok(topology) => topology
+                .exchanges()
+                .filter(|e| self.redeclare.contains(&e.name))
+                .cloned()
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        let (channel, slot) = open_channel(connection, "redeclare", self.shared.clone()).await?;
+        let declare = DeclareChannel::wrap(channel, slot);
+        for decl in &decls {
+            if let Err(error) = declare.exchange(decl).await {
+                tracing::error!(error = %error, "declaring a lost exchange again failed");
+                break;
+            }
+            tracing::info!(exchange = %decl.name, "declared a lost exchange again");
+        }
+        declare.close().await;
+        self.redeclare.clear();
+        Ok(())
+    }
+
+    /// When the window will have waited too long for a confirm, if it is waiting.
+    fn stall_at(&self) -> Option<Instant> {
+        (!self.stalled && !self.window.is_empty() && self.live.is_some())
+            .then_some(self.progress_at + STALL_AFTER)
+    }
+
+    fn on_stalled(&mut self) {
+        self.stalled = true;
+        self.state.block(format!(
+            "no publish confirm for {STALL_AFTER:?} with {} unconfirmed while connected: \
+             the broker is blocking publishers (a memory or disk alarm) or is overloaded",
+            self.window.len()
+        ));
+    }
+
+    /// The broker settled something: it reads and confirms again.
+    fn on_progress(&mut self) {
+        self.progress_at = Instant::now();
+        if self.stalled {
+            self.stalled = false;
+            self.state.unblock();
+        }
+    }
+
     fn current(&self, generation: u64) -> bool {
         self.channel
             .as_ref()
@@ -514,12 +772,20 @@ impl PublishTask {
                 generation,
                 tag,
                 multiple,
-            } if self.current(generation) => self.settle(tag, multiple, true),
+            } if self.current(generation) => {
+                // Progress: a channel the broker closes next is reopened at once.
+                self.channel_backoff.reset();
+                self.on_progress();
+                self.settle(tag, multiple, true);
+            }
             Event::Nack {
                 generation,
                 tag,
                 multiple,
-            } if self.current(generation) => self.settle(tag, multiple, false),
+            } if self.current(generation) => {
+                self.on_progress();
+                self.settle(tag, multiple, false);
+            }
             Event::Return {
                 generation,
                 exchange,
@@ -528,8 +794,7 @@ impl PublishTask {
                 message,
             } if self.current(generation) => self.on_return(&exchange, code, text, &message),
             Event::Closed { generation, close } if self.current(generation) => {
-                tracing::warn!(code = close.code, text = %close.text, "broker closed the publish channel");
-                self.drop_channel("the broker closed the publish channel", Some(&close));
+                self.on_channel_closed(&close);
             }
             _ => tracing::debug!("dropped an event of a replaced publish channel"),
         }
@@ -568,6 +833,10 @@ impl PublishTask {
         }
     }
 
+    /// A `basic.return` carries no sequence number, so it is matched to the oldest unsettled,
+    /// not yet returned, mandatory message with the same exchange, routing key, message id,
+    /// correlation id and body: returns come in publish order, and messages that equal in all
+    /// of that are interchangeable.
     fn on_return(&mut self, exchange: &str, code: u16, text: String, returned: &WireMessage) {
         let found = self.window.values_mut().find(|entry| {
             let outgoing = &entry.pending.outgoing;
@@ -583,7 +852,7 @@ impl PublishTask {
         match found {
             Some(entry) => entry.returned = Some(BrokerClose { code, text }),
             None => {
-                self.stats.unmatched_returns.fetch_add(1, Ordering::Relaxed);
+                Counters::bump(&self.shared.counters.unmatched_returns);
                 tracing::warn!(
                     exchange,
                     routing_key = %returned.routing_key,
@@ -593,48 +862,214 @@ impl PublishTask {
         }
     }
 
-    /// Forgets the channel; everything in flight on it fails.
-    fn drop_channel(&mut self, why: &str, close: Option<&BrokerClose>) {
+    /// The broker closed the channel; the connection is still up. Fails what the close is
+    /// about (see the module docs), queues the rest again and reopens a channel later.
+    fn on_channel_closed(&mut self, close: &BrokerClose) {
+        Counters::bump(&self.shared.counters.channel_closes);
+        tracing::warn!(code = close.code, text = %close.text, "broker closed the publish channel");
+        self.shared.emit(Lifecycle::ChannelClosed {
+            link: Link::Publish,
+            code: close.code,
+            reason: close.text.clone(),
+        });
+        self.drop_channel(Some(close));
+        match publish_refusal(close) {
+            PublishRefusal::TooLarge { size, max } => {
+                self.room.broker_max.store(max, Ordering::Relaxed);
+                let culprit = self
+                    .backlog
+                    .iter()
+                    .position(|p| p.outgoing.message.body.len() == size);
+                match culprit.and_then(|at| self.backlog.remove(at)) {
+                    Some(pending) => {
+                        tracing::warn!(
+                            size,
+                            max,
+                            routing_key = %pending.outgoing.routing_key,
+                            "the broker refused a message as too large; not resent"
+                        );
+                        let context = format!("publishing to `{}`", pending.outgoing.routing_key);
+                        pending.fail(
+                            TransportError::new(
+                                TransportErrorKind::TooLarge {
+                                    size,
+                                    max: Some(max),
+                                },
+                                context,
+                            )
+                            .with_source(close.clone()),
+                        );
+                    }
+                    None => tracing::warn!(size, "no unsettled message has the refused size"),
+                }
+            }
+            PublishRefusal::Exchange { code, exchange } => {
+                let known = code == code::NOT_FOUND
+                    && self
+                        .topology
+                        .lock()
+                        .is_ok_and(|t| t.exchanges().any(|e| e.name == exchange));
+                if known {
+                    // Ours, and gone (deleted, or a broker that lost its data): declare it
+                    // again and resend.
+                    self.redeclare.insert(exchange);
+                } else {
+                    let (refused, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.backlog)
+                        .into_iter()
+                        .partition(|p| p.outgoing.exchange == exchange);
+                    self.backlog = kept.into();
+                    tracing::warn!(
+                        %exchange,
+                        refused = refused.len(),
+                        "the broker refused publishes to an exchange; not resent"
+                    );
+                    for pending in refused {
+                        // 403 is `AccessRefused`, 404 `Protocol`; the broker's text is the
+                        // source either way.
+                        let context = format!("publishing to exchange `{exchange}`");
+                        pending.fail(from_close(close.clone(), &context));
+                    }
+                }
+            }
+            PublishRefusal::Other => {}
+        }
+        self.retry_channel_later();
+    }
+
+    /// Forgets the channel: its unsettled messages go back to the front of the backlog, in
+    /// order, except those that are not resent, which fail with `ConnectionLost`.
+    fn drop_channel(&mut self, close: Option<&BrokerClose>) {
         self.channel = None;
-        self.fail_window(|| match &close {
-            Some(close) => from_close((*close).clone(), why),
-            None => TransportError::new(TransportErrorKind::ConnectionLost, why),
+        let window = std::mem::take(&mut self.window);
+        let mut requeued = Vec::with_capacity(window.len());
+        for (_, entry) in window {
+            requeued.push(entry.pending);
+        }
+        // The window was published before anything in the backlog.
+        for pending in requeued.into_iter().rev() {
+            self.backlog.push_front(pending);
+        }
+        self.fail_unresendable(|| {
+            let error = connection_lost();
+            match close {
+                Some(close) => error.with_source(close.clone()),
+                None => error,
+            }
         });
         // A channel the broker closed is gone already; one we gave up on is closed by the
         // client library when its last handle drops.
     }
 
-    fn on_connection_lost(&mut self) {
-        self.connected = false;
-        self.state.set_connected(false);
-        tracing::warn!(
-            in_flight = self.window.len(),
-            "publishing connection lost; failing what is in flight"
-        );
-        self.channel = None;
-        self.fail_window(|| {
-            TransportError::new(
-                TransportErrorKind::ConnectionLost,
-                "the publishing connection is lost",
-            )
-        });
-    }
-
-    fn fail_window(&mut self, error: impl Fn() -> TransportError) {
-        for (_, entry) in std::mem::take(&mut self.window) {
-            let _ = entry.pending.responder.send(Err(error()));
+    fn fail_unresendable(&mut self, error: impl Fn() -> TransportError) {
+        if self.backlog.iter().all(|p| p.outgoing.resend) {
+            return;
+        }
+        let (kept, failed): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.backlog)
+            .into_iter()
+            .partition(|p| p.outgoing.resend);
+        self.backlog = kept;
+        for pending in failed {
+            pending.fail(error());
         }
     }
 
+    fn retry_channel_later(&mut self) {
+        let delay = self.channel_backoff.next_delay();
+        self.channel_retry_at = Some(Instant::now() + delay);
+    }
+
+    fn on_connection_lost(&mut self) {
+        let Some(live) = self.live.take() else {
+            return;
+        };
+        let reason = self.state.loss_reason();
+        // Going down ends a block (reported), and the stall clock starts over on the next
+        // connection.
+        self.stalled = false;
+        self.state.set_connected(false);
+        self.drop_channel(None);
+        self.channel_retry_at = None;
+        self.channel_backoff.reset();
+        // The node we lost may be the one that is down: start with the next.
+        self.next_address = live.address + 1;
+        drop(live);
+        let delay = self.backoff.next_delay();
+        self.retry_at = Some(Instant::now() + delay);
+        tracing::warn!(
+            %reason,
+            unconfirmed = self.backlog.len(),
+            retry_in = ?delay,
+            "publishing connection lost; reconnecting, unconfirmed publishes will be resent"
+        );
+        self.shared.emit(Lifecycle::Disconnected {
+            link: Link::Publish,
+            reason,
+        });
+    }
+
+    fn reconnect(&mut self) {
+        self.retry_at = None;
+        let options = self.options.clone();
+        let state = self.state.clone();
+        let start = self.next_address;
+        self.connecting = Some(Box::pin(async move {
+            connection::open(&options, state, start).await
+        }));
+    }
+
+    fn on_reconnected(&mut self, connection: Connection, address: usize) {
+        self.connecting = None;
+        self.backoff.reset();
+        self.live = Some(Live::new(connection, address));
+        self.next_address = address;
+        // Perhaps another node, perhaps reconfigured: learn its limit again.
+        self.room.broker_max.store(0, Ordering::Relaxed);
+        self.state.set_connected(true);
+        Counters::bump(&self.shared.counters.reconnects);
+        let address = self.options.get_addresses()[address].to_string();
+        tracing::info!(
+            %address,
+            to_resend = self.backlog.len(),
+            "publishing connection re-established"
+        );
+        self.shared.emit(Lifecycle::Connected {
+            link: Link::Publish,
+            address,
+            reconnect: true,
+        });
+    }
+
+    fn on_reconnect_failed(&mut self, error: &TransportError) {
+        self.connecting = None;
+        let delay = self.backoff.next_delay();
+        self.retry_at = Some(Instant::now() + delay);
+        tracing::warn!(
+            error = %error,
+            retry_in = ?delay,
+            "reconnecting the publishing connection failed"
+        );
+        self.shared.emit(Lifecycle::ReconnectFailed {
+            link: Link::Publish,
+            attempt: self.backoff.failures(),
+            retry_in: delay,
+            reason: error.to_string(),
+        });
+    }
+
     async fn shutdown(&mut self) {
-        self.window_semaphore.close();
-        self.fail_window(closed);
+        self.room.close();
+        self.connecting = None;
+        self.retry_at = None;
+        for (_, entry) in std::mem::take(&mut self.window) {
+            entry.pending.fail(closed());
+        }
+        for pending in std::mem::take(&mut self.backlog) {
+            pending.fail(closed());
+        }
         self.commands.close();
         while let Ok(command) = self.commands.try_recv() {
             match command {
-                Command::Publish(pending) => {
-                    let _ = pending.responder.send(Err(closed()));
-                }
+                Command::Publish(pending) => pending.fail(closed()),
                 Command::Close(done) => {
                     let _ = done.send(());
                 }
@@ -645,12 +1080,9 @@ impl PublishTask {
                 let _ = within(current.channel.close(), "closing the publish channel").await;
             }
         }
-        if self.connected {
-            if let Err(e) = within(self.connection.clone().close(), "closing").await {
-                tracing::debug!(error = %e, "closing the publishing connection timed out");
-            }
+        if let Some(live) = self.live.take() {
+            connection::close(live.connection, Link::Publish).await;
         }
-        self.connected = false;
         self.state.set_connected(false);
         tracing::info!("publishing connection closed");
     }

@@ -6,9 +6,16 @@
 //! connection or channel was lost), since its name dies with it. Each call waits under a
 //! fresh correlation id; a reply nobody waits for any more (the call timed out, or it is a
 //! duplicate) is dropped and counted.
+//!
+//! Calls are not retried through failures: a reply can only come to the queue the request
+//! named. When the reply queue is lost, every call waiting on it fails at once with
+//! `ConnectionLost` (each also watches the queue's liveness, so a call that registered just
+//! as the queue died cannot be missed), and the next call creates a new queue once the link
+//! is up again. A request still unconfirmed when the publishing connection is lost is not
+//! resent either: its call fails with `ConnectionLost`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mesh_core::{TransportError, TransportErrorKind, WireMessage};
@@ -33,7 +40,7 @@ pub(crate) struct Rpc {
 #[derive(Debug)]
 struct ReplyQueue {
     name: String,
-    alive: Arc<AtomicBool>,
+    alive: watch::Receiver<bool>,
 }
 
 /// A call waiting for its reply; dropped (the call returned or was cancelled), it stops
@@ -45,14 +52,29 @@ pub(crate) struct PendingCall {
 }
 
 impl PendingCall {
-    /// The reply, or why none will come.
-    pub(crate) async fn reply(&mut self) -> Result<WireMessage, TransportError> {
-        (&mut self.reply).await.unwrap_or_else(|_| {
+    /// The reply, or why none will come: the reply queue `alive` watches was lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a reply arriving later is kept for the next call of this method.
+    pub(crate) async fn reply(
+        &mut self,
+        alive: &mut watch::Receiver<bool>,
+    ) -> Result<WireMessage, TransportError> {
+        let gone = || {
             Err(TransportError::new(
                 TransportErrorKind::ConnectionLost,
-                "the reply queue is gone",
+                "the reply queue was lost",
             ))
-        })
+        };
+        tokio::select! {
+            biased;
+            reply = &mut self.reply => reply.unwrap_or_else(|_| gone()),
+            _ = alive.wait_for(|alive| !*alive) => {
+                // A reply that raced the loss still counts.
+                self.reply.try_recv().unwrap_or_else(|_| gone())
+            }
+        }
     }
 }
 
@@ -84,30 +106,42 @@ impl Rpc {
         }
     }
 
-    /// The reply queue's name, creating the queue if there is none alive.
+    /// The reply queue's name and a watch of its liveness, creating the queue if there is
+    /// none alive.
     pub(crate) async fn reply_queue(
         &self,
         link: &ConsumeLink,
         shutdown: watch::Receiver<bool>,
-    ) -> Result<String, TransportError> {
+    ) -> Result<(String, watch::Receiver<bool>), TransportError> {
         let mut current = self.reply_queue.lock().await;
         if let Some(queue) = current.as_ref() {
-            if queue.alive.load(Ordering::Acquire) {
-                return Ok(queue.name.clone());
+            if *queue.alive.borrow() {
+                return Ok((queue.name.clone(), queue.alive.clone()));
             }
         }
         let (channel, closed) = link.channel("rpc-reply").await?;
         let declare = DeclareChannel::wrap(channel.clone(), closed.clone());
-        let name = declare.server_named().await?;
-        let consumer = consume(channel, closed, &name, 0, false).await?;
-        let alive = Arc::new(AtomicBool::new(true));
+        let declared = async {
+            let name = declare.server_named().await?;
+            let consumer = consume(channel, closed, &name, 0, false).await?;
+            Ok::<_, TransportError>((name, consumer))
+        }
+        .await;
+        let (name, consumer) = match declared {
+            Ok(declared) => declared,
+            Err(error) => {
+                declare.close().await;
+                return Err(error);
+            }
+        };
+        let (alive_tx, alive) = watch::channel(true);
         let span = tracing::debug_span!("mesh_amqp.replies", queue = %name);
         tokio::spawn(
             receive_replies(
                 consumer,
                 self.waiters.clone(),
                 self.late_replies.clone(),
-                alive.clone(),
+                alive_tx,
                 shutdown,
             )
             .instrument(span),
@@ -115,9 +149,9 @@ impl Rpc {
         tracing::debug!(queue = %name, "reply queue ready");
         *current = Some(ReplyQueue {
             name: name.clone(),
-            alive,
+            alive: alive.clone(),
         });
-        Ok(name)
+        Ok((name, alive))
     }
 }
 
@@ -126,7 +160,7 @@ async fn receive_replies(
     mut consumer: crate::consumer::Consumer,
     waiters: Waiters,
     late: Arc<AtomicU64>,
-    alive: Arc<AtomicBool>,
+    alive: watch::Sender<bool>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -161,8 +195,9 @@ async fn receive_replies(
             }
         }
     }
-    // The queue is gone with its channel: the calls waiting on it cannot be answered.
-    alive.store(false, Ordering::Release);
+    // The queue is gone with its channel: the calls waiting on it cannot be answered. Marked
+    // dead first, so a call registering from now on sees it.
+    alive.send_replace(false);
     let orphans: Vec<Waiter> = match waiters.lock() {
         Ok(mut waiters) => waiters.drain().map(|(_, w)| w).collect(),
         Err(_) => Vec::new(),

@@ -10,11 +10,12 @@ use mesh_core::{
     BoxFuture, Confirm, Health, PublishOptions, QueueSpec, ServeSpec, Subscription,
     SubscriptionSpec, Target, ToolKey, Transport, TransportError, TransportErrorKind, WireMessage,
 };
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
-use crate::consumer::{self, ConsumerCounts, SubscriptionCtx};
+use crate::backoff::Backoff;
+use crate::consumer::{self, AttachSpec, ConsumerCounts, Env, Source};
 use crate::convert::check_short;
-use crate::declare::DeclareChannel;
+use crate::lifecycle::{Counters, Lifecycle, Shared};
 use crate::link::ConsumeLink;
 use crate::management::Management;
 use crate::options::{AmqpOptions, QueueType};
@@ -22,7 +23,8 @@ use crate::publisher::{Outgoing, Publisher};
 use crate::rpc::Rpc;
 use crate::topology::{self, BindingDecl, Topology};
 
-/// Counters of things that went wrong quietly.
+/// Counters and gauges of the transport: what recovery did, what is in flight, and things
+/// that went wrong quietly. A snapshot; see [`AmqpTransport::stats`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AmqpStats {
@@ -30,13 +32,37 @@ pub struct AmqpStats {
     pub late_replies: u64,
     /// `basic.return`s that matched no unsettled mandatory publish.
     pub unmatched_returns: u64,
+    /// Publishes accepted and not yet settled by the broker (a gauge; at most the confirm
+    /// window).
+    pub unconfirmed: usize,
+    /// Their body bytes (a gauge; at most `max_unconfirmed_bytes`).
+    pub unconfirmed_bytes: usize,
+    /// How long the broker blocked a connection (memory or disk alarm), in all, including a
+    /// block going on now.
+    pub blocked_time: Duration,
+    /// Connections re-established after a loss (publish and consume counted alike).
+    pub reconnects: u64,
+    /// Publishes sent again, on a new channel, after their channel or connection was lost.
+    pub resent: u64,
+    /// Channels the broker closed while their connection stayed up.
+    pub channel_closes: u64,
+    /// Of those, closes for an unknown delivery tag (`406 PRECONDITION_FAILED - unknown
+    /// delivery tag`): an ack sent on a channel the delivery did not come on. Always 0
+    /// unless there is a bug.
+    pub unknown_delivery_tag_closes: u64,
+    /// Consumers that stopped without being asked to (cancelled by the broker, channel
+    /// closed, connection lost).
+    pub consumer_cancels: u64,
+    /// Consumers attached again after stopping.
+    pub reattached: u64,
 }
 
 /// The RabbitMQ transport: a cheap, cloneable handle onto two connections (`<prefix>.publish`
-/// and `<prefix>.consume`), each owned by a task of its own.
+/// and `<prefix>.consume`), each owned by a task of its own that reconnects it when it is
+/// lost.
 ///
-/// See the [crate docs](crate) for the topology it declares and how it publishes and
-/// consumes.
+/// See the [crate docs](crate) for the topology it declares, how it publishes and consumes,
+/// and how it recovers.
 #[derive(Clone)]
 pub struct AmqpTransport {
     inner: Arc<Inner>,
@@ -47,9 +73,10 @@ struct Inner {
     publisher: Publisher,
     consume: ConsumeLink,
     management: Management,
-    topology: Mutex<Topology>,
+    topology: Arc<Mutex<Topology>>,
     counts: Arc<ConsumerCounts>,
     rpc: Rpc,
+    shared: Arc<Shared>,
     shutdown: watch::Sender<bool>,
     closed: AtomicBool,
 }
@@ -69,17 +96,20 @@ impl AmqpTransport {
     ///
     /// Fails with `InvalidOptions` for options that cannot work, `AccessRefused` for refused
     /// credentials or vhost, `ConnectionLost` when no node answers, and `Incompatible` when the
-    /// broker holds one of those entities with other arguments.
+    /// broker holds one of those entities with other arguments. Once connected, a lost
+    /// connection is reconnected in the background (see the crate docs).
     pub async fn connect(options: AmqpOptions) -> Result<AmqpTransport, TransportError> {
         options.validate()?;
         tracing::info!(broker = %options, "connecting");
-        let consume = ConsumeLink::start(&options).await?;
+        let shared = Arc::new(Shared::default());
         let base = topology::base(&options);
+        let topology = Arc::new(Mutex::new(base.clone()));
+        let consume = ConsumeLink::start(&options, shared.clone(), topology.clone()).await?;
         if let Err(error) = declare_base(&consume, &base).await {
             consume.close().await;
             return Err(error);
         }
-        let publisher = match Publisher::start(&options).await {
+        let publisher = match Publisher::start(&options, shared.clone(), topology.clone()).await {
             Ok(publisher) => publisher,
             Err(error) => {
                 consume.close().await;
@@ -93,9 +123,10 @@ impl AmqpTransport {
                 options,
                 publisher,
                 consume,
-                topology: Mutex::new(base),
+                topology,
                 counts: Arc::new(ConsumerCounts::default()),
                 rpc: Rpc::default(),
+                shared,
                 shutdown,
                 closed: AtomicBool::new(false),
             }),
@@ -116,16 +147,31 @@ impl AmqpTransport {
             .unwrap_or_default()
     }
 
-    /// Counters of things that went wrong quietly.
+    /// The transport's [`Lifecycle`] events from now on: connections lost and re-established,
+    /// broker blocks, channels the broker closed, consumers cancelled and re-attached. Each
+    /// is also logged with `tracing`. A receiver that falls more than 1,024 events behind
+    /// loses the oldest (`RecvError::Lagged`).
+    pub fn lifecycle(&self) -> broadcast::Receiver<Lifecycle> {
+        self.inner.shared.subscribe()
+    }
+
+    /// A snapshot of the counters and gauges; see [`AmqpStats`].
     pub fn stats(&self) -> AmqpStats {
+        let counters = &self.inner.shared.counters;
+        let publisher = &self.inner.publisher;
         AmqpStats {
             late_replies: self.inner.rpc.late_replies(),
-            unmatched_returns: self
-                .inner
-                .publisher
-                .stats()
-                .unmatched_returns
-                .load(Ordering::Relaxed),
+            unmatched_returns: Counters::get(&counters.unmatched_returns),
+            unconfirmed: publisher.unconfirmed(),
+            unconfirmed_bytes: publisher.unconfirmed_bytes(),
+            blocked_time: publisher.state().blocked_time()
+                + self.inner.consume.state().blocked_time(),
+            reconnects: Counters::get(&counters.reconnects),
+            resent: Counters::get(&counters.resent),
+            channel_closes: Counters::get(&counters.channel_closes),
+            unknown_delivery_tag_closes: Counters::get(&counters.unknown_tag_closes),
+            consumer_cancels: Counters::get(&counters.consumer_cancels),
+            reattached: Counters::get(&counters.reattached),
         }
     }
 
@@ -158,6 +204,17 @@ impl AmqpTransport {
     /// `options.deadline` of `None` means the [default
     /// deadline](AmqpOptions::publish_deadline) (30 s unless set otherwise).
     ///
+    /// Resolves once the message has room in the unconfirmed window (at most
+    /// [`confirm_window`](AmqpOptions::confirm_window) publishes and
+    /// [`max_unconfirmed_bytes`](AmqpOptions::max_unconfirmed_bytes) body bytes), also while
+    /// the connection is down: the message is published once it is back. A full window (a
+    /// long outage, a broker alarm) fails with `Backpressure` at the deadline; a body over the
+    /// size limit fails at once with `TooLarge`.
+    ///
+    /// The [`Confirm`] resolves once the broker confirmed the message, which waits through
+    /// reconnects (an unconfirmed message is resent, with the same event id, on the next
+    /// channel) until the deadline: then `Timeout`, and the message may still be delivered.
+    ///
     /// # Cancel safety
     ///
     /// Dropped while waiting for room in the window, nothing is published. Once it resolved,
@@ -178,6 +235,7 @@ impl AmqpTransport {
             message,
             mandatory: options.mandatory,
             force_persistent: false,
+            resend: true,
         };
         self.inner
             .publisher
@@ -192,6 +250,12 @@ impl AmqpTransport {
     /// unreachable a warning is logged and only the bindings this transport recorded itself
     /// are considered.
     ///
+    /// The subscription keeps being fed across failures: a consumer the broker cancels, or
+    /// whose channel or connection is lost, is attached again (its queue declared again
+    /// first) with the same prefetch. Deliveries of the lost channel cannot be settled any
+    /// more (`ConnectionLost`); the broker redelivers them. An ephemeral subscription gets a
+    /// new server-named queue each time; [`Subscription::queue`] keeps the first name.
+    ///
     /// # Cancel safety
     ///
     /// Dropped before it resolves, the declarations made so far stay (they are idempotent)
@@ -204,29 +268,57 @@ impl AmqpTransport {
                 "a prefetch of 0 would be unbounded; give at least 1",
             ));
         }
-        match &spec.queue {
+        let attach = match &spec.queue {
             QueueSpec::Durable { name } => {
                 let delay_queues = self.declare_consumer_queue(name, &spec).await?;
-                self.attach(
-                    name.clone(),
+                AttachSpec {
+                    source: Source::Named(name.clone()),
+                    prefetch: spec.prefetch,
+                    manual_ack: true,
                     delay_queues,
-                    self.quorum(),
-                    spec.prefetch,
-                    true,
-                )
-                .await
+                    counts_deliveries: self.quorum(),
+                }
             }
-            QueueSpec::DeadLetters => {
-                self.attach(
-                    DEAD_QUEUE.to_owned(),
-                    Vec::new(),
-                    self.quorum(),
-                    spec.prefetch,
-                    true,
-                )
-                .await
-            }
-            QueueSpec::Ephemeral => self.attach_ephemeral(&spec).await,
+            QueueSpec::DeadLetters => AttachSpec {
+                source: Source::Named(DEAD_QUEUE.to_owned()),
+                prefetch: spec.prefetch,
+                manual_ack: true,
+                delay_queues: Vec::new(),
+                counts_deliveries: self.quorum(),
+            },
+            QueueSpec::Ephemeral => AttachSpec {
+                source: Source::Ephemeral(
+                    spec.patterns
+                        .iter()
+                        .map(|p| p.as_str().to_owned())
+                        .collect(),
+                ),
+                prefetch: spec.prefetch,
+                manual_ack: false,
+                delay_queues: Vec::new(),
+                counts_deliveries: false,
+            },
+        };
+        let subscription = consumer::subscribe(self.env(), attach, true).await?;
+        if matches!(spec.queue, QueueSpec::Ephemeral) {
+            tracing::info!(
+                queue = %subscription.queue(),
+                patterns = spec.patterns.len(),
+                "ephemeral subscription"
+            );
+        }
+        Ok(subscription)
+    }
+
+    /// What a subscription's pump needs to attach and re-attach.
+    fn env(&self) -> Env {
+        Env {
+            link: self.inner.consume.clone(),
+            publisher: self.inner.publisher.clone(),
+            topology: self.inner.topology.clone(),
+            counts: self.inner.counts.clone(),
+            shutdown: self.shutdown(),
+            backoff: Backoff::from_options(&self.inner.options),
         }
     }
 
@@ -255,8 +347,14 @@ impl AmqpTransport {
             t.add_binding(binding);
         });
         tracing::info!(queue = %name, "serving");
-        self.attach(name, Vec::new(), self.quorum(), spec.prefetch, true)
-            .await
+        let attach = AttachSpec {
+            source: Source::Named(name),
+            prefetch: spec.prefetch,
+            manual_ack: true,
+            delay_queues: Vec::new(),
+            counts_deliveries: self.quorum(),
+        };
+        consumer::subscribe(self.env(), attach, true).await
     }
 
     /// Calls a tool; see [`Transport::call`].
@@ -264,6 +362,12 @@ impl AmqpTransport {
     /// The request goes to `mesh.rpc` as mandatory with `expiration` = `timeout`, so a request
     /// the caller gave up on is not executed later, and a tool nobody ever declared a serve
     /// queue for fails at once with `NoServer`.
+    ///
+    /// Calls are not retried through failures: losing the reply queue (the consume
+    /// connection) fails every call waiting on it at once with `ConnectionLost`, and so does
+    /// losing the publishing connection before the request was confirmed. A call made while
+    /// the consume connection is down fails at once with `ConnectionLost`; once it is back,
+    /// calls work again.
     ///
     /// # Cancel safety
     ///
@@ -277,7 +381,7 @@ impl AmqpTransport {
     ) -> Result<WireMessage, TransportError> {
         self.check_open()?;
         let deadline = tokio::time::Instant::now() + timeout;
-        let reply_queue = self
+        let (reply_queue, mut alive) = self
             .inner
             .rpc
             .reply_queue(&self.inner.consume, self.shutdown())
@@ -297,6 +401,8 @@ impl AmqpTransport {
             message: request,
             mandatory: true,
             force_persistent: false,
+            // Its reply queue does not survive what loses the request.
+            resend: false,
         };
         let no_server = |e: TransportError| {
             if e.kind() == &TransportErrorKind::Unroutable {
@@ -316,7 +422,7 @@ impl AmqpTransport {
             .await
             .map_err(no_server)?;
         confirm.await.map_err(no_server)?;
-        match tokio::time::timeout_at(deadline, pending.reply()).await {
+        match tokio::time::timeout_at(deadline, pending.reply(&mut alive)).await {
             Ok(reply) => reply,
             Err(_) => Err(TransportError::new(
                 TransportErrorKind::Timeout,
@@ -325,7 +431,14 @@ impl AmqpTransport {
         }
     }
 
-    /// The health now; see [`Transport::health`].
+    /// The health now; see [`Transport::health`]. Ready means: both connections up, not
+    /// blocked, and every consumer attached (a consumer being re-attached counts as expected,
+    /// not attached).
+    ///
+    /// `blocked` is set when the broker says so (`connection.blocked`), or — since the client
+    /// library does not announce that capability, and RabbitMQ then blocks silently — when
+    /// publishes got no confirm for 5 s while the publishing connection is up, until the next
+    /// confirm.
     pub fn health(&self) -> Health {
         let publish = self.inner.publisher.state();
         let consume = self.inner.consume.state();
@@ -339,7 +452,8 @@ impl AmqpTransport {
         }
     }
 
-    /// Stops consumers and closes both connections; what is unconfirmed fails with `Closed`.
+    /// Stops consumers and closes both connections, and stops reconnecting; what is
+    /// unconfirmed fails with `Closed`.
     ///
     /// # Cancel safety
     ///
@@ -353,6 +467,7 @@ impl AmqpTransport {
         let _ = self.inner.shutdown.send(true);
         self.inner.publisher.close().await;
         self.inner.consume.close().await;
+        self.inner.shared.emit(Lifecycle::Closed);
     }
 
     /// Declares a consumer queue, its delay queues and exactly its bindings; returns the delay
@@ -448,82 +563,6 @@ impl AmqpTransport {
             ),
         }
         existing.difference(wanted).cloned().collect()
-    }
-
-    /// Opens a channel and consumes a named queue.
-    async fn attach(
-        &self,
-        queue: String,
-        delay_queues: Vec<String>,
-        counts_deliveries: bool,
-        prefetch: u16,
-        manual_ack: bool,
-    ) -> Result<Subscription, TransportError> {
-        let (channel, closed) = self.inner.consume.channel("consume").await?;
-        let consumer =
-            match consumer::consume(channel.clone(), closed, &queue, prefetch, manual_ack).await {
-                Ok(consumer) => consumer,
-                Err(error) => {
-                    let _ = channel.close().await;
-                    return Err(error);
-                }
-            };
-        let ctx = Arc::new(SubscriptionCtx {
-            queue,
-            delay_queues,
-            counts_deliveries,
-            publisher: self.inner.publisher.clone(),
-        });
-        Ok(consumer::start(
-            consumer,
-            ctx,
-            prefetch,
-            self.inner.counts.clone(),
-            self.shutdown(),
-        ))
-    }
-
-    /// Declares a server-named queue on a channel of its own (an exclusive queue belongs to
-    /// its connection), binds it and consumes it with `no_ack`.
-    async fn attach_ephemeral(
-        &self,
-        spec: &SubscriptionSpec,
-    ) -> Result<Subscription, TransportError> {
-        let (channel, closed) = self.inner.consume.channel("consume").await?;
-        let declare = DeclareChannel::wrap(channel.clone(), closed.clone());
-        let attached = async {
-            let name = declare.server_named().await?;
-            for pattern in &spec.patterns {
-                declare
-                    .bind(&BindingDecl::new(EVENTS_EXCHANGE, &name, pattern.as_str()))
-                    .await?;
-            }
-            let consumer =
-                consumer::consume(channel.clone(), closed, &name, spec.prefetch, false).await?;
-            Ok::<_, TransportError>((name, consumer))
-        }
-        .await;
-        let (name, consumer) = match attached {
-            Ok(attached) => attached,
-            Err(error) => {
-                declare.close().await;
-                return Err(error);
-            }
-        };
-        tracing::info!(queue = %name, patterns = spec.patterns.len(), "ephemeral subscription");
-        let ctx = Arc::new(SubscriptionCtx {
-            queue: name,
-            delay_queues: Vec::new(),
-            counts_deliveries: false,
-            publisher: self.inner.publisher.clone(),
-        });
-        Ok(consumer::start(
-            consumer,
-            ctx,
-            spec.prefetch,
-            self.inner.counts.clone(),
-            self.shutdown(),
-        ))
     }
 }
 

@@ -1,5 +1,5 @@
 //! Ephemeral subscriptions, health, closing, connecting to the wrong place, and settling a
-//! delivery whose channel is gone.
+//! delivery whose channel is gone (the broker redelivers it on the new one).
 
 // Helpers outside `#[test]` functions unwrap too: this whole file is a test.
 #![allow(clippy::unwrap_used)]
@@ -138,7 +138,7 @@ async fn health_counts_consumers_and_close_stops_everything() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delivery_whose_channel_is_gone_cannot_be_acked() {
+async fn a_delivery_of_a_lost_channel_cannot_be_acked_and_comes_again_on_the_new_one() {
     let vhost = common::vhost("stale-ack").await;
     let transport = common::connect(&vhost, "stale-ack").await;
     let mut subscription = transport
@@ -150,32 +150,50 @@ async fn a_delivery_whose_channel_is_gone_cannot_be_acked() {
         ))
         .await
         .unwrap();
+    let sent = common::event("module.stale.x", "{}");
+    let id = sent.properties.message_id.clone();
     transport
-        .publish(
-            common::event("module.stale.x", "{}"),
-            PublishOptions::default(),
-        )
+        .publish(sent, PublishOptions::default())
         .await
         .unwrap()
         .await
         .unwrap();
     let delivery = common::next(&mut subscription).await;
+    assert!(!delivery.redelivered);
     let closed = vhost
         .close_connections(Some("stale-ack.consume"), "test")
         .await
         .unwrap();
     assert_eq!(closed, 1);
-    // The subscription ends (recovery, in a later issue, will keep it fed).
-    assert!(tokio::time::timeout(common::WAIT, subscription.next())
-        .await
-        .expect("the subscription ends")
-        .is_none());
+    // The subscription is fed again from the new connection: the broker requeued the
+    // unacked message and delivers it again, on the new channel.
+    let again = common::next(&mut subscription).await;
+    assert!(again.redelivered);
+    assert_eq!(again.message.properties.message_id, id);
+    // The first copy's tag belongs to the lost channel: it is never sent on the new one.
     let error = delivery.ack().await.unwrap_err();
     assert!(error.is_connection_lost(), "{error}");
+    again.ack().await.unwrap();
     let health = transport.health();
-    assert!(!health.connected && !health.is_ready(), "{health:?}");
-    assert_eq!(health.consumers_attached, 0);
-    assert_eq!(health.consumers_expected, 1);
+    assert!(health.is_ready(), "{health:?}");
+    assert_eq!(
+        (health.consumers_expected, health.consumers_attached),
+        (1, 1)
+    );
+    let stats = transport.stats();
+    assert_eq!(stats.unknown_delivery_tag_closes, 0, "{stats:?}");
+    assert_eq!(stats.channel_closes, 0, "{stats:?}");
+    assert_eq!(
+        (stats.consumer_cancels, stats.reattached),
+        (1, 1),
+        "{stats:?}"
+    );
+    eventually(common::WAIT, "the queue to be empty", || async {
+        let queues = vhost.list_queues().await.ok()?;
+        let q = queues.into_iter().find(|q| q.name == "n.stale.events")?;
+        (q.messages == 0).then_some(())
+    })
+    .await;
     drop(subscription);
     eventually(
         common::WAIT,

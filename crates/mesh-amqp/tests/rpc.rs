@@ -1,5 +1,6 @@
 //! Request/reply: a round trip, `NoServer` for a tool nobody serves, `Timeout` when nobody
-//! consumes, late replies counted, and pending calls failing when the connection goes.
+//! consumes, late replies counted, and pending calls failing when the connection goes (and
+//! calls working again once it is back).
 
 // Helpers outside `#[test]` functions unwrap too: this whole file is a test.
 #![allow(clippy::unwrap_used)]
@@ -158,10 +159,11 @@ async fn a_serve_queue_without_consumers_times_out_and_late_replies_are_counted(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn losing_the_consume_connection_fails_pending_calls() {
+async fn losing_the_consume_connection_fails_pending_calls_and_later_calls_work() {
     let vhost = common::vhost("rpc-lost").await;
     let server = common::connect(&vhost, "rpc-lost-server").await;
     let client = common::connect(&vhost, "rpc-lost-client").await;
+    let events = common::Recorder::start(&client);
     let key = tool("lost.tool");
     drop(
         server
@@ -174,6 +176,7 @@ async fn losing_the_consume_connection_fails_pending_calls() {
     );
     let call = {
         let client = client.clone();
+        let key = key.clone();
         tokio::spawn(async move {
             client
                 .call(&key, request("{}"), Duration::from_secs(60))
@@ -194,16 +197,62 @@ async fn losing_the_consume_connection_fails_pending_calls() {
         .await
         .unwrap();
     assert_eq!(closed, 1);
+    let started = Instant::now();
     let error = tokio::time::timeout(common::WAIT, call)
         .await
         .expect("the call to fail promptly")
         .unwrap()
         .unwrap_err();
+    let failed_after = started.elapsed();
     assert_eq!(error.kind(), &TransportErrorKind::ConnectionLost, "{error}");
-    eventually(common::WAIT, "health to report the loss", || async {
-        (!client.health().connected).then_some(())
+    // `close_connections` returns once the broker closed it: the call fails right away.
+    assert!(failed_after < Duration::from_secs(3), "{failed_after:?}");
+    common::measured(
+        "rpc: call failed after the consume connection closed",
+        failed_after,
+    );
+    assert_eq!(
+        events.count(|e| matches!(
+            e,
+            mesh_amqp::Lifecycle::Disconnected {
+                link: mesh_amqp::Link::Consume,
+                ..
+            }
+        )),
+        1
+    );
+
+    // Once reconnected, calls work again (on a new reply queue).
+    let mut requests = server
+        .serve(ServeSpec {
+            tool: key.clone(),
+            prefetch: 1,
+        })
+        .await
+        .unwrap();
+    let serving = tokio::spawn(async move {
+        // The first request, whose caller is gone, then the new one.
+        for _ in 0..2 {
+            let delivery = common::next(&mut requests).await;
+            delivery
+                .reply(codec::encode_reply(&Ok(Bytes::from_static(b"{\"ok\":1}"))))
+                .await
+                .unwrap();
+        }
+    });
+    eventually(common::WAIT, "the client to be ready again", || async {
+        client.health().is_ready().then_some(())
     })
     .await;
+    let reply = client
+        .call(&key, request("{}"), common::WAIT)
+        .await
+        .expect("a call after the reconnect");
+    assert_eq!(
+        codec::decode_reply(&reply).unwrap().unwrap(),
+        b"{\"ok\":1}".as_slice()
+    );
+    serving.await.unwrap();
     client.close().await;
     server.close().await;
     vhost.delete().await.unwrap();

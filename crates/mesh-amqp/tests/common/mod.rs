@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use amqprs::channel::Channel;
 use amqprs::connection::{Connection, OpenConnectionArguments};
-use mesh_amqp::{AmqpOptions, AmqpTransport};
+use mesh_amqp::{AmqpOptions, AmqpTransport, Lifecycle};
 use mesh_core::{Delivery, HeaderValue, Subscription, WireMessage};
 use mesh_testkit::TestVhost;
 
@@ -69,4 +69,91 @@ pub(crate) async fn next(subscription: &mut Subscription) -> Delivery {
         .await
         .expect("a delivery in time")
         .expect("the subscription is open")
+}
+
+/// Every [`Lifecycle`] event of a transport from now on, with when it came.
+#[derive(Debug, Clone)]
+pub(crate) struct Recorder {
+    events: std::sync::Arc<std::sync::Mutex<Vec<(std::time::Instant, Lifecycle)>>>,
+}
+
+impl Recorder {
+    pub(crate) fn start(transport: &AmqpTransport) -> Recorder {
+        let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut receiver = transport.lifecycle();
+        let sink = events.clone();
+        tokio::spawn(async move {
+            loop {
+                match receiver.recv().await {
+                    Ok(event) => sink
+                        .lock()
+                        .unwrap()
+                        .push((std::time::Instant::now(), event)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        panic!("the lifecycle recorder lagged by {n} events")
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        });
+        Recorder { events }
+    }
+
+    /// The events so far.
+    pub(crate) fn events(&self) -> Vec<(std::time::Instant, Lifecycle)> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// When the first event after `since` matching `pred` came, if one did.
+    pub(crate) fn first_after(
+        &self,
+        since: std::time::Instant,
+        pred: impl Fn(&Lifecycle) -> bool,
+    ) -> Option<std::time::Instant> {
+        self.events()
+            .into_iter()
+            .find(|(at, event)| *at >= since && pred(event))
+            .map(|(at, _)| at)
+    }
+
+    /// How many events matching `pred` came.
+    pub(crate) fn count(&self, pred: impl Fn(&Lifecycle) -> bool) -> usize {
+        self.events().iter().filter(|(_, e)| pred(e)).count()
+    }
+}
+
+/// The consumers of `vhost` on `node` (`None`: the shared broker), as
+/// `(queue, prefetch_count)`.
+pub(crate) async fn consumers(node: Option<&str>, vhost: &str) -> Vec<(String, u64)> {
+    let out = mesh_testkit::rabbitmqctl(
+        node,
+        &[
+            "list_consumers",
+            "-p",
+            vhost,
+            "queue_name",
+            "prefetch_count",
+            "--formatter",
+            "json",
+            "--silent",
+        ],
+    )
+    .await
+    .expect("list_consumers");
+    let start = out.find('[').expect("a JSON array");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out[start..]).expect("JSON rows");
+    rows.iter()
+        .map(|r| {
+            (
+                r["queue_name"].as_str().unwrap_or_default().to_owned(),
+                r["prefetch_count"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Prints a measured figure so it shows in `cargo test -- --nocapture` output and in a
+/// failing test's captured output alike.
+pub(crate) fn measured(what: &str, value: impl std::fmt::Debug) {
+    eprintln!("MEASURED {what}: {value:?}");
 }

@@ -1,0 +1,172 @@
+//! What a program can watch while the transport recovers: [`Lifecycle`] events, sent on a
+//! broadcast channel ([`AmqpTransport::lifecycle`](crate::AmqpTransport::lifecycle)) and
+//! logged with `tracing` where they happen, plus the counters behind
+//! [`AmqpStats`](crate::AmqpStats).
+//!
+//! Events are for watching, not for correctness: a receiver that falls behind loses the
+//! oldest ones (`RecvError::Lagged`), and nothing in the transport waits for anyone to read
+//! them. [`AmqpTransport::health`](crate::AmqpTransport::health) is the state to act on.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+
+/// How many events a slow receiver may fall behind before it loses the oldest.
+const EVENT_BUFFER: usize = 1024;
+
+/// Which of the transport's two connections an event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Link {
+    /// `<prefix>.publish`: publishes and their confirms.
+    Publish,
+    /// `<prefix>.consume`: declarations, consumers and RPC replies.
+    Consume,
+}
+
+impl Link {
+    /// `publish` or `consume`, as in the connection's name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Link::Publish => "publish",
+            Link::Consume => "consume",
+        }
+    }
+}
+
+impl fmt::Display for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Something that happened to the transport's connections or consumers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Lifecycle {
+    /// A connection is up: after a reconnect of the consume connection, the topology has
+    /// been declared again (consumers re-attach next, each with its own event).
+    Connected {
+        /// Which connection.
+        link: Link,
+        /// The broker node, `host:port`.
+        address: String,
+        /// Whether this replaces a lost connection (`false` only for the first one).
+        reconnect: bool,
+    },
+    /// A connection was lost; the transport reconnects with backoff.
+    Disconnected {
+        /// Which connection.
+        link: Link,
+        /// Why, as far as known: the broker's close, or a network failure or missed heartbeats.
+        reason: String,
+    },
+    /// A reconnect attempt failed; the next one follows after `retry_in`.
+    ReconnectFailed {
+        /// Which connection.
+        link: Link,
+        /// Consecutive failed attempts so far.
+        attempt: u32,
+        /// The delay before the next attempt.
+        retry_in: Duration,
+        /// Why it failed.
+        reason: String,
+    },
+    /// The broker blocked the connection (a memory or disk alarm): publishes wait in the
+    /// unconfirmed window until it unblocks.
+    Blocked {
+        /// Which connection.
+        link: Link,
+        /// The broker's reason, e.g. `low on memory`.
+        reason: String,
+    },
+    /// The broker unblocked the connection.
+    Unblocked {
+        /// Which connection.
+        link: Link,
+    },
+    /// The broker closed a channel while its connection stayed up (a refused declaration, a
+    /// message over the broker's size limit, a consumer timeout, …).
+    ChannelClosed {
+        /// The connection the channel belonged to.
+        link: Link,
+        /// The AMQP reply code, e.g. 406.
+        code: u16,
+        /// The broker's text.
+        reason: String,
+    },
+    /// A consumer stopped without being asked to: the broker cancelled it (its queue was
+    /// deleted), closed its channel, or the connection was lost. It is re-attached.
+    ConsumerCancelled {
+        /// The queue it consumed.
+        queue: String,
+        /// Why, as far as known.
+        reason: String,
+    },
+    /// A consumer is attached again, with its prefetch, and its subscription keeps being fed.
+    ConsumerReattached {
+        /// The queue it consumes (for an ephemeral subscription: its new server-named queue).
+        queue: String,
+    },
+    /// The transport was closed by its owner.
+    Closed,
+}
+
+/// The counters behind [`AmqpStats`](crate::AmqpStats) that more than one task updates.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Connections re-established after a loss (both connections).
+    pub(crate) reconnects: AtomicU64,
+    /// Publishes sent again on a new channel after a loss.
+    pub(crate) resent: AtomicU64,
+    /// Channels the broker closed while their connection stayed up.
+    pub(crate) channel_closes: AtomicU64,
+    /// Of those, closes for an ack with a delivery tag the channel does not know.
+    pub(crate) unknown_tag_closes: AtomicU64,
+    /// Consumers that stopped without being asked to.
+    pub(crate) consumer_cancels: AtomicU64,
+    /// Consumers attached again after stopping.
+    pub(crate) reattached: AtomicU64,
+    /// `basic.return`s that matched no unsettled mandatory publish.
+    pub(crate) unmatched_returns: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// What every task of one transport shares: the counters and the event channel.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) counters: Counters,
+    events: broadcast::Sender<Lifecycle>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            counters: Counters::default(),
+            events: broadcast::channel(EVENT_BUFFER).0,
+        }
+    }
+}
+
+impl Shared {
+    /// Sends `event` to whoever listens (nobody, often: that is fine).
+    pub(crate) fn emit(&self, event: Lifecycle) {
+        let _ = self.events.send(event);
+    }
+
+    /// A new receiver of the events from now on.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Lifecycle> {
+        self.events.subscribe()
+    }
+}

@@ -1,0 +1,400 @@
+//! A load generator that keeps the at-least-once books: [`Emitter`].
+//!
+//! It emits `count` JSON events through a [`Bus`] with [`Bus::emit_nowait`], each under an
+//! event id chosen up front. An emit that fails with a retryable error (the connection was
+//! lost, no confirm before the deadline, no room in the window, a nack) is tried again with
+//! the *same* id, as a service honouring the contract would; the [`Ledger`] gets `attempted`
+//! for every try and `confirmed` only when a [`mesh::PendingEmit`] resolved `Ok`. A
+//! non-retryable error ends that event's tries and is reported as fatal.
+//!
+//! While emits fail, the generator backs off (50 ms doubling to 1 s, reset by the next
+//! confirm) rather than spinning through every event of the plan at once: during an outage it
+//! makes about one try a second.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use mesh::{Bus, EventId, Outgoing};
+use mesh_testkit::Ledger;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::timeline::Timeline;
+
+/// The first pause after a failed emit; it doubles up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+/// The longest pause between tries while emits fail.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What to emit.
+#[derive(Debug, Clone)]
+pub struct EmitPlan {
+    /// How many distinct events.
+    pub count: usize,
+    /// The event name, under the bus's own prefix (`tick` → `module.<m>.tick`).
+    pub event: String,
+    /// A pause between first tries of consecutive events (a paced load); `None` emits as
+    /// fast as the window allows.
+    pub pace: Option<Duration>,
+    /// How many events may be tried at all until [`Emitter::allow`] raises it: a scenario
+    /// holds the load back this way so that it still flows when a fault comes, however
+    /// slowly the fault comes. `None`: the whole plan.
+    pub limit: Option<usize>,
+}
+
+impl EmitPlan {
+    /// `count` events named `event`, as fast as the window allows.
+    pub fn new(count: usize, event: impl Into<String>) -> EmitPlan {
+        EmitPlan {
+            count,
+            event: event.into(),
+            pace: None,
+            limit: None,
+        }
+    }
+
+    /// Tries only the first `limit` events until [`Emitter::allow`] says more.
+    pub fn limit(mut self, limit: usize) -> EmitPlan {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Pauses `pace` between first tries.
+    pub fn paced(mut self, pace: Duration) -> EmitPlan {
+        self.pace = Some(pace);
+        self
+    }
+}
+
+/// How one try ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TryOutcome {
+    /// The broker confirmed it.
+    Confirmed,
+    /// It failed; `kind` names the error kind, `text` is the error chain.
+    Failed {
+        /// The error kind (the transport's kind when the transport failed).
+        kind: String,
+        /// Whether it was retried.
+        retryable: bool,
+        /// The error and its causes.
+        text: String,
+    },
+}
+
+/// One try of one event: from the call of `emit_nowait` to the resolution of its confirm (or
+/// the failure of `emit_nowait` itself).
+#[derive(Debug, Clone)]
+pub struct Try {
+    /// The event's index in the plan.
+    pub index: usize,
+    /// When `emit_nowait` was called.
+    pub started: Instant,
+    /// When the outcome was known.
+    pub resolved: Instant,
+    /// The outcome.
+    pub outcome: TryOutcome,
+}
+
+impl Try {
+    /// How long the caller waited for the outcome.
+    pub fn waited(&self) -> Duration {
+        self.resolved.saturating_duration_since(self.started)
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    ledger: Ledger,
+    ids: Vec<EventId>,
+    confirmed: watch::Sender<usize>,
+    /// Events with an index below this may be tried.
+    limit: watch::Sender<usize>,
+    confirms: Timeline,
+    tries: Mutex<Vec<Try>>,
+    /// Failed tries since the last confirm: the generator's backoff.
+    failing: AtomicU32,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn record(&self, index: usize, started: Instant, outcome: TryOutcome) {
+        let resolved = Instant::now();
+        if outcome == TryOutcome::Confirmed {
+            self.ledger.confirmed(self.ids[index].to_string());
+            self.confirms.mark();
+            self.failing.store(0, Ordering::Relaxed);
+            self.confirmed.send_modify(|n| *n += 1);
+        } else {
+            self.failing.fetch_add(1, Ordering::Relaxed);
+        }
+        lock(&self.tries).push(Try {
+            index,
+            started,
+            resolved,
+            outcome,
+        });
+    }
+
+    fn backoff(&self) -> Option<Duration> {
+        match self.failing.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(
+                MIN_BACKOFF
+                    .saturating_mul(1 << (n - 1).min(10))
+                    .min(MAX_BACKOFF),
+            ),
+        }
+    }
+}
+
+fn failed(error: &mesh::Error) -> TryOutcome {
+    let kind = match error.transport_kind() {
+        Some(kind) => format!("{kind:?}"),
+        None => format!("{:?}", error.kind()),
+    };
+    // `TooLarge { size: .., max: .. }` → `TooLarge`: the kind, not its fields.
+    let kind = kind
+        .split([' ', '(', '{'])
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    TryOutcome::Failed {
+        kind,
+        retryable: error.is_retryable(),
+        text: crate::chain(error),
+    }
+}
+
+/// A running load generator; see the [module docs](self).
+#[derive(Debug)]
+pub struct Emitter {
+    shared: Arc<Shared>,
+    confirmed: watch::Receiver<usize>,
+    count: usize,
+    task: JoinHandle<()>,
+}
+
+impl Emitter {
+    /// Starts emitting `plan` through `bus`, recording in `ledger`.
+    pub fn start(bus: Bus, ledger: Ledger, plan: EmitPlan) -> Emitter {
+        let (confirmed_tx, confirmed) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            ledger,
+            ids: (0..plan.count).map(|_| EventId::new()).collect(),
+            confirmed: confirmed_tx,
+            limit: watch::Sender::new(plan.limit.unwrap_or(plan.count)),
+            confirms: Timeline::new(),
+            tries: Mutex::new(Vec::new()),
+            failing: AtomicU32::new(0),
+        });
+        let count = plan.count;
+        let task = tokio::spawn(run(bus, shared.clone(), plan));
+        Emitter {
+            shared,
+            confirmed,
+            count,
+            task,
+        }
+    }
+
+    /// How many events of the plan.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The event ids of the plan, by index.
+    pub fn ids(&self) -> &[EventId] {
+        &self.shared.ids
+    }
+
+    /// How many events were confirmed so far.
+    pub fn confirmed(&self) -> usize {
+        *self.confirmed.borrow()
+    }
+
+    /// When each confirm arrived.
+    pub fn confirms(&self) -> &Timeline {
+        &self.shared.confirms
+    }
+
+    /// Every try so far.
+    pub fn tries(&self) -> Vec<Try> {
+        lock(&self.shared.tries).clone()
+    }
+
+    /// Failed tries by error kind.
+    pub fn failures(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for t in lock(&self.shared.tries).iter() {
+            if let TryOutcome::Failed { kind, .. } = &t.outcome {
+                *counts.entry(kind.clone()).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+
+    /// Failures that ended an event's tries (non-retryable), as `kind: text`.
+    pub fn fatal(&self) -> Vec<String> {
+        lock(&self.shared.tries)
+            .iter()
+            .filter_map(|t| match &t.outcome {
+                TryOutcome::Failed {
+                    kind,
+                    retryable: false,
+                    text,
+                } => Some(format!("{kind}: {text}")),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The most recent failure, as `kind: text`.
+    pub fn last_failure(&self) -> Option<String> {
+        lock(&self.shared.tries)
+            .iter()
+            .rev()
+            .find_map(|t| match &t.outcome {
+                TryOutcome::Failed { kind, text, .. } => Some(format!("{kind}: {text}")),
+                TryOutcome::Confirmed => None,
+            })
+    }
+
+    /// Waits until at least `n` events are confirmed; on timeout, says how far it got and
+    /// the last failure.
+    pub async fn wait_confirmed(&self, n: usize, timeout: Duration) -> Result<(), String> {
+        let mut confirmed = self.confirmed.clone();
+        let reached = tokio::time::timeout(timeout, async {
+            confirmed.wait_for(|c| *c >= n).await.is_ok()
+        })
+        .await;
+        match reached {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("the emitter stopped".to_owned()),
+            Err(_) => Err(format!(
+                "only {} of {n} events confirmed after {timeout:?}; last failure: {}; \
+                 failures by kind: {:?}",
+                self.confirmed(),
+                self.last_failure().unwrap_or_else(|| "none".to_owned()),
+                self.failures()
+            )),
+        }
+    }
+
+    /// Lets the first `limit` events of the plan be tried (never lowers the limit).
+    pub fn allow(&self, limit: usize) {
+        self.shared.limit.send_if_modified(|l| {
+            let raised = limit > *l;
+            *l = (*l).max(limit);
+            raised
+        });
+    }
+
+    /// Stops trying (events not confirmed yet stay unconfirmed).
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Emitter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The generator: fresh events in order, retries first, each try's confirm awaited by a
+/// task of its own so that many are in flight (as many as the transport's window holds).
+async fn run(bus: Bus, shared: Arc<Shared>, plan: EmitPlan) {
+    let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<usize>();
+    let mut retries: VecDeque<usize> = VecDeque::new();
+    let mut next_fresh = 0;
+    let mut limit_rx = shared.limit.subscribe();
+    loop {
+        while let Ok(index) = retry_rx.try_recv() {
+            retries.push_back(index);
+        }
+        let limit = *limit_rx.borrow_and_update();
+        let index = if let Some(index) = retries.pop_front() {
+            index
+        } else if next_fresh < plan.count.min(limit) {
+            if let (Some(pace), true) = (plan.pace, next_fresh > 0) {
+                // Pacing of the load, not a synchronisation.
+                tokio::time::sleep(pace).await;
+            }
+            next_fresh += 1;
+            next_fresh - 1
+        } else if *shared.confirmed.borrow() + fatal_count(&shared) >= plan.count {
+            return;
+        } else {
+            // Everything allowed was tried once: wait for an outcome that asks for another
+            // try, or for the limit to rise. The timeout only re-checks the books; the
+            // scenario bounds the whole run with its own.
+            tokio::select! {
+                index = retry_rx.recv() => match index {
+                    Some(index) => index,
+                    None => continue,
+                },
+                _ = limit_rx.changed() => continue,
+                () = tokio::time::sleep(MAX_BACKOFF) => continue,
+            }
+        };
+        if let Some(pause) = shared.backoff() {
+            // Backing off while emits fail: a pause of the load generator.
+            tokio::time::sleep(pause).await;
+        }
+        let id = shared.ids[index];
+        shared.ledger.attempted(id.to_string());
+        let outgoing = match Outgoing::json(&plan.event, &serde_json::json!({ "seq": index })) {
+            Ok(outgoing) => outgoing.id(id),
+            Err(e) => {
+                shared.record(index, Instant::now(), failed(&e));
+                continue;
+            }
+        };
+        let started = Instant::now();
+        match bus.emit_nowait(outgoing).await {
+            Ok(pending) => {
+                let shared = shared.clone();
+                let retry = retry_tx.clone();
+                tokio::spawn(async move {
+                    match pending.await {
+                        Ok(_) => shared.record(index, started, TryOutcome::Confirmed),
+                        Err(e) => {
+                            let outcome = failed(&e);
+                            shared.record(index, started, outcome);
+                            if e.is_retryable() {
+                                let _ = retry.send(index);
+                            }
+                        }
+                    }
+                });
+            }
+            Err(e) => {
+                shared.record(index, started, failed(&e));
+                if e.is_retryable() {
+                    retries.push_back(index);
+                }
+            }
+        }
+    }
+}
+
+fn fatal_count(shared: &Shared) -> usize {
+    lock(&shared.tries)
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.outcome,
+                TryOutcome::Failed {
+                    retryable: false,
+                    ..
+                }
+            )
+        })
+        .count()
+}

@@ -1,0 +1,49 @@
+//! Fault-injection scenarios for mesh, on private RabbitMQ nodes (dev-only, never published).
+//!
+//! The scenarios live in `tests/`, one test binary per kind of node they need (see the
+//! crate's `README.md`); this library holds what they share:
+//!
+//! - [`setup`]: a vhost of the scenario's own on a private node, transport options pointing
+//!   at it, and an opt-in tracing subscriber;
+//! - [`emitter`]: a load generator that emits through a [`mesh::Bus`] and retries every emit
+//!   that failed with a retryable error, recording each try and confirm in a
+//!   [`mesh_testkit::Ledger`] (the at-least-once contract covers *confirmed* emits only);
+//! - [`timeline`]: instants of confirms and handles, and a log of a bus's health, from which
+//!   the scenarios measure detection and recovery times.
+//!
+//! The binary `faults-consumer` (in `src/bin`) is the consumer process that the
+//! consumer-crash scenario SIGKILLs mid-handler.
+//!
+//! Architecture invariant: nothing here starts, stops or alarms the machine's shared broker;
+//! every scenario runs on private nodes from `mesh-testkit`.
+
+pub mod emitter;
+pub mod setup;
+pub mod timeline;
+
+pub use emitter::{EmitPlan, Emitter, Try, TryOutcome};
+pub use timeline::{HealthLog, Timeline};
+
+use std::time::Duration;
+
+/// A duration as seconds with millisecond precision, for the scenarios' printed figures.
+pub fn secs(d: Duration) -> String {
+    format!("{:.3}s", d.as_secs_f64())
+}
+
+/// An optional duration, `-` when absent (the thing measured never happened).
+pub fn opt_secs(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".to_owned(), secs)
+}
+
+/// An error and its `source()` chain on one line, for the scenarios' reports.
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    text
+}

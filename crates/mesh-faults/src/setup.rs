@@ -1,0 +1,64 @@
+//! Where a scenario runs: a vhost of its own on a private node, and transports connected to
+//! it.
+
+use std::sync::Arc;
+
+use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
+use mesh_testkit::shared::percent_encode;
+use mesh_testkit::PrivateNode;
+
+/// Private nodes run without the management plugin (it adds seconds to every boot, and the
+/// restart scenarios boot a node a dozen times). The transport asks the management API for
+/// bindings to remove, and by default looks for it on port 15672 of the broker's host, which
+/// on this machine is the *shared* broker's: point it at a port where nothing listens, so it
+/// falls back to the bindings it declared itself instead of asking the wrong broker.
+const NO_MANAGEMENT: &str = "http://127.0.0.1:1";
+
+/// Creates vhost `name` on `node` and gives `guest` every permission on it.
+pub async fn vhost(node: &PrivateNode, name: &str) -> anyhow::Result<String> {
+    node.rabbitmqctl(&["add_vhost", name]).await?;
+    node.rabbitmqctl(&["set_permissions", "-p", name, "guest", ".*", ".*", ".*"])
+        .await?;
+    Ok(name.to_owned())
+}
+
+/// `amqp://guest:guest@127.0.0.1:<port>/<vhost>` for `node`.
+pub fn url(node: &PrivateNode, vhost: &str) -> String {
+    format!(
+        "amqp://guest:guest@127.0.0.1:{}/{}",
+        node.port(),
+        percent_encode(vhost)
+    )
+}
+
+/// Options for a transport named `name` (connections `<name>.publish`, `<name>.consume`) on
+/// `vhost` of `node`, declaring queues of type `queue_type`.
+pub fn options(node: &PrivateNode, vhost: &str, name: &str, queue_type: QueueType) -> AmqpOptions {
+    url(node, vhost)
+        .parse::<AmqpOptions>()
+        .expect("a private node's URL parses")
+        .queue_type(queue_type)
+        .connection_name(name)
+        .management_url(NO_MANAGEMENT)
+}
+
+/// Connects a transport.
+pub async fn connect(options: AmqpOptions) -> Arc<AmqpTransport> {
+    let broker = options.to_string();
+    Arc::new(
+        AmqpTransport::connect(options)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {broker}: {}", crate::chain(&e))),
+    )
+}
+
+/// Installs a tracing subscriber writing to the test's output when `RUST_LOG` is set (e.g.
+/// `RUST_LOG=mesh_amqp=info`); without it the scenarios print only their own figures.
+pub fn init_tracing() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
