@@ -277,7 +277,7 @@ pub(crate) async fn subscribe(
     env.counts.expected.fetch_add(1, Ordering::AcqRel);
     env.counts.attached.fetch_add(1, Ordering::AcqRel);
     let queue = ctx.queue.clone();
-    let span = tracing::info_span!("mesh_amqp.subscription", %queue);
+    let span = tracing::info_span!(parent: None, "mesh_amqp.subscription", %queue);
     let pump = Pump {
         backoff: env.backoff.clone(),
         env,
@@ -317,7 +317,7 @@ impl Attachment {
     fn new(consumer: Consumer, ctx: Arc<SubscriptionCtx>, generation: u64) -> Attachment {
         let tracker = consumer.manual_ack.then(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            let span = tracing::debug_span!("mesh_amqp.acks", queue = %ctx.queue);
+            let span = tracing::debug_span!(parent: None, "mesh_amqp.acks", queue = %ctx.queue);
             tokio::spawn(
                 track(consumer.channel.clone(), consumer.closed.clone(), rx).instrument(span),
             );

@@ -101,6 +101,7 @@ impl ConsumeLink {
             connected: true,
         });
         let span = tracing::info_span!(
+            parent: None,
             "mesh_amqp.consume_link",
             connection = %format!("{}.consume", options.get_connection_name())
         );

@@ -263,6 +263,7 @@ impl Publisher {
             stalled: false,
         };
         let span = tracing::info_span!(
+            parent: None,
             "mesh_amqp.publisher",
             connection = %format!("{}.publish", options.get_connection_name())
         );

@@ -135,7 +135,7 @@ impl Rpc {
             }
         };
         let (alive_tx, alive) = watch::channel(true);
-        let span = tracing::debug_span!("mesh_amqp.replies", queue = %name);
+        let span = tracing::debug_span!(parent: None, "mesh_amqp.replies", queue = %name);
         tokio::spawn(
             receive_replies(
                 consumer,
