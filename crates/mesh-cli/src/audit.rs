@@ -391,6 +391,44 @@ fn dead_id(text: &str) -> anyhow::Result<DeadLetterId> {
 /// Runs one `dead` command.
 pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::Result<Code> {
     match command {
+        DeadCommand::Purge {
+            store,
+            queue,
+            reason,
+            redriven,
+            all,
+        } => {
+            if queue.is_none() && reason.is_none() && !*redriven && !*all {
+                return Err(fail(
+                    Code::Usage,
+                    "purge needs a filter (--queue, --reason, --redriven) or --all",
+                ));
+            }
+            let mut query = DeadLetterQuery::new();
+            if let Some(queue) = queue {
+                query = query.queue(queue.clone());
+            }
+            if let Some(reason) = reason {
+                let parsed = DeadReason::parse(reason).ok_or_else(|| {
+                    fail(Code::Usage, format!("unknown reason `{reason}` (max-attempts, permanent, undecodable, unread-schema, delivery-limit, rejected, expired)"))
+                })?;
+                query = query.reason(parsed);
+            }
+            if *redriven {
+                query = query.redriven(true);
+            }
+            let store = open(store).await?;
+            let deleted = store
+                .purge_dead_letters(&query)
+                .await
+                .context("purging dead letters")?;
+            if global.json {
+                output::json(&serde_json::json!({ "purged": deleted }))?;
+            } else {
+                output::line(format!("purged {deleted} dead letter(s)"))?;
+            }
+            Ok(Code::Ok)
+        }
         DeadCommand::List {
             store,
             queue,

@@ -306,7 +306,35 @@ pub(crate) enum DeadCommand {
     /// Send dead letters back to the queue of the consumer that gave up on them
     #[command(after_help = DEAD_REDRIVE_HELP)]
     Redrive(RedriveArgs),
+    /// Delete recorded dead letters from the audit store
+    #[command(after_help = DEAD_PURGE_HELP)]
+    Purge {
+        #[command(flatten)]
+        store: StoreArg,
+        /// Only those a consumer of queue Q gave up on
+        #[arg(long, value_name = "Q")]
+        queue: Option<String>,
+        /// Only this reason (max-attempts, permanent, undecodable, unread-schema,
+        /// delivery-limit, rejected, expired)
+        #[arg(long)]
+        reason: Option<String>,
+        /// Only those already re-driven
+        #[arg(long)]
+        redriven: bool,
+        /// Delete every recorded dead letter (required when no filter is given)
+        #[arg(long)]
+        all: bool,
+    },
 }
+
+const DEAD_PURGE_HELP: &str = "\
+Deletes the records from the audit store only; the broker's mesh.dead-letters queue is not
+touched. Prints how many were deleted. Without a filter, --all is required.
+
+Examples:
+  mesh dead purge --redriven
+  mesh dead purge --queue anchor.mailer.events --reason max-attempts
+  mesh dead purge --all";
 
 /// `mesh dead redrive`.
 #[derive(Debug, Args)]

@@ -537,6 +537,22 @@ impl Store {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
+    /// Deletes the recorded dead letters matching `query` (its limit and order aside) and
+    /// returns how many were deleted. Only the store's records go: the broker's
+    /// `mesh.dead-letters` queue is not touched.
+    pub async fn purge_dead_letters(&self, query: &DeadLetterQuery) -> Result<u64, Error> {
+        let deleted: u64 = with_pool!(self, |pool, d| {
+            let mut qb = QueryBuilder::new("DELETE FROM dead_letters");
+            sql::push_dead_filters(&mut qb, d, query)?;
+            qb.build()
+                .execute(pool)
+                .await
+                .map_err(|e| Error::database("purging dead letters", e))?
+                .rows_affected()
+        });
+        Ok(deleted)
+    }
+
     /// A dead letter with the properties re-drive needs.
     pub(crate) async fn dead_letter_full(
         &self,

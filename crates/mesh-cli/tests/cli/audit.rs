@@ -9,7 +9,9 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::process::Child;
 
-use crate::{assert_code, finish, json, mesh, options, run, stdout, transport, vhost, NODE, WAIT};
+use crate::{
+    assert_code, code, finish, json, mesh, options, run, stdout, transport, vhost, NODE, WAIT,
+};
 
 /// A SQLite store in the temporary directory, removed on drop.
 struct TempStore {
@@ -285,6 +287,42 @@ async fn query_trace_and_dead_letters_round_trip() {
     )
     .await;
     assert_code(&output, 2);
+
+    // Purge: a filter (or --all) is required; a filter matching nothing deletes nothing; the
+    // re-driven letter goes, and is then gone from the store.
+    let output = run(Some(&url), &["dead", "purge", "--store", &store.url]).await;
+    assert_code(&output, 2);
+    let output = run(
+        Some(&url),
+        &[
+            "dead",
+            "purge",
+            "--queue",
+            "no.such.events",
+            "--json",
+            "--store",
+            &store.url,
+        ],
+    )
+    .await;
+    assert_code(&output, 0);
+    assert_eq!(json(&output)["purged"], 0);
+    let output = run(
+        Some(&url),
+        &[
+            "dead",
+            "purge",
+            "--redriven",
+            "--json",
+            "--store",
+            &store.url,
+        ],
+    )
+    .await;
+    assert_code(&output, 0);
+    assert_eq!(json(&output)["purged"], 1);
+    let output = run(Some(&url), &["dead", "show", &id, "--store", &store.url]).await;
+    assert_ne!(code(&output), 0, "a purged dead letter is gone");
 
     mailer.close().await;
     stop_logger(logger).await;
