@@ -1,0 +1,184 @@
+//! The order of things: per queue type a vhost of its own, each scenario's setup, then the
+//! rounds — in each, every selected scenario runs raw then mesh (then the raw ceiling for
+//! consume), so drift in the shared machine hits both sides alike.
+
+use std::time::Duration;
+
+use crate::broker::{self, Broker};
+use crate::cli::{Plan, QueueKind, Scenario};
+use crate::report::Results;
+use crate::scenarios::{audit, consume, emit, latency, rpc, Ctx, Run};
+
+/// Runs the plan, adding every run to `results`; `notes` collects what the reader should
+/// know (skipped scenarios, measurement caveats).
+pub(crate) async fn run(
+    plan: &Plan,
+    broker: &Broker,
+    results: &mut Results,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    if plan.scenarios.contains(&Scenario::Audit) {
+        notes.push(format!(
+            "audit ingest: mesh-audit's logger (SQLite in a temp file, prefetch {}, its \
+             default batches) against raw consume of the same queue with the same prefetch, \
+             acking each",
+            mesh_audit::DEFAULT_PREFETCH
+        ));
+    }
+    if !crate::measure::reset_peak_rss() {
+        notes.push(
+            "peak RSS could not be reset per run (/proc/self/clear_refs refused): each figure \
+             is the process's peak so far"
+                .to_owned(),
+        );
+    }
+    for &kind in &plan.queue_kinds {
+        let vhost = format!("mesh-bench-{}-{}", std::process::id(), kind.as_str());
+        eprintln!("== {kind} queues, vhost `{vhost}`", kind = kind.as_str());
+        broker.create_vhost(&vhost).await?;
+        let outcome = run_kind(plan, broker, &vhost, kind, results).await;
+        let deleted = broker.delete_vhost(&vhost).await;
+        outcome?;
+        deleted?;
+    }
+    Ok(())
+}
+
+async fn run_kind(
+    plan: &Plan,
+    broker: &Broker,
+    vhost: &str,
+    kind: QueueKind,
+    results: &mut Results,
+) -> anyhow::Result<()> {
+    let admin = broker.raw(vhost, "admin").await?;
+    let ctx = Ctx {
+        broker: broker.clone(),
+        vhost: vhost.to_owned(),
+        kind,
+        plan: plan.clone(),
+        admin,
+    };
+    let outcome = rounds(&ctx, results).await;
+    broker::close(ctx.admin).await;
+    outcome
+}
+
+async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
+    let plan = &ctx.plan;
+    // mesh declares its exchanges at connect; the raw client publishes to them.
+    let transport = mesh::amqp::AmqpTransport::connect(ctx.broker.mesh_options(
+        &ctx.vhost,
+        ctx.kind,
+        plan.in_flight,
+        "setup",
+    ))
+    .await?;
+    transport.close().await;
+    for scenario in &plan.scenarios {
+        match scenario {
+            Scenario::Emit => emit::setup(ctx).await?,
+            Scenario::Consume => consume::setup(ctx).await?,
+            Scenario::Latency => latency::setup(ctx).await?,
+            Scenario::Rpc => rpc::setup(ctx).await?,
+            Scenario::Audit => {}
+        }
+    }
+    let (raw, mesh) = (plan.raw, plan.mesh);
+    for round in 1..=plan.rounds {
+        for scenario in &plan.scenarios {
+            let mut add = |name: &'static str, side: &'static str, run: Run| {
+                record(ctx, results, round, name, side, run);
+            };
+            match scenario {
+                Scenario::Emit => {
+                    for (pipelined, name) in
+                        [(true, "emit pipelined"), (false, "emit one at a time")]
+                    {
+                        if raw {
+                            add(name, "raw", emit::raw(ctx, pipelined).await?);
+                        }
+                        if mesh {
+                            add(name, "mesh", emit::mesh(ctx, pipelined).await?);
+                        }
+                    }
+                }
+                Scenario::Consume => {
+                    let name = "consume ack each";
+                    if raw {
+                        add(name, "raw", consume::raw(ctx, None).await?);
+                    }
+                    if mesh {
+                        add(name, "mesh", consume::mesh(ctx).await?);
+                    }
+                    if raw {
+                        let ceiling = consume::raw(ctx, Some(plan.coalesce)).await?;
+                        add(name, "raw-multiple", ceiling);
+                    }
+                }
+                Scenario::Latency => {
+                    if raw {
+                        add("latency", "raw", latency::raw(ctx).await?);
+                    }
+                    if mesh {
+                        add("latency", "mesh", latency::mesh(ctx).await?);
+                    }
+                }
+                Scenario::Rpc => {
+                    for &callers in &plan.rpc_callers {
+                        let name = if callers == 1 {
+                            "rpc 1 caller"
+                        } else {
+                            "rpc 64 callers"
+                        };
+                        if raw {
+                            add(name, "raw", rpc::raw(ctx, callers).await?);
+                        }
+                        if mesh {
+                            add(name, "mesh", rpc::mesh(ctx, callers).await?);
+                        }
+                    }
+                }
+                Scenario::Audit => {
+                    if raw {
+                        add("audit ingest", "raw", audit::raw(ctx).await?);
+                    }
+                    if mesh {
+                        add("audit ingest", "mesh-audit", audit::mesh(ctx).await?);
+                    }
+                }
+            }
+            // Let the broker settle (fsyncs, GC of deleted segments) between scenarios.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    // The vhost's deletion takes the rest (exchanges, delay queues, mesh.dead-letters).
+    for queue in [emit::SINK, consume::QUEUE, latency::QUEUE, rpc::QUEUE] {
+        let _ = broker::delete(&ctx.admin, queue).await;
+    }
+    Ok(())
+}
+
+fn record(
+    ctx: &Ctx,
+    results: &mut Results,
+    round: usize,
+    scenario: &'static str,
+    side: &'static str,
+    run: Run,
+) {
+    let record = results.add(ctx.kind, scenario, side, round, run);
+    let metrics: Vec<String> = record
+        .metrics
+        .iter()
+        .map(|(name, value)| format!("{name} {value:.3}"))
+        .collect();
+    eprintln!(
+        "{} round {round}/{}: {scenario} [{side}] {} | cpu {:.2} s/100k | peak rss {:.0} MB",
+        record.queue,
+        ctx.plan.rounds,
+        metrics.join(", "),
+        record.cpu_s_per_100k,
+        record.peak_rss_mb,
+    );
+}

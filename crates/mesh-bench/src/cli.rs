@@ -1,0 +1,232 @@
+//! The command line, and the plan it resolves to (counts filled in for `--short` or not).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Runs the raw amqprs client and mesh doing the same work against one broker, alternating
+/// rounds (raw, mesh, raw, mesh, …), and prints medians, spread and the mesh/raw ratio.
+///
+/// Every run happens in a vhost of its own (one per queue type), created with `rabbitmqctl`
+/// and deleted at the end, on error and on Ctrl-C.
+#[derive(Debug, Parser)]
+#[command(name = "mesh-bench", version)]
+pub(crate) struct Args {
+    /// The broker (scheme, credentials, host and port are used; the vhost is the bench's own).
+    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672")]
+    pub(crate) url: String,
+
+    /// Alternating rounds per scenario (default 3; 1 with --short).
+    #[arg(long)]
+    pub(crate) rounds: Option<usize>,
+
+    /// Events per emit run (pipelined; default 50,000; 2,000 with --short).
+    #[arg(long)]
+    pub(crate) events: Option<u64>,
+
+    /// Events per one-at-a-time emit run (default 1,000; 200 with --short).
+    #[arg(long)]
+    pub(crate) sync_events: Option<u64>,
+
+    /// Events pre-published into the queue for each consume run (default 200,000; 2,000
+    /// with --short).
+    #[arg(long)]
+    pub(crate) backlog: Option<u64>,
+
+    /// Events per latency run at --rate (default 10,000, i.e. 5 s at 2,000/s; 1,000 with
+    /// --short).
+    #[arg(long)]
+    pub(crate) latency_events: Option<u64>,
+
+    /// Events pre-published for each audit ingest run (default 50,000; 2,000 with --short).
+    #[arg(long)]
+    pub(crate) audit_backlog: Option<u64>,
+
+    /// The fixed rate of the latency scenario, events per second.
+    #[arg(long, default_value_t = 2_000)]
+    pub(crate) rate: u64,
+
+    /// Seconds each RPC run lasts (default 2; 0.5 with --short).
+    #[arg(long)]
+    pub(crate) rpc_seconds: Option<f64>,
+
+    /// Publishes in flight for pipelined emits (raw window and mesh's confirm window).
+    #[arg(long, default_value_t = 1_000)]
+    pub(crate) in_flight: usize,
+
+    /// Consumer prefetch.
+    #[arg(long, default_value_t = 32)]
+    pub(crate) prefetch: u16,
+
+    /// The raw consume ceiling acks with `multiple` every this many deliveries.
+    #[arg(long, default_value_t = 32)]
+    pub(crate) coalesce: u64,
+
+    /// Scenarios to run, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "emit,consume,latency,rpc,audit"
+    )]
+    pub(crate) scenarios: Vec<Scenario>,
+
+    /// Queue type of the queues the events land in.
+    #[arg(long, value_enum, default_value = "both")]
+    pub(crate) queue_type: QueueTypeArg,
+
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+
+    /// Small counts and one round, so CI can keep the benchmark working; never asserts
+    /// timings.
+    #[arg(long)]
+    pub(crate) short: bool,
+
+    /// Which sides to run: both (the comparison), or one alone (for profiling).
+    #[arg(long, value_enum, default_value = "both")]
+    pub(crate) sides: Sides,
+
+    /// The `rabbitmqctl` used to create and delete the bench's vhosts.
+    #[arg(long, default_value = "rabbitmqctl")]
+    pub(crate) rabbitmqctl: String,
+}
+
+/// A scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub(crate) enum Scenario {
+    /// Persistent, confirmed emits: 1,000 in flight, and one at a time.
+    Emit,
+    /// Consuming a pre-published backlog with manual acks.
+    Consume,
+    /// End-to-end latency at a fixed rate.
+    Latency,
+    /// Request/reply round trips, 1 and 64 callers.
+    Rpc,
+    /// The audit logger's ingest into SQLite, against raw consume.
+    Audit,
+}
+
+/// `--sides`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Sides {
+    Raw,
+    Mesh,
+    Both,
+}
+
+/// `--queue-type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum QueueTypeArg {
+    Classic,
+    Quorum,
+    Both,
+}
+
+/// The queue type of one pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum QueueKind {
+    Quorum,
+    Classic,
+}
+
+impl QueueKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            QueueKind::Quorum => "quorum",
+            QueueKind::Classic => "classic",
+        }
+    }
+
+    pub(crate) fn mesh(self) -> mesh::amqp::QueueType {
+        match self {
+            QueueKind::Quorum => mesh::amqp::QueueType::Quorum,
+            QueueKind::Classic => mesh::amqp::QueueType::Classic,
+        }
+    }
+}
+
+/// What to run, with every count decided.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) url: String,
+    pub(crate) rounds: usize,
+    pub(crate) events: u64,
+    pub(crate) sync_events: u64,
+    pub(crate) backlog: u64,
+    pub(crate) audit_backlog: u64,
+    pub(crate) latency_events: u64,
+    pub(crate) rate: u64,
+    pub(crate) rpc_time: Duration,
+    pub(crate) rpc_callers: Vec<usize>,
+    pub(crate) in_flight: usize,
+    pub(crate) prefetch: u16,
+    pub(crate) coalesce: u64,
+    pub(crate) scenarios: Vec<Scenario>,
+    pub(crate) queue_kinds: Vec<QueueKind>,
+    pub(crate) short: bool,
+    pub(crate) raw: bool,
+    pub(crate) mesh: bool,
+    pub(crate) rabbitmqctl: String,
+}
+
+impl Args {
+    /// The plan: explicit flags win, then `--short`'s small counts, then the defaults.
+    pub(crate) fn plan(&self) -> anyhow::Result<Plan> {
+        let pick = |given: Option<u64>, short: u64, full: u64| {
+            given.unwrap_or(if self.short { short } else { full })
+        };
+        let rounds = self.rounds.unwrap_or(if self.short { 1 } else { 3 });
+        anyhow::ensure!(rounds >= 1, "--rounds must be at least 1");
+        anyhow::ensure!(self.in_flight >= 1, "--in-flight must be at least 1");
+        anyhow::ensure!(self.prefetch >= 1, "--prefetch must be at least 1");
+        anyhow::ensure!(self.coalesce >= 1, "--coalesce must be at least 1");
+        anyhow::ensure!(self.rate >= 1, "--rate must be at least 1");
+        let rpc_seconds = self
+            .rpc_seconds
+            .unwrap_or(if self.short { 0.5 } else { 2.0 });
+        anyhow::ensure!(
+            rpc_seconds.is_finite() && rpc_seconds > 0.0,
+            "--rpc-seconds must be positive"
+        );
+        let mut scenarios = self.scenarios.clone();
+        scenarios.sort();
+        scenarios.dedup();
+        let plan = Plan {
+            url: self.url.clone(),
+            rounds,
+            events: pick(self.events, 2_000, 50_000),
+            sync_events: pick(self.sync_events, 200, 1_000),
+            backlog: pick(self.backlog, 2_000, 200_000),
+            audit_backlog: pick(self.audit_backlog, 2_000, 50_000),
+            latency_events: pick(self.latency_events, 1_000, 10_000),
+            rate: self.rate,
+            rpc_time: Duration::from_secs_f64(rpc_seconds),
+            rpc_callers: vec![1, 64],
+            in_flight: self.in_flight,
+            prefetch: self.prefetch,
+            coalesce: self.coalesce,
+            scenarios,
+            queue_kinds: match self.queue_type {
+                QueueTypeArg::Classic => vec![QueueKind::Classic],
+                QueueTypeArg::Quorum => vec![QueueKind::Quorum],
+                QueueTypeArg::Both => vec![QueueKind::Quorum, QueueKind::Classic],
+            },
+            short: self.short,
+            raw: self.sides != Sides::Mesh,
+            mesh: self.sides != Sides::Raw,
+            rabbitmqctl: self.rabbitmqctl.clone(),
+        };
+        for (name, count) in [
+            ("--events", plan.events),
+            ("--sync-events", plan.sync_events),
+            ("--backlog", plan.backlog),
+            ("--audit-backlog", plan.audit_backlog),
+            ("--latency-events", plan.latency_events),
+        ] {
+            anyhow::ensure!(count >= 2, "{name} must be at least 2");
+        }
+        Ok(plan)
+    }
+}

@@ -1,0 +1,123 @@
+//! `mesh-bench`: mesh side by side with the raw amqprs client, in one invocation against one
+//! broker, alternating rounds (raw, mesh, raw, mesh, …) and reporting medians, spread and the
+//! mesh/raw ratio per scenario.
+//!
+//! ```text
+//! cargo run --release -p mesh-bench -- --json bench.json
+//! cargo run --release -p mesh-bench -- --short          # CI: small counts, one round
+//! ```
+//!
+//! Exit codes: 0 done (timings are reported, never asserted), 1 the benchmark failed,
+//! 2 bad arguments, 130 interrupted (Ctrl-C). The bench's vhosts are deleted in every case.
+
+mod bench;
+mod broker;
+mod cli;
+mod measure;
+mod payload;
+mod raw;
+mod report;
+mod scenarios;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+
+use crate::broker::Broker;
+use crate::report::{Document, PlanSummary, Results};
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(error) => {
+            if is_broken_pipe(&error) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("mesh-bench: {error:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    let args = cli::Args::parse();
+    let plan = args.plan()?;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(bench_main(plan, args.json))
+}
+
+async fn bench_main(plan: cli::Plan, json: Option<std::path::PathBuf>) -> anyhow::Result<ExitCode> {
+    let broker = Broker::new(&plan.url, &plan.rabbitmqctl)?;
+    let mut results = Results::default();
+    let mut notes = Vec::new();
+    let load_before = measure::load_average();
+    let outcome = tokio::select! {
+        outcome = bench::run(&plan, &broker, &mut results, &mut notes) => Some(outcome),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    // Whatever happened, the vhosts go (and with them every queue the bench filled).
+    broker.delete_all().await;
+    let Some(outcome) = outcome else {
+        eprintln!("mesh-bench: interrupted; vhosts deleted");
+        return Ok(ExitCode::from(130));
+    };
+    outcome?;
+    if let (Some(before), Some(after)) = (load_before, measure::load_average()) {
+        notes.push(format!(
+            "1-minute load average {before:.2} at the start, {after:.2} at the end, on {} \
+             cores shared with the broker (and with whatever else ran)",
+            std::thread::available_parallelism().map_or(0, usize::from)
+        ));
+    }
+
+    let rows = report::rows(&results);
+    let targets = report::targets(&rows, &results);
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "mesh vs raw amqprs: {} round(s) alternating, 256-byte persistent JSON events with \
+         the contract headers, pipelined emits {} in flight, prefetch {}, backlog {}, latency \
+         at {}/s; medians [min–max]\n",
+        plan.rounds, plan.in_flight, plan.prefetch, plan.backlog, plan.rate
+    )?;
+    write!(out, "{}", report::table(&rows))?;
+    writeln!(out)?;
+    write!(out, "{}", report::targets_text(&targets))?;
+    for note in &notes {
+        writeln!(out, "note: {note}")?;
+    }
+    out.flush()?;
+    if let Some(path) = json {
+        let document = Document {
+            command: std::env::args().collect(),
+            plan: PlanSummary::of(&plan),
+            notes: &notes,
+            rows: &rows,
+            targets: &targets,
+            runs: &results.records,
+        };
+        let text = serde_json::to_string_pretty(&document)?;
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,210 @@
+//! Audit ingest: the audit logger (`mesh-audit`, SQLite, its default options: prefetch
+//! 1,000, batches of 500 committed then acked) storing a backlog of `--audit-backlog` events,
+//! against the raw client consuming the same backlog from the same queue with the same
+//! prefetch, acking each.
+//!
+//! The logger's queue is bound to `#`, so it exists only during this scenario: it is
+//! declared by a logger started and stopped at the beginning of each run and deleted at the
+//! end, and the other scenarios' events never reach it. Both rates run from the start of
+//! consuming (for the logger, from `run` on an opened store) to the last event (raw: its last
+//! ack; logger: the last row counted as stored).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use amqprs::channel::BasicAckArguments;
+use anyhow::Context;
+use mesh::amqp::AmqpTransport;
+use mesh_audit::{AuditLogger, AuditOptions, Store, StoreOptions};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{patience, Ctx, Run, EVENTS};
+use crate::broker;
+use crate::measure::{now_ns, Meter};
+use crate::payload;
+use crate::raw::{self, ConfirmChannel, Route};
+
+const NODE: &str = "audit";
+/// The logger's queue on node `audit`.
+pub(crate) const QUEUE: &str = "audit.audit-logger.events";
+const KEY: &str = "module.bench.audited";
+
+/// A SQLite file of its own per run, removed afterwards.
+#[derive(Debug)]
+struct TempDb(PathBuf);
+
+impl TempDb {
+    fn new(ctx: &Ctx, tag: &str) -> TempDb {
+        TempDb(std::env::temp_dir().join(format!(
+            "mesh-bench-{}-{}-{tag}.db",
+            std::process::id(),
+            ctx.kind.as_str()
+        )))
+    }
+
+    fn url(&self) -> String {
+        format!("sqlite://{}?mode=rwc", self.0.display())
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut path = self.0.clone().into_os_string();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A logger running on its own transport.
+struct Running {
+    logger: AuditLogger,
+    transport: Arc<AmqpTransport>,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), mesh_audit::Error>>,
+}
+
+/// Opens the store and connects; nothing consumes yet.
+async fn prepare(ctx: &Ctx, db: &TempDb) -> anyhow::Result<(AuditLogger, Arc<AmqpTransport>)> {
+    let store = Store::open(StoreOptions::url(&db.url())?).await?;
+    let logger = AuditLogger::new(store, AuditOptions::new().node(NODE));
+    let options = ctx
+        .broker
+        .mesh_options(&ctx.vhost, ctx.kind, ctx.plan.in_flight, "audit");
+    let transport = Arc::new(AmqpTransport::connect(options).await?);
+    Ok((logger, transport))
+}
+
+fn spawn(logger: AuditLogger, transport: Arc<AmqpTransport>) -> Running {
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn({
+        let logger = logger.clone();
+        let transport = transport.clone();
+        let shutdown = shutdown.clone();
+        async move { logger.run(&*transport, &shutdown).await }
+    });
+    Running {
+        logger,
+        transport,
+        shutdown,
+        task,
+    }
+}
+
+impl Running {
+    async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        let outcome = self.task.await;
+        self.transport.close().await;
+        self.logger.store().close().await;
+        outcome??;
+        Ok(())
+    }
+}
+
+/// Lets the logger declare its queue (bound to `#`) and stops it.
+async fn declare(ctx: &Ctx) -> anyhow::Result<()> {
+    let db = TempDb::new(ctx, "declare");
+    let (logger, transport) = prepare(ctx, &db).await?;
+    let running = spawn(logger, transport);
+    let attached = tokio::time::timeout(Duration::from_secs(30), async {
+        while running.transport.health().consumers_attached < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    running.stop().await?;
+    attached.context("the audit logger did not attach its consumers")?;
+    Ok(())
+}
+
+async fn prefill(ctx: &Ctx) -> anyhow::Result<()> {
+    broker::purge(&ctx.admin, QUEUE).await?;
+    let connection = ctx.raw("audit-prefill").await?;
+    let publisher = ConfirmChannel::open(&connection, ctx.plan.in_flight).await?;
+    let route = Route {
+        exchange: EVENTS,
+        key: KEY,
+        mandatory: false,
+    };
+    for seq in 0..ctx.plan.audit_backlog {
+        let (properties, body) = payload::raw_event(seq, now_ns())?;
+        publisher.publish(route, properties, body, false).await?;
+    }
+    publisher.wait_all().await?;
+    publisher.close().await;
+    broker::close(connection).await;
+    let depth = broker::depth(&ctx.admin, QUEUE).await?;
+    anyhow::ensure!(
+        depth == ctx.plan.audit_backlog,
+        "the audit backlog is {depth} events"
+    );
+    Ok(())
+}
+
+/// Raw: the same queue, the logger's prefetch, an ack per delivery.
+pub(crate) async fn raw(ctx: &Ctx) -> anyhow::Result<Run> {
+    declare(ctx).await?;
+    prefill(ctx).await?;
+    let events = ctx.plan.audit_backlog;
+    let connection = ctx.raw("audit-consume").await?;
+    let meter = Meter::start();
+    let mut consumer = raw::consume(&connection, QUEUE, Some(mesh_audit::DEFAULT_PREFETCH)).await?;
+    let mut received = 0_u64;
+    let drained = tokio::time::timeout(patience(events), async {
+        while let Some(message) = consumer.deliveries.recv().await {
+            let Some(deliver) = message.deliver else {
+                continue;
+            };
+            consumer
+                .channel
+                .basic_ack(BasicAckArguments::new(deliver.delivery_tag(), false))
+                .await?;
+            received += 1;
+            if received == events {
+                break;
+            }
+        }
+        anyhow::Ok(())
+    })
+    .await;
+    let cost = meter.finish();
+    let _ = consumer.channel.close().await;
+    broker::close(connection).await;
+    drained.with_context(|| format!("raw audit consume stalled at {received} of {events}"))??;
+    broker::delete(&ctx.admin, QUEUE).await?;
+    Ok(Run::rate("events/s", events, cost.wall.as_secs_f64(), cost))
+}
+
+/// The audit logger into a fresh SQLite file.
+pub(crate) async fn mesh(ctx: &Ctx) -> anyhow::Result<Run> {
+    declare(ctx).await?;
+    prefill(ctx).await?;
+    let events = ctx.plan.audit_backlog;
+    let db = TempDb::new(ctx, "ingest");
+    let (logger, transport) = prepare(ctx, &db).await?;
+    let meter = Meter::start();
+    let running = spawn(logger, transport);
+    let stored = tokio::time::timeout(patience(events), async {
+        while running.logger.stats().events_stored < events {
+            if running.task.is_finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let cost = meter.finish();
+    let seen = running.logger.stats().events_stored;
+    running.stop().await?;
+    stored.map_err(|_| anyhow::anyhow!("the audit logger stalled at {seen} of {events}"))?;
+    anyhow::ensure!(
+        seen >= events,
+        "the audit logger stopped at {seen} of {events}"
+    );
+    broker::delete(&ctx.admin, QUEUE).await?;
+    Ok(Run::rate("events/s", events, cost.wall.as_secs_f64(), cost))
+}
