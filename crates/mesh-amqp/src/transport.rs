@@ -609,6 +609,19 @@ impl Transport for AmqpTransport {
         AmqpTransport::health(self)
     }
 
+    fn stats(&self) -> mesh_core::TransportStats {
+        let own = AmqpTransport::stats(self);
+        let mut stats = mesh_core::TransportStats::default();
+        stats.unconfirmed = own.unconfirmed as u64;
+        stats.unconfirmed_bytes = own.unconfirmed_bytes as u64;
+        stats.reconnects = own.reconnects;
+        stats.resent = own.resent;
+        stats.blocked_time = own.blocked_time;
+        stats.reattached = own.reattached;
+        stats.late_replies = own.late_replies;
+        stats
+    }
+
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(AmqpTransport::close(self))
     }

@@ -28,5 +28,6 @@ pub use policy::{PolicyError, RetryPolicy};
 pub use transport::{
     Acker, BoxError, BoxFuture, Confirm, Delivery, Health, PublishOptions, QueueSpec, ServeSpec,
     Subscription, SubscriptionSpec, Target, Transport, TransportError, TransportErrorKind,
+    TransportStats,
 };
 pub use wire::{HeaderValue, Headers, Properties, WireMessage};

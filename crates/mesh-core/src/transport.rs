@@ -456,6 +456,27 @@ impl Health {
     }
 }
 
+/// Counters and gauges of a transport's connections, for metrics. Counters only grow over
+/// the transport's life.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TransportStats {
+    /// Publishes sent and not yet confirmed (gauge).
+    pub unconfirmed: u64,
+    /// Their bytes (gauge).
+    pub unconfirmed_bytes: u64,
+    /// Reconnects of any of its connections (counter).
+    pub reconnects: u64,
+    /// Publishes sent again after a lost channel or connection (counter).
+    pub resent: u64,
+    /// Time spent blocked by the broker (counter).
+    pub blocked_time: Duration,
+    /// Consumers re-attached after a loss (counter).
+    pub reattached: u64,
+    /// RPC replies nobody waited for any more (counter).
+    pub late_replies: u64,
+}
+
 /// A transport: the mechanics of a broker.
 ///
 /// Implementations are cheap handles onto a task that owns the connection; all methods
@@ -492,6 +513,11 @@ pub trait Transport: Send + Sync + fmt::Debug + 'static {
 
     /// The health of the transport now.
     fn health(&self) -> Health;
+
+    /// Its counters and gauges now (all zero for a transport that keeps none).
+    fn stats(&self) -> TransportStats {
+        TransportStats::default()
+    }
 
     /// Closes every connection; what is unconfirmed stays unconfirmed. The SDK's drain
     /// waits for confirms first.

@@ -580,6 +580,11 @@ impl Bus {
         self.inner.transport.health()
     }
 
+    /// The transport's counters and gauges now: unconfirmed depth, reconnects, resends, …
+    pub fn transport_stats(&self) -> mesh_core::TransportStats {
+        self.inner.transport.stats()
+    }
+
     /// Whether the bus is ready: connected, not blocked, every consumer attached.
     pub fn is_ready(&self) -> bool {
         !self.inner.stop.is_cancelled() && self.health().is_ready()

@@ -167,6 +167,12 @@ async fn the_endpoint_counts_known_traffic_exactly() {
     assert_eq!(count(names::CONNECTED, &bus), Some(1.0));
     assert_eq!(count(names::BLOCKED, &bus), Some(0.0));
     assert_eq!(count(names::READY, &bus), Some(1.0));
+    // The transport's own numbers: nothing pending, nothing lost, so nothing resent.
+    assert_eq!(count(names::UNCONFIRMED, &bus), Some(0.0));
+    assert_eq!(count(names::UNCONFIRMED_BYTES, &bus), Some(0.0));
+    assert_eq!(count(names::RECONNECTS, &bus), Some(0.0));
+    assert_eq!(count(names::RESENT, &bus), Some(0.0));
+    assert_eq!(count(names::REATTACHED, &bus), Some(0.0));
 
     assert_eq!(http_get(addr, "/livez").await.0, 200);
     assert_eq!(http_get(addr, "/readyz").await.0, 200);

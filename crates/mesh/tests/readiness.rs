@@ -91,6 +91,10 @@ async fn readiness_follows_the_consumers_connection() {
         .expect("handled after the re-attach")
         .expect("channel open");
     assert_eq!(key, "module.pinger.ping.sent");
+    // The transport counted what happened.
+    let stats = watcher.transport_stats();
+    assert_eq!(stats.reconnects, 1, "{stats:?}");
+    assert_eq!(stats.reattached, 1, "{stats:?}");
 
     watcher.drain().await.expect("drained");
     pinger.drain().await.expect("drained");

@@ -85,6 +85,20 @@ pub mod names {
     pub const BLOCKED: &str = "mesh_blocked";
     /// Gauge `{node, bus}`: 1 while the bus is ready (set at scrape).
     pub const READY: &str = "mesh_ready";
+    /// Gauge `{node, bus}`: publishes sent and not yet confirmed (set at scrape).
+    pub const UNCONFIRMED: &str = "mesh_unconfirmed";
+    /// Gauge `{node, bus}`: their bytes (set at scrape).
+    pub const UNCONFIRMED_BYTES: &str = "mesh_unconfirmed_bytes";
+    /// Counter `{node, bus}`: reconnects of the transport's connections.
+    pub const RECONNECTS: &str = "mesh_reconnects_total";
+    /// Counter `{node, bus}`: publishes resent after a lost channel or connection.
+    pub const RESENT: &str = "mesh_resent_total";
+    /// Counter `{node, bus}`: consumers re-attached after a loss.
+    pub const REATTACHED: &str = "mesh_consumers_reattached_total";
+    /// Counter `{node, bus}`: RPC replies that came after their call gave up.
+    pub const LATE_REPLIES: &str = "mesh_late_replies_total";
+    /// Gauge `{node, bus}`: seconds the broker blocked publishing, in all.
+    pub const BLOCKED_SECONDS: &str = "mesh_blocked_seconds_total";
 }
 
 /// Sets the health gauges of `bus` from its transport's health now.
@@ -101,4 +115,16 @@ pub fn record_health(bus: &Bus) {
     gauge(names::CONNECTED, f64::from(u8::from(health.connected)));
     gauge(names::BLOCKED, f64::from(u8::from(health.blocked)));
     gauge(names::READY, f64::from(u8::from(ready)));
+    let stats = bus.transport_stats();
+    gauge(names::UNCONFIRMED, stats.unconfirmed as f64);
+    gauge(names::UNCONFIRMED_BYTES, stats.unconfirmed_bytes as f64);
+    let counter = |metric: &'static str, value: u64| {
+        metrics::counter!(metric, "node" => node.clone(), "bus" => name.clone()).absolute(value);
+    };
+    counter(names::RECONNECTS, stats.reconnects);
+    counter(names::RESENT, stats.resent);
+    counter(names::REATTACHED, stats.reattached);
+    counter(names::LATE_REPLIES, stats.late_replies);
+    metrics::gauge!(names::BLOCKED_SECONDS, "node" => node.clone(), "bus" => name.clone())
+        .set(stats.blocked_time.as_secs_f64());
 }
