@@ -25,7 +25,13 @@ pub(crate) async fn run(
             mesh_audit::DEFAULT_PREFETCH
         ));
     }
-    if !crate::measure::reset_peak_rss() {
+    if crate::measure::reset_peak_rss() {
+        notes.push(
+            "peak RSS is per run (VmHWM reset through /proc/self/clear_refs before each run), \
+             but never below what the process still holds from earlier runs"
+                .to_owned(),
+        );
+    } else {
         notes.push(
             "peak RSS could not be reset per run (/proc/self/clear_refs refused): each figure \
              is the process's peak so far"
