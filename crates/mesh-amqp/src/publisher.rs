@@ -133,7 +133,21 @@ struct Pending {
 
 impl Pending {
     fn fail(self: Box<Self>, error: TransportError) {
-        let _ = self.responder.send(Err(error));
+        self.answer(Err(error));
+    }
+
+    /// Gives the room back, then tells the caller: whoever saw the outcome sees the room
+    /// free.
+    fn answer(self: Box<Self>, outcome: Result<(), TransportError>) {
+        let Pending {
+            responder,
+            _count,
+            _bytes,
+            ..
+        } = *self;
+        drop(_bytes);
+        drop(_count);
+        let _ = responder.send(outcome);
     }
 }
 
@@ -830,7 +844,7 @@ impl PublishTask {
                     format!("publishing `{}`", entry.pending.outgoing.routing_key),
                 )),
             };
-            let _ = entry.pending.responder.send(outcome);
+            entry.pending.answer(outcome);
         }
     }
 
