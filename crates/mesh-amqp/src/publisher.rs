@@ -69,7 +69,7 @@
 //! [`Event`]s, tagged with the channel's generation so that late events of a replaced channel
 //! are ignored.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -79,7 +79,7 @@ use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments};
 use amqprs::connection::Connection;
 use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
 use mesh_core::{BoxFuture, Confirm, TransportError, TransportErrorKind, WireMessage};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -118,6 +118,9 @@ pub(crate) struct Outgoing {
 }
 
 type Responder = oneshot::Sender<Result<(), TransportError>>;
+
+/// Room in the window: one publish, and its bytes.
+type Room = (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>);
 
 /// One publish on its way to, or in, the window.
 struct Pending {
@@ -158,8 +161,32 @@ struct Unconfirmed {
     returned: Option<BrokerClose>,
 }
 
+impl Unconfirmed {
+    /// The broker acked (`acked`) or nacked it: tell the caller.
+    fn settle(self, acked: bool) {
+        let outcome = match (acked, self.returned) {
+            (true, None) => Ok(()),
+            (true, Some(close)) => Err(TransportError::new(
+                TransportErrorKind::Unroutable,
+                format!(
+                    "no queue took `{}` on `{}`",
+                    self.pending.outgoing.routing_key, self.pending.outgoing.exchange
+                ),
+            )
+            .with_source(close)),
+            (false, _) => Err(TransportError::new(
+                TransportErrorKind::Nacked,
+                format!("publishing `{}`", self.pending.outgoing.routing_key),
+            )),
+        };
+        self.pending.answer(outcome);
+    }
+}
+
 enum Command {
     Publish(Box<Pending>),
+    /// Answer once everything published before is settled.
+    Flush(oneshot::Sender<()>),
     Close(oneshot::Sender<()>),
 }
 
@@ -271,10 +298,11 @@ impl Publisher {
             redeclare: BTreeSet::new(),
             generation: 0,
             next_seq: 1,
-            window: BTreeMap::new(),
+            window: VecDeque::new(),
             backlog: VecDeque::new(),
             progress_at: Instant::now(),
             stalled: false,
+            flushes: Vec::new(),
         };
         let span = tracing::info_span!(
             parent: None,
@@ -352,29 +380,11 @@ impl Publisher {
 
         // A message larger than the byte bound takes all of it rather than never fitting.
         let charge = u32::try_from(size.min(self.window.max_bytes)).unwrap_or(u32::MAX);
-        let room = async {
-            let count = self.window.count.clone().acquire_owned().await?;
-            let bytes = match charge {
-                0 => None,
-                n => Some(self.window.bytes.clone().acquire_many_owned(n).await?),
-            };
-            Ok::<_, tokio::sync::AcquireError>((count, bytes))
+        let (count, bytes) = match self.try_room(charge) {
+            Ok(Some(room)) => room,
+            Ok(None) => self.wait_for_room(charge, deadline).await?,
+            Err(_) => return Err(closed()),
         };
-        let (count, bytes) = match deadline {
-            Some(at) => tokio::time::timeout_at(at, room).await.map_err(|_| {
-                TransportError::new(
-                    TransportErrorKind::Backpressure,
-                    format!(
-                        "no room in the unconfirmed window (at most {} publishes, {} bytes) \
-                         before the deadline",
-                        self.window.max_count, self.window.max_bytes
-                    ),
-                )
-            })?,
-            None => room.await,
-        }
-        .map_err(|_| closed())?;
-
         let (responder, outcome) = oneshot::channel();
         let pending = Box::new(Pending {
             outgoing,
@@ -404,6 +414,63 @@ impl Publisher {
             };
             outcome.unwrap_or_else(|_| Err(closed()))
         }))
+    }
+
+    /// Room in the window now, if there is (`Ok(None)` if not); a semaphore never makes a
+    /// waiter lose its turn to this, as its permits go to waiters first.
+    fn try_room(&self, charge: u32) -> Result<Option<Room>, TryAcquireError> {
+        let count = match self.window.count.clone().try_acquire_owned() {
+            Ok(count) => count,
+            Err(TryAcquireError::NoPermits) => return Ok(None),
+            Err(closed) => return Err(closed),
+        };
+        let bytes = match charge {
+            0 => None,
+            n => match self.window.bytes.clone().try_acquire_many_owned(n) {
+                Ok(bytes) => Some(bytes),
+                Err(TryAcquireError::NoPermits) => return Ok(None),
+                Err(closed) => return Err(closed),
+            },
+        };
+        Ok(Some((count, bytes)))
+    }
+
+    /// Waits for room in the window until `deadline`.
+    async fn wait_for_room(
+        &self,
+        charge: u32,
+        deadline: Option<Instant>,
+    ) -> Result<Room, TransportError> {
+        let room = async {
+            let count = self.window.count.clone().acquire_owned().await?;
+            let bytes = match charge {
+                0 => None,
+                n => Some(self.window.bytes.clone().acquire_many_owned(n).await?),
+            };
+            Ok::<_, tokio::sync::AcquireError>((count, bytes))
+        };
+        match deadline {
+            Some(at) => tokio::time::timeout_at(at, room).await.map_err(|_| {
+                TransportError::new(
+                    TransportErrorKind::Backpressure,
+                    format!(
+                        "no room in the unconfirmed window (at most {} publishes, {} bytes) \
+                         before the deadline",
+                        self.window.max_count, self.window.max_bytes
+                    ),
+                )
+            })?,
+            None => room.await,
+        }
+        .map_err(|_| closed())
+    }
+
+    /// Resolves once everything published before is settled (or the task is gone).
+    pub(crate) async fn flush(&self) {
+        let (done, settled) = oneshot::channel();
+        if self.commands.send(Command::Flush(done)).await.is_ok() {
+            let _ = settled.await;
+        }
     }
 
     /// Stops the task: what is unsettled fails with `Closed`, the channel and the connection
@@ -540,12 +607,15 @@ struct PublishTask {
     generation: u64,
     /// The sequence number the broker gives the next publish on the channel.
     next_seq: u64,
-    window: BTreeMap<u64, Unconfirmed>,
+    /// Published and unsettled, by sequence number, ascending (publish order).
+    window: VecDeque<(u64, Unconfirmed)>,
     backlog: VecDeque<Box<Pending>>,
     /// When the broker last settled anything, or the window last started to fill.
     progress_at: Instant,
     /// Reported blocked for want of confirms.
     stalled: bool,
+    /// Flushes waiting for the window and the backlog to empty.
+    flushes: Vec<oneshot::Sender<()>>,
 }
 
 enum Step {
@@ -562,6 +632,7 @@ impl PublishTask {
     async fn run(mut self) {
         loop {
             self.flush().await;
+            self.answer_flushes();
             let stall_at = self.stall_at();
             let step = tokio::select! {
                 biased;
@@ -587,6 +658,7 @@ impl PublishTask {
                     for _ in 1..COMMAND_BATCH {
                         match self.commands.try_recv() {
                             Ok(Command::Publish(pending)) => self.backlog.push_back(pending),
+                            Ok(Command::Flush(done)) => self.flushes.push(done),
                             Ok(Command::Close(done)) => {
                                 self.shutdown().await;
                                 let _ = done.send(());
@@ -596,6 +668,7 @@ impl PublishTask {
                         }
                     }
                 }
+                Step::Command(Some(Command::Flush(done))) => self.flushes.push(done),
                 Step::Command(Some(Command::Close(done))) => {
                     self.shutdown().await;
                     let _ = done.send(());
@@ -607,6 +680,18 @@ impl PublishTask {
                     return;
                 }
             }
+        }
+    }
+
+    /// Answers the flushes once nothing is unsettled: a flush waits for every publish
+    /// queued before it, and, under a steady stream of publishes, for a moment with none in
+    /// flight (its callers bound the wait).
+    fn answer_flushes(&mut self) {
+        if self.flushes.is_empty() || !self.window.is_empty() || !self.backlog.is_empty() {
+            return;
+        }
+        for done in self.flushes.drain(..) {
+            let _ = done.send(());
         }
     }
 
@@ -652,13 +737,13 @@ impl PublishTask {
                     }
                     let seq = self.next_seq;
                     self.next_seq += 1;
-                    self.window.insert(
+                    self.window.push_back((
                         seq,
                         Unconfirmed {
                             pending,
                             returned: None,
                         },
-                    );
+                    ));
                 }
                 Err(error) => {
                     // The frame never left: the channel (or the connection) is unusable, and
@@ -817,34 +902,18 @@ impl PublishTask {
 
     /// Settles `tag` (and, with `multiple`, everything before it).
     fn settle(&mut self, tag: u64, multiple: bool, acked: bool) {
-        let settled: Vec<Unconfirmed> = if multiple {
-            let rest = match tag.checked_add(1) {
-                Some(next) => self.window.split_off(&next),
-                None => BTreeMap::new(),
-            };
-            std::mem::replace(&mut self.window, rest)
-                .into_values()
-                .collect()
-        } else {
-            self.window.remove(&tag).into_iter().collect()
-        };
-        for entry in settled {
-            let outcome = match (acked, entry.returned) {
-                (true, None) => Ok(()),
-                (true, Some(close)) => Err(TransportError::new(
-                    TransportErrorKind::Unroutable,
-                    format!(
-                        "no queue took `{}` on `{}`",
-                        entry.pending.outgoing.routing_key, entry.pending.outgoing.exchange
-                    ),
-                )
-                .with_source(close)),
-                (false, _) => Err(TransportError::new(
-                    TransportErrorKind::Nacked,
-                    format!("publishing `{}`", entry.pending.outgoing.routing_key),
-                )),
-            };
-            entry.pending.answer(outcome);
+        // The window is in sequence order; the broker mostly settles its front.
+        let upto = self.window.partition_point(|(seq, _)| *seq <= tag);
+        if multiple {
+            for (_, entry) in self.window.drain(..upto) {
+                entry.settle(acked);
+            }
+        } else if let Some(at) = upto.checked_sub(1) {
+            if self.window[at].0 == tag {
+                if let Some((_, entry)) = self.window.remove(at) {
+                    entry.settle(acked);
+                }
+            }
         }
     }
 
@@ -853,17 +922,21 @@ impl PublishTask {
     /// correlation id and body: returns come in publish order, and messages that equal in all
     /// of that are interchangeable.
     fn on_return(&mut self, exchange: &str, code: u16, text: String, returned: &WireMessage) {
-        let found = self.window.values_mut().find(|entry| {
-            let outgoing = &entry.pending.outgoing;
-            let sent = &outgoing.message;
-            outgoing.mandatory
-                && entry.returned.is_none()
-                && outgoing.exchange == exchange
-                && outgoing.routing_key == returned.routing_key
-                && sent.properties.message_id == returned.properties.message_id
-                && sent.properties.correlation_id == returned.properties.correlation_id
-                && sent.body == returned.body
-        });
+        let found = self
+            .window
+            .iter_mut()
+            .map(|(_, entry)| entry)
+            .find(|entry| {
+                let outgoing = &entry.pending.outgoing;
+                let sent = &outgoing.message;
+                outgoing.mandatory
+                    && entry.returned.is_none()
+                    && outgoing.exchange == exchange
+                    && outgoing.routing_key == returned.routing_key
+                    && sent.properties.message_id == returned.properties.message_id
+                    && sent.properties.correlation_id == returned.properties.correlation_id
+                    && sent.body == returned.body
+            });
         match found {
             Some(entry) => entry.returned = Some(BrokerClose { code, text }),
             None => {
@@ -1073,6 +1146,9 @@ impl PublishTask {
 
     async fn shutdown(&mut self) {
         self.room.close();
+        for done in self.flushes.drain(..) {
+            let _ = done.send(());
+        }
         self.connecting = None;
         self.retry_at = None;
         for (_, entry) in std::mem::take(&mut self.window) {
@@ -1085,7 +1161,7 @@ impl PublishTask {
         while let Ok(command) = self.commands.try_recv() {
             match command {
                 Command::Publish(pending) => pending.fail(closed()),
-                Command::Close(done) => {
+                Command::Flush(done) | Command::Close(done) => {
                     let _ = done.send(());
                 }
             }

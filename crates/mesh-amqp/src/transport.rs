@@ -452,6 +452,14 @@ impl AmqpTransport {
         }
     }
 
+    /// Resolves once every publish accepted before the call is settled (confirmed, nacked,
+    /// returned or failed); one waiting for a reconnect to be resent is not. Under a steady
+    /// stream of publishes it waits for a moment with none in flight: bound the wait.
+    /// Resolves at once on a closed transport.
+    pub async fn flush(&self) {
+        self.inner.publisher.flush().await;
+    }
+
     /// Stops consumers and closes both connections, and stops reconnecting; what is
     /// unconfirmed fails with `Closed`.
     ///
@@ -620,6 +628,10 @@ impl Transport for AmqpTransport {
         stats.reattached = own.reattached;
         stats.late_replies = own.late_replies;
         stats
+    }
+
+    fn flush(&self) -> BoxFuture<'_, ()> {
+        Box::pin(AmqpTransport::flush(self))
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

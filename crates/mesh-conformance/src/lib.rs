@@ -72,6 +72,7 @@ macro_rules! suite {
             an_emit_under_another_module_is_refused,
             an_ephemeral_listener_sees_only_later_events_and_leaves_nothing,
             drain_waits_for_an_in_flight_handler,
+            drain_confirms_emits_nobody_awaited,
             dedup_runs_the_effect_once,
             rpc_round_trip_and_remote_error,
             rpc_timeout_and_no_server,

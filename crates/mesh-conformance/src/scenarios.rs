@@ -631,6 +631,49 @@ pub async fn drain_waits_for_an_in_flight_handler(harness: &dyn Harness) {
     src.drain().await.expect("drain");
 }
 
+/// `drain()` waits for the confirms of emits nobody awaited: those whose `PendingEmit` is
+/// still held resolve to success afterwards, and those dropped are delivered too.
+pub async fn drain_confirms_emits_nobody_awaited(harness: &dyn Harness) {
+    const EMITS: u32 = 200;
+    let seen = Arc::new(Tally::default());
+    let tally = Arc::clone(&seen);
+    let sink = Bus::builder()
+        .node("n1")
+        .module("sink")
+        .on_raw(["module.src.#"], move |_: Incoming<Bytes>| {
+            tally.hit("burst");
+            std::future::ready(Ok(()))
+        })
+        .start(harness.transport().await)
+        .await
+        .expect("bus starts");
+    // One emitter drops every `PendingEmit` at once; drain waits for their confirms.
+    let dropping = emitter(harness, "src").await;
+    for i in 0..EMITS / 2 {
+        let outgoing = Outgoing::json("dropped", &serde_json::json!({ "i": i })).expect("valid");
+        drop(dropping.emit_nowait(outgoing).await.expect("taken"));
+    }
+    dropping.drain().await.expect("drain");
+    // Another holds them across its drain, and awaits them afterwards.
+    let holding = emitter(harness, "src").await;
+    let mut held = Vec::new();
+    for i in 0..EMITS / 2 {
+        let outgoing = Outgoing::json("held", &serde_json::json!({ "i": i })).expect("valid");
+        held.push(holding.emit_nowait(outgoing).await.expect("taken"));
+    }
+    holding.drain().await.expect("drain");
+    for pending in held {
+        within("a held emit", pending)
+            .await
+            .expect("confirmed: drain waited for it");
+    }
+    seen.wait_for("every emit handled", |counts| {
+        counts.get("burst").copied() == Some(EMITS)
+    })
+    .await;
+    sink.drain().await.expect("drain");
+}
+
 /// With the dedup helper, the same event delivered twice runs the effect once.
 pub async fn dedup_runs_the_effect_once(harness: &dyn Harness) {
     let deliveries = Arc::new(Tally::default());

@@ -519,6 +519,14 @@ pub trait Transport: Send + Sync + fmt::Debug + 'static {
         TransportStats::default()
     }
 
+    /// Resolves once every publish accepted before the call is settled: confirmed, nacked,
+    /// returned or failed (a publish waiting to be resent after a lost connection is not
+    /// settled yet). Under a steady stream of other publishes it may wait for a moment with
+    /// none in flight, so callers bound the wait. The SDK's drain waits for this, bounded by
+    /// its emit deadline, before it closes the transport: an emit whose [`Confirm`] nobody
+    /// awaits is confirmed all the same.
+    fn flush(&self) -> BoxFuture<'_, ()>;
+
     /// Closes every connection; what is unconfirmed stays unconfirmed. The SDK's drain
     /// waits for confirms first.
     fn close(&self) -> BoxFuture<'_, ()>;

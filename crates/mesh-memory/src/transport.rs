@@ -235,6 +235,11 @@ impl Transport for MemoryTransport {
         })
     }
 
+    /// A publish is settled as it is accepted here: nothing is ever waiting.
+    fn flush(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             self.broker.with(|state| state.close(self.connection));

@@ -18,7 +18,7 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, Instrument, Span};
+use tracing::{debug, info, warn, Instrument, Span};
 
 use crate::dispatch::Dispatcher;
 use crate::error::{Error, ErrorKind, HandlerError};
@@ -27,7 +27,8 @@ use crate::handler::{self, HandlerEntry};
 use crate::identity::Identity;
 use crate::incoming::Incoming;
 use crate::rpc::{self, ServeEntry};
-use crate::telemetry::{propagation, record};
+use crate::telemetry::propagation;
+use crate::telemetry::record::{self, Label};
 
 /// The span of one emit; key, id and causation are recorded once known. Its trace context
 /// rides the message (`traceparent`), so the consumer's `mesh.handle` span is its child.
@@ -238,6 +239,7 @@ impl BusBuilder {
         let inner = Arc::new(Inner {
             prefix: identity.prefix(&node),
             source: identity.owner(&node).to_string(),
+            source_label: Label::new(&identity.owner(&node).to_string()),
             transport,
             node,
             identity,
@@ -269,6 +271,7 @@ impl BusBuilder {
             let dispatcher = Arc::new(Dispatcher {
                 handlers,
                 retry: bus.inner.retry.clone(),
+                queue: Label::new(&queue),
             });
             let stop = bus.inner.stop.child_token();
             let tracker = bus.inner.handlers.clone();
@@ -289,6 +292,8 @@ pub(crate) struct Inner {
     prefix: String,
     /// The owner word of its keys: `x-source`, and the `source` label of its metrics.
     pub(crate) source: String,
+    /// `source`, as the label of its metrics.
+    source_label: Label,
     prefetch: u16,
     retry: RetryPolicy,
     emit_deadline: Option<Duration>,
@@ -416,12 +421,38 @@ impl Outgoing {
 /// has.
 ///
 /// The event is published whether this is awaited or not; [`Bus::drain`] waits for its
-/// confirm either way.
+/// confirm either way (dropped unresolved, it hands the wait to the bus).
 #[must_use = "an emit is confirmed only when this resolves to Ok"]
-#[derive(Debug)]
 pub struct PendingEmit {
     id: EventId,
-    confirm: JoinHandle<Result<(), mesh_core::TransportError>>,
+    /// `None` once resolved.
+    waiting: Option<Waiting>,
+}
+
+/// What an unresolved [`PendingEmit`] holds.
+struct Waiting {
+    confirm: mesh_core::Confirm,
+    since: Instant,
+    source: Label,
+    /// Where the wait goes when the `PendingEmit` is dropped unresolved, so `drain` waits
+    /// for it. (A held one is not counted there: `drain` would wait for its holder, who may
+    /// be waiting for `drain`; the transport's flush covers it.)
+    confirms: TaskTracker,
+}
+
+impl Waiting {
+    fn finish(self, confirmed: &Result<(), mesh_core::TransportError>) {
+        record::confirmed(&self.source, self.since, confirmed);
+    }
+}
+
+impl std::fmt::Debug for PendingEmit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingEmit")
+            .field("id", &self.id)
+            .field("resolved", &self.waiting.is_none())
+            .finish()
+    }
 }
 
 impl PendingEmit {
@@ -436,13 +467,33 @@ impl Future for PendingEmit {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let id = self.id;
-        Pin::new(&mut self.confirm)
-            .poll(cx)
-            .map(|joined| match joined {
-                Ok(Ok(())) => Ok(id),
-                Ok(Err(e)) => Err(e.into()),
-                Err(_) => Err(Error::new(ErrorKind::Closed)),
-            })
+        let Some(waiting) = self.waiting.as_mut() else {
+            return Poll::Ready(Err(Error::new(ErrorKind::Closed)));
+        };
+        let confirmed = std::task::ready!(Pin::new(&mut waiting.confirm).poll(cx));
+        if let Some(waiting) = self.waiting.take() {
+            waiting.finish(&confirmed);
+        }
+        Poll::Ready(confirmed.map(|()| id).map_err(Error::from))
+    }
+}
+
+impl Drop for PendingEmit {
+    /// Nobody will await the confirm: the bus does, so it is counted and `drain` waits.
+    fn drop(&mut self) {
+        let Some(waiting) = self.waiting.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime left to wait on: the transport still resends and settles it.
+            return;
+        };
+        let confirms = waiting.confirms.clone();
+        runtime.spawn(confirms.track_future(async move {
+            let mut waiting = waiting;
+            let confirmed = (&mut waiting.confirm).await;
+            waiting.finish(&confirmed);
+        }));
     }
 }
 
@@ -482,7 +533,7 @@ impl Bus {
         async {
             let (id, confirm, since) = self.publish(outgoing, &span).await?;
             let confirmed = confirm.await;
-            record::confirmed(&self.inner.source, since, &confirmed);
+            record::confirmed(&self.inner.source_label, since, &confirmed);
             confirmed?;
             Ok(id)
         }
@@ -499,13 +550,15 @@ impl Bus {
             .publish(outgoing, &span)
             .instrument(span.clone())
             .await?;
-        let source = self.inner.source.clone();
-        let confirm = self.inner.confirms.spawn(async move {
-            let confirmed = confirm.await;
-            record::confirmed(&source, since, &confirmed);
-            confirmed
-        });
-        Ok(PendingEmit { id, confirm })
+        Ok(PendingEmit {
+            id,
+            waiting: Some(Waiting {
+                confirm,
+                since,
+                source: self.inner.source_label.clone(),
+                confirms: self.inner.confirms.clone(),
+            }),
+        })
     }
 
     /// Hands the event to the transport; the confirm is pending from the returned instant.
@@ -517,11 +570,11 @@ impl Bus {
         let (id, message, options) = self.prepare(outgoing, span)?;
         match self.inner.transport.publish(message, options).await {
             Ok(confirm) => {
-                record::emitted(&self.inner.source);
+                record::emitted(&self.inner.source_label);
                 Ok((id, confirm, Instant::now()))
             }
             Err(e) => {
-                record::emit_refused(&self.inner.source, &e);
+                record::emit_refused(&self.inner.source_label, &e);
                 Err(e.into())
             }
         }
@@ -633,6 +686,20 @@ impl Bus {
         self.inner.handlers.wait().await;
         self.inner.confirms.close();
         self.inner.confirms.wait().await;
+        // Emits whose `PendingEmit` is still held (not awaited, not dropped) are in the
+        // transport's window: wait for them too, as long as an emit may wait.
+        let flushed = self.inner.transport.flush();
+        match self.inner.emit_deadline {
+            Some(deadline) => {
+                if tokio::time::timeout(deadline, flushed).await.is_err() {
+                    warn!(
+                        ?deadline,
+                        "drain: unconfirmed emits remain after the emit deadline"
+                    );
+                }
+            }
+            None => flushed.await,
+        }
         self.inner.transport.close().await;
         debug!("bus drained");
         Ok(())

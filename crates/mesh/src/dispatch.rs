@@ -20,12 +20,15 @@ use tracing::{debug, warn, Instrument, Span};
 
 use crate::handler::{HandlerEntry, Outcome};
 use crate::incoming::Meta;
-use crate::telemetry::{propagation, record};
+use crate::telemetry::propagation;
+use crate::telemetry::record::{self, Label};
 
 /// What a consumer loop needs.
 pub(crate) struct Dispatcher {
     pub(crate) handlers: Vec<HandlerEntry>,
     pub(crate) retry: RetryPolicy,
+    /// The queue, as the label of its metrics.
+    pub(crate) queue: Label,
 }
 
 impl Dispatcher {
@@ -68,7 +71,8 @@ impl Dispatcher {
                     "undecodable event dead-lettered: {error}"
                 );
                 let text = error.to_string();
-                dead_letter(delivery, DeadReason::Undecodable, attempt, text).await;
+                self.dead_letter(delivery, DeadReason::Undecodable, attempt, text)
+                    .await;
                 return;
             }
         };
@@ -84,7 +88,7 @@ impl Dispatcher {
         );
         // Before anything enters the span: the emitter's span becomes its parent.
         propagation::set_parent(&span, &envelope.extra_headers);
-        record::delivered(&delivery.queue, envelope.time, attempt);
+        record::delivered(&self.queue, envelope.time, attempt);
         let matching: Vec<&HandlerEntry> = self
             .handlers
             .iter()
@@ -95,7 +99,7 @@ impl Dispatcher {
             // us remove) still routes here: nobody wants the event, so it is done.
             warn!(parent: &span, "no handler matches the event; acked");
             span.record("outcome", "unmatched");
-            settle_ack(delivery).await;
+            self.settle_ack(delivery).await;
             return;
         }
         let meta = Meta::new(&envelope, attempt, delivery.redelivered);
@@ -116,8 +120,11 @@ impl Dispatcher {
         let outcome = crate::causation::scope(cause, run)
             .instrument(span.clone())
             .await;
-        let queue = delivery.queue.clone();
-        record::handled(&queue, started.elapsed(), !matches!(outcome, Outcome::Done));
+        record::handled(
+            &self.queue,
+            started.elapsed(),
+            !matches!(outcome, Outcome::Done),
+        );
         // The settling is awaited inside the span, never across a held guard.
         self.settle(delivery, outcome, attempt, &span)
             .instrument(span.clone())
@@ -128,12 +135,12 @@ impl Dispatcher {
         match outcome {
             Outcome::Done => {
                 span.record("outcome", "ack");
-                settle_ack(delivery).await;
+                self.settle_ack(delivery).await;
             }
             Outcome::GiveUp(reason, error) => {
                 span.record("outcome", "dead-letter");
                 warn!(%reason, "event dead-lettered: {error}");
-                dead_letter(delivery, reason, attempt, error).await;
+                self.dead_letter(delivery, reason, attempt, error).await;
             }
             Outcome::Retry(error) => match self.retry.next_step(attempt) {
                 Some(step) => {
@@ -141,11 +148,10 @@ impl Dispatcher {
                     debug!(step, "handler failed, retrying: {error}");
                     let mut copy = delivery.message.clone();
                     codec::set_attempts(&mut copy, attempt);
-                    let queue = delivery.queue.clone();
                     match delivery.retry(copy, step).await {
-                        Ok(()) => record::retried(&queue),
+                        Ok(()) => record::retried(&self.queue),
                         Err(e) => {
-                            record::settle_failed(&queue, "retry");
+                            record::settle_failed(&self.queue, "retry");
                             // Not acked: the broker redelivers the original.
                             warn!(
                                 "retry could not be scheduled, the event will be redelivered: {e}"
@@ -156,7 +162,8 @@ impl Dispatcher {
                 None => {
                     span.record("outcome", "dead-letter");
                     warn!("event dead-lettered after {attempt} attempts: {error}");
-                    dead_letter(delivery, DeadReason::MaxAttempts, attempt, error).await;
+                    self.dead_letter(delivery, DeadReason::MaxAttempts, attempt, error)
+                        .await;
                 }
             },
         }
@@ -190,32 +197,38 @@ fn worse(a: Outcome, b: Outcome) -> Outcome {
     }
 }
 
-async fn settle_ack(delivery: Delivery) {
-    let queue = delivery.queue.clone();
-    if let Err(e) = delivery.ack().await {
-        record::settle_failed(&queue, "ack");
-        warn!("ack failed, the event will be redelivered: {e}");
+impl Dispatcher {
+    async fn settle_ack(&self, delivery: Delivery) {
+        if let Err(e) = delivery.ack().await {
+            record::settle_failed(&self.queue, "ack");
+            warn!("ack failed, the event will be redelivered: {e}");
+        }
     }
-}
 
-async fn dead_letter(delivery: Delivery, reason: DeadReason, attempts: u32, error: String) {
-    let mut copy = delivery.message.clone();
-    codec::mark_dead(
-        &mut copy,
-        &DeadLetter {
-            reason,
-            attempts,
-            last_error: Some(error),
-            queue: delivery.queue.clone(),
-            time: Timestamp::now(),
-        },
-    );
-    let queue = delivery.queue.clone();
-    match delivery.dead_letter(copy).await {
-        Ok(()) => record::dead_lettered(&queue, reason),
-        Err(e) => {
-            record::settle_failed(&queue, "dead-letter");
-            warn!("dead-lettering failed, the event will be redelivered: {e}");
+    async fn dead_letter(
+        &self,
+        delivery: Delivery,
+        reason: DeadReason,
+        attempts: u32,
+        error: String,
+    ) {
+        let mut copy = delivery.message.clone();
+        codec::mark_dead(
+            &mut copy,
+            &DeadLetter {
+                reason,
+                attempts,
+                last_error: Some(error),
+                queue: delivery.queue.clone(),
+                time: Timestamp::now(),
+            },
+        );
+        match delivery.dead_letter(copy).await {
+            Ok(()) => record::dead_lettered(&self.queue, reason),
+            Err(e) => {
+                record::settle_failed(&self.queue, "dead-letter");
+                warn!("dead-lettering failed, the event will be redelivered: {e}");
+            }
         }
     }
 }

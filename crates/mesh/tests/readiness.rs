@@ -8,10 +8,12 @@ mod broker;
 #[path = "support/http.rs"]
 mod http;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mesh::{Bus, HandlerError, Incoming};
+use mesh::amqp::{AmqpOptions, AmqpTransport};
+use mesh::{Bus, HandlerError, Incoming, Transport};
 use mesh_testkit::{eventually, TestVhost};
 use tokio::sync::mpsc;
 
@@ -20,6 +22,23 @@ use http::http_get;
 
 /// Reconnecting includes a backoff; give it room.
 const REATTACH: Duration = Duration::from_secs(60);
+
+/// The watcher waits 3–6 s before it reconnects: long enough that polling its readiness
+/// sees it false, whatever the machine's load (with the default 100 ms it could reconnect
+/// between two polls).
+const RECONNECT_AFTER: Duration = Duration::from_secs(6);
+
+async fn slow_to_reconnect(vhost: &TestVhost, name: &str) -> Arc<dyn Transport> {
+    let options: AmqpOptions = vhost.url().parse().expect("the vhost's URL parses");
+    let options = options
+        .connection_name(name)
+        .reconnect_backoff(RECONNECT_AFTER, RECONNECT_AFTER);
+    Arc::new(
+        AmqpTransport::connect(options)
+            .await
+            .expect("connects to the test vhost"),
+    )
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_follows_the_consumers_connection() {
@@ -40,7 +59,7 @@ async fn readiness_follows_the_consumers_connection() {
                 Ok::<(), HandlerError>(())
             }
         })
-        .start(transport(&vhost, "obs.watcher").await)
+        .start(slow_to_reconnect(&vhost, "obs.watcher").await)
         .await
         .expect("watcher starts");
     server.watch(&watcher);

@@ -4,35 +4,50 @@
 use std::time::{Duration, Instant};
 
 use mesh_core::{DeadReason, Timestamp, TransportError, TransportErrorKind};
-use metrics::{counter, histogram};
+use metrics::{counter, histogram, SharedString};
 
 use super::names;
 
+/// A label value made once (a source, a queue) and shared by every sample: recording takes
+/// a reference count, not an allocation.
+#[derive(Debug, Clone)]
+pub(crate) struct Label(SharedString);
+
+impl Label {
+    pub(crate) fn new(value: &str) -> Label {
+        Label(SharedString::from(std::sync::Arc::<str>::from(value)))
+    }
+
+    fn value(&self) -> SharedString {
+        self.0.clone()
+    }
+}
+
 /// The transport took an emit into its unconfirmed window.
-pub(crate) fn emitted(source: &str) {
-    counter!(names::EMITTED, "source" => source.to_owned()).increment(1);
+pub(crate) fn emitted(source: &Label) {
+    counter!(names::EMITTED, "source" => source.value()).increment(1);
 }
 
 /// An emit failed before the transport took it (backpressure, closed, too large, …).
-pub(crate) fn emit_refused(source: &str, error: &TransportError) {
+pub(crate) fn emit_refused(source: &Label, error: &TransportError) {
     counter!(
         names::EMIT_FAILED,
-        "source" => source.to_owned(),
+        "source" => source.value(),
         "reason" => reason(error.kind()),
     )
     .increment(1);
 }
 
 /// The broker's answer to one emit, `since` the transport took it.
-pub(crate) fn confirmed(source: &str, since: Instant, result: &Result<(), TransportError>) {
+pub(crate) fn confirmed(source: &Label, since: Instant, result: &Result<(), TransportError>) {
     match result {
         Ok(()) => {
-            counter!(names::CONFIRMED, "source" => source.to_owned()).increment(1);
-            histogram!(names::CONFIRM_LATENCY, "source" => source.to_owned())
+            counter!(names::CONFIRMED, "source" => source.value()).increment(1);
+            histogram!(names::CONFIRM_LATENCY, "source" => source.value())
                 .record(since.elapsed().as_secs_f64());
         }
         Err(e) if *e.kind() == TransportErrorKind::Nacked => {
-            counter!(names::NACKED, "source" => source.to_owned()).increment(1);
+            counter!(names::NACKED, "source" => source.value()).increment(1);
         }
         Err(e) => emit_refused(source, e),
     }
@@ -40,45 +55,45 @@ pub(crate) fn confirmed(source: &str, since: Instant, result: &Result<(), Transp
 
 /// A delivery arrived: the lag since its emit, for first attempts only (a retry's lag would
 /// be the ladder's delay).
-pub(crate) fn delivered(queue: &str, emitted_at: Timestamp, attempt: u32) {
+pub(crate) fn delivered(queue: &Label, emitted_at: Timestamp, attempt: u32) {
     if attempt != 1 {
         return;
     }
     let lag_nanos = Timestamp::now().unix_nanos() - emitted_at.unix_nanos();
     // Clocks of two nodes disagree a little: a negative lag is recorded as none.
     let lag = Duration::from_nanos(u64::try_from(lag_nanos).unwrap_or(0));
-    histogram!(names::LAG, "queue" => queue.to_owned()).record(lag.as_secs_f64());
+    histogram!(names::LAG, "queue" => queue.value()).record(lag.as_secs_f64());
 }
 
 /// Handlers ran on one delivery for `took`; `failed` when any failed.
-pub(crate) fn handled(queue: &str, took: Duration, failed: bool) {
-    counter!(names::HANDLED, "queue" => queue.to_owned()).increment(1);
-    histogram!(names::HANDLER_DURATION, "queue" => queue.to_owned()).record(took.as_secs_f64());
+pub(crate) fn handled(queue: &Label, took: Duration, failed: bool) {
+    counter!(names::HANDLED, "queue" => queue.value()).increment(1);
+    histogram!(names::HANDLER_DURATION, "queue" => queue.value()).record(took.as_secs_f64());
     if failed {
-        counter!(names::FAILED, "queue" => queue.to_owned()).increment(1);
+        counter!(names::FAILED, "queue" => queue.value()).increment(1);
     }
 }
 
 /// A retry copy was scheduled (its publish confirmed, the original acked).
-pub(crate) fn retried(queue: &str) {
-    counter!(names::RETRIED, "queue" => queue.to_owned()).increment(1);
+pub(crate) fn retried(queue: &Label) {
+    counter!(names::RETRIED, "queue" => queue.value()).increment(1);
 }
 
 /// A dead letter was set aside (its publish confirmed, the original acked).
-pub(crate) fn dead_lettered(queue: &str, reason: DeadReason) {
+pub(crate) fn dead_lettered(queue: &Label, reason: DeadReason) {
     counter!(
         names::DEAD_LETTERED,
-        "queue" => queue.to_owned(),
+        "queue" => queue.value(),
         "reason" => reason.as_str(),
     )
     .increment(1);
 }
 
 /// Settling a delivery failed; the broker will redeliver it.
-pub(crate) fn settle_failed(queue: &str, action: &'static str) {
+pub(crate) fn settle_failed(queue: &Label, action: &'static str) {
     counter!(
         names::SETTLE_FAILED,
-        "queue" => queue.to_owned(),
+        "queue" => queue.value(),
         "action" => action,
     )
     .increment(1);
