@@ -199,3 +199,42 @@ async fn the_binary_serves_exact_counts_and_health() -> anyhow::Result<()> {
     vhost.delete().await?;
     Ok(())
 }
+
+/// With the broker out of reach the process is live but not ready, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_broker_it_is_live_but_not_ready() -> anyhow::Result<()> {
+    let temp = TempStore::sqlite();
+    let mut logger = Command::new(env!("CARGO_BIN_EXE_mesh-audit"))
+        .args(["run", "--node", "n1", "--store", temp.url()])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        // Nothing listens on port 1.
+        .env("MESH_URL", "amqp://guest:guest@127.0.0.1:1/%2F")
+        .env("RUST_LOG", "info")
+        .env_remove("MESH_METRICS_ADDR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting mesh-audit")?;
+    let (addr, stderr) = metrics_addr(logger.stderr.take().context("stderr piped")?).await?;
+
+    let (status, body) = eventually(WAIT, "/readyz naming the broker", || async {
+        get(addr, "/readyz")
+            .await
+            .filter(|(_, body)| body.contains("connecting to the broker"))
+    })
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.starts_with("not ready\naudit logger: "), "{body}");
+    assert_eq!(get(addr, "/livez").await, Some((200, "ok\n".to_owned())));
+
+    let pid = Pid::from_raw(i32::try_from(logger.id().context("a running process")?)?);
+    kill(pid, Signal::SIGTERM)?;
+    let status = tokio::time::timeout(WAIT, logger.wait())
+        .await
+        .context("mesh-audit did not stop on SIGTERM")??;
+    let log = tokio::time::timeout(WAIT, stderr).await??;
+    assert!(status.success(), "exit status {status}; log:\n{log}");
+    Ok(())
+}
