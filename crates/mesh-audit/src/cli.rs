@@ -1,6 +1,19 @@
 //! The command line of `mesh-audit run`, shared with the `mesh` CLI (`mesh audit run`), which
 //! flattens [`RunArgs`] into its own command.
+//!
+//! With `--metrics-addr ADDR` the process serves `GET /metrics` (Prometheus text: the
+//! `mesh_audit_*` metrics of [`crate::telemetry::names`]), `/livez` (200 while the process
+//! answers) and `/readyz` (200 while [`AuditService::readiness`] says ready, else 503 with
+//! the reason) on ADDR, and prints one line to stderr once it listens:
+//!
+//! ```text
+//! metrics on http://127.0.0.1:9464/metrics (also /livez and /readyz)
+//! ```
+//!
+//! With port 0 the system picks a free port; that line tells which.
 
+use std::io::Write as _;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -34,6 +47,10 @@ pub struct RunArgs {
     /// Unacked deliveries per queue, at most
     #[arg(long, default_value_t = DEFAULT_PREFETCH)]
     pub prefetch: u16,
+    /// Serve /metrics, /livez and /readyz on this address (e.g. 127.0.0.1:9464; port 0
+    /// picks a free one, printed on stderr)
+    #[arg(long, env = "MESH_METRICS_ADDR", value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl RunArgs {
@@ -53,16 +70,44 @@ impl RunArgs {
     /// Runs the service until SIGTERM or Ctrl-C, then shuts it down gracefully.
     pub async fn run(&self) -> anyhow::Result<()> {
         let service = self.service()?;
+        let telemetry = match self.metrics_addr {
+            Some(addr) => Some(serve_metrics(addr, &service).await?),
+            None => None,
+        };
         let shutdown = CancellationToken::new();
         // Registered before the service starts, so a SIGTERM from then on is never missed
         // (the default action would kill the process mid-batch).
         let signals = tokio::spawn(cancel_on_signal(Signals::register()?, shutdown.clone()));
         let outcome = service.run(shutdown.clone()).await;
         signals.abort();
+        if let Some(telemetry) = telemetry {
+            telemetry.shutdown();
+        }
         let stats = outcome?;
         tracing::info!(?stats, "mesh-audit stopped");
         Ok(())
     }
+}
+
+/// Serves `/metrics`, `/livez` and `/readyz` on `addr`, readiness following `service`, and
+/// says where on stderr.
+async fn serve_metrics(
+    addr: SocketAddr,
+    service: &AuditService,
+) -> anyhow::Result<mesh::telemetry::TelemetryServer> {
+    let telemetry = mesh::telemetry::serve_prometheus(addr)
+        .await
+        .with_context(|| format!("--metrics-addr {addr}"))?;
+    crate::telemetry::describe();
+    let watched = service.clone();
+    telemetry.watch_check("audit logger", move || watched.readiness());
+    // A note, not a result: a closed stderr must not stop the service.
+    let _ = writeln!(
+        std::io::stderr(),
+        "metrics on http://{}/metrics (also /livez and /readyz)",
+        telemetry.local_addr()
+    );
+    Ok(telemetry)
 }
 
 #[cfg(unix)]

@@ -11,7 +11,10 @@
 //! - [`AuditLogger`]: consumes through any [`mesh_core::Transport`] and batches inserts,
 //!   acking only what is committed (see [`logger`] for the rules);
 //! - [`AuditService`]: the logger on RabbitMQ with reconnects, what `mesh-audit run` runs;
-//! - [`cli::RunArgs`]: that command line, for the `mesh` CLI to embed.
+//! - [`cli::RunArgs`]: that command line, for the `mesh` CLI to embed; with
+//!   `--metrics-addr` it serves `/metrics`, `/livez` and `/readyz`;
+//! - [`telemetry`]: the `mesh_audit_*` metrics the logger records (names in
+//!   [`telemetry::names`]).
 //!
 //! # Schema
 //!
@@ -46,6 +49,7 @@ mod record;
 pub mod redrive;
 mod service;
 mod store;
+pub mod telemetry;
 
 pub use error::{Error, ErrorKind};
 pub use logger::{AuditLogger, LoggerStats};

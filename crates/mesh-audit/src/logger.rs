@@ -28,7 +28,7 @@
 //! When the shutdown token fires, the logger cancels both consumers, takes the deliveries
 //! already buffered into the open batch, commits it, acks it and returns.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +44,7 @@ use tracing::{debug, error, info, warn, Instrument};
 use crate::error::{is_transient, Error, ErrorKind};
 use crate::options::AuditOptions;
 use crate::store::{now_text, DeadRow, EventRow, Store, Written};
+use crate::telemetry;
 
 /// The first pause after a failed write; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
@@ -71,6 +72,24 @@ struct Counters {
     dead_letters_stored: AtomicU64,
     rejected: AtomicU64,
     batches: AtomicU64,
+    /// Both subscriptions are open and a run is taking their deliveries.
+    consuming: AtomicBool,
+}
+
+/// Marks the logger consuming while it lives.
+struct Consuming<'a>(&'a AtomicBool);
+
+impl<'a> Consuming<'a> {
+    fn new(flag: &'a AtomicBool) -> Consuming<'a> {
+        flag.store(true, Ordering::Relaxed);
+        Consuming(flag)
+    }
+}
+
+impl Drop for Consuming<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }
 
 /// The audit logger. Build it with a store and options, then [`run`](AuditLogger::run) it
@@ -150,6 +169,12 @@ impl AuditLogger {
         }
     }
 
+    /// Whether a [`run`](AuditLogger::run) is consuming both queues now (of this logger or
+    /// a clone): false before it subscribed, and from the moment it stops taking deliveries.
+    pub fn is_consuming(&self) -> bool {
+        self.counters.consuming.load(Ordering::Relaxed)
+    }
+
     /// Consumes and stores until `shutdown` fires; then commits and acks the open batch and
     /// returns `Ok`.
     ///
@@ -211,6 +236,7 @@ impl AuditLogger {
             batch_wait_ms = self.options.get_batch_wait().as_millis(),
             "audit logger consuming"
         );
+        let consuming = Consuming::new(&self.counters.consuming);
 
         let mut batch = Batch::default();
         let mut ended = None;
@@ -241,6 +267,7 @@ impl AuditLogger {
         }
 
         // Stop both consumers, and store what they had buffered rather than hand it back.
+        drop(consuming);
         events.cancel();
         dead.cancel();
         self.drain_buffered(Source::Events, &mut events, &mut batch, shutdown)
@@ -331,6 +358,7 @@ impl AuditLogger {
         match delivery.dead_letter(copy).await {
             Ok(()) => {
                 self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+                telemetry::rejected(reason);
             }
             Err(e) => warn!(error = %e, "dead-lettering failed; the event will be delivered again"),
         }
@@ -349,7 +377,7 @@ impl AuditLogger {
             .await?
         {
             Ok(written) => {
-                self.count(&written, batch.events.len());
+                self.count(&written, batch.events.len(), started);
                 debug!(
                     events = batch.events.len(),
                     new_events = written.events,
@@ -361,6 +389,7 @@ impl AuditLogger {
                 ack_all(batch.dead_deliveries).await;
             }
             Err(refused) => {
+                telemetry::write_failed("refused");
                 warn!(error = %refused, rows = batch.len(), "the database refused a batch; writing its rows one by one");
                 self.commit_one_by_one(batch, shutdown).await?;
             }
@@ -374,15 +403,17 @@ impl AuditLogger {
         shutdown: &CancellationToken,
     ) -> Result<(), Error> {
         for (row, delivery) in batch.events.into_iter().zip(batch.event_deliveries) {
+            let started = Instant::now();
             match self
                 .write_retrying(std::slice::from_ref(&row), &[], shutdown)
                 .await?
             {
                 Ok(written) => {
-                    self.count(&written, 1);
+                    self.count(&written, 1, started);
                     ack_all(vec![delivery]).await;
                 }
                 Err(refused) => {
+                    telemetry::write_failed("refused");
                     error!(id = %row.id, error = %refused, "the database refused an event; dead-lettering it");
                     self.reject(
                         delivery,
@@ -395,15 +426,17 @@ impl AuditLogger {
         }
         let mut refused_any = false;
         for (row, delivery) in batch.dead.into_iter().zip(batch.dead_deliveries) {
+            let started = Instant::now();
             match self
                 .write_retrying(&[], std::slice::from_ref(&row), shutdown)
                 .await?
             {
                 Ok(written) => {
-                    self.count(&written, 0);
+                    self.count(&written, 0, started);
                     ack_all(vec![delivery]).await;
                 }
                 Err(refused) => {
+                    telemetry::write_failed("refused");
                     // Dead-lettering a dead letter would loop: it stays in its queue.
                     error!(id = %row.id, error = %refused, "the database refused a dead letter; it stays in its queue");
                     delivery.release();
@@ -418,7 +451,14 @@ impl AuditLogger {
         Ok(())
     }
 
-    fn count(&self, written: &Written, events: usize) {
+    /// Counts a committed transaction of `events` event deliveries, written since `started`.
+    fn count(&self, written: &Written, events: usize, started: Instant) {
+        telemetry::committed(
+            written.events,
+            events as u64,
+            written.dead_letters,
+            started.elapsed(),
+        );
         let c = &self.counters;
         c.batches.fetch_add(1, Ordering::Relaxed);
         c.events_stored.fetch_add(written.events, Ordering::Relaxed);
@@ -444,6 +484,7 @@ impl AuditLogger {
             match self.store.write(events, dead).await {
                 Ok(written) => return Ok(Ok(written)),
                 Err(e) if is_transient(&e) => {
+                    telemetry::write_failed("transient");
                     if shutdown.is_cancelled() {
                         return Err(Error::database("committing the last batch at shutdown", e));
                     }

@@ -1,5 +1,10 @@
 //! `mesh-audit`: the audit logger and dead-letter store as a process.
 //!
+//! `mesh-audit run --metrics-addr 127.0.0.1:9464` also serves `/metrics` (the
+//! `mesh_audit_*` metrics), `/livez` and `/readyz`, and prints
+//! `metrics on http://ADDR/metrics (also /livez and /readyz)` on stderr once it listens (see
+//! [`mesh_audit::cli`]).
+//!
 //! Exit codes: 0 after a graceful shutdown (SIGTERM, Ctrl-C), 1 on an error, 2 on a usage
 //! error.
 

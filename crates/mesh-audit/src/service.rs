@@ -1,9 +1,12 @@
 //! The audit logger as a service: open the store, connect to RabbitMQ, run the logger, and
-//! reconnect when the connection is lost, until shutdown.
+//! reconnect when the connection is lost, until shutdown; and say whether it is ready.
 
+use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mesh_amqp::{AmqpOptions, AmqpTransport};
+use mesh_core::Transport;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -19,17 +22,87 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const HEALTHY_RUN: Duration = Duration::from_secs(30);
 
 /// The audit logger on RabbitMQ, with its store.
+///
+/// Clones share their [`readiness`](AuditService::readiness).
 #[derive(Debug, Clone)]
 pub struct AuditService {
     amqp: AmqpOptions,
     store: StoreOptions,
     audit: AuditOptions,
+    phase: Arc<Mutex<Phase>>,
+}
+
+/// Where a run is, for readiness.
+#[derive(Default)]
+enum Phase {
+    #[default]
+    NotRunning,
+    OpeningStore,
+    Connecting,
+    Consuming {
+        transport: Arc<dyn Transport>,
+        logger: AuditLogger,
+        shutdown: CancellationToken,
+    },
+}
+
+impl fmt::Debug for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::NotRunning => "NotRunning",
+            Phase::OpeningStore => "OpeningStore",
+            Phase::Connecting => "Connecting",
+            Phase::Consuming { .. } => "Consuming",
+        })
+    }
 }
 
 impl AuditService {
     /// A service from its three sets of options.
     pub fn new(amqp: AmqpOptions, store: StoreOptions, audit: AuditOptions) -> AuditService {
-        AuditService { amqp, store, audit }
+        AuditService {
+            amqp,
+            store,
+            audit,
+            phase: Arc::default(),
+        }
+    }
+
+    /// `Ok(())` while [`run`](AuditService::run) consumes both queues with the store open,
+    /// connected and not blocked, and shutdown was not asked for; else why not. Cheap and
+    /// never blocking: what a `/readyz` endpoint asks.
+    pub fn readiness(&self) -> Result<(), String> {
+        let phase = self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        match &*phase {
+            Phase::NotRunning => Err("not running".to_owned()),
+            Phase::OpeningStore => Err("opening the audit store".to_owned()),
+            Phase::Connecting => Err("connecting to the broker".to_owned()),
+            Phase::Consuming {
+                transport,
+                logger,
+                shutdown,
+            } => {
+                let health = transport.health();
+                if shutdown.is_cancelled() {
+                    Err("shutting down".to_owned())
+                } else if !logger.is_consuming() || !health.is_ready() {
+                    Err(format!(
+                        "consuming={} connected={} blocked={} consumers {}/{}",
+                        logger.is_consuming(),
+                        health.connected,
+                        health.blocked,
+                        health.consumers_attached,
+                        health.consumers_expected,
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    fn enter(&self, phase: Phase) {
+        *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = phase;
     }
 
     /// Runs until `shutdown` fires, then commits and acks the open batch, closes the
@@ -40,6 +113,13 @@ impl AuditService {
     /// a schema that cannot be migrated) fail at once.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<LoggerStats, Error> {
         self.audit.validate()?;
+        let outcome = self.run_phases(shutdown).await;
+        self.enter(Phase::NotRunning);
+        outcome
+    }
+
+    async fn run_phases(&self, shutdown: CancellationToken) -> Result<LoggerStats, Error> {
+        self.enter(Phase::OpeningStore);
         let mut backoff = Backoff::new();
         let store = loop {
             match Store::open(self.store.clone()).await {
@@ -56,9 +136,10 @@ impl AuditService {
         let logger = AuditLogger::new(store.clone(), self.audit.clone());
         let mut backoff = Backoff::new();
         let outcome = loop {
+            self.enter(Phase::Connecting);
             let options = self.amqp.clone().connection_name("mesh-audit");
             let transport = match AmqpTransport::connect(options).await {
-                Ok(transport) => transport,
+                Ok(transport) => Arc::new(transport),
                 Err(e) if e.is_retryable() => {
                     warn!(broker = %self.amqp, error = %e, "broker unavailable; retrying");
                     if !backoff.wait(&shutdown).await {
@@ -69,8 +150,14 @@ impl AuditService {
                 Err(e) => break Err(Error::transport(format!("connecting to {}", self.amqp), e)),
             };
             info!(broker = %self.amqp, "connected");
+            self.enter(Phase::Consuming {
+                transport: Arc::clone(&transport) as Arc<dyn Transport>,
+                logger: logger.clone(),
+                shutdown: shutdown.clone(),
+            });
             let started = Instant::now();
-            let result = logger.run(&transport, &shutdown).await;
+            let result = logger.run(transport.as_ref(), &shutdown).await;
+            self.enter(Phase::Connecting);
             transport.close().await;
             match result {
                 Ok(()) => break Ok(()),

@@ -154,6 +154,7 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
                 batch_size: args.batch_size,
                 batch_wait_ms: args.batch_wait_ms,
                 prefetch: args.prefetch,
+                metrics_addr: args.metrics.metrics_addr,
             };
             install_logging();
             output::note(paint(

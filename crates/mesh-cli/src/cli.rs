@@ -247,14 +247,31 @@ pub(crate) struct AuditRunArgs {
     /// Unacked deliveries per queue, at most
     #[arg(long, default_value_t = mesh_audit::DEFAULT_PREFETCH)]
     pub(crate) prefetch: u16,
+    #[command(flatten)]
+    pub(crate) metrics: MetricsArg,
+}
+
+/// `--metrics-addr`, on the commands that run until stopped.
+#[derive(Debug, Args)]
+pub(crate) struct MetricsArg {
+    /// Serve /metrics (Prometheus), /livez and /readyz on this address, e.g.
+    /// 127.0.0.1:9464 (port 0 picks a free one; the address is printed on stderr)
+    #[arg(long, env = "MESH_METRICS_ADDR", value_name = "ADDR")]
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
 }
 
 const AUDIT_RUN_HELP: &str = "\
 Consumes <node>.audit-logger.events (bound to # on mesh.events) and mesh.dead-letters, and
 stores each event and dead letter once.
 
+With --metrics-addr it serves /metrics (the mesh_audit_* counters: events stored, duplicates,
+dead letters stored, rejected, batches, store write errors; the batch duration histogram),
+/livez and /readyz (200 only while both queues are consumed), and prints
+`metrics on http://ADDR/metrics (also /livez and /readyz)` on stderr.
+
 Example:
-  mesh audit run --node anchor --store sqlite:///var/lib/mesh/audit.db?mode=rwc";
+  mesh audit run --node anchor --store sqlite:///var/lib/mesh/audit.db?mode=rwc
+  mesh audit run --metrics-addr 127.0.0.1:9464";
 
 const AUDIT_QUERY_HELP: &str = "\
 Examples:
@@ -454,6 +471,9 @@ pub(crate) struct TailArgs {
     /// Exit after N events
     #[arg(long, value_name = "N")]
     pub(crate) count: Option<u64>,
+
+    #[command(flatten)]
+    pub(crate) metrics: MetricsArg,
 }
 
 /// `mesh call`.

@@ -23,12 +23,13 @@ async fn tail(global: &Global, args: &LogsTailArgs) -> anyhow::Result<Code> {
     let mut records = mesh_logs::tail_with(&options, &args.pattern)
         .await
         .coded(Code::Unreachable, || "could not follow the logs".to_owned())?;
+    // Before saying it follows: whoever waits for that line may stop it with SIGTERM next.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     output::note(format!(
         "following mesh.logs on {} (queue {}, removed when this exits)",
         args.pattern,
         records.queue()
     ));
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let interrupt = tokio::signal::ctrl_c();
     tokio::pin!(interrupt);
     let mut seen: u64 = 0;

@@ -3,7 +3,9 @@
 //! ```text
 //! mesh emit <KEY> [--data JSON | --data-file F | stdin] [--source S] [--causation ID]
 //!                 [--schema V] [--count N] [--rate R]
-//! mesh tail [PATTERN…] [--count N]
+//! mesh tail [PATTERN…] [--count N] [--metrics-addr ADDR]
+//! mesh audit run [--store URL] [--metrics-addr ADDR]
+//! mesh logs tail [PATTERN] [--count N]
 //! mesh call <TOOL> [--data JSON] [--timeout 5s]
 //! mesh topology show | plan [--check] | apply [--force]   [--module M --pattern P…] [--spec F]
 //! mesh status
@@ -43,6 +45,7 @@ mod config;
 mod emit;
 mod logs;
 mod management;
+mod metrics;
 mod output;
 mod status;
 mod tail;

@@ -29,13 +29,28 @@ pub(crate) async fn run(global: &Global, args: &TailArgs) -> anyhow::Result<Code
         .context(CLI_CONTEXT)
         .start(transport)
         .await?;
+    let telemetry = match args.metrics.metrics_addr {
+        Some(addr) => match crate::metrics::serve(addr, &bus).await {
+            Ok(telemetry) => Some(telemetry),
+            Err(error) => {
+                bus.close().await;
+                return Err(error);
+            }
+        },
+        None => None,
+    };
     let result = follow(global, args, &bus).await;
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
     bus.close().await;
     result
 }
 
 async fn follow(global: &Global, args: &TailArgs, bus: &Bus) -> anyhow::Result<Code> {
     let mut listener = bus.listen(&args.patterns).await?;
+    // Before saying it listens: whoever waits for that line may stop it with SIGTERM next.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     output::note(paint(
         DIM,
         format!(
@@ -44,7 +59,6 @@ async fn follow(global: &Global, args: &TailArgs, bus: &Bus) -> anyhow::Result<C
             listener.queue()
         ),
     ));
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let interrupt = tokio::signal::ctrl_c();
     tokio::pin!(interrupt);
     let mut seen: u64 = 0;

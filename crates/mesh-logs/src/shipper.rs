@@ -190,9 +190,19 @@ async fn ship(
     let name = format!("{}.{}.logs", options.node, options.source);
     let mut backoff = BACKOFF.0;
     loop {
+        let connecting = open(&options.broker, &name);
+        tokio::pin!(connecting);
         let opened = tokio::select! {
-            () = stop.cancelled() => return,
-            opened = open(&options.broker, &name) => opened,
+            () = stop.cancelled() => {
+                if records.is_empty() {
+                    return;
+                }
+                // Stopped while connecting, with records buffered (logged just before a
+                // shutdown, say): `shutdown` promised to publish them, so the connection is
+                // finished; its timeout bounds the wait.
+                connecting.await
+            }
+            opened = &mut connecting => opened,
         };
         let (connection, channel) = match opened {
             Ok(opened) => opened,

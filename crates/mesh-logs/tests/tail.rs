@@ -128,3 +128,34 @@ async fn bad_options_are_refused_before_connecting() {
     let tail = mesh_logs::tail(url, "#").await;
     assert!(tail.expect_err("nothing listens on port 1").is_retryable());
 }
+
+/// A short-lived program: it logs and shuts down at once, before the shipper's connection
+/// is up. `shutdown` still publishes what was buffered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_logged_before_the_shipper_connected_are_flushed_on_shutdown() {
+    let vhost = TestVhost::create("logs-flush").await.expect("a test vhost");
+    let mut tail = mesh_logs::tail(&vhost.url(), "obs.brief.*")
+        .await
+        .expect("a tail");
+
+    let logs = mesh_logs::start(LogsOptions::new(&vhost.url(), "obs", "brief").expect("options"))
+        .expect("shipper started");
+    let subscriber = tracing_subscriber::registry().with(logs.layer());
+    tracing::subscriber::with_default(subscriber, || {
+        for i in 0..3_u64 {
+            tracing::warn!(i, "brief {i}");
+        }
+    });
+    let stats = logs.shutdown(WAIT).await;
+    assert_eq!((stats.published, stats.dropped), (3, 0), "{stats:?}");
+
+    for i in 0..3_u64 {
+        let record = next(&mut tail).await;
+        assert_eq!(
+            (record.level.as_str(), record.message),
+            ("warn", format!("brief {i}"))
+        );
+    }
+    drop(tail);
+    vhost.delete().await.expect("vhost deleted");
+}

@@ -14,13 +14,13 @@ use crate::{
 };
 
 /// A SQLite store in the temporary directory, removed on drop.
-struct TempStore {
+pub(crate) struct TempStore {
     dir: std::path::PathBuf,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl TempStore {
-    fn new(name: &str) -> TempStore {
+    pub(crate) fn new(name: &str) -> TempStore {
         let dir = std::env::temp_dir().join(format!("mesh-cli-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a temporary directory");
         let url = format!("sqlite://{}?mode=rwc", dir.join("audit.db").display());

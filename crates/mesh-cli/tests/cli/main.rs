@@ -5,6 +5,8 @@ mod audit;
 mod call;
 mod emit_tail;
 mod errors;
+mod logs;
+mod metrics;
 mod status;
 mod topology;
 

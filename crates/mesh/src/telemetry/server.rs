@@ -93,6 +93,7 @@ pub async fn serve_prometheus(addr: SocketAddr) -> Result<TelemetryServer, Error
     let state = Arc::new(State {
         handle,
         buses: Mutex::new(Vec::new()),
+        checks: Mutex::new(Vec::new()),
     });
     let stop = CancellationToken::new();
     tokio::spawn(accept_loop(listener, Arc::clone(&state), stop.clone()));
@@ -128,7 +129,12 @@ struct State {
     handle: PrometheusHandle,
     /// Buses readiness and the health gauges follow; a dropped bus drops out.
     buses: Mutex<Vec<Weak<Inner>>>,
+    /// Readiness checks of services that run no bus, by name.
+    checks: Mutex<Vec<(String, Check)>>,
 }
+
+/// A readiness check: `Ok(())` when ready, else why not.
+type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -157,7 +163,7 @@ impl State {
 
     /// `None` when ready, else why not.
     fn unready(&self) -> Option<String> {
-        let reasons: Vec<String> = self
+        let mut reasons: Vec<String> = self
             .buses()
             .iter()
             .filter(|bus| !bus.is_ready())
@@ -179,6 +185,17 @@ impl State {
                 )
             })
             .collect();
+        let checks: Vec<(String, Check)> = self
+            .checks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        // Run outside the lock: a check may take locks of its own.
+        reasons.extend(
+            checks
+                .iter()
+                .filter_map(|(name, check)| check().err().map(|why| format!("{name}: {why}"))),
+        );
         (!reasons.is_empty()).then(|| reasons.join("\n"))
     }
 }
@@ -190,10 +207,24 @@ impl TelemetryServer {
     }
 
     /// Makes `/readyz` and the health gauges follow `bus` too (until the bus is dropped).
-    /// With no bus watched, `/readyz` answers ready.
+    /// With no bus (and no [`watch_check`](TelemetryServer::watch_check)) watched, `/readyz`
+    /// answers ready.
     pub fn watch(&self, bus: &Bus) {
         let mut buses = self.state.buses.lock().unwrap_or_else(|e| e.into_inner());
         buses.push(Arc::downgrade(&bus.inner));
+    }
+
+    /// Makes `/readyz` also ask `check`, until the server stops: for a service that consumes
+    /// through a transport rather than a [`Bus`] (the audit logger does). `check` answers
+    /// `Ok(())` when ready, else why not (shown after `name` in the 503 body); it runs on
+    /// every `/readyz` request, so it must be cheap and never block.
+    pub fn watch_check(
+        &self,
+        name: impl Into<String>,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) {
+        let mut checks = self.state.checks.lock().unwrap_or_else(|e| e.into_inner());
+        checks.push((name.into(), Arc::new(check)));
     }
 
     /// What `/metrics` would answer now.

@@ -1,0 +1,80 @@
+//! What the audit logger counts, through the `metrics` facade: the names (in [`names`], the
+//! `mesh_audit_*` family beside the SDK's `mesh_*`) and thin recording functions, so names
+//! and labels live in one place. Without a recorder installed every call is a no-op; the
+//! binaries install one with `--metrics-addr`.
+
+use std::time::Duration;
+
+use mesh_core::DeadReason;
+use metrics::{counter, histogram};
+
+/// The names of the metrics the audit logger records, with their labels.
+///
+/// Counters end in `_total`; durations are histograms in seconds.
+pub mod names {
+    /// Counter: events stored (new rows).
+    pub const EVENTS_STORED: &str = "mesh_audit_events_stored_total";
+    /// Counter: event deliveries skipped because their id was stored already (redeliveries
+    /// and resends).
+    pub const DUPLICATES: &str = "mesh_audit_duplicates_total";
+    /// Counter: dead letters stored (new rows).
+    pub const DEAD_LETTERS_STORED: &str = "mesh_audit_dead_letters_stored_total";
+    /// Counter `{reason}`: events the logger dead-lettered instead of storing them
+    /// (`undecodable`: they break the contract; `permanent`: the database refused them).
+    pub const REJECTED: &str = "mesh_audit_rejected_total";
+    /// Counter: transactions committed.
+    pub const BATCHES: &str = "mesh_audit_batches_total";
+    /// Counter `{kind}`: writes to the store that failed: `transient` (retried with
+    /// backoff) or `refused` (the database refused the content).
+    pub const WRITE_ERRORS: &str = "mesh_audit_store_write_errors_total";
+    /// Histogram: from a batch's first write attempt to its commit, retries included.
+    pub const BATCH_DURATION: &str = "mesh_audit_batch_duration_seconds";
+}
+
+/// A transaction committed: `events` new event rows out of `deliveries` event deliveries,
+/// and `dead_letters` new dead-letter rows, after `took`.
+pub(crate) fn committed(events: u64, deliveries: u64, dead_letters: u64, took: Duration) {
+    counter!(names::BATCHES).increment(1);
+    counter!(names::EVENTS_STORED).increment(events);
+    counter!(names::DUPLICATES).increment(deliveries.saturating_sub(events));
+    counter!(names::DEAD_LETTERS_STORED).increment(dead_letters);
+    histogram!(names::BATCH_DURATION).record(took.as_secs_f64());
+}
+
+/// An event was dead-lettered by the logger with `reason`.
+pub(crate) fn rejected(reason: DeadReason) {
+    counter!(names::REJECTED, "reason" => reason.as_str()).increment(1);
+}
+
+/// A write failed: `transient` or `refused`.
+pub(crate) fn write_failed(kind: &'static str) {
+    counter!(names::WRITE_ERRORS, "kind" => kind).increment(1);
+}
+
+/// Help text for every metric the audit logger records; call it once a recorder is
+/// installed.
+pub fn describe() {
+    use metrics::{describe_counter, describe_histogram, Unit};
+    use names::*;
+
+    describe_counter!(EVENTS_STORED, "Events stored (new rows).");
+    describe_counter!(
+        DUPLICATES,
+        "Event deliveries skipped because their id was stored already."
+    );
+    describe_counter!(DEAD_LETTERS_STORED, "Dead letters stored (new rows).");
+    describe_counter!(
+        REJECTED,
+        "Events dead-lettered instead of stored, by reason."
+    );
+    describe_counter!(BATCHES, "Transactions committed.");
+    describe_counter!(
+        WRITE_ERRORS,
+        "Writes to the audit store that failed, by kind (transient or refused)."
+    );
+    describe_histogram!(
+        BATCH_DURATION,
+        Unit::Seconds,
+        "From a batch's first write attempt to its commit, retries included."
+    );
+}
