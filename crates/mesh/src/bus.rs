@@ -120,7 +120,9 @@ impl BusBuilder {
         self
     }
 
-    /// Deliveries in flight per consumer (default 32); handlers run concurrently up to it.
+    /// Deliveries in flight per consumer (default 32); handlers run concurrently up to it,
+    /// on the consumer's task (a handler with heavy CPU work moves it to
+    /// `tokio::task::spawn_blocking` or a task of its own, so the others keep going).
     pub fn prefetch(mut self, prefetch: u16) -> Self {
         self.prefetch = prefetch;
         self
@@ -274,9 +276,7 @@ impl BusBuilder {
                 queue: Label::new(&queue),
             });
             let stop = bus.inner.stop.child_token();
-            let tracker = bus.inner.handlers.clone();
-            bus.spawn_loop(dispatcher.run(subscription, stop, tracker))
-                .await;
+            bus.spawn_loop(dispatcher.run(subscription, stop)).await;
         }
         for entry in self.serves {
             bus.start_serving(entry).await?;

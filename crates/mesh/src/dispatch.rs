@@ -11,11 +11,11 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::FutureExt;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use mesh_core::codec::{self, DeadLetter, DeadReason};
 use mesh_core::{Delivery, RetryPolicy, Subscription, Timestamp};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::{debug, warn, Instrument, Span};
 
 use crate::handler::{HandlerEntry, Outcome};
@@ -32,29 +32,32 @@ pub(crate) struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// Consumes `subscription` until `stop` fires, running handlers on `tracker`.
+    /// Consumes `subscription` until `stop` fires. Handlers run here, on this task,
+    /// concurrently up to the prefetch (the subscription holds no more): no task per
+    /// delivery. On `stop`, deliveries not yet started are released and those started are
+    /// finished and settled before this returns.
     pub(crate) async fn run(
         self: Arc<Self>,
         mut subscription: Subscription,
         stop: CancellationToken,
-        tracker: TaskTracker,
     ) {
-        loop {
+        let mut running = FuturesUnordered::new();
+        let mut open = true;
+        while open {
             tokio::select! {
                 biased;
                 () = stop.cancelled() => break,
+                Some(()) = running.next(), if !running.is_empty() => {}
                 delivery = subscription.next() => match delivery {
-                    Some(delivery) => {
-                        let this = Arc::clone(&self);
-                        tracker.spawn(async move { this.handle(delivery).await });
-                    }
-                    None => break,
+                    Some(delivery) => running.push(self.handle(delivery)),
+                    None => open = false,
                 },
             }
         }
         // Stop new deliveries; those already buffered are released back to the queue as
         // they drop with the subscription.
         subscription.cancel();
+        while running.next().await.is_some() {}
         debug!(queue = subscription.queue(), "consumer stopped");
     }
 
