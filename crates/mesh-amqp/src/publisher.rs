@@ -125,7 +125,9 @@ type Room = (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>);
 /// One publish on its way to, or in, the window.
 struct Pending {
     outgoing: Outgoing,
-    properties: BasicProperties,
+    /// Built once it is taken in, and handed to the client library by the first send; a
+    /// resend builds them again from `outgoing` (`None` then).
+    properties: Option<BasicProperties>,
     responder: Responder,
     /// How many times it was published.
     sent: u32,
@@ -388,7 +390,7 @@ impl Publisher {
         let (responder, outcome) = oneshot::channel();
         let pending = Box::new(Pending {
             outgoing,
-            properties,
+            properties: Some(properties),
             responder,
             sent: 0,
             _count: count,
@@ -711,16 +713,26 @@ impl PublishTask {
         };
         let mut resent = 0u64;
         while let Some(mut pending) = self.backlog.pop_front() {
+            let properties = match pending.properties.take() {
+                Some(properties) => properties,
+                // Sent before: the same message gives the same properties it gave then.
+                None => match to_properties(
+                    &pending.outgoing.message,
+                    pending.outgoing.force_persistent,
+                ) {
+                    Ok(properties) => properties,
+                    Err(error) => {
+                        pending.fail(error);
+                        continue;
+                    }
+                },
+            };
             let outgoing = &pending.outgoing;
             let args = BasicPublishArguments::new(&outgoing.exchange, &outgoing.routing_key)
                 .mandatory(outgoing.mandatory)
                 .finish();
             let sent = within(
-                channel.basic_publish(
-                    pending.properties.clone(),
-                    outgoing.message.body.to_vec(),
-                    args,
-                ),
+                channel.basic_publish(properties, outgoing.message.body.to_vec(), args),
                 "publishing",
             )
             .await
