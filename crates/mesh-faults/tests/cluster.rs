@@ -7,14 +7,15 @@
 //! cluster (a failed scenario may have left a node down). Every client is given all three
 //! addresses and declares quorum queues.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mesh::{Bus, HandlerError};
+use mesh::{Bus, DeadReason, HandlerError, RetryPolicy};
 use mesh_faults::setup::{self, cluster_options, connect};
-use mesh_faults::{secs, EmitPlan, Emitter, Timeline, Try, TryOutcome};
-use mesh_testkit::{shared_cluster, Cluster, Ledger, NodeOptions};
+use mesh_faults::{secs, worker, EmitPlan, Emitter, Timeline, Try, TryOutcome, Worker};
+use mesh_testkit::{eventually, shared_cluster, Cluster, Ledger, NodeOptions};
 
 /// One scenario at a time on the one cluster.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -341,4 +342,436 @@ async fn emits_time_out_while_quorum_is_lost_and_nothing_confirmed_is_lost() {
     in_sync.unwrap();
     source.close().await;
     sink.close().await;
+}
+
+/// The tool of the RPC scenarios.
+const TOOL: &str = "server.answer";
+/// A call's timeout: far longer than any failover, so a call that fails did not time out.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How soon after its node died a pending call must have failed (target: about a second).
+const CALL_FAILS_WITHIN: Duration = Duration::from_secs(10);
+
+/// l1. A server process SIGKILLed while it handles a request: the request is redelivered to
+/// the other server, and the caller gets exactly one answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpc_a_server_killed_mid_request_is_answered_once_by_another() {
+    let _serial = SERIAL.lock().await;
+    setup::init_tracing();
+    let began = Instant::now();
+    let cluster = cluster().await;
+    let vhost = "rpc-server-killed";
+    cluster.add_vhost(vhost).await.unwrap();
+
+    // The doomed server, a process of its own on node 1.
+    let url = cluster.url_in_order(&[1, 2, 0], vhost);
+    let mut doomed = Worker::spawn(
+        env!("CARGO_BIN_EXE_faults-worker"),
+        &["serve", &url, "faults", "server", TOOL],
+    )
+    .unwrap();
+    doomed.ready(WAIT).await.unwrap();
+    let caller = Bus::builder()
+        .node("faults")
+        .module("caller")
+        .start(connect(cluster_options(&cluster, &[0, 1, 2], vhost, "caller")).await)
+        .await
+        .unwrap();
+    let call = {
+        let caller = caller.clone();
+        tokio::spawn(async move {
+            let reply = caller
+                .call::<_, String>(TOOL, &serde_json::json!({ "question": 42 }), CALL_TIMEOUT)
+                .await;
+            (reply, Instant::now())
+        })
+    };
+    let line = doomed.next_line(WAIT).await.unwrap();
+    let request = line
+        .as_deref()
+        .and_then(|l| l.strip_prefix("serving "))
+        .unwrap_or_else(|| panic!("expected `serving <id>`, got {line:?}"))
+        .to_owned();
+
+    // The survivor starts only now, so the request certainly went to the doomed one first.
+    let served: Arc<Mutex<Vec<String>>> = Arc::default();
+    let survivor = {
+        let served = served.clone();
+        Bus::builder()
+            .node("faults")
+            .module("server")
+            .serve(TOOL, move |_: serde_json::Value, meta| {
+                served.lock().unwrap().push(meta.id.to_string());
+                async { Ok::<_, mesh::RemoteError>("answered by the survivor".to_owned()) }
+            })
+            .start(connect(cluster_options(&cluster, &[2, 0, 1], vhost, "server")).await)
+            .await
+            .unwrap()
+    };
+    let killed_at = Instant::now();
+    let status = doomed.kill().await.unwrap();
+    let (reply, answered_at) = call.await.unwrap();
+    let served = served.lock().unwrap().clone();
+    let late = caller.transport_stats().late_replies;
+    eprintln!(
+        "[l1] server process killed ({}) holding request {request}; answered by the other \
+         server {} after the kill: {reply:?}; requests it served {}; late replies {late}; total {}",
+        worker::describe(&status),
+        secs(answered_at - killed_at),
+        served.len(),
+        secs(began.elapsed())
+    );
+    assert_eq!(reply.unwrap(), "answered by the survivor");
+    assert_eq!(
+        served,
+        vec![request],
+        "the survivor served exactly the held request, once"
+    );
+    assert_eq!(late, 0, "a second reply reached the caller");
+    survivor.close().await;
+    caller.close().await;
+}
+
+/// l2. The node a caller is connected to is SIGKILLed while its calls wait: they fail at once
+/// (not by their timeout), and the next calls succeed through another node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpc_the_callers_node_killed_mid_call_fails_pending_calls_promptly() {
+    const CALLS: usize = 5;
+    let _serial = SERIAL.lock().await;
+    setup::init_tracing();
+    let began = Instant::now();
+    let cluster = cluster().await;
+    let vhost = "rpc-caller-node";
+    cluster.add_vhost(vhost).await.unwrap();
+
+    // The server on node 1 holds every request until released.
+    let (release, released) = tokio::sync::watch::channel(false);
+    let started = Arc::new(AtomicUsize::new(0));
+    let server = {
+        let started = started.clone();
+        Bus::builder()
+            .node("faults")
+            .module("server")
+            .serve(TOOL, move |n: u64, _meta| {
+                started.fetch_add(1, Ordering::SeqCst);
+                let mut released = released.clone();
+                async move {
+                    let _ = released.wait_for(|r| *r).await;
+                    Ok::<_, mesh::RemoteError>(n * 2)
+                }
+            })
+            .start(connect(cluster_options(&cluster, &[1, 2, 0], vhost, "server")).await)
+            .await
+            .unwrap()
+    };
+    let caller = Bus::builder()
+        .node("faults")
+        .module("caller")
+        .start(connect(cluster_options(&cluster, &[0, 1, 2], vhost, "caller")).await)
+        .await
+        .unwrap();
+    // The first call creates the reply queue; then the caller is certainly on node 0.
+    let calls: Vec<_> = (0..CALLS as u64)
+        .map(|n| {
+            let caller = caller.clone();
+            tokio::spawn(async move {
+                let reply = caller.call::<_, u64>(TOOL, &n, CALL_TIMEOUT).await;
+                (reply, Instant::now())
+            })
+        })
+        .collect();
+    eventually(WAIT, "every call being served", || {
+        let n = started.load(Ordering::SeqCst);
+        async move { (n >= CALLS).then_some(()) }
+    })
+    .await;
+    for name in ["caller.publish", "caller.consume"] {
+        assert_eq!(
+            cluster.node_of_connection(name).await.unwrap(),
+            Some(0),
+            "{name} should be on node 0"
+        );
+    }
+
+    let killed_at = Instant::now();
+    cluster.node(0).kill().await.unwrap();
+    let mut failed_after = Vec::new();
+    for call in calls {
+        let (reply, at) = call.await.unwrap();
+        let error = reply.expect_err("a call whose caller's node died cannot be answered");
+        failed_after.push((at.saturating_duration_since(killed_at), error));
+    }
+    release.send(true).unwrap();
+    let slowest = failed_after.iter().map(|(d, _)| *d).max().unwrap();
+    let kinds: BTreeSet<String> = failed_after
+        .iter()
+        .map(|(_, e)| match e.transport_kind() {
+            Some(kind) => format!("{kind:?}"),
+            None => format!("{:?}", e.kind()),
+        })
+        .collect();
+    // The next calls go through another node once the caller reconnected.
+    let answered = eventually(WAIT, "a call answered after the node's death", || {
+        let caller = caller.clone();
+        async move { caller.call::<_, u64>(TOOL, &21, CALL_TIMEOUT).await.ok() }
+    })
+    .await;
+    let recovered_at = Instant::now();
+    for n in 0..10u64 {
+        assert_eq!(
+            caller.call::<_, u64>(TOOL, &n, CALL_TIMEOUT).await.unwrap(),
+            n * 2
+        );
+    }
+    let moved_to = cluster.node_of_connection("caller.consume").await.unwrap();
+    cluster.start_again(&[0]).await.unwrap();
+    cluster.await_rejoined(0, REJOIN).await.unwrap();
+    eprintln!(
+        "[l2] caller's node 0 killed with {CALLS} calls pending: all failed within {} ({kinds:?}); \
+         first call answered {} after the kill (caller now on node {moved_to:?}), 10 more \
+         answered; total {}",
+        secs(slowest),
+        secs(recovered_at - killed_at),
+        secs(began.elapsed())
+    );
+    assert!(
+        failed_after.iter().all(|(_, e)| e.is_connection_lost()),
+        "pending calls should fail with ConnectionLost: {failed_after:?}"
+    );
+    assert!(
+        slowest <= CALL_FAILS_WITHIN,
+        "a pending call took {} to fail",
+        secs(slowest)
+    );
+    assert_eq!(answered, 42);
+    assert_ne!(moved_to, Some(0));
+    server.close().await;
+    caller.close().await;
+}
+
+/// Events of the poison scenarios: `POISON_SEQ` among 1,000 good ones.
+const POISON_EVENTS: usize = 1_001;
+const POISON_SEQ: u64 = 500;
+/// The configured attempts.
+const ATTEMPTS: u32 = 3;
+
+fn seq_of(body: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()?
+        .get("seq")?
+        .as_u64()
+}
+
+/// Dead letters by event id: why, after how many attempts, and from which queue.
+type DeadLetters = Arc<Mutex<BTreeMap<String, (Option<DeadReason>, Option<u32>)>>>;
+
+/// Consumes `bus`'s dead letters into `dead`, each also a final outcome in `ledger`.
+async fn watch_dead_letters(
+    bus: &Bus,
+    ledger: &Ledger,
+    dead: &DeadLetters,
+) -> tokio::task::JoinHandle<()> {
+    let mut letters = bus
+        .dead_letters()
+        .await
+        .expect("subscribing to the dead letters");
+    let (ledger, dead) = (ledger.clone(), dead.clone());
+    tokio::spawn(async move {
+        while let Some(letter) = letters.next().await {
+            let id = letter
+                .event_id
+                .map_or_else(|| "<no id>".to_owned(), |id| id.to_string());
+            let info = letter.dead.as_ref().map(|d| (d.reason, d.attempts));
+            dead.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id.clone(), (info.map(|i| i.0), info.map(|i| i.1)));
+            ledger.handled(id);
+            let _ = letter.ack().await;
+        }
+    })
+}
+
+/// m1. A poison event whose handler fails every time is dead-lettered after exactly the
+/// configured attempts; the 1,000 good events around it are handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_is_dead_lettered_after_the_configured_attempts() {
+    let _serial = SERIAL.lock().await;
+    setup::init_tracing();
+    let began = Instant::now();
+    let cluster = cluster().await;
+    let vhost = "poison-retry";
+    cluster.add_vhost(vhost).await.unwrap();
+    let ledger = Ledger::new();
+    let poison_attempts: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let policy = RetryPolicy::new(
+        ATTEMPTS,
+        vec![Duration::from_millis(200), Duration::from_millis(200)],
+    )
+    .unwrap();
+    let consumer = {
+        let (ledger, poison_attempts) = (ledger.clone(), poison_attempts.clone());
+        Bus::builder()
+            .node("faults")
+            .module("picky")
+            .retry(policy)
+            .on_raw(["module.source.#"], move |incoming| {
+                let outcome = if seq_of(&incoming.event) == Some(POISON_SEQ) {
+                    poison_attempts.lock().unwrap().push(incoming.meta.attempt);
+                    Err(HandlerError::retry("poison"))
+                } else {
+                    ledger.handled(incoming.meta.id.to_string());
+                    Ok(())
+                };
+                async move { outcome }
+            })
+            .start(connect(cluster_options(&cluster, &[0, 1, 2], vhost, "picky")).await)
+            .await
+            .unwrap()
+    };
+    let dead: DeadLetters = Arc::default();
+    let dead_task = watch_dead_letters(&consumer, &ledger, &dead).await;
+    let source = Bus::builder()
+        .node("faults")
+        .module("source")
+        .start(connect(cluster_options(&cluster, &[1, 2, 0], vhost, "source")).await)
+        .await
+        .unwrap();
+    let emitter = Emitter::start(
+        source.clone(),
+        ledger.clone(),
+        EmitPlan::new(POISON_EVENTS, "job"),
+    );
+    emitter.wait_confirmed(POISON_EVENTS, WAIT).await.unwrap();
+    let poison = emitter.ids()[POISON_SEQ as usize].to_string();
+    let report = ledger.wait_all_handled(WAIT).await;
+    let dead = dead.lock().unwrap().clone();
+    let attempts = poison_attempts.lock().unwrap().clone();
+    eprintln!(
+        "[m1] poison attempts {attempts:?}; dead letters {dead:?}; {report}; total {}",
+        secs(began.elapsed())
+    );
+    report.assert_clean();
+    assert_eq!(report.confirmed, POISON_EVENTS);
+    assert_eq!(attempts, (1..=ATTEMPTS).collect::<Vec<_>>());
+    assert_eq!(
+        dead,
+        BTreeMap::from([(poison, (Some(DeadReason::MaxAttempts), Some(ATTEMPTS)))])
+    );
+    assert_eq!(report.handled_unique, POISON_EVENTS);
+    dead_task.abort();
+    source.close().await;
+    consumer.close().await;
+}
+
+/// m2. A poison event on which the handler's process crashes every time: the consumer is
+/// started again after each crash, and the quorum queue's delivery limit (set to the
+/// configured attempts minus one: RabbitMQ 3.10 allows limit + 1 deliveries) dead-letters it
+/// after exactly the configured attempts; every good event is handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_that_crashes_its_consumer_is_dead_lettered_by_the_delivery_limit() {
+    let _serial = SERIAL.lock().await;
+    setup::init_tracing();
+    let began = Instant::now();
+    let cluster = cluster().await;
+    let vhost = "poison-crash";
+    cluster.add_vhost(vhost).await.unwrap();
+    let ledger = Ledger::new();
+    let url = cluster.url_in_order(&[0, 1, 2], vhost);
+    let poison_seq = POISON_SEQ.to_string();
+    let limit = (ATTEMPTS - 1).to_string();
+    let args = [
+        "crash-on-poison",
+        url.as_str(),
+        "faults",
+        "crashy",
+        "module.source.#",
+        poison_seq.as_str(),
+        limit.as_str(),
+    ];
+    let spawn = || Worker::spawn(env!("CARGO_BIN_EXE_faults-worker"), &args).unwrap();
+    let mut child = spawn();
+    child.ready(WAIT).await.unwrap();
+
+    let watcher = Bus::builder()
+        .node("faults")
+        .module("watcher")
+        .start(connect(cluster_options(&cluster, &[2, 0, 1], vhost, "watcher")).await)
+        .await
+        .unwrap();
+    let dead: DeadLetters = Arc::default();
+    let dead_task = watch_dead_letters(&watcher, &ledger, &dead).await;
+    let source = Bus::builder()
+        .node("faults")
+        .module("source")
+        .start(connect(cluster_options(&cluster, &[1, 2, 0], vhost, "source")).await)
+        .await
+        .unwrap();
+    let emitter = Emitter::start(
+        source.clone(),
+        ledger.clone(),
+        EmitPlan::new(POISON_EVENTS, "job"),
+    );
+    emitter.wait_confirmed(POISON_EVENTS, WAIT).await.unwrap();
+    let poison = emitter.ids()[POISON_SEQ as usize].to_string();
+
+    // Read what the consumers say; start a new one whenever one crashed.
+    let mut poison_deliveries = 0;
+    let mut crashes = Vec::new();
+    let deadline = Instant::now() + HANDLE_TIMEOUT;
+    loop {
+        let report = ledger.report();
+        if report.confirmed == POISON_EVENTS && report.lost.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled after {HANDLE_TIMEOUT:?}: {report}; poison delivered \
+             {poison_deliveries} times, crashes {crashes:?}, dead letters {:?}",
+            dead.lock().unwrap()
+        );
+        match child.next_line(Duration::from_millis(500)).await {
+            Ok(Some(line)) => {
+                if let Some(id) = line.strip_prefix("handled ") {
+                    ledger.handled(id);
+                } else if let Some(id) = line.strip_prefix("poison ") {
+                    assert_eq!(id, poison, "only the poison event crashes the consumer");
+                    poison_deliveries += 1;
+                } else {
+                    panic!("unexpected line from the consumer: {line:?}");
+                }
+            }
+            Ok(None) => {
+                let status = child.exited(WAIT).await.unwrap();
+                crashes.push(worker::describe(&status));
+                child = spawn();
+                child.ready(WAIT).await.unwrap();
+            }
+            // Quiet for a moment: look at the books again.
+            Err(_) => {}
+        }
+    }
+    let report = ledger.wait_all_handled(WAIT).await;
+    let dead = dead.lock().unwrap().clone();
+    child.finish(WAIT).await.unwrap();
+    eprintln!(
+        "[m2] poison delivered {poison_deliveries} times, consumer crashes {crashes:?}; dead \
+         letters {dead:?}; {report}; total {}",
+        secs(began.elapsed())
+    );
+    report.assert_clean();
+    assert_eq!(report.confirmed, POISON_EVENTS);
+    assert_eq!(poison_deliveries, ATTEMPTS as usize);
+    assert_eq!(crashes, vec!["exit 70"; ATTEMPTS as usize]);
+    assert_eq!(
+        dead.len(),
+        1,
+        "only the poison event is dead-lettered: {dead:?}"
+    );
+    assert_eq!(
+        dead.get(&poison).map(|d| d.0),
+        Some(Some(DeadReason::DeliveryLimit))
+    );
+    assert_eq!(report.handled_unique, POISON_EVENTS);
+    dead_task.abort();
+    source.close().await;
+    watcher.close().await;
 }

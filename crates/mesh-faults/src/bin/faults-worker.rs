@@ -12,8 +12,8 @@
 //!   blocks forever, so the request stays unacknowledged until the process dies.
 //! - `crash-on-poison`: handles events matching `<pattern>` with prefetch 1 on quorum queues
 //!   whose `x-delivery-limit` is `<delivery-limit>`; says `handled <id>` for each event, and
-//!   for the one whose body's `seq` is `<poison-seq>` says `poison <id>` and aborts the
-//!   process, every time it gets it.
+//!   for the one whose body's `seq` is `<poison-seq>` says `poison <id>` and ends the
+//!   process at once (exit code 70, nothing settled), every time it gets it.
 //! - `consume`: handles events matching `<pattern>` with `<prefetch>`, saying `handled <id>`
 //!   for each (the backlog scenario reads this process's memory from outside).
 //! - `audit`: runs the audit logger (`mesh_audit::AuditService`) on node `<node>` into
@@ -37,6 +37,9 @@ use tokio_util::sync::CancellationToken;
 /// See `mesh_faults::setup`: private nodes have no management API, and port 15672 is the
 /// shared broker's.
 const NO_MANAGEMENT: &str = "http://127.0.0.1:1";
+
+/// The exit code of `crash-on-poison` when it crashes on the poison event.
+const CRASH_EXIT: i32 = 70;
 
 const USAGE: &str = "usage: faults-worker serve <amqp-url> <node> <module> <tool>
        faults-worker crash-on-poison <amqp-url> <node> <module> <pattern> <poison-seq> <delivery-limit>
@@ -154,8 +157,9 @@ fn run() -> anyhow::Result<ExitCode> {
                         let id = incoming.meta.id;
                         if seq_of(&incoming.event) == Some(poison) {
                             say_or_exit(&format!("poison {id}"));
-                            // The crash: no ack, no nack, no clean-up.
-                            std::process::abort();
+                            // The crash: the process ends here, no ack, no nack, no
+                            // clean-up (an exit rather than an abort: no core file).
+                            std::process::exit(CRASH_EXIT);
                         }
                         say_or_exit(&format!("handled {id}"));
                         Ok::<(), HandlerError>(())
