@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use mesh::{Bus, DeadReason, HandlerError, RetryPolicy};
 use mesh_faults::setup::{self, cluster_options, connect};
 use mesh_faults::{secs, worker, EmitPlan, Emitter, Timeline, Try, TryOutcome, Worker};
-use mesh_testkit::{eventually, shared_cluster, Cluster, Ledger, NodeOptions};
+use mesh_testkit::{
+    eventually, list_bindings, shared_cluster, Cluster, Ledger, NodeOptions, Relay,
+};
 
 /// One scenario at a time on the one cluster.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -774,4 +776,181 @@ async fn poison_that_crashes_its_consumer_is_dead_lettered_by_the_delivery_limit
     dead_task.abort();
     source.close().await;
     watcher.close().await;
+}
+
+/// Events of the audit scenario, and the progress marks at which its four faults come.
+const AUDIT_EVENTS: usize = 8_000;
+const AUDIT_MARKS: [usize; 4] = [1_500, 3_500, 5_500, 7_500];
+/// The audit logger's queue (`<node>.audit-logger.events`).
+const AUDIT_QUEUE: &str = "faults.audit-logger.events";
+
+/// A directory removed on drop, also when the test panics.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The node the audit logger consumes on now (its connection is `mesh-audit.consume`).
+async fn audit_node(cluster: &Cluster) -> usize {
+    eventually(WAIT, "the audit logger's consuming connection", || async {
+        cluster
+            .node_of_connection("mesh-audit.consume")
+            .await
+            .ok()
+            .flatten()
+    })
+    .await
+}
+
+/// o. The audit logger (a process of its own, SQLite store) runs while its connections are
+/// cut (a relay in front of each node), the node it consumes on is restarted, it is SIGKILLed
+/// and started again, and the node it consumes on is SIGKILLed (failover); afterwards its
+/// store holds every confirmed event exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_store_holds_every_confirmed_event_once_through_every_fault() {
+    let _serial = SERIAL.lock().await;
+    setup::init_tracing();
+    let began = Instant::now();
+    let cluster = cluster().await;
+    let vhost = "audit";
+    cluster.add_vhost(vhost).await.unwrap();
+    let mut relays = Vec::new();
+    for addr in cluster.addrs() {
+        relays.push(Relay::start(addr).await.unwrap());
+    }
+    let audit_url = format!(
+        "amqp://guest:guest@{}/{vhost}",
+        relays
+            .iter()
+            .map(|r| r.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let dir = TempDir(std::env::temp_dir().join(format!(
+        "mesh-faults-audit-{}-{}",
+        std::process::id(),
+        mesh::EventId::new()
+    )));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let store_url = format!("sqlite://{}?mode=rwc", dir.0.join("audit.db").display());
+    let args = ["audit", audit_url.as_str(), "faults", store_url.as_str()];
+    let spawn = || Worker::spawn(env!("CARGO_BIN_EXE_faults-worker"), &args).unwrap();
+    let mut logger = spawn();
+    logger.ready(WAIT).await.unwrap();
+    // Events are routed to the logger's queue once it is bound.
+    let any_node = cluster.node(0).name().to_owned();
+    eventually(WAIT, "the audit logger's queue bound", || async {
+        let bindings = list_bindings(Some(&any_node), vhost).await.ok()?;
+        bindings
+            .iter()
+            .any(|b| b.source == "mesh.events" && b.destination == AUDIT_QUEUE)
+            .then_some(())
+    })
+    .await;
+
+    let ledger = Ledger::new();
+    let source = Bus::builder()
+        .node("faults")
+        .module("source")
+        .start(connect(cluster_options(&cluster, &[1, 2, 0], vhost, "source")).await)
+        .await
+        .unwrap();
+    let emitter = Emitter::start(
+        source.clone(),
+        ledger.clone(),
+        EmitPlan::new(AUDIT_EVENTS, "audited").limit(AUDIT_MARKS[0] + 500),
+    );
+    let mut steps = Vec::new();
+
+    // 1. A TCP cut of every connection through the relays.
+    emitter.wait_confirmed(AUDIT_MARKS[0], WAIT).await.unwrap();
+    for relay in &relays {
+        relay.cut();
+    }
+    steps.push(format!("cut at {} confirmed", emitter.confirmed()));
+    emitter.allow(AUDIT_MARKS[1] + 500);
+
+    // 2. A broker restart: the node it consumes on is stopped and started again.
+    emitter.wait_confirmed(AUDIT_MARKS[1], WAIT).await.unwrap();
+    let restarted = audit_node(&cluster).await;
+    let t = Instant::now();
+    cluster.node(restarted).stop().await.unwrap();
+    cluster.start_again(&[restarted]).await.unwrap();
+    cluster.await_rejoined(restarted, REJOIN).await.unwrap();
+    steps.push(format!(
+        "node {restarted} stopped and started again in {}",
+        secs(t.elapsed())
+    ));
+    emitter.allow(AUDIT_MARKS[2] + 500);
+
+    // 3. The logger's process is SIGKILLed and started again.
+    emitter.wait_confirmed(AUDIT_MARKS[2], WAIT).await.unwrap();
+    let status = logger.kill().await.unwrap();
+    logger = spawn();
+    logger.ready(WAIT).await.unwrap();
+    steps.push(format!("logger killed ({})", worker::describe(&status)));
+    emitter.allow(AUDIT_EVENTS);
+
+    // 4. Failover: the node it consumes on is SIGKILLed.
+    emitter.wait_confirmed(AUDIT_MARKS[3], WAIT).await.unwrap();
+    let killed = audit_node(&cluster).await;
+    let t = Instant::now();
+    cluster.node(killed).kill().await.unwrap();
+    let moved_to = audit_node(&cluster).await;
+    steps.push(format!(
+        "node {killed} killed; the logger consumed on node {moved_to} {} later",
+        secs(t.elapsed())
+    ));
+    emitter
+        .wait_confirmed(AUDIT_EVENTS, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("emits did not finish: {e}"));
+    cluster.start_again(&[killed]).await.unwrap();
+    cluster.await_rejoined(killed, REJOIN).await.unwrap();
+    cluster.await_queues_in_sync(vhost, REJOIN).await.unwrap();
+    let drained = cluster.await_drained(vhost, HANDLE_TIMEOUT).await;
+    let status = logger.finish(WAIT).await.unwrap();
+    let stopped_line = logger.next_line(WAIT).await.ok().flatten();
+
+    // The store against the ledger.
+    let store = mesh_audit::Store::open(mesh_audit::StoreOptions::url(&store_url).unwrap())
+        .await
+        .unwrap();
+    let rows = store
+        .events(&mesh_audit::EventQuery::new().limit(AUDIT_EVENTS * 2))
+        .await
+        .unwrap();
+    let counted = store
+        .count_events(&mesh_audit::EventQuery::new())
+        .await
+        .unwrap();
+    store.close().await;
+    let ids: BTreeSet<String> = rows.iter().map(|r| r.id.to_string()).collect();
+    for id in &ids {
+        ledger.handled(id.clone());
+    }
+    let report = ledger.report();
+    eprintln!(
+        "[o] {}; queues drained: {}; last logger {} (stored, redeliveries absorbed: {stopped_line:?})",
+        steps.join("; "),
+        drained
+            .as_ref()
+            .map_or_else(|e| format!("NOT: {e:#}"), |d| format!("in {}", secs(*d))),
+        worker::describe(&status)
+    );
+    eprintln!(
+        "[o] store: {} rows, {} distinct ids, count {counted}; against the ledger: {report}; total {}",
+        rows.len(),
+        ids.len(),
+        secs(began.elapsed())
+    );
+    report.assert_clean();
+    assert_eq!(report.confirmed, AUDIT_EVENTS);
+    assert_eq!(rows.len(), ids.len(), "an event is stored twice");
+    assert_eq!(counted, rows.len() as u64);
+    drained.unwrap();
+    source.close().await;
 }

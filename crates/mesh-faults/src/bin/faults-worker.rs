@@ -18,7 +18,7 @@
 //!   for each (the backlog scenario reads this process's memory from outside).
 //! - `audit`: runs the audit logger (`mesh_audit::AuditService`) on node `<node>` into
 //!   `<store-url>`; when stdin closes it shuts down gracefully and says `stopped <events
-//!   stored>`.
+//!   stored> <duplicates absorbed>`.
 //!
 //! Each says `ready` once started, and exits when its stdin closes (the parent is gone), so it
 //! never outlives a test. Exit codes: 0 when stdin closed or stdout is a broken pipe, 1 on an
@@ -214,7 +214,10 @@ fn run() -> anyhow::Result<ExitCode> {
                 .await
                 .context("the audit task")?
                 .context("the audit service")?;
-            say(&format!("stopped {}", stats.events_stored))?;
+            say(&format!(
+                "stopped {} {}",
+                stats.events_stored, stats.duplicates
+            ))?;
             Ok(ExitCode::SUCCESS)
         }),
         _ => {
