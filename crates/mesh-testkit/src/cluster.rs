@@ -28,6 +28,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,7 @@ use serde_json::Value;
 
 use crate::node::{NodeOptions, PrivateNode};
 use crate::shared::{self, list_json, percent_encode, str_field, u64_field};
+use crate::sys::Install;
 
 /// How many nodes a cluster has: the smallest that keeps a quorum with one node down.
 pub const CLUSTER_SIZE: usize = 3;
@@ -43,6 +45,8 @@ pub const CLUSTER_SIZE: usize = 3;
 const POLL: Duration = Duration::from_millis(250);
 /// How often a quorum queue refreshes the counts `list_queues` shows (its tick), plus a margin.
 pub const COUNT_REFRESH: Duration = Duration::from_secs(6);
+/// How long one `rabbitmq-queues` run may take.
+const QUEUES_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long one node's boot may take when three boot at once on two cores.
 const CLUSTER_BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -105,6 +109,19 @@ pub struct ClusterConnection {
     pub vhost: String,
     /// The index of the node it is on (found by the server port in its name).
     pub node: usize,
+}
+
+/// One member of a quorum queue as `rabbitmq-queues quorum_status` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberStatus {
+    /// The index of the node it runs on.
+    pub node: usize,
+    /// `leader`, `follower`, `candidate`, …
+    pub raft_state: String,
+    /// The highest index in its log.
+    pub log_index: u64,
+    /// The highest index it knows committed.
+    pub commit_index: u64,
 }
 
 impl Cluster {
@@ -289,6 +306,43 @@ impl Cluster {
         found
     }
 
+    /// The members of quorum queue `queue` of `vhost` with their Raft state and log
+    /// indexes (`rabbitmq-queues quorum_status`, asked of the first running node that answers).
+    pub async fn quorum_status(
+        &self,
+        vhost: &str,
+        queue: &str,
+    ) -> anyhow::Result<Vec<MemberStatus>> {
+        let args = ["quorum_status", "-p", vhost, queue, "--formatter", "json"];
+        let mut last = None;
+        for i in self.running() {
+            let out = match queues_tool(self.nodes[i].name(), &args).await {
+                Ok(out) => out,
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            };
+            let start = out
+                .find('[')
+                .ok_or_else(|| anyhow!("no JSON array in quorum_status output: {out}"))?;
+            let rows: Vec<Value> = serde_json::from_str(&out[start..])
+                .with_context(|| format!("parsing quorum_status output: {out}"))?;
+            return Ok(rows
+                .iter()
+                .filter_map(|r| {
+                    Some(MemberStatus {
+                        node: self.index_of(&str_field(r, "Node Name"))?,
+                        raft_state: str_field(r, "Raft State"),
+                        log_index: u64_field(r, "Log Index"),
+                        commit_index: u64_field(r, "Commit Index"),
+                    })
+                })
+                .collect());
+        }
+        Err(last.unwrap_or_else(|| anyhow!("no node of the cluster is running")))
+    }
+
     /// The index of the node leading quorum queue `queue` of `vhost`; fails if it has none
     /// right now (an election is under way) or is not a quorum queue.
     pub async fn leader_of(&self, vhost: &str, queue: &str) -> anyhow::Result<usize> {
@@ -407,8 +461,12 @@ impl Cluster {
         }
     }
 
-    /// Waits until every quorum queue of `vhost` has a leader and all its members online
-    /// (on all three nodes, when all three run); returns the queues as last seen.
+    /// Waits until every quorum queue of `vhost` is in sync: it has a leader, a member online
+    /// on every running node, and every member has the leader's commit index and log index
+    /// (so a restarted member has caught up). Returns the queues as last seen.
+    ///
+    /// Call it while the load pauses: under a steady stream of publishes and acks the members'
+    /// indexes are rarely equal at the instant they are asked.
     pub async fn await_queues_in_sync(
         &self,
         vhost: &str,
@@ -417,20 +475,48 @@ impl Cluster {
         let deadline = Instant::now() + timeout;
         let running = self.running();
         loop {
-            let last = self.quorum_queues(vhost).await;
-            if let Ok(queues) = &last {
-                let whole = queues
-                    .iter()
-                    .all(|q| q.is_whole() && running.iter().all(|r| q.online.contains(r)));
-                if whole {
-                    return Ok(queues.clone());
+            let last = self.queues_in_sync(vhost, &running).await;
+            match &last {
+                Ok((queues, None)) => return Ok(queues.clone()),
+                Ok(_) | Err(_) if Instant::now() >= deadline => {
+                    let why = match last {
+                        Ok((_, why)) => why.unwrap_or_default(),
+                        Err(e) => format!("{e:#}"),
+                    };
+                    bail!("the quorum queues of vhost {vhost:?} were not in sync within {timeout:?}: {why}");
                 }
-            }
-            if Instant::now() >= deadline {
-                bail!("the quorum queues of vhost {vhost:?} were not whole within {timeout:?}: {last:?}");
+                _ => {}
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// The queues, and why they are not in sync (`None`: they are).
+    async fn queues_in_sync(
+        &self,
+        vhost: &str,
+        running: &[usize],
+    ) -> anyhow::Result<(Vec<QuorumQueueInfo>, Option<String>)> {
+        let queues = self.quorum_queues(vhost).await?;
+        for q in &queues {
+            if !q.is_whole() || !running.iter().all(|r| q.online.contains(r)) {
+                return Ok((queues.clone(), Some(format!("{q:?}"))));
+            }
+        }
+        for q in &queues {
+            let members = self.quorum_status(vhost, &q.name).await?;
+            let leader = members.iter().find(|m| m.raft_state == "leader");
+            let caught_up = leader.is_some_and(|l| {
+                members.len() == q.members.len()
+                    && members
+                        .iter()
+                        .all(|m| m.commit_index == l.commit_index && m.log_index == l.log_index)
+            });
+            if !caught_up {
+                return Ok((queues.clone(), Some(format!("{}: {members:?}", q.name))));
+            }
+        }
+        Ok((queues, None))
     }
 
     /// Waits until the queues of `vhost` (all types) hold no message; returns how long it
@@ -503,6 +589,31 @@ impl Cluster {
         }
         Ok(())
     }
+}
+
+/// Runs `rabbitmq-queues -n NODE ARGS...` (quorum queue commands) and returns its stdout.
+async fn queues_tool(node: &str, args: &[&str]) -> anyhow::Result<String> {
+    let mut cmd = tokio::process::Command::from(Install::get().command("rabbitmq-queues"));
+    cmd.arg("-n")
+        .arg(node)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(QUEUES_TOOL_TIMEOUT, cmd.output())
+        .await
+        .map_err(|_| anyhow!("`rabbitmq-queues -n {node} {}` timed out", args.join(" ")))?
+        .context("spawning rabbitmq-queues")?;
+    if !output.status.success() {
+        bail!(
+            "`rabbitmq-queues -n {node} {}` failed ({}): {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// The server port of a connection named `client-ip:port -> server-ip:port`.

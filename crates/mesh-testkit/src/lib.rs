@@ -67,7 +67,7 @@ pub mod shared;
 mod sys;
 pub mod wait;
 
-pub use cluster::{shared_cluster, Cluster, ClusterConnection, QuorumQueueInfo};
+pub use cluster::{shared_cluster, Cluster, ClusterConnection, MemberStatus, QuorumQueueInfo};
 pub use ledger::{Ledger, LedgerReport};
 pub use node::{shared_node, NodeOptions, PrivateNode};
 pub use relay::{Relay, RelayMode};

@@ -83,6 +83,16 @@ async fn a_cluster_forms_fails_over_and_takes_a_killed_node_back() {
     assert_eq!(q.members, vec![0, 1, 2]);
     assert_eq!(q.leader, Some(1));
     assert_eq!(cluster.leader_of("kit", QUEUE).await.unwrap(), 1);
+    let members = cluster.quorum_status("kit", QUEUE).await.unwrap();
+    let mut nodes: Vec<usize> = members.iter().map(|m| m.node).collect();
+    nodes.sort_unstable();
+    assert_eq!(nodes, vec![0, 1, 2]);
+    assert_eq!(
+        members.iter().filter(|m| m.raft_state == "leader").count(),
+        1,
+        "{members:?}"
+    );
+    assert!(members.iter().all(|m| m.commit_index > 0), "{members:?}");
     let on = eventually(WAIT, "the client's connection listed", || async {
         cluster
             .node_of_connection("kit-client")
