@@ -86,7 +86,6 @@ async fn a_large_backlog_is_consumed_in_bounded_memory() {
     let consume_began = Instant::now();
     let mut consumer = Worker::spawn(env!("CARGO_BIN_EXE_faults-worker"), &args).unwrap();
     let pid = consumer.pid().expect("the consumer's pid");
-    let at_spawn = rss_bytes(pid).unwrap_or(0);
     consumer.ready(WAIT).await.unwrap();
     let at_ready = rss_bytes(pid).expect("the consumer is alive");
     let peak = Arc::new(AtomicU64::new(at_ready));
@@ -142,9 +141,8 @@ async fn a_large_backlog_is_consumed_in_bounded_memory() {
         EVENTS as f64 / consumed_in.as_secs_f64()
     );
     eprintln!(
-        "[n] consumer RSS: {} at spawn, {} when ready, {} halfway, {} at the end, peak {}: \
-         growth {} (limit {}); {report}; total {}",
-        mib(at_spawn),
+        "[n] consumer RSS: {} when ready, {} halfway, {} at the end, peak {}: growth {} \
+         (limit {}); {report}; total {}",
         mib(at_ready),
         halfway_rss.map_or_else(|| "-".to_owned(), mib),
         mib(at_end),

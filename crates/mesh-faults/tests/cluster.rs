@@ -130,28 +130,62 @@ async fn failover_when_the_leader_then_the_clients_node_is_killed() {
         .wait_confirmed(5_000, WAIT)
         .await
         .unwrap_or_else(|e| panic!("emits did not go on after the leader's death: {e}"));
-    let new_leader = cluster.leader_of(vhost, queue).await.unwrap();
+    let new_leader = eventually(WAIT, "the queue's new leader", || async {
+        cluster.leader_of(vhost, queue).await.ok()
+    })
+    .await;
     let restart1 = Instant::now();
     cluster.start_again(&[leader]).await.unwrap();
     cluster.await_rejoined(leader, REJOIN).await.unwrap();
     cluster.await_queues_in_sync(vhost, REJOIN).await.unwrap();
     let back1 = Instant::now();
 
-    // 2. The node the emitting client is connected to now.
-    let client_node = cluster
-        .node_of_connection("source.publish")
-        .await
-        .unwrap()
-        .expect("the emitter's publishing connection is open");
+    // 2. The node the emitting client is connected to now. When that node also leads the
+    // queue, the client is first moved off it: RabbitMQ 3.10 nacks every publish on a channel
+    // opened while the queue's record still names its dead leader, until that node is back
+    // (see "Known limits" in docs/RELIABILITY.md), and this scenario measures failover.
+    let leader_now = eventually(WAIT, "the queue's leader", || async {
+        cluster.leader_of(vhost, queue).await.ok()
+    })
+    .await;
+    let mut client_node = eventually(WAIT, "the emitter's publishing connection", || async {
+        cluster
+            .node_of_connection("source.publish")
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    let moved_off_leader = client_node == leader_now;
+    if moved_off_leader {
+        cluster
+            .node(client_node)
+            .close_connections(Some("source."))
+            .await
+            .unwrap();
+        let from = client_node;
+        client_node = eventually(WAIT, "the emitter reconnected to another node", || async {
+            let on = cluster.node_of_connection("source.publish").await.ok()??;
+            (on != from).then_some(on)
+        })
+        .await;
+    }
+    let members_before = cluster.quorum_status(vhost, queue).await.unwrap();
     emitter.allow(FAILOVER_EVENTS);
     emitter.wait_confirmed(7_000, WAIT).await.unwrap();
     let kill2 = Instant::now();
     cluster.node(client_node).kill().await.unwrap();
     let down2 = Instant::now();
-    emitter
-        .wait_confirmed(FAILOVER_EVENTS, WAIT)
-        .await
-        .unwrap_or_else(|e| panic!("emits did not go on after the client's node died: {e}"));
+    if let Err(e) = emitter.wait_confirmed(FAILOVER_EVENTS, WAIT).await {
+        panic!(
+            "emits did not go on after the client's node {client_node} died: {e}\n\
+             members of {queue} before the kill: {members_before:?}\n\
+             queues now: {:?}\nmembers now: {:?}\nconnections now: {:?}",
+            cluster.quorum_queues(vhost).await,
+            cluster.quorum_status(vhost, queue).await,
+            cluster.connections().await
+        );
+    }
     let moved_to = cluster.node_of_connection("source.publish").await.unwrap();
     let restart2 = Instant::now();
     cluster.start_again(&[client_node]).await.unwrap();
@@ -174,8 +208,10 @@ async fn failover_when_the_leader_then_the_clients_node_is_killed() {
         secs(back1 - restart1),
     );
     eprintln!(
-        "[j] client's node {client_node} killed (took {}); first confirm {} after the kill, \
-         publishing connection moved to node {moved_to:?}; restarted: rejoined, all handled and in sync {} after its start",
+        "[j] client's node {client_node} killed (took {}; the client was first moved off the \
+         leader's node: {moved_off_leader}); first confirm {} after the kill, publishing \
+         connection moved to node {moved_to:?}; restarted: rejoined, all handled and in sync {} \
+         after its start",
         secs(down2 - kill2),
         confirms
             .first_after(kill2)
@@ -304,14 +340,14 @@ async fn emits_time_out_while_quorum_is_lost_and_nothing_confirmed_is_lost() {
         false_successes.len()
     );
     eprintln!(
-        "[k] both booted {} after the restart began; first confirm {} after boot, all {QUORUM_EVENTS} \
-         confirmed {} after boot; {report}; total {}",
-        secs(booted_at - restart_at),
+        "[k] after the restart began: first confirm {} (a majority back), both nodes booted {}, \
+         all {QUORUM_EVENTS} confirmed {}; {report}; total {}",
         emitter
             .confirms()
             .first_after(restart_at)
-            .map_or_else(|| "-".to_owned(), |t| secs(t.saturating_duration_since(booted_at))),
-        secs(all_confirmed_at - booted_at),
+            .map_or_else(|| "-".to_owned(), |t| secs(t - restart_at)),
+        secs(booted_at - restart_at),
+        secs(all_confirmed_at - restart_at),
         secs(began.elapsed())
     );
     assert!(
