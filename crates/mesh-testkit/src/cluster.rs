@@ -1,9 +1,9 @@
 //! A three-node RabbitMQ cluster of the test's own, for failover tests.
 //!
 //! This module owns [`Cluster`] (three [`PrivateNode`]s joined into one cluster), what tests
-//! ask of it (which node leads a quorum queue, which node a client connection is on, whether a
-//! restarted node rejoined and the quorum queues are whole again), and the per-binary registry
-//! [`shared_cluster`].
+//! ask of it (which node leads a quorum queue and how far each member's log is, which node a
+//! client connection is on, whether a restarted node rejoined and the quorum queues are in sync
+//! again, whether the queues drained), and the per-binary registry [`shared_cluster`].
 //!
 //! # How the cluster is made
 //!
