@@ -42,6 +42,9 @@ pub struct EmitPlan {
     /// holds the load back this way so that it still flows when a fault comes, however
     /// slowly the fault comes. `None`: the whole plan.
     pub limit: Option<usize>,
+    /// Bytes of padding in each body (a `pad` string next to `seq`), for scenarios that need
+    /// events of a given size; 0 for none.
+    pub padding: usize,
 }
 
 impl EmitPlan {
@@ -52,12 +55,19 @@ impl EmitPlan {
             event: event.into(),
             pace: None,
             limit: None,
+            padding: 0,
         }
     }
 
     /// Tries only the first `limit` events until [`Emitter::allow`] says more.
     pub fn limit(mut self, limit: usize) -> EmitPlan {
         self.limit = Some(limit);
+        self
+    }
+
+    /// Pads each body with a `pad` string of `bytes` bytes.
+    pub fn padding(mut self, bytes: usize) -> EmitPlan {
+        self.padding = bytes;
         self
     }
 
@@ -314,6 +324,7 @@ async fn run(bus: Bus, shared: Arc<Shared>, plan: EmitPlan) {
     let mut retries: VecDeque<usize> = VecDeque::new();
     let mut next_fresh = 0;
     let mut limit_rx = shared.limit.subscribe();
+    let pad = "x".repeat(plan.padding);
     loop {
         while let Ok(index) = retry_rx.try_recv() {
             retries.push_back(index);
@@ -349,7 +360,12 @@ async fn run(bus: Bus, shared: Arc<Shared>, plan: EmitPlan) {
         }
         let id = shared.ids[index];
         shared.ledger.attempted(id.to_string());
-        let outgoing = match Outgoing::json(&plan.event, &serde_json::json!({ "seq": index })) {
+        let body = if pad.is_empty() {
+            serde_json::json!({ "seq": index })
+        } else {
+            serde_json::json!({ "seq": index, "pad": pad })
+        };
+        let outgoing = match Outgoing::json(&plan.event, &body) {
             Ok(outgoing) => outgoing.id(id),
             Err(e) => {
                 shared.record(index, Instant::now(), failed(&e));

@@ -11,18 +11,26 @@
 //! - [`timeline`]: instants of confirms and handles, and a log of a bus's health, from which
 //!   the scenarios measure detection and recovery times.
 //!
+//! - [`worker`]: a child process of a scenario and the lines it says, and the resident memory
+//!   of a process as the OS reports it.
+//!
 //! The binary `faults-consumer` (in `src/bin`) is the consumer process that the
-//! consumer-crash scenario SIGKILLs mid-handler.
+//! consumer-crash scenario SIGKILLs mid-handler; `faults-worker` holds the child processes of
+//! the cluster, poison, backlog and audit scenarios (an RPC server killed mid-request, a
+//! consumer that crashes on a poison event, a consumer whose memory is measured, the audit
+//! logger).
 //!
 //! Architecture invariant: nothing here starts, stops or alarms the machine's shared broker;
-//! every scenario runs on private nodes from `mesh-testkit`.
+//! every scenario runs on private nodes (or a private cluster) from `mesh-testkit`.
 
 pub mod emitter;
 pub mod setup;
 pub mod timeline;
+pub mod worker;
 
 pub use emitter::{EmitPlan, Emitter, Try, TryOutcome};
 pub use timeline::{HealthLog, Timeline};
+pub use worker::Worker;
 
 use std::time::Duration;
 

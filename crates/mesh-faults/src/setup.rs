@@ -1,11 +1,11 @@
-//! Where a scenario runs: a vhost of its own on a private node, and transports connected to
-//! it.
+//! Where a scenario runs: a vhost of its own on a private node or cluster, and transports
+//! connected to it.
 
 use std::sync::Arc;
 
 use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
 use mesh_testkit::shared::percent_encode;
-use mesh_testkit::PrivateNode;
+use mesh_testkit::{Cluster, PrivateNode};
 
 /// Private nodes run without the management plugin (it adds seconds to every boot, and the
 /// restart scenarios boot a node a dozen times). The transport asks the management API for
@@ -38,6 +38,18 @@ pub fn options(node: &PrivateNode, vhost: &str, name: &str, queue_type: QueueTyp
         .parse::<AmqpOptions>()
         .expect("a private node's URL parses")
         .queue_type(queue_type)
+        .connection_name(name)
+        .management_url(NO_MANAGEMENT)
+}
+
+/// Options for a transport named `name` on `vhost` of `cluster`, given all three nodes with
+/// node `order[0]` first (the one it connects to while it is up), on quorum queues.
+pub fn cluster_options(cluster: &Cluster, order: &[usize], vhost: &str, name: &str) -> AmqpOptions {
+    cluster
+        .url_in_order(order, vhost)
+        .parse::<AmqpOptions>()
+        .expect("a cluster's URL parses")
+        .queue_type(QueueType::Quorum)
         .connection_name(name)
         .management_url(NO_MANAGEMENT)
 }

@@ -6,6 +6,9 @@
 //! - [`node`]: private RabbitMQ nodes for destructive tests ([`PrivateNode`]: stop, crash,
 //!   restart with the same data, memory alarm), shared per test binary with [`shared_node`],
 //!   and never leaked, even when the test binary is killed;
+//! - [`cluster`]: a three-node RabbitMQ [`Cluster`] of private nodes for failover tests (kill
+//!   and restart nodes, find a quorum queue's leader and a connection's node, wait for a
+//!   rejoin and for queues in sync), shared per test binary with [`shared_cluster`];
 //! - [`relay`]: a TCP [`Relay`] between client and broker that passes, blackholes or cuts
 //!   connections;
 //! - [`ledger`]: a per-event-id [`Ledger`] of attempts, confirms and handles that finds lost,
@@ -56,6 +59,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cluster;
 pub mod ledger;
 pub mod node;
 pub mod relay;
@@ -63,6 +67,7 @@ pub mod shared;
 mod sys;
 pub mod wait;
 
+pub use cluster::{shared_cluster, Cluster, ClusterConnection, MemberStatus, QuorumQueueInfo};
 pub use ledger::{Ledger, LedgerReport};
 pub use node::{shared_node, NodeOptions, PrivateNode};
 pub use relay::{Relay, RelayMode};

@@ -151,6 +151,11 @@ impl NodeOptions {
         self
     }
 
+    /// The boot timeout set with [`NodeOptions::boot_timeout`].
+    pub fn get_boot_timeout(&self) -> Duration {
+        self.boot_timeout
+    }
+
     fn rabbitmq_conf(&self, name: &str, port: u16, management_port: Option<u16>) -> String {
         let mut conf = format!(
             "# Written by mesh-testkit for private node {name}.\n\

@@ -472,7 +472,7 @@ pub(crate) fn rabbitmqctl_blocking(node: Option<&str>, args: &[&str]) -> anyhow:
 }
 
 /// Runs a `list_*` command with `--formatter json` and returns its rows.
-async fn list_json(node: Option<&str>, args: &[&str]) -> anyhow::Result<Vec<Value>> {
+pub(crate) async fn list_json(node: Option<&str>, args: &[&str]) -> anyhow::Result<Vec<Value>> {
     let mut full: Vec<&str> = args.to_vec();
     full.extend(["--formatter", "json", "--quiet"]);
     let out = rabbitmqctl(node, &full).await?;
@@ -490,7 +490,7 @@ fn parse_rows(out: &str) -> anyhow::Result<Vec<Value>> {
     }
 }
 
-fn str_field(row: &Value, key: &str) -> String {
+pub(crate) fn str_field(row: &Value, key: &str) -> String {
     match row.get(key) {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Null) | None => String::new(),
@@ -506,7 +506,7 @@ fn bool_field(row: &Value, key: &str) -> bool {
     }
 }
 
-fn u64_field(row: &Value, key: &str) -> u64 {
+pub(crate) fn u64_field(row: &Value, key: &str) -> u64 {
     match row.get(key) {
         Some(Value::Number(n)) => n.as_u64().unwrap_or(0),
         Some(Value::String(s)) => s.parse().unwrap_or(0),

@@ -1,0 +1,228 @@
+//! `faults-worker`: the child processes of the cluster, poison, backlog and audit scenarios
+//! (`tests/cluster.rs`, `tests/backlog.rs`), which kill them, crash them, or measure them.
+//!
+//! ```text
+//! faults-worker serve <amqp-url> <node> <module> <tool>
+//! faults-worker crash-on-poison <amqp-url> <node> <module> <pattern> <poison-seq> <delivery-limit>
+//! faults-worker consume <amqp-url> <quorum|classic> <node> <module> <pattern> <prefetch>
+//! faults-worker audit <amqp-url> <node> <store-url>
+//! ```
+//!
+//! - `serve`: serves `<tool>`; each request's handler says `serving <request id>` and then
+//!   blocks forever, so the request stays unacknowledged until the process dies.
+//! - `crash-on-poison`: handles events matching `<pattern>` with prefetch 1 on quorum queues
+//!   whose `x-delivery-limit` is `<delivery-limit>`; says `handled <id>` for each event, and
+//!   for the one whose body's `seq` is `<poison-seq>` says `poison <id>` and ends the
+//!   process at once (exit code 70, nothing settled), every time it gets it.
+//! - `consume`: handles events matching `<pattern>` with `<prefetch>`, saying `handled <id>`
+//!   for each (the backlog scenario reads this process's memory from outside).
+//! - `audit`: runs the audit logger (`mesh_audit::AuditService`) on node `<node>` into
+//!   `<store-url>`; when stdin closes it shuts down gracefully and says `stopped <events
+//!   stored> <duplicates absorbed>`.
+//!
+//! Each says `ready` once started, and exits when its stdin closes (the parent is gone), so it
+//! never outlives a test. Exit codes: 0 when stdin closed or stdout is a broken pipe, 1 on an
+//! error (printed to stderr), 2 on bad arguments.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
+use mesh::{Bus, HandlerError};
+use tokio::io::AsyncReadExt;
+use tokio_util::sync::CancellationToken;
+
+/// See `mesh_faults::setup`: private nodes have no management API, and port 15672 is the
+/// shared broker's.
+const NO_MANAGEMENT: &str = "http://127.0.0.1:1";
+
+/// The exit code of `crash-on-poison` when it crashes on the poison event.
+const CRASH_EXIT: i32 = 70;
+
+const USAGE: &str = "usage: faults-worker serve <amqp-url> <node> <module> <tool>
+       faults-worker crash-on-poison <amqp-url> <node> <module> <pattern> <poison-seq> <delivery-limit>
+       faults-worker consume <amqp-url> <quorum|classic> <node> <module> <pattern> <prefetch>
+       faults-worker audit <amqp-url> <node> <store-url>";
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("faults-worker: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Writes one line to stdout and flushes it, so the parent sees it at once.
+fn say(line: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()
+}
+
+/// Says `line`, or ends the process quietly if the parent is gone.
+fn say_or_exit(line: &str) {
+    if say(line).is_err() {
+        std::process::exit(0);
+    }
+}
+
+fn options(url: &str, name: &str) -> anyhow::Result<AmqpOptions> {
+    Ok(url
+        .parse::<AmqpOptions>()
+        .context("the URL")?
+        .connection_name(name)
+        .management_url(NO_MANAGEMENT))
+}
+
+async fn connect(options: AmqpOptions) -> anyhow::Result<Arc<AmqpTransport>> {
+    Ok(Arc::new(
+        AmqpTransport::connect(options)
+            .await
+            .context("connecting")?,
+    ))
+}
+
+/// Until the parent closes our stdin (or dies, which closes it too).
+async fn until_stdin_closes() -> anyhow::Result<()> {
+    let mut stdin = tokio::io::stdin();
+    let mut buf = [0u8; 64];
+    while stdin.read(&mut buf).await.context("reading stdin")? > 0 {}
+    Ok(())
+}
+
+fn seq_of(body: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()?
+        .get("seq")?
+        .as_u64()
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let pid = std::process::id();
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["serve", url, node, module, tool] => runtime.block_on(async {
+            let transport = connect(options(url, &format!("faults-serve-{pid}"))?).await?;
+            let _bus = Bus::builder()
+                .node(*node)
+                .module(*module)
+                .serve(*tool, |_request: serde_json::Value, meta| async move {
+                    say_or_exit(&format!("serving {}", meta.id));
+                    // Block the request until the process dies: the crash happens here.
+                    std::future::pending::<Result<String, mesh::RemoteError>>().await
+                })
+                .start(transport)
+                .await
+                .context("starting the bus")?;
+            say("ready")?;
+            until_stdin_closes().await?;
+            Ok(ExitCode::SUCCESS)
+        }),
+        ["crash-on-poison", url, node, module, pattern, poison, limit] => {
+            let poison: u64 = poison.parse().context("the poison seq")?;
+            let limit: u32 = limit.parse().context("the delivery limit")?;
+            runtime.block_on(async {
+                let options = options(url, &format!("faults-crashy-{pid}"))?
+                    .queue_type(QueueType::Quorum)
+                    .delivery_limit(limit);
+                let _bus = Bus::builder()
+                    .node(*node)
+                    .module(*module)
+                    // One delivery at a time: a crash returns only the event it was on.
+                    .prefetch(1)
+                    .on_raw([*pattern], move |incoming| async move {
+                        let id = incoming.meta.id;
+                        if seq_of(&incoming.event) == Some(poison) {
+                            say_or_exit(&format!("poison {id}"));
+                            // The crash: the process ends here, no ack, no nack, no
+                            // clean-up (an exit rather than an abort: no core file).
+                            std::process::exit(CRASH_EXIT);
+                        }
+                        say_or_exit(&format!("handled {id}"));
+                        Ok::<(), HandlerError>(())
+                    })
+                    .start(connect(options).await?)
+                    .await
+                    .context("starting the bus")?;
+                say("ready")?;
+                until_stdin_closes().await?;
+                Ok(ExitCode::SUCCESS)
+            })
+        }
+        ["consume", url, queue_type, node, module, pattern, prefetch] => {
+            let queue_type: QueueType = queue_type.parse().context("the queue type")?;
+            let prefetch: u16 = prefetch.parse().context("the prefetch")?;
+            runtime.block_on(async {
+                let options =
+                    options(url, &format!("faults-consume-{pid}"))?.queue_type(queue_type);
+                let _bus = Bus::builder()
+                    .node(*node)
+                    .module(*module)
+                    .prefetch(prefetch)
+                    .on_raw([*pattern], |incoming| async move {
+                        say_or_exit(&format!("handled {}", incoming.meta.id));
+                        Ok::<(), HandlerError>(())
+                    })
+                    .start(connect(options).await?)
+                    .await
+                    .context("starting the bus")?;
+                say("ready")?;
+                until_stdin_closes().await?;
+                Ok(ExitCode::SUCCESS)
+            })
+        }
+        ["audit", url, node, store] => runtime.block_on(async {
+            let amqp = url.parse::<AmqpOptions>().context("the URL")?;
+            let amqp = amqp.management_url(NO_MANAGEMENT);
+            let service = mesh_audit::AuditService::new(
+                amqp,
+                mesh_audit::StoreOptions::url(store).context("the store URL")?,
+                mesh_audit::AuditOptions::new().node(*node),
+            );
+            let shutdown = CancellationToken::new();
+            let task = {
+                let shutdown = shutdown.clone();
+                tokio::spawn(async move { service.run(shutdown).await })
+            };
+            say("ready")?;
+            until_stdin_closes().await?;
+            shutdown.cancel();
+            let stats = task
+                .await
+                .context("the audit task")?
+                .context("the audit service")?;
+            say(&format!(
+                "stopped {} {}",
+                stats.events_stored, stats.duplicates
+            ))?;
+            Ok(ExitCode::SUCCESS)
+        }),
+        _ => {
+            eprintln!("{USAGE}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}

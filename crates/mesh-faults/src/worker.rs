@@ -1,0 +1,124 @@
+//! A child process of a scenario (`faults-worker`, `faults-consumer`) and the lines it says:
+//! [`Worker`].
+//!
+//! The test binary passes the program's path (`env!("CARGO_BIN_EXE_faults-worker")`, only
+//! known to integration tests); the child's stdin is a pipe it watches, so it exits when the
+//! test process goes, and it is killed when the `Worker` drops.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// A running child process whose stdout is read line by line.
+#[derive(Debug)]
+pub struct Worker {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Worker {
+    /// Spawns `program ARGS...` with piped stdin and stdout (stderr is the test's).
+    pub fn spawn(program: impl AsRef<Path>, args: &[&str]) -> anyhow::Result<Worker> {
+        let program = program.as_ref();
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("spawning {}: {e}", program.display()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("the child's stdout is not piped"))?;
+        Ok(Worker {
+            child,
+            lines: BufReader::new(stdout).lines(),
+        })
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// The next line it says within `timeout`: `Ok(None)` once its stdout closed (it exited),
+    /// `Err` on a timeout or a read error.
+    pub async fn next_line(&mut self, timeout: Duration) -> anyhow::Result<Option<String>> {
+        match tokio::time::timeout(timeout, self.lines.next_line()).await {
+            Ok(Ok(line)) => Ok(line),
+            Ok(Err(e)) => Err(anyhow::anyhow!("reading the child's stdout: {e}")),
+            Err(_) => Err(anyhow::anyhow!("the child said nothing for {timeout:?}")),
+        }
+    }
+
+    /// Waits for the line `ready` (skipping nothing: any other line first is an error).
+    pub async fn ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        match self.next_line(timeout).await? {
+            Some(line) if line == "ready" => Ok(()),
+            Some(line) => Err(anyhow::anyhow!("expected `ready`, the child said {line:?}")),
+            None => Err(anyhow::anyhow!(
+                "the child exited before it was ready ({:?})",
+                self.child.try_wait()
+            )),
+        }
+    }
+
+    /// SIGKILLs it and waits for it to be gone.
+    pub async fn kill(&mut self) -> anyhow::Result<ExitStatus> {
+        self.child.start_kill()?;
+        Ok(self.child.wait().await?)
+    }
+
+    /// Closes its stdin (asking it to finish) and waits up to `timeout` for it to exit.
+    pub async fn finish(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
+        drop(self.child.stdin.take());
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .map_err(|_| anyhow::anyhow!("the child did not exit within {timeout:?}"))?
+            .map_err(Into::into)
+    }
+
+    /// Waits up to `timeout` for it to exit on its own.
+    pub async fn exited(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .map_err(|_| anyhow::anyhow!("the child did not exit within {timeout:?}"))?
+            .map_err(Into::into)
+    }
+}
+
+/// How a child ended, for reports: `signal 9`, `exit 0`, `signal 6`.
+pub fn describe(status: &ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(signal)) => format!("signal {signal}"),
+        _ => format!("{status:?}"),
+    }
+}
+
+/// The resident set size of process `pid` in bytes (`VmRSS` in `/proc/<pid>/status`), if it
+/// is alive.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_our_own_rss() {
+        let rss = rss_bytes(std::process::id()).unwrap();
+        assert!(rss > 1024 * 1024, "{rss}");
+        assert_eq!(rss_bytes(u32::MAX), None);
+    }
+}
