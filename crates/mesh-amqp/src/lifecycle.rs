@@ -131,6 +131,8 @@ pub(crate) struct Counters {
     pub(crate) reattached: AtomicU64,
     /// `basic.return`s that matched no unsettled mandatory publish.
     pub(crate) unmatched_returns: AtomicU64,
+    /// Publishing channels replaced because the broker nacked everything on them.
+    pub(crate) nack_run_reopens: AtomicU64,
 }
 
 impl Counters {

@@ -25,7 +25,10 @@
 //! The broker settles a message with `basic.ack` (with `multiple`, everything up to the tag):
 //! `Ok`, or [`Unroutable`](TransportErrorKind::Unroutable) if a `basic.return` for it came
 //! first (the broker returns before it acks); or with `basic.nack`:
-//! [`Nacked`](TransportErrorKind::Nacked).
+//! [`Nacked`](TransportErrorKind::Nacked). A channel on which the broker has nacked every
+//! publish for [`NACK_RUN_REOPEN`] is replaced (with the channel backoff): RabbitMQ 3.10 can
+//! tie a channel to a quorum queue's dead leader for as long as that node is down, and nacks
+//! everything sent there, while a new channel reaches the new leader.
 //!
 //! # Recovery
 //!
@@ -94,6 +97,10 @@ use crate::topology::Topology;
 
 /// How many queued publishes the task takes in before it publishes them.
 const COMMAND_BATCH: usize = 256;
+
+/// How long the broker may nack every publish on a channel, acking none, before the channel
+/// is replaced (see the module docs).
+pub(crate) const NACK_RUN_REOPEN: Duration = Duration::from_secs(1);
 
 /// How long messages may wait for a confirm, with none coming, before the publishing
 /// connection is reported blocked (see the module docs).
@@ -305,6 +312,7 @@ impl Publisher {
             progress_at: Instant::now(),
             stalled: false,
             flushes: Vec::new(),
+            nacked_since: None,
         };
         let span = tracing::info_span!(
             parent: None,
@@ -618,6 +626,9 @@ struct PublishTask {
     stalled: bool,
     /// Flushes waiting for the window and the backlog to empty.
     flushes: Vec<oneshot::Sender<()>>,
+    /// Since when the current channel's publishes have all been nacked (`None` after an ack
+    /// or on a new channel).
+    nacked_since: Option<Instant>,
 }
 
 enum Step {
@@ -872,6 +883,22 @@ impl PublishTask {
         }
     }
 
+    /// Replaces the channel once the broker has nacked everything on it for
+    /// [`NACK_RUN_REOPEN`]; what is still unsettled on it is resent on the next one.
+    fn on_nack_run(&mut self) {
+        let since = *self.nacked_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < NACK_RUN_REOPEN {
+            return;
+        }
+        Counters::bump(&self.shared.counters.nack_run_reopens);
+        tracing::warn!(
+            for_ = ?since.elapsed(),
+            "the broker nacked every publish on the channel; opening a new one"
+        );
+        self.drop_channel(None);
+        self.retry_channel_later();
+    }
+
     fn current(&self, generation: u64) -> bool {
         self.channel
             .as_ref()
@@ -887,6 +914,7 @@ impl PublishTask {
             } if self.current(generation) => {
                 // Progress: a channel the broker closes next is reopened at once.
                 self.channel_backoff.reset();
+                self.nacked_since = None;
                 self.on_progress();
                 self.settle(tag, multiple, true);
             }
@@ -897,6 +925,7 @@ impl PublishTask {
             } if self.current(generation) => {
                 self.on_progress();
                 self.settle(tag, multiple, false);
+                self.on_nack_run();
             }
             Event::Return {
                 generation,
@@ -1040,6 +1069,7 @@ impl PublishTask {
     /// order, except those that are not resent, which fail with `ConnectionLost`.
     fn drop_channel(&mut self, close: Option<&BrokerClose>) {
         self.channel = None;
+        self.nacked_since = None;
         let window = std::mem::take(&mut self.window);
         let mut requeued = Vec::with_capacity(window.len());
         for (_, entry) in window {

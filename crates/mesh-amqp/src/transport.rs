@@ -55,6 +55,10 @@ pub struct AmqpStats {
     pub consumer_cancels: u64,
     /// Consumers attached again after stopping.
     pub reattached: u64,
+    /// Publishing channels replaced because the broker had nacked every publish on them
+    /// for a second (a quorum queue's channel tied to a dead leader; see the publisher's
+    /// docs).
+    pub nack_run_reopens: u64,
 }
 
 /// The RabbitMQ transport: a cheap, cloneable handle onto two connections (`<prefix>.publish`
@@ -172,6 +176,7 @@ impl AmqpTransport {
             unknown_delivery_tag_closes: Counters::get(&counters.unknown_tag_closes),
             consumer_cancels: Counters::get(&counters.consumer_cancels),
             reattached: Counters::get(&counters.reattached),
+            nack_run_reopens: Counters::get(&counters.nack_run_reopens),
         }
     }
 
