@@ -1,17 +1,21 @@
-//! Consumers: a channel per subscription, a pump that feeds the [`Subscription`] and keeps
-//! feeding it across failures, and the acker that settles each delivery.
+//! Consumers: a channel per subscription, read straight by the [`Subscription`]; a pump
+//! that keeps it attached across failures; and the acker that settles each delivery.
 //!
 //! # Design
 //!
 //! Each subscription has a channel of its own on the consume connection, with
 //! `basic.qos(prefetch, global = false)` (per consumer: global QoS on a quorum queue closes
-//! the connection). Two tasks serve it:
+//! the connection). The subscription's reader polls the client library's stream itself (a
+//! [`DeliveryFeed`]) and turns each message into a [`Delivery`] there, so a delivery crosses
+//! no task of ours on its way to a handler. Two tasks serve it:
 //!
-//! - the **pump** moves deliveries from the client library's stream into the subscription's
-//!   buffer (an mpsc of capacity `prefetch`), and on cancel sends `basic.cancel`;
+//! - the **pump** owns the consumer's lifecycle: it sends `basic.cancel` when the
+//!   subscription is cancelled or dropped, and re-attaches when the consumer stops (see
+//!   below), handing the new consumer's stream to the subscription;
 //! - the **ack tracker** owns every settlement sent on the channel. It knows which delivery
-//!   tags are handed out and not yet decided, and coalesces acks: after draining whatever
-//!   commands are waiting, it acks the decided tags below the oldest undecided one with one
+//!   tags are handed out and not yet decided (the reader registers each in a set they share,
+//!   without waking it), and coalesces acks: after draining whatever commands are waiting,
+//!   it acks the decided tags below the oldest undecided one with one
 //!   `basic.ack(multiple)` and the rest one by one. So a delivery is never acked before its
 //!   handler finished, and a busy consumer sends few ack frames while an idle one acks at
 //!   once (no timers). Releases are `basic.nack(requeue)`, sent before the acks of the same
@@ -21,27 +25,29 @@
 //!
 //! A consumer can stop without being asked to: the broker cancels it (`basic.cancel`, when
 //! its queue is deleted), closes its channel (a consumer timeout), or the connection is lost.
-//! Its stream then ends, and the pump, which owns the subscription's buffer and not the
-//! channel, re-attaches: after a lost connection it waits for the link's next connection
-//! (up once the topology is declared again), otherwise for a backoff delay; then it opens a
-//! fresh channel, declares its queue, the queue's delay queues and bindings again from the
-//! recorded [`Topology`] (a deleted queue comes back), sets the prefetch and consumes.
-//! Failed attempts back off like reconnects; the backoff starts over once a consumer stayed
-//! attached for [`STABLE_AFTER`], so a queue the broker keeps cancelling is not hammered.
-//! The subscription's reader sees nothing but, perhaps, redeliveries. An ephemeral
-//! subscription gets a new server-named queue, bound to its patterns (its old one died with
-//! its channel).
+//! The pump learns it from the channel's callbacks (a broker's cancel or close), from the
+//! link (a lost connection) or from the reader (the stream ended), and re-attaches: after a lost connection it waits for the link's
+//! next connection (up once the topology is declared again), otherwise for a backoff delay;
+//! then it opens a fresh channel, declares its queue, the queue's delay queues and bindings
+//! again from the recorded [`Topology`] (a deleted queue comes back), sets the prefetch,
+//! consumes, and hands the new stream to the subscription. Failed attempts back off like
+//! reconnects; the backoff starts over once a consumer stayed attached for
+//! [`STABLE_AFTER`], so a queue the broker keeps cancelling is not hammered. The
+//! subscription's reader sees nothing but, perhaps, redeliveries. An ephemeral subscription
+//! gets a new server-named queue, bound to its patterns (its old one died with its channel).
+//! A lost consumer is noticed when the subscription is next read, which its reader does
+//! all the time.
 //!
 //! # Fencing stale deliveries
 //!
 //! Delivery tags are numbers local to a channel: acking tag 5 of a lost channel on its
 //! replacement would ack another message, or close the channel (`PRECONDITION_FAILED -
 //! unknown delivery tag`). So each channel has its own tracker, and an acker holds the
-//! tracker of the channel its delivery came on, never the pump's current one: once that
+//! tracker of the channel its delivery came on, never the current one: once that
 //! channel is gone, every settlement fails with `ConnectionLost` (the broker has requeued
 //! the message already and redelivers it on the new channel). Deliveries that were still in
 //! the client library's buffer when their channel died are dropped, not handed out: nothing
-//! could settle them. The tracker closes its channel when the pump and every acker are gone,
+//! could settle them. The tracker closes its channel when the reader and every acker are gone,
 //! so acks of deliveries still buffered after a cancel keep working.
 //!
 //! Ephemeral subscriptions consume with `no_ack`: there is no tracker, and settling is a
@@ -50,6 +56,7 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use amqprs::channel::{
@@ -58,7 +65,8 @@ use amqprs::channel::{
 };
 use mesh_core::naming::{DEAD_EXCHANGE, EVENTS_EXCHANGE};
 use mesh_core::{
-    Acker, BoxFuture, Delivery, Subscription, TransportError, TransportErrorKind, WireMessage,
+    Acker, BoxFuture, Delivery, DeliveryFeed, Subscription, TransportError, TransportErrorKind,
+    WireMessage,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -262,9 +270,9 @@ async fn redeclare_queue(
     Ok(())
 }
 
-/// Attaches `spec` and starts the pump that feeds the returned subscription, for as long as
-/// it is not cancelled, re-attaching whenever the consumer stops. `declared` says the queue
-/// was just declared (no need to again).
+/// Attaches `spec` and starts the pump that keeps the returned subscription attached for as
+/// long as it is not cancelled, re-attaching whenever the consumer stops. `declared` says the
+/// queue was just declared (no need to again).
 pub(crate) async fn subscribe(
     env: Env,
     spec: AttachSpec,
@@ -272,28 +280,32 @@ pub(crate) async fn subscribe(
 ) -> Result<Subscription, TransportError> {
     let generation = env.link.status().borrow().generation;
     let (consumer, ctx) = attach(&env, &spec, !declared).await?;
-    let (deliveries_tx, deliveries) = mpsc::channel(usize::from(spec.prefetch.max(1)));
+    // The pump hands over one attachment at a time, and only after the last one ended.
+    let (readers_tx, readers) = mpsc::channel(1);
     let (cancel_tx, cancel) = oneshot::channel();
     env.counts.expected.fetch_add(1, Ordering::AcqRel);
     env.counts.attached.fetch_add(1, Ordering::AcqRel);
     let queue = ctx.queue.clone();
+    let (attachment, reader) = Attachment::new(consumer, ctx, generation);
     let span = tracing::info_span!(parent: None, "mesh_amqp.subscription", %queue);
     let pump = Pump {
         backoff: env.backoff.clone(),
         env,
         spec,
-        deliveries: deliveries_tx,
+        readers: readers_tx,
     };
-    tokio::spawn(
-        pump.run(Attachment::new(consumer, ctx, generation), cancel)
-            .instrument(span),
-    );
-    Ok(Subscription::new(queue, deliveries, cancel_tx))
+    tokio::spawn(pump.run(attachment, cancel).instrument(span));
+    let feed = Feed {
+        readers,
+        current: Some(reader),
+    };
+    Ok(Subscription::from_feed(queue, feed, cancel_tx))
 }
 
 /// Why serving one attachment ended.
 enum End {
-    /// Cancelled by the subscription (or the transport closing): the pump stops.
+    /// Cancelled by the subscription (or the transport closing), or the subscription is
+    /// gone: the pump stops.
     Stopped,
     /// The consumer stopped on its own: the pump re-attaches.
     Lost {
@@ -304,30 +316,167 @@ enum End {
     },
 }
 
-/// One attached consumer: its channel, stream and tracker, and what its ackers share.
+/// The pump's side of one attached consumer: enough to cancel it and to tell why it ended.
 struct Attachment {
-    consumer: Consumer,
-    ctx: Arc<SubscriptionCtx>,
-    tracker: Option<mpsc::UnboundedSender<AckCommand>>,
+    queue: String,
+    channel: Channel,
+    closed: CloseSlot,
+    consumer_tag: String,
+    manual_ack: bool,
     /// The link's generation when it attached (its connection's, or an older one).
     generation: u64,
+    /// Resolves (with an error) once the attachment's [`Reader`] is gone: its stream ended,
+    /// or the subscription was dropped.
+    ended: oneshot::Receiver<()>,
+}
+
+/// The subscription's side of one attached consumer: the client library's stream, read
+/// straight by whoever reads the subscription, and what makes its messages deliveries.
+struct Reader {
+    stream: mpsc::UnboundedReceiver<ConsumerMessage>,
+    channel: Channel,
+    manual_ack: bool,
+    ctx: Arc<SubscriptionCtx>,
+    /// `None` on a no-ack subscription.
+    tracker: Option<Tracker>,
+    /// Dropped with the reader: tells the pump this attachment ended.
+    _ended: oneshot::Sender<()>,
 }
 
 impl Attachment {
-    fn new(consumer: Consumer, ctx: Arc<SubscriptionCtx>, generation: u64) -> Attachment {
-        let tracker = consumer.manual_ack.then(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
+    /// Splits a fresh consumer into the pump's and the reader's halves, and starts its ack
+    /// tracker.
+    fn new(consumer: Consumer, ctx: Arc<SubscriptionCtx>, generation: u64) -> (Attachment, Reader) {
+        let Consumer {
+            queue,
+            channel,
+            closed,
+            consumer_tag,
+            stream,
+            manual_ack,
+        } = consumer;
+        let tracker = manual_ack.then(|| {
+            let (commands, rx) = mpsc::unbounded_channel();
+            let undecided = Arc::new(Mutex::new(BTreeSet::new()));
             let span = tracing::debug_span!(parent: None, "mesh_amqp.acks", queue = %ctx.queue);
             tokio::spawn(
-                track(consumer.channel.clone(), consumer.closed.clone(), rx).instrument(span),
+                track(channel.clone(), closed.clone(), undecided.clone(), rx).instrument(span),
             );
-            tx
+            Tracker {
+                commands,
+                undecided,
+            }
         });
-        Attachment {
-            consumer,
+        let (ended_tx, ended) = oneshot::channel();
+        let reader = Reader {
+            stream,
+            channel: channel.clone(),
+            manual_ack,
             ctx,
             tracker,
+            _ended: ended_tx,
+        };
+        let attachment = Attachment {
+            queue,
+            channel,
+            closed,
+            consumer_tag,
+            manual_ack,
             generation,
+            ended,
+        };
+        (attachment, reader)
+    }
+}
+
+impl Reader {
+    /// A delivery in mesh's types, registered with the tracker before anyone can settle
+    /// it; `None` for a manual-ack delivery whose channel is gone already (nothing could
+    /// settle it, and the broker redelivers it).
+    fn delivery(&self, message: ConsumerMessage) -> Option<Delivery> {
+        let ConsumerMessage {
+            deliver,
+            basic_properties,
+            content,
+            ..
+        } = message;
+        let deliver = deliver?;
+        if self.manual_ack && !self.channel.is_open() {
+            tracing::debug!("dropped a delivery of a closed channel");
+            return None;
+        }
+        let ctx = &self.ctx;
+        let settle = self
+            .tracker
+            .as_ref()
+            .map(|tracker| tracker.delivered(deliver.delivery_tag()));
+        let mut message = crate::convert::delivered(
+            deliver.routing_key().clone(),
+            &basic_properties.unwrap_or_default(),
+            content.unwrap_or_default(),
+        );
+        // The broker's count belongs to this queue: a copy republished with it (a retry)
+        // would carry a stale count into its next delivery, so it never stays in the message.
+        let count = message.properties.headers.remove(DELIVERY_COUNT);
+        let delivery_count = ctx.counts_deliveries.then(|| {
+            count
+                .and_then(|c| c.as_u64())
+                .map_or(0, |c| u32::try_from(c).unwrap_or(u32::MAX))
+        });
+        let acker = AmqpAcker {
+            ctx: ctx.clone(),
+            settle,
+            reply_to: message.properties.reply_to.clone(),
+            correlation_id: message.properties.correlation_id.clone(),
+        };
+        Some(Delivery::new(
+            message,
+            deliver.redelivered(),
+            delivery_count,
+            ctx.queue.clone(),
+            Box::new(acker),
+        ))
+    }
+}
+
+/// What a [`Subscription`] of this transport reads: the current attachment's stream, then
+/// the next one the pump hands over (once the current one has nothing ready: what it still
+/// holds came on a channel that is gone or whose consumer the broker cancelled), until the
+/// pump stops and the last stream ended.
+struct Feed {
+    /// Declared first, so dropped first: by the time the pump sees the current reader gone,
+    /// it can tell the subscription went with it.
+    readers: mpsc::Receiver<Reader>,
+    current: Option<Reader>,
+}
+
+impl DeliveryFeed for Feed {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
+        loop {
+            if let Some(reader) = &mut self.current {
+                match reader.stream.poll_recv(cx) {
+                    Poll::Ready(Some(message)) => {
+                        if let Some(delivery) = reader.delivery(message) {
+                            return Poll::Ready(Some(delivery));
+                        }
+                        continue;
+                    }
+                    // The stream ends after a cancel, when the broker cancels the consumer
+                    // (its queue was deleted), or when the channel or connection is gone;
+                    // dropping the reader tells the pump.
+                    Poll::Ready(None) => self.current = None,
+                    Poll::Pending => {}
+                }
+            }
+            // The pump hands over an attachment only once the current one was lost.
+            return match self.readers.poll_recv(cx) {
+                Poll::Ready(Some(reader)) => {
+                    self.current = Some(reader);
+                    continue;
+                }
+                Poll::Ready(None) if self.current.is_none() => Poll::Ready(None),
+                Poll::Ready(None) | Poll::Pending => Poll::Pending,
+            };
         }
     }
 }
@@ -335,8 +484,8 @@ impl Attachment {
 struct Pump {
     env: Env,
     spec: AttachSpec,
-    /// The subscription's buffer: the same one across every attachment.
-    deliveries: mpsc::Sender<Delivery>,
+    /// Where re-attached consumers go to the subscription; closed once it is dropped.
+    readers: mpsc::Sender<Reader>,
     backoff: Backoff,
 }
 
@@ -349,22 +498,21 @@ impl Pump {
                 .serve(&mut attachment, &mut cancel, &mut shutdown)
                 .await;
             self.env.counts.attached.fetch_sub(1, Ordering::AcqRel);
-            let queue = attachment.ctx.queue.clone();
-            let generation = attachment.generation;
-            let closed_channel = attachment.consumer.channel.clone();
-            // The tracker closes the channel once the ackers of its deliveries are gone.
-            drop(attachment);
             let (reason, connection_lost) = match end {
                 End::Stopped => {
-                    // A manual-ack channel is closed by its tracker; a no-ack one has none,
-                    // and nothing can be settled on it.
-                    if !self.spec.manual_ack && closed_channel.is_open() {
-                        let _ = within(closed_channel.close(), "closing a consumer channel").await;
+                    // A manual-ack channel is closed by its tracker once the reader and
+                    // the ackers are gone; a no-ack one has none, and nothing can be
+                    // settled on it.
+                    if !attachment.manual_ack && attachment.channel.is_open() {
+                        let _ =
+                            within(attachment.channel.close(), "closing a consumer channel").await;
                     }
                     break;
                 }
                 End::Lost { reason, connection } => (reason, connection),
             };
+            let queue = attachment.queue.clone();
+            let generation = attachment.generation;
             Counters::bump(&self.env.link.shared().counters.consumer_cancels);
             tracing::warn!(%queue, %reason, "consumer stopped; re-attaching");
             self.env
@@ -378,16 +526,18 @@ impl Pump {
             // spaces its attempts); otherwise the backoff spaces ours.
             let after = connection_lost.then_some(generation);
             match self.reattach(after, &mut cancel, &mut shutdown).await {
-                Some(next) => {
+                Some((next, reader)) => {
                     attachment = next;
                     self.env.counts.attached.fetch_add(1, Ordering::AcqRel);
                     Counters::bump(&self.env.link.shared().counters.reattached);
-                    let queue = attachment.ctx.queue.clone();
+                    let queue = attachment.queue.clone();
                     tracing::info!(%queue, prefetch = self.spec.prefetch, "consumer re-attached");
                     self.env
                         .link
                         .shared()
                         .emit(Lifecycle::ConsumerReattached { queue });
+                    // If the subscription is gone meanwhile, `serve` sees it at once.
+                    let _ = self.readers.send(reader).await;
                 }
                 None => break,
             }
@@ -396,74 +546,41 @@ impl Pump {
         tracing::debug!("subscription ended");
     }
 
-    /// Feeds the subscription from one attachment until it is cancelled or stops.
+    /// Waits until one attachment is cancelled, its subscription is gone, or it stops on
+    /// its own: the broker closed its channel or cancelled it, the connection was lost, or
+    /// its stream ended.
     async fn serve(
         &mut self,
         attachment: &mut Attachment,
         cancel: &mut oneshot::Receiver<()>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> End {
-        let mut cancelled = false;
-        loop {
-            tokio::select! {
-                biased;
-                // Fires on `Subscription::cancel` and when the subscription is dropped.
-                _ = &mut *cancel, if !cancelled => {
-                    cancelled = true;
-                    cancel_consumer(attachment).await;
+        let generation = attachment.generation;
+        let mut status = self.env.link.status();
+        tokio::select! {
+            biased;
+            // Fires on `Subscription::cancel` and when the subscription is dropped.
+            _ = &mut *cancel => {}
+            () = self.readers.closed() => {}
+            () = closing(shutdown) => {}
+            () = attachment.closed.stopped() => return why_ended(attachment),
+            up = status.wait_for(|s| !s.connected || s.generation > generation) => {
+                if up.is_ok() {
+                    return End::Lost {
+                        reason: "the connection was lost".to_owned(),
+                        connection: true,
+                    };
                 }
-                () = closing(shutdown), if !cancelled => {
-                    cancelled = true;
-                    cancel_consumer(attachment).await;
+            }
+            _ = &mut attachment.ended => {
+                // The reader went with its subscription, not with its stream.
+                if !self.readers.is_closed() {
+                    return why_ended(attachment);
                 }
-                message = attachment.consumer.stream.recv() => match message {
-                    Some(message) => {
-                        let Some(delivery) = delivery(attachment, message) else {
-                            continue;
-                        };
-                        if cancelled {
-                            // Arrived between our cancel and the broker's cancel-ok:
-                            // dropping the delivery releases it.
-                            drop(delivery);
-                        } else if !self.hand_out(delivery, cancel).await {
-                            // Cancelled, or the subscription's reader is gone: stop the
-                            // consumer; the delivery was released as it dropped.
-                            cancelled = true;
-                            cancel_consumer(attachment).await;
-                        }
-                    }
-                    // The stream ends after a cancel, when the broker cancels the consumer
-                    // (its queue was deleted), or when the channel or connection is gone.
-                    None => break,
-                },
             }
         }
-        if cancelled {
-            return End::Stopped;
-        }
-        let channel = &attachment.consumer.channel;
-        let (reason, connection) = match take_close(&attachment.consumer.closed) {
-            Some(close) => (close.to_string(), false),
-            None if channel.is_open() => ("the broker cancelled the consumer".to_owned(), false),
-            None => ("the connection was lost".to_owned(), true),
-        };
-        End::Lost { reason, connection }
-    }
-
-    /// Hands a delivery to the subscription, waiting for room in its buffer (which the
-    /// prefetch bounds) but not past a cancel. `false` if it could not.
-    async fn hand_out(&self, delivery: Delivery, cancel: &mut oneshot::Receiver<()>) -> bool {
-        let room = tokio::select! {
-            room = self.deliveries.reserve() => room.ok(),
-            _ = cancel => None,
-        };
-        match room {
-            Some(room) => {
-                room.send(delivery);
-                true
-            }
-            None => false,
-        }
+        cancel_consumer(attachment).await;
+        End::Stopped
     }
 
     /// Attaches again once the link is up — first, with `after`, once a connection newer
@@ -474,7 +591,7 @@ impl Pump {
         mut after: Option<u64>,
         cancel: &mut oneshot::Receiver<()>,
         shutdown: &mut watch::Receiver<bool>,
-    ) -> Option<Attachment> {
+    ) -> Option<(Attachment, Reader)> {
         let mut status = self.env.link.status();
         loop {
             let delay = match after {
@@ -492,6 +609,7 @@ impl Pump {
             tokio::select! {
                 ready = ready => if !ready { return None },
                 _ = &mut *cancel => return None,
+                () = self.readers.closed() => return None,
                 () = closing(shutdown) => return None,
             }
             let generation = status.borrow().generation;
@@ -507,70 +625,33 @@ impl Pump {
     }
 }
 
+/// Why an attachment whose stream ended stopped.
+fn why_ended(attachment: &Attachment) -> End {
+    let (reason, connection) = match take_close(&attachment.closed) {
+        Some(close) => (close.to_string(), false),
+        None if attachment.channel.is_open() => {
+            ("the broker cancelled the consumer".to_owned(), false)
+        }
+        None => ("the connection was lost".to_owned(), true),
+    };
+    End::Lost { reason, connection }
+}
+
 async fn cancel_consumer(attachment: &Attachment) {
-    let consumer = &attachment.consumer;
-    if !consumer.channel.is_open() {
+    if !attachment.channel.is_open() {
         return;
     }
-    let args = BasicCancelArguments::new(&consumer.consumer_tag);
-    match within(consumer.channel.basic_cancel(args), "cancelling a consumer").await {
-        Ok(Ok(_)) => tracing::info!(queue = %attachment.ctx.queue, "consumer cancelled"),
+    let args = BasicCancelArguments::new(&attachment.consumer_tag);
+    match within(
+        attachment.channel.basic_cancel(args),
+        "cancelling a consumer",
+    )
+    .await
+    {
+        Ok(Ok(_)) => tracing::info!(queue = %attachment.queue, "consumer cancelled"),
         Ok(Err(e)) => tracing::debug!(error = %e, "basic.cancel failed"),
         Err(e) => tracing::debug!(error = %e, "basic.cancel failed"),
     }
-}
-
-/// A delivery in mesh's types, registered with the tracker before anyone can settle it;
-/// `None` for a manual-ack delivery whose channel is gone already (nothing could settle it,
-/// and the broker redelivers it).
-fn delivery(attachment: &Attachment, message: ConsumerMessage) -> Option<Delivery> {
-    let ConsumerMessage {
-        deliver,
-        basic_properties,
-        content,
-        ..
-    } = message;
-    let deliver = deliver?;
-    if attachment.consumer.manual_ack && !attachment.consumer.channel.is_open() {
-        tracing::debug!("dropped a delivery of a closed channel");
-        return None;
-    }
-    let ctx = &attachment.ctx;
-    let tag = deliver.delivery_tag();
-    let settle = attachment.tracker.as_ref().map(|tracker| {
-        let _ = tracker.send(AckCommand::Delivered(tag));
-        Settle {
-            tracker: tracker.clone(),
-            tag,
-            done: false,
-        }
-    });
-    let mut message = crate::convert::delivered(
-        deliver.routing_key().clone(),
-        &basic_properties.unwrap_or_default(),
-        content.unwrap_or_default(),
-    );
-    // The broker's count belongs to this queue: a copy republished with it (a retry)
-    // would carry a stale count into its next delivery, so it never stays in the message.
-    let count = message.properties.headers.remove(DELIVERY_COUNT);
-    let delivery_count = ctx.counts_deliveries.then(|| {
-        count
-            .and_then(|c| c.as_u64())
-            .map_or(0, |c| u32::try_from(c).unwrap_or(u32::MAX))
-    });
-    let acker = AmqpAcker {
-        ctx: ctx.clone(),
-        settle,
-        reply_to: message.properties.reply_to.clone(),
-        correlation_id: message.properties.correlation_id.clone(),
-    };
-    Some(Delivery::new(
-        message,
-        deliver.redelivered(),
-        delivery_count,
-        ctx.queue.clone(),
-        Box::new(acker),
-    ))
 }
 
 /// Resolves once the transport is closing (or gone).
@@ -580,8 +661,6 @@ pub(crate) async fn closing(shutdown: &mut watch::Receiver<bool>) {
 }
 
 enum AckCommand {
-    /// Handed out, not yet decided.
-    Delivered(u64),
     /// Decided: ack.
     Ack {
         tag: u64,
@@ -591,13 +670,41 @@ enum AckCommand {
     Release(u64),
 }
 
+/// Delivery tags handed out and not yet decided. Shared rather than sent: the reader
+/// registers a delivery without waking the tracker.
+type Undecided = Arc<Mutex<BTreeSet<u64>>>;
+
+fn lock(undecided: &Undecided) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
+    undecided
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The reader's handle on a channel's ack tracker.
+struct Tracker {
+    commands: mpsc::UnboundedSender<AckCommand>,
+    undecided: Undecided,
+}
+
+impl Tracker {
+    /// Registers a delivery as handed out: the right to settle it.
+    fn delivered(&self, tag: u64) -> Settle {
+        lock(&self.undecided).insert(tag);
+        Settle {
+            tracker: self.commands.clone(),
+            tag,
+            done: false,
+        }
+    }
+}
+
 /// The ack tracker of one channel; see the module docs.
 async fn track(
     channel: Channel,
     closed: CloseSlot,
+    undecided: Undecided,
     mut commands: mpsc::UnboundedReceiver<AckCommand>,
 ) {
-    let mut undecided = BTreeSet::new();
     let mut acks = Vec::new();
     let mut releases = Vec::new();
     while let Some(first) = commands.recv().await {
@@ -605,15 +712,12 @@ async fn track(
         let mut handled = 0;
         while let Some(command) = next {
             match command {
-                AckCommand::Delivered(tag) => {
-                    undecided.insert(tag);
-                }
                 AckCommand::Ack { tag, done } => {
-                    undecided.remove(&tag);
+                    lock(&undecided).remove(&tag);
                     acks.push((tag, done));
                 }
                 AckCommand::Release(tag) => {
-                    undecided.remove(&tag);
+                    lock(&undecided).remove(&tag);
                     releases.push(tag);
                 }
             }
@@ -626,7 +730,7 @@ async fn track(
         }
         flush(&channel, &closed, &undecided, &mut acks, &mut releases).await;
     }
-    // Pump and ackers are gone: nothing more can be settled here.
+    // The reader and the ackers are gone: nothing more can be settled here.
     if channel.is_open() {
         let _ = within(channel.close(), "closing a consumer channel").await;
     }
@@ -636,7 +740,7 @@ async fn track(
 async fn flush(
     channel: &Channel,
     closed: &CloseSlot,
-    undecided: &BTreeSet<u64>,
+    undecided: &Undecided,
     acks: &mut Vec<(u64, oneshot::Sender<Result<(), TransportError>>)>,
     releases: &mut Vec<u64>,
 ) {
@@ -671,7 +775,7 @@ async fn flush(
     }
     acks.sort_unstable_by_key(|(tag, _)| *tag);
     let tags: Vec<u64> = acks.iter().map(|(tag, _)| *tag).collect();
-    let frames = ack_frames(&tags, undecided);
+    let frames = ack_frames(&tags, &lock(undecided));
     let mut failure = None;
     for (tag, multiple) in frames {
         if let Err(e) = channel

@@ -17,6 +17,7 @@ use amqprs::channel::{
 use amqprs::connection::Connection;
 use amqprs::{BasicProperties, Cancel, CloseChannel, Nack, Return};
 use mesh_core::{TransportError, TransportErrorKind};
+use tokio::sync::Notify;
 
 use crate::convert::{check_short, to_field_table};
 use crate::error::{from_client, from_close, is_unknown_delivery_tag, BrokerClose};
@@ -26,12 +27,33 @@ use crate::topology::{BindingDecl, ExchangeDecl, QueueDecl, Topology};
 /// How long one declaration may take before the broker is presumed unresponsive.
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Where a channel's `channel.close` from the broker is kept.
-pub(crate) type CloseSlot = Arc<Mutex<Option<BrokerClose>>>;
+/// Where a channel's `channel.close` from the broker is kept, and how the owner of the
+/// channel's consumer learns that the broker closed the channel or cancelled the consumer.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CloseSlot {
+    close: Arc<Mutex<Option<BrokerClose>>>,
+    stopped: Arc<Notify>,
+}
+
+impl CloseSlot {
+    /// Keeps the broker's close, then says the channel stopped.
+    fn closed(&self, close: BrokerClose) {
+        if let Ok(mut slot) = self.close.lock() {
+            *slot = Some(close);
+        }
+        self.stopped.notify_one();
+    }
+
+    /// Resolves once the broker closed the channel or cancelled a consumer on it since
+    /// the channel opened (a channel carries one consumer at most).
+    pub(crate) async fn stopped(&self) {
+        self.stopped.notified().await;
+    }
+}
 
 /// Takes the close a channel received, if any.
 pub(crate) fn take_close(slot: &CloseSlot) -> Option<BrokerClose> {
-    slot.lock().ok().and_then(|mut close| close.take())
+    slot.close.lock().ok().and_then(|mut close| close.take())
 }
 
 /// A channel callback that keeps the broker's `channel.close`, counts and reports it, and
@@ -78,9 +100,7 @@ impl ChannelCallback for CloseCatcher {
             code: close.code,
             reason: close.text.clone(),
         });
-        if let Ok(mut slot) = self.slot.lock() {
-            *slot = Some(close);
-        }
+        self.slot.closed(close);
         Ok(())
     }
 
@@ -90,14 +110,15 @@ impl ChannelCallback for CloseCatcher {
         cancel: Cancel,
     ) -> Result<(), amqprs::error::Error> {
         // The broker cancels a consumer whose queue was deleted (or, on a quorum queue, lost
-        // its leader); the client library then ends the consumer's stream, which the
-        // subscription sees.
+        // its leader); the client library then ends the consumer's stream, and the
+        // consumer's pump re-attaches.
         tracing::warn!(
             channel = channel.channel_id(),
             role = self.role,
             consumer = %cancel.consumer_tag(),
             "broker cancelled the consumer"
         );
+        self.slot.stopped.notify_one();
         Ok(())
     }
 

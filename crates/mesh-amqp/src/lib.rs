@@ -54,8 +54,9 @@
 //!
 //! **Who owns what.** The publish task owns the publishing connection, its confirm channel
 //! and the unconfirmed window (`publisher`); the consume link's supervisor owns the consume
-//! connection and hands out channels (`link`); each subscription's pump owns its
-//! subscription's buffer, not its channel (`consumer`). Everything else holds cheap handles.
+//! connection and hands out channels (`link`); each subscription's pump owns its consumer's
+//! lifecycle (cancel, re-attach) while the subscription reads the consumer's stream itself
+//! (`consumer`). Everything else holds cheap handles.
 //!
 //! **Detection.** A connection is lost when the broker closes it (`connection.close`: a
 //! forced close, a node shutting down), its socket fails (a TCP cut is seen at once), or two
