@@ -26,17 +26,17 @@
 //! A consumer can stop without being asked to: the broker cancels it (`basic.cancel`, when
 //! its queue is deleted), closes its channel (a consumer timeout), or the connection is lost.
 //! The pump learns it from the channel's callbacks (a broker's cancel or close), from the
-//! link (a lost connection) or from the reader (the stream ended), and re-attaches: after a lost connection it waits for the link's
-//! next connection (up once the topology is declared again), otherwise for a backoff delay;
-//! then it opens a fresh channel, declares its queue, the queue's delay queues and bindings
-//! again from the recorded [`Topology`] (a deleted queue comes back), sets the prefetch,
-//! consumes, and hands the new stream to the subscription. Failed attempts back off like
-//! reconnects; the backoff starts over once a consumer stayed attached for
+//! link (a lost connection) or from the reader (the stream ended), whichever comes first, so
+//! health reports it even while nobody reads the subscription. It re-attaches: after a lost
+//! connection it waits for the link's next connection (up once the topology is declared
+//! again), otherwise for a backoff delay; then it opens a fresh channel, declares its queue,
+//! the queue's delay queues and bindings again from the recorded [`Topology`] (a deleted
+//! queue comes back), sets the prefetch, consumes, and hands the new stream to the
+//! subscription, which switches to it once the old one has nothing ready. Failed attempts
+//! back off like reconnects; the backoff starts over once a consumer stayed attached for
 //! [`STABLE_AFTER`], so a queue the broker keeps cancelling is not hammered. The
 //! subscription's reader sees nothing but, perhaps, redeliveries. An ephemeral subscription
 //! gets a new server-named queue, bound to its patterns (its old one died with its channel).
-//! A lost consumer is noticed when the subscription is next read, which its reader does
-//! all the time.
 //!
 //! # Fencing stale deliveries
 //!
@@ -47,8 +47,8 @@
 //! channel is gone, every settlement fails with `ConnectionLost` (the broker has requeued
 //! the message already and redelivers it on the new channel). Deliveries that were still in
 //! the client library's buffer when their channel died are dropped, not handed out: nothing
-//! could settle them. The tracker closes its channel when the reader and every acker are gone,
-//! so acks of deliveries still buffered after a cancel keep working.
+//! could settle them. The tracker closes its channel when the reader and every acker are
+//! gone, so acks of deliveries still buffered after a cancel keep working.
 //!
 //! Ephemeral subscriptions consume with `no_ack`: there is no tracker, and settling is a
 //! no-op.
