@@ -84,6 +84,15 @@ async fn a_full_window_is_backpressure_and_a_missing_confirm_a_timeout() {
         .publish(common::event("module.w.e", "{}"), PublishOptions::default())
         .await
         .unwrap();
+    // `publish` resolves once the message is queued for the publish task, which may not have
+    // sent it yet. Only sent messages wait for a confirm, and one waiting in vain for 5 s is
+    // reported as blocked: then it is in flight for sure.
+    eventually(
+        common::WAIT,
+        "the message to be sent and unconfirmed",
+        || async { transport.health().blocked.then_some(()) },
+    )
+    .await;
     relay.cut();
     relay.pass();
     tokio::time::timeout(common::WAIT, in_flight)
