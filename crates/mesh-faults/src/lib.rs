@@ -11,7 +11,8 @@
 //! - [`timeline`]: instants of confirms and handles, and a log of a bus's health, from which
 //!   the scenarios measure detection and recovery times.
 //!
-//! - [`worker`]: a child process of a scenario and the lines it says, and the resident memory
+//! - [`worker`]: a child process of a scenario and the lines it says (with the child side's
+//!   `child_main` and `say`), and the resident memory
 //!   of a process as the OS reports it.
 //!
 //! The binary `faults-consumer` (in `src/bin`) is the consumer process that the

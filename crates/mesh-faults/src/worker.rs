@@ -1,5 +1,5 @@
 //! A child process of a scenario (`faults-worker`, `faults-consumer`) and the lines it says:
-//! [`Worker`].
+//! [`Worker`] on the test's side; [`child_main`] and [`say`] on the child's.
 //!
 //! The test binary passes the program's path (`env!("CARGO_BIN_EXE_faults-worker")`, only
 //! known to integration tests); the child's stdin is a pipe it watches, so it exits when the
@@ -109,6 +109,38 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// A child's `main`: runs `run`, reports an error on stderr as `<program>: <error>` with exit
+/// code 1, and ends quietly (0) when the parent closed the pipe it reads lines from.
+pub fn child_main(
+    program: &str,
+    run: impl FnOnce() -> anyhow::Result<std::process::ExitCode>,
+) -> std::process::ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{program}: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Writes one line to stdout and flushes it, so the parent sees it at once.
+pub fn say(line: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 //! Exit codes: 0 when stdin closed or stdout is a broken pipe, 1 on an error (printed to
 //! stderr), 2 on bad arguments.
 
-use std::io::Write;
+use mesh_faults::worker::{child_main, say};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -28,29 +28,7 @@ use mesh::{Bus, HandlerError};
 use tokio::io::AsyncReadExt;
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(code) => code,
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("faults-consumer: {e:#}");
-            ExitCode::from(1)
-        }
-    }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
-/// Writes one line to stdout and flushes it, so the parent sees it at once.
-fn say(line: &str) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")?;
-    out.flush()
+    child_main("faults-consumer", run)
 }
 
 fn run() -> anyhow::Result<ExitCode> {
