@@ -19,7 +19,9 @@
 //!   `basic.ack(multiple)` and the rest one by one. So a delivery is never acked before its
 //!   handler finished, and a busy consumer sends few ack frames while an idle one acks at
 //!   once (no timers). Releases are `basic.nack(requeue)`, sent before the acks of the same
-//!   batch so a `multiple` ack never covers them.
+//!   batch so a `multiple` ack never covers them. [`Delivery::ack_all`] sends the acks of
+//!   one channel's deliveries as a single command (one wake of the tracker and one answer,
+//!   instead of one per delivery).
 //!
 //! # Re-attaching
 //!
@@ -65,8 +67,8 @@ use amqprs::channel::{
 };
 use mesh_core::naming::{DEAD_EXCHANGE, EVENTS_EXCHANGE};
 use mesh_core::{
-    Acker, BoxFuture, Delivery, DeliveryFeed, Subscription, TransportError, TransportErrorKind,
-    WireMessage,
+    AckBatch, AckGroup, Acker, BoxFuture, Delivery, DeliveryFeed, Subscription, TransportError,
+    TransportErrorKind, WireMessage,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -666,6 +668,11 @@ enum AckCommand {
         tag: u64,
         done: oneshot::Sender<Result<(), TransportError>>,
     },
+    /// Decided together: ack them all ([`Delivery::ack_all`](mesh_core::Delivery::ack_all)).
+    AckMany {
+        tags: Vec<u64>,
+        done: oneshot::Sender<Result<(), TransportError>>,
+    },
     /// Decided: requeue.
     Release(u64),
 }
@@ -705,7 +712,7 @@ async fn track(
     undecided: Undecided,
     mut commands: mpsc::UnboundedReceiver<AckCommand>,
 ) {
-    let mut acks = Vec::new();
+    let mut acks = Acks::default();
     let mut releases = Vec::new();
     while let Some(first) = commands.recv().await {
         let mut next = Some(first);
@@ -714,7 +721,17 @@ async fn track(
             match command {
                 AckCommand::Ack { tag, done } => {
                     lock(&undecided).remove(&tag);
-                    acks.push((tag, done));
+                    acks.tags.push(tag);
+                    acks.done.push(done);
+                }
+                AckCommand::AckMany { tags, done } => {
+                    let mut held = lock(&undecided);
+                    for tag in &tags {
+                        held.remove(tag);
+                    }
+                    drop(held);
+                    acks.tags.extend(tags);
+                    acks.done.push(done);
                 }
                 AckCommand::Release(tag) => {
                     lock(&undecided).remove(&tag);
@@ -736,19 +753,27 @@ async fn track(
     }
 }
 
+/// Acks decided since the last flush: their tags, and who waits for them to be sent.
+#[derive(Default)]
+struct Acks {
+    tags: Vec<u64>,
+    done: Vec<oneshot::Sender<Result<(), TransportError>>>,
+}
+
 /// Sends the settlements decided since the last flush.
 async fn flush(
     channel: &Channel,
     closed: &CloseSlot,
     undecided: &Undecided,
-    acks: &mut Vec<(u64, oneshot::Sender<Result<(), TransportError>>)>,
+    acks: &mut Acks,
     releases: &mut Vec<u64>,
 ) {
     // A closed channel's tags died with it (the broker requeued them); sending on it would
     // reach whatever channel reuses its number, or close the connection.
     if !channel.is_open() {
         let close = take_close(closed);
-        for (_, done) in acks.drain(..) {
+        acks.tags.clear();
+        for done in acks.done.drain(..) {
             let error = TransportError::new(
                 TransportErrorKind::ConnectionLost,
                 "the delivery's channel is closed",
@@ -770,12 +795,12 @@ async fn flush(
             tracing::debug!(tag, error = %e, "releasing a delivery failed");
         }
     }
-    if acks.is_empty() {
+    if acks.tags.is_empty() {
         return;
     }
-    acks.sort_unstable_by_key(|(tag, _)| *tag);
-    let tags: Vec<u64> = acks.iter().map(|(tag, _)| *tag).collect();
-    let frames = ack_frames(&tags, &lock(undecided));
+    acks.tags.sort_unstable();
+    let frames = ack_frames(&acks.tags, &lock(undecided));
+    acks.tags.clear();
     let mut failure = None;
     for (tag, multiple) in frames {
         if let Err(e) = channel
@@ -786,7 +811,7 @@ async fn flush(
             break;
         }
     }
-    for (_, done) in acks.drain(..) {
+    for done in acks.done.drain(..) {
         let outcome = match &failure {
             None => Ok(()),
             Some(e) => Err(TransportError::new(
@@ -837,6 +862,46 @@ impl Settle {
     }
 }
 
+impl Settle {
+    /// Adds this delivery's ack to `batch`, in the group of its channel.
+    fn ack_into(mut self, batch: &mut AckBatch) {
+        let tag = self.tag;
+        batch.join(
+            |group: &ChannelAcks| group.tracker.same_channel(&self.tracker),
+            || ChannelAcks {
+                tracker: self.tracker.clone(),
+                tags: Vec::new(),
+            },
+            |group| group.tags.push(tag),
+        );
+        // The group settles it now.
+        self.done = true;
+    }
+}
+
+/// The acks of one channel's deliveries, sent to its tracker as one command.
+struct ChannelAcks {
+    tracker: mpsc::UnboundedSender<AckCommand>,
+    tags: Vec<u64>,
+}
+
+impl AckGroup for ChannelAcks {
+    fn len(&self) -> usize {
+        self.tags.len()
+    }
+
+    fn send(self: Box<Self>) -> BoxFuture<'static, Result<(), TransportError>> {
+        Box::pin(async move {
+            let ChannelAcks { tracker, tags } = *self;
+            let (done, outcome) = oneshot::channel();
+            tracker
+                .send(AckCommand::AckMany { tags, done })
+                .map_err(|_| lost())?;
+            outcome.await.unwrap_or_else(|_| Err(lost()))
+        })
+    }
+}
+
 impl Drop for Settle {
     fn drop(&mut self) {
         if !self.done {
@@ -883,6 +948,13 @@ impl Acker for AmqpAcker {
                 None => Ok(()),
             }
         })
+    }
+
+    fn ack_into(self: Box<Self>, batch: &mut AckBatch) {
+        // A no-ack delivery has nothing to settle.
+        if let Some(settle) = self.settle {
+            settle.ack_into(batch);
+        }
     }
 
     fn retry(

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use amqprs::{BasicProperties, FieldTable, FieldValue, DELIVERY_MODE_PERSISTENT};
+use amqprs::{BasicProperties, FieldTable, FieldValue, ShortStr, DELIVERY_MODE_PERSISTENT};
 use mesh_core::{
     HeaderValue, Headers, Properties, TransportError, TransportErrorKind, WireMessage,
 };
@@ -121,8 +121,13 @@ fn table_from_wire(table: &FieldTable, depth: usize) -> Headers {
     table
         .as_ref()
         .iter()
-        .map(|(name, value)| (name.to_string(), value_from_wire(value, depth + 1)))
+        .map(|(name, value)| (short_text(name), value_from_wire(value, depth + 1)))
         .collect()
+}
+
+/// A short string's text (a copy: the client library keeps the table).
+fn short_text(text: &ShortStr) -> String {
+    AsRef::<String>::as_ref(text).clone()
 }
 
 fn value_from_wire(value: &FieldValue, depth: usize) -> HeaderValue {
@@ -141,7 +146,7 @@ fn value_from_wire(value: &FieldValue, depth: usize) -> HeaderValue {
         FieldValue::f(f) => HeaderValue::Float(f64::from(*f)),
         FieldValue::d(f) => HeaderValue::Float(*f),
         FieldValue::D(decimal) => decimal_from_wire(&decimal.to_string()),
-        FieldValue::S(s) => HeaderValue::Str(s.to_string()),
+        FieldValue::S(s) => HeaderValue::Str(AsRef::<String>::as_ref(s).clone()),
         FieldValue::A(array) => {
             let items: Vec<FieldValue> = array.clone().into();
             HeaderValue::Array(

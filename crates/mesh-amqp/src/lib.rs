@@ -29,7 +29,8 @@
 //!
 //! # Settling a delivery
 //!
-//! `ack` is a `basic.ack` (coalesced with `multiple` when consecutive deliveries are done);
+//! `ack` is a `basic.ack` (coalesced with `multiple` when consecutive deliveries are done;
+//! `Delivery::ack_all` hands a channel's acks to it in one command);
 //! `release`, or dropping the delivery undecided, is a `basic.nack` with requeue; `retry`
 //! publishes the copy to the step's delay queue and `dead_letter` to `mesh.events.dead`, both
 //! persistent and mandatory, and ack the original only once the copy is confirmed; `reply`

@@ -76,7 +76,8 @@ macro_rules! suite {
             dedup_runs_the_effect_once,
             rpc_round_trip_and_remote_error,
             rpc_timeout_and_no_server,
-            shared_workers_on_two_nodes_compete_on_one_queue
+            shared_workers_on_two_nodes_compete_on_one_queue,
+            ack_all_settles_exactly_the_deliveries_given
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {

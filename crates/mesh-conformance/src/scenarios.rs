@@ -844,3 +844,101 @@ pub async fn shared_workers_on_two_nodes_compete_on_one_queue(harness: &dyn Harn
     assert_eq!(queues, vec!["shared.worker.events".to_owned()]);
     src.drain().await.expect("drain");
 }
+
+/// Acks sent together ([`Delivery::ack_all`](mesh_core::Delivery::ack_all)) settle exactly
+/// the deliveries given, from several subscriptions at once, in any order; one left out
+/// stays with its consumer and, released, comes back.
+pub async fn ack_all_settles_exactly_the_deliveries_given(harness: &dyn Harness) {
+    use mesh_core::{Delivery, QueueSpec, SubscriptionSpec, TopicPattern};
+
+    const EVENTS: usize = 40;
+    let transport = harness.transport().await;
+    let mut subscriptions = Vec::new();
+    for queue in ["n1.batch-a.events", "n1.batch-b.events"] {
+        let subscription = transport
+            .subscribe(SubscriptionSpec {
+                queue: QueueSpec::Durable {
+                    name: queue.to_owned(),
+                },
+                patterns: vec![TopicPattern::parse("module.batch.#").expect("pattern")],
+                prefetch: 64,
+                retry_delays: Vec::new(),
+            })
+            .await
+            .expect("subscribed");
+        subscriptions.push((queue, subscription));
+    }
+    for _ in 0..EVENTS {
+        let envelope = mesh_core::Envelope {
+            id: EventId::new(),
+            key: mesh_core::RoutingKey::parse("module.batch.thing").expect("key"),
+            source: "batch".into(),
+            node: "n1".into(),
+            time: mesh_core::Timestamp::now(),
+            causation_id: None,
+            schema: None,
+            extra_headers: Default::default(),
+            body: Bytes::from_static(b"{}"),
+        };
+        transport
+            .publish(
+                mesh_core::codec::encode(&envelope),
+                PublishOptions::default(),
+            )
+            .await
+            .expect("published")
+            .await
+            .expect("confirmed");
+    }
+
+    // Every delivery of both queues, interleaved and newest first; the oldest of the first
+    // queue is kept back.
+    let mut taken = Vec::new();
+    for (_, subscription) in &mut subscriptions {
+        for _ in 0..EVENTS {
+            let delivery = within("a delivery", subscription.next())
+                .await
+                .expect("subscription open");
+            taken.push(delivery);
+        }
+    }
+    let kept = taken.remove(0);
+    let kept_id = kept
+        .message
+        .properties
+        .headers
+        .get(mesh_core::codec::EVENT_ID)
+        .cloned();
+    taken.reverse();
+    Delivery::ack_all(taken).await.expect("all acked");
+
+    let (first, second) = (subscriptions[0].0, subscriptions[1].0);
+    eventually("the second queue empty, the first holding one", || async {
+        harness.messages(second).await == Some(0) && harness.messages(first).await == Some(1)
+    })
+    .await;
+
+    kept.release();
+    let again = within("the released delivery", subscriptions[0].1.next())
+        .await
+        .expect("subscription open");
+    assert!(
+        again.redelivered,
+        "released deliveries come back marked redelivered"
+    );
+    assert_eq!(
+        again
+            .message
+            .properties
+            .headers
+            .get(mesh_core::codec::EVENT_ID)
+            .cloned(),
+        kept_id
+    );
+    Delivery::ack_all([again]).await.expect("acked");
+    eventually("the first queue empty", || async {
+        harness.messages(first).await == Some(0)
+    })
+    .await;
+    transport.close().await;
+}
