@@ -10,6 +10,8 @@
 //! events; a dead letter's body is kept byte for byte.
 
 use mesh_core::{HeaderValue, Headers, Timestamp};
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Number, Value};
 use time::format_description::FormatItem;
 use time::macros::format_description;
@@ -40,6 +42,79 @@ pub(crate) fn headers_to_json(headers: &Headers) -> Value {
     )
 }
 
+/// Headers as JSON text: the text of [`headers_to_json`], written straight from the headers
+/// instead of through a `Value` (the audit logger does this for every event).
+pub(crate) fn headers_to_json_text(headers: &Headers) -> String {
+    serde_json::to_string(&JsonTable(headers))
+        .unwrap_or_else(|_| headers_to_json(headers).to_string())
+}
+
+/// A header table serialized as [`headers_to_json`] would build it.
+struct JsonTable<'a>(&'a Headers);
+
+impl Serialize for JsonTable<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // A name with U+0000 is cleaned, which can reorder or merge names: that rare table
+        // takes the slow road, so the text stays the same.
+        if self.0.keys().any(|name| name.contains('\0')) {
+            return headers_to_json(self.0).serialize(serializer);
+        }
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (name, value) in self.0 {
+            map.serialize_entry(name, &JsonValue(value))?;
+        }
+        map.end()
+    }
+}
+
+/// A header value serialized as [`value_to_json`] would build it.
+struct JsonValue<'a>(&'a HeaderValue);
+
+impl Serialize for JsonValue<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        fn tagged<S: Serializer, T: Serialize + ?Sized>(
+            serializer: S,
+            tag: &str,
+            value: &T,
+        ) -> Result<S::Ok, S::Error> {
+            let mut map = serializer.serialize_map(Some(1))?;
+            map.serialize_entry(tag, value)?;
+            map.end()
+        }
+        match self.0 {
+            HeaderValue::Str(s) if s.contains('\0') => serializer.serialize_str(&clean(s)),
+            HeaderValue::Str(s) => serializer.serialize_str(s),
+            HeaderValue::Bool(b) => serializer.serialize_bool(*b),
+            HeaderValue::Int(n) => serializer.serialize_i64(*n),
+            HeaderValue::UInt(n) => serializer.serialize_u64(*n),
+            HeaderValue::Float(x) if x.is_finite() => serializer.serialize_f64(*x),
+            HeaderValue::Float(x) => tagged(serializer, FLOAT_TAG, non_finite_text(*x)),
+            HeaderValue::Bytes(bytes) => tagged(serializer, BYTES_TAG, &hex(bytes)),
+            HeaderValue::Timestamp(seconds) => tagged(serializer, TIMESTAMP_TAG, seconds),
+            HeaderValue::Array(items) => {
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&JsonValue(item))?;
+                }
+                seq.end()
+            }
+            HeaderValue::Table(table) => JsonTable(table).serialize(serializer),
+            HeaderValue::Void => serializer.serialize_unit(),
+        }
+    }
+}
+
+/// How a float JSON cannot hold is written in its tagged object.
+fn non_finite_text(x: f64) -> &'static str {
+    if x.is_nan() {
+        "NaN"
+    } else if x > 0.0 {
+        "inf"
+    } else {
+        "-inf"
+    }
+}
+
 fn value_to_json(value: &HeaderValue) -> Value {
     let tagged = |tag: &str, value: Value| {
         let mut map = Map::new();
@@ -53,16 +128,7 @@ fn value_to_json(value: &HeaderValue) -> Value {
         HeaderValue::UInt(n) => Value::from(*n),
         HeaderValue::Float(x) => match Number::from_f64(*x) {
             Some(number) => Value::Number(number),
-            None => {
-                let text = if x.is_nan() {
-                    "NaN"
-                } else if *x > 0.0 {
-                    "inf"
-                } else {
-                    "-inf"
-                };
-                tagged(FLOAT_TAG, Value::from(text))
-            }
+            None => tagged(FLOAT_TAG, Value::from(non_finite_text(*x))),
         },
         HeaderValue::Bytes(bytes) => tagged(BYTES_TAG, Value::String(hex(bytes))),
         HeaderValue::Timestamp(seconds) => tagged(TIMESTAMP_TAG, Value::from(*seconds)),
@@ -156,6 +222,25 @@ const STORED_TIME: &[FormatItem<'static>] =
 /// A time as stored.
 pub(crate) fn time_to_text(time: Timestamp) -> Result<String, Error> {
     let utc = time.as_offset_date_time().to_offset(UtcOffset::UTC);
+    // Written by hand for years of four digits (every event's, and the logger does this
+    // twice per event): the same text as `STORED_TIME`, without walking its description.
+    if let Ok(year @ 0..=9999) = u32::try_from(utc.year()) {
+        let mut text = String::with_capacity(27);
+        let fields = [
+            (year, 4, '-'),
+            (u32::from(u8::from(utc.month())), 2, '-'),
+            (u32::from(utc.day()), 2, 'T'),
+            (u32::from(utc.hour()), 2, ':'),
+            (u32::from(utc.minute()), 2, ':'),
+            (u32::from(utc.second()), 2, '.'),
+            (utc.microsecond(), 6, 'Z'),
+        ];
+        for (value, width, after) in fields {
+            push_digits(&mut text, value, width);
+            text.push(after);
+        }
+        return Ok(text);
+    }
     utc.format(STORED_TIME).map_err(|e| {
         Error::new(
             crate::ErrorKind::InvalidOptions,
@@ -163,6 +248,16 @@ pub(crate) fn time_to_text(time: Timestamp) -> Result<String, Error> {
         )
         .with_source(e)
     })
+}
+
+/// `value` in `width` decimal digits, zero-padded (`value` has no more digits than that).
+fn push_digits(text: &mut String, value: u32, width: u32) {
+    let mut divisor = 10_u32.pow(width - 1);
+    while divisor > 0 {
+        let digit = (value / divisor) % 10;
+        text.push(char::from(b'0' + digit as u8));
+        divisor /= 10;
+    }
 }
 
 /// A stored time back (the stored form is RFC 3339).
@@ -201,6 +296,49 @@ mod tests {
     }
 
     #[test]
+    fn json_text_is_the_text_of_the_json_value() {
+        let mut nested = Headers::new();
+        nested.insert("count".into(), HeaderValue::UInt(3));
+        nested.insert("z\0".into(), "nul name".into());
+        nested.insert("z".into(), "plain".into());
+        let mut headers = Headers::new();
+        headers.insert("s".into(), "te\"xt\n\0".into());
+        headers.insert("b".into(), HeaderValue::Bool(false));
+        headers.insert("i".into(), HeaderValue::Int(i64::MIN));
+        headers.insert("u".into(), HeaderValue::UInt(u64::MAX));
+        headers.insert("f".into(), HeaderValue::Float(-0.1));
+        headers.insert("whole".into(), HeaderValue::Float(3.0));
+        for (name, x) in [
+            ("nan", f64::NAN),
+            ("inf", f64::INFINITY),
+            ("ninf", f64::NEG_INFINITY),
+        ] {
+            headers.insert(name.into(), HeaderValue::Float(x));
+        }
+        headers.insert("bytes".into(), HeaderValue::Bytes(vec![0, 159, 255]));
+        headers.insert("ts".into(), HeaderValue::Timestamp(1_700_000_000));
+        headers.insert(
+            "array".into(),
+            HeaderValue::Array(vec![
+                HeaderValue::Table(nested.clone()),
+                HeaderValue::Void,
+                HeaderValue::Array(vec![]),
+            ]),
+        );
+        headers.insert("table".into(), HeaderValue::Table(nested));
+        headers.insert("empty".into(), HeaderValue::Table(Headers::new()));
+        assert_eq!(
+            headers_to_json_text(&headers),
+            headers_to_json(&headers).to_string()
+        );
+        headers.insert("\0first".into(), HeaderValue::Void);
+        assert_eq!(
+            headers_to_json_text(&headers),
+            headers_to_json(&headers).to_string()
+        );
+    }
+
+    #[test]
     fn nul_is_replaced() {
         let mut headers = Headers::new();
         headers.insert("x\0".into(), "a\0b".into());
@@ -216,5 +354,24 @@ mod tests {
         assert_eq!(time_from_text(&text).unwrap(), t);
         let fine = Timestamp::parse("2026-09-03T12:00:00.123456789Z").unwrap();
         assert_eq!(time_to_text(fine).unwrap(), "2026-09-03T12:00:00.123456Z");
+    }
+
+    #[test]
+    fn stored_times_are_the_text_of_their_format_description() {
+        let mut seconds = -62_167_219_200_i64; // 0000-01-01
+        let last = 253_402_300_799_i64; // 9999-12-31T23:59:59
+        let mut micros = 7_u32;
+        while seconds <= last {
+            let nanos = i128::from(seconds) * 1_000_000_000 + i128::from(micros) * 1_000 + 999;
+            let t = Timestamp::from(
+                time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+                    .unwrap()
+                    .to_offset(UtcOffset::from_hms(-3, -30, 0).unwrap()),
+            );
+            let utc = t.as_offset_date_time().to_offset(UtcOffset::UTC);
+            assert_eq!(time_to_text(t).unwrap(), utc.format(STORED_TIME).unwrap());
+            seconds += 86_400 * 37 + 3_671;
+            micros = (micros * 7 + 13) % 1_000_000;
+        }
     }
 }

@@ -6,8 +6,10 @@
 //! Deliveries from both queues gather in one batch. A batch closes when it holds
 //! `batch_size` rows or `batch_wait` after its first delivery, whichever comes first (so a
 //! trickle is stored within `batch_wait`), and is written in one transaction of multi-row
-//! inserts. Only once that transaction committed are its deliveries acked, all at once, so
-//! the transport can fold them into `multiple` acks. Nothing is acked before it is durable;
+//! inserts while the next batch fills (one batch is written at a time: the next waits for
+//! it, so at most two batches are unacked). Only once that transaction committed are its
+//! deliveries acked, all at once (`Delivery::ack_all`), so the transport sends them as one
+//! command folded into `multiple` acks. Nothing is acked before it is durable;
 //! a crash loses only unacked deliveries, which the broker delivers again, and the event id
 //! as primary key (`ON CONFLICT DO NOTHING`) absorbs them, as it absorbs a publisher's resend.
 //!
@@ -25,17 +27,17 @@
 //!
 //! # Shutdown
 //!
-//! When the shutdown token fires, the logger cancels both consumers, takes the deliveries
-//! already buffered into the open batch, commits it, acks it and returns.
+//! When the shutdown token fires, the logger waits for the batch being written, cancels both
+//! consumers, takes the deliveries already buffered into the open batch, commits it, acks it
+//! and returns.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::join_all;
 use mesh_core::{
-    codec, naming, DeadLetter, DeadReason, Delivery, QueueSpec, Subscription, SubscriptionSpec,
-    Timestamp, TopicPattern, Transport, TransportError, TransportErrorKind,
+    codec, naming, BoxFuture, DeadLetter, DeadReason, Delivery, QueueSpec, Subscription,
+    SubscriptionSpec, Timestamp, TopicPattern, Transport, TransportError, TransportErrorKind,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -239,6 +241,9 @@ impl AuditLogger {
         let consuming = Consuming::new(&self.counters.consuming);
 
         let mut batch = Batch::default();
+        // The batch being written while the next one fills; one at most, so no more than
+        // two batches are unacked at a time.
+        let mut writing: Option<BoxFuture<'_, Result<(), Error>>> = None;
         let mut ended = None;
         loop {
             if shutdown.is_cancelled() {
@@ -248,12 +253,19 @@ impl AuditLogger {
             if deadline.is_some_and(|d| d <= Instant::now())
                 || batch.len() >= self.options.get_batch_size()
             {
-                self.commit(&mut batch, shutdown).await?;
+                if let Some(previous) = writing.take() {
+                    previous.await?;
+                }
+                writing = Some(Box::pin(self.commit(std::mem::take(&mut batch), shutdown)));
                 continue;
             }
             // Not biased: under a backlog of events, dead letters still get their turn.
             tokio::select! {
                 () = shutdown.cancelled() => break,
+                outcome = written(&mut writing) => {
+                    writing = None;
+                    outcome?;
+                }
                 () = sleep_until(deadline) => {}
                 delivery = events.next() => match delivery {
                     Some(delivery) => self.take(Source::Events, delivery, &mut batch).await,
@@ -266,6 +278,9 @@ impl AuditLogger {
             }
         }
 
+        if let Some(previous) = writing.take() {
+            previous.await?;
+        }
         // Stop both consumers, and store what they had buffered rather than hand it back.
         drop(consuming);
         events.cancel();
@@ -274,7 +289,7 @@ impl AuditLogger {
             .await?;
         self.drain_buffered(Source::DeadLetters, &mut dead, &mut batch, shutdown)
             .await?;
-        self.commit(&mut batch, shutdown).await?;
+        self.commit(batch, shutdown).await?;
 
         match ended {
             None => {
@@ -301,7 +316,7 @@ impl AuditLogger {
         while let Some(delivery) = subscription.next().await {
             self.take(source, delivery, batch).await;
             if batch.len() >= self.options.get_batch_size() {
-                self.commit(batch, shutdown).await?;
+                self.commit(std::mem::take(batch), shutdown).await?;
             }
         }
         Ok(())
@@ -366,8 +381,7 @@ impl AuditLogger {
 
     /// Writes the batch in one transaction and acks its deliveries; see the module docs for
     /// what happens when the database fails.
-    async fn commit(&self, batch: &mut Batch, shutdown: &CancellationToken) -> Result<(), Error> {
-        let batch = std::mem::take(batch);
+    async fn commit(&self, batch: Batch, shutdown: &CancellationToken) -> Result<(), Error> {
         if batch.len() == 0 {
             return Ok(());
         }
@@ -511,16 +525,20 @@ impl AuditLogger {
     }
 }
 
-/// Acks every delivery at once: all the ack commands reach the transport before it sends
-/// anything, so it can fold them into `multiple` acks. A failed ack (the channel closed)
-/// needs nothing more: the broker delivers the message again, and its id absorbs it.
+/// Acks every delivery at once: the transport sends the acks of one channel as one command,
+/// folded into `multiple` acks. A failed ack (the channel closed) needs nothing more: the
+/// broker delivers the message again, and its id absorbs it.
 async fn ack_all(deliveries: Vec<Delivery>) {
-    let outcomes = join_all(deliveries.into_iter().map(Delivery::ack)).await;
-    let failed = outcomes.iter().filter(|o| o.is_err()).count();
-    if failed > 0 {
-        if let Some(Err(e)) = outcomes.into_iter().find(Result::is_err) {
-            warn!(failed, error = %e, "acks failed after commit; the broker will deliver those again");
-        }
+    if let Err(e) = Delivery::ack_all(deliveries).await {
+        warn!(failed = e.failed, error = %e.error, "acks failed after commit; the broker will deliver those again");
+    }
+}
+
+/// Resolves with the outcome of the batch being written; never, while none is.
+async fn written(writing: &mut Option<BoxFuture<'_, Result<(), Error>>>) -> Result<(), Error> {
+    match writing {
+        Some(write) => write.await,
+        None => std::future::pending().await,
     }
 }
 

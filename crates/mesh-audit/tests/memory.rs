@@ -166,6 +166,60 @@ async fn a_batch_closes_at_its_size() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// While one batch waits for a locked database, the next fills behind it, and nothing is
+/// acked, lost or stored twice once the lock goes.
+#[tokio::test]
+async fn batches_wait_for_a_locked_database_and_lose_nothing() -> anyhow::Result<()> {
+    use sqlx::Connection;
+
+    let temp = TempStore::sqlite();
+    let store = temp.open().await?;
+    let path = temp.sqlite_path().expect("a SQLite store");
+    let mut lock = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await?;
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut lock).await?;
+
+    let broker = MemoryBroker::new();
+    let options = AuditOptions::new()
+        .node("n1")
+        .batch_size(5)
+        .batch_wait(Duration::from_secs(3600));
+    let logger = start(&broker, store.clone(), options).await;
+    let bus = emitter(&broker, "shop").await?;
+    for n in 0..17 {
+        bus.emit_json("order.placed", &serde_json::json!({ "n": n }))
+            .await?;
+    }
+    eventually(WAIT, "every event handed to the logger", || {
+        let unacked = broker.unacked("n1.audit-logger.events");
+        async move { (unacked == Some(17)).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        logger.logger.stats().batches,
+        0,
+        "nothing commits while locked"
+    );
+
+    sqlx::query("ROLLBACK").execute(&mut lock).await?;
+    lock.close().await?;
+    eventually(WAIT, "three full batches stored and acked", || {
+        let unacked = broker.unacked("n1.audit-logger.events");
+        let store = store.clone();
+        async move { (unacked == Some(2) && count(&store).await == 15).then_some(()) }
+    })
+    .await;
+    let stats = logger.logger.stats();
+    assert_eq!(
+        (stats.batches, stats.events_stored, stats.duplicates),
+        (3, 15, 0)
+    );
+    logger.stop().await?;
+    assert_eq!(count(&store).await, 17);
+    assert_eq!(broker.unacked("n1.audit-logger.events"), Some(0));
+    bus.drain().await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_event_that_breaks_the_contract_is_dead_lettered_and_kept() -> anyhow::Result<()> {
     let temp = TempStore::sqlite();

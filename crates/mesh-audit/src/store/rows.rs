@@ -6,7 +6,7 @@ use bytes::Bytes;
 use mesh_core::{codec, DeadReason, Envelope, EventId, Timestamp, WireMessage};
 use uuid::Uuid;
 
-use crate::convert::{clean, headers_to_json, time_from_text, time_to_text};
+use crate::convert::{clean, headers_to_json_text, time_from_text, time_to_text};
 use crate::error::Error;
 use crate::record::{DeadLetterId, DeadLetterRecord, EventRecord};
 
@@ -49,7 +49,7 @@ impl EventRow {
             causation_id: envelope.causation_id.as_deref().map(canonical_id),
             schema: envelope.schema.map(|s| i64::from(s.0)),
             received_at: received_at.to_owned(),
-            headers: headers_to_json(&message.properties.headers).to_string(),
+            headers: headers_to_json_text(&message.properties.headers),
             body,
         })
     }
@@ -86,7 +86,7 @@ pub(crate) struct DeadRow {
 impl DeadRow {
     /// The row of any message from the dead-letter queue: nothing about it can be refused.
     pub(crate) fn new(message: &WireMessage, received_at: &str) -> DeadRow {
-        let headers = headers_to_json(&message.properties.headers).to_string();
+        let headers = headers_to_json_text(&message.properties.headers);
         let routing_key = clean(&message.routing_key);
         // The key covers everything the message carries, and the transport keeps nothing
         // that changes between deliveries in the headers (the broker's delivery count is

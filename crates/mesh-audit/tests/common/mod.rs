@@ -60,6 +60,14 @@ impl TempStore {
         }
     }
 
+    /// The file of a SQLite store.
+    pub(crate) fn sqlite_path(&self) -> Option<&std::path::Path> {
+        match &self.cleanup {
+            Cleanup::File(path) => Some(path),
+            Cleanup::Database { .. } => None,
+        }
+    }
+
     /// A database of its own on the PostgreSQL server.
     pub(crate) async fn postgres() -> anyhow::Result<TempStore> {
         let admin_url = postgres_admin_url();
