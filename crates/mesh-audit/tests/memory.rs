@@ -64,6 +64,28 @@ async fn emitter(broker: &MemoryBroker, module: &str) -> anyhow::Result<Bus> {
         .await?)
 }
 
+/// Batches of `size` that only their size (or the shutdown) closes: they would wait an hour.
+fn hour_long_batches(size: usize) -> AuditOptions {
+    AuditOptions::new()
+        .node("n1")
+        .batch_size(size)
+        .batch_wait(Duration::from_secs(3600))
+}
+
+/// Emits `n` events, then waits until the logger holds them all unacked.
+async fn emit_orders(broker: &MemoryBroker, bus: &Bus, n: usize) -> anyhow::Result<()> {
+    for i in 0..n {
+        bus.emit_json("order.placed", &serde_json::json!({ "n": i }))
+            .await?;
+    }
+    eventually(WAIT, "every event handed to the logger", || {
+        let unacked = broker.unacked("n1.audit-logger.events");
+        async move { (unacked == Some(n)).then_some(()) }
+    })
+    .await;
+    Ok(())
+}
+
 async fn count(store: &Store) -> u64 {
     store.counts().await.expect("counting").events
 }
@@ -103,21 +125,9 @@ async fn shutdown_commits_and_acks_the_open_batch() -> anyhow::Result<()> {
     let store = temp.open().await?;
     let broker = MemoryBroker::new();
     // A batch that would stay open for an hour: only the shutdown can close it.
-    let options = AuditOptions::new()
-        .node("n1")
-        .batch_size(1000)
-        .batch_wait(Duration::from_secs(3600));
-    let logger = start(&broker, store.clone(), options).await;
+    let logger = start(&broker, store.clone(), hour_long_batches(1000)).await;
     let bus = emitter(&broker, "shop").await?;
-    for n in 0..10 {
-        bus.emit_json("order.placed", &serde_json::json!({ "n": n }))
-            .await?;
-    }
-    eventually(WAIT, "ten deliveries handed to the logger", || {
-        let unacked = broker.unacked("n1.audit-logger.events");
-        async move { (unacked == Some(10)).then_some(()) }
-    })
-    .await;
+    emit_orders(&broker, &bus, 10).await?;
     assert_eq!(
         count(&store).await,
         0,
@@ -136,11 +146,7 @@ async fn a_batch_closes_at_its_size() -> anyhow::Result<()> {
     let temp = TempStore::sqlite();
     let store = temp.open().await?;
     let broker = MemoryBroker::new();
-    let options = AuditOptions::new()
-        .node("n1")
-        .batch_size(5)
-        .batch_wait(Duration::from_secs(3600));
-    let logger = start(&broker, store.clone(), options).await;
+    let logger = start(&broker, store.clone(), hour_long_batches(5)).await;
     let bus = emitter(&broker, "shop").await?;
     for n in 0..12 {
         bus.emit_json("order.placed", &serde_json::json!({ "n": n }))
@@ -179,21 +185,9 @@ async fn batches_wait_for_a_locked_database_and_lose_nothing() -> anyhow::Result
     sqlx::query("BEGIN IMMEDIATE").execute(&mut lock).await?;
 
     let broker = MemoryBroker::new();
-    let options = AuditOptions::new()
-        .node("n1")
-        .batch_size(5)
-        .batch_wait(Duration::from_secs(3600));
-    let logger = start(&broker, store.clone(), options).await;
+    let logger = start(&broker, store.clone(), hour_long_batches(5)).await;
     let bus = emitter(&broker, "shop").await?;
-    for n in 0..17 {
-        bus.emit_json("order.placed", &serde_json::json!({ "n": n }))
-            .await?;
-    }
-    eventually(WAIT, "every event handed to the logger", || {
-        let unacked = broker.unacked("n1.audit-logger.events");
-        async move { (unacked == Some(17)).then_some(()) }
-    })
-    .await;
+    emit_orders(&broker, &bus, 17).await?;
     assert_eq!(
         logger.logger.stats().batches,
         0,

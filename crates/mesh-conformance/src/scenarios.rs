@@ -96,6 +96,21 @@ impl Tally {
     }
 }
 
+/// An event with an empty JSON body from `source` on node `n1`, as published by hand.
+fn event(key: &str, source: &str) -> mesh_core::Envelope {
+    mesh_core::Envelope {
+        id: EventId::new(),
+        key: mesh_core::RoutingKey::parse(key).expect("key"),
+        source: source.into(),
+        node: "n1".into(),
+        time: mesh_core::Timestamp::now(),
+        causation_id: None,
+        schema: None,
+        extra_headers: Default::default(),
+        body: Bytes::from_static(b"{}"),
+    }
+}
+
 async fn emitter(harness: &dyn Harness, module: &str) -> Bus {
     Bus::builder()
         .node("n1")
@@ -388,17 +403,7 @@ pub async fn an_undecodable_message_is_dead_lettered(harness: &dyn Harness) {
     let mut dead = src.dead_letters().await.expect("dead letters");
     let raw = harness.transport().await;
 
-    let good = mesh_core::Envelope {
-        id: EventId::new(),
-        key: mesh_core::RoutingKey::parse("module.src.raw.event").expect("key"),
-        source: "src".into(),
-        node: "n1".into(),
-        time: mesh_core::Timestamp::now(),
-        causation_id: None,
-        schema: None,
-        extra_headers: Default::default(),
-        body: Bytes::from_static(b"{}"),
-    };
+    let good = event("module.src.raw.event", "src");
     let mut no_id = mesh_core::codec::encode(&good);
     no_id.properties.headers.remove(mesh_core::codec::EVENT_ID);
     let mut not_json: WireMessage = mesh_core::codec::encode(&mesh_core::Envelope {
@@ -869,17 +874,7 @@ pub async fn ack_all_settles_exactly_the_deliveries_given(harness: &dyn Harness)
         subscriptions.push((queue, subscription));
     }
     for _ in 0..EVENTS {
-        let envelope = mesh_core::Envelope {
-            id: EventId::new(),
-            key: mesh_core::RoutingKey::parse("module.batch.thing").expect("key"),
-            source: "batch".into(),
-            node: "n1".into(),
-            time: mesh_core::Timestamp::now(),
-            causation_id: None,
-            schema: None,
-            extra_headers: Default::default(),
-            body: Bytes::from_static(b"{}"),
-        };
+        let envelope = event("module.batch.thing", "batch");
         transport
             .publish(
                 mesh_core::codec::encode(&envelope),
