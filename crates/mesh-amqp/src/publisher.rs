@@ -11,6 +11,10 @@
 //! outage or a broker alarm however fast callers publish. The message then goes, with its
 //! permits, through a queue to the [`PublishTask`], and the caller gets a [`Confirm`] to await
 //! now, later or never. The permits are released when the broker settles the message.
+//! A publish that finds room and a free slot in that queue is handed over without
+//! awaiting anything ([`Publisher::try_publish`]); only one that must wait builds the
+//! future that waits ([`Publisher::publish_waiting`]), so the common case allocates no
+//! large future per message.
 //!
 //! The task owns the connection (`<prefix>.publish`, its own connection because RabbitMQ
 //! blocks publishing connections during alarms, which must not stall consumers) and one
@@ -82,6 +86,7 @@ use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments};
 use amqprs::connection::Connection;
 use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
 use mesh_core::{BoxFuture, Confirm, TransportError, TransportErrorKind, WireMessage};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -161,6 +166,58 @@ impl Pending {
         drop(_count);
         let _ = responder.send(outcome);
     }
+}
+
+/// A checked publish that did not find room at once (see [`Publisher::try_publish`]).
+pub(crate) struct Waiting {
+    outgoing: Outgoing,
+    properties: BasicProperties,
+    /// Its bytes' share of the window.
+    charge: u32,
+    deadline: Option<Instant>,
+    /// Its room, when only the queue to the task was full.
+    room: Option<Room>,
+}
+
+impl Waiting {
+    /// Hands the publish to the task through `slot`, with the `Confirm` of its outcome.
+    fn hand_over(self, room: Room, slot: mpsc::Permit<'_, Command>) -> Confirm {
+        let (responder, outcome) = oneshot::channel();
+        let (count, bytes) = room;
+        slot.send(Command::Publish(Box::new(Pending {
+            outgoing: self.outgoing,
+            properties: Some(self.properties),
+            responder,
+            sent: 0,
+            _count: count,
+            _bytes: bytes,
+        })));
+        let deadline = self.deadline;
+        Confirm::new(async move {
+            let outcome = match deadline {
+                Some(at) => match tokio::time::timeout_at(at, outcome).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => {
+                        return Err(TransportError::new(
+                            TransportErrorKind::Timeout,
+                            "no confirm from the broker before the deadline; the message \
+                             may still be delivered",
+                        ))
+                    }
+                },
+                None => outcome.await,
+            };
+            outcome.unwrap_or_else(|_| Err(closed()))
+        })
+    }
+}
+
+/// What [`Publisher::try_publish`] did.
+pub(crate) enum Attempt {
+    /// The publish is the task's now; its confirm.
+    Taken(Confirm),
+    /// It must wait (boxed: a rare path, so the common one stays small).
+    Wait(Box<Waiting>),
 }
 
 /// A published message waiting for the broker.
@@ -362,6 +419,22 @@ impl Publisher {
         outgoing: Outgoing,
         deadline: Option<Duration>,
     ) -> Result<Confirm, TransportError> {
+        match self.try_publish(outgoing, deadline)? {
+            Attempt::Taken(confirm) => Ok(confirm),
+            Attempt::Wait(waiting) => self.publish_waiting(waiting).await,
+        }
+    }
+
+    /// The part of [`publish`](Self::publish) that needs no waiting: checks `outgoing`,
+    /// builds its properties and, when the window has room and the queue to the task a free
+    /// slot, hands it over (`Taken`). Otherwise the caller waits with
+    /// [`publish_waiting`](Self::publish_waiting), which holds only what a wait needs: a
+    /// publish that finds room, the common case, never builds (nor boxes) a waiting future.
+    pub(crate) fn try_publish(
+        &self,
+        outgoing: Outgoing,
+        deadline: Option<Duration>,
+    ) -> Result<Attempt, TransportError> {
         let deadline = deadline
             .or(self.default_deadline)
             .map(|d| Instant::now() + d);
@@ -387,43 +460,42 @@ impl Publisher {
         check_short("an exchange name", &outgoing.exchange)?;
         check_short("a routing key", &outgoing.routing_key)?;
         let properties = to_properties(&outgoing.message, outgoing.force_persistent)?;
-
         // A message larger than the byte bound takes all of it rather than never fitting.
         let charge = u32::try_from(size.min(self.window.max_bytes)).unwrap_or(u32::MAX);
-        let (count, bytes) = match self.try_room(charge) {
+        let waiting = Waiting {
+            outgoing,
+            properties,
+            charge,
+            deadline,
+            room: None,
+        };
+        let room = match self.try_room(charge) {
             Ok(Some(room)) => room,
-            Ok(None) => self.wait_for_room(charge, deadline).await?,
+            Ok(None) => return Ok(Attempt::Wait(Box::new(waiting))),
             Err(_) => return Err(closed()),
         };
-        let (responder, outcome) = oneshot::channel();
-        let pending = Box::new(Pending {
-            outgoing,
-            properties: Some(properties),
-            responder,
-            sent: 0,
-            _count: count,
-            _bytes: bytes,
-        });
-        self.commands
-            .send(Command::Publish(pending))
-            .await
-            .map_err(|_| closed())?;
-        Ok(Confirm::new(async move {
-            let outcome = match deadline {
-                Some(at) => match tokio::time::timeout_at(at, outcome).await {
-                    Ok(outcome) => outcome,
-                    Err(_) => {
-                        return Err(TransportError::new(
-                            TransportErrorKind::Timeout,
-                            "no confirm from the broker before the deadline; the message \
-                             may still be delivered",
-                        ))
-                    }
-                },
-                None => outcome.await,
-            };
-            outcome.unwrap_or_else(|_| Err(closed()))
-        }))
+        match self.commands.try_reserve() {
+            Ok(slot) => Ok(Attempt::Taken(waiting.hand_over(room, slot))),
+            Err(TrySendError::Full(())) => Ok(Attempt::Wait(Box::new(Waiting {
+                room: Some(room),
+                ..waiting
+            }))),
+            Err(TrySendError::Closed(())) => Err(closed()),
+        }
+    }
+
+    /// Waits for room in the window (unless `waiting` holds it) and for a slot in the queue
+    /// to the task, until the deadline, then hands the publish over.
+    pub(crate) async fn publish_waiting(
+        &self,
+        mut waiting: Box<Waiting>,
+    ) -> Result<Confirm, TransportError> {
+        let room = match waiting.room.take() {
+            Some(room) => room,
+            None => self.wait_for_room(waiting.charge, waiting.deadline).await?,
+        };
+        let slot = self.commands.reserve().await.map_err(|_| closed())?;
+        Ok(waiting.hand_over(room, slot))
     }
 
     /// Room in the window now, if there is (`Ok(None)` if not); a semaphore never makes a

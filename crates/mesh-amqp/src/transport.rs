@@ -19,7 +19,7 @@ use crate::lifecycle::{Counters, Lifecycle, Shared};
 use crate::link::ConsumeLink;
 use crate::management::Management;
 use crate::options::{AmqpOptions, QueueType};
-use crate::publisher::{Outgoing, Publisher};
+use crate::publisher::{Attempt, Outgoing, Publisher};
 use crate::rpc::Rpc;
 use crate::topology::{self, BindingDecl, Topology};
 
@@ -229,6 +229,18 @@ impl AmqpTransport {
         message: WireMessage,
         options: PublishOptions,
     ) -> Result<Confirm, TransportError> {
+        match self.try_publish(message, options)? {
+            Attempt::Taken(confirm) => Ok(confirm),
+            Attempt::Wait(waiting) => self.inner.publisher.publish_waiting(waiting).await,
+        }
+    }
+
+    /// [`publish`](Self::publish) up to where it would wait.
+    fn try_publish(
+        &self,
+        message: WireMessage,
+        options: PublishOptions,
+    ) -> Result<Attempt, TransportError> {
         self.check_open()?;
         let (exchange, routing_key) = match options.target {
             Target::Events => (EVENTS_EXCHANGE.to_owned(), message.routing_key.clone()),
@@ -242,10 +254,7 @@ impl AmqpTransport {
             force_persistent: false,
             resend: true,
         };
-        self.inner
-            .publisher
-            .publish(outgoing, options.deadline)
-            .await
+        self.inner.publisher.try_publish(outgoing, options.deadline)
     }
 
     /// Declares and consumes; see [`Transport::subscribe`].
@@ -594,7 +603,12 @@ impl Transport for AmqpTransport {
         message: WireMessage,
         options: PublishOptions,
     ) -> BoxFuture<'_, Result<Confirm, TransportError>> {
-        Box::pin(AmqpTransport::publish(self, message, options))
+        // Only a publish that must wait boxes a future that can.
+        match self.try_publish(message, options) {
+            Ok(Attempt::Taken(confirm)) => Box::pin(std::future::ready(Ok(confirm))),
+            Ok(Attempt::Wait(waiting)) => Box::pin(self.inner.publisher.publish_waiting(waiting)),
+            Err(error) => Box::pin(std::future::ready(Err(error))),
+        }
     }
 
     fn subscribe(

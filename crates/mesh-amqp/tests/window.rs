@@ -114,3 +114,66 @@ async fn a_full_window_is_backpressure_and_a_missing_confirm_a_timeout() {
     drop(relay);
     vhost.delete().await.unwrap();
 }
+
+/// A publish that finds the window full waits for room, through the `Transport` trait as
+/// through the inherent method, and goes out once a confirm frees some; one that finds room
+/// is handed over without waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_waits_for_room_and_goes_out_once_a_confirm_frees_it() {
+    use mesh_core::Transport;
+
+    let vhost = common::vhost("window-wait").await;
+    let relay = Relay::start(vhost.broker_addr()).await.unwrap();
+    let options = vhost
+        .url_via(relay.addr())
+        .parse::<mesh_amqp::AmqpOptions>()
+        .unwrap()
+        .connection_name("window-wait")
+        .confirm_window(1);
+    let transport = AmqpTransport::connect(options).await.unwrap();
+    let dyn_transport: &dyn Transport = &transport;
+
+    relay.blackhole();
+    // Room: taken at once, without a wait.
+    let first = futures::poll!(Box::pin(dyn_transport.publish(
+        common::event("module.w.a", "{}"),
+        within(Duration::from_secs(30)),
+    )));
+    let std::task::Poll::Ready(first) = first else {
+        panic!("a publish that has room must not wait");
+    };
+    let first = first.unwrap();
+    assert_eq!(transport.stats().unconfirmed, 1);
+
+    // No room: both ways of publishing wait.
+    let mut second = Box::pin(dyn_transport.publish(
+        common::event("module.w.b", "{}"),
+        within(Duration::from_secs(30)),
+    ));
+    let mut third = Box::pin(transport.publish(
+        common::event("module.w.c", "{}"),
+        within(Duration::from_secs(30)),
+    ));
+    assert!(futures::poll!(&mut second).is_pending());
+    assert!(futures::poll!(&mut third).is_pending());
+
+    // The confirms come: each frees the room the next waiting publish takes.
+    relay.pass();
+    let confirms = tokio::time::timeout(common::WAIT, async {
+        first.await?;
+        second.await?.await?;
+        third.await?.await
+    })
+    .await
+    .expect("room and confirms before the wait ran out");
+    confirms.unwrap();
+    let stats = transport.stats();
+    assert_eq!(
+        (stats.unconfirmed, stats.unconfirmed_bytes),
+        (0, 0),
+        "{stats:?}"
+    );
+    transport.close().await;
+    drop(relay);
+    vhost.delete().await.unwrap();
+}
