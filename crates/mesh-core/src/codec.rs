@@ -166,7 +166,9 @@ pub fn encode(envelope: &Envelope) -> WireMessage {
     for name in CONTRACT_HEADERS {
         headers.remove(name);
     }
-    headers.insert(EVENT_ID.to_owned(), envelope.id.to_string().into());
+    // The id is formatted once: it is the header and the message id.
+    let id = envelope.id.to_string();
+    headers.insert(EVENT_ID.to_owned(), id.clone().into());
     headers.insert(SOURCE.to_owned(), envelope.source.clone().into());
     headers.insert(NODE.to_owned(), envelope.node.clone().into());
     headers.insert(TIME.to_owned(), envelope.time.to_string().into());
@@ -181,7 +183,7 @@ pub fn encode(envelope: &Envelope) -> WireMessage {
         properties: Properties {
             content_type: Some(CONTENT_TYPE_JSON.to_owned()),
             persistent: true,
-            message_id: Some(envelope.id.to_string()),
+            message_id: Some(id),
             timestamp: u64::try_from(envelope.time.unix_seconds()).ok(),
             headers,
             ..Properties::default()

@@ -106,8 +106,8 @@ pub enum KeyError {
 }
 
 /// Checks the word structure shared by keys and names: non-empty, bounded, no empty words,
-/// no control characters; returns the words.
-fn words(text: &str, max: usize) -> Result<Vec<&str>, KeyError> {
+/// no control characters; returns how many words there are.
+fn words(text: &str, max: usize) -> Result<usize, KeyError> {
     if text.is_empty() {
         return Err(KeyError::Empty);
     }
@@ -117,14 +117,35 @@ fn words(text: &str, max: usize) -> Result<Vec<&str>, KeyError> {
             max,
         });
     }
-    if let Some(character) = text.chars().find(|c| c.is_control()) {
-        return Err(KeyError::ControlCharacter { character });
+    // Every control character outside ASCII (U+0080..=U+009F) starts with the byte 0xC2.
+    let maybe_control = |b: &u8| b.is_ascii_control() || *b == 0xC2;
+    if text.as_bytes().iter().any(maybe_control) {
+        if let Some(character) = text.chars().find(|c| c.is_control()) {
+            return Err(KeyError::ControlCharacter { character });
+        }
     }
-    let words: Vec<&str> = text.split('.').collect();
-    if let Some(position) = words.iter().position(|w| w.is_empty()) {
-        return Err(KeyError::EmptyWord { position });
+    // One pass over the bytes: `.` is ASCII, so it never occurs inside a wider character.
+    let mut count = 1;
+    let mut word_len = 0;
+    for &b in text.as_bytes() {
+        if b == b'.' {
+            if word_len == 0 {
+                return Err(KeyError::EmptyWord {
+                    position: count - 1,
+                });
+            }
+            count += 1;
+            word_len = 0;
+        } else {
+            word_len += 1;
+        }
     }
-    Ok(words)
+    if word_len == 0 {
+        return Err(KeyError::EmptyWord {
+            position: count - 1,
+        });
+    }
+    Ok(count)
 }
 
 fn no_wildcards(text: &str) -> Result<(), KeyError> {
@@ -149,20 +170,28 @@ pub struct RoutingKey {
 impl RoutingKey {
     /// Parses and validates a key.
     pub fn parse(text: &str) -> Result<RoutingKey, KeyError> {
-        let parts = words(text, MAX_KEY_LEN)?;
-        no_wildcards(text)?;
-        let origin = Origin::parse(parts[0]).ok_or_else(|| KeyError::UnknownOrigin {
-            origin: parts[0].to_owned(),
-        })?;
-        if parts.len() < 3 {
-            return Err(KeyError::TooFewWords { words: parts.len() });
-        }
-        let event_start = parts[0].len() + 1 + parts[1].len() + 1;
+        let (origin, event_start) = RoutingKey::check(text)?;
         Ok(RoutingKey {
             text: text.to_owned(),
             origin,
             event_start,
         })
+    }
+
+    /// The rules of a key; its origin and where its event part starts.
+    fn check(text: &str) -> Result<(Origin, usize), KeyError> {
+        let count = words(text, MAX_KEY_LEN)?;
+        no_wildcards(text)?;
+        let mut parts = text.splitn(3, '.');
+        let first = parts.next().unwrap_or_default();
+        let origin = Origin::parse(first).ok_or_else(|| KeyError::UnknownOrigin {
+            origin: first.to_owned(),
+        })?;
+        if count < 3 {
+            return Err(KeyError::TooFewWords { words: count });
+        }
+        let second = parts.next().unwrap_or_default();
+        Ok((origin, first.len() + 1 + second.len() + 1))
     }
 
     /// Builds `<origin>.<name>.<event>` from its parts.
@@ -194,6 +223,19 @@ impl RoutingKey {
 impl fmt::Display for RoutingKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
+    }
+}
+
+/// Validates a key given as an owned string, keeping its buffer.
+impl TryFrom<String> for RoutingKey {
+    type Error = KeyError;
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        let (origin, event_start) = RoutingKey::check(&text)?;
+        Ok(RoutingKey {
+            text,
+            origin,
+            event_start,
+        })
     }
 }
 
@@ -408,6 +450,76 @@ mod tests {
         assert_eq!(
             RoutingKey::parse("module.umami.cre\nated"),
             Err(KeyError::ControlCharacter { character: '\n' })
+        );
+    }
+
+    /// The rules of `words` as plainly written (the code scans bytes once instead).
+    fn words_as_written(text: &str, max: usize) -> Result<usize, KeyError> {
+        if text.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if text.len() > max {
+            return Err(KeyError::TooLong {
+                len: text.len(),
+                max,
+            });
+        }
+        if let Some(character) = text.chars().find(|c| c.is_control()) {
+            return Err(KeyError::ControlCharacter { character });
+        }
+        let words: Vec<&str> = text.split('.').collect();
+        if let Some(position) = words.iter().position(|w| w.is_empty()) {
+            return Err(KeyError::EmptyWord { position });
+        }
+        Ok(words.len())
+    }
+
+    #[test]
+    fn words_are_counted_and_checked_as_the_rules_say() {
+        let pieces = [
+            "", ".", "a", "bc", "é", "\u{85}", "\u{9f}", "\u{a0}", "\u{7f}", "\t", "ü.", "..",
+            "\u{2028}", "日本",
+        ];
+        let mut checked = 0;
+        for first in pieces {
+            for second in pieces {
+                for third in pieces {
+                    let text = format!("{first}{second}.{third}");
+                    for max in [3, 255] {
+                        assert_eq!(words(&text, max), words_as_written(&text, max), "{text:?}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 2 * pieces.len().pow(3));
+    }
+
+    #[test]
+    fn an_owned_key_follows_the_same_rules_as_a_parsed_one() {
+        for text in [
+            "module.umami.site.created",
+            "node.n1.up",
+            "mesh.audit.x",
+            "",
+            "module",
+            "module.umami",
+            "module..x",
+            "module.umami.",
+            "thing.umami.x",
+            "module.umami.*",
+            "module.um\u{7}ami.x",
+        ] {
+            assert_eq!(
+                RoutingKey::try_from(text.to_owned()),
+                RoutingKey::parse(text),
+                "{text:?}"
+            );
+        }
+        let key = RoutingKey::try_from("module.umami.site.created".to_owned()).unwrap();
+        assert_eq!(
+            (key.origin(), key.name(), key.event()),
+            (Origin::Module, "umami", "site.created")
         );
     }
 

@@ -28,7 +28,7 @@ use crate::identity::Identity;
 use crate::incoming::Incoming;
 use crate::rpc::{self, ServeEntry};
 use crate::telemetry::propagation;
-use crate::telemetry::record::{self, Label};
+use crate::telemetry::record::{self, Label, Source};
 
 /// The span of one emit; key, id and causation are recorded once known. Its trace context
 /// rides the message (`traceparent`), so the consumer's `mesh.handle` span is its child.
@@ -241,7 +241,7 @@ impl BusBuilder {
         let inner = Arc::new(Inner {
             prefix: identity.prefix(&node),
             source: identity.owner(&node).to_string(),
-            source_label: Label::new(&identity.owner(&node).to_string()),
+            source_label: Source::new(&identity.owner(&node).to_string()),
             transport,
             node,
             identity,
@@ -293,7 +293,7 @@ pub(crate) struct Inner {
     /// The owner word of its keys: `x-source`, and the `source` label of its metrics.
     pub(crate) source: String,
     /// `source`, as the label of its metrics.
-    source_label: Label,
+    source_label: Source,
     prefetch: u16,
     retry: RetryPolicy,
     emit_deadline: Option<Duration>,
@@ -433,7 +433,7 @@ pub struct PendingEmit {
 struct Waiting {
     confirm: mesh_core::Confirm,
     since: Instant,
-    source: Label,
+    source: Source,
     /// Where the wait goes when the `PendingEmit` is dropped unresolved, so `drain` waits
     /// for it. (A held one is not counted there: `drain` would wait for its holder, who may
     /// be waiting for `drain`; the transport's flush covers it.)
@@ -598,7 +598,13 @@ impl Bus {
                 }
                 key
             }
-            KeySpec::Event(name) => RoutingKey::parse(&format!("{}{}", self.inner.prefix, name))?,
+            KeySpec::Event(name) => {
+                let prefix = &self.inner.prefix;
+                let mut text = String::with_capacity(prefix.len() + name.as_str().len());
+                text.push_str(prefix);
+                text.push_str(name.as_str());
+                RoutingKey::try_from(text)?
+            }
         };
         let id = outgoing.id.unwrap_or_default();
         let causation_id = outgoing.causation_id.or_else(crate::causation::current);

@@ -1,10 +1,11 @@
 //! Where the SDK counts: thin wrappers over the `metrics` facade, so the names and labels
 //! live in one place (`super::names`). Without a recorder installed every call is a no-op.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mesh_core::{DeadReason, Timestamp, TransportError, TransportErrorKind};
-use metrics::{counter, histogram, SharedString};
+use metrics::{counter, histogram, Key, Level, Metadata, SharedString};
 
 use super::names;
 
@@ -23,31 +24,68 @@ impl Label {
     }
 }
 
+/// What the `metrics` macros attach to a sample registered here.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// A bus's `source` label with the keys of the metrics every emit records, built once: an
+/// emit then costs the recorder's lookup, as through the macros, but no key (and its
+/// allocation and hashing) per sample. The recorder is still looked up at each sample, so
+/// one installed after the bus was built is used.
+#[derive(Debug, Clone)]
+pub(crate) struct Source(Arc<SourceKeys>);
+
+#[derive(Debug)]
+struct SourceKeys {
+    label: Label,
+    emitted: Key,
+    confirmed: Key,
+    confirm_latency: Key,
+}
+
+impl Source {
+    pub(crate) fn new(value: &str) -> Source {
+        let label = Label::new(value);
+        let key = |name: &'static str| {
+            Key::from_parts(name, vec![metrics::Label::new("source", label.value())])
+        };
+        Source(Arc::new(SourceKeys {
+            emitted: key(names::EMITTED),
+            confirmed: key(names::CONFIRMED),
+            confirm_latency: key(names::CONFIRM_LATENCY),
+            label,
+        }))
+    }
+}
+
 /// The transport took an emit into its unconfirmed window.
-pub(crate) fn emitted(source: &Label) {
-    counter!(names::EMITTED, "source" => source.value()).increment(1);
+pub(crate) fn emitted(source: &Source) {
+    metrics::with_recorder(|r| r.register_counter(&source.0.emitted, &METADATA)).increment(1);
 }
 
 /// An emit failed before the transport took it (backpressure, closed, too large, …).
-pub(crate) fn emit_refused(source: &Label, error: &TransportError) {
+pub(crate) fn emit_refused(source: &Source, error: &TransportError) {
     counter!(
         names::EMIT_FAILED,
-        "source" => source.value(),
+        "source" => source.0.label.value(),
         "reason" => reason(error.kind()),
     )
     .increment(1);
 }
 
 /// The broker's answer to one emit, `since` the transport took it.
-pub(crate) fn confirmed(source: &Label, since: Instant, result: &Result<(), TransportError>) {
+pub(crate) fn confirmed(source: &Source, since: Instant, result: &Result<(), TransportError>) {
     match result {
         Ok(()) => {
-            counter!(names::CONFIRMED, "source" => source.value()).increment(1);
-            histogram!(names::CONFIRM_LATENCY, "source" => source.value())
-                .record(since.elapsed().as_secs_f64());
+            let keys = &source.0;
+            metrics::with_recorder(|r| {
+                r.register_counter(&keys.confirmed, &METADATA).increment(1);
+                r.register_histogram(&keys.confirm_latency, &METADATA)
+                    .record(since.elapsed().as_secs_f64());
+            });
         }
         Err(e) if *e.kind() == TransportErrorKind::Nacked => {
-            counter!(names::NACKED, "source" => source.value()).increment(1);
+            counter!(names::NACKED, "source" => source.0.label.value()).increment(1);
         }
         Err(e) => emit_refused(source, e),
     }
