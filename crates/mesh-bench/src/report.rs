@@ -206,6 +206,7 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
             }
             ("emit pipelined" | "emit one at a time", "raw", _) => targets.push(ratio(0.9)),
             ("consume ack each", "raw", _) => targets.push(ratio(0.9)),
+            ("audit ingest", "raw", _) => targets.push(ratio(0.8)),
             ("latency", "raw", metric @ ("p50 ms" | "p99 ms")) => {
                 let limit = if metric == "p50 ms" { 0.1 } else { 0.3 };
                 let added = row.added.unwrap_or(f64::INFINITY);
@@ -219,10 +220,11 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
             _ => {}
         }
     }
+    // The audit logger is a mesh client too.
     let mesh_rss = results
         .records
         .iter()
-        .filter(|r| r.side == "mesh")
+        .filter(|r| matches!(r.side, "mesh" | "mesh-audit"))
         .map(|r| r.peak_rss_mb)
         .fold(None, |acc: Option<f64>, v| {
             Some(acc.map_or(v, |a| a.max(v)))
@@ -377,6 +379,54 @@ mod tests {
         let s = Spread::of([4.0, 1.0]).unwrap();
         assert_eq!(s.median, 2.5);
         assert!(Spread::of([]).is_none());
+    }
+
+    fn record(scenario: &'static str, side: &'static str, rate: f64, rss: f64) -> Record {
+        Record {
+            queue: "quorum",
+            scenario,
+            side,
+            round: 1,
+            metrics: BTreeMap::from([("events/s", rate)]),
+            events: 1_000,
+            wall_s: 1.0,
+            cpu_s: 0.1,
+            cpu_s_per_100k: 10.0,
+            peak_rss_mb: rss,
+            peak_rss_per_run: true,
+        }
+    }
+
+    #[test]
+    fn audit_ingest_is_held_to_its_target_and_its_rss_counts() {
+        let verdict = |mesh_rate: f64, audit_rss: f64| {
+            let results = Results {
+                records: vec![
+                    record("audit ingest", "raw", 1_000.0, 20.0),
+                    record("audit ingest", "mesh-audit", mesh_rate, audit_rss),
+                ],
+            };
+            let targets = targets(&rows(&results), &results);
+            let met = |name: &str| {
+                targets
+                    .iter()
+                    .find(|t| t.name.contains(name))
+                    .map(|t| (t.met, t.wanted.clone()))
+            };
+            (met("audit ingest"), met("RSS"))
+        };
+        let wanted = "mesh/raw >= 0.80".to_owned();
+        assert_eq!(
+            verdict(810.0, 30.0),
+            (
+                Some((true, wanted.clone())),
+                Some((true, "< 100 MB".to_owned()))
+            )
+        );
+        assert_eq!(
+            verdict(790.0, 130.0),
+            (Some((false, wanted)), Some((false, "< 100 MB".to_owned())))
+        );
     }
 
     #[test]
