@@ -12,9 +12,11 @@
 //! permits, through a queue to the [`PublishTask`], and the caller gets a [`Confirm`] to await
 //! now, later or never. The permits are released when the broker settles the message.
 //! A publish that finds room and a free slot in that queue is handed over without
-//! awaiting anything ([`Publisher::try_publish`]); only one that must wait builds the
-//! future that waits ([`Publisher::publish_waiting`]), so the common case allocates no
-//! large future per message.
+//! awaiting anything ([`Publisher::try_publish`]); only one that must wait builds, and boxes
+//! apart, the future that waits ([`Publisher::publish_waiting`]). So a publish's own future
+//! stays small, and boxing it (as `Transport::publish` does) stays cheap: the waiting
+//! future's state (a timer, two semaphore waits, the queue's) made every publish a large
+//! allocation before.
 //!
 //! The task owns the connection (`<prefix>.publish`, its own connection because RabbitMQ
 //! blocks publishing connections during alarms, which must not stall consumers) and one
@@ -421,7 +423,7 @@ impl Publisher {
     ) -> Result<Confirm, TransportError> {
         match self.try_publish(outgoing, deadline)? {
             Attempt::Taken(confirm) => Ok(confirm),
-            Attempt::Wait(waiting) => self.publish_waiting(waiting).await,
+            Attempt::Wait(waiting) => Box::pin(self.publish_waiting(waiting)).await,
         }
     }
 

@@ -231,7 +231,9 @@ impl AmqpTransport {
     ) -> Result<Confirm, TransportError> {
         match self.try_publish(message, options)? {
             Attempt::Taken(confirm) => Ok(confirm),
-            Attempt::Wait(waiting) => self.inner.publisher.publish_waiting(waiting).await,
+            // Boxed apart, so that this future stays small (it is boxed for every publish
+            // through `Transport`) and only a publish that must wait carries the waiting.
+            Attempt::Wait(waiting) => Box::pin(self.inner.publisher.publish_waiting(waiting)).await,
         }
     }
 
@@ -603,12 +605,8 @@ impl Transport for AmqpTransport {
         message: WireMessage,
         options: PublishOptions,
     ) -> BoxFuture<'_, Result<Confirm, TransportError>> {
-        // Only a publish that must wait boxes a future that can.
-        match self.try_publish(message, options) {
-            Ok(Attempt::Taken(confirm)) => Box::pin(std::future::ready(Ok(confirm))),
-            Ok(Attempt::Wait(waiting)) => Box::pin(self.inner.publisher.publish_waiting(waiting)),
-            Err(error) => Box::pin(std::future::ready(Err(error))),
-        }
+        // Nothing happens before the first poll; the future is small (see `publish`).
+        Box::pin(AmqpTransport::publish(self, message, options))
     }
 
     fn subscribe(

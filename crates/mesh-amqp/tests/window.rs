@@ -117,7 +117,7 @@ async fn a_full_window_is_backpressure_and_a_missing_confirm_a_timeout() {
 
 /// A publish that finds the window full waits for room, through the `Transport` trait as
 /// through the inherent method, and goes out once a confirm frees some; one that finds room
-/// is handed over without waiting.
+/// is handed over at its first poll, and one never polled is never published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publish_waits_for_room_and_goes_out_once_a_confirm_frees_it() {
     use mesh_core::Transport;
@@ -134,6 +134,17 @@ async fn a_publish_waits_for_room_and_goes_out_once_a_confirm_frees_it() {
     let dyn_transport: &dyn Transport = &transport;
 
     relay.blackhole();
+    // A publish's future does nothing before it is polled: dropped unpolled, nothing went.
+    drop(dyn_transport.publish(
+        common::event("module.w.never", "{}"),
+        within(Duration::from_secs(30)),
+    ));
+    drop(transport.publish(
+        common::event("module.w.never", "{}"),
+        within(Duration::from_secs(30)),
+    ));
+    assert_eq!(transport.stats().unconfirmed, 0);
+
     // Room: taken at once, without a wait.
     let first = futures::poll!(Box::pin(dyn_transport.publish(
         common::event("module.w.a", "{}"),
