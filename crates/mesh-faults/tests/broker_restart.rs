@@ -61,7 +61,8 @@ impl Fault {
 struct Restart {
     /// Confirmed events when it began.
     at_confirmed: usize,
-    /// Confirmed events not handled yet when it began.
+    /// Confirmed events not handled yet when it began (0 if handling was ahead of the
+    /// confirms the emitter had seen).
     backlog: usize,
     /// The stop or kill was called.
     fault_at: Instant,
@@ -160,7 +161,9 @@ async fn run(fault: Fault, queue_type: QueueType) {
         let up_at = Instant::now();
         restarts.push(Restart {
             at_confirmed,
-            backlog: before.confirmed - before.handled_unique,
+            // An event can be handled before its emitter has seen the confirm (the broker
+            // delivers while the confirm is on its way), so handled may be ahead.
+            backlog: before.confirmed.saturating_sub(before.handled_unique),
             fault_at,
             down_at,
             up_at,
