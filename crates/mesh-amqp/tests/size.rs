@@ -56,12 +56,7 @@ async fn bodies_around_the_frame_size_and_large_ones_round_trip_byte_exact() {
         delivery.ack().await.unwrap();
         common::measured(&format!("round trip of {size} bytes"), took);
     }
-    let stats = transport.stats();
-    assert_eq!(
-        (stats.unconfirmed, stats.unconfirmed_bytes),
-        (0, 0),
-        "{stats:?}"
-    );
+    common::assert_window_empty(&transport);
     transport.close().await;
     vhost.delete().await.unwrap();
 }

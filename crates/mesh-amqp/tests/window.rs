@@ -101,11 +101,7 @@ async fn a_full_window_is_backpressure_and_a_missing_confirm_a_timeout() {
         .expect("resent and confirmed");
     let stats = transport.stats();
     assert!(stats.reconnects >= 1 && stats.resent >= 1, "{stats:?}");
-    assert_eq!(
-        (stats.unconfirmed, stats.unconfirmed_bytes),
-        (0, 0),
-        "{stats:?}"
-    );
+    common::assert_window_empty(&transport);
     eventually(common::WAIT, "health to report ready", || async {
         transport.health().is_ready().then_some(())
     })
@@ -178,12 +174,7 @@ async fn a_publish_waits_for_room_and_goes_out_once_a_confirm_frees_it() {
     .await
     .expect("room and confirms before the wait ran out");
     confirms.unwrap();
-    let stats = transport.stats();
-    assert_eq!(
-        (stats.unconfirmed, stats.unconfirmed_bytes),
-        (0, 0),
-        "{stats:?}"
-    );
+    common::assert_window_empty(&transport);
     transport.close().await;
     drop(relay);
     vhost.delete().await.unwrap();

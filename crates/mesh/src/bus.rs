@@ -292,7 +292,7 @@ pub(crate) struct Inner {
     prefix: String,
     /// The owner word of its keys: `x-source`, and the `source` label of its metrics.
     pub(crate) source: String,
-    /// `source`, as the label of its metrics.
+    /// `source`, as the label of its metrics, with the keys of those every emit records.
     source_label: Source,
     prefetch: u16,
     retry: RetryPolicy,

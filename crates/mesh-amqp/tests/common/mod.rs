@@ -157,3 +157,14 @@ pub(crate) async fn consumers(node: Option<&str>, vhost: &str) -> Vec<(String, u
 pub(crate) fn measured(what: &str, value: impl std::fmt::Debug) {
     eprintln!("MEASURED {what}: {value:?}");
 }
+
+/// `transport` holds no unconfirmed publish, nor its bytes: every room in the window came
+/// back.
+pub(crate) fn assert_window_empty(transport: &AmqpTransport) {
+    let stats = transport.stats();
+    assert_eq!(
+        (stats.unconfirmed, stats.unconfirmed_bytes),
+        (0, 0),
+        "{stats:?}"
+    );
+}
