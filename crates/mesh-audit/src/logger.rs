@@ -399,8 +399,14 @@ impl AuditLogger {
                     elapsed_ms = started.elapsed().as_millis(),
                     "batch committed"
                 );
-                ack_all(batch.event_deliveries).await;
-                ack_all(batch.dead_deliveries).await;
+                // Both queues' deliveries in one batch: their acks go out together.
+                ack_all(
+                    batch
+                        .event_deliveries
+                        .into_iter()
+                        .chain(batch.dead_deliveries),
+                )
+                .await;
             }
             Err(refused) => {
                 telemetry::write_failed("refused");
@@ -528,7 +534,7 @@ impl AuditLogger {
 /// Acks every delivery at once: the transport sends the acks of one channel as one command,
 /// folded into `multiple` acks. A failed ack (the channel closed) needs nothing more: the
 /// broker delivers the message again, and its id absorbs it.
-async fn ack_all(deliveries: Vec<Delivery>) {
+async fn ack_all(deliveries: impl IntoIterator<Item = Delivery>) {
     if let Err(e) = Delivery::ack_all(deliveries).await {
         warn!(failed = e.failed, error = %e.error, "acks failed after commit; the broker will deliver those again");
     }
