@@ -6,6 +6,8 @@
 //! - [`node`]: private RabbitMQ nodes for destructive tests ([`PrivateNode`]: stop, crash,
 //!   restart with the same data, memory alarm), shared per test binary with [`shared_node`],
 //!   and never leaked, even when the test binary is killed;
+//! - [`certs`]: a throw-away certificate authority and the server and client certificates
+//!   it signs ([`TestPki`]), for TLS tests;
 //! - [`cluster`]: a three-node RabbitMQ [`Cluster`] of private nodes for failover tests (kill
 //!   and restart nodes, find a quorum queue's leader and a connection's node, wait for a
 //!   rejoin and for queues in sync), shared per test binary with [`shared_cluster`];
@@ -59,6 +61,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod certs;
 pub mod cluster;
 pub mod ledger;
 pub mod node;
@@ -67,6 +70,7 @@ pub mod shared;
 mod sys;
 pub mod wait;
 
+pub use certs::{CertFiles, TestPki};
 pub use cluster::{shared_cluster, Cluster, ClusterConnection, MemberStatus, QuorumQueueInfo};
 pub use ledger::{Ledger, LedgerReport};
 pub use node::{shared_node, NodeOptions, PrivateNode};
