@@ -122,6 +122,6 @@ mod transport;
 
 pub use lifecycle::{Lifecycle, Link};
 pub use options::{AmqpOptions, BrokerAddress, QueueType, URL_ENV};
-pub use plain::{PlainFollower, PlainLink, PlainMessage, PlainPublisher};
+pub use plain::{PlainFollower, PlainLink, PlainMessage, PlainPublisher, CLIENT_LOG_TARGET};
 pub use topology::{BindingDecl, ExchangeDecl, QueueDecl, Topology};
 pub use transport::{AmqpStats, AmqpTransport};

@@ -36,6 +36,12 @@ use crate::link::{ConsumeLink, LinkStatus};
 use crate::options::AmqpOptions;
 use crate::topology::{ExchangeDecl, Topology};
 
+/// The `tracing` target the client library logs under (with its sub-targets, `<target>::…`),
+/// down to every frame at the debug and trace levels. A `tracing` layer that ships records
+/// over a [`PlainLink`] must drop this target's records, or each record shipped would log
+/// more to ship.
+pub const CLIENT_LOG_TARGET: &str = "amqprs";
+
 /// A supervised connection for transient messages on one durable topic exchange.
 ///
 /// Cheap to clone; every clone handles the same connection. [`close`](PlainLink::close)
