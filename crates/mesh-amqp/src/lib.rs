@@ -114,6 +114,7 @@ mod lifecycle;
 mod link;
 mod management;
 mod options;
+mod plain;
 mod publisher;
 mod rpc;
 mod topology;
@@ -121,5 +122,6 @@ mod transport;
 
 pub use lifecycle::{Lifecycle, Link};
 pub use options::{AmqpOptions, BrokerAddress, QueueType, URL_ENV};
+pub use plain::{PlainFollower, PlainLink, PlainMessage, PlainPublisher, CLIENT_LOG_TARGET};
 pub use topology::{BindingDecl, ExchangeDecl, QueueDecl, Topology};
 pub use transport::{AmqpStats, AmqpTransport};

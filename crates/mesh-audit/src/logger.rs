@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use mesh_core::backoff::Backoff;
 use mesh_core::{
     codec, naming, BoxFuture, DeadLetter, DeadReason, Delivery, QueueSpec, Subscription,
     SubscriptionSpec, Timestamp, TopicPattern, Transport, TransportError, TransportErrorKind,
@@ -48,9 +49,12 @@ use crate::options::AuditOptions;
 use crate::store::{now_text, DeadRow, EventRow, Store, Written};
 use crate::telemetry;
 
-/// The first pause after a failed write; it doubles up to [`MAX_BACKOFF`].
+/// The first pause after a failed write; it doubles up to [`MAX_BACKOFF`] (the workspace's
+/// schedule, `mesh_core::backoff`, with its jitter).
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// The pause after the database refused a dead letter, which comes straight back.
+const REFUSED_PAUSE: Duration = Duration::from_secs(1);
 
 /// What the logger did so far. Cheap to read while it runs ([`AuditLogger::stats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -466,7 +470,7 @@ impl AuditLogger {
         }
         if refused_any {
             // The released dead letter comes straight back; do not spin on it.
-            pause(FIRST_BACKOFF * 5, shutdown).await;
+            pause(REFUSED_PAUSE, shutdown).await;
         }
         Ok(())
     }
@@ -499,7 +503,7 @@ impl AuditLogger {
         dead: &[DeadRow],
         shutdown: &CancellationToken,
     ) -> Result<Result<Written, sqlx::Error>, Error> {
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             match self.store.write(events, dead).await {
                 Ok(written) => return Ok(Ok(written)),
@@ -508,8 +512,9 @@ impl AuditLogger {
                     if shutdown.is_cancelled() {
                         return Err(Error::database("committing the last batch at shutdown", e));
                     }
-                    warn!(error = %e, retry_in_ms = backoff.as_millis(), "writing a batch failed; retrying");
-                    if !pause(backoff, shutdown).await {
+                    let delay = backoff.next_delay();
+                    warn!(error = %e, retry_in_ms = delay.as_millis(), "writing a batch failed; retrying");
+                    if !pause(delay, shutdown).await {
                         // One more try: shutdown wants the batch committed if at all possible.
                         return match self.store.write(events, dead).await {
                             Ok(written) => Ok(Ok(written)),
@@ -518,7 +523,6 @@ impl AuditLogger {
                             }
                         };
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
                 Err(e @ sqlx::Error::PoolClosed) => {
                     return Err(

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mesh_amqp::{AmqpOptions, AmqpTransport};
+use mesh_core::backoff::Backoff;
 use mesh_core::Transport;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -16,6 +17,8 @@ use crate::logger::{AuditLogger, LoggerStats};
 use crate::options::{AuditOptions, StoreOptions};
 use crate::store::Store;
 
+/// The first pause between attempts; it doubles up to [`MAX_BACKOFF`] (the workspace's
+/// schedule, `mesh_core::backoff`, with its jitter).
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// A run that lasted this long was healthy: the next failure starts the backoff afresh.
@@ -120,13 +123,13 @@ impl AuditService {
 
     async fn run_phases(&self, shutdown: CancellationToken) -> Result<LoggerStats, Error> {
         self.enter(Phase::OpeningStore);
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         let store = loop {
             match Store::open(self.store.clone()).await {
                 Ok(store) => break store,
                 Err(e) if e.is_retryable() => {
                     warn!(error = %format!("{e:#}"), "audit store unavailable; retrying");
-                    if !backoff.wait(&shutdown).await {
+                    if !wait(&mut backoff, &shutdown).await {
                         return Ok(LoggerStats::default());
                     }
                 }
@@ -134,7 +137,7 @@ impl AuditService {
             }
         };
         let logger = AuditLogger::new(store.clone(), self.audit.clone());
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         let outcome = loop {
             self.enter(Phase::Connecting);
             let options = self.amqp.clone().connection_name("mesh-audit");
@@ -142,7 +145,7 @@ impl AuditService {
                 Ok(transport) => Arc::new(transport),
                 Err(e) if e.is_retryable() => {
                     warn!(broker = %self.amqp, error = %e, "broker unavailable; retrying");
-                    if !backoff.wait(&shutdown).await {
+                    if !wait(&mut backoff, &shutdown).await {
                         break Ok(());
                     }
                     continue;
@@ -163,10 +166,10 @@ impl AuditService {
                 Ok(()) => break Ok(()),
                 Err(e) if e.is_retryable() || e.is_connection_lost() => {
                     if started.elapsed() >= HEALTHY_RUN {
-                        backoff = Backoff::new();
+                        backoff.reset();
                     }
                     warn!(error = %e, "audit logger interrupted; reconnecting");
-                    if !backoff.wait(&shutdown).await {
+                    if !wait(&mut backoff, &shutdown).await {
                         break Ok(());
                     }
                 }
@@ -178,25 +181,11 @@ impl AuditService {
     }
 }
 
-/// Doubling pauses between attempts, cut short by shutdown.
-struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    fn new() -> Backoff {
-        Backoff {
-            next: FIRST_BACKOFF,
-        }
-    }
-
-    /// Waits the next pause; `false` if shutdown fired first.
-    async fn wait(&mut self, shutdown: &CancellationToken) -> bool {
-        let pause = self.next;
-        self.next = (self.next * 2).min(MAX_BACKOFF);
-        tokio::select! {
-            () = tokio::time::sleep(pause) => true,
-            () = shutdown.cancelled() => false,
-        }
+/// Waits the schedule's next pause, cut short by shutdown; `false` if shutdown fired first.
+async fn wait(backoff: &mut Backoff, shutdown: &CancellationToken) -> bool {
+    let pause = backoff.next_delay();
+    tokio::select! {
+        () = tokio::time::sleep(pause) => true,
+        () = shutdown.cancelled() => false,
     }
 }

@@ -6,11 +6,14 @@
 //! - [`wire`] and [`codec`]: the message as a transport carries it, and the only code that
 //!   knows header names;
 //! - [`policy`]: retry policy as plain data;
+//! - [`backoff`]: the one backoff schedule (exponential, capped, jittered) every retry loop
+//!   of the workspace draws its delays from;
 //! - [`naming`]: every exchange and queue name;
 //! - [`transport`]: the seam every transport implements.
 //!
 //! Architecture invariant: this crate performs no I/O and names no broker client's types.
 
+pub mod backoff;
 pub mod codec;
 pub mod envelope;
 pub mod key;

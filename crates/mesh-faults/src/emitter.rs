@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use mesh::core::backoff::Backoff;
 use mesh::{Bus, EventId, Outgoing};
 use mesh_testkit::Ledger;
 use tokio::sync::{mpsc, watch};
@@ -126,6 +127,9 @@ struct Shared {
     tries: Mutex<Vec<Try>>,
     /// Failed tries since the last confirm: the generator's backoff.
     failing: AtomicU32,
+    /// The pauses while emits fail: the workspace's schedule, fed the count above (shared by
+    /// the confirm tasks, so the schedule does not count itself).
+    schedule: Backoff,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -154,11 +158,7 @@ impl Shared {
     fn backoff(&self) -> Option<Duration> {
         match self.failing.load(Ordering::Relaxed) {
             0 => None,
-            n => Some(
-                MIN_BACKOFF
-                    .saturating_mul(1 << (n - 1).min(10))
-                    .min(MAX_BACKOFF),
-            ),
+            n => Some(self.schedule.delay_after(n - 1)),
         }
     }
 }
@@ -202,6 +202,7 @@ impl Emitter {
             confirms: Timeline::new(),
             tries: Mutex::new(Vec::new()),
             failing: AtomicU32::new(0),
+            schedule: Backoff::new(MIN_BACKOFF, MAX_BACKOFF),
         });
         let count = plan.count;
         let task = tokio::spawn(run(bus, shared.clone(), plan));

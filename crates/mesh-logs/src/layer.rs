@@ -18,8 +18,9 @@ use tracing_subscriber::Layer;
 
 use crate::record::{LogRecord, SpanRecord};
 
-/// Targets whose records are never shipped: shipping them would log the shipping.
-const SILENT_TARGETS: [&str; 2] = ["amqprs", "mesh_logs"];
+/// Targets whose records are never shipped: shipping them would log the shipping (the client
+/// library mesh-amqp speaks through logs every frame).
+const SILENT_TARGETS: [&str; 2] = [mesh_amqp::CLIENT_LOG_TARGET, "mesh_logs"];
 
 /// What the layer and the shipper count together.
 #[derive(Debug, Default)]

@@ -15,11 +15,14 @@
 //! Shipping ([`start`]): a [`LogsLayer`] (a `tracing_subscriber::Layer`) turns each event
 //! into a record and *tries* to put it in a bounded buffer; when the buffer is full the
 //! record is dropped and counted (`mesh_logs_dropped_total`), so logging never waits for
-//! the broker. A background task owns its own connection (`<node>.<source>.logs`) and
-//! publishes what the buffer holds, reconnecting with a backoff when the connection is lost.
+//! the broker. A background task publishes what the buffer holds on a connection of its own
+//! (`<node>.<source>.logs.consume`), a `mesh_amqp::PlainLink` whose owner task in mesh-amqp
+//! reconnects it with the broker options' backoff; after a loss the shipper only waits for a
+//! publisher on the next connection.
 //!
 //! Tailing ([`tail`]): an exclusive, auto-delete, server-named queue bound to one pattern,
-//! consumed with automatic acks, read as a [`Tail`] stream of records. The queue holds at
+//! consumed with automatic acks on a connection of its own (`mesh.logs.tail.consume`), read
+//! as a [`Tail`] stream of records. The queue holds at
 //! most [`TAIL_QUEUE_MAX_LENGTH`] records (the oldest go first), and the stream buffers
 //! [`TAIL_BUFFER`] more, dropping and counting past that, so a slow reader bounds both the
 //! broker's memory and its own.
@@ -47,9 +50,14 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Architecture invariant: like `mesh-amqp`, a binding: it names `amqprs`, but no `amqprs`
-//! type appears in its public API. Records of the `amqprs` and `mesh_logs` targets are
-//! never shipped (shipping them would log the shipping).
+//! Architecture invariant: it does not depend on the client library at all; every broker
+//! operation goes through mesh-amqp's API (guarded by `mesh`'s `no_client_types` test).
+//! Records of the client library's target (`mesh_amqp::CLIENT_LOG_TARGET`) and of
+//! `mesh_logs` are never shipped (shipping them would log the shipping); records mesh-amqp
+//! logs about the shipper's own connection (a
+//! connect, a loss, a failed attempt) are shipped like any other `mesh_amqp` record: none is
+//! logged per record published, so shipping cannot feed itself, and the backoff bounds their
+//! rate.
 
 mod connect;
 mod error;

@@ -1,19 +1,20 @@
-//! The shipper: a background task that owns a connection and publishes what the layer
-//! buffered to `mesh.logs`, without confirms.
+//! The shipper: a background task that holds a `mesh_amqp::PlainLink` and publishes what
+//! the layer buffered to `mesh.logs`, without confirms.
 //!
 //! The buffer is the only place records wait. While the task is connecting, or the broker
 //! is slow or blocks the connection (an alarm), the buffer fills and the layer drops; the
 //! program never waits. A record taken from the buffer when the connection dies is lost
 //! (counted in [`LogsStats::lost`]); there are no confirms to tell which reached the broker.
+//!
+//! The task never reconnects by itself: the link's owner in mesh-amqp does, on the broker
+//! options' reconnect backoff; the task only waits for a publisher on the next connection.
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use amqprs::channel::{BasicPublishArguments, Channel};
-use amqprs::connection::Connection;
-use amqprs::BasicProperties;
-use mesh_amqp::AmqpOptions;
+use mesh_amqp::{AmqpOptions, PlainLink, PlainPublisher};
 use mesh_core::Name;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -28,9 +29,6 @@ use crate::record::LogRecord;
 
 /// The default buffer: records waiting to be published, at most.
 pub const DEFAULT_CAPACITY: usize = 10_000;
-
-/// The first and the longest wait between connection attempts.
-const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
 /// What to ship, where, and how much to buffer.
 #[derive(Debug, Clone)]
@@ -180,65 +178,60 @@ impl Logs {
     }
 }
 
-/// The task: connect, publish until the connection fails, reconnect; until stopped.
+/// The task: open the link (retrying until it is up), then publish until stopped, replacing
+/// the publisher whenever the connection is lost (the link's owner reconnects it).
 async fn ship(
     options: LogsOptions,
     mut records: mpsc::Receiver<LogRecord>,
     counters: Arc<Counters>,
     stop: CancellationToken,
 ) {
-    let name = format!("{}.{}.logs", options.node, options.source);
-    let mut backoff = BACKOFF.0;
+    let broker = connect::named(
+        &options.broker,
+        &format!("{}.{}.logs", options.node, options.source),
+    );
+    let opening = PlainLink::open_retrying(&broker, crate::LOGS_EXCHANGE);
+    let Some(link) = unless_stopped_idle(opening, &mut records, &stop).await else {
+        return;
+    };
+    debug!(exchange = %link.exchange(), "logs shipper connected");
     loop {
-        let connecting = open(&options.broker, &name);
-        tokio::pin!(connecting);
-        let opened = tokio::select! {
-            () = stop.cancelled() => {
-                if records.is_empty() {
-                    return;
-                }
-                // Stopped while connecting, with records buffered (logged just before a
-                // shutdown, say): `shutdown` promised to publish them, so the connection is
-                // finished; its timeout bounds the wait.
-                connecting.await
-            }
-            opened = &mut connecting => opened,
+        let Some(publisher) =
+            unless_stopped_idle(link.publisher_retrying(), &mut records, &stop).await
+        else {
+            link.close().await;
+            return;
         };
-        let (connection, channel) = match opened {
-            Ok(opened) => opened,
-            Err(e) => {
-                // Logged, but never shipped (the target is silent), and at most once per
-                // attempt: the backoff bounds the rate.
-                warn!("logs shipper cannot connect, retrying in {backoff:?}: {e}");
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(BACKOFF.1);
-                continue;
-            }
-        };
-        backoff = BACKOFF.0;
-        debug!(connection = %name, "logs shipper connected");
-        let ended = publish_until_lost(&channel, &mut records, &counters, &stop).await;
+        let ended = publish_until_lost(&publisher, &mut records, &counters, &stop).await;
         if let Ended::Stopped = ended {
             // Everything published so far precedes the close on the wire, so the broker has
             // it when the close is acknowledged.
-            let _ = channel.close().await;
-            let _ = connection.close().await;
+            publisher.close().await;
+            link.close().await;
             return;
         }
-        warn!("logs shipper lost its connection; reconnecting");
+        warn!("logs shipper lost its channel or connection; waiting for the next one");
     }
 }
 
-async fn open(options: &AmqpOptions, name: &str) -> Result<(Connection, Channel), LogsError> {
-    let connection = connect::connect(options, name).await?;
-    match connect::channel(&connection).await {
-        Ok(channel) => Ok((connection, channel)),
-        Err(e) => {
-            let _ = connection.close().await;
-            Err(e)
+/// Runs `future` to its end, unless the shipper is stopped with nothing buffered first
+/// (`None`). Stopped with records buffered (logged just before a shutdown, say), it lets
+/// `future` finish, since `shutdown` promised to publish them (its timeout bounds the
+/// wait), and closes the buffer so that nothing logged later joins them.
+async fn unless_stopped_idle<F: Future>(
+    future: F,
+    records: &mut mpsc::Receiver<LogRecord>,
+    stop: &CancellationToken,
+) -> Option<F::Output> {
+    tokio::pin!(future);
+    tokio::select! {
+        output = &mut future => Some(output),
+        () = stop.cancelled() => {
+            records.close();
+            if records.is_empty() {
+                return None;
+            }
+            Some(future.await)
         }
     }
 }
@@ -249,7 +242,7 @@ enum Ended {
 }
 
 async fn publish_until_lost(
-    channel: &Channel,
+    publisher: &PlainPublisher,
     records: &mut mpsc::Receiver<LogRecord>,
     counters: &Counters,
     stop: &CancellationToken,
@@ -267,28 +260,16 @@ async fn publish_until_lost(
         let Some(record) = record else {
             return Ended::Stopped;
         };
-        if publish(channel, &record).await.is_err() {
+        let body = serde_json::to_vec(&record).unwrap_or_default();
+        if let Err(e) = publisher
+            .publish(&record.routing_key(), "application/json", body)
+            .await
+        {
+            debug!(error = %e, "publishing a record failed");
             counters.lost.fetch_add(1, Ordering::Relaxed);
             return Ended::Lost;
         }
         counters.published.fetch_add(1, Ordering::Relaxed);
         metrics::counter!(crate::PUBLISHED_METRIC).increment(1);
     }
-}
-
-async fn publish(channel: &Channel, record: &LogRecord) -> Result<(), amqprs::error::Error> {
-    let body = serde_json::to_vec(record).unwrap_or_default();
-    let timestamp = u64::try_from(mesh_core::Timestamp::now().unix_seconds()).unwrap_or(0);
-    let properties = BasicProperties::default()
-        .with_content_type("application/json")
-        .with_delivery_mode(1) // transient: never written to disk
-        .with_timestamp(timestamp)
-        .finish();
-    channel
-        .basic_publish(
-            properties,
-            body,
-            BasicPublishArguments::new(crate::LOGS_EXCHANGE, &record.routing_key()),
-        )
-        .await
 }

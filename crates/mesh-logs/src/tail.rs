@@ -1,14 +1,13 @@
 //! Following `mesh.logs`: an exclusive, auto-delete, server-named queue bound to one
-//! pattern, consumed with automatic acks.
+//! pattern, consumed with automatic acks, through a `mesh_amqp::PlainLink` and its
+//! follower.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use amqprs::channel::{BasicConsumeArguments, QueueBindArguments, QueueDeclareArguments};
-use amqprs::{FieldTable, FieldValue};
-use mesh_amqp::AmqpOptions;
+use mesh_amqp::{AmqpOptions, PlainLink};
 use mesh_core::TopicPattern;
 use tokio::sync::mpsc;
 
@@ -19,6 +18,9 @@ use crate::record::LogRecord;
 /// Records a tail's queue holds at most on the broker; past it the oldest are dropped
 /// (`x-max-length`, overflow `drop-head`).
 pub const TAIL_QUEUE_MAX_LENGTH: i32 = 10_000;
+
+/// The prefix of a tail's connection name (`mesh.logs.tail.consume`).
+const TAIL_CONNECTION: &str = "mesh.logs.tail";
 
 /// Records a [`Tail`] buffers for its reader at most; past it they are dropped and counted
 /// ([`Tail::dropped`]).
@@ -53,90 +55,46 @@ pub async fn tail_with(broker: &AmqpOptions, pattern: &str) -> Result<Tail, Logs
         )
         .with_source(e)
     })?;
-    let connection = connect::connect(broker, "mesh.logs.tail").await?;
-    let opened = async {
-        let channel = connect::channel(&connection).await?;
-        let refused = |what: String| {
-            move |e: amqprs::error::Error| {
-                LogsError::new(LogsErrorKind::Broker, what).with_source(e)
-            }
-        };
-        let mut arguments = FieldTable::new();
-        arguments.insert(
-            "x-max-length"
-                .try_into()
-                .map_err(|_| LogsError::new(LogsErrorKind::Broker, "argument name"))?,
-            FieldValue::I(TAIL_QUEUE_MAX_LENGTH),
-        );
-        let declared = channel
-            .queue_declare(
-                QueueDeclareArguments::new("")
-                    .exclusive(true)
-                    .auto_delete(true)
-                    .durable(false)
-                    .arguments(arguments)
-                    .finish(),
-            )
-            .await
-            .map_err(refused("declaring the tail's queue".to_owned()))?;
-        let (queue, _, _) = declared.ok_or_else(|| {
-            LogsError::new(LogsErrorKind::Broker, "no declare-ok for the tail's queue")
-        })?;
-        channel
-            .queue_bind(QueueBindArguments::new(
-                &queue,
-                crate::LOGS_EXCHANGE,
-                pattern.as_str(),
-            ))
-            .await
-            .map_err(refused(format!("binding `{pattern}`")))?;
-        let (_, deliveries) = channel
-            .basic_consume_rx(
-                BasicConsumeArguments::new(&queue, "")
-                    .manual_ack(false)
-                    .exclusive(true)
-                    .finish(),
-            )
-            .await
-            .map_err(refused(format!("consuming `{queue}`")))?;
-        Ok::<_, LogsError>((channel, queue, deliveries))
-    }
-    .await;
-    let (channel, queue, mut deliveries) = match opened {
-        Ok(opened) => opened,
+    let link = PlainLink::open(
+        &connect::named(broker, TAIL_CONNECTION),
+        crate::LOGS_EXCHANGE,
+    )
+    .await
+    .map_err(connect::opening)?;
+    let mut follower = match link
+        .follow(&pattern, TAIL_QUEUE_MAX_LENGTH.unsigned_abs())
+        .await
+    {
+        Ok(follower) => follower,
         Err(e) => {
-            let _ = connection.close().await;
-            return Err(e);
+            link.close().await;
+            return Err(connect::refused(e, &format!("following `{pattern}`")));
         }
     };
+    let queue = follower.queue().to_owned();
 
     let (sender, records) = mpsc::channel(TAIL_BUFFER);
     let dropped = Arc::new(AtomicU64::new(0));
     let counted = Arc::clone(&dropped);
-    // Owns the connection: forwards deliveries into the bounded buffer until the reader
-    // goes away (dropping the `Tail` closes the buffer) or the connection ends, then closes
-    // it; the broker deletes the exclusive queue with it.
+    // Holds the link: forwards messages into the bounded buffer until the reader goes away
+    // (dropping the `Tail` closes the buffer) or the connection ends, then closes it; the
+    // broker deletes the exclusive queue with it. A tail does not outlive its connection,
+    // so the link's reconnects are not waited for.
     tokio::spawn(async move {
         loop {
             tokio::select! {
                 () = sender.closed() => break,
-                delivery = deliveries.recv() => {
-                    let Some(delivery) = delivery else { break };
-                    let key = delivery
-                        .deliver
-                        .as_ref()
-                        .map(|d| d.routing_key().as_str())
-                        .unwrap_or_default();
-                    let body = delivery.content.as_deref().unwrap_or_default();
-                    let record = LogRecord::from_message(key, body);
+                message = follower.next() => {
+                    let Some(message) = message else { break };
+                    let record = LogRecord::from_message(&message.routing_key, &message.body);
                     if sender.try_send(record).is_err() {
                         counted.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
         }
-        let _ = channel.close().await;
-        let _ = connection.close().await;
+        follower.close().await;
+        link.close().await;
     });
     Ok(Tail {
         records,

@@ -46,6 +46,10 @@ async fn a_tail_sees_the_records_its_pattern_matches() {
             tracing::info!(i, "record {i}");
         }
         tracing::debug!("below the level: not shipped");
+        // Never shipped, whatever their level: the client library's chatter and the
+        // shipper's own.
+        tracing::error!(target: mesh_amqp::CLIENT_LOG_TARGET, "a frame went out");
+        tracing::error!(target: "mesh_logs::shipper", "the shipper speaks");
         tracing::error!(code = 7, "it broke");
         tracing::info!("done");
     });
@@ -70,7 +74,8 @@ async fn a_tail_sees_the_records_its_pattern_matches() {
         ("error", "it broke")
     );
     assert_eq!(error.fields["code"], 7);
-    // The debug record, logged between, was never shipped: `done` comes next.
+    // The debug record and the silent targets' errors, logged between, were never shipped:
+    // `done` comes next.
     assert_eq!(next(&mut billing).await.message, "done");
 
     let only_error = next(&mut errors).await;
