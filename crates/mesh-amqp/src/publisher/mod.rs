@@ -77,8 +77,20 @@
 //! Channel callbacks of the client library run on its own tasks; they only forward
 //! [`Event`]s, tagged with the channel's generation so that late events of a replaced channel
 //! are ignored.
+//!
+//! # State and shell
+//!
+//! What decides correctness — numbering, settling, returns, what a lost or refused channel
+//! sends again and in which order, the nack run, the stall — is the [`window::Window`] state
+//! machine, which does no I/O and is tested alone (unit and property tests). The task is its
+//! shell: it feeds it the connection's and the channel's events and performs what it says
+//! (publish, answer a caller, replace the channel, report blocked).
 
-use std::collections::{BTreeSet, VecDeque};
+mod window;
+#[cfg(test)]
+mod props;
+
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -101,17 +113,10 @@ use crate::error::{code, from_client, from_close, publish_refusal, BrokerClose, 
 use crate::lifecycle::{Counters, Lifecycle, Link, Shared};
 use crate::options::AmqpOptions;
 use crate::topology::Topology;
+use window::{Outcome, Progress, Returned, NACK_RUN_REOPEN, STALL_AFTER};
 
 /// How many queued publishes the task takes in before it publishes them.
 const COMMAND_BATCH: usize = 256;
-
-/// How long the broker may nack every publish on a channel, acking none, before the channel
-/// is replaced (see the module docs).
-pub(crate) const NACK_RUN_REOPEN: Duration = Duration::from_secs(1);
-
-/// How long messages may wait for a confirm, with none coming, before the publishing
-/// connection is reported blocked (see the module docs).
-pub(crate) const STALL_AFTER: Duration = Duration::from_secs(5);
 
 /// A message to publish, with where to.
 #[derive(Debug)]
@@ -143,8 +148,6 @@ struct Pending {
     /// resend builds them again from `outgoing` (`None` then).
     properties: Option<BasicProperties>,
     responder: Responder,
-    /// How many times it was published.
-    sent: u32,
     /// Its room in the window, released when it is settled.
     _count: OwnedSemaphorePermit,
     _bytes: Option<OwnedSemaphorePermit>,
@@ -190,7 +193,6 @@ impl Waiting {
             outgoing: self.outgoing,
             properties: Some(self.properties),
             responder,
-            sent: 0,
             _count: count,
             _bytes: bytes,
         })));
@@ -222,32 +224,71 @@ pub(crate) enum Attempt {
     Wait(Box<Waiting>),
 }
 
-/// A published message waiting for the broker.
-struct Unconfirmed {
-    pending: Box<Pending>,
-    /// A `basic.return` came for it: its ack means "unroutable".
-    returned: Option<BrokerClose>,
+impl window::Message for Box<Pending> {
+    fn resend(&self) -> bool {
+        self.outgoing.resend
+    }
+
+    fn mandatory(&self) -> bool {
+        self.outgoing.mandatory
+    }
+
+    fn exchange(&self) -> &str {
+        &self.outgoing.exchange
+    }
+
+    fn size(&self) -> usize {
+        self.outgoing.message.body.len()
+    }
 }
 
-impl Unconfirmed {
-    /// The broker acked (`acked`) or nacked it: tell the caller.
-    fn settle(self, acked: bool) {
-        let outcome = match (acked, self.returned) {
-            (true, None) => Ok(()),
-            (true, Some(close)) => Err(TransportError::new(
+impl Pending {
+    /// Tells the caller how the window settled it. `close` is the broker's close that
+    /// ended its channel, when that is what settled it.
+    fn settle(self: Box<Self>, outcome: Outcome, close: Option<&BrokerClose>) {
+        let outgoing = &self.outgoing;
+        let with_close = |error: TransportError| match close {
+            Some(close) => error.with_source(close.clone()),
+            None => error,
+        };
+        let result = match outcome {
+            Outcome::Acked => Ok(()),
+            Outcome::Unroutable(close) => Err(TransportError::new(
                 TransportErrorKind::Unroutable,
                 format!(
                     "no queue took `{}` on `{}`",
-                    self.pending.outgoing.routing_key, self.pending.outgoing.exchange
+                    outgoing.routing_key, outgoing.exchange
                 ),
             )
             .with_source(close)),
-            (false, _) => Err(TransportError::new(
+            Outcome::Nacked => Err(TransportError::new(
                 TransportErrorKind::Nacked,
-                format!("publishing `{}`", self.pending.outgoing.routing_key),
+                format!("publishing `{}`", outgoing.routing_key),
             )),
+            Outcome::NotResent => Err(with_close(connection_lost())),
+            Outcome::TooLarge => {
+                let size = outgoing.message.body.len();
+                let max = close.and_then(|close| match publish_refusal(close) {
+                    PublishRefusal::TooLarge { max, .. } => Some(max),
+                    _ => None,
+                });
+                Err(with_close(TransportError::new(
+                    TransportErrorKind::TooLarge { size, max },
+                    format!("publishing to `{}`", outgoing.routing_key),
+                )))
+            }
+            Outcome::Refused => {
+                let context = format!("publishing to exchange `{}`", outgoing.exchange);
+                // 403 is `AccessRefused`, 404 `Protocol`; the broker's text is the source
+                // either way.
+                Err(match close {
+                    Some(close) => from_close(close.clone(), &context),
+                    None => TransportError::new(TransportErrorKind::Protocol, context),
+                })
+            }
+            Outcome::Closed => Err(closed()),
         };
-        self.pending.answer(outcome);
+        self.answer(result);
     }
 }
 
@@ -285,7 +326,7 @@ enum Event {
 
 /// The room of the unconfirmed window, shared by the handles and the task.
 #[derive(Debug)]
-struct Window {
+struct WindowRoom {
     count: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
     max_count: usize,
@@ -294,7 +335,7 @@ struct Window {
     broker_max: AtomicUsize,
 }
 
-impl Window {
+impl WindowRoom {
     fn close(&self) {
         self.count.close();
         self.bytes.close();
@@ -305,7 +346,7 @@ impl Window {
 #[derive(Clone)]
 pub(crate) struct Publisher {
     commands: mpsc::Sender<Command>,
-    window: Arc<Window>,
+    window: Arc<WindowRoom>,
     max_message_size: usize,
     default_deadline: Option<Duration>,
     state: Arc<LinkState>,
@@ -335,7 +376,7 @@ impl Publisher {
             address: options.get_addresses()[address].to_string(),
             reconnect: false,
         });
-        let window = Arc::new(Window {
+        let window = Arc::new(WindowRoom {
             count: Arc::new(Semaphore::new(options.get_confirm_window())),
             bytes: Arc::new(Semaphore::new(options.get_max_unconfirmed_bytes())),
             max_count: options.get_confirm_window(),
@@ -365,13 +406,8 @@ impl Publisher {
             channel_retry_at: None,
             redeclare: BTreeSet::new(),
             generation: 0,
-            next_seq: 1,
-            window: VecDeque::new(),
-            backlog: VecDeque::new(),
-            progress_at: Instant::now(),
-            stalled: false,
+            window: window::Window::new(now()),
             flushes: Vec::new(),
-            nacked_since: None,
         };
         let span = tracing::info_span!(
             parent: None,
@@ -656,19 +692,13 @@ impl ChannelCallback for PublishCallback {
     }
 }
 
-/// The confirm channel the task publishes on, and its generation.
-struct PublishChannel {
-    channel: Channel,
-    generation: u64,
-}
-
 /// The task that owns the publishing connection; see the module docs.
 struct PublishTask {
     options: AmqpOptions,
     state: Arc<LinkState>,
     shared: Arc<Shared>,
     topology: Arc<Mutex<Topology>>,
-    room: Arc<Window>,
+    room: Arc<WindowRoom>,
     commands: mpsc::Receiver<Command>,
     events_tx: mpsc::UnboundedSender<Event>,
     events: mpsc::UnboundedReceiver<Event>,
@@ -680,7 +710,9 @@ struct PublishTask {
     backoff: Backoff,
     /// The address the next attempt starts with.
     next_address: usize,
-    channel: Option<PublishChannel>,
+    /// The confirm channel the window numbers publishes on (as generation
+    /// [`generation`](Self::generation)).
+    channel: Option<Channel>,
     /// Backoff for reopening a channel the broker closed; reset by a confirm.
     channel_backoff: Backoff,
     /// No channel is opened before this.
@@ -689,20 +721,10 @@ struct PublishTask {
     redeclare: BTreeSet<String>,
     /// The generation of the newest channel; events of older ones are stale.
     generation: u64,
-    /// The sequence number the broker gives the next publish on the channel.
-    next_seq: u64,
-    /// Published and unsettled, by sequence number, ascending (publish order).
-    window: VecDeque<(u64, Unconfirmed)>,
-    backlog: VecDeque<Box<Pending>>,
-    /// When the broker last settled anything, or the window last started to fill.
-    progress_at: Instant,
-    /// Reported blocked for want of confirms.
-    stalled: bool,
+    /// The unconfirmed window and the backlog: the bookkeeping this task is the shell of.
+    window: window::Window<Box<Pending>>,
     /// Flushes waiting for the window and the backlog to empty.
     flushes: Vec<oneshot::Sender<()>>,
-    /// Since when the current channel's publishes have all been nacked (`None` after an ack
-    /// or on a new channel).
-    nacked_since: Option<Instant>,
 }
 
 enum Step {
@@ -715,12 +737,20 @@ enum Step {
     Command(Option<Command>),
 }
 
+/// Now, as the window counts time (the tokio clock, so paused test time applies).
+fn now() -> std::time::Instant {
+    Instant::now().into_std()
+}
+
 impl PublishTask {
     async fn run(mut self) {
         loop {
             self.flush().await;
             self.answer_flushes();
-            let stall_at = self.stall_at();
+            let stall_at = self
+                .window
+                .stall_at(self.live.is_some())
+                .map(Instant::from_std);
             let step = tokio::select! {
                 biased;
                 Some(event) = self.events.recv() => Step::Event(event),
@@ -740,11 +770,11 @@ impl PublishTask {
                 Step::ChannelRetry => self.channel_retry_at = None,
                 Step::Stalled => self.on_stalled(),
                 Step::Command(Some(Command::Publish(pending))) => {
-                    self.backlog.push_back(pending);
+                    self.window.push(pending);
                     // Take in what else is queued, so it goes out in one go.
                     for _ in 1..COMMAND_BATCH {
                         match self.commands.try_recv() {
-                            Ok(Command::Publish(pending)) => self.backlog.push_back(pending),
+                            Ok(Command::Publish(pending)) => self.window.push(pending),
                             Ok(Command::Flush(done)) => self.flushes.push(done),
                             Ok(Command::Close(done)) => {
                                 self.shutdown().await;
@@ -774,7 +804,7 @@ impl PublishTask {
     /// queued before it, and, under a steady stream of publishes, for a moment with none in
     /// flight (its callers bound the wait).
     fn answer_flushes(&mut self) {
-        if self.flushes.is_empty() || !self.window.is_empty() || !self.backlog.is_empty() {
+        if self.flushes.is_empty() || !self.window.is_idle() {
             return;
         }
         for done in self.flushes.drain(..) {
@@ -782,10 +812,19 @@ impl PublishTask {
         }
     }
 
+    /// Answers the callers of what the window settled; `close` is the broker's close that
+    /// settled them, if that is what did.
+    fn answer_settled(&mut self, close: Option<&BrokerClose>) {
+        while let Some((pending, outcome)) = self.window.poll_settled() {
+            pending.settle(outcome, close);
+        }
+    }
+
     /// Publishes the backlog, in order, if there is a connection and a channel may be
     /// opened.
     async fn flush(&mut self) {
-        if self.backlog.is_empty() || self.live.is_none() || self.channel_retry_at.is_some() {
+        if self.window.backlog() == 0 || self.live.is_none() || self.channel_retry_at.is_some()
+        {
             return;
         }
         let channel = match self.ensure_channel().await {
@@ -797,7 +836,8 @@ impl PublishTask {
             }
         };
         let mut resent = 0u64;
-        while let Some(mut pending) = self.backlog.pop_front() {
+        while let Some(mut queued) = self.window.pop_unsent() {
+            let pending = &mut queued.message;
             let properties = match pending.properties.take() {
                 Some(properties) => properties,
                 // Sent before: the same message gives the same properties it gave then.
@@ -807,7 +847,7 @@ impl PublishTask {
                 ) {
                     Ok(properties) => properties,
                     Err(error) => {
-                        pending.fail(error);
+                        queued.message.fail(error);
                         continue;
                     }
                 },
@@ -824,29 +864,16 @@ impl PublishTask {
             .and_then(|r| r.map_err(|e| from_client(e, "publishing")));
             match sent {
                 Ok(()) => {
-                    if pending.sent > 0 {
+                    if queued.sent > 0 {
                         resent += 1;
                     }
-                    pending.sent += 1;
-                    if self.window.is_empty() {
-                        // The stall clock starts when something starts waiting.
-                        self.progress_at = Instant::now();
-                    }
-                    let seq = self.next_seq;
-                    self.next_seq += 1;
-                    self.window.push_back((
-                        seq,
-                        Unconfirmed {
-                            pending,
-                            returned: None,
-                        },
-                    ));
+                    self.window.sent(queued, now());
                 }
                 Err(error) => {
                     // The frame never left: the channel (or the connection) is unusable, and
                     // the broker's numbering of what did leave is ours no more to trust.
                     tracing::warn!(error = %error, "publish failed; replacing the channel");
-                    self.backlog.push_front(pending);
+                    self.window.unsent(queued);
                     self.drop_channel(None);
                     self.retry_channel_later();
                     break;
@@ -866,8 +893,8 @@ impl PublishTask {
     /// the broker said are gone).
     async fn ensure_channel(&mut self) -> Result<Channel, TransportError> {
         if let Some(current) = &self.channel {
-            if current.channel.is_open() {
-                return Ok(current.channel.clone());
+            if current.is_open() {
+                return Ok(current.clone());
             }
             self.drop_channel(None);
         }
@@ -901,15 +928,11 @@ impl PublishTask {
             generation,
             "publish channel open, confirms selected"
         );
-        self.next_seq = 1;
-        self.channel = Some(PublishChannel {
-            channel: channel.clone(),
-            generation,
-        });
+        self.window.channel_opened(generation);
+        self.channel = Some(channel.clone());
         Ok(channel)
     }
 
-    /// Declares again the exchanges the broker said are gone, on a channel of their own.
     async fn redeclare_exchanges(&mut self, connection: &Connection) -> Result<(), TransportError> {
         let decls: Vec<_> = match self.topology.lock() {
             Ok(topology) => topology
@@ -933,73 +956,60 @@ impl PublishTask {
         Ok(())
     }
 
-    /// When the window will have waited too long for a confirm, if it is waiting.
-    fn stall_at(&self) -> Option<Instant> {
-        (!self.stalled && !self.window.is_empty() && self.live.is_some())
-            .then_some(self.progress_at + STALL_AFTER)
-    }
 
     fn on_stalled(&mut self) {
-        self.stalled = true;
+        self.window.stall();
         self.state.block(format!(
             "no publish confirm for {STALL_AFTER:?} with {} unconfirmed while connected: \
              the broker is blocking publishers (a memory or disk alarm) or is overloaded",
-            self.window.len()
+            self.window.in_flight()
         ));
     }
 
-    /// The broker settled something: it reads and confirms again.
-    fn on_progress(&mut self) {
-        self.progress_at = Instant::now();
-        if self.stalled {
-            self.stalled = false;
+    /// What a confirm did: unblock, and replace a channel the broker nacks everything on.
+    fn on_progress(&mut self, progress: Progress) {
+        if progress.unblocked {
             self.state.unblock();
         }
-    }
-
-    /// Replaces the channel once the broker has nacked everything on it for
-    /// [`NACK_RUN_REOPEN`]; what is still unsettled on it is resent on the next one.
-    fn on_nack_run(&mut self) {
-        let since = *self.nacked_since.get_or_insert_with(Instant::now);
-        if since.elapsed() < NACK_RUN_REOPEN {
-            return;
+        self.answer_settled(None);
+        if progress.reopen {
+            // The window gave the channel up: what is still unsettled on it is resent on the
+            // next one.
+            Counters::bump(&self.shared.counters.nack_run_reopens);
+            tracing::warn!(
+                for_ = ?NACK_RUN_REOPEN,
+                "the broker nacked every publish on the channel; opening a new one"
+            );
+            self.channel = None;
+            self.retry_channel_later();
         }
-        Counters::bump(&self.shared.counters.nack_run_reopens);
-        tracing::warn!(
-            for_ = ?since.elapsed(),
-            "the broker nacked every publish on the channel; opening a new one"
-        );
-        self.drop_channel(None);
-        self.retry_channel_later();
-    }
-
-    fn current(&self, generation: u64) -> bool {
-        self.channel
-            .as_ref()
-            .is_some_and(|c| c.generation == generation)
     }
 
     fn on_event(&mut self, event: Event) {
-        match event {
+        let stale = match event {
             Event::Ack {
                 generation,
                 tag,
                 multiple,
-            } if self.current(generation) => {
-                // Progress: a channel the broker closes next is reopened at once.
-                self.channel_backoff.reset();
-                self.nacked_since = None;
-                self.on_progress();
-                self.settle(tag, multiple, true);
+            } => {
+                let progress = self.window.on_ack(generation, tag, multiple, now());
+                if !progress.stale {
+                    // Progress: a channel the broker closes next is reopened at once.
+                    self.channel_backoff.reset();
+                    self.on_progress(progress);
+                }
+                progress.stale
             }
             Event::Nack {
                 generation,
                 tag,
                 multiple,
-            } if self.current(generation) => {
-                self.on_progress();
-                self.settle(tag, multiple, false);
-                self.on_nack_run();
+            } => {
+                let progress = self.window.on_nack(generation, tag, multiple, now());
+                if !progress.stale {
+                    self.on_progress(progress);
+                }
+                progress.stale
             }
             Event::Return {
                 generation,
@@ -1007,61 +1017,48 @@ impl PublishTask {
                 code,
                 text,
                 message,
-            } if self.current(generation) => self.on_return(&exchange, code, text, &message),
-            Event::Closed { generation, close } if self.current(generation) => {
+            } => self.on_return(generation, &exchange, BrokerClose { code, text }, &message),
+            Event::Closed { generation, close } if self.window.is_current(generation) => {
                 self.on_channel_closed(&close);
+                false
             }
-            _ => tracing::debug!("dropped an event of a replaced publish channel"),
+            Event::Closed { .. } => true,
+        };
+        if stale {
+            tracing::debug!("dropped an event of a replaced publish channel");
         }
     }
 
-    /// Settles `tag` (and, with `multiple`, everything before it).
-    fn settle(&mut self, tag: u64, multiple: bool, acked: bool) {
-        // The window is in sequence order; the broker mostly settles its front.
-        let upto = self.window.partition_point(|(seq, _)| *seq <= tag);
-        if multiple {
-            for (_, entry) in self.window.drain(..upto) {
-                entry.settle(acked);
-            }
-        } else if let Some(at) = upto.checked_sub(1) {
-            if self.window[at].0 == tag {
-                if let Some((_, entry)) = self.window.remove(at) {
-                    entry.settle(acked);
-                }
-            }
-        }
-    }
-
-    /// A `basic.return` carries no sequence number, so it is matched to the oldest unsettled,
-    /// not yet returned, mandatory message with the same exchange, routing key, message id,
-    /// correlation id and body: returns come in publish order, and messages that equal in all
-    /// of that are interchangeable.
-    fn on_return(&mut self, exchange: &str, code: u16, text: String, returned: &WireMessage) {
-        let found = self
-            .window
-            .iter_mut()
-            .map(|(_, entry)| entry)
-            .find(|entry| {
-                let outgoing = &entry.pending.outgoing;
-                let sent = &outgoing.message;
-                outgoing.mandatory
-                    && entry.returned.is_none()
-                    && outgoing.exchange == exchange
-                    && outgoing.routing_key == returned.routing_key
-                    && sent.properties.message_id == returned.properties.message_id
-                    && sent.properties.correlation_id == returned.properties.correlation_id
-                    && sent.body == returned.body
-            });
-        match found {
-            Some(entry) => entry.returned = Some(BrokerClose { code, text }),
-            None => {
+    /// Matches a `basic.return` to what it returns (see [`window::Window::on_return`]): same
+    /// exchange, routing key, message id, correlation id and body. Whether it was stale.
+    fn on_return(
+        &mut self,
+        generation: u64,
+        exchange: &str,
+        close: BrokerClose,
+        returned: &WireMessage,
+    ) -> bool {
+        let matches = |pending: &Box<Pending>| {
+            let outgoing = &pending.outgoing;
+            let sent = &outgoing.message;
+            outgoing.exchange == exchange
+                && outgoing.routing_key == returned.routing_key
+                && sent.properties.message_id == returned.properties.message_id
+                && sent.properties.correlation_id == returned.properties.correlation_id
+                && sent.body == returned.body
+        };
+        match self.window.on_return(generation, matches, close) {
+            Returned::Matched => false,
+            Returned::Unmatched => {
                 Counters::bump(&self.shared.counters.unmatched_returns);
                 tracing::warn!(
                     exchange,
                     routing_key = %returned.routing_key,
                     "a basic.return matched no unsettled publish"
                 );
+                false
             }
+            Returned::Stale => true,
         }
     }
 
@@ -1079,31 +1076,14 @@ impl PublishTask {
         match publish_refusal(close) {
             PublishRefusal::TooLarge { size, max } => {
                 self.room.broker_max.store(max, Ordering::Relaxed);
-                let culprit = self
-                    .backlog
-                    .iter()
-                    .position(|p| p.outgoing.message.body.len() == size);
-                match culprit.and_then(|at| self.backlog.remove(at)) {
-                    Some(pending) => {
-                        tracing::warn!(
-                            size,
-                            max,
-                            routing_key = %pending.outgoing.routing_key,
-                            "the broker refused a message as too large; not resent"
-                        );
-                        let context = format!("publishing to `{}`", pending.outgoing.routing_key);
-                        pending.fail(
-                            TransportError::new(
-                                TransportErrorKind::TooLarge {
-                                    size,
-                                    max: Some(max),
-                                },
-                                context,
-                            )
-                            .with_source(close.clone()),
-                        );
-                    }
-                    None => tracing::warn!(size, "no unsettled message has the refused size"),
+                if self.window.refuse_too_large(size) {
+                    tracing::warn!(
+                        size,
+                        max,
+                        "the broker refused a message as too large; not resent"
+                    );
+                } else {
+                    tracing::warn!(size, "no unsettled message has the refused size");
                 }
             }
             PublishRefusal::Exchange { code, exchange } => {
@@ -1117,25 +1097,17 @@ impl PublishTask {
                     // again and resend.
                     self.redeclare.insert(exchange);
                 } else {
-                    let (refused, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.backlog)
-                        .into_iter()
-                        .partition(|p| p.outgoing.exchange == exchange);
-                    self.backlog = kept.into();
+                    let refused = self.window.refuse_exchange(&exchange);
                     tracing::warn!(
                         %exchange,
-                        refused = refused.len(),
+                        refused,
                         "the broker refused publishes to an exchange; not resent"
                     );
-                    for pending in refused {
-                        // 403 is `AccessRefused`, 404 `Protocol`; the broker's text is the
-                        // source either way.
-                        let context = format!("publishing to exchange `{exchange}`");
-                        pending.fail(from_close(close.clone(), &context));
-                    }
                 }
             }
             PublishRefusal::Other => {}
         }
+        self.answer_settled(Some(close));
         self.retry_channel_later();
     }
 
@@ -1143,38 +1115,10 @@ impl PublishTask {
     /// order, except those that are not resent, which fail with `ConnectionLost`.
     fn drop_channel(&mut self, close: Option<&BrokerClose>) {
         self.channel = None;
-        self.nacked_since = None;
-        let window = std::mem::take(&mut self.window);
-        let mut requeued = Vec::with_capacity(window.len());
-        for (_, entry) in window {
-            requeued.push(entry.pending);
-        }
-        // The window was published before anything in the backlog.
-        for pending in requeued.into_iter().rev() {
-            self.backlog.push_front(pending);
-        }
-        self.fail_unresendable(|| {
-            let error = connection_lost();
-            match close {
-                Some(close) => error.with_source(close.clone()),
-                None => error,
-            }
-        });
+        self.window.channel_lost();
+        self.answer_settled(close);
         // A channel the broker closed is gone already; one we gave up on is closed by the
         // client library when its last handle drops.
-    }
-
-    fn fail_unresendable(&mut self, error: impl Fn() -> TransportError) {
-        if self.backlog.iter().all(|p| p.outgoing.resend) {
-            return;
-        }
-        let (kept, failed): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.backlog)
-            .into_iter()
-            .partition(|p| p.outgoing.resend);
-        self.backlog = kept;
-        for pending in failed {
-            pending.fail(error());
-        }
     }
 
     fn retry_channel_later(&mut self) {
@@ -1189,9 +1133,10 @@ impl PublishTask {
         let reason = self.state.loss_reason();
         // Going down ends a block (reported), and the stall clock starts over on the next
         // connection.
-        self.stalled = false;
         self.state.set_connected(false);
-        self.drop_channel(None);
+        self.channel = None;
+        self.window.connection_lost();
+        self.answer_settled(None);
         self.channel_retry_at = None;
         self.channel_backoff.reset();
         // The node we lost may be the one that is down: start with the next.
@@ -1201,7 +1146,7 @@ impl PublishTask {
         self.retry_at = Some(Instant::now() + delay);
         tracing::warn!(
             %reason,
-            unconfirmed = self.backlog.len(),
+            unconfirmed = self.window.backlog(),
             retry_in = ?delay,
             "publishing connection lost; reconnecting, unconfirmed publishes will be resent"
         );
@@ -1233,7 +1178,7 @@ impl PublishTask {
         let address = self.options.get_addresses()[address].to_string();
         tracing::info!(
             %address,
-            to_resend = self.backlog.len(),
+            to_resend = self.window.backlog(),
             "publishing connection re-established"
         );
         self.shared.emit(Lifecycle::Connected {
@@ -1267,12 +1212,8 @@ impl PublishTask {
         }
         self.connecting = None;
         self.retry_at = None;
-        for (_, entry) in std::mem::take(&mut self.window) {
-            entry.pending.fail(closed());
-        }
-        for pending in std::mem::take(&mut self.backlog) {
-            pending.fail(closed());
-        }
+        self.window.close();
+        self.answer_settled(None);
         self.commands.close();
         while let Ok(command) = self.commands.try_recv() {
             match command {
@@ -1282,9 +1223,9 @@ impl PublishTask {
                 }
             }
         }
-        if let Some(current) = self.channel.take() {
-            if current.channel.is_open() {
-                let _ = within(current.channel.close(), "closing the publish channel").await;
+        if let Some(channel) = self.channel.take() {
+            if channel.is_open() {
+                let _ = within(channel.close(), "closing the publish channel").await;
             }
         }
         if let Some(live) = self.live.take() {
