@@ -114,6 +114,8 @@ mod lifecycle;
 mod link;
 mod management;
 mod options;
+#[cfg(test)]
+mod proptesting;
 mod publisher;
 mod rpc;
 mod topology;

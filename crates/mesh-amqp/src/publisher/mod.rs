@@ -86,9 +86,9 @@
 //! shell: it feeds it the connection's and the channel's events and performs what it says
 //! (publish, answer a caller, replace the channel, report blocked).
 
-mod window;
 #[cfg(test)]
 mod props;
+mod window;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -823,8 +823,7 @@ impl PublishTask {
     /// Publishes the backlog, in order, if there is a connection and a channel may be
     /// opened.
     async fn flush(&mut self) {
-        if self.window.backlog() == 0 || self.live.is_none() || self.channel_retry_at.is_some()
-        {
+        if self.window.backlog() == 0 || self.live.is_none() || self.channel_retry_at.is_some() {
             return;
         }
         let channel = match self.ensure_channel().await {
@@ -956,7 +955,6 @@ impl PublishTask {
         Ok(())
     }
 
-
     fn on_stalled(&mut self) {
         self.window.stall();
         self.state.block(format!(
@@ -1038,7 +1036,7 @@ impl PublishTask {
         close: BrokerClose,
         returned: &WireMessage,
     ) -> bool {
-        let matches = |pending: &Box<Pending>| {
+        let matches = |pending: &Pending| {
             let outgoing = &pending.outgoing;
             let sent = &outgoing.message;
             outgoing.exchange == exchange
@@ -1047,7 +1045,10 @@ impl PublishTask {
                 && sent.properties.correlation_id == returned.properties.correlation_id
                 && sent.body == returned.body
         };
-        match self.window.on_return(generation, matches, close) {
+        match self
+            .window
+            .on_return(generation, |pending| matches(pending), close)
+        {
             Returned::Matched => false,
             Returned::Unmatched => {
                 Counters::bump(&self.shared.counters.unmatched_returns);

@@ -308,11 +308,8 @@ impl<M: Message> Window<M> {
             .into_iter()
             .partition(|q| q.message.resend());
         self.backlog = kept;
-        self.settled.extend(
-            failed
-                .into_iter()
-                .map(|q| (q.message, Outcome::NotResent)),
-        );
+        self.settled
+            .extend(failed.into_iter().map(|q| (q.message, Outcome::NotResent)));
     }
 
     /// The connection is gone: its channel with it, and the stall clock starts over on the
@@ -345,11 +342,8 @@ impl<M: Message> Window<M> {
             .partition(|q| q.message.exchange() == exchange);
         self.backlog = kept;
         let count = refused.len();
-        self.settled.extend(
-            refused
-                .into_iter()
-                .map(|q| (q.message, Outcome::Refused)),
-        );
+        self.settled
+            .extend(refused.into_iter().map(|q| (q.message, Outcome::Refused)));
         count
     }
 
@@ -383,6 +377,16 @@ impl<M: Message> Window<M> {
                 .chain(backlog)
                 .map(|q| (q.message, Outcome::Closed)),
         );
+    }
+
+    /// Every message held, in the order it goes out again: in flight by sequence number,
+    /// then the backlog.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> impl Iterator<Item = &M> {
+        self.in_flight
+            .iter()
+            .map(|entry| &entry.queued.message)
+            .chain(self.backlog.iter().map(|q| &q.message))
     }
 
     /// The next settled message and its outcome, for the shell to answer its caller.
@@ -540,7 +544,12 @@ mod tests {
         window.on_ack(1, 4, true, now);
         assert_eq!(
             settled(&mut window),
-            [(2, Outcome::Acked), (1, Outcome::Acked), (3, Outcome::Acked), (4, Outcome::Acked)]
+            [
+                (2, Outcome::Acked),
+                (1, Outcome::Acked),
+                (3, Outcome::Acked),
+                (4, Outcome::Acked)
+            ]
         );
         assert_eq!(window.in_flight(), 1);
     }
@@ -554,7 +563,11 @@ mod tests {
         window.on_nack(1, 4, true, now);
         assert_eq!(
             settled(&mut window),
-            [(1, Outcome::Nacked), (2, Outcome::Nacked), (4, Outcome::Nacked)]
+            [
+                (1, Outcome::Nacked),
+                (2, Outcome::Nacked),
+                (4, Outcome::Nacked)
+            ]
         );
         assert!(window.is_idle());
     }
@@ -591,7 +604,10 @@ mod tests {
         });
         window.channel_opened(1);
         send_all(&mut window, now);
-        assert_eq!(window.on_return(1, |_| true, close(312)), Returned::Unmatched);
+        assert_eq!(
+            window.on_return(1, |_| true, close(312)),
+            Returned::Unmatched
+        );
         window.on_ack(1, 1, false, now);
         assert_eq!(settled(&mut window), [(1, Outcome::Acked)]);
     }
