@@ -57,7 +57,10 @@
 //! and the unconfirmed window (`publisher`); the consume link's supervisor owns the consume
 //! connection and hands out channels (`link`); each subscription's pump owns its consumer's
 //! lifecycle (cancel, re-attach) while the subscription reads the consumer's stream itself
-//! (`consumer`). Everything else holds cheap handles.
+//! (`consumer`). Everything else holds cheap handles. What decides correctness inside the
+//! publish task and each ack tracker is a state machine without I/O (`publisher::window`,
+//! `consumer::ack`) that the task only feeds and obeys, tested alone with random
+//! interleavings of broker events.
 //!
 //! **Detection.** A connection is lost when the broker closes it (`connection.close`: a
 //! forced close, a node shutting down), its socket fails (a TCP cut is seen at once), or two
