@@ -539,7 +539,6 @@ impl Pump {
             match self.reattach(after, &mut cancel, &mut shutdown).await {
                 Some((next, reader)) => {
                     attachment = next;
-                    self.env.counts.attached.fetch_add(1, Ordering::AcqRel);
                     Counters::bump(&self.env.link.shared().counters.reattached);
                     let queue = attachment.queue.clone();
                     tracing::info!(%queue, prefetch = self.spec.prefetch, "consumer re-attached");
@@ -547,6 +546,9 @@ impl Pump {
                         .link
                         .shared()
                         .emit(Lifecycle::ConsumerReattached { queue });
+                    // Counted last: whoever sees the consumers all attached (`health()`)
+                    // finds the re-attach counted and reported.
+                    self.env.counts.attached.fetch_add(1, Ordering::AcqRel);
                     // If the subscription is gone meanwhile, `serve` sees it at once.
                     let _ = self.readers.send(reader).await;
                 }
