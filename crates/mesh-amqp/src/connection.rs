@@ -48,6 +48,11 @@ impl LinkState {
         }
     }
 
+    /// Which link this is.
+    pub(crate) fn link(&self) -> Link {
+        self.link
+    }
+
     pub(crate) fn connected(&self) -> bool {
         self.connected.load(Ordering::Acquire)
     }

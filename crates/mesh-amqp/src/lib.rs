@@ -117,6 +117,7 @@ mod lifecycle;
 mod link;
 mod management;
 mod options;
+mod owner;
 #[cfg(test)]
 mod proptesting;
 mod publisher;

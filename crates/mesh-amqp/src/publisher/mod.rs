@@ -99,19 +99,20 @@ use amqprs::callbacks::ChannelCallback;
 use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments};
 use amqprs::connection::Connection;
 use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
-use mesh_core::{BoxFuture, Confirm, TransportError, TransportErrorKind, WireMessage};
+use mesh_core::{Confirm, TransportError, TransportErrorKind, WireMessage};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
-use crate::connection::{self, lost_opt, opened_opt, sleep_opt, LinkState, Live};
+use crate::connection::{sleep_opt, LinkState};
 use crate::convert::{check_short, from_delivery, to_properties};
 use crate::declare::{open_channel, within, DeclareChannel};
 use crate::error::{code, from_client, from_close, publish_refusal, BrokerClose, PublishRefusal};
 use crate::lifecycle::{Counters, Lifecycle, Link, Shared};
 use crate::options::AmqpOptions;
+use crate::owner::{ConnectionOwner, LinkEvent};
 use crate::topology::Topology;
 use window::{Outcome, Progress, Returned, NACK_RUN_REOPEN, STALL_AFTER};
 
@@ -369,13 +370,7 @@ impl Publisher {
         topology: Arc<Mutex<Topology>>,
     ) -> Result<Publisher, TransportError> {
         let state = Arc::new(LinkState::new(Link::Publish, shared.clone()));
-        let (connection, address) = connection::open(options, state.clone(), 0).await?;
-        state.set_connected(true);
-        shared.emit(Lifecycle::Connected {
-            link: Link::Publish,
-            address: options.get_addresses()[address].to_string(),
-            reconnect: false,
-        });
+        let owner = ConnectionOwner::open(options, state.clone(), shared.clone(), None).await?;
         let window = Arc::new(WindowRoom {
             count: Arc::new(Semaphore::new(options.get_confirm_window())),
             bytes: Arc::new(Semaphore::new(options.get_max_unconfirmed_bytes())),
@@ -388,7 +383,6 @@ impl Publisher {
         let (commands_tx, commands) = mpsc::channel(options.get_confirm_window() + 4);
         let (events_tx, events) = mpsc::unbounded_channel();
         let task = PublishTask {
-            options: options.clone(),
             state: state.clone(),
             shared,
             topology,
@@ -396,11 +390,7 @@ impl Publisher {
             commands,
             events_tx,
             events,
-            live: Some(Live::new(connection, address)),
-            connecting: None,
-            retry_at: None,
-            backoff: Backoff::from_options(options),
-            next_address: address,
+            owner,
             channel: None,
             channel_backoff: Backoff::from_options(options),
             channel_retry_at: None,
@@ -694,7 +684,6 @@ impl ChannelCallback for PublishCallback {
 
 /// The task that owns the publishing connection; see the module docs.
 struct PublishTask {
-    options: AmqpOptions,
     state: Arc<LinkState>,
     shared: Arc<Shared>,
     topology: Arc<Mutex<Topology>>,
@@ -702,14 +691,8 @@ struct PublishTask {
     commands: mpsc::Receiver<Command>,
     events_tx: mpsc::UnboundedSender<Event>,
     events: mpsc::UnboundedReceiver<Event>,
-    live: Option<Live>,
-    /// A reconnect attempt in progress.
-    connecting: Option<BoxFuture<'static, Result<(Connection, usize), TransportError>>>,
-    /// When the next reconnect attempt starts.
-    retry_at: Option<Instant>,
-    backoff: Backoff,
-    /// The address the next attempt starts with.
-    next_address: usize,
+    /// The connection, and its replacement after a loss.
+    owner: ConnectionOwner,
     /// The confirm channel the window numbers publishes on (as generation
     /// [`generation`](Self::generation)).
     channel: Option<Channel>,
@@ -729,9 +712,7 @@ struct PublishTask {
 
 enum Step {
     Event(Event),
-    Lost,
-    Opened(Result<(Connection, usize), TransportError>),
-    Reconnect,
+    Link(LinkEvent),
     ChannelRetry,
     Stalled,
     Command(Option<Command>),
@@ -749,24 +730,19 @@ impl PublishTask {
             self.answer_flushes();
             let stall_at = self
                 .window
-                .stall_at(self.live.is_some())
+                .stall_at(self.owner.connection().is_some())
                 .map(Instant::from_std);
             let step = tokio::select! {
                 biased;
                 Some(event) = self.events.recv() => Step::Event(event),
-                () = lost_opt(&mut self.live) => Step::Lost,
-                opened = opened_opt(&mut self.connecting) => Step::Opened(opened),
-                () = sleep_opt(self.retry_at) => Step::Reconnect,
+                event = self.owner.event() => Step::Link(event),
                 () = sleep_opt(self.channel_retry_at) => Step::ChannelRetry,
                 () = sleep_opt(stall_at) => Step::Stalled,
                 command = self.commands.recv() => Step::Command(command),
             };
             match step {
                 Step::Event(event) => self.on_event(event),
-                Step::Lost => self.on_connection_lost(),
-                Step::Reconnect => self.reconnect(),
-                Step::Opened(Ok((connection, address))) => self.on_reconnected(connection, address),
-                Step::Opened(Err(error)) => self.on_reconnect_failed(&error),
+                Step::Link(event) => self.on_link(event),
                 Step::ChannelRetry => self.channel_retry_at = None,
                 Step::Stalled => self.on_stalled(),
                 Step::Command(Some(Command::Publish(pending))) => {
@@ -823,7 +799,10 @@ impl PublishTask {
     /// Publishes the backlog, in order, if there is a connection and a channel may be
     /// opened.
     async fn flush(&mut self) {
-        if self.window.backlog() == 0 || self.live.is_none() || self.channel_retry_at.is_some() {
+        if self.window.backlog() == 0
+            || self.owner.connection().is_none()
+            || self.channel_retry_at.is_some()
+        {
             return;
         }
         let channel = match self.ensure_channel().await {
@@ -897,8 +876,8 @@ impl PublishTask {
             }
             self.drop_channel(None);
         }
-        let connection = match &self.live {
-            Some(live) => live.connection.clone(),
+        let connection = match self.owner.connection() {
+            Some(connection) => connection.clone(),
             None => return Err(connection_lost()),
         };
         if !self.redeclare.is_empty() {
@@ -1127,83 +1106,36 @@ impl PublishTask {
         self.channel_retry_at = Some(Instant::now() + delay);
     }
 
-    fn on_connection_lost(&mut self) {
-        let Some(live) = self.live.take() else {
-            return;
-        };
-        let reason = self.state.loss_reason();
-        // Going down ends a block (reported), and the stall clock starts over on the next
-        // connection.
-        self.state.set_connected(false);
-        self.channel = None;
-        self.window.connection_lost();
-        self.answer_settled(None);
-        self.channel_retry_at = None;
-        self.channel_backoff.reset();
-        // The node we lost may be the one that is down: start with the next.
-        self.next_address = live.address + 1;
-        drop(live);
-        let delay = self.backoff.next_delay();
-        self.retry_at = Some(Instant::now() + delay);
-        tracing::warn!(
-            %reason,
-            unconfirmed = self.window.backlog(),
-            retry_in = ?delay,
-            "publishing connection lost; reconnecting, unconfirmed publishes will be resent"
-        );
-        self.shared.emit(Lifecycle::Disconnected {
-            link: Link::Publish,
-            reason,
-        });
-    }
-
-    fn reconnect(&mut self) {
-        self.retry_at = None;
-        let options = self.options.clone();
-        let state = self.state.clone();
-        let start = self.next_address;
-        self.connecting = Some(Box::pin(async move {
-            connection::open(&options, state, start).await
-        }));
-    }
-
-    fn on_reconnected(&mut self, connection: Connection, address: usize) {
-        self.connecting = None;
-        self.backoff.reset();
-        self.live = Some(Live::new(connection, address));
-        self.next_address = address;
-        // Perhaps another node, perhaps reconfigured: learn its limit again.
-        self.room.broker_max.store(0, Ordering::Relaxed);
-        self.state.set_connected(true);
-        Counters::bump(&self.shared.counters.reconnects);
-        let address = self.options.get_addresses()[address].to_string();
-        tracing::info!(
-            %address,
-            to_resend = self.window.backlog(),
-            "publishing connection re-established"
-        );
-        self.shared.emit(Lifecycle::Connected {
-            link: Link::Publish,
-            address,
-            reconnect: true,
-        });
-    }
-
-    fn on_reconnect_failed(&mut self, error: &TransportError) {
-        self.connecting = None;
-        let delay = self.backoff.next_delay();
-        self.retry_at = Some(Instant::now() + delay);
-        tracing::warn!(
-            error = %error,
-            retry_in = ?delay,
-            "reconnecting the publishing connection failed"
-        );
-        self.shared.emit(Lifecycle::ReconnectFailed {
-            link: Link::Publish,
-            attempt: self.backoff.failures(),
-            retry_in: delay,
-            reason: error.to_string(),
-        });
+    /// The publish task's reactions to the connection going down (the window goes back to
+    /// the backlog, what is not resent fails) or up (the broker's size limit is learnt
+    /// again); the owner did the rest.
+    fn on_link(&mut self, event: LinkEvent) {
+        match &event {
+            LinkEvent::Lost { reason } => {
+                // The owner marked the link down, which ends a block (reported); the stall
+                // clock starts over on the next connection.
+                self.channel = None;
+                self.window.connection_lost();
+                self.answer_settled(None);
+                self.channel_retry_at = None;
+                self.channel_backoff.reset();
+                tracing::warn!(
+                    %reason,
+                    unconfirmed = self.window.backlog(),
+                    "publishing connection lost; unconfirmed publishes will be resent"
+                );
+            }
+            LinkEvent::Up { address } => {
+                // Perhaps another node, perhaps reconfigured: learn its limit again.
+                self.room.broker_max.store(0, Ordering::Relaxed);
+                tracing::info!(
+                    %address,
+                    to_resend = self.window.backlog(),
+                    "publishing connection re-established"
+                );
+            }
+        }
+        self.owner.report(event);
     }
 
     async fn shutdown(&mut self) {
@@ -1211,8 +1143,6 @@ impl PublishTask {
         for done in self.flushes.drain(..) {
             let _ = done.send(());
         }
-        self.connecting = None;
-        self.retry_at = None;
         self.window.close();
         self.answer_settled(None);
         self.commands.close();
@@ -1229,10 +1159,7 @@ impl PublishTask {
                 let _ = within(channel.close(), "closing the publish channel").await;
             }
         }
-        if let Some(live) = self.live.take() {
-            connection::close(live.connection, Link::Publish).await;
-        }
-        self.state.set_connected(false);
+        self.owner.close().await;
         tracing::info!("publishing connection closed");
     }
 }
