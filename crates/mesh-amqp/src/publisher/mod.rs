@@ -18,9 +18,9 @@
 //! future's state (a timer, two semaphore waits, the queue's) made every publish a large
 //! allocation before.
 //!
-//! The task owns the connection (`<prefix>.publish`, its own connection because RabbitMQ
-//! blocks publishing connections during alarms, which must not stall consumers) and one
-//! channel in confirm mode. It keeps two queues of whole messages:
+//! The task owns the connection (through its [`ConnectionOwner`]; `<prefix>.publish`, its
+//! own connection because RabbitMQ blocks publishing connections during alarms, which must
+//! not stall consumers) and one channel in confirm mode. It keeps two queues of whole messages:
 //!
 //! - the **window**, *sequence number → message*, of what was published on the current
 //!   channel and not yet settled. It numbers each `basic.publish` as the broker does (1, 2, …
@@ -54,8 +54,10 @@
 //!   declared, or may not write to (`403`): it fails, the rest is resent. An exchange of the
 //!   recorded topology is declared again before the next channel instead.
 //!
-//! A lost connection is reconnected with backoff (100 ms doubling to 5 s by default, with
-//! jitter), trying the addresses in turn from the one after the lost one. A channel the
+//! A lost connection is reconnected by the task's [`ConnectionOwner`] (shared with the
+//! consume link) with backoff (100 ms doubling to 5 s by default, with jitter), trying the
+//! addresses in turn from the one after the lost one; the task only reacts (the window back
+//! to the backlog, the broker's size limit forgotten). A channel the
 //! broker closed while the connection stayed up is reopened with the same backoff, reset by
 //! the next confirm, so a broker that keeps closing channels is not hammered.
 //!
