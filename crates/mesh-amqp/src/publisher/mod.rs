@@ -275,6 +275,12 @@ impl Pending {
                     PublishRefusal::TooLarge { max, .. } => Some(max),
                     _ => None,
                 });
+                tracing::warn!(
+                    size,
+                    max,
+                    routing_key = %outgoing.routing_key,
+                    "the broker refused a message as too large; not resent"
+                );
                 Err(with_close(TransportError::new(
                     TransportErrorKind::TooLarge { size, max },
                     format!("publishing to `{}`", outgoing.routing_key),
@@ -1058,13 +1064,8 @@ impl PublishTask {
         match publish_refusal(close) {
             PublishRefusal::TooLarge { size, max } => {
                 self.room.broker_max.store(max, Ordering::Relaxed);
-                if self.window.refuse_too_large(size) {
-                    tracing::warn!(
-                        size,
-                        max,
-                        "the broker refused a message as too large; not resent"
-                    );
-                } else {
+                // The refused message is logged as it is answered (`Pending::settle`).
+                if !self.window.refuse_too_large(size) {
                     tracing::warn!(size, "no unsettled message has the refused size");
                 }
             }
