@@ -2,8 +2,8 @@
 //! (closed, blocked).
 //!
 //! Each connection is owned by one task (the publisher's, or the consume side's supervisor),
-//! which watches it with [`lost`] and replaces it when it is lost; everything else only reads
-//! the [`LinkState`]. The connection callbacks of the client library run on its own tasks:
+//! through a [`ConnectionOwner`](crate::owner::ConnectionOwner) that watches it with
+//! [`lost`] and replaces it when it is lost; everything else only reads the [`LinkState`]. The connection callbacks of the client library run on its own tasks:
 //! they only record what the broker said in the `LinkState`, tagged with the connection they
 //! came from, so a late callback of a replaced connection changes nothing.
 
@@ -46,6 +46,11 @@ impl LinkState {
             blocked_time: Mutex::new((Duration::ZERO, None)),
             close_reason: Mutex::new(None),
         }
+    }
+
+    /// Which link this is.
+    pub(crate) fn link(&self) -> Link {
+        self.link
     }
 
     pub(crate) fn connected(&self) -> bool {

@@ -53,11 +53,19 @@
 //! At-least-once through failures is the point, so every loss is detected and repaired
 //! without the caller's help; the SDK above sees, at most, redeliveries.
 //!
-//! **Who owns what.** The publish task owns the publishing connection, its confirm channel
-//! and the unconfirmed window (`publisher`); the consume link's supervisor owns the consume
-//! connection and hands out channels (`link`); each subscription's pump owns its consumer's
+//! **Who owns what.** Each connection is held by a connection owner (`owner`), one piece for
+//! both: it watches for the loss (close, socket, heartbeats), reconnects through the
+//! addresses with backoff and jitter, and reports the lifecycle; it lives inside its link's
+//! task, which keeps only its own reactions. The publish task owns the publishing
+//! connection's owner, its confirm channel and the unconfirmed window (`publisher`), and on
+//! a loss resends the window and fails what is not resent; the consume link's supervisor
+//! owns the consume connection's owner and hands out channels (`link`), replays the
+//! topology before a new connection counts as up, and tells consumers to re-attach; each subscription's pump owns its consumer's
 //! lifecycle (cancel, re-attach) while the subscription reads the consumer's stream itself
-//! (`consumer`). Everything else holds cheap handles.
+//! (`consumer`). Everything else holds cheap handles. What decides correctness inside the
+//! publish task and each ack tracker is a state machine without I/O (`publisher::window`,
+//! `consumer::ack`) that the task only feeds and obeys, tested alone with random
+//! interleavings of broker events.
 //!
 //! **Detection.** A connection is lost when the broker closes it (`connection.close`: a
 //! forced close, a node shutting down), its socket fails (a TCP cut is seen at once), or two
@@ -67,7 +75,7 @@
 //! timeout), and a consumer cancelled (`basic.cancel`, when its queue is deleted); those are
 //! seen per channel and per consumer.
 //!
-//! **Reconnecting.** Each connection's owner reconnects with exponential backoff and jitter
+//! **Reconnecting.** Each connection owner reconnects with exponential backoff and jitter
 //! ([`AmqpOptions::reconnect_backoff`], 100 ms doubling to 5 s), trying the
 //! [addresses](AmqpOptions::addresses) in turn starting after the lost one. The consume
 //! connection declares the recorded [`Topology`] again (exchanges, queues, bindings) before
@@ -114,7 +122,10 @@ mod lifecycle;
 mod link;
 mod management;
 mod options;
+mod owner;
 mod plain;
+#[cfg(test)]
+mod proptesting;
 mod publisher;
 mod rpc;
 mod topology;

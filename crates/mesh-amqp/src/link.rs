@@ -9,20 +9,24 @@
 //!
 //! # Reconnecting
 //!
-//! When the connection is lost (the broker closed it, the network failed, or heartbeats
-//! stopped), the supervisor:
+//! The connection itself is held by a [`ConnectionOwner`], as the publisher's is: it sees
+//! the loss, reconnects through the addresses with backoff and jitter, and reports it. When
+//! the connection is lost (the broker closed it, the network failed, or heartbeats stopped):
 //!
-//! 1. marks the link down, so `health()` says so and channel requests fail at once with
-//!    `ConnectionLost` (everything on the old connection has failed by then too: consumer
-//!    streams end, ackers fail, pending RPC calls fail);
-//! 2. waits a backoff delay (100 ms doubling to 5 s by default, with jitter), then tries the
-//!    addresses in turn, starting after the one it lost;
-//! 3. on the new connection, declares the whole [`Topology`] again: exchanges, then queues,
-//!    then bindings. A declaration the broker refuses is logged and skipped (its channel is
-//!    replaced and the replay goes on), because one incompatible queue must not keep every
-//!    other consumer away; a failure of the connection itself fails the attempt;
-//! 4. only then bumps the generation in [`LinkStatus`] with `connected = true`. Consumers
-//!    waiting for it re-attach, each on a fresh channel with its own prefetch.
+//! 1. the owner marks the link down, so `health()` says so, and the supervisor marks its
+//!    [`LinkStatus`] down, so channel requests fail at once with `ConnectionLost`
+//!    (everything on the old connection has failed by then too: consumer streams end,
+//!    ackers fail, pending RPC calls fail);
+//! 2. the owner waits a backoff delay (100 ms doubling to 5 s by default, with jitter), then
+//!    tries the addresses in turn, starting after the one it lost;
+//! 3. on the new connection, before it counts as up, the supervisor's preparation declares
+//!    the whole [`Topology`] again: exchanges, then queues, then bindings. A declaration the
+//!    broker refuses is logged and skipped (its channel is replaced and the replay goes on),
+//!    because one incompatible queue must not keep every other consumer away; a failure of
+//!    the connection itself fails the attempt;
+//! 4. only then the supervisor bumps the generation in [`LinkStatus`] with
+//!    `connected = true`. Consumers waiting for it re-attach, each on a fresh channel with
+//!    its own prefetch.
 //!
 //! Channels are opened on tasks of their own, so a request made just as the connection
 //! hangs can never stall the supervisor: it keeps watching for the loss.
@@ -31,16 +35,15 @@ use std::sync::{Arc, Mutex};
 
 use amqprs::channel::Channel;
 use amqprs::connection::Connection;
-use mesh_core::{BoxFuture, TransportError, TransportErrorKind};
+use mesh_core::{TransportError, TransportErrorKind};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backoff::Backoff;
-use crate::connection::{self, lost_opt, opened_opt, sleep_opt, LinkState, Live};
+use crate::connection::LinkState;
 use crate::declare::{open_channel, CloseSlot, DeclareChannel};
-use crate::lifecycle::{Counters, Lifecycle, Link, Shared};
+use crate::lifecycle::{Link, Shared};
 use crate::options::AmqpOptions;
+use crate::owner::{ConnectionOwner, LinkEvent, Prepare};
 use crate::topology::Topology;
 
 /// What subscribers watch: which connection is current, and whether it is up.
@@ -88,13 +91,17 @@ impl ConsumeLink {
         topology: Arc<Mutex<Topology>>,
     ) -> Result<ConsumeLink, TransportError> {
         let state = Arc::new(LinkState::new(Link::Consume, shared.clone()));
-        let (connection, address) = connection::open(options, state.clone(), 0).await?;
-        state.set_connected(true);
-        shared.emit(Lifecycle::Connected {
-            link: Link::Consume,
-            address: options.get_addresses()[address].to_string(),
-            reconnect: false,
-        });
+        // A new connection counts as up once the topology recorded by then is declared on it.
+        let prepare: Prepare = {
+            let shared = shared.clone();
+            Arc::new(move |connection: Connection| {
+                let topology = topology.lock().map(|t| t.clone()).unwrap_or_default();
+                let shared = shared.clone();
+                Box::pin(async move { replay(&connection, &topology, shared).await })
+            })
+        };
+        let owner =
+            ConnectionOwner::open(options, state.clone(), shared.clone(), Some(prepare)).await?;
         let (commands_tx, commands) = mpsc::channel(64);
         let (status_tx, status) = watch::channel(LinkStatus {
             generation: 1,
@@ -106,17 +113,10 @@ impl ConsumeLink {
             connection = %format!("{}.consume", options.get_connection_name())
         );
         let supervisor = Supervisor {
-            options: options.clone(),
-            state: state.clone(),
             shared: shared.clone(),
-            topology,
             commands,
             status: status_tx,
-            live: Some(Live::new(connection, address)),
-            connecting: None,
-            retry_at: None,
-            backoff: Backoff::from_options(options),
-            next_address: address,
+            owner,
         };
         tokio::spawn(supervisor.run().instrument(span));
         Ok(ConsumeLink {
@@ -180,26 +180,15 @@ fn closed() -> TransportError {
 
 /// The supervisor task; see the module docs.
 struct Supervisor {
-    options: AmqpOptions,
-    state: Arc<LinkState>,
     shared: Arc<Shared>,
-    topology: Arc<Mutex<Topology>>,
     commands: mpsc::Receiver<LinkCommand>,
     status: watch::Sender<LinkStatus>,
-    live: Option<Live>,
-    /// A reconnect attempt in progress (connect, then replay the topology).
-    connecting: Option<BoxFuture<'static, Result<(Connection, usize), TransportError>>>,
-    /// When the next reconnect attempt starts.
-    retry_at: Option<Instant>,
-    backoff: Backoff,
-    /// The address the next attempt starts with.
-    next_address: usize,
+    /// The connection, and its replacement (with the topology replayed) after a loss.
+    owner: ConnectionOwner,
 }
 
 enum Step {
-    Lost,
-    Opened(Result<(Connection, usize), TransportError>),
-    Reconnect,
+    Link(LinkEvent),
     Command(Option<LinkCommand>),
 }
 
@@ -208,16 +197,11 @@ impl Supervisor {
         loop {
             let step = tokio::select! {
                 biased;
-                () = lost_opt(&mut self.live) => Step::Lost,
-                opened = opened_opt(&mut self.connecting) => Step::Opened(opened),
-                () = sleep_opt(self.retry_at) => Step::Reconnect,
+                event = self.owner.event() => Step::Link(event),
                 command = self.commands.recv() => Step::Command(command),
             };
             match step {
-                Step::Lost => self.on_lost(),
-                Step::Reconnect => self.reconnect(),
-                Step::Opened(Ok((connection, address))) => self.on_reconnected(connection, address),
-                Step::Opened(Err(error)) => self.on_reconnect_failed(&error),
+                Step::Link(event) => self.on_link(event),
                 Step::Command(Some(LinkCommand::OpenChannel { role, reply })) => {
                     self.open_channel(role, reply);
                 }
@@ -235,80 +219,27 @@ impl Supervisor {
         }
     }
 
-    fn on_lost(&mut self) {
-        let Some(live) = self.live.take() else {
-            return;
-        };
-        let reason = self.state.loss_reason();
-        self.state.set_connected(false);
-        self.status.send_modify(|s| s.connected = false);
-        // The node we lost may be the one that is down: start with the next.
-        self.next_address = live.address + 1;
-        drop(live);
-        let delay = self.backoff.next_delay();
-        self.retry_at = Some(Instant::now() + delay);
-        tracing::warn!(%reason, retry_in = ?delay, "consume connection lost; reconnecting");
-        self.shared.emit(Lifecycle::Disconnected {
-            link: Link::Consume,
-            reason,
-        });
-    }
-
-    fn reconnect(&mut self) {
-        self.retry_at = None;
-        let options = self.options.clone();
-        let state = self.state.clone();
-        let shared = self.shared.clone();
-        let topology = self.topology.lock().map(|t| t.clone()).unwrap_or_default();
-        let start = self.next_address;
-        self.connecting = Some(Box::pin(async move {
-            let (connection, address) = connection::open(&options, state, start).await?;
-            if let Err(error) = replay(&connection, &topology, shared).await {
-                connection::close(connection, Link::Consume).await;
-                return Err(error);
+    /// The supervisor's reactions to the connection going down or up: its status, which
+    /// channel requests and consumers watch.
+    fn on_link(&mut self, event: LinkEvent) {
+        match &event {
+            LinkEvent::Lost { .. } => self.status.send_modify(|s| s.connected = false),
+            LinkEvent::Up { .. } => {
+                // Consumers waiting for a new generation re-attach now.
+                self.status.send_modify(|s| {
+                    s.generation += 1;
+                    s.connected = true;
+                });
+                tracing::info!("consume connection re-established, topology declared");
             }
-            Ok((connection, address))
-        }));
-    }
-
-    fn on_reconnected(&mut self, connection: Connection, address: usize) {
-        self.connecting = None;
-        self.backoff.reset();
-        self.live = Some(Live::new(connection, address));
-        self.next_address = address;
-        self.state.set_connected(true);
-        Counters::bump(&self.shared.counters.reconnects);
-        // Consumers waiting for a new generation re-attach now.
-        self.status.send_modify(|s| {
-            s.generation += 1;
-            s.connected = true;
-        });
-        let address = self.options.get_addresses()[address].to_string();
-        tracing::info!(%address, "consume connection re-established, topology declared");
-        self.shared.emit(Lifecycle::Connected {
-            link: Link::Consume,
-            address,
-            reconnect: true,
-        });
-    }
-
-    fn on_reconnect_failed(&mut self, error: &TransportError) {
-        self.connecting = None;
-        let delay = self.backoff.next_delay();
-        self.retry_at = Some(Instant::now() + delay);
-        tracing::warn!(error = %error, retry_in = ?delay, "reconnecting the consume connection failed");
-        self.shared.emit(Lifecycle::ReconnectFailed {
-            link: Link::Consume,
-            attempt: self.backoff.failures(),
-            retry_in: delay,
-            reason: error.to_string(),
-        });
+        }
+        self.owner.report(event);
     }
 
     fn open_channel(&self, role: &'static str, reply: ChannelReply) {
-        match self.live.as_ref().filter(|l| l.connection.is_open()) {
-            Some(live) => {
-                let connection = live.connection.clone();
+        match self.owner.connection().filter(|c| c.is_open()) {
+            Some(connection) => {
+                let connection = connection.clone();
                 let shared = self.shared.clone();
                 tokio::spawn(async move {
                     let _ = reply.send(open_channel(&connection, role, shared).await);
@@ -324,12 +255,7 @@ impl Supervisor {
     }
 
     async fn shutdown(&mut self) {
-        self.connecting = None;
-        self.retry_at = None;
-        if let Some(live) = self.live.take() {
-            connection::close(live.connection, Link::Consume).await;
-        }
-        self.state.set_connected(false);
+        self.owner.close().await;
         self.status.send_modify(|s| s.connected = false);
         tracing::info!("consume connection closed");
     }

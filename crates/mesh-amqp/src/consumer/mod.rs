@@ -54,8 +54,19 @@
 //!
 //! Ephemeral subscriptions consume with `no_ack`: there is no tracker, and settling is a
 //! no-op.
+//!
+//! # State and shell
+//!
+//! The tracker's bookkeeping — what is undecided, which frames settle what was decided, what
+//! a lost channel does to them — is the [`ack::AckTracker`] state machine, which does no I/O
+//! and is tested alone (unit and property tests). The tracker task is its shell: it feeds it
+//! the handlers' decisions, sends the frames it returns and answers who waits for them; the
+//! reader registers each delivery in it, under a lock held only for that.
 
-use std::collections::BTreeSet;
+mod ack;
+#[cfg(test)]
+mod props;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -81,6 +92,7 @@ use crate::lifecycle::{Counters, Lifecycle};
 use crate::link::ConsumeLink;
 use crate::publisher::{Outgoing, Publisher};
 use crate::topology::{BindingDecl, Topology};
+use ack::{AckTracker, Flush, Frame};
 
 /// The header quorum queues count redeliveries in.
 const DELIVERY_COUNT: &str = "x-delivery-count";
@@ -359,15 +371,12 @@ impl Attachment {
         } = consumer;
         let tracker = manual_ack.then(|| {
             let (commands, rx) = mpsc::unbounded_channel();
-            let undecided = Arc::new(Mutex::new(BTreeSet::new()));
+            let state = Arc::new(Mutex::new(AckTracker::default()));
             let span = tracing::debug_span!(parent: None, "mesh_amqp.acks", queue = %ctx.queue);
             tokio::spawn(
-                track(channel.clone(), closed.clone(), undecided.clone(), rx).instrument(span),
+                track(channel.clone(), closed.clone(), state.clone(), rx).instrument(span),
             );
-            Tracker {
-                commands,
-                undecided,
-            }
+            Tracker { commands, state }
         });
         let (ended_tx, ended) = oneshot::channel();
         let reader = Reader {
@@ -530,7 +539,6 @@ impl Pump {
             match self.reattach(after, &mut cancel, &mut shutdown).await {
                 Some((next, reader)) => {
                     attachment = next;
-                    self.env.counts.attached.fetch_add(1, Ordering::AcqRel);
                     Counters::bump(&self.env.link.shared().counters.reattached);
                     let queue = attachment.queue.clone();
                     tracing::info!(%queue, prefetch = self.spec.prefetch, "consumer re-attached");
@@ -538,6 +546,9 @@ impl Pump {
                         .link
                         .shared()
                         .emit(Lifecycle::ConsumerReattached { queue });
+                    // Counted last: whoever sees the consumers all attached (`health()`)
+                    // finds the re-attach counted and reported.
+                    self.env.counts.attached.fetch_add(1, Ordering::AcqRel);
                     // If the subscription is gone meanwhile, `serve` sees it at once.
                     let _ = self.readers.send(reader).await;
                 }
@@ -677,12 +688,16 @@ enum AckCommand {
     Release(u64),
 }
 
-/// Delivery tags handed out and not yet decided. Shared rather than sent: the reader
-/// registers a delivery without waking the tracker.
-type Undecided = Arc<Mutex<BTreeSet<u64>>>;
+/// Who waits for an ack to be sent.
+type Done = oneshot::Sender<Result<(), TransportError>>;
 
-fn lock(undecided: &Undecided) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
-    undecided
+/// A channel's ack tracker state. Shared rather than owned by the tracker task: the reader
+/// registers a delivery without waking the task. Locked only for a call into the state
+/// machine, never across an await.
+type TrackerState = Arc<Mutex<AckTracker<Done>>>;
+
+fn lock(state: &TrackerState) -> std::sync::MutexGuard<'_, AckTracker<Done>> {
+    state
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -690,13 +705,13 @@ fn lock(undecided: &Undecided) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
 /// The reader's handle on a channel's ack tracker.
 struct Tracker {
     commands: mpsc::UnboundedSender<AckCommand>,
-    undecided: Undecided,
+    state: TrackerState,
 }
 
 impl Tracker {
     /// Registers a delivery as handed out: the right to settle it.
     fn delivered(&self, tag: u64) -> Settle {
-        lock(&self.undecided).insert(tag);
+        lock(&self.state).delivered(tag);
         Settle {
             tracker: self.commands.clone(),
             tag,
@@ -705,47 +720,36 @@ impl Tracker {
     }
 }
 
-/// The ack tracker of one channel; see the module docs.
+/// The ack tracker task of one channel; see the module docs.
 async fn track(
     channel: Channel,
     closed: CloseSlot,
-    undecided: Undecided,
+    state: TrackerState,
     mut commands: mpsc::UnboundedReceiver<AckCommand>,
 ) {
-    let mut acks = Acks::default();
-    let mut releases = Vec::new();
     while let Some(first) = commands.recv().await {
-        let mut next = Some(first);
-        let mut handled = 0;
-        while let Some(command) = next {
-            match command {
-                AckCommand::Ack { tag, done } => {
-                    lock(&undecided).remove(&tag);
-                    acks.tags.push(tag);
-                    acks.done.push(done);
+        let flush = {
+            let mut tracker = lock(&state);
+            let mut next = Some(first);
+            let mut handled = 0;
+            while let Some(command) = next {
+                match command {
+                    AckCommand::Ack { tag, done } => tracker.ack(tag, done),
+                    AckCommand::AckMany { tags, done } => tracker.ack_many(tags, done),
+                    AckCommand::Release(tag) => tracker.release(tag),
                 }
-                AckCommand::AckMany { tags, done } => {
-                    let mut held = lock(&undecided);
-                    for tag in &tags {
-                        held.remove(tag);
-                    }
-                    drop(held);
-                    acks.tags.extend(tags);
-                    acks.done.push(done);
-                }
-                AckCommand::Release(tag) => {
-                    lock(&undecided).remove(&tag);
-                    releases.push(tag);
-                }
+                handled += 1;
+                next = if handled < ACK_BATCH {
+                    commands.try_recv().ok()
+                } else {
+                    None
+                };
             }
-            handled += 1;
-            next = if handled < ACK_BATCH {
-                commands.try_recv().ok()
-            } else {
-                None
-            };
-        }
-        flush(&channel, &closed, &undecided, &mut acks, &mut releases).await;
+            // A closed channel's tags died with it (the broker requeued them); sending on it
+            // would reach whatever channel reuses its number, or close the connection.
+            tracker.flush(channel.is_open())
+        };
+        send(&channel, &closed, flush).await;
     }
     // The reader and the ackers are gone: nothing more can be settled here.
     if channel.is_open() {
@@ -753,27 +757,11 @@ async fn track(
     }
 }
 
-/// Acks decided since the last flush: their tags, and who waits for them to be sent.
-#[derive(Default)]
-struct Acks {
-    tags: Vec<u64>,
-    done: Vec<oneshot::Sender<Result<(), TransportError>>>,
-}
-
-/// Sends the settlements decided since the last flush.
-async fn flush(
-    channel: &Channel,
-    closed: &CloseSlot,
-    undecided: &Undecided,
-    acks: &mut Acks,
-    releases: &mut Vec<u64>,
-) {
-    // A closed channel's tags died with it (the broker requeued them); sending on it would
-    // reach whatever channel reuses its number, or close the connection.
-    if !channel.is_open() {
+/// Sends what the tracker decided and answers who waits for it.
+async fn send(channel: &Channel, closed: &CloseSlot, flush: Flush<Done>) {
+    if flush.lost {
         let close = take_close(closed);
-        acks.tags.clear();
-        for done in acks.done.drain(..) {
+        for done in flush.waiters {
             let error = TransportError::new(
                 TransportErrorKind::ConnectionLost,
                 "the delivery's channel is closed",
@@ -784,34 +772,31 @@ async fn flush(
             };
             let _ = done.send(Err(error));
         }
-        releases.clear();
         return;
     }
-    for tag in releases.drain(..) {
-        if let Err(e) = channel
-            .basic_nack(BasicNackArguments::new(tag, false, true))
-            .await
-        {
-            tracing::debug!(tag, error = %e, "releasing a delivery failed");
-        }
-    }
-    if acks.tags.is_empty() {
-        return;
-    }
-    acks.tags.sort_unstable();
-    let frames = ack_frames(&acks.tags, &lock(undecided));
-    acks.tags.clear();
     let mut failure = None;
-    for (tag, multiple) in frames {
-        if let Err(e) = channel
-            .basic_ack(BasicAckArguments::new(tag, multiple))
-            .await
-        {
-            failure = Some(e.to_string());
-            break;
+    for frame in flush.frames {
+        match frame {
+            Frame::Release(tag) => {
+                if let Err(e) = channel
+                    .basic_nack(BasicNackArguments::new(tag, false, true))
+                    .await
+                {
+                    tracing::debug!(tag, error = %e, "releasing a delivery failed");
+                }
+            }
+            Frame::Ack { tag, multiple } => {
+                if let Err(e) = channel
+                    .basic_ack(BasicAckArguments::new(tag, multiple))
+                    .await
+                {
+                    failure = Some(e.to_string());
+                    break;
+                }
+            }
         }
     }
-    for done in acks.done.drain(..) {
+    for done in flush.waiters {
         let outcome = match &failure {
             None => Ok(()),
             Some(e) => Err(TransportError::new(
@@ -821,23 +806,6 @@ async fn flush(
         };
         let _ = done.send(outcome);
     }
-}
-
-/// The `basic.ack` frames (tag, multiple) that settle `sorted` (decided tags, ascending)
-/// while `undecided` tags are still with their handlers: one `multiple` ack for the run below
-/// the oldest undecided tag (everything the broker still holds below it is decided: settled
-/// earlier, released, or in this batch), then one ack per tag above it.
-fn ack_frames(sorted: &[u64], undecided: &BTreeSet<u64>) -> Vec<(u64, bool)> {
-    let oldest_undecided = undecided.first().copied().unwrap_or(u64::MAX);
-    let below = sorted.partition_point(|tag| *tag < oldest_undecided);
-    let mut frames = Vec::with_capacity(sorted.len() - below + 1);
-    match below {
-        0 => {}
-        1 => frames.push((sorted[0], false)),
-        n => frames.push((sorted[n - 1], true)),
-    }
-    frames.extend(sorted[below..].iter().map(|tag| (*tag, false)));
-    frames
 }
 
 /// The right to settle one manual-ack delivery. Dropped undecided, it releases the
@@ -1055,35 +1023,5 @@ impl Acker for AmqpAcker {
 
     fn release(self: Box<Self>) {
         // Dropping the settle right releases the delivery.
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn consecutive_decided_tags_are_acked_with_one_frame() {
-        assert_eq!(ack_frames(&[1, 2, 3, 4], &BTreeSet::new()), [(4, true)]);
-        assert_eq!(ack_frames(&[7], &BTreeSet::new()), [(7, false)]);
-        assert!(ack_frames(&[], &BTreeSet::new()).is_empty());
-    }
-
-    #[test]
-    fn an_undecided_tag_is_never_covered_by_a_multiple_ack() {
-        // 3 is still with its handler: 1-2 go as one, 4 and 5 one by one.
-        let undecided = BTreeSet::from([3]);
-        assert_eq!(
-            ack_frames(&[1, 2, 4, 5], &undecided),
-            [(2, true), (4, false), (5, false)]
-        );
-        // Nothing below the oldest undecided: no multiple at all.
-        let undecided = BTreeSet::from([1]);
-        assert_eq!(ack_frames(&[2, 3], &undecided), [(2, false), (3, false)]);
-        for frame in ack_frames(&[1, 2, 4, 5, 9], &BTreeSet::from([3, 6])) {
-            if frame.1 {
-                assert!(frame.0 < 3);
-            }
-        }
     }
 }

@@ -18,9 +18,9 @@
 //! future's state (a timer, two semaphore waits, the queue's) made every publish a large
 //! allocation before.
 //!
-//! The task owns the connection (`<prefix>.publish`, its own connection because RabbitMQ
-//! blocks publishing connections during alarms, which must not stall consumers) and one
-//! channel in confirm mode. It keeps two queues of whole messages:
+//! The task owns the connection (through its [`ConnectionOwner`]; `<prefix>.publish`, its
+//! own connection because RabbitMQ blocks publishing connections during alarms, which must
+//! not stall consumers) and one channel in confirm mode. It keeps two queues of whole messages:
 //!
 //! - the **window**, *sequence number → message*, of what was published on the current
 //!   channel and not yet settled. It numbers each `basic.publish` as the broker does (1, 2, …
@@ -54,8 +54,10 @@
 //!   declared, or may not write to (`403`): it fails, the rest is resent. An exchange of the
 //!   recorded topology is declared again before the next channel instead.
 //!
-//! A lost connection is reconnected with backoff (100 ms doubling to 5 s by default, with
-//! jitter), trying the addresses in turn from the one after the lost one. A channel the
+//! A lost connection is reconnected by the task's [`ConnectionOwner`] (shared with the
+//! consume link) with backoff (100 ms doubling to 5 s by default, with jitter), trying the
+//! addresses in turn from the one after the lost one; the task only reacts (the window back
+//! to the backlog, the broker's size limit forgotten). A channel the
 //! broker closed while the connection stayed up is reopened with the same backoff, reset by
 //! the next confirm, so a broker that keeps closing channels is not hammered.
 //!
@@ -77,8 +79,20 @@
 //! Channel callbacks of the client library run on its own tasks; they only forward
 //! [`Event`]s, tagged with the channel's generation so that late events of a replaced channel
 //! are ignored.
+//!
+//! # State and shell
+//!
+//! What decides correctness — numbering, settling, returns, what a lost or refused channel
+//! sends again and in which order, the nack run, the stall — is the [`window::Window`] state
+//! machine, which does no I/O and is tested alone (unit and property tests). The task is its
+//! shell: it feeds it the connection's and the channel's events and performs what it says
+//! (publish, answer a caller, replace the channel, report blocked).
 
-use std::collections::{BTreeSet, VecDeque};
+#[cfg(test)]
+mod props;
+mod window;
+
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -87,31 +101,25 @@ use amqprs::callbacks::ChannelCallback;
 use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments};
 use amqprs::connection::Connection;
 use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
-use mesh_core::{BoxFuture, Confirm, TransportError, TransportErrorKind, WireMessage};
+use mesh_core::{Confirm, TransportError, TransportErrorKind, WireMessage};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
-use crate::connection::{self, lost_opt, opened_opt, sleep_opt, LinkState, Live};
+use crate::connection::{sleep_opt, LinkState};
 use crate::convert::{check_short, from_delivery, to_properties};
 use crate::declare::{open_channel, within, DeclareChannel};
 use crate::error::{code, from_client, from_close, publish_refusal, BrokerClose, PublishRefusal};
 use crate::lifecycle::{Counters, Lifecycle, Link, Shared};
 use crate::options::AmqpOptions;
+use crate::owner::{ConnectionOwner, LinkEvent};
 use crate::topology::Topology;
+use window::{Outcome, Progress, Returned, NACK_RUN_REOPEN, STALL_AFTER};
 
 /// How many queued publishes the task takes in before it publishes them.
 const COMMAND_BATCH: usize = 256;
-
-/// How long the broker may nack every publish on a channel, acking none, before the channel
-/// is replaced (see the module docs).
-pub(crate) const NACK_RUN_REOPEN: Duration = Duration::from_secs(1);
-
-/// How long messages may wait for a confirm, with none coming, before the publishing
-/// connection is reported blocked (see the module docs).
-pub(crate) const STALL_AFTER: Duration = Duration::from_secs(5);
 
 /// A message to publish, with where to.
 #[derive(Debug)]
@@ -143,8 +151,6 @@ struct Pending {
     /// resend builds them again from `outgoing` (`None` then).
     properties: Option<BasicProperties>,
     responder: Responder,
-    /// How many times it was published.
-    sent: u32,
     /// Its room in the window, released when it is settled.
     _count: OwnedSemaphorePermit,
     _bytes: Option<OwnedSemaphorePermit>,
@@ -190,7 +196,6 @@ impl Waiting {
             outgoing: self.outgoing,
             properties: Some(self.properties),
             responder,
-            sent: 0,
             _count: count,
             _bytes: bytes,
         })));
@@ -222,32 +227,77 @@ pub(crate) enum Attempt {
     Wait(Box<Waiting>),
 }
 
-/// A published message waiting for the broker.
-struct Unconfirmed {
-    pending: Box<Pending>,
-    /// A `basic.return` came for it: its ack means "unroutable".
-    returned: Option<BrokerClose>,
+impl window::Message for Box<Pending> {
+    fn resend(&self) -> bool {
+        self.outgoing.resend
+    }
+
+    fn mandatory(&self) -> bool {
+        self.outgoing.mandatory
+    }
+
+    fn exchange(&self) -> &str {
+        &self.outgoing.exchange
+    }
+
+    fn size(&self) -> usize {
+        self.outgoing.message.body.len()
+    }
 }
 
-impl Unconfirmed {
-    /// The broker acked (`acked`) or nacked it: tell the caller.
-    fn settle(self, acked: bool) {
-        let outcome = match (acked, self.returned) {
-            (true, None) => Ok(()),
-            (true, Some(close)) => Err(TransportError::new(
+impl Pending {
+    /// Tells the caller how the window settled it. `close` is the broker's close that
+    /// ended its channel, when that is what settled it.
+    fn settle(self: Box<Self>, outcome: Outcome, close: Option<&BrokerClose>) {
+        let outgoing = &self.outgoing;
+        let with_close = |error: TransportError| match close {
+            Some(close) => error.with_source(close.clone()),
+            None => error,
+        };
+        let result = match outcome {
+            Outcome::Acked => Ok(()),
+            Outcome::Unroutable(close) => Err(TransportError::new(
                 TransportErrorKind::Unroutable,
                 format!(
                     "no queue took `{}` on `{}`",
-                    self.pending.outgoing.routing_key, self.pending.outgoing.exchange
+                    outgoing.routing_key, outgoing.exchange
                 ),
             )
             .with_source(close)),
-            (false, _) => Err(TransportError::new(
+            Outcome::Nacked => Err(TransportError::new(
                 TransportErrorKind::Nacked,
-                format!("publishing `{}`", self.pending.outgoing.routing_key),
+                format!("publishing `{}`", outgoing.routing_key),
             )),
+            Outcome::NotResent => Err(with_close(connection_lost())),
+            Outcome::TooLarge => {
+                let size = outgoing.message.body.len();
+                let max = close.and_then(|close| match publish_refusal(close) {
+                    PublishRefusal::TooLarge { max, .. } => Some(max),
+                    _ => None,
+                });
+                tracing::warn!(
+                    size,
+                    max,
+                    routing_key = %outgoing.routing_key,
+                    "the broker refused a message as too large; not resent"
+                );
+                Err(with_close(TransportError::new(
+                    TransportErrorKind::TooLarge { size, max },
+                    format!("publishing to `{}`", outgoing.routing_key),
+                )))
+            }
+            Outcome::Refused => {
+                let context = format!("publishing to exchange `{}`", outgoing.exchange);
+                // 403 is `AccessRefused`, 404 `Protocol`; the broker's text is the source
+                // either way.
+                Err(match close {
+                    Some(close) => from_close(close.clone(), &context),
+                    None => TransportError::new(TransportErrorKind::Protocol, context),
+                })
+            }
+            Outcome::Closed => Err(closed()),
         };
-        self.pending.answer(outcome);
+        self.answer(result);
     }
 }
 
@@ -285,7 +335,7 @@ enum Event {
 
 /// The room of the unconfirmed window, shared by the handles and the task.
 #[derive(Debug)]
-struct Window {
+struct WindowRoom {
     count: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
     max_count: usize,
@@ -294,7 +344,7 @@ struct Window {
     broker_max: AtomicUsize,
 }
 
-impl Window {
+impl WindowRoom {
     fn close(&self) {
         self.count.close();
         self.bytes.close();
@@ -305,7 +355,7 @@ impl Window {
 #[derive(Clone)]
 pub(crate) struct Publisher {
     commands: mpsc::Sender<Command>,
-    window: Arc<Window>,
+    window: Arc<WindowRoom>,
     max_message_size: usize,
     default_deadline: Option<Duration>,
     state: Arc<LinkState>,
@@ -328,14 +378,8 @@ impl Publisher {
         topology: Arc<Mutex<Topology>>,
     ) -> Result<Publisher, TransportError> {
         let state = Arc::new(LinkState::new(Link::Publish, shared.clone()));
-        let (connection, address) = connection::open(options, state.clone(), 0).await?;
-        state.set_connected(true);
-        shared.emit(Lifecycle::Connected {
-            link: Link::Publish,
-            address: options.get_addresses()[address].to_string(),
-            reconnect: false,
-        });
-        let window = Arc::new(Window {
+        let owner = ConnectionOwner::open(options, state.clone(), shared.clone(), None).await?;
+        let window = Arc::new(WindowRoom {
             count: Arc::new(Semaphore::new(options.get_confirm_window())),
             bytes: Arc::new(Semaphore::new(options.get_max_unconfirmed_bytes())),
             max_count: options.get_confirm_window(),
@@ -347,7 +391,6 @@ impl Publisher {
         let (commands_tx, commands) = mpsc::channel(options.get_confirm_window() + 4);
         let (events_tx, events) = mpsc::unbounded_channel();
         let task = PublishTask {
-            options: options.clone(),
             state: state.clone(),
             shared,
             topology,
@@ -355,23 +398,14 @@ impl Publisher {
             commands,
             events_tx,
             events,
-            live: Some(Live::new(connection, address)),
-            connecting: None,
-            retry_at: None,
-            backoff: Backoff::from_options(options),
-            next_address: address,
+            owner,
             channel: None,
             channel_backoff: Backoff::from_options(options),
             channel_retry_at: None,
             redeclare: BTreeSet::new(),
             generation: 0,
-            next_seq: 1,
-            window: VecDeque::new(),
-            backlog: VecDeque::new(),
-            progress_at: Instant::now(),
-            stalled: false,
+            window: window::Window::new(now()),
             flushes: Vec::new(),
-            nacked_since: None,
         };
         let span = tracing::info_span!(
             parent: None,
@@ -656,31 +690,20 @@ impl ChannelCallback for PublishCallback {
     }
 }
 
-/// The confirm channel the task publishes on, and its generation.
-struct PublishChannel {
-    channel: Channel,
-    generation: u64,
-}
-
 /// The task that owns the publishing connection; see the module docs.
 struct PublishTask {
-    options: AmqpOptions,
     state: Arc<LinkState>,
     shared: Arc<Shared>,
     topology: Arc<Mutex<Topology>>,
-    room: Arc<Window>,
+    room: Arc<WindowRoom>,
     commands: mpsc::Receiver<Command>,
     events_tx: mpsc::UnboundedSender<Event>,
     events: mpsc::UnboundedReceiver<Event>,
-    live: Option<Live>,
-    /// A reconnect attempt in progress.
-    connecting: Option<BoxFuture<'static, Result<(Connection, usize), TransportError>>>,
-    /// When the next reconnect attempt starts.
-    retry_at: Option<Instant>,
-    backoff: Backoff,
-    /// The address the next attempt starts with.
-    next_address: usize,
-    channel: Option<PublishChannel>,
+    /// The connection, and its replacement after a loss.
+    owner: ConnectionOwner,
+    /// The confirm channel the window numbers publishes on (as generation
+    /// [`generation`](Self::generation)).
+    channel: Option<Channel>,
     /// Backoff for reopening a channel the broker closed; reset by a confirm.
     channel_backoff: Backoff,
     /// No channel is opened before this.
@@ -689,30 +712,23 @@ struct PublishTask {
     redeclare: BTreeSet<String>,
     /// The generation of the newest channel; events of older ones are stale.
     generation: u64,
-    /// The sequence number the broker gives the next publish on the channel.
-    next_seq: u64,
-    /// Published and unsettled, by sequence number, ascending (publish order).
-    window: VecDeque<(u64, Unconfirmed)>,
-    backlog: VecDeque<Box<Pending>>,
-    /// When the broker last settled anything, or the window last started to fill.
-    progress_at: Instant,
-    /// Reported blocked for want of confirms.
-    stalled: bool,
+    /// The unconfirmed window and the backlog: the bookkeeping this task is the shell of.
+    window: window::Window<Box<Pending>>,
     /// Flushes waiting for the window and the backlog to empty.
     flushes: Vec<oneshot::Sender<()>>,
-    /// Since when the current channel's publishes have all been nacked (`None` after an ack
-    /// or on a new channel).
-    nacked_since: Option<Instant>,
 }
 
 enum Step {
     Event(Event),
-    Lost,
-    Opened(Result<(Connection, usize), TransportError>),
-    Reconnect,
+    Link(LinkEvent),
     ChannelRetry,
     Stalled,
     Command(Option<Command>),
+}
+
+/// Now, as the window counts time (the tokio clock, so paused test time applies).
+fn now() -> std::time::Instant {
+    Instant::now().into_std()
 }
 
 impl PublishTask {
@@ -720,31 +736,29 @@ impl PublishTask {
         loop {
             self.flush().await;
             self.answer_flushes();
-            let stall_at = self.stall_at();
+            let stall_at = self
+                .window
+                .stall_at(self.owner.connection().is_some())
+                .map(Instant::from_std);
             let step = tokio::select! {
                 biased;
                 Some(event) = self.events.recv() => Step::Event(event),
-                () = lost_opt(&mut self.live) => Step::Lost,
-                opened = opened_opt(&mut self.connecting) => Step::Opened(opened),
-                () = sleep_opt(self.retry_at) => Step::Reconnect,
+                event = self.owner.event() => Step::Link(event),
                 () = sleep_opt(self.channel_retry_at) => Step::ChannelRetry,
                 () = sleep_opt(stall_at) => Step::Stalled,
                 command = self.commands.recv() => Step::Command(command),
             };
             match step {
                 Step::Event(event) => self.on_event(event),
-                Step::Lost => self.on_connection_lost(),
-                Step::Reconnect => self.reconnect(),
-                Step::Opened(Ok((connection, address))) => self.on_reconnected(connection, address),
-                Step::Opened(Err(error)) => self.on_reconnect_failed(&error),
+                Step::Link(event) => self.on_link(event),
                 Step::ChannelRetry => self.channel_retry_at = None,
                 Step::Stalled => self.on_stalled(),
                 Step::Command(Some(Command::Publish(pending))) => {
-                    self.backlog.push_back(pending);
+                    self.window.push(pending);
                     // Take in what else is queued, so it goes out in one go.
                     for _ in 1..COMMAND_BATCH {
                         match self.commands.try_recv() {
-                            Ok(Command::Publish(pending)) => self.backlog.push_back(pending),
+                            Ok(Command::Publish(pending)) => self.window.push(pending),
                             Ok(Command::Flush(done)) => self.flushes.push(done),
                             Ok(Command::Close(done)) => {
                                 self.shutdown().await;
@@ -774,7 +788,7 @@ impl PublishTask {
     /// queued before it, and, under a steady stream of publishes, for a moment with none in
     /// flight (its callers bound the wait).
     fn answer_flushes(&mut self) {
-        if self.flushes.is_empty() || !self.window.is_empty() || !self.backlog.is_empty() {
+        if self.flushes.is_empty() || !self.window.is_idle() {
             return;
         }
         for done in self.flushes.drain(..) {
@@ -782,10 +796,21 @@ impl PublishTask {
         }
     }
 
+    /// Answers the callers of what the window settled; `close` is the broker's close that
+    /// settled them, if that is what did.
+    fn answer_settled(&mut self, close: Option<&BrokerClose>) {
+        while let Some((pending, outcome)) = self.window.poll_settled() {
+            pending.settle(outcome, close);
+        }
+    }
+
     /// Publishes the backlog, in order, if there is a connection and a channel may be
     /// opened.
     async fn flush(&mut self) {
-        if self.backlog.is_empty() || self.live.is_none() || self.channel_retry_at.is_some() {
+        if self.window.backlog() == 0
+            || self.owner.connection().is_none()
+            || self.channel_retry_at.is_some()
+        {
             return;
         }
         let channel = match self.ensure_channel().await {
@@ -797,7 +822,8 @@ impl PublishTask {
             }
         };
         let mut resent = 0u64;
-        while let Some(mut pending) = self.backlog.pop_front() {
+        while let Some(mut queued) = self.window.pop_unsent() {
+            let pending = &mut queued.message;
             let properties = match pending.properties.take() {
                 Some(properties) => properties,
                 // Sent before: the same message gives the same properties it gave then.
@@ -807,7 +833,7 @@ impl PublishTask {
                 ) {
                     Ok(properties) => properties,
                     Err(error) => {
-                        pending.fail(error);
+                        queued.message.fail(error);
                         continue;
                     }
                 },
@@ -824,29 +850,16 @@ impl PublishTask {
             .and_then(|r| r.map_err(|e| from_client(e, "publishing")));
             match sent {
                 Ok(()) => {
-                    if pending.sent > 0 {
+                    if queued.sent > 0 {
                         resent += 1;
                     }
-                    pending.sent += 1;
-                    if self.window.is_empty() {
-                        // The stall clock starts when something starts waiting.
-                        self.progress_at = Instant::now();
-                    }
-                    let seq = self.next_seq;
-                    self.next_seq += 1;
-                    self.window.push_back((
-                        seq,
-                        Unconfirmed {
-                            pending,
-                            returned: None,
-                        },
-                    ));
+                    self.window.sent(queued, now());
                 }
                 Err(error) => {
                     // The frame never left: the channel (or the connection) is unusable, and
                     // the broker's numbering of what did leave is ours no more to trust.
                     tracing::warn!(error = %error, "publish failed; replacing the channel");
-                    self.backlog.push_front(pending);
+                    self.window.unsent(queued);
                     self.drop_channel(None);
                     self.retry_channel_later();
                     break;
@@ -866,13 +879,13 @@ impl PublishTask {
     /// the broker said are gone).
     async fn ensure_channel(&mut self) -> Result<Channel, TransportError> {
         if let Some(current) = &self.channel {
-            if current.channel.is_open() {
-                return Ok(current.channel.clone());
+            if current.is_open() {
+                return Ok(current.clone());
             }
             self.drop_channel(None);
         }
-        let connection = match &self.live {
-            Some(live) => live.connection.clone(),
+        let connection = match self.owner.connection() {
+            Some(connection) => connection.clone(),
             None => return Err(connection_lost()),
         };
         if !self.redeclare.is_empty() {
@@ -901,15 +914,11 @@ impl PublishTask {
             generation,
             "publish channel open, confirms selected"
         );
-        self.next_seq = 1;
-        self.channel = Some(PublishChannel {
-            channel: channel.clone(),
-            generation,
-        });
+        self.window.channel_opened(generation);
+        self.channel = Some(channel.clone());
         Ok(channel)
     }
 
-    /// Declares again the exchanges the broker said are gone, on a channel of their own.
     async fn redeclare_exchanges(&mut self, connection: &Connection) -> Result<(), TransportError> {
         let decls: Vec<_> = match self.topology.lock() {
             Ok(topology) => topology
@@ -933,73 +942,59 @@ impl PublishTask {
         Ok(())
     }
 
-    /// When the window will have waited too long for a confirm, if it is waiting.
-    fn stall_at(&self) -> Option<Instant> {
-        (!self.stalled && !self.window.is_empty() && self.live.is_some())
-            .then_some(self.progress_at + STALL_AFTER)
-    }
-
     fn on_stalled(&mut self) {
-        self.stalled = true;
+        self.window.stall();
         self.state.block(format!(
             "no publish confirm for {STALL_AFTER:?} with {} unconfirmed while connected: \
              the broker is blocking publishers (a memory or disk alarm) or is overloaded",
-            self.window.len()
+            self.window.in_flight()
         ));
     }
 
-    /// The broker settled something: it reads and confirms again.
-    fn on_progress(&mut self) {
-        self.progress_at = Instant::now();
-        if self.stalled {
-            self.stalled = false;
+    /// What a confirm did: unblock, and replace a channel the broker nacks everything on.
+    fn on_progress(&mut self, progress: Progress) {
+        if progress.unblocked {
             self.state.unblock();
         }
-    }
-
-    /// Replaces the channel once the broker has nacked everything on it for
-    /// [`NACK_RUN_REOPEN`]; what is still unsettled on it is resent on the next one.
-    fn on_nack_run(&mut self) {
-        let since = *self.nacked_since.get_or_insert_with(Instant::now);
-        if since.elapsed() < NACK_RUN_REOPEN {
-            return;
+        self.answer_settled(None);
+        if progress.reopen {
+            // The window gave the channel up: what is still unsettled on it is resent on the
+            // next one.
+            Counters::bump(&self.shared.counters.nack_run_reopens);
+            tracing::warn!(
+                for_ = ?NACK_RUN_REOPEN,
+                "the broker nacked every publish on the channel; opening a new one"
+            );
+            self.channel = None;
+            self.retry_channel_later();
         }
-        Counters::bump(&self.shared.counters.nack_run_reopens);
-        tracing::warn!(
-            for_ = ?since.elapsed(),
-            "the broker nacked every publish on the channel; opening a new one"
-        );
-        self.drop_channel(None);
-        self.retry_channel_later();
-    }
-
-    fn current(&self, generation: u64) -> bool {
-        self.channel
-            .as_ref()
-            .is_some_and(|c| c.generation == generation)
     }
 
     fn on_event(&mut self, event: Event) {
-        match event {
+        let stale = match event {
             Event::Ack {
                 generation,
                 tag,
                 multiple,
-            } if self.current(generation) => {
-                // Progress: a channel the broker closes next is reopened at once.
-                self.channel_backoff.reset();
-                self.nacked_since = None;
-                self.on_progress();
-                self.settle(tag, multiple, true);
+            } => {
+                let progress = self.window.on_ack(generation, tag, multiple, now());
+                if !progress.stale {
+                    // Progress: a channel the broker closes next is reopened at once.
+                    self.channel_backoff.reset();
+                    self.on_progress(progress);
+                }
+                progress.stale
             }
             Event::Nack {
                 generation,
                 tag,
                 multiple,
-            } if self.current(generation) => {
-                self.on_progress();
-                self.settle(tag, multiple, false);
-                self.on_nack_run();
+            } => {
+                let progress = self.window.on_nack(generation, tag, multiple, now());
+                if !progress.stale {
+                    self.on_progress(progress);
+                }
+                progress.stale
             }
             Event::Return {
                 generation,
@@ -1007,61 +1002,51 @@ impl PublishTask {
                 code,
                 text,
                 message,
-            } if self.current(generation) => self.on_return(&exchange, code, text, &message),
-            Event::Closed { generation, close } if self.current(generation) => {
+            } => self.on_return(generation, &exchange, BrokerClose { code, text }, &message),
+            Event::Closed { generation, close } if self.window.is_current(generation) => {
                 self.on_channel_closed(&close);
+                false
             }
-            _ => tracing::debug!("dropped an event of a replaced publish channel"),
+            Event::Closed { .. } => true,
+        };
+        if stale {
+            tracing::debug!("dropped an event of a replaced publish channel");
         }
     }
 
-    /// Settles `tag` (and, with `multiple`, everything before it).
-    fn settle(&mut self, tag: u64, multiple: bool, acked: bool) {
-        // The window is in sequence order; the broker mostly settles its front.
-        let upto = self.window.partition_point(|(seq, _)| *seq <= tag);
-        if multiple {
-            for (_, entry) in self.window.drain(..upto) {
-                entry.settle(acked);
-            }
-        } else if let Some(at) = upto.checked_sub(1) {
-            if self.window[at].0 == tag {
-                if let Some((_, entry)) = self.window.remove(at) {
-                    entry.settle(acked);
-                }
-            }
-        }
-    }
-
-    /// A `basic.return` carries no sequence number, so it is matched to the oldest unsettled,
-    /// not yet returned, mandatory message with the same exchange, routing key, message id,
-    /// correlation id and body: returns come in publish order, and messages that equal in all
-    /// of that are interchangeable.
-    fn on_return(&mut self, exchange: &str, code: u16, text: String, returned: &WireMessage) {
-        let found = self
+    /// Matches a `basic.return` to what it returns (see [`window::Window::on_return`]): same
+    /// exchange, routing key, message id, correlation id and body. Whether it was stale.
+    fn on_return(
+        &mut self,
+        generation: u64,
+        exchange: &str,
+        close: BrokerClose,
+        returned: &WireMessage,
+    ) -> bool {
+        let matches = |pending: &Pending| {
+            let outgoing = &pending.outgoing;
+            let sent = &outgoing.message;
+            outgoing.exchange == exchange
+                && outgoing.routing_key == returned.routing_key
+                && sent.properties.message_id == returned.properties.message_id
+                && sent.properties.correlation_id == returned.properties.correlation_id
+                && sent.body == returned.body
+        };
+        match self
             .window
-            .iter_mut()
-            .map(|(_, entry)| entry)
-            .find(|entry| {
-                let outgoing = &entry.pending.outgoing;
-                let sent = &outgoing.message;
-                outgoing.mandatory
-                    && entry.returned.is_none()
-                    && outgoing.exchange == exchange
-                    && outgoing.routing_key == returned.routing_key
-                    && sent.properties.message_id == returned.properties.message_id
-                    && sent.properties.correlation_id == returned.properties.correlation_id
-                    && sent.body == returned.body
-            });
-        match found {
-            Some(entry) => entry.returned = Some(BrokerClose { code, text }),
-            None => {
+            .on_return(generation, |pending| matches(pending), close)
+        {
+            Returned::Matched => false,
+            Returned::Unmatched => {
                 Counters::bump(&self.shared.counters.unmatched_returns);
                 tracing::warn!(
                     exchange,
                     routing_key = %returned.routing_key,
                     "a basic.return matched no unsettled publish"
                 );
+                false
             }
+            Returned::Stale => true,
         }
     }
 
@@ -1079,31 +1064,9 @@ impl PublishTask {
         match publish_refusal(close) {
             PublishRefusal::TooLarge { size, max } => {
                 self.room.broker_max.store(max, Ordering::Relaxed);
-                let culprit = self
-                    .backlog
-                    .iter()
-                    .position(|p| p.outgoing.message.body.len() == size);
-                match culprit.and_then(|at| self.backlog.remove(at)) {
-                    Some(pending) => {
-                        tracing::warn!(
-                            size,
-                            max,
-                            routing_key = %pending.outgoing.routing_key,
-                            "the broker refused a message as too large; not resent"
-                        );
-                        let context = format!("publishing to `{}`", pending.outgoing.routing_key);
-                        pending.fail(
-                            TransportError::new(
-                                TransportErrorKind::TooLarge {
-                                    size,
-                                    max: Some(max),
-                                },
-                                context,
-                            )
-                            .with_source(close.clone()),
-                        );
-                    }
-                    None => tracing::warn!(size, "no unsettled message has the refused size"),
+                // The refused message is logged as it is answered (`Pending::settle`).
+                if !self.window.refuse_too_large(size) {
+                    tracing::warn!(size, "no unsettled message has the refused size");
                 }
             }
             PublishRefusal::Exchange { code, exchange } => {
@@ -1117,25 +1080,17 @@ impl PublishTask {
                     // again and resend.
                     self.redeclare.insert(exchange);
                 } else {
-                    let (refused, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.backlog)
-                        .into_iter()
-                        .partition(|p| p.outgoing.exchange == exchange);
-                    self.backlog = kept.into();
+                    let refused = self.window.refuse_exchange(&exchange);
                     tracing::warn!(
                         %exchange,
-                        refused = refused.len(),
+                        refused,
                         "the broker refused publishes to an exchange; not resent"
                     );
-                    for pending in refused {
-                        // 403 is `AccessRefused`, 404 `Protocol`; the broker's text is the
-                        // source either way.
-                        let context = format!("publishing to exchange `{exchange}`");
-                        pending.fail(from_close(close.clone(), &context));
-                    }
                 }
             }
             PublishRefusal::Other => {}
         }
+        self.answer_settled(Some(close));
         self.retry_channel_later();
     }
 
@@ -1143,38 +1098,10 @@ impl PublishTask {
     /// order, except those that are not resent, which fail with `ConnectionLost`.
     fn drop_channel(&mut self, close: Option<&BrokerClose>) {
         self.channel = None;
-        self.nacked_since = None;
-        let window = std::mem::take(&mut self.window);
-        let mut requeued = Vec::with_capacity(window.len());
-        for (_, entry) in window {
-            requeued.push(entry.pending);
-        }
-        // The window was published before anything in the backlog.
-        for pending in requeued.into_iter().rev() {
-            self.backlog.push_front(pending);
-        }
-        self.fail_unresendable(|| {
-            let error = connection_lost();
-            match close {
-                Some(close) => error.with_source(close.clone()),
-                None => error,
-            }
-        });
+        self.window.channel_lost();
+        self.answer_settled(close);
         // A channel the broker closed is gone already; one we gave up on is closed by the
         // client library when its last handle drops.
-    }
-
-    fn fail_unresendable(&mut self, error: impl Fn() -> TransportError) {
-        if self.backlog.iter().all(|p| p.outgoing.resend) {
-            return;
-        }
-        let (kept, failed): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.backlog)
-            .into_iter()
-            .partition(|p| p.outgoing.resend);
-        self.backlog = kept;
-        for pending in failed {
-            pending.fail(error());
-        }
     }
 
     fn retry_channel_later(&mut self) {
@@ -1182,82 +1109,36 @@ impl PublishTask {
         self.channel_retry_at = Some(Instant::now() + delay);
     }
 
-    fn on_connection_lost(&mut self) {
-        let Some(live) = self.live.take() else {
-            return;
-        };
-        let reason = self.state.loss_reason();
-        // Going down ends a block (reported), and the stall clock starts over on the next
-        // connection.
-        self.stalled = false;
-        self.state.set_connected(false);
-        self.drop_channel(None);
-        self.channel_retry_at = None;
-        self.channel_backoff.reset();
-        // The node we lost may be the one that is down: start with the next.
-        self.next_address = live.address + 1;
-        drop(live);
-        let delay = self.backoff.next_delay();
-        self.retry_at = Some(Instant::now() + delay);
-        tracing::warn!(
-            %reason,
-            unconfirmed = self.backlog.len(),
-            retry_in = ?delay,
-            "publishing connection lost; reconnecting, unconfirmed publishes will be resent"
-        );
-        self.shared.emit(Lifecycle::Disconnected {
-            link: Link::Publish,
-            reason,
-        });
-    }
-
-    fn reconnect(&mut self) {
-        self.retry_at = None;
-        let options = self.options.clone();
-        let state = self.state.clone();
-        let start = self.next_address;
-        self.connecting = Some(Box::pin(async move {
-            connection::open(&options, state, start).await
-        }));
-    }
-
-    fn on_reconnected(&mut self, connection: Connection, address: usize) {
-        self.connecting = None;
-        self.backoff.reset();
-        self.live = Some(Live::new(connection, address));
-        self.next_address = address;
-        // Perhaps another node, perhaps reconfigured: learn its limit again.
-        self.room.broker_max.store(0, Ordering::Relaxed);
-        self.state.set_connected(true);
-        Counters::bump(&self.shared.counters.reconnects);
-        let address = self.options.get_addresses()[address].to_string();
-        tracing::info!(
-            %address,
-            to_resend = self.backlog.len(),
-            "publishing connection re-established"
-        );
-        self.shared.emit(Lifecycle::Connected {
-            link: Link::Publish,
-            address,
-            reconnect: true,
-        });
-    }
-
-    fn on_reconnect_failed(&mut self, error: &TransportError) {
-        self.connecting = None;
-        let delay = self.backoff.next_delay();
-        self.retry_at = Some(Instant::now() + delay);
-        tracing::warn!(
-            error = %error,
-            retry_in = ?delay,
-            "reconnecting the publishing connection failed"
-        );
-        self.shared.emit(Lifecycle::ReconnectFailed {
-            link: Link::Publish,
-            attempt: self.backoff.failures(),
-            retry_in: delay,
-            reason: error.to_string(),
-        });
+    /// The publish task's reactions to the connection going down (the window goes back to
+    /// the backlog, what is not resent fails) or up (the broker's size limit is learnt
+    /// again); the owner did the rest.
+    fn on_link(&mut self, event: LinkEvent) {
+        match &event {
+            LinkEvent::Lost { reason } => {
+                // The owner marked the link down, which ends a block (reported); the stall
+                // clock starts over on the next connection.
+                self.channel = None;
+                self.window.connection_lost();
+                self.answer_settled(None);
+                self.channel_retry_at = None;
+                self.channel_backoff.reset();
+                tracing::warn!(
+                    %reason,
+                    unconfirmed = self.window.backlog(),
+                    "publishing connection lost; unconfirmed publishes will be resent"
+                );
+            }
+            LinkEvent::Up { address } => {
+                // Perhaps another node, perhaps reconfigured: learn its limit again.
+                self.room.broker_max.store(0, Ordering::Relaxed);
+                tracing::info!(
+                    %address,
+                    to_resend = self.window.backlog(),
+                    "publishing connection re-established"
+                );
+            }
+        }
+        self.owner.report(event);
     }
 
     async fn shutdown(&mut self) {
@@ -1265,14 +1146,8 @@ impl PublishTask {
         for done in self.flushes.drain(..) {
             let _ = done.send(());
         }
-        self.connecting = None;
-        self.retry_at = None;
-        for (_, entry) in std::mem::take(&mut self.window) {
-            entry.pending.fail(closed());
-        }
-        for pending in std::mem::take(&mut self.backlog) {
-            pending.fail(closed());
-        }
+        self.window.close();
+        self.answer_settled(None);
         self.commands.close();
         while let Ok(command) = self.commands.try_recv() {
             match command {
@@ -1282,15 +1157,12 @@ impl PublishTask {
                 }
             }
         }
-        if let Some(current) = self.channel.take() {
-            if current.channel.is_open() {
-                let _ = within(current.channel.close(), "closing the publish channel").await;
+        if let Some(channel) = self.channel.take() {
+            if channel.is_open() {
+                let _ = within(channel.close(), "closing the publish channel").await;
             }
         }
-        if let Some(live) = self.live.take() {
-            connection::close(live.connection, Link::Publish).await;
-        }
-        self.state.set_connected(false);
+        self.owner.close().await;
         tracing::info!("publishing connection closed");
     }
 }
