@@ -112,7 +112,7 @@ mod declare;
 mod error;
 mod lifecycle;
 mod link;
-mod management;
+pub mod management;
 mod options;
 mod publisher;
 mod rpc;
