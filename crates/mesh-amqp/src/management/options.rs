@@ -1,7 +1,7 @@
 //! Where the management API is, how to trust it, and when credentials may go to it.
 
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -141,8 +141,8 @@ impl ManagementOptions {
 
     /// Connects to `addr` for the host name `host` instead of resolving it (as
     /// `curl --resolve` does; the URL's port is still used). The host name is still the one
-    /// TLS verifies and the credential rule judges, unless every address given for it is
-    /// loopback.
+    /// TLS verifies and the credential rule judges (`localhost` pinned elsewhere is not
+    /// loopback any more).
     pub fn resolve(mut self, host: impl Into<String>, addr: SocketAddr) -> Self {
         self.resolve.push((host.into().to_ascii_lowercase(), addr));
         self
@@ -228,42 +228,27 @@ impl ManagementOptions {
         Ok(url)
     }
 
-    /// Whether the URL's host is loopback: `localhost` (or a name under it), a loopback IP,
-    /// or a name [pinned](ManagementOptions::resolve) to loopback addresses only. `false` for
-    /// a URL that does not parse.
+    /// Whether the URL's host is loopback: a loopback IP, or `localhost` (or a name under
+    /// it) not [pinned](ManagementOptions::resolve) to any address that is not loopback. A
+    /// name pinned to a loopback address is judged by the name, as the rule is about what
+    /// the URL says. `false` for a URL that does not parse.
     pub fn is_loopback(&self) -> bool {
         let Ok(url) = self.parse_url() else {
             return false;
         };
-        let name = match url.host() {
-            Some(Host::Ipv4(ip)) => return self.pinned_loopback(&ip.to_string(), ip.into()),
-            Some(Host::Ipv6(ip)) => return self.pinned_loopback(&ip.to_string(), ip.into()),
-            Some(Host::Domain(name)) => name.to_ascii_lowercase(),
-            None => return false,
-        };
-        let pinned: Vec<&SocketAddr> = self
-            .resolve
-            .iter()
-            .filter(|(host, _)| *host == name)
-            .map(|(_, addr)| addr)
-            .collect();
-        if !pinned.is_empty() {
-            return pinned.iter().all(|addr| addr.ip().is_loopback());
-        }
-        name == "localhost" || name.ends_with(".localhost")
-    }
-
-    fn pinned_loopback(&self, host: &str, ip: IpAddr) -> bool {
-        let pinned: Vec<&SocketAddr> = self
-            .resolve
-            .iter()
-            .filter(|(h, _)| h.trim_matches(['[', ']']) == host)
-            .map(|(_, addr)| addr)
-            .collect();
-        if pinned.is_empty() {
-            ip.is_loopback()
-        } else {
-            pinned.iter().all(|addr| addr.ip().is_loopback())
+        match url.host() {
+            Some(Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(Host::Domain(name)) => {
+                let name = name.to_ascii_lowercase();
+                (name == "localhost" || name.ends_with(".localhost"))
+                    && self
+                        .resolve
+                        .iter()
+                        .filter(|(host, _)| *host == name)
+                        .all(|(_, addr)| addr.ip().is_loopback())
+            }
+            None => false,
         }
     }
 
@@ -344,16 +329,14 @@ mod tests {
     }
 
     #[test]
-    fn a_pinned_name_is_loopback_only_when_every_address_is() {
+    fn a_pinned_name_is_judged_by_its_name() {
         let local: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let remote: SocketAddr = "192.0.2.1:0".parse().unwrap();
-        let url = "http://rabbit.example:15672";
-        assert!(ManagementOptions::new(url)
+        assert!(!ManagementOptions::new("http://rabbit.example:15672")
             .resolve("Rabbit.Example", local)
             .is_loopback());
-        assert!(!ManagementOptions::new(url)
-            .resolve("rabbit.example", local)
-            .resolve("rabbit.example", remote)
+        assert!(ManagementOptions::new("http://localhost:15672")
+            .resolve("localhost", local)
             .is_loopback());
         // Pinning `localhost` elsewhere makes it not loopback.
         assert!(!ManagementOptions::new("http://localhost:15672")
