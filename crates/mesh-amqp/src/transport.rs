@@ -590,16 +590,17 @@ impl AmqpTransport {
             .collect();
         let vhost = self.inner.options.get_vhost();
         match &self.inner.management {
-            TransportManagement::Client(client) => match client.event_bindings(vhost, queue).await
-            {
-                Ok(listed) => existing.extend(listed),
-                Err(error) => tracing::warn!(
-                    queue,
-                    error = %error,
-                    "management API failed: only bindings this transport declared can be \
-                     removed"
-                ),
-            },
+            TransportManagement::Client(client) => {
+                match client.event_bindings(vhost, queue).await {
+                    Ok(listed) => existing.extend(listed),
+                    Err(error) => tracing::warn!(
+                        queue,
+                        error = %error,
+                        "management API failed: only bindings this transport declared can be \
+                         removed"
+                    ),
+                }
+            }
             TransportManagement::Unusable(error) => tracing::warn!(
                 queue,
                 error = %error,

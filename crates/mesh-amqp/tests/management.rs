@@ -2,6 +2,9 @@
 //! (against a fake API that records what it receives), the transport's rule on when it
 //! contacts the API at all, and HTTPS with a CA of the test's own against a private node.
 
+// Helpers outside `#[test]` functions unwrap too: this whole file is a test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::net::SocketAddr;
@@ -51,7 +54,7 @@ impl FakeApi {
                     }
                     recorded
                         .lock()
-                        .unwrap()
+                        .expect("the heads lock")
                         .push(String::from_utf8_lossy(&head).into_owned());
                     let _ = stream
                         .write_all(
@@ -75,7 +78,7 @@ impl FakeApi {
     }
 
     fn heads(&self) -> Vec<String> {
-        self.heads.lock().unwrap().clone()
+        self.heads.lock().expect("the heads lock").clone()
     }
 }
 
@@ -161,7 +164,11 @@ async fn an_oversized_or_slow_answer_is_bounded() {
         .expect("the client's own timeout ends the request")
         .unwrap_err();
     assert_eq!(error.kind(), ManagementErrorKind::Unreachable);
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     silent.abort();
 
     // An answer larger than the limit is refused.
@@ -189,13 +196,11 @@ async fn the_transport_contacts_only_a_configured_or_loopback_api() {
             let transport = AmqpTransport::connect_with(options, Some(management))
                 .await
                 .expect("connecting");
-            let subscription = tokio::time::timeout(
-                common::WAIT,
-                transport.subscribe(durable(queue, &["a.b"])),
-            )
-            .await
-            .expect("subscribed in time")
-            .expect("subscribing");
+            let subscription =
+                tokio::time::timeout(common::WAIT, transport.subscribe(durable(queue, &["a.b"])))
+                    .await
+                    .expect("subscribed in time")
+                    .expect("subscribing");
             drop(subscription);
             transport.close().await;
         }
@@ -233,10 +238,9 @@ fn a_derived_url_is_contacted_only_for_a_loopback_broker() {
     let local: AmqpOptions = "amqp://u:p@127.0.0.1/%2F".parse().unwrap();
     let derived = ManagementOptions::from_amqp(&local).unwrap();
     assert!(!derived.is_configured() && derived.is_loopback());
-    let configured = ManagementOptions::from_amqp(
-        &remote.management_url("https://rabbit.example:15671"),
-    )
-    .unwrap();
+    let configured =
+        ManagementOptions::from_amqp(&remote.management_url("https://rabbit.example:15671"))
+            .unwrap();
     assert!(configured.is_configured());
 }
 
@@ -250,7 +254,9 @@ fn free_port() -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_with_a_test_ca_serves_the_client_and_stale_binding_removal() {
     let pki = TestPki::generate("mgmt-https").unwrap();
-    let server = pki.server("management", &["localhost", "127.0.0.1"]).unwrap();
+    let server = pki
+        .server("management", &["localhost", "127.0.0.1"])
+        .unwrap();
     let ssl_port = free_port();
     let node = PrivateNode::start(
         NodeOptions::default()
@@ -261,7 +267,10 @@ async fn https_with_a_test_ca_serves_the_client_and_stale_binding_removal() {
                 "management.ssl.cacertfile = {}",
                 pki.ca_file().display()
             ))
-            .extra_conf(format!("management.ssl.certfile = {}", server.cert.display()))
+            .extra_conf(format!(
+                "management.ssl.certfile = {}",
+                server.cert.display()
+            ))
             .extra_conf(format!("management.ssl.keyfile = {}", server.key.display())),
     )
     .await
@@ -292,7 +301,12 @@ async fn https_with_a_test_ca_serves_the_client_and_stale_binding_removal() {
         .await
         .unwrap();
     let queue = "n.m.events";
-    drop(transport.subscribe(durable(queue, &["a.b.c"])).await.unwrap());
+    drop(
+        transport
+            .subscribe(durable(queue, &["a.b.c"]))
+            .await
+            .unwrap(),
+    );
     client
         .bind("/", "mesh.events", queue, "old.pattern.#")
         .await
@@ -310,7 +324,12 @@ async fn https_with_a_test_ca_serves_the_client_and_stale_binding_removal() {
         keys(client.queue_bindings("/", queue).await.unwrap()),
         ["a.b.c", "old.pattern.#"]
     );
-    drop(transport.subscribe(durable(queue, &["a.b.c"])).await.unwrap());
+    drop(
+        transport
+            .subscribe(durable(queue, &["a.b.c"]))
+            .await
+            .unwrap(),
+    );
     assert_eq!(
         keys(client.queue_bindings("/", queue).await.unwrap()),
         ["a.b.c"]

@@ -149,7 +149,9 @@ impl AuditService {
         let outcome = loop {
             self.enter(Phase::Connecting);
             let options = self.amqp.clone().connection_name("mesh-audit");
-            let transport = match AmqpTransport::connect_with(options, self.management.clone()).await {
+            let transport = match AmqpTransport::connect_with(options, self.management.clone())
+                .await
+            {
                 Ok(transport) => Arc::new(transport),
                 Err(e) if e.is_retryable() => {
                     warn!(broker = %self.amqp, error = %e, "broker unavailable; retrying");

@@ -21,7 +21,11 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// A fake management API on loopback that answers `[]` and records each request's head
 /// before answering.
-async fn fake_api() -> (SocketAddr, Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
+async fn fake_api() -> (
+    SocketAddr,
+    Arc<Mutex<Vec<String>>>,
+    tokio::task::JoinHandle<()>,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
     let addr = listener.local_addr().expect("local address");
     let heads = Arc::new(Mutex::new(Vec::new()));
@@ -40,7 +44,7 @@ async fn fake_api() -> (SocketAddr, Arc<Mutex<Vec<String>>>, tokio::task::JoinHa
                 }
                 recorded
                     .lock()
-                    .unwrap()
+                    .expect("the heads lock")
                     .push(String::from_utf8_lossy(&head).into_owned());
                 let _ = stream
                     .write_all(
@@ -85,7 +89,11 @@ async fn wait_consuming(vhost: &TestVhost) {
 
 async fn stop(child: Child) {
     let pid = child.id().expect("running");
-    kill(Pid::from_raw(i32::try_from(pid).expect("a pid")), Signal::SIGTERM).expect("SIGTERM");
+    kill(
+        Pid::from_raw(i32::try_from(pid).expect("a pid")),
+        Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
     let output = tokio::time::timeout(WAIT, child.wait_with_output())
         .await
         .expect("stopped in time")
@@ -105,11 +113,14 @@ async fn the_given_management_url_is_used() {
         &format!("http://127.0.0.1:{}", addr.port()),
         &log,
     );
-    let wanted = format!("GET /api/queues/{}/n1.audit-logger.events/bindings ", vhost.name());
+    let wanted = format!(
+        "GET /api/queues/{}/n1.audit-logger.events/bindings ",
+        vhost.name()
+    );
     eventually(WAIT, "the logger asking the fake API", || async {
         heads
             .lock()
-            .unwrap()
+            .expect("the heads lock")
             .iter()
             .any(|head| head.starts_with(&wanted))
             .then_some(())

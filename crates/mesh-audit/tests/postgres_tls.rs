@@ -64,14 +64,17 @@ async fn the_store_verifies_the_server_with_sslrootcert() {
     let error = tokio::time::timeout(WAIT, Store::open(StoreOptions::url(&wrong).unwrap()))
         .await
         .expect("refused in time")
-        .err()
-        .expect("a server signed by another CA is refused");
+        .expect_err("a server signed by another CA is refused");
     let text = chain(&error);
     assert!(
         text.contains("connecting to postgres://postgres@localhost")
             && text.to_ascii_lowercase().contains("certificate"),
         "{text}"
     );
-    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
     drop(server);
 }

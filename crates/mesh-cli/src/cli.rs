@@ -71,7 +71,12 @@ pub(crate) struct Global {
 
     /// The CA certificates (PEM) an https management URL is verified against [default: the
     /// --url's cacertfile, else the system's roots]
-    #[arg(long, env = "MESH_MANAGEMENT_CA_FILE", value_name = "PEM", global = true)]
+    #[arg(
+        long,
+        env = "MESH_MANAGEMENT_CA_FILE",
+        value_name = "PEM",
+        global = true
+    )]
     pub(crate) management_ca_file: Option<std::path::PathBuf>,
 
     /// Send the credentials over plain http to a management host that is not loopback

@@ -115,7 +115,11 @@ pub(crate) fn management_options(
             )
         })?,
     }
-    .timeout(global.connect_timeout.max(std::time::Duration::from_secs(30)))
+    .timeout(
+        global
+            .connect_timeout
+            .max(std::time::Duration::from_secs(30)),
+    )
     .allow_insecure_http(global.management_allow_http)
     .configured(true);
     let ca_file = global

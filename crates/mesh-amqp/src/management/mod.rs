@@ -400,7 +400,9 @@ impl ManagementClient {
                 ManagementError::new(ManagementErrorKind::InvalidOptions, what.clone())
                     .with_source(e)
             })?;
-            request = request.header("content-type", "application/json").body(bytes);
+            request = request
+                .header("content-type", "application/json")
+                .body(bytes);
         }
         let response = request.send().await.map_err(|e| {
             ManagementError::new(
@@ -422,8 +424,10 @@ impl ManagementClient {
                 404 => ManagementErrorKind::NotFound,
                 _ => ManagementErrorKind::Status,
             };
-            return Err(ManagementError::new(kind, format!("{what} answered {status}"))
-                .with_status(status, reason));
+            return Err(
+                ManagementError::new(kind, format!("{what} answered {status}"))
+                    .with_status(status, reason),
+            );
         }
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(None);
@@ -518,9 +522,7 @@ impl std::fmt::Debug for TransportManagement {
 
 /// rustls with ring, verifying against the CA file's certificates only, or the system's
 /// roots without one.
-fn tls_config(
-    ca_file: Option<&std::path::Path>,
-) -> Result<rustls::ClientConfig, ManagementError> {
+fn tls_config(ca_file: Option<&std::path::Path>) -> Result<rustls::ClientConfig, ManagementError> {
     use rustls_pki_types::pem::PemObject as _;
     use rustls_pki_types::CertificateDer;
 
@@ -559,8 +561,11 @@ fn tls_config(
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| {
-            ManagementError::new(ManagementErrorKind::InvalidOptions, "no TLS protocol version")
-                .with_source(e)
+            ManagementError::new(
+                ManagementErrorKind::InvalidOptions,
+                "no TLS protocol version",
+            )
+            .with_source(e)
         })?
         .with_root_certificates(roots)
         .with_no_client_auth();
@@ -595,14 +600,17 @@ mod tests {
             .base
             .join(&ManagementClient::path(&["queues", "/"]))
             .unwrap();
-        assert_eq!(joined.as_str(), "http://127.0.0.1:15672/rabbit/api/queues/%2F");
+        assert_eq!(
+            joined.as_str(),
+            "http://127.0.0.1:15672/rabbit/api/queues/%2F"
+        );
         assert!(!format!("{client:?}").contains("pw"));
     }
 
     #[test]
     fn an_unusable_ca_file_is_invalid_options() {
-        let missing = ManagementOptions::new("https://localhost:15671")
-            .ca_file("/nonexistent/mesh-ca.pem");
+        let missing =
+            ManagementOptions::new("https://localhost:15671").ca_file("/nonexistent/mesh-ca.pem");
         assert_eq!(
             ManagementClient::new(&missing).unwrap_err().kind(),
             ManagementErrorKind::InvalidOptions

@@ -302,7 +302,10 @@ mod tests {
             .credentials("mesh", "s3cret");
         assert_eq!(options.get_url(), "https://rabbit:15671/api-prefix/");
         let debug = format!("{options:?}");
-        assert!(!debug.contains("hunter2") && !debug.contains("s3cret"), "{debug}");
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("s3cret"),
+            "{debug}"
+        );
     }
 
     #[test]
@@ -358,8 +361,14 @@ mod tests {
             check(ManagementOptions::new("http://rabbit:15672").allow_insecure_http(true)),
             Ok(())
         );
-        assert_eq!(check(ManagementOptions::new("https://rabbit:15671")), Ok(()));
-        assert_eq!(check(ManagementOptions::new("http://127.0.0.1:15672")), Ok(()));
+        assert_eq!(
+            check(ManagementOptions::new("https://rabbit:15671")),
+            Ok(())
+        );
+        assert_eq!(
+            check(ManagementOptions::new("http://127.0.0.1:15672")),
+            Ok(())
+        );
     }
 
     #[test]

@@ -446,7 +446,9 @@ async fn apply(
                     if q == &queue.name && routing_key == pattern)
             });
             if !already {
-                management.bind(queue.exchange, &queue.name, pattern).await?;
+                management
+                    .bind(queue.exchange, &queue.name, pattern)
+                    .await?;
                 let d = Difference::MissingBinding {
                     exchange: queue.exchange.to_owned(),
                     queue: queue.name.clone(),

@@ -42,7 +42,7 @@ impl FakeApi {
                     }
                     recorded
                         .lock()
-                        .unwrap()
+                        .expect("the heads lock")
                         .push(String::from_utf8_lossy(&head).into_owned());
                     let _ = stream
                         .write_all(
@@ -58,7 +58,7 @@ impl FakeApi {
     }
 
     fn heads(&self) -> Vec<String> {
-        self.heads.lock().unwrap().clone()
+        self.heads.lock().expect("the heads lock").clone()
     }
 }
 
@@ -89,7 +89,10 @@ async fn topology_and_status_speak_https_with_the_given_ca() {
                 "management.ssl.cacertfile = {}",
                 pki.ca_file().display()
             ))
-            .extra_conf(format!("management.ssl.certfile = {}", server.cert.display()))
+            .extra_conf(format!(
+                "management.ssl.certfile = {}",
+                server.cert.display()
+            ))
             .extra_conf(format!("management.ssl.keyfile = {}", server.key.display())),
     )
     .await
@@ -109,7 +112,15 @@ async fn topology_and_status_speak_https_with_the_given_ca() {
     };
 
     // The TLS listener may come up a moment after the node reports booted.
-    let show = with_ca(&["topology", "show", "--module", "billing", "--pattern", "module.umami.#", "--json"]);
+    let show = with_ca(&[
+        "topology",
+        "show",
+        "--module",
+        "billing",
+        "--pattern",
+        "module.umami.#",
+        "--json",
+    ]);
     let output = eventually(WAIT, "topology show over https", || {
         let show = show.clone();
         let url = url.clone();
@@ -147,7 +158,11 @@ async fn topology_and_status_speak_https_with_the_given_ca() {
     )
     .await;
     assert_code(&output, 8);
-    assert!(stderr(&output).contains("management API"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("management API"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[tokio::test]
@@ -168,8 +183,14 @@ async fn plain_http_to_a_remote_host_is_refused_before_sending() {
     .await;
     assert_code(&output, 2);
     let err = stderr(&output);
-    assert!(err.contains("refusing to send credentials in clear"), "{err}");
-    assert!(err.contains("http://rabbit-management.example:15672"), "{err}");
+    assert!(
+        err.contains("refusing to send credentials in clear"),
+        "{err}"
+    );
+    assert!(
+        err.contains("http://rabbit-management.example:15672"),
+        "{err}"
+    );
     assert!(
         !err.contains("s3cret") && !err.contains("other-pw"),
         "a credential was printed: {err}"
