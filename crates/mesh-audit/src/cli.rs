@@ -59,7 +59,7 @@ pub struct RunArgs {
     #[arg(long, env = "MESH_MANAGEMENT_URL")]
     pub management_url: Option<String>,
     /// The CA certificates (PEM) an https management URL is verified against [default: the
-    /// system's roots]
+    /// --url's cacertfile, else the system's roots]
     #[arg(long, env = "MESH_MANAGEMENT_CA_FILE", value_name = "PEM")]
     pub management_ca_file: Option<PathBuf>,
     /// Send the credentials over plain http to a management host that is not loopback
@@ -91,6 +91,7 @@ impl RunArgs {
                 Some(ca_file) => management.ca_file(ca_file),
                 None => management,
             }
+            .ca_file_from_amqp_url(&self.url)
         });
         Ok(AuditService::new(amqp, store, audit).management(management))
     }

@@ -156,10 +156,7 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
                 prefetch: args.prefetch,
                 metrics_addr: args.metrics.metrics_addr,
                 management_url: global.management_url.clone(),
-                management_ca_file: global
-                    .management_ca_file
-                    .clone()
-                    .or_else(|| config::amqp_ca_file(&global.url)),
+                management_ca_file: global.management_ca_file.clone(),
                 management_allow_http: global.management_allow_http,
             };
             install_logging();

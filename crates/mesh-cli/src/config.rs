@@ -101,10 +101,7 @@ pub(crate) fn management(global: &Global) -> anyhow::Result<Management> {
 }
 
 /// The management options of `--management-*` over those `options` imply.
-pub(crate) fn management_options(
-    global: &Global,
-    options: &AmqpOptions,
-) -> anyhow::Result<ManagementOptions> {
+fn management_options(global: &Global, options: &AmqpOptions) -> anyhow::Result<ManagementOptions> {
     let mut management = match &global.management_url {
         Some(url) => ManagementOptions::new(url.trim())
             .credentials(options.get_user(), options.get_password()),
@@ -122,35 +119,8 @@ pub(crate) fn management_options(
     )
     .allow_insecure_http(global.management_allow_http)
     .configured(true);
-    let ca_file = global
-        .management_ca_file
-        .clone()
-        .or_else(|| amqp_ca_file(&global.url));
-    if let Some(ca_file) = ca_file {
+    if let Some(ca_file) = &global.management_ca_file {
         management = management.ca_file(ca_file);
     }
-    Ok(management)
-}
-
-/// The `cacertfile` query parameter of the AMQP URL, if any.
-pub(crate) fn amqp_ca_file(url: &str) -> Option<std::path::PathBuf> {
-    let url = url::Url::parse(url.trim()).ok()?;
-    url.query_pairs()
-        .find(|(key, _)| key == "cacertfile")
-        .map(|(_, value)| std::path::PathBuf::from(value.into_owned()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_amqp_urls_cacertfile_is_the_default_management_ca() {
-        assert_eq!(
-            amqp_ca_file("amqps://u:p@h:5671/%2F?cacertfile=%2Fetc%2Fca.pem&verify=verify_peer"),
-            Some(std::path::PathBuf::from("/etc/ca.pem"))
-        );
-        assert_eq!(amqp_ca_file("amqp://h"), None);
-        assert_eq!(amqp_ca_file("not a url"), None);
-    }
+    Ok(management.ca_file_from_amqp_url(&global.url))
 }

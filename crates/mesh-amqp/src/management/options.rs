@@ -118,6 +118,25 @@ impl ManagementOptions {
         self
     }
 
+    /// Takes the `cacertfile` query parameter of an AMQP URL (`amqps://…?cacertfile=ca.pem`)
+    /// as the [CA file](ManagementOptions::ca_file), unless one is set already: an https
+    /// management API is then trusted as the broker's AMQP port is. A URL that does not parse
+    /// or has no such parameter changes nothing.
+    pub fn ca_file_from_amqp_url(self, amqp_url: &str) -> Self {
+        if self.ca_file.is_some() {
+            return self;
+        }
+        let ca_file = Url::parse(amqp_url.trim()).ok().and_then(|url| {
+            url.query_pairs()
+                .find(|(key, _)| key == "cacertfile")
+                .map(|(_, value)| PathBuf::from(value.into_owned()))
+        });
+        match ca_file {
+            Some(ca_file) => self.ca_file(ca_file),
+            None => self,
+        }
+    }
+
     /// Allows sending the credentials over plain HTTP to a host that is not loopback (where
     /// anyone on the path can read them). Off by default.
     pub fn allow_insecure_http(mut self, allow: bool) -> Self {
@@ -385,6 +404,21 @@ mod tests {
                 .unwrap();
         assert!(configured.is_configured());
         assert_eq!(configured.get_url(), "http://rabbit.example:15672");
+    }
+
+    #[test]
+    fn the_amqp_urls_cacertfile_is_the_default_ca() {
+        let amqp = "amqps://u:p@h:5671/%2F?cacertfile=%2Fetc%2Fca.pem&verify=verify_peer";
+        let options = ManagementOptions::new("https://h:15671").ca_file_from_amqp_url(amqp);
+        assert_eq!(options.get_ca_file(), Some(Path::new("/etc/ca.pem")));
+        let given = ManagementOptions::new("https://h:15671")
+            .ca_file("/mine.pem")
+            .ca_file_from_amqp_url(amqp);
+        assert_eq!(given.get_ca_file(), Some(Path::new("/mine.pem")));
+        for url in ["amqp://h", "not a url"] {
+            let none = ManagementOptions::new("https://h").ca_file_from_amqp_url(url);
+            assert_eq!(none.get_ca_file(), None);
+        }
     }
 
     #[test]
