@@ -184,7 +184,10 @@ impl ManagementClient {
             .redirect(reqwest::redirect::Policy::none())
             // Deterministic: an `http_proxy` in the environment must not see the credentials.
             .no_proxy()
-            .tls_backend_preconfigured(tls_config(options.get_ca_file())?);
+            .tls_backend_preconfigured(tls_config(
+                base.scheme() == "https",
+                options.get_ca_file(),
+            )?);
         for (host, addr) in options.get_resolve() {
             builder = builder.resolve(host, *addr);
         }
@@ -521,13 +524,18 @@ impl std::fmt::Debug for TransportManagement {
 }
 
 /// rustls with ring, verifying against the CA file's certificates only, or the system's
-/// roots without one.
-fn tls_config(ca_file: Option<&std::path::Path>) -> Result<rustls::ClientConfig, ManagementError> {
+/// roots without one; for a plain-HTTP client (`https` false), which never speaks TLS, no
+/// roots are loaded.
+fn tls_config(
+    https: bool,
+    ca_file: Option<&std::path::Path>,
+) -> Result<rustls::ClientConfig, ManagementError> {
     use rustls_pki_types::pem::PemObject as _;
     use rustls_pki_types::CertificateDer;
 
     let mut roots = rustls::RootCertStore::empty();
     match ca_file {
+        _ if !https => {}
         Some(path) => {
             let invalid = |what: &str| {
                 ManagementError::new(

@@ -85,7 +85,8 @@ impl ManagementOptions {
 
     /// The API of the broker `amqp` names: its [management
     /// URL](AmqpOptions::management_url) when one is set, else `http://<first host>:15672`
-    /// (then [not configured](ManagementOptions::is_configured)), with its credentials.
+    /// (then [not configured](ManagementOptions::is_configured)), with its credentials, and
+    /// its connect timeout (at least 1 s) as the request timeout.
     /// `None` for options with neither a management URL nor an address.
     pub fn from_amqp(amqp: &AmqpOptions) -> Option<ManagementOptions> {
         // Without addresses, the management URL is only the one set explicitly.
