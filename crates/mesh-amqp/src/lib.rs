@@ -25,7 +25,9 @@
 //! | ephemeral, RPC reply | exclusive, auto-delete, server-named | the patterns (ephemeral) |
 //!
 //! Everything declared is recorded as data in a [`Topology`] (see
-//! [`AmqpTransport::topology`]) so that a reconnect can replay it.
+//! [`AmqpTransport::topology`]) so that a reconnect can replay it. Bindings a durable queue
+//! no longer asks for are found through RabbitMQ's management HTTP API ([`management`], the
+//! workspace's one client of it), asked only when configured or on a loopback broker.
 //!
 //! # Settling a delivery
 //!
@@ -120,7 +122,7 @@ mod declare;
 mod error;
 mod lifecycle;
 mod link;
-mod management;
+pub mod management;
 mod options;
 mod owner;
 mod plain;

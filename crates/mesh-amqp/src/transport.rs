@@ -17,7 +17,7 @@ use crate::consumer::{self, AttachSpec, ConsumerCounts, Env, Source};
 use crate::convert::check_short;
 use crate::lifecycle::{Counters, Lifecycle, Shared};
 use crate::link::ConsumeLink;
-use crate::management::Management;
+use crate::management::{ManagementOptions, TransportManagement};
 use crate::options::{AmqpOptions, QueueType};
 use crate::publisher::{Attempt, Outgoing, Publisher};
 use crate::rpc::Rpc;
@@ -76,7 +76,7 @@ struct Inner {
     options: AmqpOptions,
     publisher: Publisher,
     consume: ConsumeLink,
-    management: Management,
+    management: TransportManagement,
     topology: Arc<Mutex<Topology>>,
     counts: Arc<ConsumerCounts>,
     rpc: Rpc,
@@ -102,7 +102,22 @@ impl AmqpTransport {
     /// credentials or vhost, `ConnectionLost` when no node answers, and `Incompatible` when the
     /// broker holds one of those entities with other arguments. Once connected, a lost
     /// connection is reconnected in the background (see the crate docs).
+    ///
+    /// The management API (for stale bindings, see [`subscribe`](AmqpTransport::subscribe))
+    /// is [`ManagementOptions::from_amqp`]: the options' management URL with their
+    /// credentials; [`connect_with`](AmqpTransport::connect_with) takes other options.
     pub async fn connect(options: AmqpOptions) -> Result<AmqpTransport, TransportError> {
+        let management = ManagementOptions::from_amqp(&options);
+        AmqpTransport::connect_with(options, management).await
+    }
+
+    /// [`connect`](AmqpTransport::connect) with the management API's options (a CA file,
+    /// [`allow_insecure_http`](ManagementOptions::allow_insecure_http)); `None` never
+    /// contacts it.
+    pub async fn connect_with(
+        options: AmqpOptions,
+        management: Option<ManagementOptions>,
+    ) -> Result<AmqpTransport, TransportError> {
         options.validate()?;
         tracing::info!(broker = %options, "connecting");
         let shared = Arc::new(Shared::default());
@@ -123,7 +138,7 @@ impl AmqpTransport {
         let (shutdown, _) = watch::channel(false);
         Ok(AmqpTransport {
             inner: Arc::new(Inner {
-                management: Management::new(&options),
+                management: TransportManagement::new(management.as_ref()),
                 options,
                 publisher,
                 consume,
@@ -262,9 +277,10 @@ impl AmqpTransport {
     /// Declares and consumes; see [`Transport::subscribe`].
     ///
     /// A durable queue ends up bound on `mesh.events` to exactly `spec.patterns`: bindings it
-    /// has beyond those are removed. They are found through the management API; when that is
-    /// unreachable a warning is logged and only the bindings this transport recorded itself
-    /// are considered.
+    /// has beyond those are removed. They are found through the management API when it is
+    /// configured, or derived for a loopback broker (see
+    /// [`ManagementOptions::is_configured`]); otherwise, or when it fails, only the bindings
+    /// this transport recorded itself are considered (a warning is logged when it fails).
     ///
     /// The subscription keeps being fed across failures: a consumer the broker cancels, or
     /// whose channel or connection is lost, is attached again (its queue declared again
@@ -572,17 +588,27 @@ impl AmqpTransport {
             .filter(|b| b.exchange == EVENTS_EXCHANGE)
             .cloned()
             .collect();
-        match self
-            .inner
-            .management
-            .event_bindings(self.inner.options.get_vhost(), queue)
-            .await
-        {
-            Ok(listed) => existing.extend(listed),
-            Err(reason) => tracing::warn!(
+        let vhost = self.inner.options.get_vhost();
+        match &self.inner.management {
+            TransportManagement::Client(client) => {
+                match client.event_bindings(vhost, queue).await {
+                    Ok(listed) => existing.extend(listed),
+                    Err(error) => tracing::warn!(
+                        queue,
+                        error = %error,
+                        "management API failed: only bindings this transport declared can be \
+                         removed"
+                    ),
+                }
+            }
+            TransportManagement::Unusable(error) => tracing::warn!(
                 queue,
-                %reason,
-                "management API unreachable: only bindings this transport declared can be \
+                error = %error,
+                "management API not used: only bindings this transport declared can be removed"
+            ),
+            TransportManagement::Off => tracing::debug!(
+                queue,
+                "management API not configured: only bindings this transport declared can be \
                  removed"
             ),
         }

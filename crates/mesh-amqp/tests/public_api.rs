@@ -14,9 +14,13 @@ const REEXPORTING: &[&str] = &["lifecycle.rs", "options.rs", "topology.rs", "tra
 fn no_client_library_type_is_public() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    // `management` is the one public module: its items are checked below.
     assert!(
-        !lib.lines().any(|l| l.trim_start().starts_with("pub mod")),
-        "lib.rs must keep every module private"
+        !lib.lines().any(|l| {
+            let l = l.trim_start();
+            l.starts_with("pub mod") && l != "pub mod management;"
+        }),
+        "lib.rs must keep every module private but `management`"
     );
     let reexported: Vec<&str> = lib
         .lines()
@@ -36,5 +40,30 @@ fn no_client_library_type_is_public() {
             !text.contains("amqprs"),
             "{file} names amqprs, and its items are public"
         );
+    }
+}
+
+/// The management client's public items name neither the HTTP, TLS or URL library nor
+/// amqprs: only its private fields and functions do.
+#[test]
+fn no_http_library_type_is_public_in_management() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/management");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("amqprs"), "{} names amqprs", path.display());
+        for line in text.lines() {
+            let line = line.trim_start();
+            if !line.starts_with("pub ") && !line.starts_with("pub use") {
+                continue;
+            }
+            for library in ["reqwest", "rustls", "Url", "url::", "percent_encoding"] {
+                assert!(
+                    !line.contains(library),
+                    "{}: a public item names {library}: {line}",
+                    path.display()
+                );
+            }
+        }
     }
 }

@@ -14,10 +14,12 @@
 
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use mesh_amqp::management::ManagementOptions;
 use mesh_amqp::AmqpOptions;
 use tokio_util::sync::CancellationToken;
 
@@ -51,6 +53,18 @@ pub struct RunArgs {
     /// picks a free one, printed on stderr)
     #[arg(long, env = "MESH_METRICS_ADDR", value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// RabbitMQ's management API, used to remove stale bindings of the logger's queues
+    /// (http(s)://host:port, with the --url credentials) [default:
+    /// http://<first broker host>:15672, contacted only when that host is loopback]
+    #[arg(long, env = "MESH_MANAGEMENT_URL")]
+    pub management_url: Option<String>,
+    /// The CA certificates (PEM) an https management URL is verified against [default: the
+    /// --url's cacertfile, else the system's roots]
+    #[arg(long, env = "MESH_MANAGEMENT_CA_FILE", value_name = "PEM")]
+    pub management_ca_file: Option<PathBuf>,
+    /// Send the credentials over plain http to a management host that is not loopback
+    #[arg(long)]
+    pub management_allow_http: bool,
 }
 
 impl RunArgs {
@@ -64,7 +78,22 @@ impl RunArgs {
             .batch_wait(Duration::from_millis(self.batch_wait_ms))
             .prefetch(self.prefetch);
         audit.validate().context("invalid options")?;
-        Ok(AuditService::new(amqp, store, audit))
+        let management = match &self.management_url {
+            Some(url) => Some(
+                ManagementOptions::new(url.trim())
+                    .credentials(amqp.get_user(), amqp.get_password()),
+            ),
+            None => ManagementOptions::from_amqp(&amqp),
+        }
+        .map(|management| {
+            let management = management.allow_insecure_http(self.management_allow_http);
+            match &self.management_ca_file {
+                Some(ca_file) => management.ca_file(ca_file),
+                None => management,
+            }
+            .ca_file_from_amqp_url(&self.url)
+        });
+        Ok(AuditService::new(amqp, store, audit).management(management))
     }
 
     /// Runs the service until SIGTERM or Ctrl-C, then shuts it down gracefully.

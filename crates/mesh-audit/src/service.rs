@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mesh_amqp::management::ManagementOptions;
 use mesh_amqp::{AmqpOptions, AmqpTransport};
 use mesh_core::backoff::Backoff;
 use mesh_core::Transport;
@@ -30,6 +31,7 @@ const HEALTHY_RUN: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub struct AuditService {
     amqp: AmqpOptions,
+    management: Option<ManagementOptions>,
     store: StoreOptions,
     audit: AuditOptions,
     phase: Arc<Mutex<Phase>>,
@@ -64,11 +66,20 @@ impl AuditService {
     /// A service from its three sets of options.
     pub fn new(amqp: AmqpOptions, store: StoreOptions, audit: AuditOptions) -> AuditService {
         AuditService {
+            management: ManagementOptions::from_amqp(&amqp),
             amqp,
             store,
             audit,
             phase: Arc::default(),
         }
+    }
+
+    /// The management API its transport uses to remove stale bindings of the logger's
+    /// queues (default: [`ManagementOptions::from_amqp`] of the AMQP options; `None`: never
+    /// contacted). See [`AmqpTransport::connect_with`].
+    pub fn management(mut self, management: Option<ManagementOptions>) -> AuditService {
+        self.management = management;
+        self
     }
 
     /// `Ok(())` while [`run`](AuditService::run) consumes both queues with the store open,
@@ -141,7 +152,9 @@ impl AuditService {
         let outcome = loop {
             self.enter(Phase::Connecting);
             let options = self.amqp.clone().connection_name("mesh-audit");
-            let transport = match AmqpTransport::connect(options).await {
+            let transport = match AmqpTransport::connect_with(options, self.management.clone())
+                .await
+            {
                 Ok(transport) => Arc::new(transport),
                 Err(e) if e.is_retryable() => {
                     warn!(broker = %self.amqp, error = %e, "broker unavailable; retrying");

@@ -155,6 +155,9 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
                 batch_wait_ms: args.batch_wait_ms,
                 prefetch: args.prefetch,
                 metrics_addr: args.metrics.metrics_addr,
+                management_url: global.management_url.clone(),
+                management_ca_file: global.management_ca_file.clone(),
+                management_allow_http: global.management_allow_http,
             };
             install_logging();
             output::note(paint(

@@ -37,8 +37,10 @@ Examples:
 What needs what:
   emit, tail and call speak AMQP only. topology show/plan/apply and the queue part of
   status read RabbitMQ's management HTTP API (the rabbitmq_management plugin, by default
-  http://<broker host>:15672 with the AMQP credentials): AMQP cannot list bindings or
-  queue arguments. Without it those commands fail with exit code 8.
+  http://<broker host>:15672 with the AMQP credentials; https with --management-url
+  https://… and --management-ca-file): AMQP cannot list bindings or queue arguments.
+  Without it those commands fail with exit code 8. Credentials go over plain http only to
+  a loopback host, unless --management-allow-http.
 
 ",
     exit_table!()
@@ -62,9 +64,25 @@ pub(crate) struct Global {
     #[arg(long, env = "MESH_NODE", global = true)]
     pub(crate) node: Option<String>,
 
-    /// RabbitMQ's management API [default: http://<first broker host>:15672]
+    /// RabbitMQ's management API, http(s)://host:port[/prefix], with the --url credentials
+    /// [default: http://<first broker host>:15672]
     #[arg(long, env = "MESH_MANAGEMENT_URL", global = true)]
     pub(crate) management_url: Option<String>,
+
+    /// The CA certificates (PEM) an https management URL is verified against [default: the
+    /// --url's cacertfile, else the system's roots]
+    #[arg(
+        long,
+        env = "MESH_MANAGEMENT_CA_FILE",
+        value_name = "PEM",
+        global = true
+    )]
+    pub(crate) management_ca_file: Option<std::path::PathBuf>,
+
+    /// Send the credentials over plain http to a management host that is not loopback
+    /// (refused by default: anyone on the path could read them)
+    #[arg(long, global = true)]
+    pub(crate) management_allow_http: bool,
 
     /// How long connecting to the broker may take
     #[arg(long, default_value = "5s", value_parser = parse_duration, global = true)]

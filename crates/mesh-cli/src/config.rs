@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use mesh::amqp::management::{ManagementClient, ManagementOptions};
 use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
 use mesh::core::{Name, TransportErrorKind};
 use mesh::Transport;
@@ -87,23 +88,39 @@ pub(crate) async fn connect(options: AmqpOptions) -> anyhow::Result<Arc<dyn Tran
     }
 }
 
-/// The management API client for the broker of `--url`.
+/// The management API client for the broker of `--url`: `--management-url` or
+/// `http://<first host>:15672`, with the `--url` credentials and vhost. An https URL is
+/// verified against `--management-ca-file`, else the `cacertfile` of `--url`, else the
+/// system's roots.
 pub(crate) fn management(global: &Global) -> anyhow::Result<Management> {
     let options = amqp_options(global)?;
-    let base = match &global.management_url {
-        Some(url) => url.clone(),
-        None => options.get_management_url().ok_or_else(|| {
+    let management = management_options(global, &options)?;
+    let client = ManagementClient::new(&management)
+        .coded(Code::Usage, || "invalid management API options".to_owned())?;
+    Ok(Management::new(client, options.get_vhost()))
+}
+
+/// The management options of `--management-*` over those `options` imply.
+fn management_options(global: &Global, options: &AmqpOptions) -> anyhow::Result<ManagementOptions> {
+    let mut management = match &global.management_url {
+        Some(url) => ManagementOptions::new(url.trim())
+            .credentials(options.get_user(), options.get_password()),
+        None => ManagementOptions::from_amqp(options).ok_or_else(|| {
             crate::exit::fail(
                 Code::Usage,
                 "no broker address to derive the management URL from",
             )
         })?,
-    };
-    Management::new(
-        &base,
-        options.get_user(),
-        options.get_password(),
-        options.get_vhost(),
-        global.connect_timeout,
+    }
+    .timeout(
+        global
+            .connect_timeout
+            .max(std::time::Duration::from_secs(30)),
     )
+    .allow_insecure_http(global.management_allow_http)
+    .configured(true);
+    if let Some(ca_file) = &global.management_ca_file {
+        management = management.ca_file(ca_file);
+    }
+    Ok(management.ca_file_from_amqp_url(&global.url))
 }

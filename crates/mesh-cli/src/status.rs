@@ -45,12 +45,12 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
     }
 
     let management = config::management(global)?;
-    let version = management.overview().ok().and_then(|o| {
+    let version = management.overview().await.ok().and_then(|o| {
         o.get("rabbitmq_version")
             .and_then(Value::as_str)
             .map(str::to_owned)
     });
-    let queues = management.queues()?;
+    let queues = management.queues().await?;
     let prefix = format!("{node}.");
     let mut modules: Vec<ModuleQueue<'_>> = Vec::new();
     for queue in &queues {

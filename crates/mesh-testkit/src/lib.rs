@@ -8,6 +8,8 @@
 //!   and never leaked, even when the test binary is killed;
 //! - [`certs`]: a throw-away certificate authority and the server and client certificates
 //!   it signs ([`TestPki`]), for TLS tests;
+//! - [`postgres`]: a private PostgreSQL server ([`PrivatePostgres`], TLS optional) for
+//!   tests that must configure one, never the shared one;
 //! - [`cluster`]: a three-node RabbitMQ [`Cluster`] of private nodes for failover tests (kill
 //!   and restart nodes, find a quorum queue's leader and a connection's node, wait for a
 //!   rejoin and for queues in sync), shared per test binary with [`shared_cluster`];
@@ -65,6 +67,7 @@ pub mod certs;
 pub mod cluster;
 pub mod ledger;
 pub mod node;
+pub mod postgres;
 pub mod relay;
 pub mod shared;
 mod sys;
@@ -74,6 +77,7 @@ pub use certs::{CertFiles, TestPki};
 pub use cluster::{shared_cluster, Cluster, ClusterConnection, MemberStatus, QuorumQueueInfo};
 pub use ledger::{Ledger, LedgerReport};
 pub use node::{shared_node, NodeOptions, PrivateNode};
+pub use postgres::PrivatePostgres;
 pub use relay::{Relay, RelayMode};
 pub use shared::{
     close_connections, list_bindings, list_connections, list_exchanges, list_queues, rabbitmqctl,

@@ -387,40 +387,30 @@ mod tests {
         }
     }
 
+    // The rows are `#[non_exhaustive]` (mesh-amqp's): built as the API would send them.
     fn queue(arguments: &Value, kind: &str) -> QueueRow {
-        QueueRow {
-            name: "n.m.events".into(),
-            durable: true,
-            auto_delete: false,
-            exclusive: false,
-            arguments: arguments.as_object().cloned().unwrap_or_default(),
-            kind: Some(kind.into()),
-            messages: Some(3),
-            messages_ready: Some(3),
-            messages_unacknowledged: Some(0),
-            consumers: Some(0),
-        }
+        serde_json::from_value(json!({
+            "name": "n.m.events", "durable": true, "auto_delete": false, "exclusive": false,
+            "arguments": arguments.as_object().cloned().unwrap_or_default(), "type": kind,
+            "messages": 3, "messages_ready": 3, "messages_unacknowledged": 0, "consumers": 0
+        }))
+        .unwrap()
     }
 
     fn binding(key: &str) -> BindingRow {
-        BindingRow {
-            source: "mesh.events".into(),
-            destination: "n.m.events".into(),
-            destination_type: "queue".into(),
-            routing_key: key.into(),
-            arguments: Map::new(),
-            properties_key: key.into(),
-        }
+        serde_json::from_value(json!({
+            "source": "mesh.events", "destination": "n.m.events", "destination_type": "queue",
+            "routing_key": key, "arguments": {}, "properties_key": key
+        }))
+        .unwrap()
     }
 
     fn exchange() -> ExchangeRow {
-        ExchangeRow {
-            name: "mesh.events".into(),
-            kind: "topic".into(),
-            durable: true,
-            auto_delete: false,
-            internal: false,
-        }
+        serde_json::from_value(json!({
+            "name": "mesh.events", "type": "topic", "durable": true, "auto_delete": false,
+            "internal": false
+        }))
+        .unwrap()
     }
 
     #[test]

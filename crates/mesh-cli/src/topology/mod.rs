@@ -16,8 +16,16 @@ use crate::output::{self, paint, BAD, DIM, GOOD, NAME, WARN};
 use diff::{differences, Actual, Difference};
 use spec::{wanted, Wanted};
 
-/// Runs one `topology` command.
+/// Runs one `topology` command, on a runtime of its own (the management client is async;
+/// `main` runs `topology` without the AMQP commands' runtime).
 pub(crate) fn run(global: &Global, command: &TopologyCommand) -> anyhow::Result<Code> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run_async(global, command))
+}
+
+async fn run_async(global: &Global, command: &TopologyCommand) -> anyhow::Result<Code> {
     let args = match command {
         TopologyCommand::Show(args)
         | TopologyCommand::Plan { args, .. }
@@ -25,12 +33,14 @@ pub(crate) fn run(global: &Global, command: &TopologyCommand) -> anyhow::Result<
     };
     let wanted = build_wanted(global, args)?;
     let management = config::management(global)?;
-    let actual = read(&management)?;
+    let actual = read(&management).await?;
     match command {
-        TopologyCommand::Show(_) => show(global, &management, &wanted, &actual),
-        TopologyCommand::Plan { check, .. } => plan(global, &management, &wanted, &actual, *check),
+        TopologyCommand::Show(_) => show(global, &management, &wanted, &actual).await,
+        TopologyCommand::Plan { check, .. } => {
+            plan(global, &management, &wanted, &actual, *check).await
+        }
         TopologyCommand::Apply { force, .. } => {
-            apply(global, &management, &wanted, &actual, *force)
+            apply(global, &management, &wanted, &actual, *force).await
         }
     }
 }
@@ -43,11 +53,11 @@ fn build_wanted(global: &Global, args: &TopologyArgs) -> anyhow::Result<Wanted> 
     wanted(args, global.queue_type, node, || config::node(global))
 }
 
-fn read(management: &Management) -> anyhow::Result<Actual> {
+async fn read(management: &Management) -> anyhow::Result<Actual> {
     Ok(Actual {
-        exchanges: management.exchanges()?,
-        queues: management.queues()?,
-        bindings: management.bindings()?,
+        exchanges: management.exchanges().await?,
+        queues: management.queues().await?,
+        bindings: management.bindings().await?,
     })
 }
 
@@ -70,7 +80,7 @@ fn print_difference(d: &Difference) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn show(
+async fn show(
     global: &Global,
     management: &Management,
     wanted: &Wanted,
@@ -293,7 +303,7 @@ fn text(value: &Value) -> String {
     }
 }
 
-fn plan(
+async fn plan(
     global: &Global,
     management: &Management,
     wanted: &Wanted,
@@ -325,7 +335,7 @@ fn plan(
     })
 }
 
-fn apply(
+async fn apply(
     global: &Global,
     management: &Management,
     wanted: &Wanted,
@@ -388,18 +398,18 @@ fn apply(
     for d in &diffs {
         match d {
             Difference::MissingExchange { name, kind } => {
-                management.put_exchange(name, kind, true)?;
+                management.put_exchange(name, kind, true).await?;
                 report(d, "created")?;
             }
             Difference::MissingQueue { name, arguments } => {
-                management.put_queue(name, true, arguments)?;
+                management.put_queue(name, true, arguments).await?;
                 report(d, "created")?;
             }
             Difference::QueueDiffers {
                 name, arguments, ..
             } => {
-                management.delete_queue(name)?;
-                management.put_queue(name, true, arguments)?;
+                management.delete_queue(name).await?;
+                management.put_queue(name, true, arguments).await?;
                 replaced.insert(name.clone());
                 report(d, "replaced")?;
             }
@@ -413,7 +423,7 @@ fn apply(
                 queue,
                 routing_key,
             } => {
-                management.bind(exchange, queue, routing_key)?;
+                management.bind(exchange, queue, routing_key).await?;
                 report(d, "bound")?;
             }
             Difference::ExtraBinding {
@@ -422,7 +432,7 @@ fn apply(
                 properties_key,
                 ..
             } if !replaced.contains(queue) => {
-                management.unbind(exchange, queue, properties_key)?;
+                management.unbind(exchange, queue, properties_key).await?;
                 report(d, "unbound")?;
             }
             _ => {}
@@ -436,7 +446,9 @@ fn apply(
                     if q == &queue.name && routing_key == pattern)
             });
             if !already {
-                management.bind(queue.exchange, &queue.name, pattern)?;
+                management
+                    .bind(queue.exchange, &queue.name, pattern)
+                    .await?;
                 let d = Difference::MissingBinding {
                     exchange: queue.exchange.to_owned(),
                     queue: queue.name.clone(),

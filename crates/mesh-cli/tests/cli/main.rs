@@ -6,6 +6,7 @@ mod call;
 mod emit_tail;
 mod errors;
 mod logs;
+mod management;
 mod metrics;
 mod status;
 mod topology;

@@ -1,0 +1,237 @@
+//! The management options every command honours: `topology` and `status` over HTTPS with a
+//! CA of the test's own (a private node), plain HTTP to a remote-looking host refused, and
+//! `mesh audit run --management-url` asking the given API for its queue's bindings.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use mesh_testkit::{eventually, NodeOptions, PrivateNode, TestPki};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::audit::TempStore;
+use crate::{assert_code, finish, json, mesh, run, stderr, stdout, vhost, NODE, WAIT};
+
+/// A fake management API on loopback that answers `[]` and records each request's head
+/// before answering.
+struct FakeApi {
+    addr: SocketAddr,
+    heads: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeApi {
+    async fn start() -> FakeApi {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
+        let addr = listener.local_addr().expect("local address");
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let recorded = heads.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let recorded = recorded.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    recorded
+                        .lock()
+                        .expect("the heads lock")
+                        .push(String::from_utf8_lossy(&head).into_owned());
+                    let _ = stream
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                              content-length: 2\r\nconnection: close\r\n\r\n[]",
+                        )
+                        .await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        FakeApi { addr, heads, task }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().expect("the heads lock").clone()
+    }
+}
+
+impl Drop for FakeApi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+#[tokio::test]
+async fn topology_and_status_speak_https_with_the_given_ca() {
+    let pki = TestPki::generate("cli-mgmt-https").unwrap();
+    let server = pki.server("management", &["localhost"]).unwrap();
+    let ssl_port = free_port();
+    let node = PrivateNode::start(
+        NodeOptions::default()
+            .management(true)
+            .extra_conf(format!("management.ssl.port = {ssl_port}"))
+            .extra_conf("management.ssl.ip = 127.0.0.1")
+            .extra_conf(format!(
+                "management.ssl.cacertfile = {}",
+                pki.ca_file().display()
+            ))
+            .extra_conf(format!(
+                "management.ssl.certfile = {}",
+                server.cert.display()
+            ))
+            .extra_conf(format!("management.ssl.keyfile = {}", server.key.display())),
+    )
+    .await
+    .expect("a private RabbitMQ node with management over TLS");
+    let url = node.url();
+    let management_url = format!("https://localhost:{ssl_port}");
+    let ca = pki.ca_file().display().to_string();
+    let with_ca = |command: &[&str]| {
+        let mut args: Vec<String> = command.iter().map(|a| (*a).to_owned()).collect();
+        args.extend([
+            "--management-url".to_owned(),
+            management_url.clone(),
+            "--management-ca-file".to_owned(),
+            ca.clone(),
+        ]);
+        args
+    };
+
+    // The TLS listener may come up a moment after the node reports booted.
+    let show = with_ca(&[
+        "topology",
+        "show",
+        "--module",
+        "billing",
+        "--pattern",
+        "module.umami.#",
+        "--json",
+    ]);
+    let output = eventually(WAIT, "topology show over https", || {
+        let show = show.clone();
+        let url = url.clone();
+        async move {
+            let args: Vec<&str> = show.iter().map(String::as_str).collect();
+            let output = run(Some(&url), &args).await;
+            (output.status.code() == Some(0)).then_some(output)
+        }
+    })
+    .await;
+    let shown = stdout(&output);
+    assert!(shown.contains("mesh.events"), "{shown}");
+
+    let status = with_ca(&["status", "--json"]);
+    let args: Vec<&str> = status.iter().map(String::as_str).collect();
+    let output = run(Some(&url), &args).await;
+    assert_code(&output, 0);
+    let status = json(&output);
+    assert_eq!(status["connected"], true, "{status}");
+    assert!(status["modules"].is_array(), "{status}");
+
+    // Without the CA, the system's roots do not trust the test CA: unreachable (8).
+    let output = run(
+        Some(&url),
+        &[
+            "topology",
+            "show",
+            "--module",
+            "billing",
+            "--pattern",
+            "module.umami.#",
+            "--management-url",
+            &management_url,
+        ],
+    )
+    .await;
+    assert_code(&output, 8);
+    assert!(
+        stderr(&output).contains("management API"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[tokio::test]
+async fn plain_http_to_a_remote_host_is_refused_before_sending() {
+    let output = run(
+        Some("amqp://mesh:s3cret-pw@127.0.0.1:5672/%2F"),
+        &[
+            "topology",
+            "show",
+            "--module",
+            "billing",
+            "--pattern",
+            "module.umami.#",
+            "--management-url",
+            "http://admin:other-pw@rabbit-management.example:15672",
+        ],
+    )
+    .await;
+    assert_code(&output, 2);
+    let err = stderr(&output);
+    assert!(
+        err.contains("refusing to send credentials in clear"),
+        "{err}"
+    );
+    assert!(
+        err.contains("http://rabbit-management.example:15672"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("s3cret") && !err.contains("other-pw"),
+        "a credential was printed: {err}"
+    );
+}
+
+#[tokio::test]
+async fn audit_run_asks_the_given_management_api() {
+    let vhost = vhost("cli-audit-mgmt").await;
+    let fake = FakeApi::start().await;
+    let store = TempStore::new("audit-mgmt");
+    let management_url = format!("http://127.0.0.1:{}", fake.addr.port());
+    let child = mesh(Some(&vhost.url()))
+        .args([
+            "audit",
+            "run",
+            "--store",
+            &store.url,
+            "--management-url",
+            &management_url,
+        ])
+        .spawn()
+        .expect("mesh audit run starts");
+    let wanted = format!(
+        "GET /api/queues/{}/{NODE}.audit-logger.events/bindings ",
+        vhost.name()
+    );
+    eventually(WAIT, "the logger asking the fake API", || async {
+        fake.heads()
+            .iter()
+            .any(|head| head.starts_with(&wanted))
+            .then_some(())
+    })
+    .await;
+    let pid = child.id().expect("the logger runs");
+    kill(
+        Pid::from_raw(i32::try_from(pid).expect("a pid")),
+        Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let output = finish(child).await;
+    assert_code(&output, 0);
+    vhost.delete().await.unwrap();
+}
