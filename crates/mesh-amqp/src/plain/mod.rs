@@ -18,29 +18,19 @@
 
 use std::sync::{Arc, Mutex};
 
-use amqprs::channel::{
-    BasicConsumeArguments, BasicPublishArguments, Channel, ConsumerMessage, QueueBindArguments,
-    QueueDeclareArguments,
-};
-use amqprs::BasicProperties;
-use mesh_core::{HeaderValue, Headers, TopicPattern, TransportError, TransportErrorKind};
-use tokio::sync::mpsc;
+use mesh_core::{TopicPattern, TransportError};
 
 use crate::backoff::Backoff;
 use crate::connection::sleep_opt;
-use crate::convert::{check_short, to_field_table};
-use crate::declare::{take_close, within, CloseSlot};
-use crate::error::{from_client, from_close};
+use crate::convert::check_short;
 use crate::lifecycle::Shared;
 use crate::link::{ConsumeLink, LinkStatus};
 use crate::options::AmqpOptions;
 use crate::topology::{ExchangeDecl, Topology};
 
-/// The `tracing` target the client library logs under (with its sub-targets, `<target>::…`),
-/// down to every frame at the debug and trace levels. A `tracing` layer that ships records
-/// over a [`PlainLink`] must drop this target's records, or each record shipped would log
-/// more to ship.
-pub const CLIENT_LOG_TARGET: &str = "amqprs";
+mod client;
+
+pub use client::CLIENT_LOG_TARGET;
 
 /// A supervised connection for transient messages on one durable topic exchange.
 ///
@@ -134,8 +124,7 @@ impl PlainLink {
         self.declare_exchange().await?;
         let (channel, closed) = self.link.channel("plain publish").await?;
         Ok(PlainPublisher {
-            channel,
-            closed,
+            channel: client::Publisher::new(channel, closed),
             exchange: self.exchange.name.clone(),
         })
     }
@@ -177,56 +166,11 @@ impl PlainLink {
         max_length: u32,
     ) -> Result<PlainFollower, TransportError> {
         let (channel, closed) = self.link.channel("plain follow").await?;
-        let failed = |e: amqprs::error::Error, context: &str| match take_close(&closed) {
-            Some(close) => from_close(close, context),
-            None => from_client(e, context),
-        };
-        let mut arguments = Headers::new();
-        arguments.insert(
-            "x-max-length".to_owned(),
-            HeaderValue::Int(i64::from(max_length)),
-        );
-        let declare = QueueDeclareArguments::new("")
-            .exclusive(true)
-            .auto_delete(true)
-            .durable(false)
-            .arguments(to_field_table(&arguments)?)
-            .finish();
-        let context = "declaring a follower's queue";
-        let declared = within(channel.queue_declare(declare), context)
-            .await?
-            .map_err(|e| failed(e, context))?;
-        let (queue, _, _) = declared.ok_or_else(|| {
-            TransportError::new(TransportErrorKind::Protocol, "no declare-ok for a queue")
-        })?;
-        let context = format!(
-            "binding `{queue}` to `{}` on `{pattern}`",
-            self.exchange.name
-        );
-        within(
-            channel.queue_bind(QueueBindArguments::new(
-                &queue,
-                &self.exchange.name,
-                pattern.as_str(),
-            )),
-            &context,
-        )
-        .await?
-        .map_err(|e| failed(e, &context))?;
-        let consume = BasicConsumeArguments::new(&queue, "")
-            .manual_ack(false)
-            .exclusive(true)
-            .finish();
-        let context = format!("consuming `{queue}`");
-        let (_, deliveries) = within(channel.basic_consume_rx(consume), &context)
-            .await?
-            .map_err(|e| failed(e, &context))?;
+        let (channel, queue) =
+            client::Follower::start(channel, closed, &self.exchange.name, pattern, max_length)
+                .await?;
         tracing::debug!(%queue, %pattern, exchange = %self.exchange.name, "following");
-        Ok(PlainFollower {
-            channel,
-            queue,
-            deliveries,
-        })
+        Ok(PlainFollower { channel, queue })
     }
 
     /// Closes the connection and stops its owner; publishers and followers fail or end.
@@ -260,8 +204,7 @@ async fn newer(status: &mut tokio::sync::watch::Receiver<LinkStatus>, seen: u64)
 /// lose it (a message routed to no queue is dropped, by design). After a failed publish the
 /// channel is gone: get another from [`PlainLink::publisher_retrying`].
 pub struct PlainPublisher {
-    channel: Channel,
-    closed: CloseSlot,
+    channel: client::Publisher,
     exchange: String,
 }
 
@@ -290,36 +233,15 @@ impl PlainPublisher {
         body: Vec<u8>,
     ) -> Result<(), TransportError> {
         check_short("a routing key", routing_key)?;
-        let timestamp = u64::try_from(mesh_core::Timestamp::now().unix_seconds()).unwrap_or(0);
-        let properties = BasicProperties::default()
-            .with_content_type(content_type)
-            .with_delivery_mode(1) // transient: never written to disk
-            .with_timestamp(timestamp)
-            .finish();
-        let context = format!("publishing to `{}`", self.exchange);
-        within(
-            self.channel.basic_publish(
-                properties,
-                body,
-                BasicPublishArguments::new(&self.exchange, routing_key),
-            ),
-            &context,
-        )
-        .await?
-        .map_err(|e| match take_close(&self.closed) {
-            Some(close) => from_close(close, &context),
-            None => from_client(e, &context),
-        })
+        self.channel
+            .publish(&self.exchange, routing_key, content_type, body)
+            .await
     }
 
     /// Closes the channel; what was published before is on the wire ahead of the close, so
     /// the broker has it once the close is acknowledged.
     pub async fn close(self) {
-        if self.channel.is_open() {
-            if let Err(e) = within(self.channel.close(), "closing a channel").await {
-                tracing::debug!(error = %e, "closing a publishing channel timed out");
-            }
-        }
+        self.channel.close().await;
     }
 }
 
@@ -340,9 +262,8 @@ pub struct PlainMessage {
 /// reader has not taken yet: read promptly, or bound the backlog on the broker with the
 /// queue's `max_length`.
 pub struct PlainFollower {
-    channel: Channel,
+    channel: client::Follower,
     queue: String,
-    deliveries: mpsc::UnboundedReceiver<ConsumerMessage>,
 }
 
 impl std::fmt::Debug for PlainFollower {
@@ -366,24 +287,12 @@ impl PlainFollower {
     ///
     /// Cancel safe: no message is lost when this future is dropped before it completes.
     pub async fn next(&mut self) -> Option<PlainMessage> {
-        let delivery = self.deliveries.recv().await?;
-        let routing_key = delivery
-            .deliver
-            .as_ref()
-            .map(|d| d.routing_key().to_owned())
-            .unwrap_or_default();
-        Some(PlainMessage {
-            routing_key,
-            body: delivery.content.unwrap_or_default(),
-        })
+        let (routing_key, body) = self.channel.next().await?;
+        Some(PlainMessage { routing_key, body })
     }
 
     /// Closes the channel: the broker deletes the queue with it.
     pub async fn close(self) {
-        if self.channel.is_open() {
-            if let Err(e) = within(self.channel.close(), "closing a channel").await {
-                tracing::debug!(error = %e, "closing a follower's channel timed out");
-            }
-        }
+        self.channel.close().await;
     }
 }
