@@ -198,7 +198,11 @@ mod tests {
             &client.key,
         ] {
             let text = std::fs::read_to_string(path)?;
-            assert!(text.starts_with("-----BEGIN "), "{}: {text}", path.display());
+            assert!(
+                text.starts_with("-----BEGIN "),
+                "{}: {text}",
+                path.display()
+            );
         }
         assert_ne!(
             std::fs::read(&server.cert)?,
