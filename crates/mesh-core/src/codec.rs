@@ -74,6 +74,25 @@ const CONTRACT_HEADERS: [&str; 7] = [
     CONTENT_TYPE_HEADER,
 ];
 
+/// Whether a header is the runtime's alone, so an emitter may not set it: the contract
+/// headers (`x-event-id`, `x-source`, `x-node`, `x-time`, `x-causation-id`, `x-schema`,
+/// `content-type`), every `x-mesh-*` header, the W3C trace context (`traceparent`,
+/// `tracestate`, written from the emitting span) and the broker's `x-death` and
+/// `x-delivery-count`. Names are compared ignoring ASCII case, so a look-alike is refused
+/// too.
+pub fn is_reserved_header(name: &str) -> bool {
+    const MESH_PREFIX: &str = "x-mesh-";
+    let lower = name.to_ascii_lowercase();
+    lower.starts_with(MESH_PREFIX)
+        || CONTRACT_HEADERS.contains(&lower.as_str())
+        || TRACE_CONTEXT_HEADERS.contains(&lower.as_str())
+        || lower == BROKER_DEATH
+        || lower == DELIVERY_COUNT
+}
+
+/// `x-delivery-count`: how many times a quorum queue delivered the message before.
+pub const DELIVERY_COUNT: &str = "x-delivery-count";
+
 /// Why a message could not be read as an event. Each names the field at fault.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -541,7 +560,7 @@ pub fn read_dead_letter(message: &WireMessage) -> Option<DeadLetter> {
     Some(DeadLetter {
         reason,
         attempts: headers
-            .get("x-delivery-count")
+            .get(DELIVERY_COUNT)
             .and_then(HeaderValue::as_u64)
             .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(0),
