@@ -121,6 +121,12 @@ impl Timestamp {
         (Timestamp::MIN_UNIX_NANOS..=Timestamp::MAX_UNIX_NANOS).contains(&self.unix_nanos())
     }
 
+    /// `duration` before this time, when that is still within the range.
+    pub fn checked_sub(&self, duration: std::time::Duration) -> Option<Timestamp> {
+        let duration = time::Duration::try_from(duration).ok()?;
+        self.0.checked_sub(duration).and_then(Timestamp::checked)
+    }
+
     /// The time as `time`'s type.
     pub fn as_offset_date_time(&self) -> OffsetDateTime {
         self.0
