@@ -416,7 +416,7 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
             }
             if let Some(reason) = reason {
                 let parsed = DeadReason::parse(reason).ok_or_else(|| {
-                    fail(Code::Usage, format!("unknown reason `{reason}` (max-attempts, permanent, undecodable, unread-schema, delivery-limit, rejected, expired)"))
+                    fail(Code::Usage, format!("unknown reason `{reason}` (max-attempts, permanent, undecodable, forged-source, unread-schema, delivery-limit, rejected, expired)"))
                 })?;
                 query = query.reason(parsed);
             }
@@ -449,7 +449,7 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
             }
             if let Some(reason) = reason {
                 let parsed = DeadReason::parse(reason).ok_or_else(|| {
-                    fail(Code::Usage, format!("unknown reason `{reason}` (max-attempts, permanent, undecodable, unread-schema, delivery-limit, rejected, expired)"))
+                    fail(Code::Usage, format!("unknown reason `{reason}` (max-attempts, permanent, undecodable, forged-source, unread-schema, delivery-limit, rejected, expired)"))
                 })?;
                 query = query.reason(parsed);
             }
