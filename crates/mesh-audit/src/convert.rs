@@ -13,8 +13,6 @@ use mesh_core::{HeaderValue, Headers, Timestamp};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Number, Value};
-use time::format_description::FormatItem;
-use time::macros::format_description;
 use time::UtcOffset;
 
 use crate::error::Error;
@@ -215,39 +213,43 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 }
 
 /// `2026-09-03T12:00:00.123456Z`: UTC, microseconds (PostgreSQL's precision), fixed width, so
-/// that SQLite compares and sorts the text as it would the time.
-const STORED_TIME: &[FormatItem<'static>] =
-    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z");
-
-/// A time as stored.
+/// that SQLite compares and sorts the text as it would the time (`STORED_TIME` in the tests
+/// is the same format as a description).
+///
+/// Never panics: a time whose UTC form is not within the years 1 to 9999 (which
+/// `Timestamp::parse` refuses, so only a time the program built itself can be one) is an
+/// error, not a panicking conversion.
 pub(crate) fn time_to_text(time: Timestamp) -> Result<String, Error> {
-    let utc = time.as_offset_date_time().to_offset(UtcOffset::UTC);
-    // Written by hand for years of four digits (every event's, and the logger does this
-    // twice per event): the same text as `STORED_TIME`, without walking its description.
-    if let Ok(year @ 0..=9999) = u32::try_from(utc.year()) {
-        let mut text = String::with_capacity(27);
-        let fields = [
-            (year, 4, '-'),
-            (u32::from(u8::from(utc.month())), 2, '-'),
-            (u32::from(utc.day()), 2, 'T'),
-            (u32::from(utc.hour()), 2, ':'),
-            (u32::from(utc.minute()), 2, ':'),
-            (u32::from(utc.second()), 2, '.'),
-            (utc.microsecond(), 6, 'Z'),
-        ];
-        for (value, width, after) in fields {
-            push_digits(&mut text, value, width);
-            text.push(after);
-        }
-        return Ok(text);
-    }
-    utc.format(STORED_TIME).map_err(|e| {
+    let out_of_range = || {
         Error::new(
             crate::ErrorKind::InvalidOptions,
-            format!("time {time} cannot be stored"),
+            format!("time {time} cannot be stored: its UTC form is outside the years 1 to 9999"),
         )
-        .with_source(e)
-    })
+    };
+    let utc = time
+        .as_offset_date_time()
+        .checked_to_offset(UtcOffset::UTC)
+        .ok_or_else(out_of_range)?;
+    // Written by hand for years of four digits (every event's, and the logger does this
+    // twice per event): the same text as `STORED_TIME`, without walking its description.
+    let Ok(year @ 1..=9999) = u32::try_from(utc.year()) else {
+        return Err(out_of_range());
+    };
+    let mut text = String::with_capacity(27);
+    let fields = [
+        (year, 4, '-'),
+        (u32::from(u8::from(utc.month())), 2, '-'),
+        (u32::from(utc.day()), 2, 'T'),
+        (u32::from(utc.hour()), 2, ':'),
+        (u32::from(utc.minute()), 2, ':'),
+        (u32::from(utc.second()), 2, '.'),
+        (utc.microsecond(), 6, 'Z'),
+    ];
+    for (value, width, after) in fields {
+        push_digits(&mut text, value, width);
+        text.push(after);
+    }
+    Ok(text)
 }
 
 /// `value` in `width` decimal digits, zero-padded (`value` has no more digits than that).
@@ -260,7 +262,8 @@ fn push_digits(text: &mut String, value: u32, width: u32) {
     }
 }
 
-/// A stored time back (the stored form is RFC 3339).
+/// A stored time back (the stored form is RFC 3339; every time [`time_to_text`] writes is
+/// within the range `Timestamp::parse` accepts).
 pub(crate) fn time_from_text(text: &str) -> Result<Timestamp, Error> {
     Timestamp::parse(text)
         .map_err(|e| Error::corrupt(format!("stored time `{text}`")).with_source(e))
@@ -268,7 +271,13 @@ pub(crate) fn time_from_text(text: &str) -> Result<Timestamp, Error> {
 
 #[cfg(test)]
 mod tests {
+    use time::format_description::FormatItem;
+    use time::macros::format_description;
+
     use super::*;
+
+    const STORED_TIME: &[FormatItem<'static>] =
+        format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z");
 
     #[test]
     fn headers_survive_the_round_trip() {
@@ -358,7 +367,7 @@ mod tests {
 
     #[test]
     fn stored_times_are_the_text_of_their_format_description() {
-        let mut seconds = -62_167_219_200_i64; // 0000-01-01
+        let mut seconds = -62_135_596_800_i64; // 0001-01-01
         let last = 253_402_300_799_i64; // 9999-12-31T23:59:59
         let mut micros = 7_u32;
         while seconds <= last {
@@ -373,5 +382,226 @@ mod tests {
             seconds += 86_400 * 37 + 3_671;
             micros = (micros * 7 + 13) % 1_000_000;
         }
+    }
+}
+
+/// Hostile input through the logger's row conversion: whatever a publisher sends, building
+/// the event row (or, when it does not decode, the dead-letter row of the copy the logger
+/// dead-letters) never panics, and every time stored reads back.
+#[cfg(test)]
+mod hostile {
+    use bytes::Bytes;
+    use mesh_core::codec::{self, DeadLetter};
+    use mesh_core::{HeaderValue, Headers, Properties, Timestamp, WireMessage};
+    use proptest::prelude::*;
+
+    use super::{headers_from_json, headers_to_json_text, time_from_text, time_to_text};
+    use crate::store::{now_text, DeadRow, EventRow};
+
+    const NAMES: &[&str] = &[
+        codec::EVENT_ID,
+        codec::SOURCE,
+        codec::NODE,
+        codec::TIME,
+        codec::CAUSATION_ID,
+        codec::SCHEMA,
+        codec::CONTENT_TYPE_HEADER,
+        codec::ATTEMPTS,
+        codec::DEAD_REASON,
+        codec::DEAD_ATTEMPTS,
+        codec::DEAD_ERROR,
+        codec::DEAD_QUEUE,
+        codec::DEAD_TIME,
+        codec::BROKER_DEATH,
+        "x-delivery-count",
+        "reason",
+        "time",
+        "queue",
+    ];
+
+    fn time_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("9999-12-31T23:59:59-01:00".to_owned()),
+            Just("0000-01-01T00:00:00+01:00".to_owned()),
+            Just("0001-01-01T00:00:00Z".to_owned()),
+            Just("0000-12-31T23:00:00-01:00".to_owned()),
+            Just("9999-12-31T23:59:59.999999999Z".to_owned()),
+            Just("9999-12-31T23:59:59+01:00".to_owned()),
+            (
+                0_u32..=9999,
+                1_u32..=12,
+                1_u32..=28,
+                0_u32..=23,
+                -23_i32..=23
+            )
+                .prop_map(|(y, mo, d, h, off)| format!(
+                    "{y:04}-{mo:02}-{d:02}T{h:02}:00:00.123456789{}{:02}:00",
+                    if off < 0 { '-' } else { '+' },
+                    off.abs()
+                )),
+        ]
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => any::<String>(),
+            1 => Just(String::new()),
+            2 => Just("a\0b\r\n\u{1b}[2J\u{202e}".to_owned()),
+            // Huge, rarely: a header the size that once overflowed a dead letter's frame.
+            1 => (60_000_usize..80_000).prop_map(|n| "x".repeat(n)),
+            2 => Just("umami".to_owned()),
+            2 => Just("undecodable".to_owned()),
+            2 => Just("rejected".to_owned()),
+            6 => time_text(),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = HeaderValue> {
+        let leaf = prop_oneof![
+            text().prop_map(HeaderValue::Str),
+            any::<bool>().prop_map(HeaderValue::Bool),
+            any::<i64>().prop_map(HeaderValue::Int),
+            prop_oneof![any::<u64>(), Just(u64::MAX), Just(253_402_300_800)]
+                .prop_map(HeaderValue::UInt),
+            any::<f64>().prop_map(HeaderValue::Float),
+            proptest::collection::vec(any::<u8>(), 0..32).prop_map(HeaderValue::Bytes),
+            prop_oneof![any::<u64>(), Just(253_402_300_799), Just(253_402_300_800)]
+                .prop_map(HeaderValue::Timestamp),
+            Just(HeaderValue::Void),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(HeaderValue::Array),
+                proptest::collection::btree_map(name(), inner, 0..6).prop_map(HeaderValue::Table),
+            ]
+        })
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            3 => proptest::sample::select(NAMES).prop_map(str::to_owned),
+            1 => any::<String>(),
+        ]
+    }
+
+    fn message() -> impl Strategy<Value = WireMessage> {
+        let body = prop_oneof![
+            Just(Bytes::from_static(b"{}")),
+            Just(Bytes::from_static(b"\xff\xfe")),
+            Just(Bytes::from_static(b"\"a\\u0000b\"")),
+            proptest::collection::vec(any::<u8>(), 0..64).prop_map(Bytes::from),
+            any::<String>().prop_map(|s| Bytes::from(serde_json::to_vec(&s).unwrap_or_default())),
+        ];
+        let key = prop_oneof![
+            Just("module.umami.site.created".to_owned()),
+            Just("node.anchor.started".to_owned()),
+            any::<String>(),
+        ];
+        (
+            key,
+            proptest::collection::btree_map(name(), value(), 0..12),
+            body,
+            any::<bool>(),
+        )
+            .prop_map(|(key, hostile, body, good_base)| {
+                let mut headers = Headers::new();
+                if good_base {
+                    headers.insert(
+                        codec::EVENT_ID.into(),
+                        uuid::Uuid::now_v7().to_string().into(),
+                    );
+                    headers.insert(codec::SOURCE.into(), "umami".into());
+                    headers.insert(codec::NODE.into(), "anchor".into());
+                    headers.insert(codec::TIME.into(), "2026-09-03T12:00:00Z".into());
+                }
+                headers.extend(hostile);
+                WireMessage {
+                    routing_key: key,
+                    properties: Properties {
+                        content_type: Some("application/json".into()),
+                        headers,
+                        ..Properties::default()
+                    },
+                    body,
+                }
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 10_000,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn every_message_becomes_a_row_or_a_dead_letter_row(message in message()) {
+            let received_at = now_text();
+            match codec::decode(&message) {
+                Ok(envelope) => {
+                    // A decoded event always makes a row (its body is JSON, so UTF-8, and its
+                    // time is in range), and its stored time reads back.
+                    let row = EventRow::new(&envelope, &message, &received_at);
+                    prop_assert!(row.is_ok(), "{:?}", row.err());
+                    let row = row.map_err(TestCaseError::fail)?;
+                    let back = time_from_text(&row.time);
+                    prop_assert!(back.is_ok(), "stored time {} does not read back", row.time);
+                    let back = back.map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    let lost = envelope.time.unix_nanos() - back.unix_nanos();
+                    prop_assert!((0..1_000).contains(&lost), "{lost} ns lost");
+                }
+                Err(error) => {
+                    // What the logger does with it: a dead-lettered copy, then its row.
+                    let mut copy = message.clone();
+                    codec::mark_dead(&mut copy, &DeadLetter {
+                        reason: error.dead_reason(),
+                        attempts: codec::attempts(&message).saturating_add(1),
+                        last_error: Some(error.to_string()),
+                        queue: "anchor.audit-logger.events".into(),
+                        time: Timestamp::now(),
+                    });
+                    let row = DeadRow::new(&copy, &received_at);
+                    prop_assert_eq!(row.reason.as_deref(), Some(error.dead_reason().as_str()));
+                    prop_assert!(time_from_text(&row.dead_at).is_ok());
+                    prop_assert_eq!(&row.body[..], &message.body[..]);
+                }
+            }
+            // A message straight from the dead-letter queue: kept whatever it carries.
+            let row = DeadRow::new(&message, &received_at);
+            prop_assert!(time_from_text(&row.dead_at).is_ok(), "dead_at {}", row.dead_at);
+            let json: serde_json::Value = serde_json::from_str(&row.headers)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let _ = headers_from_json(&json);
+            let _ = headers_to_json_text(&message.properties.headers);
+        }
+
+        #[test]
+        fn a_parsed_time_is_stored_and_read_back(text in time_text()) {
+            if let Ok(time) = Timestamp::parse(&text) {
+                let stored = time_to_text(time);
+                prop_assert!(stored.is_ok(), "{text}: {stored:?}");
+                let stored = stored.unwrap_or_default();
+                let back = time_from_text(&stored);
+                prop_assert!(back.is_ok(), "{text} stored as {stored}");
+                // Microseconds are kept: the stored time is the parsed one, truncated.
+                let lost = time.unix_nanos() - back.map(|t| t.unix_nanos()).unwrap_or_default();
+                prop_assert!((0..1_000).contains(&lost), "{text}: {lost} ns lost");
+            }
+        }
+    }
+
+    #[test]
+    fn a_time_built_out_of_range_is_an_error_not_a_panic() {
+        let time = time::OffsetDateTime::parse(
+            "9999-12-31T23:59:59-01:00",
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap();
+        assert!(time_to_text(Timestamp::from(time)).is_err());
+        let time = time::OffsetDateTime::parse(
+            "0000-01-01T00:00:00+01:00",
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap();
+        assert!(time_to_text(Timestamp::from(time)).is_err());
     }
 }

@@ -15,9 +15,17 @@
 //!
 //! # What cannot be stored
 //!
-//! An event that breaks the contract (no id, a bad header, a body that is not JSON) has no
-//! key to be stored under: it is dead-lettered with reason `undecodable`, like any consumer
-//! does, and so reaches the dead-letter store through `mesh.dead-letters`. Nothing vanishes.
+//! An event that breaks the contract (no id, a header of the wrong type, a time out of range,
+//! a body that is not JSON) has no key to be stored under: it is dead-lettered with reason
+//! `undecodable`, like any consumer does, and so reaches the dead-letter store through
+//! `mesh.dead-letters` with its raw headers and body and the decoder's error as its last
+//! error. Nothing vanishes, nothing panics: the decoder range-checks every time, and the
+//! row conversion is checked too.
+//!
+//! A `module` or `node` event whose `x-source` is not the owner of its key is a forgery: the
+//! logger records it the same way, as a dead letter with reason `forged-source` (so
+//! `mesh dead list --reason forged-source` shows it), never in the trail of events, which
+//! holds only events the contract accepts.
 //!
 //! A database that is down or busy is retried with backoff while the batch's deliveries
 //! stay unacked. A batch the database refuses for its content is split: each row is written
@@ -339,21 +347,25 @@ impl AuditLogger {
             }
             Source::Events => {
                 let row = codec::decode(&delivery.message)
-                    .map_err(|e| e.to_string())
-                    .and_then(|envelope| EventRow::new(&envelope, &delivery.message, &received_at));
+                    .map_err(|e| (e.dead_reason(), e.to_string()))
+                    .and_then(|envelope| {
+                        EventRow::new(&envelope, &delivery.message, &received_at)
+                            .map_err(|problem| (DeadReason::Undecodable, problem))
+                    });
                 match row {
                     Ok(row) => {
                         batch.events.push(row);
                         batch.event_deliveries.push(delivery);
                         batch.open();
                     }
-                    Err(problem) => {
+                    Err((reason, problem)) => {
+                        // The key is quoted, not printed: it is wire data.
                         warn!(
-                            key = %delivery.message.routing_key,
-                            "undecodable event dead-lettered: {problem}"
+                            key = ?codec::quote(&delivery.message.routing_key),
+                            %reason,
+                            "event dead-lettered, it breaks the contract: {problem}"
                         );
-                        self.reject(delivery, DeadReason::Undecodable, problem)
-                            .await;
+                        self.reject(delivery, reason, problem).await;
                     }
                 }
             }

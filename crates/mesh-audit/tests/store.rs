@@ -20,6 +20,11 @@ fn at(millis: i64) -> Timestamp {
     Timestamp::from(base + time::Duration::milliseconds(millis))
 }
 
+/// The owner word of a key: the only source a `module` or `node` event may come from.
+fn owner(key: &str) -> &str {
+    key.split('.').nth(1).unwrap_or_default()
+}
+
 fn event(key: &str, source: &str, node: &str, time: Timestamp) -> WireMessage {
     codec::encode(&Envelope {
         id: EventId::new(),
@@ -122,7 +127,7 @@ async fn patterns_agree_with_the_core_matcher(backend: Backend) -> anyhow::Resul
     let messages: Vec<WireMessage> = keys
         .iter()
         .enumerate()
-        .map(|(i, key)| event(key, "gen", "n1", at(i as i64)))
+        .map(|(i, key)| event(key, owner(key), "n1", at(i as i64)))
         .collect();
     assert_eq!(store.record_events(&messages).await?, messages.len() as u64);
     let stored: Vec<(EventId, String)> = messages
@@ -205,7 +210,7 @@ async fn the_limit_is_filled_past_many_prefiltered_rows(backend: Backend) -> any
         } else {
             "module.a.x.z"
         };
-        messages.push(event(key, "gen", "n1", at(i)));
+        messages.push(event(key, owner(key), "n1", at(i)));
     }
     store.record_events(&messages).await?;
     let found = store

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use crate::cli::{AuditCommand, DeadCommand, EventFilter, Global, RedriveArgs, StoreArg};
 use crate::config;
 use crate::exit::{fail, Code, WithCode};
-use crate::output::{self, paint, BAD, DIM, GOOD, NAME, WARN};
+use crate::output::{self, escape, paint, BAD, DIM, GOOD, NAME, WARN};
 
 /// The default store: `<data dir>/mesh/audit.db` (e.g. `~/.local/share/mesh/audit.db`).
 fn default_store_path() -> anyhow::Result<PathBuf> {
@@ -89,9 +89,10 @@ fn parse_time(text: &str) -> anyhow::Result<Timestamp> {
             format!("`{text}` is neither an RFC 3339 time nor a duration ago (e.g. 2h)"),
         )
     })?;
-    Ok(Timestamp::from(
-        Timestamp::now().as_offset_date_time() - ago,
-    ))
+    // Checked: a duration beyond the year 1 (`300000y`) is a usage error, not a panic.
+    Timestamp::now()
+        .checked_sub(ago)
+        .ok_or_else(|| fail(Code::Usage, format!("`{text}` ago is before the year 1")))
 }
 
 fn event_query(filter: &EventFilter) -> anyhow::Result<EventQuery> {
@@ -131,14 +132,15 @@ fn event_json(event: &EventRecord) -> Value {
 }
 
 fn event_line(event: &EventRecord) -> String {
+    // Stored text came from the wire: escaped, so it cannot forge a line.
     format!(
         "{} {} {} {}@{} {}",
         paint(DIM, event.time),
-        paint(NAME, &event.routing_key),
+        paint(NAME, escape(&event.routing_key)),
         paint(DIM, event.id),
-        event.source,
-        event.node,
-        event.body
+        escape(&event.source),
+        escape(&event.node),
+        escape(&event.body)
     )
 }
 
@@ -230,7 +232,10 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
                 return Ok(Code::Ok);
             }
             if let Some(cause) = &tree.missing_cause {
-                output::line(paint(DIM, format!("caused by {cause} (not in the store)")))?;
+                output::line(paint(
+                    DIM,
+                    format!("caused by {} (not in the store)", escape(cause)),
+                ))?;
             }
             draw(&tree.root, tree.focus, "", None)?;
             if tree.truncated {
@@ -260,7 +265,7 @@ async fn count(
             if global.json {
                 output::json(&json!({"key": key, "events": n}))?;
             } else {
-                output::line(format!("{n:>10} {}", paint(NAME, key)))?;
+                output::line(format!("{n:>10} {}", paint(NAME, escape(&key))))?;
             }
         }
         return Ok(Code::Ok);
@@ -315,10 +320,10 @@ fn draw(
     };
     output::line(format!(
         "{branch}{} {} {}@{} {}{mark}",
-        paint(NAME, &event.routing_key),
+        paint(NAME, escape(&event.routing_key)),
         paint(DIM, event.id),
-        event.source,
-        event.node,
+        escape(&event.source),
+        escape(&event.node),
         paint(DIM, event.time)
     ))?;
     let n = node.children.len();
@@ -379,11 +384,11 @@ fn dead_line(dead: &DeadLetterRecord) -> String {
         "{} {} {} {} from {} after {} attempt(s): {}{redriven}",
         paint(DIM, dead.dead_at),
         paint(DIM, dead.id),
-        paint(NAME, &dead.routing_key),
+        paint(NAME, escape(&dead.routing_key)),
         paint(BAD, dead.reason.map_or("unknown", DeadReason::as_str)),
-        dead.queue.as_deref().unwrap_or("?"),
+        escape(dead.queue.as_deref().unwrap_or("?")),
         dead.attempts,
-        dead.last_error.as_deref().unwrap_or("-"),
+        escape(dead.last_error.as_deref().unwrap_or("-")),
     )
 }
 
@@ -414,7 +419,7 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
             }
             if let Some(reason) = reason {
                 let parsed = DeadReason::parse(reason).ok_or_else(|| {
-                    fail(Code::Usage, format!("unknown reason `{reason}` (max-attempts, permanent, undecodable, unread-schema, delivery-limit, rejected, expired)"))
+                    fail(Code::Usage, format!("unknown reason `{reason}` (max-attempts, permanent, undecodable, forged-source, unread-schema, delivery-limit, rejected, expired)"))
                 })?;
                 query = query.reason(parsed);
             }
@@ -447,7 +452,7 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
             }
             if let Some(reason) = reason {
                 let parsed = DeadReason::parse(reason).ok_or_else(|| {
-                    fail(Code::Usage, format!("unknown reason `{reason}` (max-attempts, permanent, undecodable, unread-schema, delivery-limit, rejected, expired)"))
+                    fail(Code::Usage, format!("unknown reason `{reason}` (max-attempts, permanent, undecodable, forged-source, unread-schema, delivery-limit, rejected, expired)"))
                 })?;
                 query = query.reason(parsed);
             }
@@ -491,8 +496,12 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
                 output::json(&value)?;
             } else {
                 output::line(dead_line(&dead))?;
-                output::line(format!("headers: {}", value["headers"]))?;
-                output::line(format!("body:    {}", value["body"]))?;
+                // JSON escapes control characters but not bidi or zero-width ones.
+                output::line(format!(
+                    "headers: {}",
+                    escape(&value["headers"].to_string())
+                ))?;
+                output::line(format!("body:    {}", escape(&value["body"].to_string())))?;
             }
             Ok(Code::Ok)
         }
@@ -554,7 +563,7 @@ async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
             output::line(format!("{} {id}", paint(GOOD, "re-driven")))?;
         }
         for (id, error) in &failed {
-            output::line(format!("{} {id}: {error}", paint(BAD, "failed")))?;
+            output::line(format!("{} {id}: {}", paint(BAD, "failed"), escape(error)))?;
         }
         output::line(format!(
             "{} re-driven, {} failed",

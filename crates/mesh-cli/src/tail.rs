@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use crate::cli::{Global, TailArgs};
 use crate::config;
 use crate::exit::{fail, Code, WithCode};
-use crate::output::{self, paint, DIM, NAME, WARN};
+use crate::output::{self, escape, paint, DIM, NAME, WARN};
 
 /// The identity the CLI listens and calls as: the runtime context `cli`.
 pub(crate) const CLI_CONTEXT: &str = "cli";
@@ -75,10 +75,11 @@ async fn follow(global: &Global, args: &TailArgs, bus: &Bus) -> anyhow::Result<C
                 Some(Err(error)) => {
                     // Listeners are at-most-once: a message that breaks the contract is
                     // reported and skipped.
+                    let error = format!("{:#}", anyhow::Error::new(error));
                     output::note(format!(
-                        "{} skipped a message that breaks the contract: {:#}",
+                        "{} skipped a message that breaks the contract: {}",
                         paint(WARN, "warning:"),
-                        anyhow::Error::new(error)
+                        escape(&error)
                     ));
                 }
             }
@@ -104,17 +105,20 @@ fn print(global: &Global, incoming: &Incoming<Bytes>) -> anyhow::Result<()> {
             "body": body,
         }))?;
     } else {
+        // Every wire field is escaped: a CR, an escape sequence or a bidi override in a
+        // header or the body cannot forge a line or rewrite the terminal.
         let caused = match &meta.causation_id {
-            Some(cause) => format!(" {}", paint(DIM, format!("(caused by {cause})"))),
+            Some(cause) => format!(" {}", paint(DIM, format!("(caused by {})", escape(cause)))),
             None => String::new(),
         };
         output::line(format!(
-            "{} {} {} {}@{} {body_text}{caused}",
+            "{} {} {} {}@{} {}{caused}",
             paint(DIM, meta.time),
-            paint(NAME, &meta.key),
+            paint(NAME, escape(meta.key.as_str())),
             paint(DIM, meta.id),
-            meta.source,
-            meta.node,
+            escape(&meta.source),
+            escape(&meta.node),
+            escape(&body_text),
         ))?;
     }
     Ok(())

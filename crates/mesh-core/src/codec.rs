@@ -6,8 +6,8 @@
 
 use bytes::Bytes;
 
-use crate::envelope::{Envelope, EventId, SchemaVersion, Timestamp};
-use crate::key::{KeyError, RoutingKey};
+use crate::envelope::{Envelope, EventId, SchemaVersion, TimeError, Timestamp};
+use crate::key::{KeyError, Origin, RoutingKey};
 use crate::wire::{HeaderValue, Headers, Properties, WireMessage};
 
 /// `x-event-id`: the event's unique id.
@@ -74,6 +74,25 @@ const CONTRACT_HEADERS: [&str; 7] = [
     CONTENT_TYPE_HEADER,
 ];
 
+/// Whether a header is the runtime's alone, so an emitter may not set it: the contract
+/// headers (`x-event-id`, `x-source`, `x-node`, `x-time`, `x-causation-id`, `x-schema`,
+/// `content-type`), every `x-mesh-*` header, the W3C trace context (`traceparent`,
+/// `tracestate`, written from the emitting span) and the broker's `x-death` and
+/// `x-delivery-count`. Names are compared ignoring ASCII case, so a look-alike is refused
+/// too.
+pub fn is_reserved_header(name: &str) -> bool {
+    const MESH_PREFIX: &str = "x-mesh-";
+    let lower = name.to_ascii_lowercase();
+    lower.starts_with(MESH_PREFIX)
+        || CONTRACT_HEADERS.contains(&lower.as_str())
+        || TRACE_CONTEXT_HEADERS.contains(&lower.as_str())
+        || lower == BROKER_DEATH
+        || lower == DELIVERY_COUNT
+}
+
+/// `x-delivery-count`: how many times a quorum queue delivered the message before.
+pub const DELIVERY_COUNT: &str = "x-delivery-count";
+
 /// Why a message could not be read as an event. Each names the field at fault.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -104,11 +123,20 @@ pub enum DecodeError {
     /// The routing key breaks the contract.
     #[error("routing key `{key}` is invalid")]
     Key {
-        /// The key received.
+        /// The key received (bounded, as every quoted value).
         key: String,
         /// What is wrong with it.
         #[source]
         source: KeyError,
+    },
+    /// A `module.<owner>.…` or `node.<owner>.…` event whose `x-source` is not its owner:
+    /// only the owner may emit under its name, so the event is a forgery (or a bug).
+    #[error("`x-source` `{claimed}` is not the owner of `{key}`")]
+    ForgedSource {
+        /// The routing key.
+        key: String,
+        /// The `x-source` found (bounded, as every quoted value).
+        claimed: String,
     },
 }
 
@@ -120,7 +148,92 @@ impl DecodeError {
             DecodeError::ContentType { .. } => "content-type",
             DecodeError::Body(_) => "body",
             DecodeError::Key { .. } => "routing-key",
+            DecodeError::ForgedSource { .. } => SOURCE,
         }
+    }
+
+    /// The reason a consumer dead-letters the message with: `forged-source` for a forged
+    /// source, `undecodable` for everything else.
+    pub fn dead_reason(&self) -> DeadReason {
+        match self {
+            DecodeError::ForgedSource { .. } => DeadReason::ForgedSource,
+            _ => DeadReason::Undecodable,
+        }
+    }
+}
+
+/// The most characters of a wire value an error message quotes: a dead letter carries the
+/// message in `x-mesh-dead-error`, so a huge header must not make a huge copy.
+pub const MAX_QUOTED_CHARS: usize = 64;
+
+/// `text`, cut to [`MAX_QUOTED_CHARS`] characters (marked with `…` and its length when cut).
+pub fn quote(text: &str) -> String {
+    match text.char_indices().nth(MAX_QUOTED_CHARS) {
+        None => text.to_owned(),
+        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()),
+    }
+}
+
+/// What a header value is, for an error message: its type and a bounded preview.
+fn describe(value: &HeaderValue) -> String {
+    match value {
+        HeaderValue::Str(s) => format!("the string `{}`", quote(s)),
+        HeaderValue::Bool(b) => format!("the boolean {b}"),
+        HeaderValue::Int(n) => format!("the integer {n}"),
+        HeaderValue::UInt(n) => format!("the integer {n}"),
+        HeaderValue::Float(x) => format!("the float {x}"),
+        HeaderValue::Bytes(b) => match std::str::from_utf8(b) {
+            Ok(text) => format!("the bytes `{}`", quote(text)),
+            Err(_) => format!("{} bytes that are not UTF-8", b.len()),
+        },
+        HeaderValue::Timestamp(t) => format!("the timestamp {t}"),
+        HeaderValue::Array(items) => format!("an array of {} values", items.len()),
+        HeaderValue::Table(table) => format!("a table of {} fields", table.len()),
+        HeaderValue::Void => "void".to_owned(),
+    }
+}
+
+/// Reads a time header: RFC 3339 text, or an AMQP timestamp; either is range-checked here,
+/// once (see [`Timestamp`]).
+fn required_time(headers: &Headers, field: &'static str) -> Result<Timestamp, DecodeError> {
+    if let Some(HeaderValue::Timestamp(seconds)) = headers.get(field) {
+        return i64::try_from(*seconds)
+            .ok()
+            .and_then(Timestamp::from_unix_seconds)
+            .ok_or_else(|| DecodeError::Malformed {
+                field,
+                problem: format!(
+                    "timestamp {seconds} is out of range: its UTC form must be within \
+                     0001-01-01 and 9999-12-31"
+                ),
+            });
+    }
+    let text = required_text(headers, field)?;
+    Timestamp::parse(text).map_err(|e| DecodeError::Malformed {
+        field,
+        problem: match e {
+            TimeError::OutOfRange => format!("`{}` is {e}", quote(text)),
+            _ => format!("`{}` is not RFC 3339", quote(text)),
+        },
+    })
+}
+
+/// Reads an event id header.
+fn required_id(headers: &Headers, field: &'static str) -> Result<EventId, DecodeError> {
+    let text = required_text(headers, field)?;
+    text.parse().map_err(|e| DecodeError::Malformed {
+        field,
+        problem: format!("`{}` is not a UUID ({e})", quote(text)),
+    })
+}
+
+/// Whether `source` may emit `key`: the owner word of a `module` or `node` key must be its
+/// `x-source`. `mesh.<context>.…` keys are the runtime's, emitted by components whose
+/// source is not the context's name (the CLI, the audit logger), so they are not checked.
+pub fn source_owns(key: &RoutingKey, source: &str) -> bool {
+    match key.origin() {
+        Origin::Module | Origin::Node => key.name() == source,
+        _ => true,
     }
 }
 
@@ -135,7 +248,7 @@ fn text_header<'a>(
             .map(Some)
             .ok_or_else(|| DecodeError::Malformed {
                 field,
-                problem: format!("expected a string, found {value:?}"),
+                problem: format!("expected a UTF-8 string, found {}", describe(value)),
             }),
     }
 }
@@ -199,33 +312,14 @@ pub fn encode(envelope: &Envelope) -> WireMessage {
 pub fn decode(message: &WireMessage) -> Result<Envelope, DecodeError> {
     let headers = &message.properties.headers;
     let key = RoutingKey::parse(&message.routing_key).map_err(|source| DecodeError::Key {
-        key: message.routing_key.clone(),
+        key: quote(&message.routing_key),
         source,
     })?;
 
-    let id_text = required_text(headers, EVENT_ID)?;
-    let id: EventId = id_text.parse().map_err(|e| DecodeError::Malformed {
-        field: EVENT_ID,
-        problem: format!("`{id_text}` is not a UUID ({e})"),
-    })?;
+    let id = required_id(headers, EVENT_ID)?;
     let source = required_text(headers, SOURCE)?.to_owned();
     let node = required_text(headers, NODE)?.to_owned();
-    let time = match headers.get(TIME) {
-        Some(HeaderValue::Timestamp(seconds)) => i64::try_from(*seconds)
-            .ok()
-            .and_then(Timestamp::from_unix_seconds)
-            .ok_or_else(|| DecodeError::Malformed {
-                field: TIME,
-                problem: format!("timestamp {seconds} is out of range"),
-            })?,
-        _ => {
-            let text = required_text(headers, TIME)?;
-            Timestamp::parse(text).map_err(|e| DecodeError::Malformed {
-                field: TIME,
-                problem: format!("`{text}` is not RFC 3339 ({e})"),
-            })?
-        }
-    };
+    let time = required_time(headers, TIME)?;
 
     let content_type = match &message.properties.content_type {
         Some(content_type) => content_type.as_str(),
@@ -235,7 +329,7 @@ pub fn decode(message: &WireMessage) -> Result<Envelope, DecodeError> {
     };
     if !is_json(content_type) {
         return Err(DecodeError::ContentType {
-            found: content_type.to_owned(),
+            found: quote(content_type),
         });
     }
 
@@ -249,14 +343,26 @@ pub fn decode(message: &WireMessage) -> Result<Envelope, DecodeError> {
                 .filter(|v| *v > 0)
                 .ok_or_else(|| DecodeError::Malformed {
                     field: SCHEMA,
-                    problem: format!("expected a positive integer, found {value:?}"),
+                    problem: format!(
+                        "expected an integer from 1 to {}, found {}",
+                        u32::MAX,
+                        describe(value)
+                    ),
                 })?;
             Some(SchemaVersion(version))
         }
     };
 
-    // The body must be JSON; it is kept byte-exact, not re-serialized.
+    // The body must be JSON (which is UTF-8); it is kept byte-exact, not re-serialized.
     serde_json::from_slice::<serde::de::IgnoredAny>(&message.body).map_err(DecodeError::Body)?;
+
+    // Last: a forgery is a well-formed message, told apart only by who claims to send it.
+    if !source_owns(&key, &source) {
+        return Err(DecodeError::ForgedSource {
+            key: key.to_string(),
+            claimed: quote(&source),
+        });
+    }
 
     let extra_headers = headers
         .iter()
@@ -287,6 +393,9 @@ pub fn event_id(message: &WireMessage) -> Option<EventId> {
 }
 
 /// How many attempts handlers already failed on this message (0 on first delivery).
+///
+/// A counter that is absent, of another type, negative or beyond `u32` reads as 0: the
+/// worst a bad counter does is buy the event more attempts, never fewer.
 pub fn attempts(message: &WireMessage) -> u32 {
     message
         .header(ATTEMPTS)
@@ -321,6 +430,9 @@ pub enum DeadReason {
     Rejected,
     /// The broker dead-lettered an expired message.
     Expired,
+    /// A `module` or `node` event whose `x-source` is not the owner of its key
+    /// ([`DecodeError::ForgedSource`]).
+    ForgedSource,
 }
 
 impl DeadReason {
@@ -334,6 +446,7 @@ impl DeadReason {
             DeadReason::DeliveryLimit => "delivery-limit",
             DeadReason::Rejected => "rejected",
             DeadReason::Expired => "expired",
+            DeadReason::ForgedSource => "forged-source",
         }
     }
 
@@ -347,6 +460,7 @@ impl DeadReason {
             "delivery-limit" | "delivery_limit" => DeadReason::DeliveryLimit,
             "rejected" => DeadReason::Rejected,
             "expired" => DeadReason::Expired,
+            "forged-source" => DeadReason::ForgedSource,
             _ => return None,
         })
     }
@@ -390,6 +504,12 @@ pub fn mark_dead(message: &mut WireMessage, dead: &DeadLetter) {
 
 /// Reads the dead-letter annotations: mesh's own, or else the broker's `x-death` entry
 /// (a message dead-lettered by the broker's delivery limit, a rejection or an expiry).
+///
+/// A dead letter is kept whatever it carries, so this never refuses one: `None` when no
+/// reason mesh or the broker writes is found; within annotations, a value of the wrong
+/// type or out of range reads as its default (attempts 0, no error, no queue) and a time
+/// that is not a valid, in-range time (see [`Timestamp`]) as now. Every time returned is in
+/// range.
 pub fn read_dead_letter(message: &WireMessage) -> Option<DeadLetter> {
     let headers = &message.properties.headers;
     if let Some(reason) = headers
@@ -440,7 +560,7 @@ pub fn read_dead_letter(message: &WireMessage) -> Option<DeadLetter> {
     Some(DeadLetter {
         reason,
         attempts: headers
-            .get("x-delivery-count")
+            .get(DELIVERY_COUNT)
             .and_then(HeaderValue::as_u64)
             .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(0),
@@ -498,16 +618,8 @@ pub fn encode_request(tool: &crate::key::ToolKey, meta: &RequestMeta, body: Byte
 /// Decodes a request's metadata and checks its body is JSON.
 pub fn decode_request(message: &WireMessage) -> Result<RequestMeta, DecodeError> {
     let headers = &message.properties.headers;
-    let id_text = required_text(headers, EVENT_ID)?;
-    let id: EventId = id_text.parse().map_err(|e| DecodeError::Malformed {
-        field: EVENT_ID,
-        problem: format!("`{id_text}` is not a UUID ({e})"),
-    })?;
-    let time_text = required_text(headers, TIME)?;
-    let time = Timestamp::parse(time_text).map_err(|e| DecodeError::Malformed {
-        field: TIME,
-        problem: format!("`{time_text}` is not RFC 3339 ({e})"),
-    })?;
+    let id = required_id(headers, EVENT_ID)?;
+    let time = required_time(headers, TIME)?;
     serde_json::from_slice::<serde::de::IgnoredAny>(&message.body).map_err(DecodeError::Body)?;
     Ok(RequestMeta {
         id,
@@ -570,7 +682,7 @@ pub fn decode_reply(message: &WireMessage) -> Result<Result<Bytes, RemoteError>,
         })),
         other => Err(DecodeError::Malformed {
             field: REPLY_STATUS,
-            problem: format!("expected `ok` or `error`, found `{other}`"),
+            problem: format!("expected `ok` or `error`, found `{}`", quote(other)),
         }),
     }
 }

@@ -56,25 +56,75 @@ impl FromStr for EventId {
 }
 
 /// A point in time, written on the wire as RFC 3339 (`2026-09-03T12:00:00.123456Z`).
+///
+/// Every time mesh reads is within [`Timestamp::MIN_UNIX_NANOS`]..=[`Timestamp::MAX_UNIX_NANOS`]
+/// (0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z, in UTC): the range whose UTC
+/// form has a four-digit year, so it can be written in UTC, stored in the audit store's
+/// fixed-width text and read back. [`Timestamp::parse`] and [`Timestamp::from_unix_seconds`]
+/// check it, once, where the text or number comes in; `9999-12-31T23:59:59-01:00` parses as
+/// RFC 3339 but is the year 10000 in UTC, so it is refused like any malformed time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Timestamp(OffsetDateTime);
 
+/// Why a text or a number is not a [`Timestamp`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TimeError {
+    /// The text is not RFC 3339.
+    #[error("not RFC 3339")]
+    Parse(#[source] time::error::Parse),
+    /// A valid time, but outside 0001-01-01T00:00:00Z..=9999-12-31T23:59:59.999999999Z once
+    /// in UTC.
+    #[error("out of range: its UTC form must be within 0001-01-01 and 9999-12-31")]
+    OutOfRange,
+}
+
 impl Timestamp {
+    /// The earliest time accepted, 0001-01-01T00:00:00Z, in nanoseconds since the epoch.
+    pub const MIN_UNIX_NANOS: i128 = -62_135_596_800 * 1_000_000_000;
+    /// The latest time accepted, 9999-12-31T23:59:59.999999999Z, in nanoseconds since the
+    /// epoch.
+    pub const MAX_UNIX_NANOS: i128 = 253_402_300_799 * 1_000_000_000 + 999_999_999;
+
     /// Now, in UTC.
     pub fn now() -> Timestamp {
         Timestamp(OffsetDateTime::now_utc())
     }
 
-    /// Parses RFC 3339.
-    pub fn parse(text: &str) -> Result<Timestamp, time::error::Parse> {
-        OffsetDateTime::parse(text, &Rfc3339).map(Timestamp)
+    /// Parses RFC 3339 and checks the range (see the type's docs).
+    pub fn parse(text: &str) -> Result<Timestamp, TimeError> {
+        let time = OffsetDateTime::parse(text, &Rfc3339).map_err(TimeError::Parse)?;
+        Timestamp::checked(time).ok_or(TimeError::OutOfRange)
     }
 
-    /// From whole seconds since the Unix epoch.
+    /// From whole seconds since the Unix epoch, when within the range.
     pub fn from_unix_seconds(seconds: i64) -> Option<Timestamp> {
         OffsetDateTime::from_unix_timestamp(seconds)
             .ok()
-            .map(Timestamp)
+            .and_then(Timestamp::checked)
+    }
+
+    /// `time`, when within the range (see the type's docs).
+    pub fn checked(time: OffsetDateTime) -> Option<Timestamp> {
+        // The instant in nanoseconds is plain arithmetic on the date, time and offset: it
+        // never panics, whatever the offset, unlike a conversion to UTC.
+        let nanos = time.unix_timestamp_nanos();
+        (Timestamp::MIN_UNIX_NANOS..=Timestamp::MAX_UNIX_NANOS)
+            .contains(&nanos)
+            .then_some(Timestamp(time))
+    }
+
+    /// Whether it is within the range every parsed time is in (always true for a time
+    /// from [`Timestamp::parse`], [`Timestamp::from_unix_seconds`], [`Timestamp::checked`]
+    /// or [`Timestamp::now`]; only [`From<OffsetDateTime>`] can make one that is not).
+    pub fn in_range(&self) -> bool {
+        (Timestamp::MIN_UNIX_NANOS..=Timestamp::MAX_UNIX_NANOS).contains(&self.unix_nanos())
+    }
+
+    /// `duration` before this time, when that is still within the range.
+    pub fn checked_sub(&self, duration: std::time::Duration) -> Option<Timestamp> {
+        let duration = time::Duration::try_from(duration).ok()?;
+        self.0.checked_sub(duration).and_then(Timestamp::checked)
     }
 
     /// The time as `time`'s type.
@@ -93,6 +143,8 @@ impl Timestamp {
     }
 }
 
+/// Unchecked: for times the program computed itself. Times from outside go through
+/// [`Timestamp::parse`] or [`Timestamp::checked`].
 impl From<OffsetDateTime> for Timestamp {
     fn from(value: OffsetDateTime) -> Self {
         Timestamp(value)

@@ -83,6 +83,157 @@ fn a_bad_time_is_refused() {
 }
 
 #[test]
+fn a_time_whose_utc_form_cannot_be_stored_is_refused() {
+    // Both parse as RFC 3339; in UTC the first is the year 10000, the second the year -1.
+    for text in ["9999-12-31T23:59:59-01:00", "0000-01-01T00:00:00+01:00"] {
+        assert!(
+            matches!(
+                Timestamp::parse(text),
+                Err(mesh_core::TimeError::OutOfRange)
+            ),
+            "{text}"
+        );
+        let mut message = good();
+        message
+            .properties
+            .headers
+            .insert(codec::TIME.into(), text.into());
+        let error = codec::decode(&message).unwrap_err();
+        assert!(
+            matches!(&error, DecodeError::Malformed { field, .. } if *field == codec::TIME),
+            "{text}: {error:?}"
+        );
+        assert!(error.to_string().contains("out of range"), "{error}");
+        assert_eq!(error.dead_reason(), DeadReason::Undecodable);
+        let request = codec::encode_request(
+            &ToolKey::parse("umami.site.get").unwrap(),
+            &codec::RequestMeta {
+                id: EventId::new(),
+                source: "cli".into(),
+                node: "anchor".into(),
+                time: Timestamp::now(),
+                causation_id: None,
+            },
+            Bytes::from_static(b"{}"),
+        );
+        let mut request = request;
+        request
+            .properties
+            .headers
+            .insert(codec::TIME.into(), text.into());
+        assert!(matches!(
+            codec::decode_request(&request),
+            Err(DecodeError::Malformed { field, .. }) if field == codec::TIME
+        ));
+    }
+    // The ends of the range are accepted, on the wire and as AMQP timestamps.
+    for text in [
+        "0001-01-01T00:00:00Z",
+        "0000-12-31T23:00:00-01:00",
+        "9999-12-31T23:59:59.999999999Z",
+        "9999-12-31T23:59:59+01:00",
+    ] {
+        assert!(Timestamp::parse(text).is_ok(), "{text}");
+    }
+    let mut message = good();
+    message
+        .properties
+        .headers
+        .insert(codec::TIME.into(), HeaderValue::Timestamp(253_402_300_800));
+    assert!(matches!(
+        codec::decode(&message),
+        Err(DecodeError::Malformed { field, .. }) if field == codec::TIME
+    ));
+    message
+        .properties
+        .headers
+        .insert(codec::TIME.into(), HeaderValue::Timestamp(253_402_300_799));
+    assert!(codec::decode(&message).is_ok());
+}
+
+#[test]
+fn a_dead_letter_time_out_of_range_reads_as_now() {
+    let mut message = good();
+    let before = Timestamp::now();
+    codec::mark_dead(
+        &mut message,
+        &DeadLetter {
+            reason: DeadReason::Permanent,
+            attempts: 1,
+            last_error: None,
+            queue: "anchor.umami.events".into(),
+            time: before,
+        },
+    );
+    message
+        .properties
+        .headers
+        .insert(codec::DEAD_TIME.into(), "9999-12-31T23:59:59-01:00".into());
+    let dead = codec::read_dead_letter(&message).unwrap();
+    assert!(dead.time >= before && dead.time.in_range());
+}
+
+#[test]
+fn a_module_or_node_event_from_another_source_is_forged() {
+    for (key, owner) in [
+        ("module.umami.site.created", "umami"),
+        ("node.anchor.started", "anchor"),
+    ] {
+        let mut message = good();
+        message.routing_key = key.into();
+        message
+            .properties
+            .headers
+            .insert(codec::SOURCE.into(), owner.into());
+        assert!(codec::decode(&message).is_ok(), "{key} from {owner}");
+        message
+            .properties
+            .headers
+            .insert(codec::SOURCE.into(), "billing".into());
+        let error = codec::decode(&message).unwrap_err();
+        assert!(
+            matches!(&error, DecodeError::ForgedSource { claimed, .. } if claimed == "billing"),
+            "{error:?}"
+        );
+        assert_eq!(error.dead_reason(), DeadReason::ForgedSource);
+        assert_eq!(error.field(), codec::SOURCE);
+    }
+    // `mesh.<context>.…` keys are emitted by runtime components of any source.
+    let mut message = good();
+    message.routing_key = "mesh.cli.ping".into();
+    message
+        .properties
+        .headers
+        .insert(codec::SOURCE.into(), "cli-on-anchor".into());
+    assert!(codec::decode(&message).is_ok());
+    assert_eq!(
+        DeadReason::parse("forged-source"),
+        Some(DeadReason::ForgedSource)
+    );
+}
+
+#[test]
+fn errors_quote_huge_values_bounded() {
+    let mut message = good();
+    message
+        .properties
+        .headers
+        .insert(codec::EVENT_ID.into(), "z".repeat(70_000).into());
+    let error = codec::decode(&message).unwrap_err();
+    assert!(
+        error.to_string().len() < 200,
+        "{} bytes",
+        error.to_string().len()
+    );
+    message.properties.headers.insert(
+        codec::EVENT_ID.into(),
+        HeaderValue::Bytes(vec![0xff; 70_000]),
+    );
+    let error = codec::decode(&message).unwrap_err();
+    assert!(error.to_string().len() < 200, "{error}");
+}
+
+#[test]
 fn a_bad_id_is_refused() {
     let mut message = good();
     message

@@ -274,6 +274,7 @@ impl BusBuilder {
                 handlers,
                 retry: bus.inner.retry.clone(),
                 queue: Label::new(&queue),
+                unmatched: std::sync::Mutex::default(),
             });
             let stop = bus.inner.stop.child_token();
             bus.spawn_loop(dispatcher.run(subscription, stop)).await;
@@ -334,6 +335,9 @@ pub struct Outgoing {
     causation_id: Option<String>,
     id: Option<EventId>,
     headers: Headers,
+    /// The first header set through [`Outgoing::header`] that only the runtime may set: the
+    /// emit fails with [`ErrorKind::ReservedHeader`].
+    reserved: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -355,6 +359,7 @@ impl Outgoing {
             causation_id: None,
             id: None,
             headers: Headers::new(),
+            reserved: None,
         })
     }
 
@@ -371,6 +376,7 @@ impl Outgoing {
             causation_id: None,
             id: None,
             headers: Headers::new(),
+            reserved: None,
         })
     }
 
@@ -388,6 +394,7 @@ impl Outgoing {
             causation_id: None,
             id: None,
             headers: Headers::new(),
+            reserved: None,
         })
     }
 
@@ -411,8 +418,20 @@ impl Outgoing {
 
     /// Adds a header the contract does not define (`x-…`; ignored by consumers that do
     /// not know it).
+    ///
+    /// The headers the runtime sets are its alone: a contract header (`x-event-id`,
+    /// `x-source`, `x-node`, `x-time`, `x-causation-id`, `x-schema`, `content-type`), any
+    /// `x-mesh-*` header, `traceparent`/`tracestate` or the broker's `x-death` and
+    /// `x-delivery-count` (any ASCII case) is not added, and the emit fails with
+    /// [`ErrorKind::ReservedHeader`] naming it; use [`Outgoing::causation_id`],
+    /// [`Outgoing::schema`] and [`Outgoing::id`] for the ones an emitter may choose.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<HeaderValue>) -> Self {
-        self.headers.insert(name.into(), value.into());
+        let name = name.into();
+        if codec::is_reserved_header(&name) {
+            self.reserved.get_or_insert(name);
+        } else {
+            self.headers.insert(name, value.into());
+        }
         self
     }
 }
@@ -587,6 +606,9 @@ impl Bus {
     ) -> Result<(EventId, mesh_core::WireMessage, PublishOptions), Error> {
         if self.inner.stop.is_cancelled() {
             return Err(Error::new(ErrorKind::Closed));
+        }
+        if let Some(name) = outgoing.reserved {
+            return Err(Error::new(ErrorKind::ReservedHeader { name }));
         }
         let key = match outgoing.key {
             KeySpec::Full(key) => {

@@ -40,7 +40,26 @@ pub struct MemoryDedup {
 #[derive(Debug, Default)]
 struct Seen {
     at: HashMap<EventId, Instant>,
+    /// Claims in time order; an entry whose id was released or claimed again since is
+    /// stale (`at` holds another time, or nothing).
     order: VecDeque<(Instant, EventId)>,
+}
+
+impl Seen {
+    /// Pops the oldest entries while `forget(len, time)` says so, where `len` is the length
+    /// of `order` for a live entry and `None` for a stale one.
+    fn forget_while(&mut self, forget: impl Fn(Option<usize>, Instant) -> bool) {
+        while let Some(&(at, old)) = self.order.front() {
+            let live = self.at.get(&old) == Some(&at);
+            if !forget(live.then_some(self.order.len()), at) {
+                break;
+            }
+            self.order.pop_front();
+            if live {
+                self.at.remove(&old);
+            }
+        }
+    }
 }
 
 impl MemoryDedup {
@@ -58,19 +77,15 @@ impl MemoryDedup {
         // A poisoned lock only means another claim panicked mid-way; the map is still a
         // valid set of ids.
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some(&(at, old)) = seen.order.front() {
-            let expired = now.duration_since(at) > self.window;
-            if !(expired || seen.order.len() > self.capacity) {
-                break;
-            }
-            seen.order.pop_front();
-            if seen.at.get(&old) == Some(&at) {
-                seen.at.remove(&old);
-            }
-        }
+        // Forget what is older than the window; then, only when an id is added, the oldest
+        // until there is room, so at most `capacity` ids are held (a duplicate check
+        // forgets nothing).
+        seen.forget_while(|seen, at| now.duration_since(at) > self.window || seen.is_none());
         if seen.at.contains_key(&id) {
             return false;
         }
+        let capacity = self.capacity;
+        seen.forget_while(|seen, _| seen.is_some_and(|len| len >= capacity));
         seen.at.insert(id, now);
         seen.order.push_back((now, id));
         true
@@ -141,8 +156,37 @@ mod tests {
         assert!(store.claim(a).await, "forgotten after the window");
         assert!(store.claim(b).await);
         assert!(store.claim(c).await);
-        assert!(store.claim(a).await || !store.claim(a).await);
+        // The two newest are remembered, and checking them forgets nothing.
+        assert!(!store.claim(c).await, "c is remembered");
+        assert!(!store.claim(b).await, "b is remembered");
+        assert!(!store.claim(c).await, "c is still remembered");
+        // The oldest was forgotten when c came: a third id does not fit in two.
+        assert!(
+            store.claim(a).await,
+            "the oldest is forgotten past capacity"
+        );
+        assert!(!store.claim(c).await);
+        assert!(store.claim(b).await, "b, now the oldest, made room for a");
         store.release(c).await;
         assert!(store.claim(c).await, "released ids may be claimed again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn memory_is_bounded_by_the_capacity() {
+        let store = MemoryDedup::new(Duration::from_secs(3600), 3);
+        let first = EventId::new();
+        assert!(store.claim(first).await);
+        for _ in 0..100 {
+            assert!(store.claim(EventId::new()).await);
+            let id = EventId::new();
+            assert!(store.claim(id).await);
+            store.release(id).await;
+        }
+        {
+            let seen = store.seen.lock().unwrap();
+            assert!(seen.at.len() <= 3, "{} ids held", seen.at.len());
+            assert!(seen.order.len() <= 3, "{} entries held", seen.order.len());
+        }
+        assert!(store.claim(first).await, "the first id was forgotten");
     }
 }

@@ -7,9 +7,10 @@
 //! settled (the task died, the bus was closed) is released back to its queue by the
 //! transport.
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -29,6 +30,58 @@ pub(crate) struct Dispatcher {
     pub(crate) retry: RetryPolicy,
     /// The queue, as the label of its metrics.
     pub(crate) queue: Label,
+    /// Which unmatched keys were logged lately.
+    pub(crate) unmatched: Mutex<UnmatchedLog>,
+}
+
+/// How often an unmatched key is logged at most.
+const UNMATCHED_LOG_EVERY: Duration = Duration::from_secs(60);
+/// How many keys [`UnmatchedLog`] remembers: its memory is bounded whatever the traffic.
+const UNMATCHED_KEYS: usize = 1024;
+
+/// Rate limiting of the "no handler matches" warning: once per key per
+/// [`UNMATCHED_LOG_EVERY`], for at most [`UNMATCHED_KEYS`] keys at a time; beyond them,
+/// one warning per period says more keys went unlogged (the counter counts them all).
+#[derive(Debug, Default)]
+pub(crate) struct UnmatchedLog {
+    logged: HashMap<String, Instant>,
+    overflow_logged: Option<Instant>,
+}
+
+/// Whether to log an unmatched event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Log it: its key was not logged within the period.
+    Log,
+    /// Log that keys go unlogged: the set of keys is full.
+    Overflow,
+    /// Stay quiet.
+    Quiet,
+}
+
+impl UnmatchedLog {
+    pub(crate) fn check(&mut self, key: &str, now: Instant) -> Verdict {
+        let fresh = |at: &Instant| now.saturating_duration_since(*at) < UNMATCHED_LOG_EVERY;
+        if let Some(at) = self.logged.get_mut(key) {
+            if fresh(at) {
+                return Verdict::Quiet;
+            }
+            *at = now;
+            return Verdict::Log;
+        }
+        if self.logged.len() >= UNMATCHED_KEYS {
+            self.logged.retain(|_, at| fresh(at));
+        }
+        if self.logged.len() < UNMATCHED_KEYS {
+            self.logged.insert(key.to_owned(), now);
+            return Verdict::Log;
+        }
+        if self.overflow_logged.as_ref().is_some_and(fresh) {
+            return Verdict::Quiet;
+        }
+        self.overflow_logged = Some(now);
+        Verdict::Overflow
+    }
 }
 
 impl Dispatcher {
@@ -67,15 +120,19 @@ impl Dispatcher {
         let envelope = match codec::decode(&delivery.message) {
             Ok(envelope) => envelope,
             Err(error) => {
+                // Never handled, never acked silently: dead-lettered with the reason
+                // (`undecodable`, or `forged-source` for a well-formed event whose
+                // `x-source` is not the owner of its key).
+                let reason = error.dead_reason();
                 warn!(
                     queue = %delivery.queue,
-                    key = %delivery.message.routing_key,
+                    key = ?codec::quote(&delivery.message.routing_key),
                     field = error.field(),
-                    "undecodable event dead-lettered: {error}"
+                    %reason,
+                    "event dead-lettered, it breaks the contract: {error}"
                 );
                 let text = error.to_string();
-                self.dead_letter(delivery, DeadReason::Undecodable, attempt, text)
-                    .await;
+                self.dead_letter(delivery, reason, attempt, text).await;
                 return;
             }
         };
@@ -99,8 +156,28 @@ impl Dispatcher {
             .collect();
         if matching.is_empty() {
             // A binding left over from an earlier deploy (or one the broker would not let
-            // us remove) still routes here: nobody wants the event, so it is done.
-            warn!(parent: &span, "no handler matches the event; acked");
+            // us remove), or an event sent straight to this queue, still arrives here:
+            // nobody here wants it, and no retry or dead letter would change that (the
+            // dead-letter store would fill with events nobody failed on), so it is acked —
+            // counted, and logged once per key per minute so it stays visible.
+            record::unmatched(&self.queue);
+            let now = Instant::now();
+            let verdict = match self.unmatched.lock() {
+                Ok(mut log) => log.check(envelope.key.as_str(), now),
+                Err(_) => Verdict::Quiet,
+            };
+            match verdict {
+                Verdict::Log => warn!(
+                    parent: &span,
+                    "no handler matches the event; acked (logged once per key per minute)"
+                ),
+                Verdict::Overflow => warn!(
+                    parent: &span,
+                    "no handler matches the event; acked (too many distinct unmatched keys \
+                     to log each: see mesh_unmatched_total)"
+                ),
+                Verdict::Quiet => {}
+            }
             span.record("outcome", "unmatched");
             self.settle_ack(delivery).await;
             return;
@@ -233,5 +310,41 @@ impl Dispatcher {
                 warn!("dead-lettering failed, the event will be redelivered: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unmatched_key_is_logged_once_per_period() {
+        let mut log = UnmatchedLog::default();
+        let start = Instant::now();
+        assert_eq!(log.check("module.a.x", start), Verdict::Log);
+        assert_eq!(log.check("module.a.x", start), Verdict::Quiet);
+        assert_eq!(log.check("module.b.x", start), Verdict::Log);
+        let later = start + UNMATCHED_LOG_EVERY - Duration::from_millis(1);
+        assert_eq!(log.check("module.a.x", later), Verdict::Quiet);
+        let after = start + UNMATCHED_LOG_EVERY;
+        assert_eq!(log.check("module.a.x", after), Verdict::Log);
+        assert_eq!(log.check("module.a.x", after), Verdict::Quiet);
+    }
+
+    #[test]
+    fn the_set_of_logged_keys_is_bounded() {
+        let mut log = UnmatchedLog::default();
+        let start = Instant::now();
+        for i in 0..UNMATCHED_KEYS {
+            assert_eq!(log.check(&format!("module.a.k{i}"), start), Verdict::Log);
+        }
+        // Full of fresh keys: a new key is not remembered, one overflow warning per period.
+        assert_eq!(log.check("module.a.new", start), Verdict::Overflow);
+        assert_eq!(log.check("module.a.other", start), Verdict::Quiet);
+        assert_eq!(log.logged.len(), UNMATCHED_KEYS);
+        // Once the old keys expired, they make room.
+        let after = start + UNMATCHED_LOG_EVERY;
+        assert_eq!(log.check("module.a.new", after), Verdict::Log);
+        assert_eq!(log.logged.len(), 1);
     }
 }

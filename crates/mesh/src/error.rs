@@ -17,6 +17,12 @@ pub enum ErrorKind {
         /// The prefix this bus may emit under.
         allowed: String,
     },
+    /// An emit set a header only the runtime sets (`x-mesh-*`, a contract header, the trace
+    /// context: see `mesh_core::codec::is_reserved_header`), through `Outgoing::header`.
+    ReservedHeader {
+        /// The header's name.
+        name: String,
+    },
     /// The bus's options cannot work.
     InvalidOptions,
     /// A payload could not be serialized, or a reply deserialized, as JSON.
@@ -124,6 +130,10 @@ impl fmt::Display for Error {
                     "may not emit `{key}`: this bus emits only under `{allowed}`"
                 )
             }
+            ErrorKind::ReservedHeader { name } => write!(
+                f,
+                "may not set header `{name}`: the runtime sets it (use the setter, if any)"
+            ),
             ErrorKind::InvalidOptions => f.write_str("invalid options"),
             ErrorKind::Payload => f.write_str("payload is not valid JSON for its type"),
             ErrorKind::Decode => f.write_str("message breaks the contract"),

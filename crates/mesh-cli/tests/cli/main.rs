@@ -5,6 +5,7 @@ mod audit;
 mod call;
 mod emit_tail;
 mod errors;
+mod hostile;
 mod logs;
 mod management;
 mod metrics;

@@ -56,8 +56,11 @@ pub mod names {
     /// Counter `{queue}`: retry copies scheduled down the ladder.
     pub const RETRIED: &str = "mesh_retried_total";
     /// Counter `{queue, reason}`: events dead-lettered by this consumer (`max-attempts`,
-    /// `permanent`, `undecodable`, `unread-schema`).
+    /// `permanent`, `undecodable`, `forged-source`, `unread-schema`).
     pub const DEAD_LETTERED: &str = "mesh_dead_lettered_total";
+    /// Counter `{queue}`: events no handler of the queue matches (a stale binding, a
+    /// forgery), acked without running a handler.
+    pub const UNMATCHED: &str = "mesh_unmatched_total";
     /// Counter `{queue, action}`: acks, retries or dead-letterings that failed (the broker
     /// redelivers the event).
     pub const SETTLE_FAILED: &str = "mesh_settle_failed_total";

@@ -127,6 +127,11 @@ pub(crate) fn dead_lettered(queue: &Label, reason: DeadReason) {
     .increment(1);
 }
 
+/// An event no handler of the queue matches was acked.
+pub(crate) fn unmatched(queue: &Label) {
+    counter!(names::UNMATCHED, "queue" => queue.value()).increment(1);
+}
+
 /// Settling a delivery failed; the broker will redeliver it.
 pub(crate) fn settle_failed(queue: &Label, action: &'static str) {
     counter!(

@@ -1,0 +1,70 @@
+//! Text output cannot be spoofed: control and bidi characters a publisher puts in header
+//! values and bodies reach `mesh tail`'s text output escaped, on one line.
+
+use bytes::Bytes;
+use mesh::core::{codec, EventId, PublishOptions, Transport, WireMessage};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::{assert_code, finish, mesh, options, stdout, transport, vhost, WAIT};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_escapes_control_and_bidi_characters_of_wire_fields() {
+    let vhost = vhost("cli-spoof").await;
+    let url = vhost.url();
+    let mut tail = mesh(Some(&url))
+        .args(["tail", "mesh.#", "--count", "1"])
+        .spawn()
+        .expect("tail starts");
+    let mut errors = BufReader::new(tail.stderr.take().expect("stderr piped")).lines();
+    let listening = tokio::time::timeout(WAIT, errors.next_line())
+        .await
+        .expect("tail starts listening in time")
+        .expect("stderr readable")
+        .unwrap_or_default();
+    assert!(listening.contains("listening on mesh.#"), "{listening}");
+
+    // A `mesh.<context>` key: its source is not checked against the key, so the header
+    // values are free text. Each tries to forge a line or rewrite the terminal.
+    let mut message = WireMessage::new(
+        "mesh.forge.ping",
+        Bytes::from("{\r\n\"name\":\"\u{202E}gpj.exe\"}"),
+    );
+    message.properties.content_type = Some(codec::CONTENT_TYPE_JSON.into());
+    let headers = &mut message.properties.headers;
+    headers.insert(codec::EVENT_ID.into(), EventId::new().to_string().into());
+    headers.insert(codec::SOURCE.into(), "cli\u{1b}[2J".into());
+    headers.insert(
+        codec::NODE.into(),
+        "anchor\r\n2026-01-01T00:00:00Z module.billing.invoice.paid forged".into(),
+    );
+    headers.insert(codec::TIME.into(), "2026-09-03T12:00:00Z".into());
+    headers.insert(codec::CAUSATION_ID.into(), "c\u{2066}\u{85}".into());
+    let raw = transport(options(&vhost)).await;
+    let confirm = raw
+        .publish(message, PublishOptions::default())
+        .await
+        .expect("published");
+    tokio::time::timeout(WAIT, confirm)
+        .await
+        .expect("confirmed in time")
+        .expect("confirmed");
+
+    let output = finish(tail).await;
+    assert_code(&output, 0);
+    let text = stdout(&output);
+    assert_eq!(text.lines().count(), 1, "one event, one line: {text:?}");
+    let line = text.trim_end_matches('\n');
+    assert!(
+        !line.chars().any(|c| c.is_control()),
+        "no control character printed: {line:?}"
+    );
+    for escaped in [
+        "cli\\u{1b}[2J@anchor\\r\\n2026-01-01T00:00:00Z module.billing.invoice.paid forged",
+        "{\\r\\n\"name\":\"\\u{202e}gpj.exe\"}",
+        "(caused by c\\u{2066}\\u{85})",
+    ] {
+        assert!(line.contains(escaped), "{escaped} in {line}");
+    }
+    Transport::close(raw.as_ref()).await;
+    vhost.delete().await.expect("vhost deleted");
+}
