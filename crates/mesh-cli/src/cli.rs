@@ -47,8 +47,9 @@ What needs what:
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub(crate) struct Global {
-    /// The broker: amqp://[user[:password]@]host[:port][/vhost] (guest/guest when no
-    /// credentials are given; %2F is the vhost `/`)
+    /// The broker: amqp[s]://[user[:password]@]host[:port][/vhost][?params] (guest/guest when
+    /// no credentials are given; %2F is the vhost `/`; amqps takes cacertfile, certfile,
+    /// keyfile, verify and server_name_indication)
     #[arg(
         long,
         env = "MESH_URL",
@@ -57,6 +58,15 @@ pub(crate) struct Global {
         hide_env_values = true
     )]
     pub(crate) url: String,
+
+    /// A file holding the broker password (overrides the URL's). Without it, MESH_PASSWORD may
+    /// hold the password itself
+    #[arg(long, env = "MESH_PASSWORD_FILE", value_name = "PATH", global = true)]
+    pub(crate) password_file: Option<std::path::PathBuf>,
+
+    /// The password of MESH_PASSWORD, if set (never a command-line flag).
+    #[arg(skip = mesh_audit::cli::EnvPassword::from_env())]
+    pub(crate) password: mesh_audit::cli::EnvPassword,
 
     /// The node this tool speaks from [default: the host name, up to its first dot]
     #[arg(long, env = "MESH_NODE", global = true)]
