@@ -7,7 +7,9 @@ mod emit_tail;
 mod errors;
 mod logs;
 mod metrics;
+mod secrets;
 mod status;
+mod tls;
 mod topology;
 
 use std::process::{Output, Stdio};
