@@ -371,7 +371,11 @@ impl AmqpOptions {
             return Ok(self.password.clone());
         };
         let text = std::fs::read_to_string(path).map_err(|e| {
-            invalid(format!("cannot read the password file `{}`", path.display())).with_source(e)
+            invalid(format!(
+                "cannot read the password file `{}`",
+                path.display()
+            ))
+            .with_source(e)
         })?;
         let password = text
             .strip_suffix('\n')
@@ -884,10 +888,8 @@ mod tests {
 
     impl Files {
         fn new(label: &str) -> Files {
-            let dir = std::env::temp_dir().join(format!(
-                "mesh-amqp-options-{label}-{}",
-                std::process::id()
-            ));
+            let dir = std::env::temp_dir()
+                .join(format!("mesh-amqp-options-{label}-{}", std::process::id()));
             std::fs::create_dir_all(&dir).unwrap();
             // A self-signed certificate and its key (ECDSA P-256), generated once for these
             // tests; as a CA it only has to parse.
@@ -921,17 +923,17 @@ mod tests {
         ));
         assert_eq!(
             o.get_addresses(),
-            &[BrokerAddress::new("h1", 5671), BrokerAddress::new("h2", 7000)]
+            &[
+                BrokerAddress::new("h1", 5671),
+                BrokerAddress::new("h2", 7000)
+            ]
         );
         let tls = o.get_tls().unwrap();
         assert_eq!(tls.get_verify(), TlsVerify::Peer);
         assert_eq!(tls.get_ca_file(), Some(Path::new(&files.path("ca.pem"))));
         assert_eq!(tls.get_server_name(), None);
         assert_eq!(o.to_string(), "amqps://u@h1:5671,h2:7000/v");
-        assert_eq!(
-            o.get_management_url().as_deref(),
-            Some("https://h1:15671")
-        );
+        assert_eq!(o.get_management_url().as_deref(), Some("https://h1:15671"));
         assert!(parse("amqp://h").get_tls().is_none());
     }
 
@@ -948,8 +950,14 @@ mod tests {
         let tls = o.get_tls().unwrap();
         assert_eq!(tls.get_verify(), TlsVerify::None);
         assert_eq!(tls.get_server_name(), Some("rabbit.internal"));
-        assert_eq!(tls.get_cert_file(), Some(Path::new(&files.path("client.pem"))));
-        assert_eq!(tls.get_key_file(), Some(Path::new(&files.path("client.key"))));
+        assert_eq!(
+            tls.get_cert_file(),
+            Some(Path::new(&files.path("client.pem")))
+        );
+        assert_eq!(
+            tls.get_key_file(),
+            Some(Path::new(&files.path("client.key")))
+        );
         assert_eq!(o.get_heartbeat(), Duration::from_secs(2));
         // Percent-decoded paths.
         let encoded = files.path("ca.pem").replace('/', "%2F");
@@ -967,9 +975,18 @@ mod tests {
         assert!(refused(&format!("amqps://h/v?cacertfile={ca}&verify=maybe")).contains("maybe"));
         let missing = files.path("missing.pem");
         let text = refused(&format!("amqps://h/v?cacertfile={missing}"));
-        assert!(text.contains("cannot read the CA file") && text.contains("missing.pem"), "{text}");
-        let text = refused(&format!("amqps://h/v?cacertfile={}", files.path("garbage.pem")));
-        assert!(text.contains("holds no certificate") && text.contains("garbage.pem"), "{text}");
+        assert!(
+            text.contains("cannot read the CA file") && text.contains("missing.pem"),
+            "{text}"
+        );
+        let text = refused(&format!(
+            "amqps://h/v?cacertfile={}",
+            files.path("garbage.pem")
+        ));
+        assert!(
+            text.contains("holds no certificate") && text.contains("garbage.pem"),
+            "{text}"
+        );
         let text = refused(&format!(
             "amqps://h/v?cacertfile={ca}&certfile={}",
             files.path("client.pem")
@@ -980,10 +997,15 @@ mod tests {
             files.path("client.pem"),
             files.path("garbage.pem")
         ));
-        assert!(text.contains("no PEM private key") && text.contains("garbage.pem"), "{text}");
+        assert!(
+            text.contains("no PEM private key") && text.contains("garbage.pem"),
+            "{text}"
+        );
         assert!(refused(&format!("amqp://h/v?cacertfile={ca}")).contains("amqps"));
-        assert!(refused(&format!("amqps://h/v?cacertfile={ca}&server_name_indication=a%20b"))
-            .contains("server name"));
+        assert!(refused(&format!(
+            "amqps://h/v?cacertfile={ca}&server_name_indication=a%20b"
+        ))
+        .contains("server name"));
         assert!(refused("amqps://h/v?cacertfile=").contains("empty"));
         // The builder checks the same at validation.
         let o = AmqpOptions::new().tls(TlsOptions::new().ca_file(&missing));
@@ -1013,7 +1035,10 @@ mod tests {
         let o = parse("amqp://u:a%2Fb%3Fc%40d%23e%25f@h/v");
         assert_eq!(o.get_password(), "a/b?c@d#e%f");
         let shown = format!("{o} {o:?}");
-        assert!(!shown.contains("a/b") && !shown.contains("a%2Fb"), "{shown}");
+        assert!(
+            !shown.contains("a/b") && !shown.contains("a%2Fb"),
+            "{shown}"
+        );
     }
 
     #[test]
@@ -1032,7 +1057,10 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         let err = o.validate().unwrap_err();
         assert!(err.to_string().contains("password file"), "{err}");
-        assert_eq!(parse("amqp://u:inline@h").load_password().unwrap(), "inline");
+        assert_eq!(
+            parse("amqp://u:inline@h").load_password().unwrap(),
+            "inline"
+        );
     }
 
     #[test]

@@ -302,7 +302,9 @@ impl Attempt {
                 let inner =
                     WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                         .build()
-                        .map_err(|e| invalid("cannot build the certificate verifier").with_source(e))?;
+                        .map_err(|e| {
+                            invalid("cannot build the certificate verifier").with_source(e)
+                        })?;
                 Arc::new(Recording {
                     inner,
                     refusal: refusal.clone(),
@@ -315,7 +317,9 @@ impl Attempt {
         let client_key = match (&options.cert_file, &options.key_file) {
             (Some(cert), Some(key)) => Some(Arc::new(client_key(cert, key, &provider)?)),
             (None, None) => None,
-            (Some(_), None) => return Err(invalid("a client certificate (certfile) needs its keyfile")),
+            (Some(_), None) => {
+                return Err(invalid("a client certificate (certfile) needs its keyfile"))
+            }
             (None, Some(_)) => return Err(invalid("a client key (keyfile) needs its certfile")),
         };
         let asked_for_cert = Arc::new(AtomicBool::new(false));
@@ -427,7 +431,10 @@ fn from_refusal(error: rustls::Error, name: &str) -> TlsError {
 fn alert(message: &str) -> Option<String> {
     const MARK: &str = "received fatal alert: ";
     let rest = &message[message.find(MARK)? + MARK.len()..];
-    let alert: String = rest.chars().take_while(char::is_ascii_alphanumeric).collect();
+    let alert: String = rest
+        .chars()
+        .take_while(char::is_ascii_alphanumeric)
+        .collect();
     (!alert.is_empty()).then_some(alert)
 }
 
@@ -668,13 +675,19 @@ mod tests {
                 .kind()
                 .clone()
         };
-        assert_eq!(kind(CertificateError::UnknownIssuer), TlsErrorKind::UnknownCa);
+        assert_eq!(
+            kind(CertificateError::UnknownIssuer),
+            TlsErrorKind::UnknownCa
+        );
         assert_eq!(kind(CertificateError::Expired), TlsErrorKind::Expired);
         assert_eq!(
             kind(CertificateError::NotValidForName),
             TlsErrorKind::NameMismatch { name: "h".into() }
         );
-        assert_eq!(kind(CertificateError::BadEncoding), TlsErrorKind::BadCertificate);
+        assert_eq!(
+            kind(CertificateError::BadEncoding),
+            TlsErrorKind::BadCertificate
+        );
         assert!(TlsError::new(TlsErrorKind::UnknownCa).is_client_configuration());
         assert!(!TlsError::new(TlsErrorKind::Expired).is_client_configuration());
     }

@@ -35,7 +35,15 @@ async fn a_rotated_password_file_is_read_at_the_next_connect_and_reconnect() {
         .unwrap();
     rabbitmqctl(
         None,
-        &["set_permissions", "-p", vhost.name(), &user.0, ".*", ".*", ".*"],
+        &[
+            "set_permissions",
+            "-p",
+            vhost.name(),
+            &user.0,
+            ".*",
+            ".*",
+            ".*",
+        ],
     )
     .await
     .unwrap();
@@ -60,9 +68,11 @@ async fn a_rotated_password_file_is_read_at_the_next_connect_and_reconnect() {
     rabbitmqctl(None, &["change_password", &user.0, "second%#@?/"])
         .await
         .unwrap();
-    assert!(AmqpTransport::connect(options.clone().connection_name("pwfile-old"))
-        .await
-        .is_err());
+    assert!(
+        AmqpTransport::connect(options.clone().connection_name("pwfile-old"))
+            .await
+            .is_err()
+    );
 
     // The file follows: a new connect works, and so does the running transport's reconnect.
     std::fs::write(&file, "second%#@?/").unwrap();
@@ -76,12 +86,16 @@ async fn a_rotated_password_file_is_read_at_the_next_connect_and_reconnect() {
         .await
         .unwrap();
     assert_eq!(closed, 2);
-    eventually(common::WAIT, "both connections back with the new password", || async {
-        (events.count(reconnected(Link::Publish)) >= 1
-            && events.count(reconnected(Link::Consume)) >= 1
-            && transport.health().is_ready())
-        .then_some(())
-    })
+    eventually(
+        common::WAIT,
+        "both connections back with the new password",
+        || async {
+            (events.count(reconnected(Link::Publish)) >= 1
+                && events.count(reconnected(Link::Consume)) >= 1
+                && transport.health().is_ready())
+            .then_some(())
+        },
+    )
     .await;
     transport.close().await;
     let _ = std::fs::remove_file(&file);

@@ -84,8 +84,7 @@ async fn refused(options: AmqpOptions) -> (TlsErrorKind, TransportError) {
     let error = tokio::time::timeout(3 * CONNECT_TIMEOUT, AmqpTransport::connect(options))
         .await
         .expect("the connect returns")
-        .err()
-        .expect("the connect fails");
+        .expect_err("the connect fails");
     let took = began.elapsed();
     assert!(took < CONNECT_TIMEOUT, "took {took:?}: {error:#}");
     assert_eq!(error.kind(), &TransportErrorKind::Tls, "{error}");
@@ -148,7 +147,10 @@ async fn emit_on_call_and_serve_work_over_amqps() {
         .unwrap();
     let ours: Vec<&str> = listed.lines().filter(|l| l.contains("tls-sdk.")).collect();
     assert_eq!(ours.len(), 2, "{listed}");
-    assert!(ours.iter().all(|l| l.trim_end().ends_with("true")), "{listed}");
+    assert!(
+        ours.iter().all(|l| l.trim_end().ends_with("true")),
+        "{listed}"
+    );
     bus.drain().await.unwrap();
 }
 
@@ -169,7 +171,12 @@ async fn mutual_tls_with_a_client_certificate_works() {
     assert!(transport.health().is_ready());
     // The broker saw the client's certificate.
     let listed = node
-        .rabbitmqctl(&["list_connections", "client_properties", "peer_cert_subject", "-q"])
+        .rabbitmqctl(&[
+            "list_connections",
+            "client_properties",
+            "peer_cert_subject",
+            "-q",
+        ])
         .await
         .unwrap();
     assert!(
@@ -336,11 +343,15 @@ async fn a_tcp_cut_over_tls_loses_nothing() {
         .await;
         let cut = Instant::now();
         relay.cut();
-        eventually(common::WAIT, "both connections to notice the cut", || async {
-            (events.first_after(cut, lost(Link::Publish)).is_some()
-                && events.first_after(cut, lost(Link::Consume)).is_some())
-            .then_some(())
-        })
+        eventually(
+            common::WAIT,
+            "both connections to notice the cut",
+            || async {
+                (events.first_after(cut, lost(Link::Publish)).is_some()
+                    && events.first_after(cut, lost(Link::Consume)).is_some())
+                .then_some(())
+            },
+        )
         .await;
         eventually(common::WAIT, "the transport to be ready again", || async {
             transport.health().is_ready().then_some(())
@@ -401,7 +412,9 @@ async fn a_node_requiring_a_client_certificate_refuses_a_client_without_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_server_certificate_is_refused_with_its_reason() {
     let pki = TestPki::generate("amqp-expired").unwrap();
-    let expired = pki.expired_server("old", &["localhost", "127.0.0.1"]).unwrap();
+    let expired = pki
+        .expired_server("old", &["localhost", "127.0.0.1"])
+        .unwrap();
     let server = TlsStub::start(&expired).await;
     let (kind, _) = refused(options(
         &url(server.port, &ca_query(pki.ca_file())),

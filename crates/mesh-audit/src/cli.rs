@@ -116,11 +116,7 @@ pub struct EnvPassword(Option<String>);
 impl EnvPassword {
     /// Reads [`PASSWORD_ENV`] (unset, empty or not UTF-8: none).
     pub fn from_env() -> EnvPassword {
-        EnvPassword(
-            std::env::var(PASSWORD_ENV)
-                .ok()
-                .filter(|p| !p.is_empty()),
-        )
+        EnvPassword(std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()))
     }
 
     /// The password, if set.

@@ -23,14 +23,11 @@ pub(crate) fn amqp_options(global: &Global) -> anyhow::Result<AmqpOptions> {
         .trim()
         .parse()
         .coded(Code::Usage, || "invalid --url (or MESH_URL)".to_owned())?;
-    let options = mesh_audit::cli::with_password(
-        options,
-        &global.password,
-        global.password_file.as_deref(),
-    )
-    .coded(Code::Usage, || {
-        "invalid --password-file (or MESH_PASSWORD_FILE)".to_owned()
-    })?;
+    let options =
+        mesh_audit::cli::with_password(options, &global.password, global.password_file.as_deref())
+            .coded(Code::Usage, || {
+                "invalid --password-file (or MESH_PASSWORD_FILE)".to_owned()
+            })?;
     let mut options = options
         .connect_timeout(global.connect_timeout)
         .connection_name(CONNECTION_NAME);

@@ -467,7 +467,11 @@ impl PrivateNode {
                 .with_context(|| format!("writing {}", self.dir.join(file).display()))
         };
         if let Some(listener) = &self.opts.tls {
-            let sources = [&listener.ca_file, &listener.server_cert, &listener.server_key];
+            let sources = [
+                &listener.ca_file,
+                &listener.server_cert,
+                &listener.server_key,
+            ];
             for (source, file) in sources.into_iter().zip(TLS_FILES) {
                 std::fs::copy(source, self.dir.join(file))
                     .with_context(|| format!("copying {}", source.display()))?;
@@ -927,7 +931,9 @@ mod tests {
         let plain = NodeOptions::default();
         assert_eq!(plain.advanced_config(), "[].\n");
         assert_eq!(plain.enabled_plugins(), "[].\n");
-        assert!(!plain.rabbitmq_conf("n", 1, None, None).contains("heartbeat"));
+        assert!(!plain
+            .rabbitmq_conf("n", 1, None, None)
+            .contains("heartbeat"));
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //! The password is built around two random tokens that appear nowhere else, so finding
 //! either token anywhere in the output finds the password in any encoding.
 
+// Helpers outside `#[test]` functions unwrap too: this whole file is a test.
+#![allow(clippy::unwrap_used)]
+
 use std::hash::{BuildHasher, Hasher};
 use std::process::Output;
 
@@ -64,7 +67,15 @@ impl User {
         let user = User { name };
         shared::rabbitmqctl(
             None,
-            &["set_permissions", "-p", vhost.name(), &user.name, ".*", ".*", ".*"],
+            &[
+                "set_permissions",
+                "-p",
+                vhost.name(),
+                &user.name,
+                ".*",
+                ".*",
+                ".*",
+            ],
         )
         .await
         .unwrap();
@@ -188,15 +199,11 @@ async fn no_password_is_printed_by_any_run_at_any_log_level() {
     let unescaped = url(Some(&secret.password));
     let bare = url(None);
     let dir = TempStore::new("cli-secrets");
-    let password_file = std::env::temp_dir().join(format!(
-        "mesh-cli-secrets-{}.password",
-        std::process::id()
-    ));
+    let password_file =
+        std::env::temp_dir().join(format!("mesh-cli-secrets-{}.password", std::process::id()));
     std::fs::write(&password_file, format!("{}\n", secret.password)).unwrap();
-    let wrong_file = std::env::temp_dir().join(format!(
-        "mesh-cli-secrets-{}.wrong",
-        std::process::id()
-    ));
+    let wrong_file =
+        std::env::temp_dir().join(format!("mesh-cli-secrets-{}.wrong", std::process::id()));
     std::fs::write(&wrong_file, &wrong.password).unwrap();
     let file_arg = password_file.display().to_string();
     let wrong_file_arg = wrong_file.display().to_string();
@@ -215,7 +222,10 @@ async fn no_password_is_printed_by_any_run_at_any_log_level() {
             let emit = with_json(&["emit", "module.umami.tick"]);
 
             // Succeeding emits: the password in the URL, in MESH_PASSWORD, in a file.
-            let out = captured.add(label("emit, url"), output(command(&encoded, log), &emit).await);
+            let out = captured.add(
+                label("emit, url"),
+                output(command(&encoded, log), &emit).await,
+            );
             assert_eq!(code(out), 0, "{}", String::from_utf8_lossy(&out.stderr));
             let mut by_env = command(&bare, log);
             by_env.env("MESH_PASSWORD", &secret.password);
@@ -223,26 +233,44 @@ async fn no_password_is_printed_by_any_run_at_any_log_level() {
             assert_eq!(code(out), 0, "{}", String::from_utf8_lossy(&out.stderr));
             let mut args = emit.clone();
             args.extend(["--password-file", file_arg.as_str()]);
-            let out = captured.add(label("emit, --password-file"), output(command(&bare, log), &args).await);
+            let out = captured.add(
+                label("emit, --password-file"),
+                output(command(&bare, log), &args).await,
+            );
             assert_eq!(code(out), 0, "{}", String::from_utf8_lossy(&out.stderr));
             let mut by_env_file = command(&bare, log);
             by_env_file.env("MESH_PASSWORD_FILE", &password_file);
-            let out = captured.add(label("emit, MESH_PASSWORD_FILE"), output(by_env_file, &emit).await);
+            let out = captured.add(
+                label("emit, MESH_PASSWORD_FILE"),
+                output(by_env_file, &emit).await,
+            );
             assert_eq!(code(out), 0, "{}", String::from_utf8_lossy(&out.stderr));
 
             // Failing ones: an unescaped password, a wrong one in the URL, in a file.
-            let out = captured.add(label("emit, unescaped"), output(command(&unescaped, log), &emit).await);
+            let out = captured.add(
+                label("emit, unescaped"),
+                output(command(&unescaped, log), &emit).await,
+            );
             assert_eq!(code(out), 2, "{}", String::from_utf8_lossy(&out.stderr));
-            let out = captured.add(label("emit, wrong"), output(command(&encoded_wrong, log), &emit).await);
+            let out = captured.add(
+                label("emit, wrong"),
+                output(command(&encoded_wrong, log), &emit).await,
+            );
             assert_ne!(code(out), 0);
             let mut args = emit.clone();
             args.extend(["--password-file", wrong_file_arg.as_str()]);
-            let out = captured.add(label("emit, wrong file"), output(command(&bare, log), &args).await);
+            let out = captured.add(
+                label("emit, wrong file"),
+                output(command(&bare, log), &args).await,
+            );
             assert_ne!(code(out), 0);
 
             // tail: refused, then one event through.
             let tail = with_json(&["tail", "module.umami.#", "--count", "1"]);
-            let out = captured.add(label("tail, wrong"), output(command(&encoded_wrong, log), &tail).await);
+            let out = captured.add(
+                label("tail, wrong"),
+                output(command(&encoded_wrong, log), &tail).await,
+            );
             assert_ne!(code(out), 0);
             let mut child = command(&encoded, log).args(&tail).spawn().unwrap();
             let mut errors = BufReader::new(child.stderr.take().unwrap()).lines();
@@ -258,7 +286,10 @@ async fn no_password_is_printed_by_any_run_at_any_log_level() {
             })
             .await
             .expect("tail listens in time");
-            let out = captured.add(label("emit for tail"), output(command(&encoded, log), &emit).await);
+            let out = captured.add(
+                label("emit for tail"),
+                output(command(&encoded, log), &emit).await,
+            );
             assert_eq!(code(out), 0);
             let mut out = finish(child).await;
             // What tail printed before it listened is part of its output too.
@@ -271,9 +302,15 @@ async fn no_password_is_printed_by_any_run_at_any_log_level() {
 
             // status: through the management API with the same credentials.
             let status = with_json(&["status"]);
-            let out = captured.add(label("status"), output(command(&encoded, log), &status).await);
+            let out = captured.add(
+                label("status"),
+                output(command(&encoded, log), &status).await,
+            );
             assert_eq!(code(out), 0, "{}", String::from_utf8_lossy(&out.stderr));
-            let out = captured.add(label("status, wrong"), output(command(&encoded_wrong, log), &status).await);
+            let out = captured.add(
+                label("status, wrong"),
+                output(command(&encoded_wrong, log), &status).await,
+            );
             assert_ne!(code(out), 0);
         }
 

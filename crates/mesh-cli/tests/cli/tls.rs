@@ -4,6 +4,9 @@
 //!
 //! One node for the whole file (a boot costs ~10 s), so the scenarios run in one test.
 
+// Helpers outside `#[test]` functions unwrap too: this whole file is a test.
+#![allow(clippy::unwrap_used)]
+
 use mesh_testkit::{eventually, NodeOptions, PrivateNode, TestPki, TlsListener};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -47,7 +50,12 @@ async fn emit_tail_and_the_audit_logger_work_over_amqps_and_a_wrong_ca_is_exit_3
     );
     let emitted = run(
         Some(&url),
-        &["emit", "module.umami.site.created", "--data", r#"{"site":"tls"}"#],
+        &[
+            "emit",
+            "module.umami.site.created",
+            "--data",
+            r#"{"site":"tls"}"#,
+        ],
     )
     .await;
     assert_code(&emitted, 0);
@@ -82,7 +90,15 @@ async fn emit_tail_and_the_audit_logger_work_over_amqps_and_a_wrong_ca_is_exit_3
     eventually(WAIT, "5 events in the audit store", || async {
         let output = run(
             Some(&url),
-            &["audit", "count", "--key", "module.umami.tick", "--json", "--store", &store.url],
+            &[
+                "audit",
+                "count",
+                "--key",
+                "module.umami.tick",
+                "--json",
+                "--store",
+                &store.url,
+            ],
         )
         .await;
         (code(&output) == 0 && json(&output)["events"] == 5).then_some(())
@@ -124,5 +140,9 @@ async fn emit_tail_and_the_audit_logger_work_over_amqps_and_a_wrong_ca_is_exit_3
     let missing = format!("amqps://127.0.0.1:{port}/?cacertfile=/nonexistent/ca.pem");
     let output = run(Some(&missing), &["emit", "module.umami.tick"]).await;
     assert_code(&output, 2);
-    assert!(stderr(&output).contains("/nonexistent/ca.pem"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("/nonexistent/ca.pem"),
+        "{}",
+        stderr(&output)
+    );
 }
