@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use amqprs::callbacks::ConnectionCallback;
 use amqprs::connection::{Connection, OpenConnectionArguments};
+use amqprs::tls::TlsAdaptor;
 use amqprs::Close;
 use mesh_core::{BoxFuture, TransportError, TransportErrorKind};
 
@@ -280,7 +281,7 @@ pub(crate) async fn open(
                         "tls verification is off (verify_none): the broker is not authenticated"
                     );
                 }
-                args.tls_adaptor(attempt.adaptor(&verified));
+                args.tls_adaptor(TlsAdaptor::new(attempt.connector(), verified.clone()));
                 Some((attempt, verified))
             }
             None => None,

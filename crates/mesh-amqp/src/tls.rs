@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use amqprs::tls::TlsAdaptor;
 use mesh_core::{TransportError, TransportErrorKind};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
@@ -342,12 +341,9 @@ impl Attempt {
         })
     }
 
-    /// The adaptor for the client library, verifying the server as `name`.
-    pub(crate) fn adaptor(&self, name: &str) -> TlsAdaptor {
-        TlsAdaptor::new(
-            tokio_rustls::TlsConnector::from(self.config.clone()),
-            name.to_owned(),
-        )
+    /// The connector handed to the client library (with the name to verify the server as).
+    pub(crate) fn connector(&self) -> tokio_rustls::TlsConnector {
+        tokio_rustls::TlsConnector::from(self.config.clone())
     }
 
     pub(crate) fn verify(&self) -> TlsVerify {

@@ -8,7 +8,13 @@
 
 use std::path::Path;
 
-const REEXPORTING: &[&str] = &["lifecycle.rs", "options.rs", "topology.rs", "transport.rs"];
+const REEXPORTING: &[&str] = &[
+    "lifecycle.rs",
+    "options.rs",
+    "tls.rs",
+    "topology.rs",
+    "transport.rs",
+];
 
 #[test]
 fn no_client_library_type_is_public() {

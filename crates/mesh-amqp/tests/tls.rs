@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mesh::{Bus, Incoming, Outgoing};
-use mesh_amqp::{AmqpOptions, AmqpTransport, Lifecycle, Link, TlsError, TlsErrorKind};
+use mesh_amqp::{
+    AmqpOptions, AmqpTransport, BrokerAddress, Lifecycle, Link, TlsError, TlsErrorKind,
+};
 use mesh_core::{TransportError, TransportErrorKind};
 use mesh_testkit::{
     eventually, shared_node, CertFiles, Ledger, NodeOptions, PrivateNode, Relay, TestPki,
@@ -422,6 +424,38 @@ async fn an_expired_server_certificate_is_refused_with_its_reason() {
     ))
     .await;
     assert_eq!(kind, TlsErrorKind::Expired);
+}
+
+/// A cluster's addresses: a certificate problem of one node (here an expired certificate)
+/// moves on to the next address; a problem of the client's own configuration (a CA that
+/// signs no node's certificate) ends the attempt at the first, as no node can do better.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_node_specific_tls_failure_moves_on_to_the_next_address() {
+    let node = node().await;
+    let (pki, _, _) = pki();
+    let port = node.tls_port().unwrap();
+    let expired = pki.expired_server("old-node", &["127.0.0.1"]).unwrap();
+    let stub = TlsStub::start(&expired).await;
+    let cluster = options(&url(stub.port, &ca_query(pki.ca_file())), "tls-next").addresses([
+        BrokerAddress::new("127.0.0.1", stub.port),
+        BrokerAddress::new("127.0.0.1", port),
+    ]);
+    let transport = AmqpTransport::connect(cluster).await.unwrap();
+    assert!(transport.health().is_ready());
+    transport.close().await;
+
+    // A listener standing for a second node, counting who comes.
+    let second = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let second_port = second.local_addr().unwrap().port();
+    let stranger = TestPki::generate("stranger-cluster").unwrap();
+    let cluster = options(&url(port, &ca_query(stranger.ca_file())), "tls-stop").addresses([
+        BrokerAddress::new("127.0.0.1", port),
+        BrokerAddress::new("127.0.0.1", second_port),
+    ]);
+    let (kind, _) = refused(cluster).await;
+    assert_eq!(kind, TlsErrorKind::UnknownCa);
+    let knocked = tokio::time::timeout(Duration::from_millis(300), second.accept()).await;
+    assert!(knocked.is_err(), "the second address was tried");
 }
 
 /// A TLS server that accepts connections and handshakes with a given certificate, then
