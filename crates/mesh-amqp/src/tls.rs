@@ -357,15 +357,19 @@ impl Attempt {
             return Some(from_refusal(error, name));
         }
         let alert = alert(message);
-        if self.asked_for_cert.load(Ordering::Acquire) {
+        // Only with an alert from the server: a server that merely asks for a certificate
+        // (and takes a client without one) may fail later for unrelated reasons.
+        if let Some(alert) = alert
+            .as_deref()
+            .filter(|_| self.asked_for_cert.load(Ordering::Acquire))
+        {
             if !self.has_client_cert {
-                let error = TlsError::new(TlsErrorKind::ClientCertificateRequired);
-                return Some(match alert {
-                    Some(alert) => error.with_source(format!("received fatal alert: {alert}")),
-                    None => error,
-                });
+                return Some(
+                    TlsError::new(TlsErrorKind::ClientCertificateRequired)
+                        .with_source(format!("received fatal alert: {alert}")),
+                );
             }
-            if let Some(alert) = alert.as_deref().filter(|a| is_client_cert_alert(a)) {
+            if is_client_cert_alert(alert) {
                 return Some(TlsError::new(TlsErrorKind::ClientCertificateRefused {
                     alert: alert.to_owned(),
                 }));

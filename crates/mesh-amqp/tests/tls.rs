@@ -94,7 +94,7 @@ async fn refused(options: AmqpOptions) -> (TlsErrorKind, TransportError) {
     let tls = std::error::Error::source(&error)
         .and_then(|s| s.downcast_ref::<TlsError>())
         .expect("a TlsError in the source chain");
-    eprintln!("refused after {took:?}: {error}: {tls}");
+    eprintln!("refused after {took:?}: {}", error_chain(&error));
     (tls.kind().clone(), error)
 }
 
