@@ -224,6 +224,19 @@ async fn a_name_mismatch_is_refused_with_its_reason() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_none_accepts_a_certificate_no_trusted_ca_signed() {
+    let node = node().await;
+    let stranger = TestPki::generate("verify-none").unwrap();
+    let port = node.tls_port().unwrap();
+    let query = format!("{}&verify=verify_none", ca_query(stranger.ca_file()));
+    let transport = AmqpTransport::connect(options(&url(port, &query), "tls-none"))
+        .await
+        .unwrap();
+    assert!(transport.health().is_ready());
+    transport.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_port_is_not_taken_for_tls() {
     let node = node().await;
     let (pki, _, _) = pki();
