@@ -134,7 +134,7 @@ mod topology;
 mod transport;
 
 pub use lifecycle::{Lifecycle, Link};
-pub use options::{AmqpOptions, BrokerAddress, QueueType, URL_ENV};
+pub use options::{redact_url, AmqpOptions, BrokerAddress, QueueType, URL_ENV};
 pub use tls::{TlsError, TlsErrorKind, TlsOptions, TlsVerify};
 pub use topology::{BindingDecl, ExchangeDecl, QueueDecl, Topology};
 pub use transport::{AmqpStats, AmqpTransport};

@@ -710,6 +710,25 @@ impl FromStr for AmqpOptions {
     }
 }
 
+/// `url` with everything between `://` and its last `@` (the user information) replaced by
+/// `<redacted>`, without parsing it: for the `Debug` of a URL kept as text, which may be
+/// malformed (a password holding an unescaped `/`, `?` or `#` still ends at the last `@`).
+///
+/// ```
+/// assert_eq!(
+///     mesh_amqp::redact_url("amqps://u:pa/ss@h:5671/v"),
+///     "amqps://<redacted>@h:5671/v"
+/// );
+/// assert_eq!(mesh_amqp::redact_url("amqp://h/v"), "amqp://h/v");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    match url.rfind('@') {
+        Some(at) if at >= start => format!("{}<redacted>{}", &url[..start], &url[at..]),
+        _ => url.to_owned(),
+    }
+}
+
 /// A file path given as a URL parameter, percent-decoded.
 fn file_parameter(key: &str, value: &str) -> Result<PathBuf, TransportError> {
     let path = percent_decode(value, key)?;
@@ -1039,6 +1058,19 @@ mod tests {
             !shown.contains("a/b") && !shown.contains("a%2Fb"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn urls_as_text_are_redacted() {
+        for (url, shown) in [
+            ("amqp://u:s3cret@h/v", "amqp://<redacted>@h/v"),
+            ("amqp://u:s3/c?r#et@h/v", "amqp://<redacted>@h/v"),
+            ("u:s3cret@h", "<redacted>@h"),
+            ("amqp://h:5672/v", "amqp://h:5672/v"),
+            ("", ""),
+        ] {
+            assert_eq!(redact_url(url), shown);
+        }
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::options::{
 use crate::service::AuditService;
 
 /// Runs the audit logger until SIGTERM or Ctrl-C.
-#[derive(Debug, Clone, Args)]
+#[derive(Clone, Args)]
 pub struct RunArgs {
     /// The broker: amqp[s]://user[:password]@host:port/vhost[?cacertfile=PATH&…] (see the
     /// README for the TLS parameters)
@@ -66,6 +66,23 @@ pub struct RunArgs {
     /// picks a free one, printed on stderr)
     #[arg(long, env = "MESH_METRICS_ADDR", value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+}
+
+impl fmt::Debug for RunArgs {
+    /// Like the struct, the URLs' user information redacted.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunArgs")
+            .field("url", &mesh_amqp::redact_url(&self.url))
+            .field("password_file", &self.password_file)
+            .field("password", &self.password)
+            .field("node", &self.node)
+            .field("store", &mesh_amqp::redact_url(&self.store))
+            .field("batch_size", &self.batch_size)
+            .field("batch_wait_ms", &self.batch_wait_ms)
+            .field("prefetch", &self.prefetch)
+            .field("metrics_addr", &self.metrics_addr)
+            .finish()
+    }
 }
 
 impl RunArgs {
@@ -223,5 +240,49 @@ impl Signals {
 async fn cancel_on_signal(_signals: Signals, shutdown: CancellationToken) {
     if tokio::signal::ctrl_c().await.is_ok() {
         shutdown.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> RunArgs {
+        RunArgs {
+            url: "amqp://u:amqps3cr/et@h/v".to_owned(),
+            password_file: None,
+            password: EnvPassword::from(Some("envs3cret".to_owned())),
+            node: "n1".to_owned(),
+            store: "postgres://u:pgs3cret@h/db".to_owned(),
+            batch_size: 1,
+            batch_wait_ms: 1,
+            prefetch: 1,
+            metrics_addr: None,
+        }
+    }
+
+    #[test]
+    fn debug_shows_no_password() {
+        let shown = format!("{:?}", args());
+        assert!(!shown.contains("s3cr"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn the_password_file_wins_over_the_environment() {
+        let file = std::env::temp_dir().join(format!("mesh-audit-cli-{}", std::process::id()));
+        std::fs::write(&file, "from-file\n").unwrap();
+        let options: AmqpOptions = "amqp://u:from-url@h/v".parse().unwrap();
+        let env = EnvPassword::from(Some("from-env".to_owned()));
+        let with_file = with_password(options.clone(), &env, Some(&file)).unwrap();
+        assert_eq!(with_file.load_password().unwrap(), "from-file");
+        assert_eq!(with_file.get_password(), "from-file");
+        let with_env = with_password(options.clone(), &env, None).unwrap();
+        assert_eq!(with_env.get_password(), "from-env");
+        let neither = with_password(options, &EnvPassword::default(), None).unwrap();
+        assert_eq!(neither.get_password(), "from-url");
+        std::fs::remove_file(&file).unwrap();
+        let missing = with_password(neither, &env, Some(&file)).unwrap_err();
+        assert!(missing.to_string().contains("password file"), "{missing}");
     }
 }
