@@ -901,6 +901,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn writes_a_tls_listener() {
+        let opts = NodeOptions::default().tls(TlsListener {
+            ca_file: "/x/ca.pem".into(),
+            server_cert: "/x/s.pem".into(),
+            server_key: "/x/s.key".into(),
+            require_client_cert: true,
+        });
+        let conf = opts.rabbitmq_conf("n", 1, None, Some((2, Path::new("/d"))));
+        for line in [
+            "listeners.ssl.1 = 127.0.0.1:2",
+            "ssl_options.cacertfile = /d/tls-ca.pem",
+            "ssl_options.certfile = /d/tls-server.pem",
+            "ssl_options.keyfile = /d/tls-server.key",
+            "ssl_options.verify = verify_peer",
+            "ssl_options.fail_if_no_peer_cert = true",
+        ] {
+            assert!(conf.lines().any(|l| l == line), "{line} in:\n{conf}");
+        }
+        assert!(!NodeOptions::default()
+            .rabbitmq_conf("n", 1, None, None)
+            .contains("ssl"));
+    }
+
+    #[test]
     fn writes_config_from_options() {
         let opts = NodeOptions::default()
             .heartbeat(2)
