@@ -13,12 +13,14 @@ use std::time::{Duration, Instant};
 
 use amqprs::callbacks::ConnectionCallback;
 use amqprs::connection::{Connection, OpenConnectionArguments};
+use amqprs::tls::TlsAdaptor;
 use amqprs::Close;
 use mesh_core::{BoxFuture, TransportError, TransportErrorKind};
 
 use crate::error::from_client;
 use crate::lifecycle::{Lifecycle, Link, Shared};
 use crate::options::AmqpOptions;
+use crate::tls::{verified_name, Attempt, TlsError, TlsVerify};
 
 /// What one link's owner and the broker's callbacks report, for health checks and stats.
 #[derive(Debug)]
@@ -247,6 +249,11 @@ pub(crate) async fn sleep_opt(at: Option<tokio::time::Instant>) {
 /// in order from `start` (wrapping around), each bounded by the connect timeout. Returns the
 /// connection and the index of its address. The caller marks the state connected when it is
 /// ready to be used.
+///
+/// The password file and the TLS files are read here, at every call, so a rotated secret is
+/// used by the next (re)connect. A failure that the next address cannot cure ends the attempt
+/// early: a refused login, and a TLS failure due to the client's own configuration (unknown
+/// CA, client certificate missing or refused; see [`TlsError::is_client_configuration`]).
 pub(crate) async fn open(
     options: &AmqpOptions,
     state: Arc<LinkState>,
@@ -254,21 +261,37 @@ pub(crate) async fn open(
 ) -> Result<(Connection, usize), TransportError> {
     let name = format!("{}.{}", options.get_connection_name(), state.link);
     let heartbeat = u16::try_from(options.get_heartbeat().as_secs()).unwrap_or(u16::MAX);
+    let password = options.load_password()?;
     let addresses = options.get_addresses();
     let mut last_error = None;
     for offset in 0..addresses.len() {
         let index = (start + offset) % addresses.len();
         let address = &addresses[index];
-        let args = OpenConnectionArguments::new(
+        let mut args = OpenConnectionArguments::new(
             &address.host,
             address.port,
             options.get_user(),
-            options.get_password(),
-        )
-        .virtual_host(options.get_vhost())
-        .connection_name(&name)
-        .heartbeat(heartbeat)
-        .finish();
+            &password,
+        );
+        args.virtual_host(options.get_vhost())
+            .connection_name(&name)
+            .heartbeat(heartbeat);
+        let tls = match options.get_tls() {
+            Some(tls_options) => {
+                let attempt = Attempt::configure(tls_options)?;
+                let verified = verified_name(tls_options, &address.host).to_owned();
+                if attempt.verify() == TlsVerify::None {
+                    tracing::warn!(
+                        %address,
+                        "tls verification is off (verify_none): the broker is not authenticated"
+                    );
+                }
+                args.tls_adaptor(TlsAdaptor::new(attempt.connector(), verified.clone()));
+                Some((attempt, verified))
+            }
+            None => None,
+        };
+        let args = args.finish();
         let context = format!("connecting to {address} as `{name}`");
         let opened = tokio::time::timeout(options.get_connect_timeout(), Connection::open(&args))
             .await
@@ -278,7 +301,12 @@ pub(crate) async fn open(
                     format!("{context}: timed out"),
                 )
             })
-            .and_then(|r| r.map_err(|e| from_client(e, &context)));
+            .and_then(|r| {
+                r.map_err(|e| match &tls {
+                    Some((attempt, verified)) => from_tls_attempt(e, attempt, verified, &context),
+                    None => from_client(e, &context),
+                })
+            });
         match opened {
             Ok(connection) => {
                 let number = state.next_connection();
@@ -293,6 +321,7 @@ pub(crate) async fn open(
                     connection = %name,
                     %address,
                     vhost = %options.get_vhost(),
+                    tls = tls.is_some(),
                     heartbeat = connection.heartbeat(),
                     "connected"
                 );
@@ -304,6 +333,9 @@ pub(crate) async fn open(
                 if error.kind() == &TransportErrorKind::AccessRefused {
                     return Err(error);
                 }
+                if tls_is_client_configuration(&error) {
+                    return Err(error);
+                }
                 last_error = Some(error);
             }
         }
@@ -311,6 +343,31 @@ pub(crate) async fn open(
     Err(last_error.unwrap_or_else(|| {
         TransportError::new(TransportErrorKind::InvalidOptions, "no broker address")
     }))
+}
+
+/// The error of a failed TLS attempt: a `Tls` error saying why if TLS is the cause, else what
+/// the client library reported.
+fn from_tls_attempt(
+    error: amqprs::error::Error,
+    attempt: &Attempt,
+    verified: &str,
+    context: &str,
+) -> TransportError {
+    // A login refused by the broker came after a good handshake; the recorders may have
+    // seen the server ask for an optional client certificate, which is not the cause.
+    if let amqprs::error::Error::NetworkError(message) = &error {
+        if let Some(tls) = attempt.failure(verified, message) {
+            return TransportError::new(TransportErrorKind::Tls, context).with_source(tls);
+        }
+    }
+    from_client(error, context)
+}
+
+fn tls_is_client_configuration(error: &TransportError) -> bool {
+    error.kind() == &TransportErrorKind::Tls
+        && std::error::Error::source(error)
+            .and_then(|s| s.downcast_ref::<TlsError>())
+            .is_some_and(TlsError::is_client_configuration)
 }
 
 /// Resolves once `connection` is gone, whether the network failed, heartbeats stopped, or the

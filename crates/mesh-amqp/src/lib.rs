@@ -111,6 +111,19 @@
 //! reconnects, resends, channel closes, cancelled and re-attached consumers, and gauges the
 //! unconfirmed window and the time spent blocked.
 //!
+//! # TLS and credentials
+//!
+//! `amqps://` URLs (or [`AmqpOptions::tls`]) connect with TLS through rustls (ring provider):
+//! the server is verified against `cacertfile` or else the system's root store, a client
+//! certificate is given when `certfile`/`keyfile` are set, and `verify=verify_none` (logged as
+//! a warning) turns verification off. A failed handshake is a `TransportErrorKind::Tls` error
+//! whose source is a [`TlsError`] saying why ([`TlsErrorKind`]: unknown CA, name mismatch,
+//! expired, client certificate required…). The CA, certificate, key and
+//! [password file](AmqpOptions::password_file) are read again at every (re)connect, so a
+//! rotated secret takes effect without a restart. The password is redacted from every
+//! `Debug`, `Display`, error and log line; the client library's `traces` feature, which would
+//! log the login frame, is not enabled.
+//!
 //! Architecture invariant: no `amqprs` type appears in this crate's public API; values are
 //! mapped to and from `mesh_core::wire` types at the edge (`convert`).
 
@@ -130,11 +143,13 @@ mod plain;
 mod proptesting;
 mod publisher;
 mod rpc;
+mod tls;
 mod topology;
 mod transport;
 
 pub use lifecycle::{Lifecycle, Link};
-pub use options::{AmqpOptions, BrokerAddress, QueueType, URL_ENV};
+pub use options::{redact_url, AmqpOptions, BrokerAddress, QueueType, URL_ENV};
 pub use plain::{PlainFollower, PlainLink, PlainMessage, PlainPublisher, CLIENT_LOG_TARGET};
+pub use tls::{TlsError, TlsErrorKind, TlsOptions, TlsVerify};
 pub use topology::{BindingDecl, ExchangeDecl, QueueDecl, Topology};
 pub use transport::{AmqpStats, AmqpTransport};

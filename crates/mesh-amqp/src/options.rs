@@ -1,19 +1,28 @@
 //! How to reach the broker and how the binding behaves: [`AmqpOptions`].
 //!
-//! Options are plain data: `Default` plus consuming setters, [`FromStr`] for `amqp://` URLs,
-//! and [`AmqpOptions::from_env`], which is the only place this crate reads the environment.
+//! Options are plain data: `Default` plus consuming setters, [`FromStr`] for `amqp://` and
+//! `amqps://` URLs, and [`AmqpOptions::from_env`], which is the only place this crate reads
+//! the environment.
+//!
+//! The password never leaves this module in text meant for people: `Debug` and `Display`
+//! redact it, and no parse error quotes a part of the URL that may hold it.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
 use mesh_core::{TransportError, TransportErrorKind};
 
+use crate::tls::{TlsOptions, TlsVerify};
+
 /// The environment variable [`AmqpOptions::from_env`] reads.
 pub const URL_ENV: &str = "MESH_URL";
 
 const DEFAULT_PORT: u16 = 5672;
+const DEFAULT_TLS_PORT: u16 = 5671;
 const DEFAULT_MANAGEMENT_PORT: u16 = 15672;
+const DEFAULT_MANAGEMENT_TLS_PORT: u16 = 15671;
 /// The largest confirm window (see [`AmqpOptions::validate`]).
 const MAX_CONFIRM_WINDOW: usize = 8192;
 /// The largest byte bound of the unconfirmed window: a message takes its size in permits of
@@ -114,14 +123,21 @@ impl fmt::Display for BrokerAddress {
 ///
 /// # URL syntax
 ///
-/// `amqp://[user[:password]@]host[:port][,host[:port]…][/vhost][?heartbeat=<s>&connection_timeout=<ms>]`
+/// `amqp[s]://[user[:password]@]host[:port][,host[:port]…][/vhost][?param=value&…]`
 ///
-/// - user and password are percent-decoded; without them `guest`/`guest` is used;
+/// - user and password are percent-decoded; without them `guest`/`guest` is used; a `/`,
+///   `?`, `#` or `%` in the password must be percent-encoded (better: keep the password out
+///   of the URL, see [`AmqpOptions::password_file`]);
 /// - several comma-separated addresses name the nodes of a cluster, tried in order (after a
 ///   lost connection, starting with the node after the lost one);
 /// - the vhost is the percent-decoded path (`%2F` is `/`); an empty path is `/`; a literal
 ///   `/` inside the vhost must be written `%2F`;
-/// - `amqps` is refused: this build has no TLS.
+/// - `amqps` connects with TLS ([`TlsOptions`]), port 5671 by default;
+/// - parameters: `heartbeat` (seconds), `connection_timeout` (milliseconds), and for `amqps`
+///   RabbitMQ's TLS parameters: `cacertfile`, `certfile`, `keyfile` (PEM file paths,
+///   percent-decoded), `verify` (`verify_peer`, the default, or `verify_none`) and
+///   `server_name_indication`. The files are read when the options are validated and again at
+///   every (re)connect.
 #[derive(Clone, PartialEq, Eq)]
 pub struct AmqpOptions {
     addresses: Vec<BrokerAddress>,
@@ -140,6 +156,8 @@ pub struct AmqpOptions {
     max_unconfirmed_bytes: usize,
     reconnect_min: Duration,
     reconnect_max: Duration,
+    tls: Option<TlsOptions>,
+    password_file: Option<PathBuf>,
 }
 
 impl Default for AmqpOptions {
@@ -165,6 +183,8 @@ impl Default for AmqpOptions {
             max_unconfirmed_bytes: 64 * 1024 * 1024,
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
+            tls: None,
+            password_file: None,
         }
     }
 }
@@ -201,6 +221,33 @@ impl AmqpOptions {
     pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.user = user.into();
         self.password = password.into();
+        self
+    }
+
+    /// The password alone (the user name stays).
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = password.into();
+        self
+    }
+
+    /// Read the password from this file (its content, without one trailing line break) at
+    /// every (re)connect, instead of the password set otherwise: a rotated password takes
+    /// effect at the next connect, and it appears in no URL or command line.
+    pub fn password_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.password_file = Some(path.into());
+        self
+    }
+
+    /// Connect with TLS (`amqps`). The addresses keep their ports: give 5671, RabbitMQ's
+    /// TLS port, where the URL would default to it.
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Connect without TLS (the default).
+    pub fn no_tls(mut self) -> Self {
+        self.tls = None;
         self
     }
 
@@ -304,9 +351,48 @@ impl AmqpOptions {
         &self.user
     }
 
-    /// The password.
+    /// The password given in the URL or with [`credentials`](AmqpOptions::credentials) (not
+    /// the one of a [password file](AmqpOptions::password_file): see
+    /// [`load_password`](AmqpOptions::load_password)).
     pub fn get_password(&self) -> &str {
         &self.password
+    }
+
+    /// The password file, if set.
+    pub fn get_password_file(&self) -> Option<&Path> {
+        self.password_file.as_deref()
+    }
+
+    /// The password to log in with now: the password file's content, read now, if one is set;
+    /// else the password given. Fails with `InvalidOptions` naming the file if it cannot be
+    /// read, is not UTF-8, or is empty.
+    pub fn load_password(&self) -> Result<String, TransportError> {
+        let Some(path) = &self.password_file else {
+            return Ok(self.password.clone());
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            invalid(format!(
+                "cannot read the password file `{}`",
+                path.display()
+            ))
+            .with_source(e)
+        })?;
+        let password = text
+            .strip_suffix('\n')
+            .map(|t| t.strip_suffix('\r').unwrap_or(t))
+            .unwrap_or(&text);
+        if password.is_empty() {
+            return Err(invalid(format!(
+                "the password file `{}` is empty",
+                path.display()
+            )));
+        }
+        Ok(password.to_owned())
+    }
+
+    /// The TLS settings, if connecting with TLS.
+    pub fn get_tls(&self) -> Option<&TlsOptions> {
+        self.tls.as_ref()
     }
 
     /// The virtual host.
@@ -339,14 +425,16 @@ impl AmqpOptions {
         &self.connection_name
     }
 
-    /// The management API's base URL: as set, or derived from the first address.
+    /// The management API's base URL: as set, or derived from the first address (`https` on
+    /// port 15671 when connecting with TLS, so the credentials never travel in clear where
+    /// the broker was reached with TLS; `http` on 15672 otherwise).
     pub fn get_management_url(&self) -> Option<String> {
         match &self.management_url {
             Some(url) => Some(url.clone()),
-            None => self
-                .addresses
-                .first()
-                .map(|a| format!("http://{}:{DEFAULT_MANAGEMENT_PORT}", a.host)),
+            None => self.addresses.first().map(|a| match self.tls {
+                Some(_) => format!("https://{}:{DEFAULT_MANAGEMENT_TLS_PORT}", a.host),
+                None => format!("http://{}:{DEFAULT_MANAGEMENT_PORT}", a.host),
+            }),
         }
     }
 
@@ -427,6 +515,14 @@ impl AmqpOptions {
         if self.reconnect_min.is_zero() || self.reconnect_max < self.reconnect_min {
             return Err(invalid("the reconnect backoff needs 0 < min <= max"));
         }
+        // Read the files now, so a missing or malformed one is reported before connecting;
+        // they are read again at every connect.
+        if self.password_file.is_some() {
+            self.load_password()?;
+        }
+        if let Some(tls) = &self.tls {
+            tls.check()?;
+        }
         Ok(())
     }
 }
@@ -451,14 +547,18 @@ impl fmt::Debug for AmqpOptions {
             .field("max_unconfirmed_bytes", &self.max_unconfirmed_bytes)
             .field("reconnect_min", &self.reconnect_min)
             .field("reconnect_max", &self.reconnect_max)
+            .field("tls", &self.tls)
+            .field("password_file", &self.password_file)
             .finish()
     }
 }
 
 impl fmt::Display for AmqpOptions {
-    /// The URL without the password, for logs: `amqp://user@h1:5672,h2:5672/vhost`.
+    /// The URL without the password nor the TLS parameters, for logs:
+    /// `amqp://user@h1:5672,h2:5672/vhost` (`amqps://` with TLS).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "amqp://{}@", percent_encode(&self.user))?;
+        let scheme = if self.tls.is_some() { "amqps" } else { "amqp" };
+        write!(f, "{scheme}://{}@", percent_encode(&self.user))?;
         for (i, address) in self.addresses.iter().enumerate() {
             if i > 0 {
                 f.write_str(",")?;
@@ -472,19 +572,28 @@ impl fmt::Display for AmqpOptions {
 impl FromStr for AmqpOptions {
     type Err = TransportError;
 
-    /// Parses an `amqp://` URL; see the [type's docs](AmqpOptions#url-syntax).
+    /// Parses an `amqp://` or `amqps://` URL; see the [type's docs](AmqpOptions#url-syntax).
+    ///
+    /// No error quotes the user information or anything that may be part of a password.
     fn from_str(url: &str) -> Result<Self, Self::Err> {
         let (scheme, rest) = url
             .split_once("://")
             .ok_or_else(|| invalid("not an amqp:// URL (no `://`)"))?;
-        match scheme.to_ascii_lowercase().as_str() {
-            "amqp" => {}
-            "amqps" => {
-                return Err(invalid(
-                    "amqps:// needs TLS, which this build of mesh-amqp does not include",
-                ))
-            }
-            other => return Err(invalid(format!("scheme `{other}` is not amqp"))),
+        let tls = match scheme.to_ascii_lowercase().as_str() {
+            "amqp" => false,
+            "amqps" => true,
+            // Not quoted: a mistyped URL may start with anything.
+            _ => return Err(invalid("the scheme is neither amqp nor amqps")),
+        };
+        // The authority ends at the first `/`, `?` or `#`. An `@` after that means the user
+        // information holds one of them unescaped: refuse, quoting nothing, as the pieces
+        // are parts of the password.
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        if !rest[..authority_end].contains('@') && rest[authority_end..].contains('@') {
+            return Err(invalid(
+                "the URL holds an `@` after its host part: a password holding `/`, `?` or `#` \
+                 must percent-encode them (and a vhost or parameter holding `@` must write %40)",
+            ));
         }
         if rest.contains('#') {
             return Err(invalid("a URL fragment (`#`) is not allowed"));
@@ -498,6 +607,9 @@ impl FromStr for AmqpOptions {
             None => (rest, ""),
         };
         let mut options = AmqpOptions::default();
+        let default_port = if tls { DEFAULT_TLS_PORT } else { DEFAULT_PORT };
+        let mut tls_options = TlsOptions::new();
+        let mut tls_parameters = false;
 
         let hosts = match authority.rsplit_once('@') {
             Some((userinfo, hosts)) => {
@@ -513,7 +625,7 @@ impl FromStr for AmqpOptions {
         };
         options.addresses = hosts
             .split(',')
-            .map(parse_address)
+            .map(|host| parse_address(host, default_port))
             .collect::<Result<_, _>>()?;
 
         options.vhost = if path.is_empty() {
@@ -544,21 +656,89 @@ impl FromStr for AmqpOptions {
                         })?;
                         options.connect_timeout = Duration::from_millis(ms);
                     }
+                    "cacertfile" => {
+                        tls_options = tls_options.ca_file(file_parameter(key, value)?);
+                        tls_parameters = true;
+                    }
+                    "certfile" => {
+                        tls_options.set_cert_file(file_parameter(key, value)?);
+                        tls_parameters = true;
+                    }
+                    "keyfile" => {
+                        tls_options.set_key_file(file_parameter(key, value)?);
+                        tls_parameters = true;
+                    }
+                    "verify" => {
+                        let verify = match value {
+                            "verify_peer" => TlsVerify::Peer,
+                            "verify_none" => TlsVerify::None,
+                            other => {
+                                return Err(invalid(format!(
+                                    "verify `{other}` is neither `verify_peer` nor `verify_none`"
+                                )))
+                            }
+                        };
+                        tls_options = tls_options.verify(verify);
+                        tls_parameters = true;
+                    }
+                    "server_name_indication" => {
+                        let name = percent_decode(value, "server_name_indication")?;
+                        crate::tls::server_name(&name)?;
+                        tls_options = tls_options.server_name(name);
+                        tls_parameters = true;
+                    }
                     other => {
                         return Err(invalid(format!(
                             "unsupported URL parameter `{other}` (supported: heartbeat, \
-                             connection_timeout)"
+                             connection_timeout, cacertfile, certfile, keyfile, verify, \
+                             server_name_indication)"
                         )))
                     }
                 }
             }
+        }
+        if tls {
+            options.tls = Some(tls_options);
+        } else if tls_parameters {
+            return Err(invalid(
+                "tls parameters (cacertfile, certfile, keyfile, verify, \
+                 server_name_indication) need an amqps:// URL",
+            ));
         }
         options.validate()?;
         Ok(options)
     }
 }
 
-fn parse_address(text: &str) -> Result<BrokerAddress, TransportError> {
+/// `url` with everything between `://` and its last `@` (the user information) replaced by
+/// `<redacted>`, without parsing it: for the `Debug` of a URL kept as text, which may be
+/// malformed (a password holding an unescaped `/`, `?` or `#` still ends at the last `@`).
+///
+/// ```
+/// assert_eq!(
+///     mesh_amqp::redact_url("amqps://u:pa/ss@h:5671/v"),
+///     "amqps://<redacted>@h:5671/v"
+/// );
+/// assert_eq!(mesh_amqp::redact_url("amqp://h/v"), "amqp://h/v");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    match url.rfind('@') {
+        Some(at) if at >= start => format!("{}<redacted>{}", &url[..start], &url[at..]),
+        _ => url.to_owned(),
+    }
+}
+
+/// A file path given as a URL parameter, percent-decoded.
+fn file_parameter(key: &str, value: &str) -> Result<PathBuf, TransportError> {
+    let path = percent_decode(value, key)?;
+    if path.is_empty() {
+        return Err(invalid(format!("{key} is empty")));
+    }
+    Ok(PathBuf::from(path))
+}
+
+fn parse_address(text: &str, default_port: u16) -> Result<BrokerAddress, TransportError> {
     let text = text.trim();
     let (host, port) = if let Some(end) = text.find(']') {
         if !text.starts_with('[') {
@@ -582,7 +762,7 @@ fn parse_address(text: &str) -> Result<BrokerAddress, TransportError> {
         return Err(invalid(format!("address `{text}` has no host")));
     }
     let port = match port {
-        None | Some("") => DEFAULT_PORT,
+        None | Some("") => default_port,
         Some(port) => port
             .parse()
             .map_err(|_| invalid(format!("port `{port}` of address `{text}` is not a port")))?,
@@ -698,7 +878,6 @@ mod tests {
 
     #[test]
     fn refuses_what_cannot_work() {
-        assert!(refused("amqps://h/v").contains("TLS"));
         assert!(refused("http://h/v").contains("scheme"));
         assert!(refused("h:5672").contains("://"));
         assert!(refused("amqp://h:99999/v").contains("port"));
@@ -721,6 +900,199 @@ mod tests {
         assert!(!format!("{o:?}").contains("hunter2"));
         assert!(!o.to_string().contains("hunter2"));
         assert_eq!(o.to_string(), "amqp://u@h:5672/v");
+    }
+
+    /// A directory of PEM files for the TLS tests: a CA, and a client certificate and key.
+    struct Files(std::path::PathBuf);
+
+    impl Files {
+        fn new(label: &str) -> Files {
+            let dir = std::env::temp_dir()
+                .join(format!("mesh-amqp-options-{label}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            // A self-signed certificate and its key (ECDSA P-256), generated once for these
+            // tests; as a CA it only has to parse.
+            std::fs::write(dir.join("ca.pem"), TEST_CERT).unwrap();
+            std::fs::write(dir.join("client.pem"), TEST_CERT).unwrap();
+            std::fs::write(dir.join("client.key"), TEST_KEY).unwrap();
+            std::fs::write(dir.join("garbage.pem"), "not pem at all").unwrap();
+            Files(dir)
+        }
+
+        fn path(&self, file: &str) -> String {
+            self.0.join(file).display().to_string()
+        }
+    }
+
+    impl Drop for Files {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const TEST_CERT: &str = include_str!("../tests/data/self-signed.pem");
+    const TEST_KEY: &str = include_str!("../tests/data/self-signed.key");
+
+    #[test]
+    fn amqps_defaults_to_port_5671_and_verify_peer() {
+        let files = Files::new("port");
+        let o = parse(&format!(
+            "amqps://u:p@h1,h2:7000/v?cacertfile={}",
+            files.path("ca.pem")
+        ));
+        assert_eq!(
+            o.get_addresses(),
+            &[
+                BrokerAddress::new("h1", 5671),
+                BrokerAddress::new("h2", 7000)
+            ]
+        );
+        let tls = o.get_tls().unwrap();
+        assert_eq!(tls.get_verify(), TlsVerify::Peer);
+        assert_eq!(tls.get_ca_file(), Some(Path::new(&files.path("ca.pem"))));
+        assert_eq!(tls.get_server_name(), None);
+        assert_eq!(o.to_string(), "amqps://u@h1:5671,h2:7000/v");
+        assert_eq!(o.get_management_url().as_deref(), Some("https://h1:15671"));
+        assert!(parse("amqp://h").get_tls().is_none());
+    }
+
+    #[test]
+    fn parses_every_tls_parameter() {
+        let files = Files::new("params");
+        let o = parse(&format!(
+            "amqps://h/v?cacertfile={}&certfile={}&keyfile={}&verify=verify_none&\
+             server_name_indication=rabbit.internal&heartbeat=2",
+            files.path("ca.pem"),
+            files.path("client.pem"),
+            files.path("client.key"),
+        ));
+        let tls = o.get_tls().unwrap();
+        assert_eq!(tls.get_verify(), TlsVerify::None);
+        assert_eq!(tls.get_server_name(), Some("rabbit.internal"));
+        assert_eq!(
+            tls.get_cert_file(),
+            Some(Path::new(&files.path("client.pem")))
+        );
+        assert_eq!(
+            tls.get_key_file(),
+            Some(Path::new(&files.path("client.key")))
+        );
+        assert_eq!(o.get_heartbeat(), Duration::from_secs(2));
+        // Percent-decoded paths.
+        let encoded = files.path("ca.pem").replace('/', "%2F");
+        let o = parse(&format!("amqps://h/v?cacertfile={encoded}"));
+        assert_eq!(
+            o.get_tls().unwrap().get_ca_file(),
+            Some(Path::new(&files.path("ca.pem")))
+        );
+    }
+
+    #[test]
+    fn refuses_bad_tls_parameters() {
+        let files = Files::new("bad");
+        let ca = files.path("ca.pem");
+        assert!(refused(&format!("amqps://h/v?cacertfile={ca}&verify=maybe")).contains("maybe"));
+        let missing = files.path("missing.pem");
+        let text = refused(&format!("amqps://h/v?cacertfile={missing}"));
+        assert!(
+            text.contains("cannot read the CA file") && text.contains("missing.pem"),
+            "{text}"
+        );
+        let text = refused(&format!(
+            "amqps://h/v?cacertfile={}",
+            files.path("garbage.pem")
+        ));
+        assert!(
+            text.contains("holds no certificate") && text.contains("garbage.pem"),
+            "{text}"
+        );
+        let text = refused(&format!(
+            "amqps://h/v?cacertfile={ca}&certfile={}",
+            files.path("client.pem")
+        ));
+        assert!(text.contains("keyfile"), "{text}");
+        let text = refused(&format!(
+            "amqps://h/v?cacertfile={ca}&certfile={}&keyfile={}",
+            files.path("client.pem"),
+            files.path("garbage.pem")
+        ));
+        assert!(
+            text.contains("no PEM private key") && text.contains("garbage.pem"),
+            "{text}"
+        );
+        assert!(refused(&format!("amqp://h/v?cacertfile={ca}")).contains("amqps"));
+        assert!(refused(&format!(
+            "amqps://h/v?cacertfile={ca}&server_name_indication=a%20b"
+        ))
+        .contains("server name"));
+        assert!(refused("amqps://h/v?cacertfile=").contains("empty"));
+        // The builder checks the same at validation.
+        let o = AmqpOptions::new().tls(TlsOptions::new().ca_file(&missing));
+        assert_eq!(
+            o.validate().unwrap_err().kind(),
+            &TransportErrorKind::InvalidOptions
+        );
+    }
+
+    #[test]
+    fn no_error_quotes_a_password() {
+        for (url, secret) in [
+            ("amqp://u:s3cr/et9@h/v", ["s3cr", "et9@h"]),
+            ("amqp://u:s3cr?et9@h/v", ["s3cr", "et9@h"]),
+            ("amqp://u:s3cr#et9@h/v", ["s3cr", "et9@h"]),
+            ("amqp://u:s3cr%zzet9@h/v", ["s3cr", "zzet9"]),
+            ("htp://u:s3cret9@h/v", ["s3cr", "u:s3"]),
+            ("amqp://u:s3cr/et9@h:notaport/v", ["s3cr", "et9@h"]),
+        ] {
+            let err = url.parse::<AmqpOptions>().unwrap_err();
+            let shown = format!("{err} {err:?} {:?}", std::error::Error::source(&err));
+            for s in secret {
+                assert!(!shown.contains(s), "{url}: {shown}");
+            }
+        }
+        // A password holding every reserved character works when percent-encoded.
+        let o = parse("amqp://u:a%2Fb%3Fc%40d%23e%25f@h/v");
+        assert_eq!(o.get_password(), "a/b?c@d#e%f");
+        let shown = format!("{o} {o:?}");
+        assert!(
+            !shown.contains("a/b") && !shown.contains("a%2Fb"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn urls_as_text_are_redacted() {
+        for (url, shown) in [
+            ("amqp://u:s3cret@h/v", "amqp://<redacted>@h/v"),
+            ("amqp://u:s3/c?r#et@h/v", "amqp://<redacted>@h/v"),
+            ("u:s3cret@h", "<redacted>@h"),
+            ("amqp://h:5672/v", "amqp://h:5672/v"),
+            ("", ""),
+        ] {
+            assert_eq!(redact_url(url), shown);
+        }
+    }
+
+    #[test]
+    fn the_password_file_is_read_at_every_load() {
+        let files = Files::new("password");
+        let path = files.0.join("password");
+        std::fs::write(&path, "first\n").unwrap();
+        let o = parse("amqp://u:inline@h/v").password_file(&path);
+        assert!(o.validate().is_ok());
+        assert_eq!(o.load_password().unwrap(), "first");
+        std::fs::write(&path, "second\r\n").unwrap();
+        assert_eq!(o.load_password().unwrap(), "second");
+        assert!(!format!("{o:?}").contains("second"));
+        std::fs::write(&path, "").unwrap();
+        assert!(o.load_password().unwrap_err().to_string().contains("empty"));
+        std::fs::remove_file(&path).unwrap();
+        let err = o.validate().unwrap_err();
+        assert!(err.to_string().contains("password file"), "{err}");
+        assert_eq!(
+            parse("amqp://u:inline@h").load_password().unwrap(),
+            "inline"
+        );
     }
 
     #[test]

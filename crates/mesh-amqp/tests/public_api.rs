@@ -13,6 +13,7 @@ const REEXPORTING: &[&str] = &[
     "lifecycle.rs",
     "options.rs",
     "plain/mod.rs",
+    "tls.rs",
     "topology.rs",
     "transport.rs",
 ];

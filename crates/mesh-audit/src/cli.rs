@@ -11,10 +11,16 @@
 //! ```
 //!
 //! With port 0 the system picks a free port; that line tells which.
+//!
+//! The password can stay out of the URL (and so out of `ps` and shell histories):
+//! `--password-file PATH` (or `MESH_PASSWORD_FILE`) names a file holding it, read again at
+//! every reconnect so a rotated password takes effect without a restart; else
+//! `MESH_PASSWORD` holds it. Either overrides a password in the URL.
 
+use std::fmt;
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -29,11 +35,19 @@ use crate::options::{
 use crate::service::AuditService;
 
 /// Runs the audit logger until SIGTERM or Ctrl-C.
-#[derive(Debug, Clone, Args)]
+#[derive(Clone, Args)]
 pub struct RunArgs {
-    /// The broker: amqp://user:password@host:port/vhost
+    /// The broker: amqp[s]://user[:password]@host:port/vhost[?cacertfile=PATH&…] (see the
+    /// README for the TLS parameters)
     #[arg(long, env = "MESH_URL", hide_env_values = true)]
     pub url: String,
+    /// A file holding the broker password (overrides the URL's; read again at every
+    /// reconnect). Without it, MESH_PASSWORD may hold the password itself
+    #[arg(long, env = "MESH_PASSWORD_FILE", value_name = "PATH")]
+    pub password_file: Option<PathBuf>,
+    /// The password of `MESH_PASSWORD`, if set (never a command-line flag).
+    #[arg(skip = EnvPassword::from_env())]
+    pub password: EnvPassword,
     /// This node's name: the logger consumes NODE.audit-logger.events
     #[arg(long, env = "MESH_NODE")]
     pub node: String,
@@ -67,10 +81,35 @@ pub struct RunArgs {
     pub management_allow_http: bool,
 }
 
+impl fmt::Debug for RunArgs {
+    /// Like the struct, the URLs' user information redacted.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunArgs")
+            .field("url", &mesh_amqp::redact_url(&self.url))
+            .field("password_file", &self.password_file)
+            .field("password", &self.password)
+            .field("node", &self.node)
+            .field("store", &mesh_amqp::redact_url(&self.store))
+            .field("batch_size", &self.batch_size)
+            .field("batch_wait_ms", &self.batch_wait_ms)
+            .field("prefetch", &self.prefetch)
+            .field("metrics_addr", &self.metrics_addr)
+            .field(
+                "management_url",
+                &self.management_url.as_deref().map(mesh_amqp::redact_url),
+            )
+            .field("management_ca_file", &self.management_ca_file)
+            .field("management_allow_http", &self.management_allow_http)
+            .finish()
+    }
+}
+
 impl RunArgs {
     /// The service these arguments describe.
     pub fn service(&self) -> anyhow::Result<AuditService> {
         let amqp: AmqpOptions = self.url.parse().context("--url")?;
+        let amqp = with_password(amqp, &self.password, self.password_file.as_deref())
+            .context("invalid connection options")?;
         let store: StoreOptions = self.store.parse().context("--store")?;
         let audit = AuditOptions::new()
             .node(self.node.clone())
@@ -115,6 +154,60 @@ impl RunArgs {
         let stats = outcome?;
         tracing::info!(?stats, "mesh-audit stopped");
         Ok(())
+    }
+}
+
+/// The environment variable holding the broker password, for binaries that take it.
+pub const PASSWORD_ENV: &str = "MESH_PASSWORD";
+
+/// A password taken from [`PASSWORD_ENV`]: `Debug` only says whether it is set.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct EnvPassword(Option<String>);
+
+impl EnvPassword {
+    /// Reads [`PASSWORD_ENV`] (unset, empty or not UTF-8: none).
+    pub fn from_env() -> EnvPassword {
+        EnvPassword(std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()))
+    }
+
+    /// The password, if set.
+    pub fn get(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl From<Option<String>> for EnvPassword {
+    fn from(password: Option<String>) -> Self {
+        EnvPassword(password)
+    }
+}
+
+impl fmt::Debug for EnvPassword {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(_) => f.write_str("EnvPassword(<redacted>)"),
+            None => f.write_str("EnvPassword(None)"),
+        }
+    }
+}
+
+/// `options` with the password of a password file (which wins) or of the environment; the
+/// file is read now (a missing or empty one is an error naming it) and again at every
+/// connect.
+pub fn with_password(
+    options: AmqpOptions,
+    password: &EnvPassword,
+    password_file: Option<&Path>,
+) -> Result<AmqpOptions, mesh_core::TransportError> {
+    match (password_file, password.get()) {
+        (Some(path), _) => {
+            let options = options.password_file(path);
+            // Also as the plain password, for what reads it once (the management API).
+            let now = options.load_password()?;
+            Ok(options.password(now))
+        }
+        (None, Some(password)) => Ok(options.password(password)),
+        (None, None) => Ok(options),
     }
 }
 
@@ -181,5 +274,52 @@ impl Signals {
 async fn cancel_on_signal(_signals: Signals, shutdown: CancellationToken) {
     if tokio::signal::ctrl_c().await.is_ok() {
         shutdown.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> RunArgs {
+        RunArgs {
+            url: "amqp://u:amqps3cr/et@h/v".to_owned(),
+            password_file: None,
+            password: EnvPassword::from(Some("envs3cret".to_owned())),
+            node: "n1".to_owned(),
+            store: "postgres://u:pgs3cret@h/db".to_owned(),
+            batch_size: 1,
+            batch_wait_ms: 1,
+            prefetch: 1,
+            metrics_addr: None,
+            management_url: Some("https://u:mgmts3cret@h:15671".to_owned()),
+            management_ca_file: None,
+            management_allow_http: false,
+        }
+    }
+
+    #[test]
+    fn debug_shows_no_password() {
+        let shown = format!("{:?}", args());
+        assert!(!shown.contains("s3cr"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn the_password_file_wins_over_the_environment() {
+        let file = std::env::temp_dir().join(format!("mesh-audit-cli-{}", std::process::id()));
+        std::fs::write(&file, "from-file\n").unwrap();
+        let options: AmqpOptions = "amqp://u:from-url@h/v".parse().unwrap();
+        let env = EnvPassword::from(Some("from-env".to_owned()));
+        let with_file = with_password(options.clone(), &env, Some(&file)).unwrap();
+        assert_eq!(with_file.load_password().unwrap(), "from-file");
+        assert_eq!(with_file.get_password(), "from-file");
+        let with_env = with_password(options.clone(), &env, None).unwrap();
+        assert_eq!(with_env.get_password(), "from-env");
+        let neither = with_password(options, &EnvPassword::default(), None).unwrap();
+        assert_eq!(neither.get_password(), "from-url");
+        std::fs::remove_file(&file).unwrap();
+        let missing = with_password(neither, &env, Some(&file)).unwrap_err();
+        assert!(missing.to_string().contains("password file"), "{missing}");
     }
 }

@@ -151,6 +151,8 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
             let node = config::node(global)?;
             let run = mesh_audit::cli::RunArgs {
                 url: global.url.clone(),
+                password_file: global.password_file.clone(),
+                password: global.password.clone(),
                 node: node.to_string(),
                 store: store_url(&args.store, true)?,
                 batch_size: args.batch_size,

@@ -46,11 +46,12 @@ What needs what:
     exit_table!()
 );
 
-/// Options every command takes.
-#[derive(Debug, Args)]
+/// Options every command takes (`Debug` redacts the URL's user information).
+#[derive(Args)]
 pub(crate) struct Global {
-    /// The broker: amqp://[user[:password]@]host[:port][/vhost] (guest/guest when no
-    /// credentials are given; %2F is the vhost `/`)
+    /// The broker: amqp[s]://[user[:password]@]host[:port][/vhost][?params] (guest/guest when
+    /// no credentials are given; %2F is the vhost `/`; amqps takes cacertfile, certfile,
+    /// keyfile, verify and server_name_indication)
     #[arg(
         long,
         env = "MESH_URL",
@@ -59,6 +60,15 @@ pub(crate) struct Global {
         hide_env_values = true
     )]
     pub(crate) url: String,
+
+    /// A file holding the broker password (overrides the URL's). Without it, MESH_PASSWORD may
+    /// hold the password itself
+    #[arg(long, env = "MESH_PASSWORD_FILE", value_name = "PATH", global = true)]
+    pub(crate) password_file: Option<std::path::PathBuf>,
+
+    /// The password of MESH_PASSWORD, if set (never a command-line flag).
+    #[arg(skip = mesh_audit::cli::EnvPassword::from_env())]
+    pub(crate) password: mesh_audit::cli::EnvPassword,
 
     /// The node this tool speaks from [default: the host name, up to its first dot]
     #[arg(long, env = "MESH_NODE", global = true)]
@@ -100,6 +110,27 @@ pub(crate) struct Global {
     /// When to colour the output
     #[arg(long, value_enum, default_value_t = ColorWhen::Auto, global = true)]
     pub(crate) color: ColorWhen,
+}
+
+impl std::fmt::Debug for Global {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Global")
+            .field("url", &mesh::amqp::redact_url(&self.url))
+            .field("password_file", &self.password_file)
+            .field("password", &self.password)
+            .field("node", &self.node)
+            .field(
+                "management_url",
+                &self.management_url.as_deref().map(mesh::amqp::redact_url),
+            )
+            .field("management_ca_file", &self.management_ca_file)
+            .field("management_allow_http", &self.management_allow_http)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("json", &self.json)
+            .field("queue_type", &self.queue_type)
+            .field("color", &self.color)
+            .finish()
+    }
 }
 
 /// `--color`.
@@ -171,12 +202,21 @@ Examples:
   mesh logs tail '#.error' --json";
 
 /// `--store`, on every command that reads the audit store.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub(crate) struct StoreArg {
     /// The audit store: sqlite://PATH?mode=rwc or postgres://user@host/db [default: the
     /// SQLite file mesh/audit.db in the user's data directory, e.g. ~/.local/share]
     #[arg(long, env = "MESH_AUDIT_STORE", hide_env_values = true)]
     pub(crate) store: Option<String>,
+}
+
+impl std::fmt::Debug for StoreArg {
+    /// The store URL with its user information redacted.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreArg")
+            .field("store", &self.store.as_deref().map(mesh::amqp::redact_url))
+            .finish()
+    }
 }
 
 /// Which events.
@@ -708,6 +748,24 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn debug_shows_no_password() {
+        use clap::Parser as _;
+        let cli = Cli::try_parse_from([
+            "mesh",
+            "--url",
+            "amqp://u:amqps3cr/et@h/v",
+            "audit",
+            "count",
+            "--store",
+            "postgres://u:pgs3cret@h/db",
+        ])
+        .unwrap();
+        let shown = format!("{cli:?}");
+        assert!(!shown.contains("s3cr"), "{shown}");
+        assert!(shown.contains("<redacted>@h/v"), "{shown}");
     }
 
     #[test]

@@ -15,14 +15,20 @@ use crate::management::Management;
 /// operator can tell them apart from services' connections.
 const CONNECTION_NAME: &str = "mesh-cli";
 
-/// The AMQP options from `--url`/`MESH_URL` and `--connect-timeout`; a bad URL is a usage
-/// error.
+/// The AMQP options from `--url`/`MESH_URL`, the password of `--password-file` or
+/// `MESH_PASSWORD`, and `--connect-timeout`; a bad URL, or a password file that cannot be
+/// read, is a usage error. No message quotes the URL's password.
 pub(crate) fn amqp_options(global: &Global) -> anyhow::Result<AmqpOptions> {
     let options: AmqpOptions = global
         .url
         .trim()
         .parse()
         .coded(Code::Usage, || "invalid --url (or MESH_URL)".to_owned())?;
+    let options =
+        mesh_audit::cli::with_password(options, &global.password, global.password_file.as_deref())
+            .coded(Code::Usage, || {
+                "invalid --password-file (or MESH_PASSWORD_FILE)".to_owned()
+            })?;
     let mut options = options
         .connect_timeout(global.connect_timeout)
         .connection_name(CONNECTION_NAME);
@@ -68,10 +74,12 @@ pub(crate) async fn connect(options: AmqpOptions) -> anyhow::Result<Arc<dyn Tran
     match AmqpTransport::connect(options).await {
         Ok(transport) => Ok(Arc::new(transport)),
         Err(error) => {
+            // A failed TLS handshake is unreachable too: the reason (unknown CA, name
+            // mismatch, expired, client certificate required…) is in the error's chain.
             let code = match error.kind() {
-                TransportErrorKind::ConnectionLost | TransportErrorKind::Timeout => {
-                    Code::Unreachable
-                }
+                TransportErrorKind::ConnectionLost
+                | TransportErrorKind::Timeout
+                | TransportErrorKind::Tls => Code::Unreachable,
                 TransportErrorKind::InvalidOptions => Code::Usage,
                 _ => Code::Error,
             };
@@ -80,6 +88,9 @@ pub(crate) async fn connect(options: AmqpOptions) -> anyhow::Result<Arc<dyn Tran
                     format!(
                         "the broker at {shown} refused access (credentials, vhost or permissions)"
                     )
+                }
+                TransportErrorKind::Tls => {
+                    format!("cannot set up tls with the broker at {shown}")
                 }
                 _ => format!("cannot connect to the broker at {shown}"),
             };

@@ -19,7 +19,7 @@ pub(crate) enum Code {
     /// 2: the command line is wrong: an unknown option, an invalid key, pattern or name, data
     /// that is not JSON.
     Usage,
-    /// 3: the broker cannot be reached (refused, timed out, unknown host).
+    /// 3: the broker cannot be reached (refused, timed out, unknown host, tls failed).
     Unreachable,
     /// 4: `call`: no server serves the tool.
     NoServer,
@@ -83,7 +83,7 @@ Exit codes:
   0  success (also when the reader of the output went away: a broken pipe)
   1  error without a code of its own
   2  usage: bad arguments, an invalid key, pattern or name, data that is not JSON
-  3  the broker is unreachable (connection refused, timed out, unknown host)
+  3  the broker is unreachable (connection refused, timed out, unknown host, tls failed)
   4  call: no server serves the tool
   5  call: no reply within --timeout
   6  call: the tool answered with an error

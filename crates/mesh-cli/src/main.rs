@@ -11,8 +11,9 @@
 //! mesh status
 //! ```
 //!
-//! Every command takes `--url` (`MESH_URL`, default `amqp://127.0.0.1:5672`, guest/guest),
-//! `--node` (`MESH_NODE`, default: the host name up to its first dot), `--json` (one JSON
+//! Every command takes `--url` (`MESH_URL`, default `amqp://127.0.0.1:5672`, guest/guest;
+//! `amqps://…?cacertfile=…` for TLS), `--password-file` (`MESH_PASSWORD_FILE`; or the password
+//! itself in `MESH_PASSWORD`), `--node` (`MESH_NODE`, default: the host name up to its first dot), `--json` (one JSON
 //! object per line on stdout) and `--color auto|always|never`. `emit`, `tail` and `call`
 //! speak AMQP only; `topology` and the queue part of `status` read RabbitMQ's management
 //! HTTP API (`--management-url`, `MESH_MANAGEMENT_URL`, default `http://<host>:15672`).
@@ -24,7 +25,7 @@
 //! | 0 | success (also when the reader of the output went away: a broken pipe) |
 //! | 1 | an error without a code of its own |
 //! | 2 | usage: bad arguments, an invalid key, pattern or name, data that is not JSON, an emitter that does not own the key |
-//! | 3 | the broker is unreachable (connection refused, timed out, unknown host) |
+//! | 3 | the broker is unreachable (connection refused, timed out, unknown host, tls failed) |
 //! | 4 | `call`: no server serves the tool |
 //! | 5 | `call`: no reply within `--timeout` |
 //! | 6 | `call`: the tool answered with an error |

@@ -64,6 +64,10 @@ pub enum TransportErrorKind {
     },
     /// The broker refused access (credentials, vhost, permissions).
     AccessRefused,
+    /// The TLS session could not be set up: the server's certificate was refused, or the
+    /// server refused the handshake or the client's certificate. The transport's own error in
+    /// the source chain says which.
+    Tls,
     /// The options given cannot work (a bad URL, an impossible setting).
     InvalidOptions,
     /// Anything else the broker or the client reported.
@@ -120,6 +124,11 @@ impl TransportError {
     pub fn is_connection_lost(&self) -> bool {
         self.0.kind == TransportErrorKind::ConnectionLost
     }
+
+    /// Whether the TLS session could not be set up (see [`TransportErrorKind::Tls`]).
+    pub fn is_tls(&self) -> bool {
+        self.0.kind == TransportErrorKind::Tls
+    }
 }
 
 impl fmt::Display for TransportError {
@@ -152,6 +161,7 @@ impl fmt::Display for TransportError {
                 "`{entity}` exists with {argument} = {theirs}, mesh declares {argument} = {ours}"
             )?,
             TransportErrorKind::AccessRefused => f.write_str("access refused")?,
+            TransportErrorKind::Tls => f.write_str("tls failure")?,
             TransportErrorKind::InvalidOptions => f.write_str("invalid options")?,
             TransportErrorKind::Protocol => f.write_str("protocol error")?,
         }

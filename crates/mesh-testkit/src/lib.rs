@@ -76,7 +76,7 @@ pub mod wait;
 pub use certs::{CertFiles, TestPki};
 pub use cluster::{shared_cluster, Cluster, ClusterConnection, MemberStatus, QuorumQueueInfo};
 pub use ledger::{Ledger, LedgerReport};
-pub use node::{shared_node, NodeOptions, PrivateNode};
+pub use node::{shared_node, NodeOptions, PrivateNode, TlsListener};
 pub use postgres::PrivatePostgres;
 pub use relay::{Relay, RelayMode};
 pub use shared::{

@@ -85,7 +85,25 @@ pub struct NodeOptions {
     channel_tick_interval_ms: Option<u64>,
     extra_conf: Vec<String>,
     management: bool,
+    tls: Option<TlsListener>,
     boot_timeout: Duration,
+}
+
+/// A TLS listener of a private node (see [`NodeOptions::tls`]): RabbitMQ's `ssl_options`.
+/// The files are copied into the node's directory when it starts, so the node's user can
+/// read them and they outlive the [`TestPki`](crate::TestPki) that made them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsListener {
+    /// The CA that signs the client certificates the node accepts (`ssl_options.cacertfile`).
+    pub ca_file: PathBuf,
+    /// The server's certificate (`ssl_options.certfile`).
+    pub server_cert: PathBuf,
+    /// The server's private key (`ssl_options.keyfile`).
+    pub server_key: PathBuf,
+    /// Refuse a client without a certificate (`ssl_options.fail_if_no_peer_cert`); either
+    /// way the node asks for one and verifies what it gets (`ssl_options.verify =
+    /// verify_peer`).
+    pub require_client_cert: bool,
 }
 
 impl Default for NodeOptions {
@@ -97,6 +115,7 @@ impl Default for NodeOptions {
             channel_tick_interval_ms: None,
             extra_conf: Vec::new(),
             management: false,
+            tls: None,
             boot_timeout: Duration::from_secs(60),
         }
     }
@@ -145,6 +164,13 @@ impl NodeOptions {
         self
     }
 
+    /// Adds a TLS listener on a free port of its own (see [`PrivateNode::tls_port`]), beside
+    /// the plain AMQP one.
+    pub fn tls(mut self, listener: TlsListener) -> Self {
+        self.tls = Some(listener);
+        self
+    }
+
     /// How long a boot may take before `start`/`start_again` give up (default 60 s).
     pub fn boot_timeout(mut self, timeout: Duration) -> Self {
         self.boot_timeout = timeout;
@@ -156,11 +182,32 @@ impl NodeOptions {
         self.boot_timeout
     }
 
-    fn rabbitmq_conf(&self, name: &str, port: u16, management_port: Option<u16>) -> String {
+    fn rabbitmq_conf(
+        &self,
+        name: &str,
+        port: u16,
+        management_port: Option<u16>,
+        tls: Option<(u16, &Path)>,
+    ) -> String {
         let mut conf = format!(
             "# Written by mesh-testkit for private node {name}.\n\
              listeners.tcp.1 = 127.0.0.1:{port}\n"
         );
+        if let (Some(listener), Some((tls_port, dir))) = (&self.tls, tls) {
+            let d = |file: &str| dir.join(file).display().to_string();
+            conf.push_str(&format!(
+                "listeners.ssl.1 = 127.0.0.1:{tls_port}\n\
+                 ssl_options.cacertfile = {}\n\
+                 ssl_options.certfile = {}\n\
+                 ssl_options.keyfile = {}\n\
+                 ssl_options.verify = verify_peer\n\
+                 ssl_options.fail_if_no_peer_cert = {}\n",
+                d(TLS_FILES[0]),
+                d(TLS_FILES[1]),
+                d(TLS_FILES[2]),
+                listener.require_client_cert
+            ));
+        }
         if let Some(v) = self.heartbeat {
             conf.push_str(&format!("heartbeat = {v}\n"));
         }
@@ -197,6 +244,9 @@ impl NodeOptions {
         }
     }
 }
+
+/// The names of a TLS listener's files in the node's directory: CA, certificate, key.
+const TLS_FILES: [&str; 3] = ["tls-ca.pem", "tls-server.pem", "tls-server.key"];
 
 /// Ports handed out by this process, so two nodes started at once never pick the same one.
 fn reserved_ports() -> MutexGuard<'static, HashSet<u16>> {
@@ -345,6 +395,7 @@ pub struct PrivateNode {
     port: u16,
     dist_port: u16,
     management_port: Option<u16>,
+    tls_port: Option<u16>,
     dir: PathBuf,
     opts: NodeOptions,
     /// Serialises start/stop/kill.
@@ -377,6 +428,11 @@ impl PrivateNode {
         } else {
             None
         };
+        let tls_port = if opts.tls.is_some() {
+            Some(pick_port()?)
+        } else {
+            None
+        };
         let dir = std::env::temp_dir().join(&short);
         std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         // From here on Drop owns the clean-up, whatever fails next.
@@ -385,6 +441,7 @@ impl PrivateNode {
             port,
             dist_port,
             management_port,
+            tls_port,
             dir,
             opts,
             lifecycle: tokio::sync::Mutex::new(()),
@@ -409,11 +466,25 @@ impl PrivateNode {
             std::fs::write(self.dir.join(file), text)
                 .with_context(|| format!("writing {}", self.dir.join(file).display()))
         };
+        if let Some(listener) = &self.opts.tls {
+            let sources = [
+                &listener.ca_file,
+                &listener.server_cert,
+                &listener.server_key,
+            ];
+            for (source, file) in sources.into_iter().zip(TLS_FILES) {
+                std::fs::copy(source, self.dir.join(file))
+                    .with_context(|| format!("copying {}", source.display()))?;
+            }
+        }
         write(
             "rabbitmq.conf",
-            &self
-                .opts
-                .rabbitmq_conf(&self.name, self.port, self.management_port),
+            &self.opts.rabbitmq_conf(
+                &self.name,
+                self.port,
+                self.management_port,
+                self.tls_port.map(|p| (p, self.dir.as_path())),
+            ),
         )?;
         write("advanced.config", &self.opts.advanced_config())?;
         write("enabled_plugins", self.opts.enabled_plugins())?;
@@ -445,6 +516,11 @@ impl PrivateNode {
     /// The Erlang distribution port.
     pub fn dist_port(&self) -> u16 {
         self.dist_port
+    }
+
+    /// The TLS port on 127.0.0.1, if [`NodeOptions::tls`] was set.
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// The management HTTP port, if [`NodeOptions::management`] was set.
@@ -582,11 +658,13 @@ impl PrivateNode {
             res = wait => { res?; }
             err = died => return Err(err),
         }
-        while !port_open(self.port).await {
-            if let Some(status) = self.exit_status() {
-                bail!("rabbitmq-server exited before opening its port ({status})");
+        for port in std::iter::once(self.port).chain(self.tls_port) {
+            while !port_open(port).await {
+                if let Some(status) = self.exit_status() {
+                    bail!("rabbitmq-server exited before opening its port {port} ({status})");
+                }
+                tokio::time::sleep(POLL).await;
             }
-            tokio::time::sleep(POLL).await;
         }
         Ok(())
     }
@@ -823,6 +901,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn writes_a_tls_listener() {
+        let opts = NodeOptions::default().tls(TlsListener {
+            ca_file: "/x/ca.pem".into(),
+            server_cert: "/x/s.pem".into(),
+            server_key: "/x/s.key".into(),
+            require_client_cert: true,
+        });
+        let conf = opts.rabbitmq_conf("n", 1, None, Some((2, Path::new("/d"))));
+        for line in [
+            "listeners.ssl.1 = 127.0.0.1:2",
+            "ssl_options.cacertfile = /d/tls-ca.pem",
+            "ssl_options.certfile = /d/tls-server.pem",
+            "ssl_options.keyfile = /d/tls-server.key",
+            "ssl_options.verify = verify_peer",
+            "ssl_options.fail_if_no_peer_cert = true",
+        ] {
+            assert!(conf.lines().any(|l| l == line), "{line} in:\n{conf}");
+        }
+        assert!(!NodeOptions::default()
+            .rabbitmq_conf("n", 1, None, None)
+            .contains("ssl"));
+    }
+
+    #[test]
     fn writes_config_from_options() {
         let opts = NodeOptions::default()
             .heartbeat(2)
@@ -831,7 +933,7 @@ mod tests {
             .channel_tick_interval_ms(500)
             .extra_conf("disk_free_limit.absolute = 1MB")
             .management(true);
-        let conf = opts.rabbitmq_conf("n@localhost", 20001, Some(20002));
+        let conf = opts.rabbitmq_conf("n@localhost", 20001, Some(20002), None);
         for line in [
             "listeners.tcp.1 = 127.0.0.1:20001",
             "heartbeat = 2",
@@ -853,7 +955,9 @@ mod tests {
         let plain = NodeOptions::default();
         assert_eq!(plain.advanced_config(), "[].\n");
         assert_eq!(plain.enabled_plugins(), "[].\n");
-        assert!(!plain.rabbitmq_conf("n", 1, None).contains("heartbeat"));
+        assert!(!plain
+            .rabbitmq_conf("n", 1, None, None)
+            .contains("heartbeat"));
     }
 
     #[test]

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod traffic;
+
 use std::time::Duration;
 
 use amqprs::channel::Channel;

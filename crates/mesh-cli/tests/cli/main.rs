@@ -9,7 +9,9 @@ mod hostile;
 mod logs;
 mod management;
 mod metrics;
+mod secrets;
 mod status;
+mod tls;
 mod topology;
 
 use std::process::{Output, Stdio};
