@@ -293,7 +293,7 @@ impl AmqpOptions {
         self
     }
 
-    /// The management API's base URL, e.g. `http://rabbit.local:15672` (plain HTTP only).
+    /// The management API's base URL, e.g. `http://rabbit.local:15672` (`http` or `https`).
     /// By default it is derived from the first AMQP address, port 15672, with the same
     /// credentials. It is used to find bindings a durable queue no longer asks for.
     pub fn management_url(mut self, url: impl Into<String>) -> Self {
@@ -770,38 +770,36 @@ fn parse_address(text: &str, default_port: u16) -> Result<BrokerAddress, Transpo
     Ok(BrokerAddress::new(percent_decode(host, "host")?, port))
 }
 
-/// Percent-decodes URL text, refusing a malformed escape or a result that is not UTF-8.
+/// Percent-decodes URL text, refusing a malformed escape (a `%` not followed by two hex
+/// digits, which the decoder would pass through as it is) or a result that is not UTF-8.
 fn percent_decode(text: &str, what: &str) -> Result<String, TransportError> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let byte = text
-                .get(i + 1..i + 3)
-                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
-                .ok_or_else(|| invalid(format!("the {what} has a malformed %-escape")))?;
-            out.push(byte);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    let malformed = text.match_indices('%').any(|(at, _)| {
+        !text
+            .as_bytes()
+            .get(at + 1..at + 3)
+            .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    });
+    if malformed {
+        return Err(invalid(format!("the {what} has a malformed %-escape")));
     }
-    String::from_utf8(out).map_err(|_| invalid(format!("the {what} is not UTF-8")))
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
+        .map_err(|_| invalid(format!("the {what} is not UTF-8")))
 }
+
+/// Everything but RFC 3986's unreserved characters: what a URL's user, vhost or path
+/// segment percent-encodes, so the vhost `/` is `%2F` and a pattern's `#` is `%23`.
+pub(crate) const UNRESERVED_COMPLEMENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
 
 /// Percent-encodes everything but RFC 3986's unreserved characters.
 pub(crate) fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(text, UNRESERVED_COMPLEMENT).to_string()
 }
 
 fn invalid(context: impl Into<String>) -> TransportError {

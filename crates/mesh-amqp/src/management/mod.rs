@@ -22,7 +22,7 @@ mod options;
 use std::sync::Arc;
 
 use mesh_core::naming::EVENTS_EXCHANGE;
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use percent_encoding::utf8_percent_encode;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use url::Url;
@@ -33,13 +33,8 @@ pub use options::ManagementOptions;
 use crate::topology::BindingDecl;
 use options::shown;
 
-/// Everything but RFC 3986's unreserved characters is encoded in a path segment, so the
-/// vhost `/` is `%2F` and a pattern's `#` is `%23`.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
+/// What a path segment encodes: everything but RFC 3986's unreserved characters.
+use crate::options::UNRESERVED_COMPLEMENT as SEGMENT;
 
 /// An exchange as the API lists it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

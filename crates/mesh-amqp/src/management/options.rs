@@ -85,8 +85,10 @@ impl ManagementOptions {
 
     /// The API of the broker `amqp` names: its [management
     /// URL](AmqpOptions::management_url) when one is set, else `http://<first host>:15672`
-    /// (then [not configured](ManagementOptions::is_configured)), with its credentials, and
-    /// its connect timeout (at least 1 s) as the request timeout.
+    /// (`https://<first host>:15671` when the broker is reached with TLS; then [not
+    /// configured](ManagementOptions::is_configured)), with its credentials (a password file
+    /// read now), the TLS options' CA file for an https API, and its connect timeout (at
+    /// least 1 s) as the request timeout.
     /// `None` for options with neither a management URL nor an address.
     pub fn from_amqp(amqp: &AmqpOptions) -> Option<ManagementOptions> {
         // Without addresses, the management URL is only the one set explicitly.
@@ -98,9 +100,19 @@ impl ManagementOptions {
             Some(url) => (url, true),
             None => (amqp.get_management_url()?, false),
         };
+        // The password as the next AMQP connect would send it (a password file read now);
+        // a file that cannot be read fails that connect with its own error, so the API gets
+        // the password given in the options meanwhile.
+        let password = amqp
+            .load_password()
+            .unwrap_or_else(|_| amqp.get_password().to_owned());
         let mut options = ManagementOptions::new(url)
-            .credentials(amqp.get_user(), amqp.get_password())
+            .credentials(amqp.get_user(), password)
             .timeout(amqp.get_connect_timeout().max(Duration::from_secs(1)));
+        // An https API is trusted as the broker's AMQP port is: by the TLS options' CA file.
+        if let Some(ca_file) = amqp.get_tls().and_then(|tls| tls.get_ca_file()) {
+            options = options.ca_file(ca_file);
+        }
         options.configured = is_configured;
         Some(options)
     }
