@@ -161,15 +161,12 @@ impl BrokerUrl {
 /// Percent-encodes everything but RFC 3986's unreserved characters, as a vhost needs in an
 /// AMQP URL's path (`/` itself must become `%2F`).
 pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    const UNRESERVED_COMPLEMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(s, UNRESERVED_COMPLEMENT).to_string()
 }
 
 /// A short random lowercase alphanumeric string for unique names.
