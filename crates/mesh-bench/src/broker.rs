@@ -12,23 +12,36 @@ use amqprs::connection::{Connection, OpenConnectionArguments};
 use amqprs::{FieldTable, FieldValue};
 use anyhow::{bail, Context};
 use mesh::amqp::AmqpOptions;
+use mesh_testkit::PrivateNode;
 
 use crate::cli::QueueKind;
+use crate::tls::RawTls;
 
 /// How long one `rabbitmqctl` may take (each boots an Erlang VM).
 const CTL_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The broker named by `--url`.
+/// How the bench runs `rabbitmqctl`.
+#[derive(Debug, Clone)]
+pub(crate) enum Ctl {
+    /// This command, against the broker of `--url`.
+    Command(String),
+    /// The private node of `--tls`.
+    Node(Arc<PrivateNode>),
+}
+
+/// The broker named by `--url` (or the private node of `--tls`).
 #[derive(Debug, Clone)]
 pub(crate) struct Broker {
     options: AmqpOptions,
-    ctl: String,
+    ctl: Ctl,
+    /// The raw client's TLS, when the broker is reached over TLS.
+    tls: Option<RawTls>,
     /// Vhosts created and not deleted yet: deleted at the end whatever happens.
     live: Arc<Mutex<Vec<String>>>,
 }
 
 impl Broker {
-    pub(crate) fn new(url: &str, ctl: &str) -> anyhow::Result<Broker> {
+    pub(crate) fn new(url: &str, ctl: Ctl, tls: Option<RawTls>) -> anyhow::Result<Broker> {
         let options: AmqpOptions = url.parse().with_context(|| format!("bad --url `{url}`"))?;
         anyhow::ensure!(
             !options.get_addresses().is_empty(),
@@ -36,7 +49,8 @@ impl Broker {
         );
         Ok(Broker {
             options,
-            ctl: ctl.to_owned(),
+            ctl,
+            tls,
             live: Arc::default(),
         })
     }
@@ -85,23 +99,25 @@ impl Broker {
     }
 
     async fn ctl(&self, args: &[&str]) -> anyhow::Result<()> {
-        let run = tokio::process::Command::new(&self.ctl)
+        let command = match &self.ctl {
+            Ctl::Command(command) => command,
+            Ctl::Node(node) => {
+                return node.rabbitmqctl(args).await.map(drop);
+            }
+        };
+        let run = tokio::process::Command::new(command)
             .args(args)
             .kill_on_drop(true)
             .output();
         let output = tokio::time::timeout(CTL_TIMEOUT, run)
             .await
-            .with_context(|| format!("`{} {}` timed out", self.ctl, args.join(" ")))?
+            .with_context(|| format!("`{command} {}` timed out", args.join(" ")))?
             .with_context(|| {
-                format!(
-                    "running `{}` (install RabbitMQ's CLI or pass --rabbitmqctl)",
-                    self.ctl
-                )
+                format!("running `{command}` (install RabbitMQ's CLI or pass --rabbitmqctl)")
             })?;
         if !output.status.success() {
             bail!(
-                "`{} {}` failed: {}",
-                self.ctl,
+                "`{command} {}` failed: {}",
                 args.join(" "),
                 String::from_utf8_lossy(&output.stderr).trim()
             );
@@ -128,16 +144,18 @@ impl Broker {
     /// A raw connection into `vhost`.
     pub(crate) async fn raw(&self, vhost: &str, name: &str) -> anyhow::Result<Connection> {
         let address = &self.options.get_addresses()[0];
-        let args = OpenConnectionArguments::new(
+        let mut args = OpenConnectionArguments::new(
             &address.host,
             address.port,
             self.options.get_user(),
             self.options.get_password(),
-        )
-        .virtual_host(vhost)
-        .connection_name(&format!("bench.raw.{name}"))
-        .heartbeat(10)
-        .finish();
+        );
+        args.virtual_host(vhost)
+            .connection_name(&format!("bench.raw.{name}"))
+            .heartbeat(10);
+        if let Some(tls) = &self.tls {
+            args.tls_adaptor(tls.adaptor());
+        }
         let connection = Connection::open(&args)
             .await
             .with_context(|| format!("connecting to {address}, vhost `{vhost}`"))?;

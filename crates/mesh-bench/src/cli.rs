@@ -91,6 +91,13 @@ pub(crate) struct Args {
     /// The `rabbitmqctl` used to create and delete the bench's vhosts.
     #[arg(long, default_value = "rabbitmqctl")]
     pub(crate) rabbitmqctl: String,
+
+    /// Both sides over TLS: start a private RabbitMQ node (its own ports and data directory)
+    /// with a TLS listener and a certificate authority made for the run, and connect to it
+    /// with `amqps://` (mesh through its URL's `cacertfile`, raw amqprs through the same CA);
+    /// `--url` and `--rabbitmqctl` are not used.
+    #[arg(long, conflicts_with_all = ["url", "rabbitmqctl"])]
+    pub(crate) tls: bool,
 }
 
 /// A scenario.
@@ -169,6 +176,7 @@ pub(crate) struct Plan {
     pub(crate) raw: bool,
     pub(crate) mesh: bool,
     pub(crate) rabbitmqctl: String,
+    pub(crate) tls: bool,
 }
 
 impl Args {
@@ -217,6 +225,7 @@ impl Args {
             raw: self.sides != Sides::Mesh,
             mesh: self.sides != Sides::Raw,
             rabbitmqctl: self.rabbitmqctl.clone(),
+            tls: self.tls,
         };
         for (name, count) in [
             ("--events", plan.events),

@@ -18,6 +18,7 @@ mod payload;
 mod raw;
 mod report;
 mod scenarios;
+mod tls;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -25,7 +26,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, Ctl};
 use crate::report::{Document, PlanSummary, Results};
 
 fn main() -> ExitCode {
@@ -67,9 +68,24 @@ fn run() -> anyhow::Result<ExitCode> {
 }
 
 async fn bench_main(plan: cli::Plan, json: Option<std::path::PathBuf>) -> anyhow::Result<ExitCode> {
-    let broker = Broker::new(&plan.url, &plan.rabbitmqctl)?;
+    // Kept until the end of the run: dropping it stops the node and removes its files.
+    let tls_node = match plan.tls {
+        true => Some(tls::TlsNode::start().await?),
+        false => None,
+    };
+    let broker = match &tls_node {
+        Some(node) => Broker::new(&node.url(), Ctl::Node(node.node()), Some(node.raw_tls()?))?,
+        None => Broker::new(&plan.url, Ctl::Command(plan.rabbitmqctl.clone()), None)?,
+    };
     let mut results = Results::default();
     let mut notes = Vec::new();
+    if plan.tls {
+        notes.push(
+            "both sides over TLS (amqps) to a private node the bench started, not the shared \
+             broker"
+                .to_owned(),
+        );
+    }
     let load_before = measure::load_average();
     let outcome = tokio::select! {
         outcome = bench::run(&plan, &broker, &mut results, &mut notes) => Some(outcome),
