@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The whole test suite, with what it needs brought up first: RabbitMQ on 127.0.0.1:5672
+# (guest/guest) with the management plugin, the rabbitmq-server binary for the private
+# nodes and clusters the fault tests start on other ports, and PostgreSQL on
+# 127.0.0.1:5432 (trust auth, database `test`) for the audit store's tests. Each is
+# installed (Debian packages) and started only if it is missing; a running one is used as
+# it is and never restarted.
+#
+# Extra arguments go to `cargo test` (e.g. `bash scripts/test.sh -p mesh-amqp`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '== %s\n' "$*"; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() {
+  local port=$1 what=$2
+  for _ in $(seq 1 120); do
+    port_open "$port" && return 0
+    sleep 1
+  done
+  echo "$what did not open port $port" >&2
+  return 1
+}
+
+apt_install() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "missing $*: install it (Debian: apt-get install $*) or run this script as root" >&2
+    exit 1
+  fi
+  log "installing $*"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+command -v rabbitmq-server >/dev/null 2>&1 || apt_install rabbitmq-server
+
+if ! port_open 5672; then
+  log "starting RabbitMQ"
+  rabbitmq-server -detached
+  wait_port 5672 RabbitMQ
+fi
+
+# The management API lists bindings and arguments (stale-binding removal, topology checks).
+if ! port_open 15672; then
+  log "enabling the management plugin"
+  rabbitmq-plugins enable rabbitmq_management >/dev/null
+  wait_port 15672 "the management plugin"
+fi
+
+command -v pg_ctlcluster >/dev/null 2>&1 || apt_install postgresql
+
+if ! port_open 5432; then
+  log "starting PostgreSQL"
+  for version in /etc/postgresql/*; do
+    pg_ctlcluster --skip-systemctl-redirect "$(basename "$version")" main start || true
+  done
+  wait_port 5432 PostgreSQL
+fi
+
+log "cargo test --workspace $*"
+cargo test --workspace "$@"
