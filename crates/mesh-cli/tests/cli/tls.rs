@@ -146,3 +146,75 @@ async fn emit_tail_and_the_audit_logger_work_over_amqps_and_a_wrong_ca_is_exit_3
         stderr(&output)
     );
 }
+
+/// Every other TLS failure the connect can meet, through the binary: exit 3 with the reason,
+/// well within the connect timeout; and mutual TLS with a client certificate works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tls_failure_is_exit_3_with_its_reason_and_mutual_tls_works() {
+    let pki = TestPki::generate("cli-tls-failures").unwrap();
+    let expired = pki.expired_server("old", &["localhost", "127.0.0.1"]).unwrap();
+    let current = pki.server("rabbit", &["localhost", "127.0.0.1"]).unwrap();
+    let client = pki.client("mesh-cli").unwrap();
+    let (expired_node, mutual_node) = tokio::join!(
+        PrivateNode::start(NodeOptions::default().tls(TlsListener {
+            ca_file: pki.ca_file().to_owned(),
+            server_cert: expired.cert,
+            server_key: expired.key,
+            require_client_cert: false,
+        })),
+        PrivateNode::start(NodeOptions::default().tls(TlsListener {
+            ca_file: pki.ca_file().to_owned(),
+            server_cert: current.cert,
+            server_key: current.key,
+            require_client_cert: true,
+        })),
+    );
+    let expired_node = expired_node.expect("a private node with an expired certificate");
+    let mutual_node = mutual_node.expect("a private node that requires client certificates");
+    let ca = pki.ca_file().display().to_string();
+    let mutual = |query: &str| {
+        format!(
+            "amqps://guest:guest@localhost:{}/%2F?cacertfile={ca}{query}",
+            mutual_node.tls_port().unwrap()
+        )
+    };
+
+    let cases = [
+        (
+            format!(
+                "amqps://guest:guest@localhost:{}/%2F?cacertfile={ca}",
+                expired_node.tls_port().unwrap()
+            ),
+            "has expired",
+        ),
+        (
+            mutual("&server_name_indication=wrong.example"),
+            "not valid for `wrong.example`",
+        ),
+        (mutual(""), "requires a client certificate"),
+    ];
+    for (url, reason) in &cases {
+        let started = std::time::Instant::now();
+        let output = run(
+            Some(url),
+            &["emit", "module.umami.tick", "--connect-timeout", "5s"],
+        )
+        .await;
+        let took = started.elapsed();
+        assert_code(&output, 3);
+        let text = stderr(&output);
+        assert!(text.contains(reason), "wanted `{reason}` in: {text}");
+        // Far inside the 5 s connect timeout plus the binary's start (no hang, no retry loop).
+        assert!(took < std::time::Duration::from_secs(15), "{reason}: {took:?}");
+    }
+
+    // Mutual TLS with the client certificate the CA signed: the emit is confirmed.
+    let with_cert = mutual(&format!(
+        "&certfile={}&keyfile={}",
+        client.cert.display(),
+        client.key.display()
+    ));
+    let output = run(Some(&with_cert), &["emit", "module.umami.tick"]).await;
+    assert_code(&output, 0);
+    assert!(!stdout(&output).trim().is_empty(), "the event id is printed");
+}
