@@ -378,6 +378,20 @@ impl Attempt {
         if let Some(alert) = alert {
             return Some(TlsError::new(TlsErrorKind::HandshakeRefused { alert }));
         }
+        // The server asked for a client certificate, got none, and dropped the connection
+        // before the AMQP handshake was through. With TLS 1.3 its alert comes after the
+        // client's handshake is done; when the client's next write reaches a socket the
+        // server already closed, the reset can arrive before the alert is read, and the
+        // alert is lost. A server that only asks (and takes a client without one) would go
+        // on with the AMQP handshake instead of dropping the connection.
+        if self.asked_for_cert.load(Ordering::Acquire)
+            && !self.has_client_cert
+            && is_dropped_connection(message)
+        {
+            return Some(TlsError::new(TlsErrorKind::ClientCertificateRequired).with_source(
+                format!("the server asked for a client certificate, got none and closed the connection: {message}"),
+            ));
+        }
         // rustls's words for a first record that is not TLS.
         if message.contains("corrupt message") || message.contains("InvalidContentType") {
             return Some(TlsError::new(TlsErrorKind::NotTls));
@@ -436,6 +450,15 @@ fn alert(message: &str) -> Option<String> {
         .take_while(char::is_ascii_alphanumeric)
         .collect();
     (!alert.is_empty()).then_some(alert)
+}
+
+/// Whether the client library's message says the peer dropped the connection (a reset, a
+/// closed pipe, or the end of the stream).
+fn is_dropped_connection(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    ["reset by peer", "broken pipe", "end of file", "eof"]
+        .iter()
+        .any(|words| message.contains(words))
 }
 
 /// The alerts a server sends about the client's certificate.
@@ -666,6 +689,17 @@ mod tests {
         );
         assert_eq!(alert("AMQP network error: connection reset"), None);
         assert_eq!(alert("received fatal alert: "), None);
+    }
+
+    #[test]
+    fn knows_a_dropped_connection_from_other_failures() {
+        assert!(is_dropped_connection(
+            "AMQP network error: network io error: Connection reset by peer (os error 104)"
+        ));
+        assert!(is_dropped_connection("network io error: unexpected EOF"));
+        assert!(is_dropped_connection("Broken pipe (os error 32)"));
+        assert!(!is_dropped_connection("connection refused (os error 111)"));
+        assert!(!is_dropped_connection("ACCESS_REFUSED - Login was refused"));
     }
 
     #[test]

@@ -152,7 +152,9 @@ async fn emit_tail_and_the_audit_logger_work_over_amqps_and_a_wrong_ca_is_exit_3
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tls_failure_is_exit_3_with_its_reason_and_mutual_tls_works() {
     let pki = TestPki::generate("cli-tls-failures").unwrap();
-    let expired = pki.expired_server("old", &["localhost", "127.0.0.1"]).unwrap();
+    let expired = pki
+        .expired_server("old", &["localhost", "127.0.0.1"])
+        .unwrap();
     let current = pki.server("rabbit", &["localhost", "127.0.0.1"]).unwrap();
     let client = pki.client("mesh-cli").unwrap();
     let (expired_node, mutual_node) = tokio::join!(
@@ -205,7 +207,10 @@ async fn every_tls_failure_is_exit_3_with_its_reason_and_mutual_tls_works() {
         let text = stderr(&output);
         assert!(text.contains(reason), "wanted `{reason}` in: {text}");
         // Far inside the 5 s connect timeout plus the binary's start (no hang, no retry loop).
-        assert!(took < std::time::Duration::from_secs(15), "{reason}: {took:?}");
+        assert!(
+            took < std::time::Duration::from_secs(15),
+            "{reason}: {took:?}"
+        );
     }
 
     // Mutual TLS with the client certificate the CA signed: the emit is confirmed.
@@ -216,5 +221,8 @@ async fn every_tls_failure_is_exit_3_with_its_reason_and_mutual_tls_works() {
     ));
     let output = run(Some(&with_cert), &["emit", "module.umami.tick"]).await;
     assert_code(&output, 0);
-    assert!(!stdout(&output).trim().is_empty(), "the event id is printed");
+    assert!(
+        !stdout(&output).trim().is_empty(),
+        "the event id is printed"
+    );
 }
