@@ -9,15 +9,15 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use mesh::{Bus, Incoming, Outgoing};
 use mesh_amqp::{AmqpOptions, AmqpTransport, Lifecycle, Link};
-use mesh_core::{EventId, TransportErrorKind};
+use mesh_core::TransportErrorKind;
 use mesh_testkit::{eventually, shared_node, Ledger, NodeOptions, PrivateNode, Relay};
+
+use common::traffic::{consuming_bus, emitter, Emits};
 
 async fn node() -> Arc<PrivateNode> {
     shared_node("network", NodeOptions::default())
@@ -37,91 +37,6 @@ fn through(relay: &Relay, name: &str) -> AmqpOptions {
 
 fn lost(link: Link) -> impl Fn(&Lifecycle) -> bool {
     move |e| matches!(e, Lifecycle::Disconnected { link: l, .. } if *l == link)
-}
-
-/// A bus consuming `module.<module>.#` into `ledger`, each handler taking a few
-/// milliseconds, so deliveries are in flight when a fault strikes.
-async fn consuming_bus(transport: &AmqpTransport, module: &str, ledger: &Ledger) -> Bus {
-    let ledger = ledger.clone();
-    Bus::builder()
-        .node("n1")
-        .module(module)
-        .prefetch(16)
-        .emit_deadline(Some(Duration::from_secs(3)))
-        .on_raw(
-            [format!("module.{module}.#")],
-            move |incoming: Incoming<Bytes>| {
-                let ledger = ledger.clone();
-                async move {
-                    tokio::time::sleep(Duration::from_millis(3)).await;
-                    ledger.handled(incoming.meta.id.to_string());
-                    Ok(())
-                }
-            },
-        )
-        .start(Arc::new(transport.clone()))
-        .await
-        .unwrap()
-}
-
-/// What an emitter saw.
-#[derive(Debug, Default)]
-struct Emits {
-    /// How many were emitted.
-    count: AtomicUsize,
-    /// The longest an emit took to return (confirmed or not).
-    longest: Mutex<Duration>,
-    /// The errors: their transport kinds.
-    errors: Mutex<Vec<Option<TransportErrorKind>>>,
-}
-
-/// Emits every `pace` until `stop`, each awaited in a task of its own and timed, into
-/// `ledger` (attempted, and confirmed when it was).
-fn emitter(
-    bus: &Bus,
-    ledger: &Ledger,
-    pace: Duration,
-    stop: Arc<AtomicBool>,
-    emits: Arc<Emits>,
-) -> tokio::task::JoinHandle<()> {
-    let bus = bus.clone();
-    let ledger = ledger.clone();
-    tokio::spawn(async move {
-        let mut tasks = tokio::task::JoinSet::new();
-        let mut ticker = tokio::time::interval(pace);
-        let mut i = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            ticker.tick().await;
-            let id = EventId::new();
-            ledger.attempted(id.to_string());
-            let outgoing = Outgoing::json("tick", &serde_json::json!({ "i": i }))
-                .unwrap()
-                .id(id);
-            i += 1;
-            let bus = bus.clone();
-            let ledger = ledger.clone();
-            let emits = emits.clone();
-            tasks.spawn(async move {
-                let started = Instant::now();
-                let outcome = bus.emit_outgoing(outgoing).await;
-                let took = started.elapsed();
-                emits.count.fetch_add(1, Ordering::Relaxed);
-                {
-                    let mut longest = emits.longest.lock().unwrap();
-                    *longest = (*longest).max(took);
-                }
-                match outcome {
-                    Ok(id) => ledger.confirmed(id.to_string()),
-                    Err(e) => emits
-                        .errors
-                        .lock()
-                        .unwrap()
-                        .push(e.transport_kind().cloned()),
-                }
-            });
-        }
-        while tasks.join_next().await.is_some() {}
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! Steady traffic through the SDK for fault scenarios: a bus consuming into a [`Ledger`], and
-//! an emitter that records what was attempted and confirmed (the same shapes as the fault
-//! tests of `network.rs`, shared for the TLS variants of `tls.rs`).
+//! an emitter that records what was attempted and confirmed (used by the fault tests of
+//! `network.rs` and their TLS variants in `tls.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
