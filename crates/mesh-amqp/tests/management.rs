@@ -8,15 +8,12 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mesh_amqp::management::{ManagementClient, ManagementErrorKind, ManagementOptions};
 use mesh_amqp::{AmqpOptions, AmqpTransport};
 use mesh_core::{QueueSpec, SubscriptionSpec, TopicPattern};
-use mesh_testkit::{NodeOptions, PrivateNode, TestPki};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use mesh_testkit::{NodeOptions, PrivateNode, RecordingServer, TestPki};
 
 /// A name that is not loopback by its looks; the client is told to connect to the fake API
 /// for it (as `curl --resolve` would), so no traffic leaves the machine.
@@ -27,46 +24,16 @@ const REMOTE_LOOKING: &str = "rabbit-management.example";
 /// recorded).
 struct FakeApi {
     addr: SocketAddr,
-    heads: Arc<Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
+    server: RecordingServer,
 }
 
 impl FakeApi {
     async fn start() -> FakeApi {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
-        let addr = listener.local_addr().expect("local address");
-        let heads = Arc::new(Mutex::new(Vec::new()));
-        let recorded = heads.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let recorded = recorded.clone();
-                tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    recorded
-                        .lock()
-                        .expect("the heads lock")
-                        .push(String::from_utf8_lossy(&head).into_owned());
-                    let _ = stream
-                        .write_all(
-                            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
-                              content-length: 2\r\nconnection: close\r\n\r\n[]",
-                        )
-                        .await;
-                    let _ = stream.shutdown().await;
-                });
-            }
-        });
-        FakeApi { addr, heads, task }
+        let server = RecordingServer::start("[]").await.expect("a fake API");
+        FakeApi {
+            addr: server.addr(),
+            server,
+        }
     }
 
     /// `http://rabbit-management.example:<port>`, pinned to the fake.
@@ -78,13 +45,7 @@ impl FakeApi {
     }
 
     fn heads(&self) -> Vec<String> {
-        self.heads.lock().expect("the heads lock").clone()
-    }
-}
-
-impl Drop for FakeApi {
-    fn drop(&mut self) {
-        self.task.abort();
+        self.server.heads()
     }
 }
 
@@ -145,7 +106,7 @@ async fn credentials_go_in_clear_to_a_remote_host_only_when_allowed() {
 #[tokio::test]
 async fn an_oversized_or_slow_answer_is_bounded() {
     // A server that never answers: the request ends at the timeout, not later.
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let silent = tokio::spawn(async move {
         let mut held = Vec::new();

@@ -4,60 +4,16 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::TempStore;
-use mesh_testkit::{eventually, TestVhost};
+use mesh_testkit::{eventually, RecordingServer, TestVhost};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// A fake management API on loopback that answers `[]` and records each request's head
-/// before answering.
-async fn fake_api() -> (
-    SocketAddr,
-    Arc<Mutex<Vec<String>>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
-    let addr = listener.local_addr().expect("local address");
-    let heads = Arc::new(Mutex::new(Vec::new()));
-    let recorded = heads.clone();
-    let task = tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let recorded = recorded.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                recorded
-                    .lock()
-                    .expect("the heads lock")
-                    .push(String::from_utf8_lossy(&head).into_owned());
-                let _ = stream
-                    .write_all(
-                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
-                          content-length: 2\r\nconnection: close\r\n\r\n[]",
-                    )
-                    .await;
-                let _ = stream.shutdown().await;
-            });
-        }
-    });
-    (addr, heads, task)
-}
 
 fn spawn_logger(url: &str, store: &str, management_url: &str, log: &std::path::Path) -> Child {
     let log = std::fs::File::create(log).expect("the log file");
@@ -104,7 +60,8 @@ async fn stop(child: Child) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_given_management_url_is_used() {
     let vhost = TestVhost::create("audit-mgmt").await.expect("a test vhost");
-    let (addr, heads, task) = fake_api().await;
+    let fake = RecordingServer::start("[]").await.expect("a fake API");
+    let addr = fake.addr();
     let temp = TempStore::sqlite();
     let log = std::env::temp_dir().join(format!("mesh-audit-mgmt-{}.log", std::process::id()));
     let child = spawn_logger(
@@ -118,16 +75,14 @@ async fn the_given_management_url_is_used() {
         vhost.name()
     );
     eventually(WAIT, "the logger asking the fake API", || async {
-        heads
-            .lock()
-            .expect("the heads lock")
+        fake.heads()
             .iter()
             .any(|head| head.starts_with(&wanted))
             .then_some(())
     })
     .await;
     stop(child).await;
-    task.abort();
+    drop(fake);
     let _ = std::fs::remove_file(&log);
     vhost.delete().await.unwrap();
 }

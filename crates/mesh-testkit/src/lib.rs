@@ -10,6 +10,7 @@
 //!   it signs ([`TestPki`]), for TLS tests;
 //! - [`postgres`]: a private PostgreSQL server ([`PrivatePostgres`], TLS optional) for
 //!   tests that must configure one, never the shared one;
+//! - [`http`]: a fake HTTP server that records every request's head ([`RecordingServer`]);
 //! - [`cluster`]: a three-node RabbitMQ [`Cluster`] of private nodes for failover tests (kill
 //!   and restart nodes, find a quorum queue's leader and a connection's node, wait for a
 //!   rejoin and for queues in sync), shared per test binary with [`shared_cluster`];
@@ -65,6 +66,7 @@
 
 pub mod certs;
 pub mod cluster;
+pub mod http;
 pub mod ledger;
 pub mod node;
 pub mod postgres;
@@ -75,6 +77,7 @@ pub mod wait;
 
 pub use certs::{CertFiles, TestPki};
 pub use cluster::{shared_cluster, Cluster, ClusterConnection, MemberStatus, QuorumQueueInfo};
+pub use http::RecordingServer;
 pub use ledger::{Ledger, LedgerReport};
 pub use node::{shared_node, NodeOptions, PrivateNode, TlsListener};
 pub use postgres::PrivatePostgres;

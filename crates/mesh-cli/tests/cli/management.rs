@@ -3,13 +3,10 @@
 //! `mesh audit run --management-url` asking the given API for its queue's bindings.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 
-use mesh_testkit::{eventually, NodeOptions, PrivateNode, TestPki};
+use mesh_testkit::{eventually, NodeOptions, PrivateNode, RecordingServer, TestPki};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
 use crate::audit::TempStore;
 use crate::{assert_code, finish, json, mesh, run, stderr, stdout, vhost, NODE, WAIT};
@@ -18,53 +15,20 @@ use crate::{assert_code, finish, json, mesh, run, stderr, stdout, vhost, NODE, W
 /// before answering.
 struct FakeApi {
     addr: SocketAddr,
-    heads: Arc<Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
+    server: RecordingServer,
 }
 
 impl FakeApi {
     async fn start() -> FakeApi {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
-        let addr = listener.local_addr().expect("local address");
-        let heads = Arc::new(Mutex::new(Vec::new()));
-        let recorded = heads.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let recorded = recorded.clone();
-                tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    recorded
-                        .lock()
-                        .expect("the heads lock")
-                        .push(String::from_utf8_lossy(&head).into_owned());
-                    let _ = stream
-                        .write_all(
-                            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
-                              content-length: 2\r\nconnection: close\r\n\r\n[]",
-                        )
-                        .await;
-                    let _ = stream.shutdown().await;
-                });
-            }
-        });
-        FakeApi { addr, heads, task }
+        let server = RecordingServer::start("[]").await.expect("a fake API");
+        FakeApi {
+            addr: server.addr(),
+            server,
+        }
     }
 
     fn heads(&self) -> Vec<String> {
-        self.heads.lock().expect("the heads lock").clone()
-    }
-}
-
-impl Drop for FakeApi {
-    fn drop(&mut self) {
-        self.task.abort();
+        self.server.heads()
     }
 }
 
