@@ -356,7 +356,7 @@ pub(crate) enum DeadCommand {
         /// Only those a consumer of queue Q gave up on
         #[arg(long, value_name = "Q")]
         queue: Option<String>,
-        /// Only this reason (max-attempts, permanent, undecodable, unread-schema,
+        /// Only this reason (max-attempts, permanent, undecodable, forged-source, unread-schema,
         /// delivery-limit, rejected, expired)
         #[arg(long)]
         reason: Option<String>,
@@ -389,7 +389,7 @@ pub(crate) enum DeadCommand {
         /// Only those a consumer of queue Q gave up on
         #[arg(long, value_name = "Q")]
         queue: Option<String>,
-        /// Only this reason (max-attempts, permanent, undecodable, unread-schema,
+        /// Only this reason (max-attempts, permanent, undecodable, forged-source, unread-schema,
         /// delivery-limit, rejected, expired)
         #[arg(long)]
         reason: Option<String>,
