@@ -780,15 +780,17 @@ async fn poison_that_crashes_its_consumer_is_dead_lettered_by_the_delivery_limit
                 } else if let Some(id) = line.strip_prefix("poison ") {
                     assert_eq!(id, poison, "only the poison event crashes the consumer");
                     poison_deliveries += 1;
-                } else {
+                } else if line != "ready" {
                     panic!("unexpected line from the consumer: {line:?}");
                 }
             }
             Ok(None) => {
                 let status = child.exited(WAIT).await.unwrap();
                 crashes.push(worker::describe(&status));
+                // A new consumer. Its handler may run before its `start` returns, so the
+                // poison, first in the queue, can crash it before it says `ready`: its
+                // lines, `ready` among them, are read here rather than awaited.
                 child = spawn();
-                child.ready(WAIT).await.unwrap();
             }
             // Quiet for a moment: look at the books again.
             Err(_) => {}
