@@ -241,13 +241,25 @@ pub(crate) fn stamp_routing_key(message: &mut WireMessage, publish_key: &str) {
 }
 
 /// A delivered message in mesh's types, under its own routing key (see
-/// [`ROUTING_KEY_HEADER`]).
+/// [`ROUTING_KEY_HEADER`]), with mesh's own headers only where mesh can have set them: on a
+/// delivery through any exchange but the default and the dead-letter exchange, every
+/// `x-mesh-*` header is removed first ([`mesh_core::codec::remove_unearned_mesh_headers`]).
 pub(crate) fn delivered(
+    exchange: &str,
     routing_key: String,
     props: &BasicProperties,
     body: Vec<u8>,
 ) -> WireMessage {
     let mut message = from_delivery(routing_key, props, body);
+    let removed =
+        mesh_core::codec::remove_unearned_mesh_headers(exchange, &mut message.properties.headers);
+    if removed > 0 {
+        tracing::debug!(
+            exchange,
+            removed,
+            "ignored x-mesh-* headers that mesh does not set on this exchange"
+        );
+    }
     if let Some(original) = message.properties.headers.remove(ROUTING_KEY_HEADER) {
         match original {
             HeaderValue::Str(key) if key.len() <= MAX_SHORT_STR => message.routing_key = key,
@@ -384,7 +396,7 @@ mod tests {
         let mut message = WireMessage::new("module.a.b", "{}");
         stamp_routing_key(&mut message, "n.m.events.delay.1s");
         let props = to_properties(&message, true).unwrap();
-        let back = delivered("n.m.events".into(), &props, b"{}".to_vec());
+        let back = delivered("", "n.m.events".into(), &props, b"{}".to_vec());
         assert_eq!(back.routing_key, "module.a.b");
         assert!(back.header(ROUTING_KEY_HEADER).is_none());
 
@@ -399,7 +411,37 @@ mod tests {
             .headers
             .insert(ROUTING_KEY_HEADER.into(), HeaderValue::Int(3));
         let props = to_properties(&forged, false).unwrap();
-        assert_eq!(delivered("q".into(), &props, vec![]).routing_key, "q");
+        assert_eq!(delivered("", "q".into(), &props, vec![]).routing_key, "q");
+    }
+
+    #[test]
+    fn mesh_headers_are_believed_only_where_mesh_can_have_set_them() {
+        let mut forged = WireMessage::new("module.umami.site.created", "{}");
+        for (name, value) in [
+            (
+                ROUTING_KEY_HEADER,
+                HeaderValue::Str("module.billing.invoice.paid".into()),
+            ),
+            (mesh_core::codec::ATTEMPTS, HeaderValue::UInt(99)),
+            ("X-Mesh-Dead-Queue", HeaderValue::Str("serve.x".into())),
+            ("x-other", HeaderValue::Str("kept".into())),
+        ] {
+            forged.properties.headers.insert(name.into(), value);
+        }
+        let props = to_properties(&forged, false).unwrap();
+        for exchange in ["mesh.events", "mesh.rpc", "amq.topic"] {
+            let back = delivered(exchange, "module.umami.site.created".into(), &props, vec![]);
+            assert_eq!(back.routing_key, "module.umami.site.created", "{exchange}");
+            let names: Vec<_> = back.properties.headers.keys().collect();
+            assert_eq!(names, ["x-other"], "{exchange}");
+        }
+        // Through the default exchange (a retry from its delay queue, a re-driven dead
+        // letter) and the dead-letter exchange, they are mesh's.
+        let back = delivered("", "n.m.events".into(), &props, vec![]);
+        assert_eq!(back.routing_key, "module.billing.invoice.paid");
+        assert_eq!(mesh_core::codec::attempts(&back), 99);
+        let dead = delivered("mesh.events.dead", "k".into(), &props, vec![]);
+        assert!(dead.header("X-Mesh-Dead-Queue").is_some());
     }
 
     #[test]

@@ -173,6 +173,7 @@ async fn receive_replies(
             continue;
         };
         let reply = crate::convert::delivered(
+            deliver.exchange(),
             deliver.routing_key().clone(),
             &properties.unwrap_or_default(),
             message.content.unwrap_or_default(),

@@ -151,3 +151,48 @@ async fn malformed_events_are_recorded_as_dead_letters_and_the_logger_keeps_runn
     running.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trail_records_the_real_key_whatever_a_publisher_writes_in_mesh_headers(
+) -> anyhow::Result<()> {
+    let vhost = TestVhost::create("audit-forged-key").await?;
+    let temp = TempStore::sqlite();
+    let store = temp.open().await?;
+    let url = vhost.url();
+    let running = RunningLogger::start(&url, store.clone(), AuditOptions::new().node("n1")).await?;
+    let raw = transport(&url).await?;
+    let id = EventId::new();
+    let mut forged = raw_event(
+        "module.shop.order.placed",
+        id.to_string().into(),
+        "shop",
+        "2026-09-03T12:00:00Z",
+    );
+    let headers = &mut forged.properties.headers;
+    headers.insert(
+        codec::ROUTING_KEY.into(),
+        "module.billing.invoice.paid".into(),
+    );
+    headers.insert(codec::ATTEMPTS.into(), HeaderValue::UInt(7));
+    let confirm = raw.publish(forged, PublishOptions::default()).await?;
+    tokio::time::timeout(WAIT, confirm).await??;
+
+    let stored = eventually(WAIT, "the event stored", || {
+        let store = store.clone();
+        async move { store.event(id).await.ok().flatten() }
+    })
+    .await;
+    assert_eq!(stored.routing_key, "module.shop.order.placed");
+    let names: Vec<&String> = stored
+        .headers
+        .as_object()
+        .map(|h| h.keys().collect())
+        .unwrap_or_default();
+    assert!(
+        names.iter().all(|n| !n.starts_with("x-mesh-")),
+        "forged headers stored: {names:?}"
+    );
+    Transport::close(raw.as_ref()).await;
+    running.stop().await?;
+    Ok(())
+}

@@ -81,9 +81,8 @@ const CONTRACT_HEADERS: [&str; 7] = [
 /// `x-delivery-count`. Names are compared ignoring ASCII case, so a look-alike is refused
 /// too.
 pub fn is_reserved_header(name: &str) -> bool {
-    const MESH_PREFIX: &str = "x-mesh-";
     let lower = name.to_ascii_lowercase();
-    lower.starts_with(MESH_PREFIX)
+    is_mesh_header(&lower)
         || CONTRACT_HEADERS.contains(&lower.as_str())
         || TRACE_CONTEXT_HEADERS.contains(&lower.as_str())
         || lower == BROKER_DEATH
@@ -92,6 +91,44 @@ pub fn is_reserved_header(name: &str) -> bool {
 
 /// `x-delivery-count`: how many times a quorum queue delivered the message before.
 pub const DELIVERY_COUNT: &str = "x-delivery-count";
+
+/// Whether a header is one of mesh's own bookkeeping headers (`x-mesh-*`, ignoring ASCII
+/// case).
+pub fn is_mesh_header(name: &str) -> bool {
+    const MESH_PREFIX: &[u8] = b"x-mesh-";
+    name.as_bytes()
+        .get(..MESH_PREFIX.len())
+        .is_some_and(|prefix| prefix.eq_ignore_ascii_case(MESH_PREFIX))
+}
+
+/// Whether mesh's own headers on a message delivered through `exchange` can be mesh's.
+///
+/// mesh never puts an `x-mesh-*` header on what it publishes to `mesh.events` or
+/// `mesh.rpc` (an emit or a call refuses them, [`is_reserved_header`]); it sets them only on
+/// what it sends through the default exchange (a retry copy to its delay queue, which the
+/// broker dead-letters back through the default exchange; a re-driven dead letter; a reply)
+/// and on the dead letters it publishes to `mesh.events.dead`. So they are believed on a
+/// delivery from the default exchange (`""`) or the dead-letter exchange, and on no other:
+/// there, anyone who could publish could have written them.
+pub fn mesh_headers_trusted_from(exchange: &str) -> bool {
+    exchange.is_empty() || exchange == crate::naming::DEAD_EXCHANGE
+}
+
+/// Removes every `x-mesh-*` header from a message delivered through `exchange` when mesh
+/// cannot have set it there ([`mesh_headers_trusted_from`]); returns how many it removed.
+///
+/// Transports call it on every delivery before anything reads a header, so a publisher to
+/// `mesh.events` can neither change the key a handler sees (`x-mesh-routing-key`), skip
+/// retries (`x-mesh-attempts`) nor give the dead-letter copy its own annotations
+/// (`x-mesh-dead-*`): they are dropped, as unknown headers of no meaning would be.
+pub fn remove_unearned_mesh_headers(exchange: &str, headers: &mut Headers) -> usize {
+    if mesh_headers_trusted_from(exchange) {
+        return 0;
+    }
+    let before = headers.len();
+    headers.retain(|name, _| !is_mesh_header(name));
+    before - headers.len()
+}
 
 /// Why a message could not be read as an event. Each names the field at fault.
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +209,20 @@ pub fn quote(text: &str) -> String {
         None => text.to_owned(),
         Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()),
     }
+}
+
+/// `text`, cut to at most `max` bytes on a character boundary (marked with `…` and its
+/// length when cut, which the bound includes).
+pub fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mark = format!("… ({} bytes)", text.len());
+    let mut end = max.saturating_sub(mark.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{mark}", &text[..end])
 }
 
 /// What a header value is, for an error message: its type and a bounded preview.
@@ -496,10 +547,78 @@ pub fn mark_dead(message: &mut WireMessage, dead: &DeadLetter) {
         HeaderValue::UInt(u64::from(dead.attempts)),
     );
     if let Some(error) = &dead.last_error {
-        headers.insert(DEAD_ERROR.to_owned(), error.clone().into());
+        headers.insert(
+            DEAD_ERROR.to_owned(),
+            cut(error, MAX_DEAD_ERROR_BYTES).into(),
+        );
     }
-    headers.insert(DEAD_QUEUE.to_owned(), dead.queue.clone().into());
+    headers.insert(
+        DEAD_QUEUE.to_owned(),
+        cut(&dead.queue, MAX_SHORT_VALUE_BYTES).into(),
+    );
     headers.insert(DEAD_TIME.to_owned(), dead.time.to_string().into());
+}
+
+/// The most bytes of a handler's error a dead letter carries in `x-mesh-dead-error`: a
+/// handler's error (and its cause chain) can be any size, a header cannot.
+pub const MAX_DEAD_ERROR_BYTES: usize = 4096;
+
+/// The most bytes of a value a trimmed copy keeps (see [`trim_headers`]).
+pub const MAX_SHORT_VALUE_BYTES: usize = 255;
+
+/// The most bytes of `x-mesh-dead-error` a trimmed copy keeps.
+const TRIMMED_ERROR_BYTES: usize = 512;
+
+/// `x-mesh-trimmed`: on a copy mesh had to trim to send it (see [`trim_headers`]), how many
+/// headers it dropped or cut.
+pub const TRIMMED: &str = "x-mesh-trimmed";
+
+/// Trims a copy mesh republishes (a retry copy, a dead letter) whose headers no longer fit
+/// in one frame of the connection (the original fitted; mesh's annotations did not): keeps
+/// the contract headers and mesh's own, string values cut to [`MAX_SHORT_VALUE_BYTES`]
+/// (`x-mesh-dead-error` to 512 bytes) and other values of theirs dropped; drops every other
+/// header (the broker's `x-death` too), and records how many headers it dropped or cut in
+/// [`TRIMMED`]. What is left is a few kilobytes at most, under AMQP's smallest frame size,
+/// so the copy is never lost for its size. Returns that count.
+pub fn trim_headers(message: &mut WireMessage) -> usize {
+    let headers = std::mem::take(&mut message.properties.headers);
+    let mut trimmed = 0usize;
+    for (name, value) in headers {
+        let kept =
+            CONTRACT_HEADERS.contains(&name.as_str()) || (is_mesh_header(&name) && name != TRIMMED);
+        if !kept {
+            trimmed += 1;
+            continue;
+        }
+        let max = if name == DEAD_ERROR {
+            TRIMMED_ERROR_BYTES
+        } else {
+            MAX_SHORT_VALUE_BYTES
+        };
+        let value = match value {
+            HeaderValue::Str(text) if text.len() > max => {
+                trimmed += 1;
+                HeaderValue::Str(cut(&text, max))
+            }
+            HeaderValue::Str(_)
+            | HeaderValue::Bool(_)
+            | HeaderValue::Int(_)
+            | HeaderValue::UInt(_)
+            | HeaderValue::Float(_)
+            | HeaderValue::Timestamp(_)
+            | HeaderValue::Void => value,
+            HeaderValue::Bytes(_) | HeaderValue::Array(_) | HeaderValue::Table(_) => {
+                trimmed += 1;
+                continue;
+            }
+        };
+        message.properties.headers.insert(name, value);
+    }
+    message.properties.headers.insert(
+        TRIMMED.to_owned(),
+        HeaderValue::UInt(u64::try_from(trimmed).unwrap_or(u64::MAX)),
+    );
+    trimmed
 }
 
 /// Reads the dead-letter annotations: mesh's own, or else the broker's `x-death` entry
@@ -684,5 +803,38 @@ pub fn decode_reply(message: &WireMessage) -> Result<Result<Bytes, RemoteError>,
             field: REPLY_STATUS,
             problem: format!("expected `ok` or `error`, found `{}`", quote(other)),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_keeps_short_text_and_bounds_long_text_on_a_char_boundary() {
+        assert_eq!(cut("short", 10), "short");
+        let long = "é".repeat(1000);
+        let bounded = cut(&long, 100);
+        assert!(bounded.len() <= 100, "{}", bounded.len());
+        assert!(bounded.ends_with("… (2000 bytes)"), "{bounded}");
+        assert!(cut(&long, 0).ends_with("(2000 bytes)"));
+    }
+
+    #[test]
+    fn a_dead_letter_quotes_a_bounded_error() {
+        let mut message = WireMessage::new("module.a.b", Bytes::new());
+        mark_dead(
+            &mut message,
+            &DeadLetter {
+                reason: DeadReason::Permanent,
+                attempts: 1,
+                last_error: Some("x".repeat(1 << 20)),
+                queue: "q".repeat(1000),
+                time: Timestamp::now(),
+            },
+        );
+        let read = read_dead_letter(&message).unwrap();
+        assert!(read.last_error.unwrap().len() <= MAX_DEAD_ERROR_BYTES);
+        assert!(read.queue.len() <= MAX_SHORT_VALUE_BYTES);
     }
 }

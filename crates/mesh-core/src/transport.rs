@@ -44,6 +44,16 @@ pub enum TransportErrorKind {
         /// The limit, when known.
         max: Option<usize>,
     },
+    /// The message's headers and properties do not fit in one frame of the connection
+    /// (AMQP carries them in a single content-header frame, at most the negotiated
+    /// `frame_max`); a broker closes the whole connection on such a frame, so it is never
+    /// sent, and resending cannot help.
+    HeadersTooLarge {
+        /// The content-header frame's size in bytes.
+        size: usize,
+        /// The connection's frame size limit.
+        max: usize,
+    },
     /// A deadline passed (a confirm, or a call's reply).
     Timeout,
     /// The unconfirmed window is full (a long outage or a broker alarm) and stayed full
@@ -148,6 +158,10 @@ impl fmt::Display for TransportError {
             TransportErrorKind::TooLarge { size, max: None } => {
                 write!(f, "message of {size} bytes is too large for the broker")?
             }
+            TransportErrorKind::HeadersTooLarge { size, max } => write!(
+                f,
+                "message headers of {size} bytes exceed the connection's frame size of {max}"
+            )?,
             TransportErrorKind::Timeout => f.write_str("timed out")?,
             TransportErrorKind::Backpressure => f.write_str("unconfirmed window is full")?,
             TransportErrorKind::NoServer => f.write_str("no server for the tool")?,

@@ -29,6 +29,7 @@ const NAMES: &[&str] = &[
     codec::REPLY_ERROR_CODE,
     codec::REPLY_ERROR_MESSAGE,
     codec::ROUTING_KEY,
+    "X-Mesh-Attempts",
     "x-delivery-count",
     "reason",
     "time",
@@ -287,6 +288,74 @@ proptest! {
                 .as_offset_date_time()
                 .checked_to_offset(time::UtcOffset::UTC);
             prop_assert!(utc.is_some_and(|t| (1..=9999).contains(&t.year())));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 10_000,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn mesh_headers_are_removed_wherever_mesh_cannot_have_set_them(
+        headers in headers(),
+        exchange in prop_oneof![
+            Just(String::new()),
+            Just(mesh_core::naming::DEAD_EXCHANGE.to_owned()),
+            Just(mesh_core::naming::EVENTS_EXCHANGE.to_owned()),
+            Just(mesh_core::naming::RPC_EXCHANGE.to_owned()),
+            any::<String>(),
+        ],
+    ) {
+        let mut kept = headers.clone();
+        let removed = codec::remove_unearned_mesh_headers(&exchange, &mut kept);
+        if codec::mesh_headers_trusted_from(&exchange) {
+            prop_assert_eq!(removed, 0);
+            prop_assert_eq!(&kept, &headers);
+        } else {
+            prop_assert!(kept.keys().all(|name| !name.to_ascii_lowercase().starts_with("x-mesh-")));
+            prop_assert_eq!(kept.len() + removed, headers.len());
+            for (name, value) in &kept {
+                prop_assert_eq!(Some(value), headers.get(name));
+            }
+        }
+    }
+
+    #[test]
+    fn a_trimmed_copy_is_small_and_keeps_what_identifies_it(headers in headers()) {
+        let mut message = WireMessage::new("module.a.b", Bytes::new());
+        message.properties.headers = headers.clone();
+        let trimmed = codec::trim_headers(&mut message);
+        let kept = &message.properties.headers;
+        prop_assert_eq!(
+            kept.get(codec::TRIMMED).and_then(HeaderValue::as_u64),
+            u64::try_from(trimmed).ok()
+        );
+        let mut bytes = 0;
+        for (name, value) in kept {
+            prop_assert!(
+                name.starts_with("x-mesh-") || headers.contains_key(name),
+                "{} was not in the message", name
+            );
+            prop_assert!(!matches!(
+                value,
+                HeaderValue::Array(_) | HeaderValue::Table(_) | HeaderValue::Bytes(_)
+            ));
+            if let HeaderValue::Str(text) = value {
+                prop_assert!(text.len() <= 512, "{}: {} bytes", name, text.len());
+                bytes += text.len();
+            }
+            bytes += name.len() + 16;
+        }
+        // Well under AMQP's smallest frame (4,096 bytes), whatever came in.
+        prop_assert!(bytes < 4096, "{} bytes", bytes);
+        // A contract header with a short string value is kept as it was.
+        if let Some(HeaderValue::Str(id)) = headers.get(codec::EVENT_ID) {
+            if id.len() <= codec::MAX_SHORT_VALUE_BYTES {
+                prop_assert_eq!(kept.get(codec::EVENT_ID), Some(&HeaderValue::Str(id.clone())));
+            }
         }
     }
 }

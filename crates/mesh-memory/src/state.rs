@@ -604,8 +604,14 @@ impl State {
     // ---- publishing -------------------------------------------------------------------
 
     /// Publishes through a topic exchange; returns how many queues took the message.
+    ///
+    /// As on a broker with the RabbitMQ transport, the `x-mesh-*` headers of a message
+    /// routed through an exchange where mesh never sets them are dropped before any
+    /// consumer sees it ([`mesh_core::codec::remove_unearned_mesh_headers`]).
     pub(crate) fn publish(&mut self, exchange: &'static str, message: &WireMessage) -> usize {
         let targets = self.route(exchange, &message.routing_key);
+        let mut message = message.clone();
+        mesh_core::codec::remove_unearned_mesh_headers(exchange, &mut message.properties.headers);
         for queue in &targets {
             self.enqueue(queue, message.clone());
         }

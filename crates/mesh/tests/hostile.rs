@@ -169,3 +169,42 @@ async fn headers_the_runtime_sets_cannot_be_set_by_an_emitter() {
     bus.emit_outgoing(outgoing).await.expect("emitted");
     bus.close().await;
 }
+
+#[tokio::test]
+async fn mesh_headers_from_a_publisher_are_not_believed() {
+    let broker = MemoryBroker::new();
+    let (seen, mut handled) = mpsc::unbounded_channel::<(String, u32)>();
+    let bus = Bus::builder()
+        .node("anchor")
+        .module("watcher")
+        .on_raw(["module.billing.#"], move |e: Incoming<Bytes>| {
+            let seen = seen.clone();
+            async move {
+                let _ = seen.send((e.meta.key.to_string(), e.meta.attempt));
+                Ok(())
+            }
+        })
+        .start(Arc::new(broker.transport()))
+        .await
+        .expect("watcher starts");
+    let (mut forged, _) = raw_event(
+        "module.billing.invoice.paid",
+        "billing",
+        "2026-09-03T12:00:00Z",
+    );
+    let headers = &mut forged.properties.headers;
+    headers.insert(codec::ATTEMPTS.into(), mesh::core::HeaderValue::UInt(99));
+    headers.insert(
+        codec::ROUTING_KEY.into(),
+        "module.umami.site.created".into(),
+    );
+    publish(&broker.transport(), forged).await;
+    let (key, attempt) = tokio::time::timeout(WAIT, handled.recv())
+        .await
+        .expect("handled in time")
+        .expect("open");
+    assert_eq!(key, "module.billing.invoice.paid");
+    // The first call, whatever the publisher wrote.
+    assert_eq!(attempt, 1);
+    bus.close().await;
+}

@@ -422,6 +422,7 @@ impl Reader {
             .as_ref()
             .map(|tracker| tracker.delivered(deliver.delivery_tag()));
         let mut message = crate::convert::delivered(
+            deliver.exchange(),
             deliver.routing_key().clone(),
             &basic_properties.unwrap_or_default(),
             content.unwrap_or_default(),
@@ -897,12 +898,29 @@ struct AmqpAcker {
 impl AmqpAcker {
     /// Publishes `outgoing`, waits for its confirm, then acks; on any failure the delivery
     /// is released (dropping `settle` does it), so it is never lost.
+    ///
+    /// A copy whose headers no longer fit in a frame (the original did; mesh's annotations
+    /// pushed it over) is trimmed ([`mesh_core::codec::trim_headers`]) and published so,
+    /// rather than released to be redelivered, and fail the same way, forever.
     async fn publish_then_ack(
         ctx: Arc<SubscriptionCtx>,
         settle: Settle,
         outgoing: Outgoing,
     ) -> Result<(), TransportError> {
-        let confirm = ctx.publisher.publish(outgoing, None).await?;
+        let fallback = outgoing.clone();
+        let confirm = match ctx.publisher.publish(outgoing, None).await {
+            Err(error) if matches!(error.kind(), TransportErrorKind::HeadersTooLarge { .. }) => {
+                let mut outgoing = fallback;
+                let trimmed = mesh_core::codec::trim_headers(&mut outgoing.message);
+                tracing::warn!(
+                    queue = %ctx.queue,
+                    trimmed,
+                    "a copy's headers do not fit in a frame; publishing it trimmed: {error}"
+                );
+                ctx.publisher.publish(outgoing, None).await?
+            }
+            other => other?,
+        };
         confirm.await?;
         settle.ack().await
     }

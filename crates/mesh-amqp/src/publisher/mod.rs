@@ -50,6 +50,12 @@
 //!   larger than configured max size M`, which closes the *channel*): the message of that size
 //!   fails with [`TooLarge`](TransportErrorKind::TooLarge) and the rest is resent; the limit is
 //!   remembered, so a later message over it fails before it is sent;
+//! - a message whose properties and headers do not fit in one frame of the connection
+//!   (AMQP's content-header frame, at most the negotiated `frame_max`): a broker would close
+//!   the whole *connection* on it, with nothing to tell which publish it was, so it is
+//!   measured (with the client library's encoding) as it is accepted and again on the
+//!   connection it would go out on, and fails with
+//!   [`HeadersTooLarge`](TransportErrorKind::HeadersTooLarge), never sent;
 //! - a message to an exchange the broker says is gone (`404`) and that this transport never
 //!   declared, or may not write to (`403`): it fails, the rest is resent. An exchange of the
 //!   recorded topology is declared again before the next channel instead.
@@ -122,7 +128,7 @@ use window::{Outcome, Progress, Returned, NACK_RUN_REOPEN, STALL_AFTER};
 const COMMAND_BATCH: usize = 256;
 
 /// A message to publish, with where to.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Outgoing {
     /// The exchange (`""` is the default exchange).
     pub(crate) exchange: String,
@@ -150,6 +156,8 @@ struct Pending {
     /// Built once it is taken in, and handed to the client library by the first send; a
     /// resend builds them again from `outgoing` (`None` then).
     properties: Option<BasicProperties>,
+    /// The size of its content-header frame (see [`header_frame_size`]).
+    header_frame: usize,
     responder: Responder,
     /// Its room in the window, released when it is settled.
     _count: OwnedSemaphorePermit,
@@ -180,6 +188,8 @@ impl Pending {
 pub(crate) struct Waiting {
     outgoing: Outgoing,
     properties: BasicProperties,
+    /// The size of its content-header frame.
+    header_frame: usize,
     /// Its bytes' share of the window.
     charge: u32,
     deadline: Option<Instant>,
@@ -195,6 +205,7 @@ impl Waiting {
         slot.send(Command::Publish(Box::new(Pending {
             outgoing: self.outgoing,
             properties: Some(self.properties),
+            header_frame: self.header_frame,
             responder,
             _count: count,
             _bytes: bytes,
@@ -217,6 +228,52 @@ impl Waiting {
             outcome.unwrap_or_else(|_| Err(closed()))
         })
     }
+}
+
+/// The bytes of a content-header frame besides the properties: the frame's header (type,
+/// channel, size) and end octet, and the class, weight and body size before the properties.
+const HEADER_FRAME_OVERHEAD: usize = 7 + 1 + 2 + 2 + 8;
+
+/// The size of the content-header frame that carries `properties`: AMQP sends all of a
+/// message's properties and headers in that one frame, which may not exceed the
+/// connection's `frame_max`. Measured by the client library's own encoding.
+fn header_frame_size(properties: &BasicProperties) -> Result<usize, TransportError> {
+    let encoded = amqp_serde::to_bytes(properties).map_err(|error| {
+        TransportError::new(
+            TransportErrorKind::InvalidOptions,
+            "the message's properties cannot be encoded",
+        )
+        .with_source(error.to_string())
+    })?;
+    Ok(HEADER_FRAME_OVERHEAD + encoded.len())
+}
+
+/// A connection's frame size limit; a broker that sets none (0) has AMQP's largest.
+fn frame_max(connection: &amqprs::connection::Connection) -> usize {
+    match connection.frame_max() {
+        0 => usize::MAX,
+        max => usize::try_from(max).unwrap_or(usize::MAX),
+    }
+}
+
+/// Refuses a content-header frame larger than the connection's `frame_max` (0: not known,
+/// nothing to check yet). The broker would close the whole connection on it, with a close
+/// that names no publish, and a resend would do the same forever: so it is never sent.
+fn check_header_frame(
+    size: usize,
+    frame_max: usize,
+    routing_key: &str,
+) -> Result<(), TransportError> {
+    if frame_max == 0 || size <= frame_max {
+        return Ok(());
+    }
+    Err(TransportError::new(
+        TransportErrorKind::HeadersTooLarge {
+            size,
+            max: frame_max,
+        },
+        format!("publishing to `{routing_key}`"),
+    ))
 }
 
 /// What [`Publisher::try_publish`] did.
@@ -342,6 +399,8 @@ struct WindowRoom {
     max_bytes: usize,
     /// The broker's message size limit, once a refusal told it (0: not known).
     broker_max: AtomicUsize,
+    /// The frame size limit of the last connection (0: none yet).
+    frame_max: AtomicUsize,
 }
 
 impl WindowRoom {
@@ -385,6 +444,7 @@ impl Publisher {
             max_count: options.get_confirm_window(),
             max_bytes: options.get_max_unconfirmed_bytes(),
             broker_max: AtomicUsize::new(0),
+            frame_max: AtomicUsize::new(owner.connection().map_or(0, frame_max)),
         });
         // Every queued publish holds a permit, so the queue never holds more than the
         // window; the extra room is for `Close`.
@@ -496,11 +556,18 @@ impl Publisher {
         check_short("an exchange name", &outgoing.exchange)?;
         check_short("a routing key", &outgoing.routing_key)?;
         let properties = to_properties(&outgoing.message, outgoing.force_persistent)?;
+        let header_frame = header_frame_size(&properties)?;
+        check_header_frame(
+            header_frame,
+            self.window.frame_max.load(Ordering::Relaxed),
+            &outgoing.routing_key,
+        )?;
         // A message larger than the byte bound takes all of it rather than never fitting.
         let charge = u32::try_from(size.min(self.window.max_bytes)).unwrap_or(u32::MAX);
         let waiting = Waiting {
             outgoing,
             properties,
+            header_frame,
             charge,
             deadline,
             room: None,
@@ -821,8 +888,20 @@ impl PublishTask {
                 return;
             }
         };
+        let frame_max = self.owner.connection().map_or(0, frame_max);
         let mut resent = 0u64;
         while let Some(mut queued) = self.window.pop_unsent() {
+            // Checked again on the connection it goes out on: a resend may meet a broker
+            // with a smaller frame size than the one the publish was accepted under.
+            if let Err(error) = check_header_frame(
+                queued.message.header_frame,
+                frame_max,
+                &queued.message.outgoing.routing_key,
+            ) {
+                tracing::warn!(error = %error, "a message's headers do not fit in a frame; not sent");
+                queued.message.fail(error);
+                continue;
+            }
             let pending = &mut queued.message;
             let properties = match pending.properties.take() {
                 Some(properties) => properties,
@@ -1129,8 +1208,12 @@ impl PublishTask {
                 );
             }
             LinkEvent::Up { address } => {
-                // Perhaps another node, perhaps reconfigured: learn its limit again.
+                // Perhaps another node, perhaps reconfigured: learn its limits again.
                 self.room.broker_max.store(0, Ordering::Relaxed);
+                self.room.frame_max.store(
+                    self.owner.connection().map_or(0, frame_max),
+                    Ordering::Relaxed,
+                );
                 tracing::info!(
                     %address,
                     to_resend = self.window.backlog(),

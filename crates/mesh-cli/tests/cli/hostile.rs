@@ -68,3 +68,52 @@ async fn tail_escapes_control_and_bidi_characters_of_wire_fields() {
     Transport::close(raw.as_ref()).await;
     vhost.delete().await.expect("vhost deleted");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_shows_the_real_key_whatever_a_publisher_writes_in_mesh_headers() {
+    let vhost = vhost("cli-forged-key").await;
+    let url = vhost.url();
+    let mut tail = mesh(Some(&url))
+        .args(["tail", "module.shop.#", "--count", "1"])
+        .spawn()
+        .expect("tail starts");
+    let mut errors = BufReader::new(tail.stderr.take().expect("stderr piped")).lines();
+    let listening = tokio::time::timeout(WAIT, errors.next_line())
+        .await
+        .expect("tail starts listening in time")
+        .expect("stderr readable")
+        .unwrap_or_default();
+    assert!(
+        listening.contains("listening on module.shop.#"),
+        "{listening}"
+    );
+
+    let mut message = WireMessage::new("module.shop.order.placed", Bytes::from("{}"));
+    message.properties.content_type = Some(codec::CONTENT_TYPE_JSON.into());
+    let headers = &mut message.properties.headers;
+    headers.insert(codec::EVENT_ID.into(), EventId::new().to_string().into());
+    headers.insert(codec::SOURCE.into(), "shop".into());
+    headers.insert(codec::NODE.into(), "anchor".into());
+    headers.insert(codec::TIME.into(), "2026-09-03T12:00:00Z".into());
+    headers.insert(
+        codec::ROUTING_KEY.into(),
+        "module.billing.invoice.paid".into(),
+    );
+    let raw = transport(options(&vhost)).await;
+    let confirm = raw
+        .publish(message, PublishOptions::default())
+        .await
+        .expect("published");
+    tokio::time::timeout(WAIT, confirm)
+        .await
+        .expect("confirmed in time")
+        .expect("confirmed");
+
+    let output = finish(tail).await;
+    assert_code(&output, 0);
+    let text = stdout(&output);
+    assert!(text.contains("module.shop.order.placed"), "{text}");
+    assert!(!text.contains("billing"), "{text}");
+    Transport::close(raw.as_ref()).await;
+    vhost.delete().await.expect("vhost deleted");
+}

@@ -172,6 +172,7 @@ pub(crate) fn reason(kind: &TransportErrorKind) -> &'static str {
         TransportErrorKind::Nacked => "nacked",
         TransportErrorKind::Unroutable => "unroutable",
         TransportErrorKind::TooLarge { .. } => "too-large",
+        TransportErrorKind::HeadersTooLarge { .. } => "headers-too-large",
         TransportErrorKind::Timeout => "timeout",
         TransportErrorKind::Backpressure => "backpressure",
         TransportErrorKind::NoServer => "no-server",
