@@ -58,8 +58,8 @@ pub use options::{
     DEFAULT_STORE_URL,
 };
 pub use record::{
-    CausationNode, CausationTree, Counts, DeadLetterId, DeadLetterQuery, DeadLetterRecord,
-    EventQuery, EventRecord, Order, DEFAULT_LIMIT, MAX_TREE_NODES,
+    CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterId, DeadLetterQuery,
+    DeadLetterRecord, EventQuery, EventRecord, Order, DEFAULT_LIMIT, MAX_TREE_NODES,
 };
 pub use redrive::{Redrive, RedriveReport};
 pub use service::AuditService;
