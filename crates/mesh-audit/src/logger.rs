@@ -188,13 +188,15 @@ impl AuditLogger {
     /// What it did so far (over every run of this logger and its clones).
     pub fn stats(&self) -> LoggerStats {
         let c = &self.counters;
+        // Batches first: every batch it counts has its rows counted below.
+        let batches = c.batches.load(Ordering::Acquire);
         LoggerStats {
             events_stored: c.events_stored.load(Ordering::Relaxed),
             duplicates: c.duplicates.load(Ordering::Relaxed),
             id_conflicts: c.id_conflicts.load(Ordering::Relaxed),
             dead_letters_stored: c.dead_letters_stored.load(Ordering::Relaxed),
             rejected: c.rejected.load(Ordering::Relaxed),
-            batches: c.batches.load(Ordering::Relaxed),
+            batches,
         }
     }
 
@@ -519,7 +521,6 @@ impl AuditLogger {
             );
         }
         let c = &self.counters;
-        c.batches.fetch_add(1, Ordering::Relaxed);
         c.events_stored.fetch_add(written.events, Ordering::Relaxed);
         c.id_conflicts
             .fetch_add(written.conflicts, Ordering::Relaxed);
@@ -529,6 +530,8 @@ impl AuditLogger {
         );
         c.dead_letters_stored
             .fetch_add(written.dead_letters, Ordering::Relaxed);
+        // Last: whoever sees the batch counted sees its rows counted too.
+        c.batches.fetch_add(1, Ordering::Release);
     }
 
     /// Writes, retrying transient failures with backoff. The outer `Err` gives up (shutdown
