@@ -5,7 +5,8 @@
 //! `mesh.rpc`), and `mesh.dead-letters`, and stores each event and each dead letter once, in
 //! SQLite (the default) or PostgreSQL. The store answers queries (events by pattern, source,
 //! node and time; one event; its causation tree; counts; dead letters by queue, reason and
-//! time) and re-drives dead letters to the consumer that gave up on them.
+//! time; events that reused another's id) and re-drives dead letters to the consumer that
+//! gave up on them.
 //!
 //! - [`Store`]: the tables, their migrations, queries, and [`Store::redrive`];
 //! - [`AuditLogger`]: consumes through any [`mesh_core::Transport`] and batches inserts,
@@ -21,6 +22,12 @@
 //! `events`: `id` (the event id, primary key: a redelivery or a resend is absorbed by
 //! `ON CONFLICT DO NOTHING`), `routing_key`, `source`, `node`, `time`, `causation_id`,
 //! `schema`, `received_at`, `headers` (JSON), `body` (the JSON text as emitted).
+//! `event_conflicts`: events whose id was stored already for a *different* event (another
+//! routing key, source or body; a redelivery or resend has the same): `id` (a UUID v5 of the
+//! event id, key, source and body hash, so a redelivered conflict is stored once),
+//! `event_id` (the id it reused: the stored event's), then the columns of `events`
+//! (`received_at` is when it was first seen) and `body_sha256` ([`Store::conflicts`],
+//! [`ConflictRecord`]; see [`logger`] for how they are told apart).
 //! `dead_letters`: `id` (a UUID v5 of the dead letter's content), `event_id`, `routing_key`,
 //! `reason`, `attempts`, `last_error`, `queue`, `dead_at`, `received_at`, `content_type`,
 //! `message_id`, `amqp_timestamp`, `headers`, `body` (bytes), `redriven_at`,
@@ -58,8 +65,8 @@ pub use options::{
     DEFAULT_STORE_URL,
 };
 pub use record::{
-    CausationNode, CausationTree, Counts, DeadLetterId, DeadLetterQuery, DeadLetterRecord,
-    EventQuery, EventRecord, Order, DEFAULT_LIMIT, MAX_TREE_NODES,
+    CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterId, DeadLetterQuery,
+    DeadLetterRecord, EventQuery, EventRecord, Order, DEFAULT_LIMIT, MAX_TREE_NODES,
 };
 pub use redrive::{Redrive, RedriveReport};
 pub use service::AuditService;

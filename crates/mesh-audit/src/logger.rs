@@ -13,6 +13,15 @@
 //! a crash loses only unacked deliveries, which the broker delivers again, and the event id
 //! as primary key (`ON CONFLICT DO NOTHING`) absorbs them, as it absorbs a publisher's resend.
 //!
+//! # One id, one event
+//!
+//! A delivery whose id is stored already is a duplicate (a redelivery or a resend) only when
+//! its routing key, source and body (by SHA-256) are the stored event's. Otherwise it is a
+//! different event reusing the id: it is kept in full in `event_conflicts`, keyed by its own
+//! content so that its redeliveries are duplicates in turn, and counted
+//! (`mesh_audit_id_conflicts_total`, [`LoggerStats::id_conflicts`]). Rows of one batch are
+//! decided the same way, the first of an id being the stored event.
+//!
 //! # What cannot be stored
 //!
 //! An event that breaks the contract (no id, a header of the wrong type, a time out of range,
@@ -69,8 +78,12 @@ const REFUSED_PAUSE: Duration = Duration::from_secs(1);
 pub struct LoggerStats {
     /// Events stored (new rows).
     pub events_stored: u64,
-    /// Event deliveries whose id was stored already: redeliveries and resends.
+    /// Event deliveries stored already: redeliveries and resends of a stored event (same
+    /// id, routing key, source and body) or of a stored id conflict.
     pub duplicates: u64,
+    /// Events that reused the id of a different stored event, stored as conflicts (each
+    /// conflicting event once).
+    pub id_conflicts: u64,
     /// Dead letters stored (new rows).
     pub dead_letters_stored: u64,
     /// Events dead-lettered because they break the contract or the database refused them.
@@ -83,6 +96,7 @@ pub struct LoggerStats {
 struct Counters {
     events_stored: AtomicU64,
     duplicates: AtomicU64,
+    id_conflicts: AtomicU64,
     dead_letters_stored: AtomicU64,
     rejected: AtomicU64,
     batches: AtomicU64,
@@ -174,12 +188,15 @@ impl AuditLogger {
     /// What it did so far (over every run of this logger and its clones).
     pub fn stats(&self) -> LoggerStats {
         let c = &self.counters;
+        // Batches first: every batch it counts has its rows counted below.
+        let batches = c.batches.load(Ordering::Acquire);
         LoggerStats {
             events_stored: c.events_stored.load(Ordering::Relaxed),
             duplicates: c.duplicates.load(Ordering::Relaxed),
+            id_conflicts: c.id_conflicts.load(Ordering::Relaxed),
             dead_letters_stored: c.dead_letters_stored.load(Ordering::Relaxed),
             rejected: c.rejected.load(Ordering::Relaxed),
-            batches: c.batches.load(Ordering::Relaxed),
+            batches,
         }
     }
 
@@ -411,6 +428,7 @@ impl AuditLogger {
                 debug!(
                     events = batch.events.len(),
                     new_events = written.events,
+                    new_conflicts = written.conflicts,
                     dead_letters = batch.dead.len(),
                     elapsed_ms = started.elapsed().as_millis(),
                     "batch committed"
@@ -491,19 +509,29 @@ impl AuditLogger {
     fn count(&self, written: &Written, events: usize, started: Instant) {
         telemetry::committed(
             written.events,
+            written.conflicts,
             events as u64,
             written.dead_letters,
             started.elapsed(),
         );
+        if written.conflicts > 0 {
+            warn!(
+                conflicts = written.conflicts,
+                "events reused the id of a different stored event; kept as id conflicts"
+            );
+        }
         let c = &self.counters;
-        c.batches.fetch_add(1, Ordering::Relaxed);
         c.events_stored.fetch_add(written.events, Ordering::Relaxed);
+        c.id_conflicts
+            .fetch_add(written.conflicts, Ordering::Relaxed);
         c.duplicates.fetch_add(
-            (events as u64).saturating_sub(written.events),
+            telemetry::duplicates(written.events, written.conflicts, events as u64),
             Ordering::Relaxed,
         );
         c.dead_letters_stored
             .fetch_add(written.dead_letters, Ordering::Relaxed);
+        // Last: whoever sees the batch counted sees its rows counted too.
+        c.batches.fetch_add(1, Ordering::Release);
     }
 
     /// Writes, retrying transient failures with backoff. The outer `Err` gives up (shutdown

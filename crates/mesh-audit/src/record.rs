@@ -41,6 +41,19 @@ impl EventRecord {
     }
 }
 
+/// An event that arrived with the id of a different stored event: another routing key,
+/// source or body (a redelivery or a resend has the same). It is kept in full, apart from
+/// the trail of events, rather than dropped as a duplicate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConflictRecord {
+    /// Its key: a UUID v5 of the event id, routing key, source and body's SHA-256, so the
+    /// same conflicting event delivered again is stored once.
+    pub id: Uuid,
+    /// The event as it arrived. Its `id` is the id it reused, the key of the stored event it
+    /// conflicts with ([`crate::Store::event`]); `received_at` is when it was first seen.
+    pub event: EventRecord,
+}
+
 /// The key of a dead letter: a UUID derived from the dead letter's content, so a redelivered
 /// dead letter is stored once while the same event dead-lettered again (after a re-drive) is
 /// a row of its own.
@@ -295,6 +308,8 @@ pub struct Counts {
     pub dead_letters: u64,
     /// Dead letters never re-driven.
     pub dead_letters_pending: u64,
+    /// Events that reused the id of a different stored event ([`ConflictRecord`]).
+    pub conflicts: u64,
 }
 
 /// An event and what it caused.

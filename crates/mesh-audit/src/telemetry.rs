@@ -14,9 +14,13 @@ use metrics::{counter, histogram};
 pub mod names {
     /// Counter: events stored (new rows).
     pub const EVENTS_STORED: &str = "mesh_audit_events_stored_total";
-    /// Counter: event deliveries skipped because their id was stored already (redeliveries
-    /// and resends).
+    /// Counter: event deliveries skipped because they were stored already: redeliveries and
+    /// resends of a stored event (same id, routing key, source and body), or of a stored id
+    /// conflict. Not the conflicts themselves ([`ID_CONFLICTS`]).
     pub const DUPLICATES: &str = "mesh_audit_duplicates_total";
+    /// Counter: events that reused the id of a different stored event (another routing
+    /// key, source or body), kept in `event_conflicts`; each conflicting event counted once.
+    pub const ID_CONFLICTS: &str = "mesh_audit_id_conflicts_total";
     /// Counter: dead letters stored (new rows).
     pub const DEAD_LETTERS_STORED: &str = "mesh_audit_dead_letters_stored_total";
     /// Counter `{reason}`: events the logger dead-lettered instead of storing them
@@ -32,14 +36,27 @@ pub mod names {
     pub const BATCH_DURATION: &str = "mesh_audit_batch_duration_seconds";
 }
 
-/// A transaction committed: `events` new event rows out of `deliveries` event deliveries,
-/// and `dead_letters` new dead-letter rows, after `took`.
-pub(crate) fn committed(events: u64, deliveries: u64, dead_letters: u64, took: Duration) {
+/// A transaction committed: `events` new event rows and `conflicts` new id conflicts out of
+/// `deliveries` event deliveries (the rest were duplicates), and `dead_letters` new
+/// dead-letter rows, after `took`.
+pub(crate) fn committed(
+    events: u64,
+    conflicts: u64,
+    deliveries: u64,
+    dead_letters: u64,
+    took: Duration,
+) {
     counter!(names::BATCHES).increment(1);
     counter!(names::EVENTS_STORED).increment(events);
-    counter!(names::DUPLICATES).increment(deliveries.saturating_sub(events));
+    counter!(names::ID_CONFLICTS).increment(conflicts);
+    counter!(names::DUPLICATES).increment(duplicates(events, conflicts, deliveries));
     counter!(names::DEAD_LETTERS_STORED).increment(dead_letters);
     histogram!(names::BATCH_DURATION).record(took.as_secs_f64());
+}
+
+/// The event deliveries of a transaction that were neither new events nor new conflicts.
+pub(crate) fn duplicates(events: u64, conflicts: u64, deliveries: u64) -> u64 {
+    deliveries.saturating_sub(events).saturating_sub(conflicts)
 }
 
 /// An event was dead-lettered by the logger with `reason`.
@@ -61,7 +78,11 @@ pub fn describe() {
     describe_counter!(EVENTS_STORED, "Events stored (new rows).");
     describe_counter!(
         DUPLICATES,
-        "Event deliveries skipped because their id was stored already."
+        "Event deliveries skipped because they were stored already (redeliveries and resends)."
+    );
+    describe_counter!(
+        ID_CONFLICTS,
+        "Events that reused the id of a different stored event, kept as conflicts."
     );
     describe_counter!(DEAD_LETTERS_STORED, "Dead letters stored (new rows).");
     describe_counter!(

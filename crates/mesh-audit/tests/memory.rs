@@ -1,5 +1,5 @@
-//! The logger on the in-process transport: batching by time, shutdown, contract breakers
-//! and re-drive, without a broker.
+//! The logger on the in-process transport: batching by time, shutdown, contract breakers,
+//! re-drive, and events reusing an id, without a broker.
 
 mod common;
 
@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::TempStore;
-use mesh::{Bus, HandlerError, MemoryBroker};
+use mesh::{Bus, HandlerError, MemoryBroker, Outgoing};
 use mesh_audit::{AuditLogger, AuditOptions, DeadLetterQuery, EventQuery, Redrive, Store};
-use mesh_core::{naming, DeadReason, PublishOptions, Transport, WireMessage};
+use mesh_core::{naming, DeadReason, EventId, PublishOptions, Transport, WireMessage};
 use mesh_testkit::eventually;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -168,6 +168,73 @@ async fn a_batch_closes_at_its_size() -> anyhow::Result<()> {
     assert_eq!((stats.batches, stats.events_stored), (2, 10));
     logger.stop().await?;
     assert_eq!(count(&store).await, 12);
+    bus.drain().await?;
+    Ok(())
+}
+
+/// A different event reusing a stored id is counted as a conflict and kept, a resend as a
+/// duplicate: within one batch and across batches, each delivery acked.
+#[tokio::test]
+async fn a_reused_id_is_a_conflict_and_a_resend_a_duplicate() -> anyhow::Result<()> {
+    let temp = TempStore::sqlite();
+    let store = temp.open().await?;
+    let broker = MemoryBroker::new();
+    // Batches of exactly four deliveries.
+    let logger = start(&broker, store.clone(), hour_long_batches(4)).await;
+    let bus = emitter(&broker, "shop").await?;
+    let id = EventId::new();
+    let emit = |name: &'static str, n: u32| {
+        let bus = bus.clone();
+        async move {
+            bus.emit_outgoing(Outgoing::json(name, &serde_json::json!({ "n": n }))?.id(id))
+                .await?;
+            anyhow::Ok(())
+        }
+    };
+    // One batch: the event, its resend, a different body with its id, and that again.
+    emit("order.placed", 1).await?;
+    emit("order.placed", 1).await?;
+    emit("order.placed", 2).await?;
+    emit("order.placed", 2).await?;
+    let stats = eventually(WAIT, "the first batch", || {
+        let stats = logger.logger.stats();
+        let seen = stats.events_stored + stats.duplicates + stats.id_conflicts;
+        async move { (stats.batches == 1 && seen == 4).then_some(stats) }
+    })
+    .await;
+    assert_eq!(
+        (stats.events_stored, stats.duplicates, stats.id_conflicts),
+        (1, 2, 1),
+        "{stats:?}"
+    );
+    // The next: the event and the conflict again, another key with the id, a new event.
+    emit("order.placed", 1).await?;
+    emit("order.placed", 2).await?;
+    emit("order.paid", 1).await?;
+    bus.emit_json("order.placed", &serde_json::json!({ "n": 3 }))
+        .await?;
+    let stats = eventually(WAIT, "the second batch", || {
+        let stats = logger.logger.stats();
+        let seen = stats.events_stored + stats.duplicates + stats.id_conflicts;
+        async move { (stats.batches == 2 && seen == 8).then_some(stats) }
+    })
+    .await;
+    assert_eq!(
+        (stats.events_stored, stats.duplicates, stats.id_conflicts),
+        (2, 4, 2),
+        "{stats:?}"
+    );
+    eventually(WAIT, "every delivery acked", || {
+        let unacked = broker.unacked("n1.audit-logger.events");
+        let ready = broker.queue_depth("n1.audit-logger.events");
+        async move { (unacked == Some(0) && ready == Some(0)).then_some(()) }
+    })
+    .await;
+    logger.stop().await?;
+    let counts = store.counts().await?;
+    assert_eq!((counts.events, counts.conflicts), (2, 2));
+    let stored = store.event(id).await?.expect("the first event is stored");
+    assert_eq!(stored.body_json()?, serde_json::json!({ "n": 1 }));
     bus.drain().await?;
     Ok(())
 }

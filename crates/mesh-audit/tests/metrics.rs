@@ -165,6 +165,11 @@ async fn the_binary_serves_exact_counts_and_health() -> anyhow::Result<()> {
         "{text}"
     );
     assert_eq!(
+        count("mesh_audit_id_conflicts_total", &[]),
+        Some(0.0),
+        "a resend is a duplicate, not a conflict: {text}"
+    );
+    assert_eq!(
         count("mesh_audit_dead_letters_stored_total", &[]),
         Some(1.0),
         "{text}"

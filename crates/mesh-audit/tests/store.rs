@@ -1,5 +1,6 @@
 //! The store on its own (no broker), on SQLite and PostgreSQL: pattern queries against the
-//! core matcher, filters, order and limits, counts, and dead letters stored once.
+//! core matcher, filters, order and limits, counts, dead letters stored once, and a
+//! different event reusing a stored id kept as a conflict.
 
 mod common;
 
@@ -481,4 +482,305 @@ async fn reopening_a_store_keeps_its_rows() -> anyhow::Result<()> {
     assert_eq!(again.counts().await?.events, 1);
     again.close().await;
     Ok(())
+}
+
+/// An event with a given id, key, source, node, time and body.
+fn event_with(
+    id: EventId,
+    key: &str,
+    source: &str,
+    node: &str,
+    time: Timestamp,
+    body: &'static str,
+) -> WireMessage {
+    codec::encode(&Envelope {
+        id,
+        key: RoutingKey::parse(key).expect("a valid key"),
+        source: source.to_owned(),
+        node: node.to_owned(),
+        time,
+        causation_id: None,
+        schema: None,
+        extra_headers: Headers::new(),
+        body: Bytes::from_static(body.as_bytes()),
+    })
+}
+
+/// One id, one event: an event whose id is stored with another body, key or source is kept
+/// as a conflict (once per conflicting event); the same event again is a duplicate, from
+/// another node and time too. In separate writes and all in one batch alike.
+async fn a_reused_id_is_kept_as_a_conflict(backend: Backend) -> anyhow::Result<()> {
+    let id = EventId::new();
+    let original = event_with(
+        id,
+        "module.shop.order.placed",
+        "shop",
+        "n1",
+        at(0),
+        r#"{"n": 1}"#,
+    );
+    // A resend: same key, source and body, stamped anew on another node.
+    let resend = event_with(
+        id,
+        "module.shop.order.placed",
+        "shop",
+        "n2",
+        at(5),
+        r#"{"n": 1}"#,
+    );
+    let other_body = event_with(
+        id,
+        "module.shop.order.placed",
+        "shop",
+        "n1",
+        at(0),
+        r#"{"n": 2}"#,
+    );
+    let other_key = event_with(
+        id,
+        "module.shop.order.paid",
+        "shop",
+        "n1",
+        at(0),
+        r#"{"n": 1}"#,
+    );
+    let other_source = event_with(
+        id,
+        "mesh.other.order.placed",
+        "other",
+        "n1",
+        at(0),
+        r#"{"n": 1}"#,
+    );
+    // Only whitespace differs: a different body byte for byte, so a different event.
+    let spaced = event_with(
+        id,
+        "module.shop.order.placed",
+        "shop",
+        "n1",
+        at(0),
+        r#"{"n":1}"#,
+    );
+
+    // One message per write.
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    assert_eq!(
+        store.record_events(std::slice::from_ref(&original)).await?,
+        1
+    );
+    assert_eq!(
+        store
+            .record_events(std::slice::from_ref(&other_body))
+            .await?,
+        0
+    );
+    assert_eq!(
+        store.counts().await?.conflicts,
+        1,
+        "the different body is a conflict"
+    );
+    assert_eq!(
+        store.record_events(std::slice::from_ref(&original)).await?,
+        0
+    );
+    assert_eq!(store.record_events(std::slice::from_ref(&resend)).await?, 0);
+    assert_eq!(
+        store
+            .record_events(std::slice::from_ref(&other_body))
+            .await?,
+        0
+    );
+    assert_eq!(
+        store.counts().await?.conflicts,
+        1,
+        "a redelivery, a resend and a redelivered conflict are duplicates"
+    );
+    for message in [&other_key, &other_source, &spaced] {
+        store.record_events(std::slice::from_ref(message)).await?;
+    }
+    let counts = store.counts().await?;
+    assert_eq!((counts.events, counts.conflicts), (1, 4));
+    check_conflicts(&store, id).await?;
+    store.close().await;
+
+    // Everything in one batch, conflicting events and their redeliveries before and after
+    // the original's own resend: the first of the id is the event.
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    let batch = [
+        original.clone(),
+        other_body.clone(),
+        resend.clone(),
+        other_key.clone(),
+        other_body.clone(),
+        original.clone(),
+        other_source.clone(),
+        spaced.clone(),
+        other_key.clone(),
+    ];
+    assert_eq!(store.record_events(&batch).await?, 1);
+    let counts = store.counts().await?;
+    assert_eq!((counts.events, counts.conflicts), (1, 4));
+    check_conflicts(&store, id).await?;
+    // The batch again: nothing new.
+    assert_eq!(store.record_events(&batch).await?, 0);
+    assert_eq!(store.counts().await?.conflicts, 4);
+    store.close().await;
+
+    // Two conflicting events alone in one batch, their id not stored before.
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    assert_eq!(
+        store
+            .record_events(&[other_body.clone(), original.clone()])
+            .await?,
+        1
+    );
+    let counts = store.counts().await?;
+    assert_eq!((counts.events, counts.conflicts), (1, 1));
+    let stored = store.event(id).await?.expect("stored");
+    assert_eq!(
+        stored.body, r#"{"n": 2}"#,
+        "the first of the batch is the event"
+    );
+    let conflicts = store.conflicts(&EventQuery::new()).await?;
+    assert_eq!(conflicts.len(), 1);
+    assert_eq!(conflicts[0].event.body, r#"{"n": 1}"#);
+    store.close().await;
+    Ok(())
+}
+
+/// The store holds `id`'s original event, and its four conflicts in full.
+async fn check_conflicts(store: &Store, id: EventId) -> anyhow::Result<()> {
+    let stored = store.event(id).await?.expect("the original is stored");
+    assert_eq!(
+        (
+            stored.routing_key.as_str(),
+            stored.body.as_str(),
+            stored.node.as_str()
+        ),
+        ("module.shop.order.placed", r#"{"n": 1}"#, "n1")
+    );
+    let conflicts = store
+        .conflicts(&EventQuery::new().order(Order::Asc))
+        .await?;
+    assert_eq!(conflicts.len(), 4);
+    let mut seen: Vec<(String, String, String)> = conflicts
+        .iter()
+        .map(|c| {
+            assert_eq!(c.event.id, id, "a conflict names the stored event's id");
+            assert_eq!(c.event.headers["x-event-id"], id.to_string());
+            (
+                c.event.routing_key.clone(),
+                c.event.source.clone(),
+                c.event.body.clone(),
+            )
+        })
+        .collect();
+    seen.sort();
+    let expected =
+        |key: &str, source: &str, body: &str| (key.to_owned(), source.to_owned(), body.to_owned());
+    assert_eq!(
+        seen,
+        vec![
+            expected("mesh.other.order.placed", "other", r#"{"n": 1}"#),
+            expected("module.shop.order.paid", "shop", r#"{"n": 1}"#),
+            expected("module.shop.order.placed", "shop", r#"{"n": 2}"#),
+            expected("module.shop.order.placed", "shop", r#"{"n":1}"#),
+        ]
+    );
+    let ids: HashSet<_> = conflicts.iter().map(|c| c.id).collect();
+    assert_eq!(ids.len(), 4, "each conflict has a key of its own");
+    // The query filters apply to the conflicting event.
+    let paid = store
+        .conflicts(&EventQuery::new().pattern("module.*.order.paid"))
+        .await?;
+    assert_eq!(paid.len(), 1);
+    assert_eq!(paid[0].event.routing_key, "module.shop.order.paid");
+    assert_eq!(
+        store
+            .conflicts(&EventQuery::new().source("other").limit(10))
+            .await?
+            .len(),
+        1
+    );
+    assert_eq!(store.conflicts(&EventQuery::new().limit(2)).await?.len(), 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reused_id_is_kept_as_a_conflict_sqlite() -> anyhow::Result<()> {
+    a_reused_id_is_kept_as_a_conflict(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn a_reused_id_is_kept_as_a_conflict_postgres() -> anyhow::Result<()> {
+    a_reused_id_is_kept_as_a_conflict(Backend::Postgres).await
+}
+
+/// A store created before `event_conflicts` existed is upgraded on open: its events stay,
+/// and conflicts are kept from then on.
+async fn an_older_store_is_upgraded(backend: Backend) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let temp = TempStore::new(backend).await?;
+    let id = EventId::new();
+    let original = event_with(
+        id,
+        "module.shop.order.placed",
+        "shop",
+        "n1",
+        at(0),
+        r#"{"n": 1}"#,
+    );
+    let other = event_with(
+        id,
+        "module.shop.order.placed",
+        "shop",
+        "n1",
+        at(0),
+        r#"{"n": 2}"#,
+    );
+    {
+        let store = temp.open().await?;
+        store.record_events(std::slice::from_ref(&original)).await?;
+        store.close().await;
+    }
+    // Back to the first schema: no conflicts table, and its migration not applied.
+    let undo = [
+        "DROP TABLE event_conflicts",
+        "DELETE FROM _sqlx_migrations WHERE version > 1",
+    ];
+    match backend {
+        Backend::Postgres => {
+            let mut conn = sqlx::PgConnection::connect(temp.url()).await?;
+            for statement in undo {
+                sqlx::query(statement).execute(&mut conn).await?;
+            }
+            conn.close().await?;
+        }
+        _ => {
+            let mut conn = sqlx::SqliteConnection::connect(temp.url()).await?;
+            for statement in undo {
+                sqlx::query(statement).execute(&mut conn).await?;
+            }
+            conn.close().await?;
+        }
+    }
+    let store = temp.open().await?;
+    assert_eq!(store.counts().await?.events, 1);
+    assert_eq!(store.record_events(std::slice::from_ref(&other)).await?, 0);
+    assert_eq!(store.counts().await?.conflicts, 1);
+    store.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_older_store_is_upgraded_sqlite() -> anyhow::Result<()> {
+    an_older_store_is_upgraded(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn an_older_store_is_upgraded_postgres() -> anyhow::Result<()> {
+    an_older_store_is_upgraded(Backend::Postgres).await
 }

@@ -179,6 +179,7 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
             filter,
             limit,
             oldest_first,
+            conflicts,
         } => {
             let store = open(store).await?;
             let query = event_query(filter)?.limit(*limit).order(if *oldest_first {
@@ -186,6 +187,28 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
             } else {
                 Order::Desc
             });
+            if *conflicts {
+                let found = store
+                    .conflicts(&query)
+                    .await
+                    .context("querying id conflicts");
+                store.close().await;
+                for conflict in &found? {
+                    if global.json {
+                        let mut value = event_json(&conflict.event);
+                        value["conflict_id"] = json!(conflict.id.to_string());
+                        value["conflicts_with"] = json!(conflict.event.id.to_string());
+                        output::json(&value)?;
+                    } else {
+                        output::line(format!(
+                            "{} {}",
+                            event_line(&conflict.event),
+                            paint(WARN, format!("conflicts with {}", conflict.event.id))
+                        ))?;
+                    }
+                }
+                return Ok(Code::Ok);
+            }
             let events = store.events(&query).await.context("querying events")?;
             store.close().await;
             for event in &events {
@@ -276,13 +299,14 @@ async fn count(
         let counts = store.counts().await.context("counting")?;
         if global.json {
             output::json(&json!({
-                "events": counts.events, "dead_letters": counts.dead_letters,
+                "events": counts.events, "conflicts": counts.conflicts,
+                "dead_letters": counts.dead_letters,
                 "dead_letters_pending": counts.dead_letters_pending,
             }))?;
         } else {
             output::line(format!(
-                "{} events, {} dead letters ({} not re-driven)",
-                counts.events, counts.dead_letters, counts.dead_letters_pending
+                "{} events, {} id conflicts, {} dead letters ({} not re-driven)",
+                counts.events, counts.conflicts, counts.dead_letters, counts.dead_letters_pending
             ))?;
         }
     } else {

@@ -269,8 +269,12 @@ pub(crate) enum AuditCommand {
         /// Oldest first
         #[arg(long)]
         oldest_first: bool,
+        /// List the id conflicts instead: events that reused the id of a different stored
+        /// event (another key, source or body), kept apart
+        #[arg(long)]
+        conflicts: bool,
     },
-    /// Count recorded events (and dead letters, without filters)
+    /// Count recorded events (and id conflicts and dead letters, without filters)
     #[command(after_help = AUDIT_COUNT_HELP)]
     Count {
         #[command(flatten)]
@@ -322,8 +326,13 @@ const AUDIT_RUN_HELP: &str = "\
 Consumes <node>.audit-logger.events (bound to # on mesh.events) and mesh.dead-letters, and
 stores each event and dead letter once.
 
+An event whose id is stored already is a duplicate (a redelivery or a resend) when its key,
+source and body are the stored event's; otherwise it is a different event reusing the id, kept
+as an id conflict (see `mesh audit query --conflicts` and `mesh audit count`).
+
 With --metrics-addr it serves /metrics (the mesh_audit_* counters: events stored, duplicates,
-dead letters stored, rejected, batches, store write errors; the batch duration histogram),
+id conflicts, dead letters stored, rejected, batches, store write errors; the batch duration
+histogram),
 /livez and /readyz (200 only while both queues are consumed), and prints
 `metrics on http://ADDR/metrics (also /livez and /readyz)` on stderr.
 
@@ -332,11 +341,21 @@ Example:
   mesh audit run --metrics-addr 127.0.0.1:9464";
 
 const AUDIT_QUERY_HELP: &str = "\
+Each event is a line: time, key, id, source@node, body. With --conflicts the lines are the id
+conflicts, each followed by `conflicts with <id>` (the stored event of that id, which
+`mesh audit query` lists); --json adds `conflict_id` and `conflicts_with` to each object. The
+filters apply to the conflicting events.
+
 Examples:
   mesh audit query --key 'module.umami.#' --since 2h --limit 20
-  mesh audit query --source billing --since 2026-01-01T00:00:00Z --json";
+  mesh audit query --source billing --since 2026-01-01T00:00:00Z --json
+  mesh audit query --conflicts";
 
 const AUDIT_COUNT_HELP: &str = "\
+Without filters: events, id conflicts (events that reused the id of a different stored event)
+and dead letters; --json gives {\"events\", \"conflicts\", \"dead_letters\",
+\"dead_letters_pending\"}. With filters: the matching events only.
+
 Examples:
   mesh audit count
   mesh audit count --key 'module.umami.#' --by-key --json";

@@ -1,7 +1,7 @@
 //! The store: the audit trail and the dead letters, in SQLite or PostgreSQL.
 //!
-//! One `Store` type over either backend. Both have the same tables (`events`, `dead_letters`)
-//! created by their own migrations (`migrations/sqlite`, `migrations/postgres`), embedded in
+//! One `Store` type over either backend. Both have the same tables (`events`,
+//! `event_conflicts`, `dead_letters`) created by their own migrations (`migrations/sqlite`, `migrations/postgres`), embedded in
 //! the binary and applied by [`Store::open`]. The SQL is shared ([`sql`]); only casts and
 //! select lists differ.
 
@@ -24,11 +24,14 @@ use tracing::{debug, info};
 use crate::error::{Error, ErrorKind};
 use crate::options::{Backend, StoreOptions};
 use crate::record::{
-    CausationNode, CausationTree, Counts, DeadLetterId, DeadLetterQuery, DeadLetterRecord,
-    EventQuery, EventRecord, MAX_TREE_NODES,
+    CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterId, DeadLetterQuery,
+    DeadLetterRecord, EventQuery, EventRecord, MAX_TREE_NODES,
 };
 
-use rows::{dead_record, event_record, DeadTuple, EventTuple};
+use rows::{
+    conflict_record, dead_record, event_record, ConflictRow, ConflictTuple, DeadTuple, EventTuple,
+    Identity,
+};
 pub(crate) use rows::{now_text, DeadRow, EventRow};
 use sql::{Cursor, Dialect, POSTGRES, SQLITE};
 
@@ -36,7 +39,7 @@ static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
 
 /// Rows per `INSERT` statement: the parameters stay well below SQLite's 32,766 and
-/// PostgreSQL's 65,535 (events bind 10 per row, dead letters 14).
+/// PostgreSQL's 65,535 (events bind 10 per row, conflicts 12, dead letters 14).
 const ROWS_PER_STATEMENT: usize = 1000;
 /// Ids per `IN (…)` list.
 const IDS_PER_STATEMENT: usize = 500;
@@ -64,6 +67,27 @@ macro_rules! with_pool {
     };
 }
 
+/// Binds an [`EventRow`]'s columns in `events`' order (the same in `event_conflicts` after
+/// its own id): id, routing key, source, node, time, causation id, schema, received at,
+/// headers, body. A macro, as [`with_pool!`] bodies are, so each backend gets its own types.
+macro_rules! push_event_columns {
+    ($b:ident, $d:ident, $row:expr) => {{
+        let row: &EventRow = $row;
+        $b.push_bind(row.id.as_str()).push_unseparated($d.uuid);
+        $b.push_bind(row.routing_key.as_str());
+        $b.push_bind(row.source.as_str());
+        $b.push_bind(row.node.as_str());
+        $b.push_bind(row.time.as_str()).push_unseparated($d.time);
+        $b.push_bind(row.causation_id.as_deref());
+        $b.push_bind(row.schema);
+        $b.push_bind(row.received_at.as_str())
+            .push_unseparated($d.time);
+        $b.push_bind(row.headers.as_str())
+            .push_unseparated($d.headers);
+        $b.push_bind(row.body.as_str()).push_unseparated($d.body);
+    }};
+}
+
 /// The audit store. Cheap to clone: clones share one connection pool.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -74,8 +98,11 @@ pub struct Store {
 /// What one write stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Written {
-    /// Event rows inserted (the rest were there already).
+    /// Event rows inserted.
     pub(crate) events: u64,
+    /// Conflict rows inserted: events reusing the id of a different stored event, first
+    /// seen. The event rows neither inserted nor conflicts were stored already (duplicates).
+    pub(crate) conflicts: u64,
     /// Dead-letter rows inserted.
     pub(crate) dead_letters: u64,
 }
@@ -165,8 +192,9 @@ impl Store {
         }
     }
 
-    /// Records messages as events, as the logger would (each id once). Returns how many were
-    /// new; a message that breaks the contract fails the whole call with
+    /// Records messages as events, as the logger would (each id once; a different event
+    /// reusing a stored id goes to the conflicts, see [`Store::conflicts`]). Returns how many
+    /// events were new; a message that breaks the contract fails the whole call with
     /// [`ErrorKind::InvalidMessage`] before anything is written. For imports and tests; the
     /// logger batches deliveries itself.
     pub async fn record_events(&self, messages: &[WireMessage]) -> Result<u64, Error> {
@@ -200,9 +228,14 @@ impl Store {
         Ok(written.dead_letters)
     }
 
-    /// Inserts rows in one transaction; a row whose id is stored already is skipped
-    /// (`ON CONFLICT DO NOTHING`). Returns the raw database error so the caller can tell a
-    /// transient failure from a row the database refuses.
+    /// Inserts rows in one transaction. A dead letter whose id is stored already is skipped
+    /// (`ON CONFLICT DO NOTHING`); so is an event whose id is stored already with the same
+    /// [`Identity`] (a redelivery or a resend), while one with another identity is a
+    /// different event reusing the id and goes into `event_conflicts` (itself once per
+    /// conflicting event). Two rows of one batch with the same id are decided the same way:
+    /// the first is stored, the others are duplicates or conflicts of it. Returns the raw
+    /// database error so the caller can tell a transient failure from a row the database
+    /// refuses.
     pub(crate) async fn write(
         &self,
         events: &[EventRow],
@@ -211,28 +244,75 @@ impl Store {
         let mut written = Written::default();
         with_pool!(self, |pool, d| {
             let mut tx = pool.begin().await?;
+            let mut inserted: HashSet<String> = HashSet::new();
             for chunk in events.chunks(ROWS_PER_STATEMENT) {
                 let mut qb = QueryBuilder::new(
                     "INSERT INTO events (id, routing_key, source, node, time, causation_id, \
                      schema, received_at, headers, body) ",
                 );
-                qb.push_values(chunk, |mut b, row| {
-                    b.push_bind(row.id.as_str()).push_unseparated(d.uuid);
-                    b.push_bind(row.routing_key.as_str());
-                    b.push_bind(row.source.as_str());
-                    b.push_bind(row.node.as_str());
-                    b.push_bind(row.time.as_str()).push_unseparated(d.time);
-                    b.push_bind(row.causation_id.as_deref());
-                    b.push_bind(row.schema);
-                    b.push_bind(row.received_at.as_str())
-                        .push_unseparated(d.time);
-                    b.push_bind(row.headers.as_str())
-                        .push_unseparated(d.headers);
-                    b.push_bind(row.body.as_str()).push_unseparated(d.body);
-                });
-                qb.push(" ON CONFLICT (id) DO NOTHING");
-                written.events += qb.build().execute(&mut *tx).await?.rows_affected();
+                qb.push_values(chunk, |mut b, row| push_event_columns!(b, d, row));
+                qb.push(" ON CONFLICT (id) DO NOTHING RETURNING ")
+                    .push(d.id_text);
+                let ids: Vec<String> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
+                written.events += ids.len() as u64;
+                inserted.extend(ids);
             }
+
+            // The rows that may not be the stored event: those not inserted, and every row
+            // of an id the batch holds more than once (only one of them was inserted).
+            let mut per_id: HashMap<&str, usize> = HashMap::new();
+            for row in events {
+                *per_id.entry(row.id.as_str()).or_default() += 1;
+            }
+            let suspects: Vec<&EventRow> = events
+                .iter()
+                .filter(|row| !inserted.contains(&row.id) || per_id[row.id.as_str()] > 1)
+                .collect();
+            if !suspects.is_empty() {
+                let mut ids: Vec<&str> = suspects.iter().map(|row| row.id.as_str()).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                let mut stored: HashMap<String, Identity> = HashMap::new();
+                for chunk in ids.chunks(IDS_PER_STATEMENT) {
+                    let mut qb = QueryBuilder::new(format!(
+                        "SELECT {} FROM events WHERE id IN (",
+                        d.identity_columns
+                    ));
+                    let mut list = qb.separated(", ");
+                    for id in chunk {
+                        list.push_bind(*id).push_unseparated(d.uuid);
+                    }
+                    qb.push(")");
+                    let rows: Vec<(String, String, String, String)> =
+                        qb.build_query_as().fetch_all(&mut *tx).await?;
+                    for (id, routing_key, source, body) in rows {
+                        stored.insert(id, Identity::of(&routing_key, &source, &body));
+                    }
+                }
+                let conflicts: Vec<ConflictRow> = suspects
+                    .into_iter()
+                    .filter_map(|row| {
+                        // Inserted or found above, in this transaction: always stored.
+                        let stored = stored.get(&row.id)?;
+                        let identity = row.identity();
+                        (identity != *stored).then(|| ConflictRow::new(row, &identity))
+                    })
+                    .collect();
+                for chunk in conflicts.chunks(ROWS_PER_STATEMENT) {
+                    let mut qb = QueryBuilder::new(
+                        "INSERT INTO event_conflicts (id, event_id, routing_key, source, node, \
+                         time, causation_id, schema, received_at, headers, body, body_sha256) ",
+                    );
+                    qb.push_values(chunk, |mut b, row| {
+                        b.push_bind(row.id.as_str()).push_unseparated(d.uuid);
+                        push_event_columns!(b, d, &row.event);
+                        b.push_bind(row.body_sha256.as_str());
+                    });
+                    qb.push(" ON CONFLICT (id) DO NOTHING");
+                    written.conflicts += qb.build().execute(&mut *tx).await?.rows_affected();
+                }
+            }
+
             for chunk in dead.chunks(ROWS_PER_STATEMENT) {
                 let mut qb = QueryBuilder::new(
                     "INSERT INTO dead_letters (id, event_id, routing_key, reason, attempts, \
@@ -375,22 +455,73 @@ impl Store {
             .collect())
     }
 
-    /// How many events and dead letters the store holds.
+    /// Events that reused the id of a different stored event (see [`ConflictRecord`]),
+    /// matching `query` as [`Store::events`] does (its filters apply to the conflicting
+    /// event), in its order, at most its limit.
+    pub async fn conflicts(&self, query: &EventQuery) -> Result<Vec<ConflictRecord>, Error> {
+        let mut found = Vec::new();
+        if query.limit == 0 {
+            return Ok(found);
+        }
+        let pattern = query.pattern.as_deref();
+        let exact = pattern.is_none_or(|p| sql::key_prefilter(p).is_exact());
+        let page = if exact {
+            query.limit
+        } else {
+            query.limit.saturating_mul(2).clamp(200, 5000)
+        };
+        let mut cursor: Option<Cursor> = None;
+        loop {
+            let rows: Vec<ConflictTuple> = with_pool!(self, |pool, d| {
+                let mut qb = QueryBuilder::new(format!(
+                    "SELECT {} FROM event_conflicts",
+                    d.conflict_columns
+                ));
+                sql::push_event_filters(&mut qb, d, query)?;
+                sql::push_page(&mut qb, d, "time", query.order, cursor.as_ref(), page);
+                qb.build_query_as()
+                    .fetch_all(pool)
+                    .await
+                    .map_err(|e| Error::database("listing id conflicts", e))?
+            });
+            let fetched = rows.len();
+            for row in rows {
+                cursor = Some(Cursor {
+                    time: row.5.clone(),
+                    id: row.0.clone(),
+                });
+                if sql::key_passes(pattern, &row.2) {
+                    found.push(conflict_record(row)?);
+                    if found.len() == query.limit {
+                        return Ok(found);
+                    }
+                }
+            }
+            if fetched < page {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// How many events, id conflicts and dead letters the store holds.
     pub async fn counts(&self) -> Result<Counts, Error> {
-        let (events, dead_letters, pending): (i64, i64, i64) = with_pool!(self, |pool, _d| {
-            sqlx::query_as(
-                "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM dead_letters), \
-                 (SELECT count(*) FROM dead_letters WHERE redriven_at IS NULL)",
-            )
-            .fetch_one(pool)
-            .await
-            .map_err(|e| Error::database("counting", e))?
-        });
+        let (events, dead_letters, pending, conflicts): (i64, i64, i64, i64) =
+            with_pool!(self, |pool, _d| {
+                sqlx::query_as(
+                    "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM dead_letters), \
+                     (SELECT count(*) FROM dead_letters WHERE redriven_at IS NULL), \
+                     (SELECT count(*) FROM event_conflicts)",
+                )
+                .fetch_one(pool)
+                .await
+                .map_err(|e| Error::database("counting", e))?
+            });
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
         Ok(Counts {
             events: n(events),
             dead_letters: n(dead_letters),
             dead_letters_pending: n(pending),
+            conflicts: n(conflicts),
         })
     }
 

@@ -4,14 +4,17 @@
 
 use bytes::Bytes;
 use mesh_core::{codec, DeadReason, Envelope, EventId, Timestamp, WireMessage};
+use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::convert::{clean, headers_to_json_text, time_from_text, time_to_text};
 use crate::error::Error;
-use crate::record::{DeadLetterId, DeadLetterRecord, EventRecord};
+use crate::record::{ConflictRecord, DeadLetterId, DeadLetterRecord, EventRecord};
 
 /// The namespace of dead-letter ids (UUID v5 over a dead letter's content).
 const DEAD_LETTER_NAMESPACE: Uuid = Uuid::from_u128(0x6d65_7368_2d61_7564_6974_2d64_6561_6401);
+/// The namespace of id-conflict ids (UUID v5 over the identity of the conflicting event).
+const CONFLICT_NAMESPACE: Uuid = Uuid::from_u128(0x6d65_7368_2d61_7564_6974_2d63_6f6e_6601);
 
 /// An event row to insert.
 #[derive(Debug, Clone)]
@@ -52,6 +55,74 @@ impl EventRow {
             headers: headers_to_json_text(&message.properties.headers),
             body,
         })
+    }
+}
+
+/// What tells two events with the same id apart: the routing key, the source and the body's
+/// SHA-256. A redelivery or a publisher's resend has the same; a different event reusing the
+/// id does not. The node, time and headers are left out: a resend after a restart may be
+/// stamped anew, and the broker adds headers on the way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub(crate) routing_key: String,
+    pub(crate) source: String,
+    pub(crate) body_sha256: [u8; 32],
+}
+
+impl Identity {
+    /// The identity of a stored or incoming event from its columns.
+    pub(crate) fn of(routing_key: &str, source: &str, body: &str) -> Identity {
+        Identity {
+            routing_key: routing_key.to_owned(),
+            source: source.to_owned(),
+            body_sha256: Sha256::digest(body.as_bytes()).into(),
+        }
+    }
+}
+
+impl EventRow {
+    /// Its identity (see [`Identity`]).
+    pub(crate) fn identity(&self) -> Identity {
+        Identity::of(&self.routing_key, &self.source, &self.body)
+    }
+}
+
+/// An event row whose id is taken by a different stored event, to insert into
+/// `event_conflicts`.
+#[derive(Debug, Clone)]
+pub(crate) struct ConflictRow {
+    /// UUID v5 of the event id and its [`Identity`]: the same conflicting event delivered
+    /// again maps to the same row.
+    pub(crate) id: String,
+    pub(crate) event: EventRow,
+    pub(crate) body_sha256: String,
+}
+
+impl ConflictRow {
+    pub(crate) fn new(event: &EventRow, identity: &Identity) -> ConflictRow {
+        let mut content = Vec::with_capacity(
+            event.id.len() + identity.routing_key.len() + identity.source.len() + 35,
+        );
+        for part in [
+            event.id.as_bytes(),
+            identity.routing_key.as_bytes(),
+            identity.source.as_bytes(),
+        ] {
+            content.extend_from_slice(part);
+            content.push(0);
+        }
+        content.extend_from_slice(&identity.body_sha256);
+        ConflictRow {
+            id: Uuid::new_v5(&CONFLICT_NAMESPACE, &content)
+                .hyphenated()
+                .to_string(),
+            event: event.clone(),
+            body_sha256: identity
+                .body_sha256
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+        }
     }
 }
 
@@ -161,6 +232,53 @@ pub(crate) fn event_record(row: EventTuple) -> Result<EventRecord, Error> {
         received_at: time_from_text(&received_at)?,
         headers: parse_json(&headers)?,
         body,
+    })
+}
+
+/// A conflict row as selected: its id, then the event's columns as in [`EventTuple`].
+pub(crate) type ConflictTuple = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<i64>,
+    String,
+    String,
+    String,
+);
+
+pub(crate) fn conflict_record(row: ConflictTuple) -> Result<ConflictRecord, Error> {
+    let (
+        id,
+        event_id,
+        routing_key,
+        source,
+        node,
+        time,
+        causation_id,
+        schema,
+        received_at,
+        headers,
+        body,
+    ) = row;
+    Ok(ConflictRecord {
+        id: Uuid::parse_str(&id)
+            .map_err(|e| Error::corrupt(format!("conflict id `{id}`")).with_source(e))?,
+        event: event_record((
+            event_id,
+            routing_key,
+            source,
+            node,
+            time,
+            causation_id,
+            schema,
+            received_at,
+            headers,
+            body,
+        ))?,
     })
 }
 

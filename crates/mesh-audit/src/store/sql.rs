@@ -26,6 +26,12 @@ pub(crate) struct Dialect {
     pub(crate) event_columns: &'static str,
     /// The select list of a dead letter, in [`super::rows::DeadTuple`]'s order.
     pub(crate) dead_columns: &'static str,
+    /// The select list of an id conflict, in [`super::rows::ConflictTuple`]'s order.
+    pub(crate) conflict_columns: &'static str,
+    /// An event's id as text (`RETURNING` it after an insert).
+    pub(crate) id_text: &'static str,
+    /// What tells stored events with one id apart: id, routing key, source, body as text.
+    pub(crate) identity_columns: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -38,6 +44,10 @@ pub(crate) const SQLITE: Dialect = Dialect {
     dead_columns: "id, event_id, routing_key, reason, attempts, last_error, queue, dead_at, \
                    received_at, content_type, message_id, amqp_timestamp, headers, body, \
                    redriven_at, redrive_count",
+    conflict_columns: "id, event_id, routing_key, source, node, time, causation_id, schema, \
+                       received_at, headers, body",
+    id_text: "id",
+    identity_columns: "id, routing_key, source, body",
 };
 
 /// `to_char` in the stored time format, in UTC whatever the session's time zone.
@@ -72,6 +82,16 @@ pub(crate) const POSTGRES: Dialect = Dialect {
         pg_time!("redriven_at"),
         ", redrive_count::int8"
     ),
+    conflict_columns: concat!(
+        "id::text, event_id::text, routing_key, source, node, ",
+        pg_time!("time"),
+        ", causation_id, schema::int8, ",
+        pg_time!("received_at"),
+        ", headers::text, body::text"
+    ),
+    id_text: "id::text",
+    // `json` keeps the text as it came, so this is the body byte for byte.
+    identity_columns: "id::text, routing_key, source, body::text",
 };
 
 /// What SQL can decide about a routing key from a topic pattern, always a superset of what

@@ -34,6 +34,69 @@ impl Drop for TempStore {
     }
 }
 
+/// A PostgreSQL store in a database of its own on the test server (`MESH_TEST_PG_URL`,
+/// default the local `test` database's server), dropped on drop.
+pub(crate) struct TempPostgres {
+    admin_url: String,
+    name: String,
+    pub(crate) url: String,
+}
+
+impl TempPostgres {
+    pub(crate) async fn new() -> TempPostgres {
+        use sqlx::Connection;
+        let admin_url = std::env::var("MESH_TEST_PG_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let name = format!(
+            "mesh_cli_test_{}_{}",
+            std::process::id(),
+            mesh::core::EventId::new().to_string().replace('-', "")
+        );
+        let mut admin = sqlx::PgConnection::connect(&admin_url)
+            .await
+            .unwrap_or_else(|e| {
+                panic!("no PostgreSQL at {admin_url} ({e}): start one or set MESH_TEST_PG_URL")
+            });
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .expect("the test database created");
+        admin.close().await.ok();
+        let (base, _) = admin_url
+            .rsplit_once('/')
+            .expect("the admin URL names a database");
+        let url = format!("{base}/{name}");
+        TempPostgres {
+            admin_url,
+            name,
+            url,
+        }
+    }
+}
+
+impl Drop for TempPostgres {
+    fn drop(&mut self) {
+        use sqlx::Connection;
+        // Drop may run inside a runtime: a thread of its own runs the statement.
+        let admin_url = self.admin_url.clone();
+        let statement = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
+                sqlx::query(&statement).execute(&mut admin).await?;
+                anyhow::Ok(())
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("could not drop test database {}", self.name);
+        }
+    }
+}
+
 /// Starts `mesh audit run` and waits until its queue has a consumer.
 async fn start_logger(vhost: &TestVhost, store: &TempStore) -> Child {
     let child = mesh(Some(&vhost.url()))

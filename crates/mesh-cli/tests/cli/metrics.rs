@@ -1,9 +1,12 @@
 //! `--metrics-addr`: `mesh audit run` and `mesh tail` serve `/metrics`, `/livez` and
-//! `/readyz`; the audit logger's counters are exact after known traffic.
+//! `/readyz`; the audit logger's counters are exact after known traffic, an event reusing
+//! another's id among it (counted, and shown by `mesh audit count` and `query --conflicts`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use bytes::Bytes;
+use mesh::core::{codec, Envelope, EventId, Headers, PublishOptions, RoutingKey, Transport};
 use mesh::{Bus, HandlerError};
 use mesh_testkit::eventually;
 use nix::sys::signal::{kill, Signal};
@@ -12,8 +15,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr};
 use tokio::task::JoinHandle;
 
-use crate::audit::TempStore;
-use crate::{assert_code, finish, json, mesh, options, run, transport, vhost, NODE, WAIT};
+use crate::audit::{TempPostgres, TempStore};
+use crate::{assert_code, finish, json, mesh, options, run, stdout, transport, vhost, NODE, WAIT};
 
 /// The line a command prints on stderr once its endpoint listens.
 const METRICS_LINE: &str = "metrics on http://";
@@ -222,6 +225,11 @@ async fn audit_run_serves_exact_counts_and_health() {
         Some(0.0),
         "{text}"
     );
+    assert_eq!(
+        sample(&text, "mesh_audit_id_conflicts_total", &[]),
+        Some(0.0),
+        "{text}"
+    );
     assert!(
         sample(&text, "mesh_audit_batches_total", &[]).is_some_and(|n| n >= 1.0),
         "{text}"
@@ -260,6 +268,150 @@ async fn audit_run_serves_exact_counts_and_health() {
     assert_eq!(must_get(addr, "/nothing").await.0, 404);
 
     mailer.close().await;
+    stop(logger, stderr).await;
+    vhost.delete().await.expect("the vhost deleted");
+}
+
+/// An event of `module.shop` with this id and body, published raw.
+fn shop_event(id: EventId, name: &str, body: &'static str) -> mesh::core::WireMessage {
+    codec::encode(&Envelope {
+        id,
+        key: RoutingKey::parse(&format!("module.shop.{name}")).expect("a valid key"),
+        source: "shop".into(),
+        node: NODE.into(),
+        time: mesh::core::Timestamp::now(),
+        causation_id: None,
+        schema: None,
+        extra_headers: Headers::new(),
+        body: Bytes::from_static(body.as_bytes()),
+    })
+}
+
+/// One id, one event, end to end on PostgreSQL: an event published with the id of another
+/// and a different body is kept as a conflict, not dropped as a duplicate. The logger counts
+/// it (`mesh_audit_id_conflicts_total`), `mesh audit count` reports it, and
+/// `mesh audit query --conflicts` shows it with its wire text escaped; the resends stay
+/// duplicates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_id_is_counted_and_shown_as_a_conflict() {
+    let vhost = vhost("cli-conflicts").await;
+    let url = vhost.url();
+    let store = TempPostgres::new().await;
+    let mut logger = mesh(Some(&url))
+        .args(["audit", "run", "--store", &store.url])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .spawn()
+        .expect("mesh audit run starts");
+    let mut stderr = Stderr::new(logger.stderr.take().expect("stderr piped"));
+    let addr = stderr.metrics_addr().await;
+    let stderr = stderr.drain();
+    eventually(WAIT, "/readyz answering 200", || async {
+        get(addr, "/readyz")
+            .await
+            .filter(|(status, _)| *status == 200)
+    })
+    .await;
+
+    // The event, a different one reusing its id (a bidi override in its body), then each
+    // again: published in this order on one channel, so queued in it.
+    let id = EventId::new();
+    let original = shop_event(id, "order.placed", r#"{"n": 1}"#);
+    let conflicting = shop_event(
+        id,
+        "order.placed",
+        "{\"n\": 2, \"note\": \"\u{202E}fdp.exe\"}",
+    );
+    let raw = transport(options(&vhost)).await;
+    for message in [&original, &conflicting, &conflicting, &original] {
+        let confirm = raw
+            .publish(message.clone(), PublishOptions::default())
+            .await
+            .expect("published");
+        tokio::time::timeout(WAIT, confirm)
+            .await
+            .expect("confirmed in time")
+            .expect("confirmed");
+    }
+
+    let text = eventually(WAIT, "the four deliveries counted", || async {
+        let (status, text) = get(addr, "/metrics").await?;
+        let seen = sample(&text, "mesh_audit_events_stored_total", &[])?
+            + sample(&text, "mesh_audit_duplicates_total", &[])?
+            + sample(&text, "mesh_audit_id_conflicts_total", &[])?;
+        (status == 200 && seen >= 4.0).then_some(text)
+    })
+    .await;
+    for (name, expected) in [
+        ("mesh_audit_events_stored_total", 1.0),
+        ("mesh_audit_id_conflicts_total", 1.0),
+        ("mesh_audit_duplicates_total", 2.0),
+    ] {
+        assert_eq!(sample(&text, name, &[]), Some(expected), "{name}: {text}");
+    }
+    assert!(
+        text.contains("# HELP mesh_audit_id_conflicts_total"),
+        "described: {text}"
+    );
+
+    let output = run(
+        Some(&url),
+        &["audit", "count", "--json", "--store", &store.url],
+    )
+    .await;
+    assert_code(&output, 0);
+    let counts = json(&output);
+    assert_eq!(
+        (counts["events"].as_u64(), counts["conflicts"].as_u64()),
+        (Some(1), Some(1)),
+        "{counts}"
+    );
+    let output = run(Some(&url), &["audit", "count", "--store", &store.url]).await;
+    assert_code(&output, 0);
+    assert!(
+        stdout(&output).starts_with("1 events, 1 id conflicts, "),
+        "{}",
+        stdout(&output)
+    );
+
+    let output = run(
+        Some(&url),
+        &[
+            "audit",
+            "query",
+            "--conflicts",
+            "--json",
+            "--store",
+            &store.url,
+        ],
+    )
+    .await;
+    assert_code(&output, 0);
+    let conflict = json(&output);
+    assert_eq!(conflict["conflicts_with"], id.to_string(), "{conflict}");
+    assert_eq!(conflict["id"], id.to_string(), "{conflict}");
+    assert_eq!(conflict["body"]["n"], 2, "{conflict}");
+    assert!(conflict["conflict_id"].is_string(), "{conflict}");
+    let output = run(
+        Some(&url),
+        &["audit", "query", "--conflicts", "--store", &store.url],
+    )
+    .await;
+    assert_code(&output, 0);
+    let text = stdout(&output);
+    assert_eq!(text.lines().count(), 1, "one conflict, one line: {text:?}");
+    assert!(text.contains(&format!("conflicts with {id}")), "{text:?}");
+    assert!(text.contains("\\u{202e}fdp.exe"), "escaped: {text:?}");
+    assert!(!text.contains('\u{202E}'), "{text:?}");
+    // The trail of events holds the original only.
+    let output = run(
+        Some(&url),
+        &["audit", "query", "--json", "--store", &store.url],
+    )
+    .await;
+    assert_code(&output, 0);
+    assert_eq!(json(&output)["body"], serde_json::json!({ "n": 1 }));
+
+    Transport::close(raw.as_ref()).await;
     stop(logger, stderr).await;
     vhost.delete().await.expect("the vhost deleted");
 }
