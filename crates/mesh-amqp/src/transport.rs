@@ -412,7 +412,12 @@ impl AmqpTransport {
         timeout: Duration,
     ) -> Result<WireMessage, TransportError> {
         self.check_open()?;
-        let deadline = tokio::time::Instant::now() + timeout;
+        // Checked: a timeout too long for an instant (`Duration::MAX`) waits "forever" (a
+        // year) rather than panic.
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(timeout)
+            .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600));
         let (reply_queue, mut alive) = self
             .inner
             .rpc
