@@ -83,6 +83,8 @@ struct Inner {
     shared: Arc<Shared>,
     shutdown: watch::Sender<bool>,
     closed: AtomicBool,
+    /// Whether the warning that classic queues have no poison backstop was logged.
+    classic_warned: AtomicBool,
 }
 
 impl std::fmt::Debug for AmqpTransport {
@@ -148,6 +150,7 @@ impl AmqpTransport {
                 shared,
                 shutdown,
                 closed: AtomicBool::new(false),
+                classic_warned: AtomicBool::new(false),
             }),
         })
     }
@@ -577,6 +580,14 @@ impl AmqpTransport {
             patterns = spec.patterns.len(),
             "declared consumer queue"
         );
+        if !self.quorum() && !self.inner.classic_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                queue = name,
+                "classic queues have no delivery limit: a message that crashes its consumer \
+                 every time (before the handler returns) is redelivered forever; use quorum \
+                 queues for a poison backstop"
+            );
+        }
         Ok(delay_names)
     }
 
