@@ -39,7 +39,9 @@ pub enum QueueType {
     #[default]
     Quorum,
     /// A single-node queue: no delivery count, no delivery limit, and no at-least-once
-    /// dead-lettering of expired retry copies (the broker dead-letters them at most once).
+    /// dead-lettering of expired retry copies (the broker dead-letters them at most once). A
+    /// message that crashes its consumer every time is redelivered forever; the transport
+    /// warns once, when it first declares a classic consumer queue.
     Classic,
 }
 

@@ -83,6 +83,8 @@ struct Inner {
     shared: Arc<Shared>,
     shutdown: watch::Sender<bool>,
     closed: AtomicBool,
+    /// Whether the warning that classic queues have no poison backstop was logged.
+    classic_warned: AtomicBool,
 }
 
 impl std::fmt::Debug for AmqpTransport {
@@ -148,6 +150,7 @@ impl AmqpTransport {
                 shared,
                 shutdown,
                 closed: AtomicBool::new(false),
+                classic_warned: AtomicBool::new(false),
             }),
         })
     }
@@ -412,7 +415,12 @@ impl AmqpTransport {
         timeout: Duration,
     ) -> Result<WireMessage, TransportError> {
         self.check_open()?;
-        let deadline = tokio::time::Instant::now() + timeout;
+        // Checked: a timeout too long for an instant (`Duration::MAX`) waits "forever" (a
+        // year) rather than panic.
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(timeout)
+            .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600));
         let (reply_queue, mut alive) = self
             .inner
             .rpc
@@ -572,6 +580,14 @@ impl AmqpTransport {
             patterns = spec.patterns.len(),
             "declared consumer queue"
         );
+        if !self.quorum() && !self.inner.classic_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                queue = name,
+                "classic queues have no delivery limit: a message that crashes its consumer \
+                 every time (before the handler returns) is redelivered forever; use quorum \
+                 queues for a poison backstop"
+            );
+        }
         Ok(delay_names)
     }
 

@@ -148,6 +148,20 @@ async fn the_quorum_delivery_limit_dead_letters_after_limit_plus_one_deliveries(
     assert_eq!(letter.message.routing_key, "module.poison.x");
     let annotations = codec::read_dead_letter(&letter.message).unwrap();
     assert_eq!(annotations.reason, DeadReason::DeliveryLimit);
+    // What the broker's copy carries: one death (`count` is deaths, not deliveries) and no
+    // count of the deliveries it had, so the attempts come from the queue's limit.
+    let headers = &letter.message.properties.headers;
+    let Some(HeaderValue::Array(deaths)) = headers.get(codec::BROKER_DEATH) else {
+        panic!("no x-death: {headers:?}");
+    };
+    let Some(HeaderValue::Table(death)) = deaths.first() else {
+        panic!("no x-death entry: {deaths:?}");
+    };
+    assert_eq!(death.get("count").and_then(HeaderValue::as_u64), Some(1));
+    assert_eq!(annotations.attempts, 0, "unknown without the queue's limit");
+    let counted = codec::read_dead_letter_with_limit(&letter.message, Some(2)).unwrap();
+    assert_eq!(counted.attempts, 3, "limit 2: three deliveries");
+    assert_eq!(counted.queue, "n.poison.events");
     letter.ack().await.unwrap();
     transport.close().await;
     vhost.delete().await.unwrap();

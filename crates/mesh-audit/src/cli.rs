@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::options::{
     AuditOptions, StoreOptions, DEFAULT_BATCH_SIZE, DEFAULT_PREFETCH, DEFAULT_STORE_URL,
+    MAX_BATCH_SIZE, MAX_BATCH_WAIT,
 };
 use crate::service::AuditService;
 
@@ -54,14 +55,14 @@ pub struct RunArgs {
     /// Where to store: sqlite://path?mode=rwc or postgres://user@host/db
     #[arg(long, env = "MESH_AUDIT_STORE", default_value = DEFAULT_STORE_URL, hide_env_values = true)]
     pub store: String,
-    /// Rows per transaction, at most
-    #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
+    /// Rows per transaction, at most (1 to 100000)
+    #[arg(long, default_value_t = DEFAULT_BATCH_SIZE, value_parser = parse_batch_size)]
     pub batch_size: usize,
-    /// Milliseconds a batch stays open after its first message
-    #[arg(long, default_value_t = 50)]
+    /// Milliseconds a batch stays open after its first message (0 to 3600000, an hour)
+    #[arg(long, default_value_t = 50, value_parser = parse_batch_wait_ms)]
     pub batch_wait_ms: u64,
-    /// Unacked deliveries per queue, at most
-    #[arg(long, default_value_t = DEFAULT_PREFETCH)]
+    /// Unacked deliveries per queue, at most (1 to 65535)
+    #[arg(long, default_value_t = DEFAULT_PREFETCH, value_parser = parse_prefetch)]
     pub prefetch: u16,
     /// Serve /metrics, /livez and /readyz on this address (e.g. 127.0.0.1:9464; port 0
     /// picks a free one, printed on stderr)
@@ -79,6 +80,45 @@ pub struct RunArgs {
     /// Send the credentials over plain http to a management host that is not loopback
     #[arg(long)]
     pub management_allow_http: bool,
+}
+
+/// Marks an error as one in the arguments (a usage error: `mesh-audit` exits with code 2),
+/// not one met while running. Find it with `error.downcast_ref::<UsageError>()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsageError;
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("invalid arguments")
+    }
+}
+
+/// `text` as a whole number within `min..=max`, or a message saying which numbers are
+/// accepted (for clap's `value_parser`: a usage error, exit code 2).
+fn parse_within<T>(text: &str, min: T, max: T) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + fmt::Display + Copy,
+{
+    match text.trim().parse::<T>() {
+        Ok(value) if min <= value && value <= max => Ok(value),
+        _ => Err(format!("expected a whole number from {min} to {max}")),
+    }
+}
+
+/// `--batch-size`: rows per transaction, 1 to [`MAX_BATCH_SIZE`].
+pub fn parse_batch_size(text: &str) -> Result<usize, String> {
+    parse_within(text, 1, MAX_BATCH_SIZE)
+}
+
+/// `--batch-wait-ms`: 0 to [`MAX_BATCH_WAIT`] in milliseconds.
+pub fn parse_batch_wait_ms(text: &str) -> Result<u64, String> {
+    let max = u64::try_from(MAX_BATCH_WAIT.as_millis()).unwrap_or(u64::MAX);
+    parse_within(text, 0, max)
+}
+
+/// `--prefetch`: unacked deliveries per queue, 1 to 65535.
+pub fn parse_prefetch(text: &str) -> Result<u16, String> {
+    parse_within(text, 1, u16::MAX)
 }
 
 impl fmt::Debug for RunArgs {
@@ -105,8 +145,13 @@ impl fmt::Debug for RunArgs {
 }
 
 impl RunArgs {
-    /// The service these arguments describe.
+    /// The service these arguments describe; an error here is in the arguments (it carries
+    /// [`UsageError`]).
     pub fn service(&self) -> anyhow::Result<AuditService> {
+        self.build_service().context(UsageError)
+    }
+
+    fn build_service(&self) -> anyhow::Result<AuditService> {
         let amqp: AmqpOptions = self.url.parse().context("--url")?;
         let amqp = with_password(amqp, &self.password, self.password_file.as_deref())
             .context("invalid connection options")?;
@@ -295,6 +340,48 @@ mod tests {
             management_url: Some("https://u:mgmts3cret@h:15671".to_owned()),
             management_ca_file: None,
             management_allow_http: false,
+        }
+    }
+
+    #[test]
+    fn numbers_at_their_limits_parse_or_say_what_is_accepted() {
+        assert_eq!(parse_batch_size("1"), Ok(1));
+        assert_eq!(parse_batch_size("100000"), Ok(MAX_BATCH_SIZE));
+        for bad in [
+            "0",
+            "100001",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-1",
+            "",
+        ] {
+            let message = parse_batch_size(bad).unwrap_err();
+            assert_eq!(message, "expected a whole number from 1 to 100000", "{bad}");
+        }
+        assert_eq!(parse_batch_wait_ms("0"), Ok(0));
+        assert_eq!(parse_batch_wait_ms("3600000"), Ok(3_600_000));
+        assert!(parse_batch_wait_ms("3600001").is_err());
+        assert!(parse_batch_wait_ms("18446744073709551615").is_err());
+        assert_eq!(parse_prefetch("65535"), Ok(u16::MAX));
+        assert!(parse_prefetch("0").is_err());
+        assert!(parse_prefetch("65536").is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+
+        /// Any text parses into a value within the bounds, or is refused: never a panic.
+        #[test]
+        fn any_text_is_a_bounded_number_or_refused(text in "\\PC{0,24}|[-+]?[0-9]{1,40}") {
+            if let Ok(size) = parse_batch_size(&text) {
+                proptest::prop_assert!((1..=MAX_BATCH_SIZE).contains(&size));
+            }
+            if let Ok(ms) = parse_batch_wait_ms(&text) {
+                proptest::prop_assert!(Duration::from_millis(ms) <= MAX_BATCH_WAIT);
+            }
+            if let Ok(prefetch) = parse_prefetch(&text) {
+                proptest::prop_assert!(prefetch >= 1);
+            }
         }
     }
 

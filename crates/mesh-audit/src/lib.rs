@@ -62,7 +62,7 @@ pub use error::{Error, ErrorKind};
 pub use logger::{AuditLogger, LoggerStats};
 pub use options::{
     AuditOptions, Backend, StoreOptions, DEFAULT_BATCH_SIZE, DEFAULT_BATCH_WAIT, DEFAULT_PREFETCH,
-    DEFAULT_STORE_URL,
+    DEFAULT_STORE_URL, MAX_BATCH_SIZE, MAX_BATCH_WAIT,
 };
 pub use record::{
     CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterId, DeadLetterQuery,

@@ -6,7 +6,9 @@
 //! [`mesh_audit::cli`]).
 //!
 //! Exit codes: 0 after a graceful shutdown (SIGTERM, Ctrl-C), 1 on an error, 2 on a usage
-//! error.
+//! error: an unknown option, a number outside its bounds (`--batch-size` 1 to 100000,
+//! `--batch-wait-ms` 0 to 3600000, `--prefetch` 1 to 65535), an invalid URL, node name or
+//! store, an unreadable password file.
 
 use std::process::ExitCode;
 
@@ -42,7 +44,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("mesh-audit: {e:#}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<mesh_audit::cli::UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

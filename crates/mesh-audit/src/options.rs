@@ -166,6 +166,10 @@ pub const DEFAULT_PREFETCH: u16 = 1000;
 pub const DEFAULT_BATCH_SIZE: usize = 500;
 /// The default time a batch stays open after its first message.
 pub const DEFAULT_BATCH_WAIT: Duration = Duration::from_millis(50);
+/// The largest batch size [`AuditOptions::validate`] accepts.
+pub const MAX_BATCH_SIZE: usize = 100_000;
+/// The longest batch wait [`AuditOptions::validate`] accepts: an hour.
+pub const MAX_BATCH_WAIT: Duration = Duration::from_secs(3600);
 
 /// How the audit logger consumes and batches.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,15 +203,15 @@ impl AuditOptions {
         self
     }
 
-    /// Rows per transaction, at most (default 500). A batch closes at this size or after
+    /// Rows per transaction, at most (default 500; 1 to [`MAX_BATCH_SIZE`]). A batch closes at this size or after
     /// [`batch_wait`](AuditOptions::batch_wait), whichever comes first.
     pub fn batch_size(mut self, size: usize) -> Self {
         self.batch_size = size;
         self
     }
 
-    /// How long a batch stays open after its first message (default 50 ms), so a trickle of
-    /// events is stored promptly.
+    /// How long a batch stays open after its first message (default 50 ms, at most
+    /// [`MAX_BATCH_WAIT`]), so a trickle of events is stored promptly.
     pub fn batch_wait(mut self, wait: Duration) -> Self {
         self.batch_wait = wait;
         self
@@ -247,6 +251,14 @@ impl AuditOptions {
         if self.batch_size == 0 {
             return Err(Error::options("the batch size must be at least 1"));
         }
+        if self.batch_size > MAX_BATCH_SIZE {
+            return Err(Error::options(format!(
+                "the batch size must be at most {MAX_BATCH_SIZE}"
+            )));
+        }
+        if self.batch_wait > MAX_BATCH_WAIT {
+            return Err(Error::options("the batch wait must be at most an hour"));
+        }
         if self.prefetch == 0 {
             return Err(Error::options("the prefetch must be at least 1"));
         }
@@ -285,6 +297,22 @@ mod tests {
             .prefetch(0)
             .validate()
             .is_err());
+        assert!(AuditOptions::new()
+            .node("n")
+            .batch_size(MAX_BATCH_SIZE + 1)
+            .validate()
+            .is_err());
+        assert!(AuditOptions::new()
+            .node("n")
+            .batch_wait(Duration::MAX)
+            .validate()
+            .is_err());
+        assert!(AuditOptions::new()
+            .node("n")
+            .batch_size(MAX_BATCH_SIZE)
+            .batch_wait(MAX_BATCH_WAIT)
+            .validate()
+            .is_ok());
         let node = AuditOptions::new().node("anchor").validate().unwrap();
         assert_eq!(node.as_str(), "anchor");
     }

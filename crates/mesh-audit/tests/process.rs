@@ -144,7 +144,11 @@ async fn bad_arguments_fail_with_a_message() -> anyhow::Result<()> {
         .env_remove("MESH_NODE")
         .output()
         .await?;
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "an invalid node name is a usage error"
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("node name `a.b`"), "{stderr}");
 
@@ -154,5 +158,39 @@ async fn bad_arguments_fail_with_a_message() -> anyhow::Result<()> {
         .output()
         .await?;
     assert_eq!(output.status.code(), Some(2), "a usage error");
+    Ok(())
+}
+
+#[tokio::test]
+async fn numbers_at_their_limits_are_usage_errors() -> anyhow::Result<()> {
+    const MAX: &str = "18446744073709551615";
+    for (option, value, expected) in [
+        ("--batch-size", MAX, "from 1 to 100000"),
+        ("--batch-size", "0", "from 1 to 100000"),
+        ("--batch-size", "100001", "from 1 to 100000"),
+        ("--batch-wait-ms", MAX, "from 0 to 3600000"),
+        (
+            "--batch-wait-ms",
+            "18446744073709551616",
+            "from 0 to 3600000",
+        ),
+        ("--prefetch", "0", "from 1 to 65535"),
+        ("--prefetch", "65536", "from 1 to 65535"),
+        ("--metrics-addr", "127.0.0.1:65536", "invalid value"),
+    ] {
+        // Nothing listens on port 1: a usage error is found before connecting.
+        let output = Command::new(env!("CARGO_BIN_EXE_mesh-audit"))
+            .args(["run", "--url", "amqp://127.0.0.1:1/", "--node", "n1"])
+            .args([option, value])
+            .env_remove("MESH_URL")
+            .env_remove("MESH_NODE")
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .await?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{option} {value}: {stderr}");
+        assert!(stderr.contains(expected), "{option} {value}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{option} {value}: {stderr}");
+    }
     Ok(())
 }

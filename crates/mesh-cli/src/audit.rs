@@ -79,7 +79,7 @@ async fn open(arg: &StoreArg) -> anyhow::Result<Store> {
 }
 
 /// `--since`/`--until`: RFC 3339, or a duration ago (`90s`, `2h`, `1day`).
-fn parse_time(text: &str) -> anyhow::Result<Timestamp> {
+pub(crate) fn parse_time(text: &str) -> anyhow::Result<Timestamp> {
     if let Ok(time) = Timestamp::parse(text) {
         return Ok(time);
     }

@@ -94,7 +94,7 @@ pub(crate) struct Global {
     #[arg(long, global = true)]
     pub(crate) management_allow_http: bool,
 
-    /// How long connecting to the broker may take
+    /// How long connecting to the broker may take (1ms to 24h)
     #[arg(long, default_value = "5s", value_parser = parse_duration, global = true)]
     pub(crate) connect_timeout: Duration,
 
@@ -187,8 +187,8 @@ pub(crate) struct LogsTailArgs {
     #[arg(value_name = "PATTERN", default_value = "#")]
     pub(crate) pattern: String,
 
-    /// Exit after N records
-    #[arg(long, value_name = "N")]
+    /// Exit after N records (1 or more)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) count: Option<u64>,
 }
 
@@ -263,8 +263,8 @@ pub(crate) enum AuditCommand {
         store: StoreArg,
         #[command(flatten)]
         filter: EventFilter,
-        /// At most N events
-        #[arg(long, value_name = "N", default_value_t = 100)]
+        /// At most N events (1 to 1000000)
+        #[arg(long, value_name = "N", default_value_t = 100, value_parser = parse_limit)]
         limit: usize,
         /// Oldest first
         #[arg(long)]
@@ -300,14 +300,22 @@ pub(crate) enum AuditCommand {
 pub(crate) struct AuditRunArgs {
     #[command(flatten)]
     pub(crate) store: StoreArg,
-    /// Rows per transaction, at most
-    #[arg(long, default_value_t = mesh_audit::DEFAULT_BATCH_SIZE)]
+    /// Rows per transaction, at most (1 to 100000)
+    #[arg(
+        long,
+        default_value_t = mesh_audit::DEFAULT_BATCH_SIZE,
+        value_parser = mesh_audit::cli::parse_batch_size
+    )]
     pub(crate) batch_size: usize,
-    /// Milliseconds a batch stays open after its first message
-    #[arg(long, default_value_t = 50)]
+    /// Milliseconds a batch stays open after its first message (0 to 3600000, an hour)
+    #[arg(long, default_value_t = 50, value_parser = mesh_audit::cli::parse_batch_wait_ms)]
     pub(crate) batch_wait_ms: u64,
-    /// Unacked deliveries per queue, at most
-    #[arg(long, default_value_t = mesh_audit::DEFAULT_PREFETCH)]
+    /// Unacked deliveries per queue, at most (1 to 65535)
+    #[arg(
+        long,
+        default_value_t = mesh_audit::DEFAULT_PREFETCH,
+        value_parser = mesh_audit::cli::parse_prefetch
+    )]
     pub(crate) prefetch: u16,
     #[command(flatten)]
     pub(crate) metrics: MetricsArg,
@@ -385,8 +393,8 @@ pub(crate) enum DeadCommand {
         /// Only those dead at or after T: RFC 3339, or a duration ago
         #[arg(long, value_name = "T")]
         since: Option<String>,
-        /// At most N
-        #[arg(long, value_name = "N", default_value_t = 100)]
+        /// At most N (1 to 1000000)
+        #[arg(long, value_name = "N", default_value_t = 100, value_parser = parse_limit)]
         limit: usize,
     },
     /// Show one dead letter with its headers and body
@@ -533,7 +541,8 @@ pub(crate) struct EmitArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) count: Option<u64>,
 
-    /// With --count: emit R events per second instead of as fast as confirms allow
+    /// With --count: emit R events per second instead of as fast as confirms allow (from
+    /// one a day, 0.0000116, to 1000000)
     #[arg(long, value_name = "R", requires = "count", value_parser = parse_rate)]
     pub(crate) rate: Option<f64>,
 }
@@ -545,8 +554,8 @@ pub(crate) struct TailArgs {
     #[arg(value_name = "PATTERN", default_value = "#")]
     pub(crate) patterns: Vec<String>,
 
-    /// Exit after N events
-    #[arg(long, value_name = "N")]
+    /// Exit after N events (1 or more)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) count: Option<u64>,
 
     #[command(flatten)]
@@ -563,7 +572,7 @@ pub(crate) struct CallArgs {
     #[arg(long, default_value = "null")]
     pub(crate) data: String,
 
-    /// How long to wait for the reply (e.g. 500ms, 5s, 1m)
+    /// How long to wait for the reply (e.g. 500ms, 5s, 1m; 1ms to 24h)
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub(crate) timeout: Duration,
 }
@@ -713,14 +722,52 @@ pub(crate) struct StatusArgs {
     pub(crate) store: StoreArg,
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("{e} (e.g. 500ms, 5s, 1m)"))
+/// The shortest `--timeout` and `--connect-timeout`.
+pub(crate) const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+/// The longest `--timeout` and `--connect-timeout`: a day (deadlines are instants, which
+/// cannot be arbitrarily far away).
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// The slowest `--rate`: one event a day.
+pub(crate) const MIN_RATE: f64 = 1.0 / (24.0 * 3600.0);
+/// The fastest `--rate`: a million events per second (a pacing interval of 1 µs).
+pub(crate) const MAX_RATE: f64 = 1_000_000.0;
+/// The largest `--limit`.
+pub(crate) const MAX_LIMIT: usize = 1_000_000;
+
+/// A timeout: a duration from [`MIN_TIMEOUT`] to [`MAX_TIMEOUT`].
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration =
+        humantime::parse_duration(text).map_err(|e| format!("{e} (e.g. 500ms, 5s, 1m)"))?;
+    if (MIN_TIMEOUT..=MAX_TIMEOUT).contains(&duration) {
+        Ok(duration)
+    } else {
+        Err("expected a duration from 1ms to 24h (e.g. 500ms, 5s, 1m)".to_owned())
+    }
 }
 
-fn parse_rate(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
-        _ => Err("a rate is a positive number of events per second".to_owned()),
+/// Events per second, from [`MIN_RATE`] to [`MAX_RATE`]: its pacing interval, `1 / rate`,
+/// is then a duration from 1 µs to a day.
+pub(crate) fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(rate) if (MIN_RATE..=MAX_RATE).contains(&rate) => Ok(rate),
+        _ => Err(
+            "a rate is a number of events per second from 0.0000116 (one a day) to 1000000"
+                .to_owned(),
+        ),
+    }
+}
+
+/// The pacing interval of a rate from [`parse_rate`].
+pub(crate) fn rate_interval(rate: f64) -> Duration {
+    let rate = rate.clamp(MIN_RATE, MAX_RATE);
+    Duration::from_secs_f64(1.0 / rate)
+}
+
+/// `--limit`: 1 to [`MAX_LIMIT`].
+pub(crate) fn parse_limit(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(limit) if (1..=MAX_LIMIT).contains(&limit) => Ok(limit),
+        _ => Err(format!("expected a whole number from 1 to {MAX_LIMIT}")),
     }
 }
 
@@ -763,6 +810,69 @@ pub(crate) fn parse() -> Result<Cli, clap::Error> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+
+        /// Any text is a bounded value or refused with a message: never a panic, never a
+        /// value that a deadline or an interval cannot be made of.
+        #[test]
+        fn every_parser_bounds_any_text(
+            text in "\\PC{0,24}|[0-9]{1,30}(ns|us|ms|s|m|h|d|w|y|days|years)?|[-+]?[0-9.]{1,12}(e[-+]?[0-9]{1,4})?|[-+]?(inf|nan|infinity|NaN)"
+        ) {
+            if let Ok(duration) = parse_duration(&text) {
+                proptest::prop_assert!((MIN_TIMEOUT..=MAX_TIMEOUT).contains(&duration));
+                proptest::prop_assert!(std::time::Instant::now().checked_add(duration).is_some());
+            }
+            if let Ok(rate) = parse_rate(&text) {
+                proptest::prop_assert!((MIN_RATE..=MAX_RATE).contains(&rate));
+                let interval = rate_interval(rate);
+                proptest::prop_assert!(!interval.is_zero() && interval <= MAX_TIMEOUT + Duration::from_secs(1));
+            }
+            if let Ok(limit) = parse_limit(&text) {
+                proptest::prop_assert!((1..=MAX_LIMIT).contains(&limit));
+            }
+            let _ = crate::audit::parse_time(&text);
+        }
+    }
+
+    #[test]
+    fn limits_are_refused_with_what_is_accepted() {
+        for text in ["300000y", "18446744073709551615s", "0s", "0", "25h", "1ns"] {
+            let message = parse_duration(text).unwrap_err();
+            assert!(
+                message.contains("1ms to 24h") || message.contains("e.g."),
+                "{text}: {message}"
+            );
+        }
+        assert_eq!(parse_duration("24h"), Ok(MAX_TIMEOUT));
+        assert_eq!(parse_duration("1ms"), Ok(MIN_TIMEOUT));
+        for text in [
+            "1e-300", "inf", "nan", "-1", "0", "1e300", "1000001", "", "NaN",
+        ] {
+            assert!(parse_rate(text).is_err(), "{text}");
+        }
+        assert_eq!(
+            rate_interval(parse_rate("1000000").unwrap()),
+            Duration::from_micros(1)
+        );
+        assert!(rate_interval(parse_rate("0.0000116").unwrap()) <= MAX_TIMEOUT);
+        for text in [
+            "0",
+            "1000001",
+            "18446744073709551615",
+            "18446744073709551616",
+        ] {
+            assert!(parse_limit(text).is_err(), "{text}");
+        }
+        for text in [
+            "300000y",
+            "18446744073709551615s",
+            "99999999999999999999999s",
+        ] {
+            assert!(crate::audit::parse_time(text).is_err(), "{text}");
+        }
+    }
 
     #[test]
     fn the_command_line_is_consistent() {

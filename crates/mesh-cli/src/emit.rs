@@ -6,7 +6,7 @@
 
 use std::io::{IsTerminal, Read};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context as _;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -234,7 +234,7 @@ async fn emit_many(
     let bar = progress(count);
     let started = Instant::now();
     let mut pacing = rate.map(|r| {
-        let mut interval = tokio::time::interval(Duration::from_secs_f64(1.0 / r));
+        let mut interval = tokio::time::interval(crate::cli::rate_interval(r));
         // Catch up after a stall, so the average rate is the one asked for.
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
         interval

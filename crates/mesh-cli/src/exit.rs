@@ -140,6 +140,12 @@ pub(crate) fn classify(error: &anyhow::Error) -> Code {
     if let Some(coded) = error.downcast_ref::<Coded>() {
         return coded.code;
     }
+    if error
+        .downcast_ref::<mesh_audit::cli::UsageError>()
+        .is_some()
+    {
+        return Code::Usage;
+    }
     for cause in error.chain() {
         if let Some(e) = cause.downcast_ref::<mesh::Error>() {
             if e.is_no_server() {

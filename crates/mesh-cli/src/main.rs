@@ -24,7 +24,7 @@
 //! |---|---|
 //! | 0 | success (also when the reader of the output went away: a broken pipe) |
 //! | 1 | an error without a code of its own |
-//! | 2 | usage: bad arguments, an invalid key, pattern or name, data that is not JSON, an emitter that does not own the key |
+//! | 2 | usage: bad arguments (also a number or duration outside its bounds, e.g. `--timeout` beyond 24h), an invalid key, pattern or name, data that is not JSON, an emitter that does not own the key |
 //! | 3 | the broker is unreachable (connection refused, timed out, unknown host, tls failed) |
 //! | 4 | `call`: no server serves the tool |
 //! | 5 | `call`: no reply within `--timeout` |

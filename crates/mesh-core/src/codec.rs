@@ -629,7 +629,26 @@ pub fn trim_headers(message: &mut WireMessage) -> usize {
 /// type or out of range reads as its default (attempts 0, no error, no queue) and a time
 /// that is not a valid, in-range time (see [`Timestamp`]) as now. Every time returned is in
 /// range.
+///
+/// A broker `delivery-limit` death reads as attempts 0 (unknown) here: the dead-lettered copy
+/// carries no count of the deliveries it had (see [`read_dead_letter_with_limit`]).
 pub fn read_dead_letter(message: &WireMessage) -> Option<DeadLetter> {
+    read_dead_letter_with_limit(message, None)
+}
+
+/// [`read_dead_letter`], with a broker `delivery-limit` death's attempts derived from the
+/// `x-delivery-limit` `L` its queue was declared with: RabbitMQ 3.10 dead-letters a message
+/// when it is returned after its `L + 1`-th delivery, so it had exactly `L + 1`.
+///
+/// The dead-lettered copy itself cannot tell: it carries no `x-delivery-count` of the queue
+/// it died in (a quorum dead-letter queue adds its own, 0 at the first delivery from there),
+/// and `x-death`'s `count` is how often it was dead-lettered from that queue (1), not how
+/// often it was delivered. `delivery_limit` is `None` when the queue's limit is unknown:
+/// attempts then read 0.
+pub fn read_dead_letter_with_limit(
+    message: &WireMessage,
+    delivery_limit: Option<u32>,
+) -> Option<DeadLetter> {
     let headers = &message.properties.headers;
     if let Some(reason) = headers
         .get(DEAD_REASON)
@@ -676,13 +695,13 @@ pub fn read_dead_letter(message: &WireMessage) -> Option<DeadLetter> {
             .and_then(Timestamp::from_unix_seconds),
         _ => None,
     };
+    let attempts = match (reason, delivery_limit) {
+        (DeadReason::DeliveryLimit, Some(limit)) => limit.saturating_add(1),
+        _ => 0,
+    };
     Some(DeadLetter {
         reason,
-        attempts: headers
-            .get(DELIVERY_COUNT)
-            .and_then(HeaderValue::as_u64)
-            .and_then(|n| u32::try_from(n).ok())
-            .unwrap_or(0),
+        attempts,
         last_error: None,
         queue: death
             .get("queue")

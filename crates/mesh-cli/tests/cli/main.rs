@@ -6,6 +6,7 @@ mod call;
 mod emit_tail;
 mod errors;
 mod hostile;
+mod limits;
 mod logs;
 mod management;
 mod metrics;
