@@ -503,7 +503,8 @@ impl Publisher {
     }
 
     /// Publishes `outgoing`: resolves once it is in the unconfirmed window, with the
-    /// [`Confirm`] of the broker's answer. `deadline` (or else the default) bounds the wait
+    /// [`Confirm`] of the broker's answer. `deadline` (or else the default; one too far to
+    /// represent waits without bound) bounds the wait
     /// for room plus the wait for the confirm.
     ///
     /// # Cancel safety
@@ -533,7 +534,7 @@ impl Publisher {
     ) -> Result<Attempt, TransportError> {
         let deadline = deadline
             .or(self.default_deadline)
-            .map(|d| Instant::now() + d);
+            .and_then(|d| Instant::now().checked_add(d));
         // RabbitMQ counts the body against `max_message_size`; refuse here rather than have
         // the broker close the channel (which costs a resend of everything in flight).
         let size = outgoing.message.body.len();
