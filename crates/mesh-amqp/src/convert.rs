@@ -96,6 +96,14 @@ fn value_to_wire(value: &HeaderValue, depth: usize) -> Result<FieldValue, Transp
                 FieldValue::S(n.to_string().as_str().try_into().map_err(|_| too_long())?)
             }
         }
+        // RabbitMQ's table parser has no clause for a NaN or an infinite double: it crashes
+        // the channel and closes the connection, and a resend would do it again forever.
+        HeaderValue::Float(f) if !f.is_finite() => {
+            return Err(TransportError::new(
+                TransportErrorKind::Protocol,
+                format!("header value {f} is not a finite number, which AMQP brokers refuse"),
+            ))
+        }
         HeaderValue::Float(f) => FieldValue::d(*f),
         HeaderValue::Bytes(b) => FieldValue::x(b.clone().try_into().map_err(|_| too_long())?),
         HeaderValue::Timestamp(t) => FieldValue::T(*t),
@@ -385,6 +393,11 @@ mod tests {
             deep = HeaderValue::Array(vec![deep]);
         }
         assert!(value_to_wire(&deep, 0).is_err());
+        for f in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert!(value_to_wire(&HeaderValue::Float(f), 0).is_err(), "{f}");
+            assert!(value_to_wire(&HeaderValue::Array(vec![HeaderValue::Float(f)]), 0).is_err());
+        }
+        assert!(value_to_wire(&HeaderValue::Float(f64::MAX), 0).is_ok());
 
         let mut message = WireMessage::new("k", "{}");
         message.properties.correlation_id = Some("c".repeat(300));

@@ -69,6 +69,13 @@ async fn headers_over_the_frame_size_are_refused_exactly_and_nothing_else_is_dis
         .await
         .expect("a header frame of exactly frame_max is accepted");
     assert_eq!(refusal(&transport, fits + 1).await, (max + 1, max));
+    // A double that is not finite crashes a RabbitMQ channel's header parser: refused too.
+    let mut nan = padded("module.pad.nan", 10);
+    nan.properties
+        .headers
+        .insert("x-nan".to_owned(), HeaderValue::Float(f64::NAN));
+    let error = publish(&transport, nan).await.unwrap_err();
+    assert_eq!(error.kind(), &TransportErrorKind::Protocol, "{error}");
     // Nothing was sent that the broker would close the connection for.
     publish(&transport, padded("module.pad.small", 10))
         .await
