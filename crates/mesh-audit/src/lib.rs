@@ -61,7 +61,7 @@ pub use record::{
     CausationNode, CausationTree, Counts, DeadLetterId, DeadLetterQuery, DeadLetterRecord,
     EventQuery, EventRecord, Order, DEFAULT_LIMIT, MAX_TREE_NODES,
 };
-pub use redrive::{Redrive, RedriveReport};
+pub use redrive::{Redrive, RedrivePlan, RedriveReport};
 pub use service::AuditService;
 pub use store::Store;
 
