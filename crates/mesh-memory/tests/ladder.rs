@@ -110,7 +110,7 @@ async fn dead_letter_next(sub: &mut mesh_core::Subscription) {
             time: Timestamp::now(),
         },
     );
-    failed.dead_letter(copy).await.unwrap();
+    failed.dead_letter(copy).await.expect("dead-lettered");
 }
 
 #[tokio::test(start_paused = true)]
