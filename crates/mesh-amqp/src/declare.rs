@@ -12,7 +12,7 @@ use std::time::Duration;
 use amqprs::callbacks::ChannelCallback;
 use amqprs::channel::{
     Channel, ExchangeDeclareArguments, QueueBindArguments, QueueDeclareArguments,
-    QueueUnbindArguments,
+    QueueDeleteArguments, QueueUnbindArguments,
 };
 use amqprs::connection::Connection;
 use amqprs::{BasicProperties, Cancel, CloseChannel, Nack, Return};
@@ -20,12 +20,14 @@ use mesh_core::{TransportError, TransportErrorKind};
 use tokio::sync::Notify;
 
 use crate::convert::{check_short, to_field_table};
-use crate::error::{from_client, from_close, is_unknown_delivery_tag, BrokerClose};
+use crate::error::{code, from_client, from_close, is_unknown_delivery_tag, BrokerClose};
 use crate::lifecycle::{Counters, Lifecycle, Link, Shared};
 use crate::topology::{BindingDecl, ExchangeDecl, QueueDecl, Topology};
 
 /// How long one declaration may take before the broker is presumed unresponsive.
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a failed call waits for the broker's `channel.close` saying why.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// Where a channel's `channel.close` from the broker is kept, and how the owner of the
 /// channel's consumer learns that the broker closed the channel or cancelled the consumer.
@@ -299,6 +301,80 @@ impl DeclareChannel {
             "removed a binding no longer asked for"
         );
         Ok(())
+    }
+
+    /// The broker's close after a call failed: the client library may report the failure
+    /// before the close reached the channel's callback, so wait for it a moment.
+    async fn close_of_failed_call(&self) -> Option<BrokerClose> {
+        if let Some(close) = take_close(&self.closed) {
+            return Some(close);
+        }
+        let _ = tokio::time::timeout(CLOSE_WAIT, self.closed.stopped()).await;
+        take_close(&self.closed)
+    }
+
+    /// How many messages are ready in a queue and how many consumers it has (a passive
+    /// declare); `None` when there is no such queue. A missing queue closes the channel
+    /// (`404 NOT_FOUND`), so the channel is of no further use then.
+    pub(crate) async fn queue_state(
+        &self,
+        name: &str,
+    ) -> Result<Option<(u32, u32)>, TransportError> {
+        check_short("a queue name", name)?;
+        let args = QueueDeclareArguments::new(name).passive(true).finish();
+        let context = format!("looking for queue `{name}`");
+        match within(self.channel.queue_declare(args), &context).await? {
+            Ok(declared) => {
+                Ok(Some(declared.map_or((0, 0), |(_, messages, consumers)| {
+                    (messages, consumers)
+                })))
+            }
+            Err(err) => match self.close_of_failed_call().await {
+                Some(close) if close.code == code::NOT_FOUND => Ok(None),
+                Some(close) => Err(from_close(close, &context)),
+                None => Err(from_client(err, &context)),
+            },
+        }
+    }
+
+    /// Deletes a queue if it holds no ready message and has no consumer (so none holds an
+    /// unacked one): `true` once it is gone (now, or it was absent), `false` when it is not
+    /// idle. Checked with a passive declare just before an unconditional delete, since quorum
+    /// queues refuse `if-empty` and `if-unused` (RabbitMQ 3.x closes the connection for
+    /// them); the caller makes sure nothing routes to the queue any more.
+    pub(crate) async fn delete_if_idle(&self, name: &str) -> Result<bool, TransportError> {
+        match self.queue_state(name).await? {
+            None => return Ok(true),
+            Some((0, 0)) => {}
+            Some((messages, consumers)) => {
+                tracing::info!(
+                    queue = name,
+                    messages,
+                    consumers,
+                    "queue not deleted: not empty or in use"
+                );
+                return Ok(false);
+            }
+        }
+        let args = QueueDeleteArguments::new(name);
+        let context = format!("deleting queue `{name}`");
+        match within(self.channel.queue_delete(args), &context).await? {
+            Ok(deleted) => {
+                let messages = deleted.unwrap_or(0);
+                if messages > 0 {
+                    // Only one published after the check, which the caller rules out.
+                    tracing::error!(queue = name, messages, "deleted a queue that was not empty");
+                } else {
+                    tracing::info!(queue = name, "deleted an empty, unused queue");
+                }
+                Ok(true)
+            }
+            Err(err) => match self.close_of_failed_call().await {
+                Some(close) if close.code == code::NOT_FOUND => Ok(true),
+                Some(close) => Err(from_close(close, &context)),
+                None => Err(from_client(err, &context)),
+            },
+        }
     }
 
     /// Declares a whole topology: exchanges, then queues, then bindings (a binding needs

@@ -14,15 +14,18 @@
 //! # Topology
 //!
 //! Declared at connect: durable topic exchanges `mesh.events`, `mesh.rpc` and
-//! `mesh.events.dead`, and the durable queue `mesh.dead-letters` bound to `mesh.events.dead`
-//! on `#`. Per subscription:
+//! `mesh.events.dead` (no queue: the shared `mesh.dead-letters` of old is retired, see
+//! [`Transport::unbind_retired_dead_queue`](mesh_core::Transport::unbind_retired_dead_queue)).
+//! Per subscription:
 //!
 //! | queue | arguments | bindings |
 //! |---|---|---|
 //! | `QueueSpec::Durable { name }` | `x-queue-type` (quorum by default), `x-dead-letter-exchange = mesh.events.dead`, quorum: `x-delivery-limit` | exactly the spec's patterns on `mesh.events` (others are removed) |
 //! | `<name>.delay.<label>` per retry step | `x-message-ttl` = the step, `x-dead-letter-exchange = ""`, `x-dead-letter-routing-key = <name>`, quorum: `x-dead-letter-strategy = at-least-once`, `x-overflow = reject-publish` | none: copies arrive through the default exchange |
 //! | `serve.<key>` | `x-queue-type`, quorum: `x-delivery-limit` | `<key>` on `mesh.rpc` |
-//! | ephemeral, RPC reply | exclusive, auto-delete, server-named | the patterns (ephemeral) |
+//! | `QueueSpec::DeadLetters(DeadQueue::Durable { name })` | `x-queue-type` only: never dead-lettered, no delivery limit | `#` on `mesh.events.dead` |
+//! | ephemeral, RPC reply, `QueueSpec::DeadLetters(DeadQueue::Tap)` | exclusive, auto-delete, server-named | the patterns on `mesh.events` (ephemeral), `#` on `mesh.events.dead` (tap) |
+//! | `QueueSpec::DeadLetters(DeadQueue::Retired)` | never declared: the retired `mesh.dead-letters` as it stands, consumed only while it exists | — |
 //!
 //! Everything declared is recorded as data in a [`Topology`] (see
 //! [`AmqpTransport::topology`]) so that a reconnect can replay it. Bindings a durable queue

@@ -1,7 +1,7 @@
 //! Topology as data: every exchange, queue and binding the transport declared.
 //!
-//! The functions here build the declarations of ADR 42 (the exchanges, the dead-letter queue,
-//! consumer, delay and serve queues) from names and [`AmqpOptions`]; they do no I/O.
+//! The functions here build the declarations of ADR 42 (the exchanges, the consumer, delay
+//! and serve queues, and queues of dead letters) from names and [`AmqpOptions`]; they do no I/O.
 //! [`declare`](crate::declare) applies them to a channel. The transport records what it
 //! declared in a [`Topology`] so that a reconnect can replay it in order: exchanges, then
 //! queues, then bindings.
@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use mesh_core::naming::{self, DEAD_EXCHANGE, DEAD_QUEUE, EVENTS_EXCHANGE, RPC_EXCHANGE};
+use mesh_core::naming::{self, DEAD_EXCHANGE, EVENTS_EXCHANGE, RPC_EXCHANGE};
 use mesh_core::{HeaderValue, Headers};
 
 use crate::options::{AmqpOptions, QueueType};
@@ -183,16 +183,22 @@ fn queue_type_argument(options: &AmqpOptions) -> Headers {
 }
 
 /// What every transport declares at connect: `mesh.events`, `mesh.rpc` and
-/// `mesh.events.dead` (durable topic exchanges), and `mesh.dead-letters` bound to
-/// `mesh.events.dead` on `#`, so a dead letter always has somewhere to go.
-pub(crate) fn base(options: &AmqpOptions) -> Topology {
+/// `mesh.events.dead` (durable topic exchanges). No queue: each reader of dead letters binds
+/// its own to `mesh.events.dead` ([`dead_queue`], or a server-named tap), so none takes them
+/// from another (the shared `mesh.dead-letters` of old is retired).
+pub(crate) fn base(_options: &AmqpOptions) -> Topology {
     let mut topology = Topology::new();
     for exchange in [EVENTS_EXCHANGE, RPC_EXCHANGE, DEAD_EXCHANGE] {
         topology.add_exchange(topic(exchange));
     }
-    topology.add_queue(durable_queue(DEAD_QUEUE, queue_type_argument(options)));
-    topology.add_binding(BindingDecl::new(DEAD_EXCHANGE, DEAD_QUEUE, "#"));
     topology
+}
+
+/// A reader's own durable queue of dead letters (the audit logger's
+/// `<node>.audit-logger.dead`). It has no dead-letter exchange and no delivery limit: a dead
+/// letter's dead letter would loop, and a dead letter must never be dropped.
+pub(crate) fn dead_queue(name: &str, options: &AmqpOptions) -> QueueDecl {
+    durable_queue(name, queue_type_argument(options))
 }
 
 /// A consumer's durable queue: dead-lettered to `mesh.events.dead`, and on quorum queues
@@ -267,16 +273,27 @@ mod tests {
         let names: Vec<_> = topology.exchanges().map(|e| e.name.as_str()).collect();
         assert_eq!(names, ["mesh.events", "mesh.events.dead", "mesh.rpc"]);
         assert!(topology.exchanges().all(|e| e.durable && e.kind == "topic"));
-        let dead = topology.queue("mesh.dead-letters").unwrap();
-        assert!(dead.durable && !dead.exclusive && !dead.auto_delete);
-        assert_eq!(
-            topology.bindings().collect::<Vec<_>>(),
-            [&BindingDecl::new(
-                "mesh.events.dead",
-                "mesh.dead-letters",
-                "#"
-            )]
-        );
+        // The shared `mesh.dead-letters` is retired: readers of dead letters bind their own.
+        assert_eq!(topology.queues().count(), 0);
+        assert_eq!(topology.bindings().count(), 0);
+    }
+
+    #[test]
+    fn dead_queues_are_durable_and_never_dead_lettered_nor_limited() {
+        for options in [
+            AmqpOptions::default().delivery_limit(7),
+            AmqpOptions::default().queue_type(QueueType::Classic),
+        ] {
+            let q = dead_queue("n.audit-logger.dead", &options);
+            assert_eq!(q.name, "n.audit-logger.dead");
+            assert!(q.durable && !q.exclusive && !q.auto_delete);
+            assert!(!q.arguments.contains_key(DEAD_LETTER_EXCHANGE));
+            assert!(!q.arguments.contains_key(DELIVERY_LIMIT));
+            assert_eq!(
+                q.arguments[QUEUE_TYPE],
+                HeaderValue::Str(options.get_queue_type().as_str().into())
+            );
+        }
     }
 
     #[test]

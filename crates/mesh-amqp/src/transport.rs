@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mesh_core::naming::{self, DEAD_QUEUE, EVENTS_EXCHANGE, RPC_EXCHANGE};
+use mesh_core::naming::{self, DEAD_EXCHANGE, EVENTS_EXCHANGE, RETIRED_DEAD_QUEUE, RPC_EXCHANGE};
 use mesh_core::{
-    BoxFuture, Confirm, Health, PublishOptions, QueueSpec, ServeSpec, Subscription,
+    BoxFuture, Confirm, DeadQueue, Health, PublishOptions, QueueSpec, ServeSpec, Subscription,
     SubscriptionSpec, Target, ToolKey, Transport, TransportError, TransportErrorKind, WireMessage,
 };
 use tokio::sync::{broadcast, watch};
@@ -98,7 +98,8 @@ impl std::fmt::Debug for AmqpTransport {
 
 impl AmqpTransport {
     /// Connects (consume connection first, then the publishing one) and declares the base
-    /// topology: `mesh.events`, `mesh.rpc`, `mesh.events.dead` and `mesh.dead-letters`.
+    /// topology: the exchanges `mesh.events`, `mesh.rpc` and `mesh.events.dead` (no queue:
+    /// the shared `mesh.dead-letters` of old is retired).
     ///
     /// Fails with `InvalidOptions` for options that cannot work, `AccessRefused` for refused
     /// credentials or vhost, `ConnectionLost` when no node answers, and `Incompatible` when the
@@ -314,20 +315,52 @@ impl AmqpTransport {
                     counts_deliveries: self.quorum(),
                 }
             }
-            QueueSpec::DeadLetters => AttachSpec {
-                source: Source::Named(DEAD_QUEUE.to_owned()),
+            QueueSpec::DeadLetters(DeadQueue::Durable { name }) => {
+                self.declare_dead_queue(name).await?;
+                AttachSpec {
+                    source: Source::Named(name.clone()),
+                    prefetch: spec.prefetch,
+                    manual_ack: true,
+                    delay_queues: Vec::new(),
+                    counts_deliveries: self.quorum(),
+                }
+            }
+            QueueSpec::DeadLetters(DeadQueue::Tap) => AttachSpec {
+                source: Source::Ephemeral {
+                    exchange: DEAD_EXCHANGE,
+                    patterns: vec!["#".to_owned()],
+                },
                 prefetch: spec.prefetch,
-                manual_ack: true,
+                manual_ack: false,
                 delay_queues: Vec::new(),
-                counts_deliveries: self.quorum(),
+                counts_deliveries: false,
             },
+            QueueSpec::DeadLetters(DeadQueue::Retired) => {
+                // Never declared (its arguments are an older deployment's): consumed as it
+                // stands, and only while it exists.
+                if !self.retired_dead_queue_exists().await? {
+                    return Err(TransportError::new(
+                        TransportErrorKind::Protocol,
+                        format!("queue `{RETIRED_DEAD_QUEUE}` does not exist"),
+                    ));
+                }
+                AttachSpec {
+                    source: Source::Named(RETIRED_DEAD_QUEUE.to_owned()),
+                    prefetch: spec.prefetch,
+                    manual_ack: true,
+                    delay_queues: Vec::new(),
+                    counts_deliveries: false,
+                }
+            }
             QueueSpec::Ephemeral => AttachSpec {
-                source: Source::Ephemeral(
-                    spec.patterns
+                source: Source::Ephemeral {
+                    exchange: EVENTS_EXCHANGE,
+                    patterns: spec
+                        .patterns
                         .iter()
                         .map(|p| p.as_str().to_owned())
                         .collect(),
-                ),
+                },
                 prefetch: spec.prefetch,
                 manual_ack: false,
                 delay_queues: Vec::new(),
@@ -335,7 +368,10 @@ impl AmqpTransport {
             },
         };
         let subscription = consumer::subscribe(self.env(), attach, true).await?;
-        if matches!(spec.queue, QueueSpec::Ephemeral) {
+        if matches!(
+            spec.queue,
+            QueueSpec::Ephemeral | QueueSpec::DeadLetters(DeadQueue::Tap)
+        ) {
             tracing::info!(
                 queue = %subscription.queue(),
                 patterns = spec.patterns.len(),
@@ -518,6 +554,64 @@ impl AmqpTransport {
         self.inner.shared.emit(Lifecycle::Closed);
     }
 
+    /// Declares a reader's own durable queue of dead letters, bound to `mesh.events.dead` on
+    /// `#`, and records it for replay.
+    async fn declare_dead_queue(&self, name: &str) -> Result<(), TransportError> {
+        check_short("a queue name", name)?;
+        let queue = topology::dead_queue(name, &self.inner.options);
+        let binding = BindingDecl::new(DEAD_EXCHANGE, name, "#");
+        let declare = self.inner.consume.declare_channel().await?;
+        let declared = async {
+            declare.queue(&queue).await?;
+            declare.bind(&binding).await
+        }
+        .await;
+        declare.close().await;
+        declared?;
+        self.record(|t| {
+            t.add_queue(queue);
+            t.add_binding(binding);
+        });
+        tracing::info!(queue = name, "declared queue of dead letters");
+        Ok(())
+    }
+
+    /// Whether the retired `mesh.dead-letters` exists.
+    async fn retired_dead_queue_exists(&self) -> Result<bool, TransportError> {
+        let declare = self.inner.consume.declare_channel().await?;
+        let state = declare.queue_state(RETIRED_DEAD_QUEUE).await;
+        declare.close().await;
+        Ok(state?.is_some())
+    }
+
+    /// See [`Transport::unbind_retired_dead_queue`].
+    pub async fn unbind_retired_dead_queue(&self) -> Result<bool, TransportError> {
+        self.check_open()?;
+        if !self.retired_dead_queue_exists().await? {
+            return Ok(false);
+        }
+        let binding = BindingDecl::new(DEAD_EXCHANGE, RETIRED_DEAD_QUEUE, "#");
+        let declare = self.inner.consume.declare_channel().await?;
+        let unbound = declare.unbind(&binding).await;
+        declare.close().await;
+        unbound?;
+        self.record(|t| t.remove_binding(&binding));
+        tracing::info!(
+            queue = RETIRED_DEAD_QUEUE,
+            "retired queue unbound from `mesh.events.dead`"
+        );
+        Ok(true)
+    }
+
+    /// See [`Transport::delete_retired_dead_queue`].
+    pub async fn delete_retired_dead_queue(&self) -> Result<bool, TransportError> {
+        self.check_open()?;
+        let declare = self.inner.consume.declare_channel().await?;
+        let deleted = declare.delete_if_idle(RETIRED_DEAD_QUEUE).await;
+        declare.close().await;
+        deleted
+    }
+
     /// Declares a consumer queue, its delay queues and exactly its bindings; returns the delay
     /// queues' names by step.
     async fn declare_consumer_queue(
@@ -695,5 +789,13 @@ impl Transport for AmqpTransport {
 
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(AmqpTransport::close(self))
+    }
+
+    fn unbind_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>> {
+        Box::pin(AmqpTransport::unbind_retired_dead_queue(self))
+    }
+
+    fn delete_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>> {
+        Box::pin(AmqpTransport::delete_retired_dead_queue(self))
     }
 }

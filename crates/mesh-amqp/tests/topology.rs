@@ -77,7 +77,6 @@ async fn durable_subscription_declares_exactly_the_contract() {
     assert_eq!(
         names,
         BTreeSet::from([
-            "mesh.dead-letters",
             queue,
             "anchor.umami.events.delay.1s",
             "anchor.umami.events.delay.3s"
@@ -93,10 +92,6 @@ async fn durable_subscription_declares_exactly_the_contract() {
             .map(|q| q.arguments.clone())
             .unwrap()
     };
-    assert_eq!(
-        arguments("mesh.dead-letters"),
-        json!({"x-queue-type": "quorum"})
-    );
     assert_eq!(
         arguments(queue),
         json!({
@@ -122,7 +117,6 @@ async fn durable_subscription_declares_exactly_the_contract() {
     assert_eq!(
         bindings(&vhost).await,
         BTreeSet::from([
-            binding("mesh.events.dead", "mesh.dead-letters", "#"),
             binding("mesh.events", queue, "module.a.#"),
             binding("mesh.events", queue, "node.*.joined"),
             binding("mesh.events", queue, "mesh.x.y"),
@@ -135,7 +129,7 @@ async fn durable_subscription_declares_exactly_the_contract() {
         .map(|b| binding(&b.exchange, &b.queue, &b.routing_key))
         .collect();
     assert_eq!(recorded, bindings(&vhost).await);
-    assert_eq!(transport.topology().queues().count(), 4);
+    assert_eq!(transport.topology().queues().count(), 3);
     subscription.cancel();
 
     // One pattern fewer: that binding goes, on the broker and in the record.
@@ -146,7 +140,6 @@ async fn durable_subscription_declares_exactly_the_contract() {
     assert_eq!(
         bindings(&vhost).await,
         BTreeSet::from([
-            binding("mesh.events.dead", "mesh.dead-letters", "#"),
             binding("mesh.events", queue, "module.a.#"),
             binding("mesh.events", queue, "node.*.joined"),
         ])

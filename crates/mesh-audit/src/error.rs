@@ -24,6 +24,10 @@ pub enum ErrorKind {
     NotFound,
     /// A dead letter cannot be re-driven: it does not say which consumer's queue failed.
     NotRedrivable,
+    /// A dead letter names a queue that is not a mesh consumer queue (`<node>.<module>.events`
+    /// or `shared.<module>.events`): a serve queue, a delay queue, one of mesh's own or any
+    /// other. It is never re-driven there, whatever its headers say.
+    ForeignQueue,
     /// A stored row holds a value this version cannot read (a timestamp, an id).
     Corrupt,
 }
@@ -114,6 +118,7 @@ impl fmt::Display for Error {
             ErrorKind::Transport => "transport error",
             ErrorKind::NotFound => "not found",
             ErrorKind::NotRedrivable => "cannot re-drive",
+            ErrorKind::ForeignQueue => "refused to re-drive",
             ErrorKind::Corrupt => "stored row is unreadable",
         };
         f.write_str(what)?;

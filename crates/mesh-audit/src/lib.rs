@@ -2,7 +2,8 @@
 //!
 //! The audit logger is the mesh's memory: it consumes `<node>.audit-logger.events`, bound to
 //! `#` on `mesh.events` (a complete record of every event, since tool calls ride
-//! `mesh.rpc`), and `mesh.dead-letters`, and stores each event and each dead letter once, in
+//! `mesh.rpc`), and its own `<node>.audit-logger.dead`, bound to `#` on `mesh.events.dead`,
+//! and stores each event and each dead letter once, in
 //! SQLite (the default) or PostgreSQL. The store answers queries (events by pattern, source,
 //! node and time; one event; its causation tree; counts; dead letters by queue, reason and
 //! time; events that reused another's id) and re-drives dead letters to the consumer that
@@ -68,7 +69,7 @@ pub use record::{
     CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterId, DeadLetterQuery,
     DeadLetterRecord, EventQuery, EventRecord, Order, DEFAULT_LIMIT, MAX_TREE_NODES,
 };
-pub use redrive::{Redrive, RedriveReport};
+pub use redrive::{Redrive, RedrivePlan, RedriveReport};
 pub use service::AuditService;
 pub use store::Store;
 

@@ -1,5 +1,25 @@
-//! The audit logger: consumes `<node>.audit-logger.events` (bound to `#`) and
-//! `mesh.dead-letters`, and stores each message once, in batches.
+//! The audit logger: consumes `<node>.audit-logger.events` (bound to `#` on `mesh.events`)
+//! and `<node>.audit-logger.dead` (bound to `#` on `mesh.events.dead`), and stores each
+//! message once, in batches.
+//!
+//! # Every logger records every dead letter
+//!
+//! Each logger has its own durable queue of dead letters, so no reader takes them from
+//! another: two loggers (two nodes, two stores) each record all of them, a module's
+//! [`dead_letters`](https://docs.rs/mesh) tap takes nothing away, and dead letters made
+//! while a logger is down wait in its queue. That queue is not dead-lettered itself (a dead
+//! letter's dead letter would loop) and has no delivery limit.
+//!
+//! # The retired `mesh.dead-letters`
+//!
+//! Older versions of mesh declared one shared queue `mesh.dead-letters`, bound to
+//! `mesh.events.dead`. At every start, once its own queues are consuming, a logger retires
+//! it if it exists: it removes that binding (no new dead letter reaches it; they reach the
+//! loggers' own queues), stores what the queue holds like any dead letter, and once the
+//! queue stayed quiet for a moment deletes it, only if it is empty and unused (if-empty,
+//! if-unused). If another consumer still reads it (a logger of an older version), or
+//! anything fails, it stays for the next start: nothing is ever deleted with a dead letter
+//! in it.
 //!
 //! # Batches and acks
 //!
@@ -27,7 +47,7 @@
 //! An event that breaks the contract (no id, a header of the wrong type, a time out of range,
 //! a body that is not JSON) has no key to be stored under: it is dead-lettered with reason
 //! `undecodable`, like any consumer does, and so reaches the dead-letter store through
-//! `mesh.dead-letters` with its raw headers and body and the decoder's error as its last
+//! `<node>.audit-logger.dead` with its raw headers and body and the decoder's error as its last
 //! error. Nothing vanishes, nothing panics: the decoder range-checks every time, and the
 //! row conversion is checked too.
 //!
@@ -54,7 +74,7 @@ use std::time::Duration;
 
 use mesh_core::backoff::Backoff;
 use mesh_core::{
-    codec, naming, BoxFuture, DeadLetter, DeadReason, Delivery, QueueSpec, Subscription,
+    codec, naming, BoxFuture, DeadLetter, DeadQueue, DeadReason, Delivery, QueueSpec, Subscription,
     SubscriptionSpec, Timestamp, TopicPattern, Transport, TransportError, TransportErrorKind,
 };
 use tokio::time::Instant;
@@ -72,6 +92,12 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// The pause after the database refused a dead letter, which comes straight back.
 const REFUSED_PAUSE: Duration = Duration::from_secs(1);
+/// How long the retired `mesh.dead-letters` must deliver nothing before the logger takes it
+/// for drained and tries to delete it (which the broker refuses unless it is empty).
+const RETIRED_QUIET: Duration = Duration::from_secs(2);
+/// Tries at deleting the retired queue once drained: the acks of its last deliveries travel
+/// on another channel than the delete, and may reach the broker after it.
+const RETIRED_DELETE_TRIES: u32 = 3;
 
 /// What the logger did so far. Cheap to read while it runs ([`AuditLogger::stats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -227,8 +253,9 @@ impl AuditLogger {
     ) -> Result<(), Error> {
         let node = self.options.validate()?;
         let queue = naming::audit_queue(&node);
+        let dead_queue = naming::audit_dead_queue(&node);
         let span = tracing::info_span!("mesh.audit", %queue);
-        self.run_inner(transport, shutdown, queue)
+        self.run_inner(transport, shutdown, queue, dead_queue)
             .instrument(span)
             .await
     }
@@ -238,6 +265,7 @@ impl AuditLogger {
         transport: &dyn Transport,
         shutdown: &CancellationToken,
         queue: String,
+        dead_queue: String,
     ) -> Result<(), Error> {
         let prefetch = self.options.get_prefetch();
         let mut events = transport
@@ -254,13 +282,18 @@ impl AuditLogger {
             .map_err(|e| Error::transport(format!("consuming `{queue}`"), e))?;
         let mut dead = transport
             .subscribe(SubscriptionSpec {
-                queue: QueueSpec::DeadLetters,
+                queue: QueueSpec::DeadLetters(DeadQueue::Durable {
+                    name: dead_queue.clone(),
+                }),
                 patterns: Vec::new(),
                 prefetch,
                 retry_delays: Vec::new(),
             })
             .await
-            .map_err(|e| Error::transport(format!("consuming `{}`", naming::DEAD_QUEUE), e))?;
+            .map_err(|e| Error::transport(format!("consuming `{dead_queue}`"), e))?;
+        // Both queues are bound now: a dead letter reaches this logger's own queue before
+        // the retired one stops receiving them.
+        self.retire_old_dead_queue(transport, shutdown).await?;
         info!(
             prefetch,
             batch_size = self.options.get_batch_size(),
@@ -302,7 +335,7 @@ impl AuditLogger {
                 },
                 delivery = dead.next() => match delivery {
                     Some(delivery) => self.take(Source::DeadLetters, delivery, &mut batch).await,
-                    None => { ended = Some(naming::DEAD_QUEUE.to_owned()); break; }
+                    None => { ended = Some(dead_queue.clone()); break; }
                 },
             }
         }
@@ -333,6 +366,94 @@ impl AuditLogger {
                 ))
             }
         }
+    }
+
+    /// Retires `mesh.dead-letters` if it exists: unbinds it, stores what it holds, and
+    /// deletes it once empty and unused (see the module docs). A failure on the broker's
+    /// side leaves it for the next start and is only logged; a failure of the store fails
+    /// like any batch.
+    async fn retire_old_dead_queue(
+        &self,
+        transport: &dyn Transport,
+        shutdown: &CancellationToken,
+    ) -> Result<(), Error> {
+        let retired = naming::RETIRED_DEAD_QUEUE;
+        match transport.unbind_retired_dead_queue().await {
+            Ok(false) => return Ok(()),
+            Ok(true) => info!(
+                queue = retired,
+                "retiring the old queue of dead letters: storing what it holds"
+            ),
+            Err(e) => {
+                warn!(queue = retired, error = %e, "could not unbind the retired queue of dead letters; trying again at the next start");
+                return Ok(());
+            }
+        }
+        let mut old = match transport
+            .subscribe(SubscriptionSpec {
+                queue: QueueSpec::DeadLetters(DeadQueue::Retired),
+                patterns: Vec::new(),
+                prefetch: self.options.get_prefetch(),
+                retry_delays: Vec::new(),
+            })
+            .await
+        {
+            Ok(subscription) => subscription,
+            Err(e) => {
+                warn!(queue = retired, error = %e, "could not consume the retired queue of dead letters; trying again at the next start");
+                return Ok(());
+            }
+        };
+        let mut batch = Batch::default();
+        let mut taken = 0u64;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                next = tokio::time::timeout(RETIRED_QUIET, old.next()) => match next {
+                    Ok(Some(delivery)) => {
+                        taken += 1;
+                        self.take(Source::DeadLetters, delivery, &mut batch).await;
+                        if batch.len() >= self.options.get_batch_size() {
+                            self.commit(std::mem::take(&mut batch), shutdown).await?;
+                        }
+                    }
+                    // Quiet for a while (drained, or read by another consumer), or ended.
+                    Ok(None) | Err(_) => break,
+                },
+            }
+        }
+        old.cancel();
+        self.drain_buffered(Source::DeadLetters, &mut old, &mut batch, shutdown)
+            .await?;
+        self.commit(batch, shutdown).await?;
+        drop(old);
+        info!(
+            queue = retired,
+            dead_letters = taken,
+            "the retired queue of dead letters drained"
+        );
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
+        for attempt in 1..=RETIRED_DELETE_TRIES {
+            match transport.delete_retired_dead_queue().await {
+                Ok(true) => {
+                    info!(queue = retired, "the retired queue of dead letters is deleted");
+                    return Ok(());
+                }
+                Ok(false) if attempt < RETIRED_DELETE_TRIES => {
+                    if !pause(REFUSED_PAUSE, shutdown).await {
+                        return Ok(());
+                    }
+                }
+                Ok(false) => warn!(queue = retired, "the retired queue of dead letters is not empty or still read by another consumer; kept until the next start"),
+                Err(e) => {
+                    warn!(queue = retired, error = %e, "could not delete the retired queue of dead letters; trying again at the next start");
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn drain_buffered(

@@ -7,10 +7,28 @@
 //! dead-letter annotations and the attempt counter, so the consumer starts afresh with its
 //! full retry policy. Once the broker confirmed the publish, the row is marked re-driven
 //! (time, and one more in its count); a dead letter whose publish failed stays as it was.
+//!
+//! # Only to a consumer queue
+//!
+//! The queue comes from the dead letter's `x-mesh-dead-queue` header, which anyone able to
+//! publish to `mesh.events.dead` can write. So a dead letter is re-driven only to a mesh
+//! consumer queue, `<node>.<module>.events` or `shared.<module>.events`
+//! ([`naming::is_consumer_queue`]), never to a serve queue, a delay queue, one of mesh's own
+//! queues or any other name: such a dead letter fails with [`ErrorKind::ForeignQueue`] and
+//! nothing is published. The publish is mandatory, so a consumer queue that does not exist
+//! fails too (unroutable) instead of dropping the message.
+//!
+//! # Who owns the re-drive state
+//!
+//! The store does. A dead letter's id is a UUID v5 of its content, so every logger writing
+//! one database records it as one row, and a re-drive marks that row for all of them. Loggers
+//! with separate databases each hold their own row and their own mark: re-drive from one of
+//! them; a second re-drive of the same dead letter from another store sends it again (the
+//! consumer sees it as a redelivery: at-least-once, as everywhere in mesh).
 
 use std::time::Duration;
 
-use mesh_core::{codec, Properties, PublishOptions, Target, Transport, WireMessage};
+use mesh_core::{codec, naming, Properties, PublishOptions, Target, Transport, WireMessage};
 use tracing::{info, warn};
 
 use crate::convert::headers_from_json;
@@ -53,15 +71,40 @@ pub enum Redrive {
 pub struct RedriveReport {
     /// Re-driven and marked, in order.
     pub redriven: Vec<DeadLetterId>,
-    /// Not re-driven, each with why (no failing queue recorded, unroutable, not confirmed).
+    /// Not re-driven, each with why: no failing queue recorded
+    /// ([`ErrorKind::NotRedrivable`]), not a consumer queue ([`ErrorKind::ForeignQueue`]),
+    /// unroutable or not confirmed ([`ErrorKind::Transport`]).
     pub failed: Vec<(DeadLetterId, Error)>,
 }
+
+/// What a re-drive would do ([`Store::redrive_plan`]): nothing published, nothing marked.
+#[derive(Debug, Default)]
+pub struct RedrivePlan {
+    /// Would be published, each to this queue, in order. (Whether the queue exists is
+    /// known only when publishing.)
+    pub redrive: Vec<(DeadLetterId, String)>,
+    /// Would be refused, each with why ([`ErrorKind::NotRedrivable`] or
+    /// [`ErrorKind::ForeignQueue`]).
+    pub refused: Vec<(DeadLetterId, Error)>,
+}
+
+/// Where a page of dead letters goes: published, or only planned.
+enum Sink<'a> {
+    Publish {
+        transport: &'a dyn Transport,
+        report: &'a mut RedriveReport,
+    },
+    Plan(&'a mut RedrivePlan),
+}
+
+type Page = Vec<(DeadLetterRecord, Option<String>, Option<i64>)>;
 
 impl Store {
     /// Re-drives dead letters through `transport` (see the [module docs](crate::redrive)).
     ///
     /// [`Redrive::One`] fails with [`ErrorKind::NotFound`] for an unknown id and with the
-    /// publish's error when it could not be re-driven; sets report failures per dead letter.
+    /// dead letter's own error when it could not be re-driven; sets report failures per
+    /// dead letter.
     ///
     /// # Cancel safety
     ///
@@ -73,31 +116,18 @@ impl Store {
         which: Redrive,
     ) -> Result<RedriveReport, Error> {
         let mut report = RedriveReport::default();
-        match which {
-            Redrive::One(id) => {
-                let found = self.dead_letter_full(id).await?.ok_or_else(|| {
-                    Error::new(ErrorKind::NotFound, format!("no dead letter `{id}`"))
-                })?;
-                self.redrive_page(transport, vec![found], &mut report)
-                    .await?;
-                if let Some((_, error)) = report.failed.pop() {
-                    return Err(error);
-                }
-            }
-            Redrive::Matching(query) => {
-                let query = DeadLetterQuery {
-                    redriven: query.redriven.or(Some(false)),
-                    order: Order::Asc,
-                    ..query
-                };
-                self.redrive_walk(transport, &query, &mut report).await?;
-            }
-            Redrive::All => {
-                let query = DeadLetterQuery::new()
-                    .redriven(false)
-                    .order(Order::Asc)
-                    .limit(usize::MAX);
-                self.redrive_walk(transport, &query, &mut report).await?;
+        let one = matches!(which, Redrive::One(_));
+        self.redrive_into(
+            which,
+            &mut Sink::Publish {
+                transport,
+                report: &mut report,
+            },
+        )
+        .await?;
+        if one {
+            if let Some((_, error)) = report.failed.pop() {
+                return Err(error);
             }
         }
         info!(
@@ -108,13 +138,49 @@ impl Store {
         Ok(report)
     }
 
+    /// What [`redrive`](Store::redrive) would do with `which`, without a transport: each dead
+    /// letter with the queue it would be published to, or why it would be refused. Publishes
+    /// nothing, marks nothing.
+    ///
+    /// [`Redrive::One`] fails with [`ErrorKind::NotFound`] for an unknown id.
+    pub async fn redrive_plan(&self, which: Redrive) -> Result<RedrivePlan, Error> {
+        let mut plan = RedrivePlan::default();
+        self.redrive_into(which, &mut Sink::Plan(&mut plan)).await?;
+        Ok(plan)
+    }
+
+    async fn redrive_into(&self, which: Redrive, sink: &mut Sink<'_>) -> Result<(), Error> {
+        match which {
+            Redrive::One(id) => {
+                let found = self.dead_letter_full(id).await?.ok_or_else(|| {
+                    Error::new(ErrorKind::NotFound, format!("no dead letter `{id}`"))
+                })?;
+                self.redrive_page(sink, vec![found]).await
+            }
+            Redrive::Matching(query) => {
+                let query = DeadLetterQuery {
+                    redriven: query.redriven.or(Some(false)),
+                    order: Order::Asc,
+                    ..query
+                };
+                self.redrive_walk(sink, &query).await
+            }
+            Redrive::All => {
+                let query = DeadLetterQuery::new()
+                    .redriven(false)
+                    .order(Order::Asc)
+                    .limit(usize::MAX);
+                self.redrive_walk(sink, &query).await
+            }
+        }
+    }
+
     /// Walks the query's rows oldest first, page by page (a keyset walk, so rows marked on
     /// the way are not skipped or seen twice), until its limit.
     async fn redrive_walk(
         &self,
-        transport: &dyn Transport,
+        sink: &mut Sink<'_>,
         query: &DeadLetterQuery,
-        report: &mut RedriveReport,
     ) -> Result<(), Error> {
         let mut remaining = query.limit;
         let mut cursor: Option<DeadLetterRecord> = None;
@@ -127,29 +193,44 @@ impl Store {
             };
             cursor = Some(last.clone());
             remaining -= page.len();
-            self.redrive_page(transport, page, report).await?;
+            self.redrive_page(sink, page).await?;
         }
         Ok(())
     }
 
+    async fn redrive_page(&self, sink: &mut Sink<'_>, page: Page) -> Result<(), Error> {
+        match sink {
+            Sink::Publish { transport, report } => {
+                self.publish_page(*transport, page, report).await
+            }
+            Sink::Plan(plan) => {
+                for (record, _, _) in page {
+                    match target_queue(&record) {
+                        Ok(queue) => plan.redrive.push((record.id, queue)),
+                        Err(error) => plan.refused.push((record.id, error)),
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Publishes a page, awaits its confirms, and marks the confirmed rows.
-    async fn redrive_page(
+    async fn publish_page(
         &self,
         transport: &dyn Transport,
-        page: Vec<(DeadLetterRecord, Option<String>, Option<i64>)>,
+        page: Page,
         report: &mut RedriveReport,
     ) -> Result<(), Error> {
         let mut pending = Vec::with_capacity(page.len());
         for (record, message_id, timestamp) in page {
-            let Some(queue) = record.queue.clone() else {
-                report.failed.push((
-                    record.id,
-                    Error::new(
-                        ErrorKind::NotRedrivable,
-                        format!("dead letter `{}` names no failing queue", record.id),
-                    ),
-                ));
-                continue;
+            let queue = match target_queue(&record) {
+                Ok(queue) => queue,
+                Err(error) => {
+                    warn!(id = %record.id, error = %error, "dead letter not re-driven");
+                    report.failed.push((record.id, error));
+                    continue;
+                }
             };
             let message = redriven_message(&record, message_id, timestamp);
             let options = PublishOptions {
@@ -183,6 +264,28 @@ impl Store {
         report.redriven.extend(confirmed);
         Ok(())
     }
+}
+
+/// The queue a dead letter may be re-driven to: the consumer queue it names, or why not.
+fn target_queue(record: &DeadLetterRecord) -> Result<String, Error> {
+    let Some(queue) = &record.queue else {
+        return Err(Error::new(
+            ErrorKind::NotRedrivable,
+            format!("dead letter `{}` names no failing queue", record.id),
+        ));
+    };
+    if !naming::is_consumer_queue(queue) {
+        return Err(Error::new(
+            ErrorKind::ForeignQueue,
+            format!(
+                "dead letter `{}` names `{}`, which is not a mesh consumer queue \
+                 (<node>.<module>.events or shared.<module>.events)",
+                record.id,
+                codec::quote(queue)
+            ),
+        ));
+    }
+    Ok(queue.clone())
 }
 
 /// The message a dead letter is re-driven as: its key, body and headers as they were before

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use common::TempStore;
 use mesh::{Bus, HandlerError, MemoryBroker, Outgoing};
 use mesh_audit::{AuditLogger, AuditOptions, DeadLetterQuery, EventQuery, Redrive, Store};
-use mesh_core::{naming, DeadReason, EventId, PublishOptions, Transport, WireMessage};
+use mesh_core::{DeadReason, EventId, PublishOptions, Transport, WireMessage};
 use mesh_testkit::eventually;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +35,7 @@ async fn start(broker: &MemoryBroker, store: Store, options: AuditOptions) -> Ru
     let broker = broker.clone();
     eventually(WAIT, "the audit queue's consumer", || {
         let attached = broker.consumer_count("n1.audit-logger.events").unwrap_or(0)
-            + broker.consumer_count(naming::DEAD_QUEUE).unwrap_or(0);
+            + broker.consumer_count("n1.audit-logger.dead").unwrap_or(0);
         async move { (attached == 2).then_some(()) }
     })
     .await;

@@ -116,7 +116,7 @@ async fn the_binary_serves_exact_counts_and_health() -> anyhow::Result<()> {
     eventually(WAIT, "the broker counting both consumers", || async {
         let queues = vhost.list_queues().await.ok()?;
         let consumed = |name: &str| queues.iter().any(|q| q.name == name && q.consumers == 1);
-        (consumed("n1.audit-logger.events") && consumed("mesh.dead-letters")).then_some(())
+        (consumed("n1.audit-logger.events") && consumed("n1.audit-logger.dead")).then_some(())
     })
     .await;
 

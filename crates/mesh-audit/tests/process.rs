@@ -45,7 +45,7 @@ async fn wait_consuming(vhost: &TestVhost) {
     eventually(WAIT, "mesh-audit consuming both queues", || async {
         let queues = vhost.list_queues().await.ok()?;
         let consuming = |name: &str| queues.iter().any(|q| q.name == name && q.consumers == 1);
-        (consuming("n1.audit-logger.events") && consuming("mesh.dead-letters")).then_some(())
+        (consuming("n1.audit-logger.events") && consuming("n1.audit-logger.dead")).then_some(())
     })
     .await;
 }

@@ -417,3 +417,248 @@ async fn a_dead_letter_is_redriven_to_its_consumer_only_sqlite() -> anyhow::Resu
 async fn a_dead_letter_is_redriven_to_its_consumer_only_postgres() -> anyhow::Result<()> {
     a_dead_letter_is_redriven_to_its_consumer_only(Backend::Postgres).await
 }
+
+/// Publishes a forged dead letter straight to `mesh.events.dead`, naming `queue` as the one
+/// that gave up on it.
+async fn forge_dead_letter(vhost: &TestVhost, queue: &str, body: &str) -> anyhow::Result<()> {
+    use amqprs::channel::BasicPublishArguments;
+    use amqprs::connection::{Connection, OpenConnectionArguments};
+    use amqprs::{BasicProperties, FieldTable, FieldValue};
+    let args = OpenConnectionArguments::new("127.0.0.1", 5672, "guest", "guest")
+        .virtual_host(vhost.name())
+        .connection_name("forger")
+        .finish();
+    let connection = Connection::open(&args).await?;
+    let channel = connection.open_channel(None).await?;
+    let mut headers = FieldTable::new();
+    let text = |s: &str| -> anyhow::Result<FieldValue> { Ok(FieldValue::S(s.try_into()?)) };
+    headers.insert("x-mesh-dead-queue".try_into()?, text(queue)?);
+    headers.insert("x-mesh-dead-reason".try_into()?, text("permanent")?);
+    headers.insert("x-event-id".try_into()?, text(&EventId::new().to_string())?);
+    let properties = BasicProperties::default()
+        .with_content_type("application/json")
+        .with_persistence(true)
+        .with_headers(headers)
+        .finish();
+    channel
+        .basic_publish(
+            properties,
+            body.as_bytes().to_vec(),
+            BasicPublishArguments::new("mesh.events.dead", "module.shop.order.placed"),
+        )
+        .await?;
+    // The broker handles the publish before the close that follows it on the connection;
+    // the caller waits for the stored row. (Closing the channel first, then the connection,
+    // keeps the client library from reporting a close race.)
+    channel.close().await.ok();
+    connection.close().await.ok();
+    Ok(())
+}
+
+async fn queue_messages(vhost: &TestVhost, name: &str) -> Option<u64> {
+    vhost
+        .list_queues()
+        .await
+        .ok()?
+        .into_iter()
+        .find(|q| q.name == name)
+        .map(|q| q.messages)
+}
+
+/// Two loggers on two nodes with stores of their own, one of them down while the dead
+/// letters are made, and a module tapping them: each store ends up with all 100 and the tap
+/// saw them. Then forged dead letters naming a serve queue, a delay queue and a foreign
+/// queue (all existing) are refused by a re-drive and a dry run, nothing reaching them,
+/// while a genuine one still goes back to its consumer queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_logger_records_every_dead_letter_and_redrive_goes_only_to_consumer_queues(
+) -> anyhow::Result<()> {
+    const TOTAL: usize = 100;
+    let vhost = TestVhost::create("audit-dead-fanout").await?;
+    let url = vhost.url();
+    let (temp1, temp2) = (TempStore::postgres().await?, TempStore::postgres().await?);
+    let (store1, store2) = (temp1.open().await?, temp2.open().await?);
+    let logger1 =
+        RunningLogger::start(&url, store1.clone(), AuditOptions::new().node("n1")).await?;
+    // The second logger declares its queue once, then is down while dead letters are made.
+    RunningLogger::start(&url, store2.clone(), AuditOptions::new().node("n2"))
+        .await?
+        .stop()
+        .await?;
+
+    let failing = Arc::new(AtomicBool::new(true));
+    let handled: Arc<Mutex<Vec<EventId>>> = Arc::default();
+    let billing = {
+        let (failing, handled) = (failing.clone(), handled.clone());
+        Bus::builder()
+            .node("n1")
+            .module("billing")
+            .on_raw(["module.shop.order.placed"], move |incoming| {
+                let (failing, handled) = (failing.clone(), handled.clone());
+                async move {
+                    if failing.load(Ordering::SeqCst) {
+                        return Err(HandlerError::permanent("the ledger is closed"));
+                    }
+                    handled.lock().expect("lock").push(incoming.meta.id);
+                    Ok(())
+                }
+            })
+            .start(transport(&url).await?)
+            .await?
+    };
+    let watcher = emitter(&url, "n1", "watcher").await?;
+    let mut tap = watcher.dead_letters().await?;
+    let shop = emitter(&url, "n1", "shop").await?;
+    let mut emitted = HashSet::new();
+    for n in 0..TOTAL {
+        emitted.insert(
+            shop.emit_json("order.placed", &serde_json::json!({ "order": n }))
+                .await?,
+        );
+    }
+
+    let mut tapped = HashSet::new();
+    while tapped.len() < TOTAL {
+        let letter = tokio::time::timeout(WAIT, tap.next())
+            .await?
+            .expect("the tap ends only with the bus");
+        tapped.extend(letter.event_id);
+        letter.ack().await?;
+    }
+    assert_eq!(tapped, emitted, "the tap saw every dead letter");
+    let all = || DeadLetterQuery::new().queue("n1.billing.events");
+    let stored = |store: Store| async move {
+        let n = store.count_dead_letters(&all()).await.ok()?;
+        (n >= TOTAL as u64).then_some(())
+    };
+    eventually(WAIT, "logger 1 storing all 100", || stored(store1.clone())).await;
+    assert_eq!(store1.count_dead_letters(&all()).await?, TOTAL as u64);
+    // Its queue kept them for logger 2, which stores them all once it starts.
+    eventually(WAIT, "logger 2's queue holding all 100", || async {
+        (queue_messages(&vhost, "n2.audit-logger.dead").await == Some(TOTAL as u64)).then_some(())
+    })
+    .await;
+    let logger2 =
+        RunningLogger::start(&url, store2.clone(), AuditOptions::new().node("n2")).await?;
+    eventually(WAIT, "logger 2 storing all 100", || stored(store2.clone())).await;
+    assert_eq!(store2.count_dead_letters(&all()).await?, TOTAL as u64);
+    let ids = |letters: Vec<mesh_audit::DeadLetterRecord>| -> HashSet<EventId> {
+        letters.into_iter().filter_map(|d| d.event_id).collect()
+    };
+    assert_eq!(
+        ids(store1.dead_letters(&all().limit(TOTAL)).await?),
+        emitted
+    );
+    assert_eq!(
+        ids(store2.dead_letters(&all().limit(TOTAL)).await?),
+        emitted
+    );
+
+    // Forged dead letters naming queues that exist but are no consumer's.
+    let raw = transport(&url).await?;
+    let foreign = ["serve.x", "n1.billing.events.delay.1s", "foreign-queue"];
+    for name in ["serve.x", "foreign-queue"] {
+        let declared = mesh_core::Transport::subscribe(
+            raw.as_ref(),
+            mesh_core::SubscriptionSpec {
+                queue: mesh_core::QueueSpec::Durable {
+                    name: name.to_owned(),
+                },
+                patterns: Vec::new(),
+                prefetch: 1,
+                retry_delays: Vec::new(),
+            },
+        )
+        .await?;
+        drop(declared);
+    }
+    for queue in foreign {
+        assert_eq!(
+            queue_messages(&vhost, queue).await,
+            Some(0),
+            "{queue} exists"
+        );
+        forge_dead_letter(&vhost, queue, &format!("{{\"forged\":\"{queue}\"}}")).await?;
+    }
+    let forged = |store: Store| async move {
+        let n = store
+            .count_dead_letters(&DeadLetterQuery::new())
+            .await
+            .ok()?;
+        (n >= TOTAL as u64 + 3).then_some(())
+    };
+    eventually(WAIT, "logger 1 storing the forged dead letters", || {
+        forged(store1.clone())
+    })
+    .await;
+
+    // Only one genuine dead letter left to re-drive, besides the forged ones.
+    failing.store(false, Ordering::SeqCst);
+    let keep = store1.dead_letters(&all().limit(1)).await?;
+    let genuine = keep.first().expect("a genuine dead letter").clone();
+    let others: Vec<_> = store1
+        .dead_letters(&all().limit(TOTAL))
+        .await?
+        .into_iter()
+        .filter(|d| d.id != genuine.id)
+        .map(|d| d.id)
+        .collect();
+    for id in others {
+        store1
+            .purge_dead_letters(
+                &DeadLetterQuery::new().event_id(
+                    store1
+                        .dead_letter(id)
+                        .await?
+                        .and_then(|d| d.event_id)
+                        .expect("an id"),
+                ),
+            )
+            .await?;
+    }
+
+    let plan = store1.redrive_plan(Redrive::All).await?;
+    assert_eq!(
+        plan.redrive,
+        vec![(genuine.id, "n1.billing.events".to_owned())]
+    );
+    assert_eq!(plan.refused.len(), 3, "{:?}", plan.refused);
+    assert!(plan
+        .refused
+        .iter()
+        .all(|(_, e)| e.kind() == &mesh_audit::ErrorKind::ForeignQueue));
+
+    let report = store1.redrive(raw.as_ref(), Redrive::All).await?;
+    assert_eq!(report.redriven, vec![genuine.id]);
+    assert_eq!(report.failed.len(), 3, "{:?}", report.failed);
+    assert!(report
+        .failed
+        .iter()
+        .all(|(_, e)| e.kind() == &mesh_audit::ErrorKind::ForeignQueue));
+    eventually(WAIT, "billing handling the genuine re-driven event", || {
+        let done = handled
+            .lock()
+            .expect("lock")
+            .contains(&genuine.event_id.expect("an id"));
+        async move { done.then_some(()) }
+    })
+    .await;
+    for queue in foreign {
+        assert_eq!(
+            queue_messages(&vhost, queue).await,
+            Some(0),
+            "nothing reached {queue}"
+        );
+    }
+    // Still not re-driven: a later re-drive refuses them again.
+    assert_eq!(store1.counts().await?.dead_letters_pending, 3);
+
+    mesh_core::Transport::close(raw.as_ref()).await;
+    billing.drain().await?;
+    watcher.drain().await?;
+    shop.drain().await?;
+    logger1.stop().await?;
+    logger2.stop().await?;
+    vhost.delete().await?;
+    Ok(())
+}

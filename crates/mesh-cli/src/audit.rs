@@ -535,6 +535,70 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
     }
 }
 
+/// `mesh dead redrive --dry-run`: what would be re-driven where, and what refused; nothing is
+/// published or marked, and the broker is not contacted.
+async fn redrive_dry_run(
+    global: &Global,
+    store: &Store,
+    which: Vec<Redrive>,
+) -> anyhow::Result<Code> {
+    let mut would: Vec<(String, String)> = Vec::new();
+    let mut refused: Vec<(String, String)> = Vec::new();
+    for which in which {
+        let label = match &which {
+            Redrive::One(id) => id.to_string(),
+            _ => "*".to_owned(),
+        };
+        match store.redrive_plan(which).await {
+            Ok(plan) => {
+                would.extend(plan.redrive.into_iter().map(|(id, q)| (id.to_string(), q)));
+                refused.extend(
+                    plan.refused
+                        .into_iter()
+                        .map(|(id, e)| (id.to_string(), format!("{:#}", anyhow::Error::new(e)))),
+                );
+            }
+            Err(e) => refused.push((label, format!("{:#}", anyhow::Error::new(e)))),
+        }
+    }
+    if global.json {
+        output::json(&json!({
+            "dry_run": true,
+            "would_redrive": would.iter().map(|(id, q)| json!({"id": id, "queue": q})).collect::<Vec<_>>(),
+            "refused": refused.iter().map(|(id, e)| json!({"id": id, "error": e})).collect::<Vec<_>>(),
+        }))?;
+    } else {
+        for (id, queue) in &would {
+            output::line(format!(
+                "{} {id} -> {}",
+                paint(GOOD, "would re-drive"),
+                escape(queue)
+            ))?;
+        }
+        for (id, error) in &refused {
+            output::line(format!(
+                "{} {}: {}",
+                paint(BAD, "would refuse"),
+                escape(id),
+                escape(error)
+            ))?;
+        }
+        output::line(format!(
+            "dry run: {} would be re-driven, {} refused; nothing was published",
+            would.len(),
+            refused.len()
+        ))?;
+    }
+    if refused.is_empty() {
+        Ok(Code::Ok)
+    } else {
+        Err(fail(
+            Code::Error,
+            format!("{} dead letter(s) would be refused", refused.len()),
+        ))
+    }
+}
+
 async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
     let which: Vec<Redrive> = if args.all {
         vec![Redrive::All]
@@ -556,6 +620,11 @@ async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
         ));
     };
     let store = open(&args.store).await?;
+    if args.dry_run {
+        let outcome = redrive_dry_run(global, &store, which).await;
+        store.close().await;
+        return outcome;
+    }
     let transport = config::connect(config::amqp_options(global)?).await?;
     let mut redriven: Vec<DeadLetterId> = Vec::new();
     let mut failed: Vec<(String, String)> = Vec::new();

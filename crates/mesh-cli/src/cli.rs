@@ -430,8 +430,7 @@ pub(crate) enum DeadCommand {
 }
 
 const DEAD_PURGE_HELP: &str = "\
-Deletes the records from the audit store only; the broker's mesh.dead-letters queue is not
-touched. Prints how many were deleted. Without a filter, --all is required.
+Deletes the records from the audit store only; no queue on the broker is touched. Prints how many were deleted. Without a filter, --all is required.
 
 Examples:
   mesh dead purge --redriven
@@ -453,6 +452,10 @@ pub(crate) struct RedriveArgs {
     /// Every dead letter of queue Q not re-driven yet
     #[arg(long, value_name = "Q")]
     pub(crate) queue: Option<String>,
+    /// Print what would be re-driven and where (or why it would be refused); publish
+    /// nothing, mark nothing
+    #[arg(long)]
+    pub(crate) dry_run: bool,
 }
 
 const DEAD_LIST_HELP: &str = "\
@@ -467,12 +470,19 @@ Example:
 const DEAD_REDRIVE_HELP: &str = "\
 A re-driven dead letter keeps its event id, key, body and headers (less the dead-letter
 annotations and the attempt counter) and is published to its consumer's queue only, which
-starts afresh with its full retry policy. Exits 1 if any could not be re-driven.
+starts afresh with its full retry policy. Only a mesh consumer queue is a target
+(<node>.<module>.events or shared.<module>.events): a dead letter naming any other queue
+(serve.*, a delay queue, mesh.*, anything else) is refused, never published. Exits 1 if any
+could not be re-driven (or, with --dry-run, would be refused).
+
+The audit store owns the re-drive state: loggers writing one database share it. With
+separate databases, re-drive from one of them; re-driving the same dead letter from another
+store sends it again (at-least-once).
 
 Examples:
   mesh dead redrive 3f0c1d1e-2b53-5b8e-9a43-0c2b3f1f4f55
   mesh dead redrive --queue anchor.mailer.events
-  mesh dead redrive --all";
+  mesh dead redrive --all --dry-run";
 
 const EMIT_HELP: &str = "\
 The key says who emits: module.<m>.… is emitted as module <m>, mesh.<c>.… as context <c>,

@@ -3,7 +3,7 @@
 //! The connection is checked over AMQP (URL, credentials, vhost: what every service needs);
 //! queues, depths and consumers come from the management API, which AMQP cannot enumerate.
 
-use mesh::core::naming::DEAD_QUEUE;
+use mesh::core::naming::{self, RETIRED_DEAD_QUEUE};
 use serde_json::{json, Value};
 
 use crate::cli::{Global, StatusArgs};
@@ -84,8 +84,11 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
         }
         store.close().await;
     }
-    let dead = queues.iter().find(|q| q.name == DEAD_QUEUE);
+    // Dead letters wait in this node's audit logger queue until it stores them.
+    let dead_queue = naming::audit_dead_queue(&node);
+    let dead = queues.iter().find(|q| q.name == dead_queue);
     let dead_count = dead.and_then(|q| q.messages);
+    let retired = queues.iter().find(|q| q.name == RETIRED_DEAD_QUEUE);
 
     if global.json {
         output::json(&json!({
@@ -105,7 +108,9 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
                 "retrying": m.retrying,
                 "dead_letters": m.dead,
             })).collect::<Vec<_>>(),
+            "dead_letters_queue": dead_queue,
             "dead_letters": dead_count,
+            "retired_dead_letters": retired.map(|q| q.messages),
         }))?;
         return Ok(Code::Ok);
     }
@@ -144,7 +149,7 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
         }
     }
     output::line(format!(
-        "dead letters in {DEAD_QUEUE} (every module's): {}",
+        "dead letters waiting for the audit logger in {dead_queue}: {}",
         match dead_count {
             Some(0) => paint(GOOD, 0),
             Some(n) => paint(BAD, n),
@@ -152,6 +157,16 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
             None => paint(DIM, "no such queue"),
         }
     ))?;
+    if let Some(retired) = retired {
+        output::line(format!(
+            "retired queue {RETIRED_DEAD_QUEUE} still exists ({}): an audit logger stores \
+             what it holds and deletes it at its next start",
+            match retired.messages {
+                Some(n) => format!("{n} message(s)"),
+                None => "not sampled yet".to_owned(),
+            }
+        ))?;
+    }
     output::line(paint(
         DIM,
         "(counts are the management API's last statistics sample, every 5 s by default)",

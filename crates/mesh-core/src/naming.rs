@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+#[cfg(test)]
+use crate::key::MAX_NAME_LEN;
 use crate::key::{Name, ToolKey};
 
 /// The durable topic exchange every event rides.
@@ -13,8 +15,11 @@ pub const EVENTS_EXCHANGE: &str = "mesh.events";
 pub const RPC_EXCHANGE: &str = "mesh.rpc";
 /// The dead-letter exchange (topic): events set aside for inspection.
 pub const DEAD_EXCHANGE: &str = "mesh.events.dead";
-/// The durable queue bound to [`DEAD_EXCHANGE`] on `#`.
-pub const DEAD_QUEUE: &str = "mesh.dead-letters";
+/// The retired dead-letter queue: mesh once declared it bound to [`DEAD_EXCHANGE`] on `#`,
+/// and every reader of dead letters competed on it. Nothing declares it any more; an audit
+/// logger that finds it unbinds it, stores what it holds and deletes it once empty (see
+/// `docs/CONTRACT.md`, "What became of mesh.dead-letters").
+pub const RETIRED_DEAD_QUEUE: &str = "mesh.dead-letters";
 /// The node name reserved for shared queues (`shared.<module>.events`).
 pub const SHARED_NODE: &str = "shared";
 /// The module name of the audit logger.
@@ -33,6 +38,34 @@ pub fn shared_queue(module: &Name) -> String {
 /// `<node>.audit-logger.events`: the audit logger's queue, bound to `#`.
 pub fn audit_queue(node: &Name) -> String {
     format!("{node}.{AUDIT_MODULE}.events")
+}
+
+/// Node names a consumer queue never carries, because the broker's names start with them:
+/// `mesh.…` (the contract's own queues), `serve.…` (tool queues) and `amq.…` (the server's).
+pub const RESERVED_NODES: [&str; 3] = ["mesh", "serve", "amq"];
+
+/// Whether `queue` is a mesh consumer queue: `<node>.<module>.events` (the audit logger's
+/// `<node>.audit-logger.events` included) or `shared.<module>.events`, where node and module
+/// are valid [`Name`]s and the node is none of [`RESERVED_NODES`]. A delay queue
+/// (`<queue>.delay.<step>`), a serve queue, a queue of dead letters or any other name is
+/// not. This is where a re-driven dead letter may go.
+pub fn is_consumer_queue(queue: &str) -> bool {
+    let mut words = queue.split('.');
+    match (words.next(), words.next(), words.next(), words.next()) {
+        (Some(node), Some(module), Some("events"), None) => {
+            !RESERVED_NODES.contains(&node)
+                && Name::parse(node).is_ok()
+                && Name::parse(module).is_ok()
+        }
+        _ => false,
+    }
+}
+
+/// `<node>.audit-logger.dead`: the audit logger's own durable queue of dead letters, bound
+/// to [`DEAD_EXCHANGE`] on `#`, so every logger records every dead letter, and one that is
+/// down finds them waiting.
+pub fn audit_dead_queue(node: &Name) -> String {
+    format!("{node}.{AUDIT_MODULE}.dead")
 }
 
 /// `serve.<key>`: the shared, durable queue the servers of a tool compete on.
@@ -76,6 +109,10 @@ mod tests {
         assert_eq!(shared_queue(&name("umami")), "shared.umami.events");
         assert_eq!(audit_queue(&name("anchor")), "anchor.audit-logger.events");
         assert_eq!(
+            audit_dead_queue(&name("anchor")),
+            "anchor.audit-logger.dead"
+        );
+        assert_eq!(
             serve_queue(&ToolKey::parse("umami.sites.create").unwrap()),
             "serve.umami.sites.create"
         );
@@ -83,6 +120,43 @@ mod tests {
             delay_queue("anchor.umami.events", Duration::from_secs(5)),
             "anchor.umami.events.delay.5s"
         );
+    }
+
+    #[test]
+    fn consumer_queues_are_told_from_every_other_queue() {
+        for queue in [
+            "anchor.umami.events",
+            "shared.umami.events",
+            "anchor.audit-logger.events",
+            "n1.billing-v2.events",
+        ] {
+            assert!(is_consumer_queue(queue), "{queue}");
+        }
+        for queue in [
+            "serve.umami.events",
+            "serve.x",
+            "serve.umami.sites.create",
+            "mesh.dead-letters",
+            "mesh.x.events",
+            "amq.gen.events",
+            "anchor.umami.events.delay.5s",
+            "anchor.audit-logger.dead",
+            "anchor.umami",
+            "umami.events",
+            ".umami.events",
+            "anchor..events",
+            "anchor.um*mi.events",
+            "anchor.um#.events",
+            "anchor.umami.events.",
+            "anchor.umami.Events",
+            "anchor.um\nami.events",
+            "",
+            "foreign-queue",
+        ] {
+            assert!(!is_consumer_queue(queue), "{queue:?}");
+        }
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        assert!(!is_consumer_queue(&format!("{long}.m.events")));
     }
 
     #[test]

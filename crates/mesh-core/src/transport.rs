@@ -279,8 +279,31 @@ pub enum QueueSpec {
     /// An exclusive, auto-delete, server-named queue with automatic acks: at-most-once,
     /// for notification listeners and tails. Nothing remains when it ends.
     Ephemeral,
-    /// The dead-letter queue `mesh.dead-letters`, manual acks.
-    DeadLetters,
+    /// A queue of dead letters, bound to `mesh.events.dead` on `#` (the subscription's
+    /// patterns are ignored).
+    DeadLetters(DeadQueue),
+}
+
+/// Which queue of dead letters a subscription consumes. Every one is bound to
+/// `mesh.events.dead` on `#`, so each sees every dead letter: none takes them from another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadQueue {
+    /// A durable queue of one reader's own (the audit logger's `<node>.audit-logger.dead`):
+    /// persistent, manual acks, dead letters wait there while the reader is down. It is not
+    /// dead-lettered itself (a dead letter's dead letter would loop): a reader settles each
+    /// delivery with an ack or a release, never [`Acker::dead_letter`].
+    Durable {
+        /// Its name (see [`crate::naming`]).
+        name: String,
+    },
+    /// An exclusive, auto-delete, server-named queue with automatic acks: at-most-once,
+    /// like a listener. It sees the dead letters made while it lives and takes nothing from
+    /// anyone.
+    Tap,
+    /// The retired queue [`crate::naming::RETIRED_DEAD_QUEUE`], as it stands: consumed with
+    /// manual acks, never declared (it fails if the queue is gone). Only for draining it; see
+    /// [`Transport::unbind_retired_dead_queue`].
+    Retired,
 }
 
 /// What to consume and how.
@@ -288,7 +311,8 @@ pub enum QueueSpec {
 pub struct SubscriptionSpec {
     /// The queue.
     pub queue: QueueSpec,
-    /// The patterns its queue is bound to on `mesh.events` (ignored for dead letters).
+    /// The patterns its queue is bound to on `mesh.events` (ignored for dead letters, whose
+    /// queues are bound to `mesh.events.dead` on `#`).
     pub patterns: Vec<TopicPattern>,
     /// Deliveries handed out but not yet settled, at most.
     pub prefetch: u16,
@@ -751,4 +775,19 @@ pub trait Transport: Send + Sync + fmt::Debug + 'static {
     /// Closes every connection; what is unconfirmed stays unconfirmed. The SDK's drain
     /// waits for confirms first.
     fn close(&self) -> BoxFuture<'_, ()>;
+
+    /// The first step of retiring [`RETIRED_DEAD_QUEUE`](crate::naming::RETIRED_DEAD_QUEUE):
+    /// if the queue exists, removes its binding to `mesh.events.dead` on `#`, so no new dead
+    /// letter reaches it, and returns `true`; returns `false` when there is no such queue.
+    /// Its messages stay; drain them with [`DeadQueue::Retired`], then
+    /// [`delete_retired_dead_queue`](Transport::delete_retired_dead_queue).
+    fn unbind_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>>;
+
+    /// Deletes [`RETIRED_DEAD_QUEUE`](crate::naming::RETIRED_DEAD_QUEUE) only if it holds no
+    /// message and has no consumer (so none holds an unacked one): `true` once it is gone
+    /// (deleted now, or absent), `false` when it still holds messages or another consumer
+    /// reads it. Call it only once the queue is unbound and while a queue of dead letters of
+    /// the caller's own is bound: then a dead letter that reached the retired queue between
+    /// the check and the delete (an older mesh binding it again) reached that one too.
+    fn delete_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>>;
 }

@@ -20,8 +20,9 @@ pub(crate) struct Shared {
 /// a new connection to it, so several buses (nodes, modules) can share one broker the way
 /// they share a RabbitMQ.
 ///
-/// At start it holds the three exchanges and the durable queue `mesh.dead-letters`, bound
-/// to `mesh.events.dead` on `#`.
+/// At start it holds the three exchanges and no queue: every reader of dead letters binds a
+/// queue of its own to `mesh.events.dead` (the retired `mesh.dead-letters` is declared only
+/// by [`with_retired_dead_queue`](MemoryBroker::with_retired_dead_queue)).
 #[derive(Clone)]
 pub struct MemoryBroker {
     shared: Arc<Shared>,
@@ -34,6 +35,14 @@ impl MemoryBroker {
             state: Mutex::new(State::new(me.clone())),
         });
         MemoryBroker { shared }
+    }
+
+    /// A new broker that also holds the retired queue `mesh.dead-letters`, bound to
+    /// `mesh.events.dead` on `#` as an older mesh declared it: for testing its migration.
+    pub fn with_retired_dead_queue() -> MemoryBroker {
+        let broker = MemoryBroker::new();
+        broker.with(|state| state.declare_retired_dead_queue());
+        broker
     }
 
     /// A new connection to this broker.
@@ -71,7 +80,7 @@ impl MemoryBroker {
     }
 
     /// The patterns a queue is bound with, sorted: on `mesh.events` for consumer queues,
-    /// `mesh.rpc` for serve queues, `mesh.events.dead` for the dead-letter queue.
+    /// `mesh.rpc` for serve queues, `mesh.events.dead` for queues of dead letters.
     pub fn bindings(&self, queue: &str) -> Vec<String> {
         self.with(|state| state.bindings(queue))
     }

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use mesh_core::naming::{DEAD_EXCHANGE, DEAD_QUEUE, EVENTS_EXCHANGE, RPC_EXCHANGE};
+use mesh_core::naming::{DEAD_EXCHANGE, EVENTS_EXCHANGE, RETIRED_DEAD_QUEUE, RPC_EXCHANGE};
 use mesh_core::transport::{Acker, Delivery, TransportError, TransportErrorKind};
 use mesh_core::{topic_matches, WireMessage};
 use tokio::sync::mpsc::error::TrySendError;
@@ -345,22 +345,59 @@ impl From<Fault> for TransportError {
 }
 
 impl State {
-    /// The broker's topology at start: the three exchanges, and `mesh.dead-letters` bound
-    /// to `mesh.events.dead` on `#`.
+    /// The broker's topology at start: the three exchanges, no queue.
     pub(crate) fn new(me: Weak<Shared>) -> State {
-        let mut state = State {
+        State {
             me,
             queues: BTreeMap::new(),
             bindings: EXCHANGES.iter().map(|e| (*e, BTreeSet::new())).collect(),
             connections: HashMap::new(),
             next_id: 0,
             graveyard: Vec::new(),
+        }
+    }
+
+    /// Declares the retired `mesh.dead-letters` bound to `mesh.events.dead` on `#`, as an
+    /// older mesh left it.
+    pub(crate) fn declare_retired_dead_queue(&mut self) {
+        if !self.queues.contains_key(RETIRED_DEAD_QUEUE) {
+            self.queues.insert(
+                RETIRED_DEAD_QUEUE.to_owned(),
+                Queue::new(QueueKind::Durable),
+            );
+        }
+        self.bind(DEAD_EXCHANGE, RETIRED_DEAD_QUEUE, "#");
+    }
+
+    /// Whether a queue exists.
+    pub(crate) fn has_queue(&self, name: &str) -> bool {
+        self.queues.contains_key(name)
+    }
+
+    /// Removes the retired queue's binding; whether the queue exists.
+    pub(crate) fn unbind_retired_dead_queue(&mut self) -> bool {
+        if let Some(bindings) = self.bindings.get_mut(DEAD_EXCHANGE) {
+            if bindings.remove(&(RETIRED_DEAD_QUEUE.to_owned(), "#".to_owned())) {
+                debug!(queue = RETIRED_DEAD_QUEUE, "retired queue unbound");
+            }
+        }
+        self.queues.contains_key(RETIRED_DEAD_QUEUE)
+    }
+
+    /// Deletes the retired queue if it holds nothing and nobody consumes it; whether it is
+    /// gone.
+    pub(crate) fn delete_retired_dead_queue(&mut self) -> bool {
+        let Some(queue) = self.queues.get(RETIRED_DEAD_QUEUE) else {
+            return true;
         };
-        state
-            .queues
-            .insert(DEAD_QUEUE.to_owned(), Queue::new(QueueKind::Durable));
-        state.bind(DEAD_EXCHANGE, DEAD_QUEUE, "#");
-        state
+        let idle = queue.ready.is_empty()
+            && queue.unacked.is_empty()
+            && queue.delayed == 0
+            && queue.consumers.is_empty();
+        if idle {
+            self.delete_queue(RETIRED_DEAD_QUEUE);
+        }
+        idle
     }
 
     fn next_id(&mut self) -> u64 {

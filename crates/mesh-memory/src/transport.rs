@@ -6,10 +6,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mesh_core::naming::{self, DEAD_QUEUE, EVENTS_EXCHANGE, RPC_EXCHANGE};
+use mesh_core::naming::{self, DEAD_EXCHANGE, EVENTS_EXCHANGE, RETIRED_DEAD_QUEUE, RPC_EXCHANGE};
 use mesh_core::transport::{
-    BoxFuture, Confirm, Delivery, Health, PublishOptions, QueueSpec, ServeSpec, Subscription,
-    SubscriptionSpec, Target, Transport, TransportError, TransportErrorKind,
+    BoxFuture, Confirm, DeadQueue, Delivery, Health, PublishOptions, QueueSpec, ServeSpec,
+    Subscription, SubscriptionSpec, Target, Transport, TransportError, TransportErrorKind,
 };
 use mesh_core::{ToolKey, WireMessage};
 use tokio::sync::{mpsc, oneshot};
@@ -87,7 +87,22 @@ impl MemoryTransport {
                     state.set_bindings(EVENTS_EXCHANGE, &name, &patterns);
                     (name, true)
                 }
-                QueueSpec::DeadLetters => (DEAD_QUEUE.to_owned(), false),
+                QueueSpec::DeadLetters(DeadQueue::Durable { name }) => {
+                    state.declare_durable(name)?;
+                    state.set_bindings(DEAD_EXCHANGE, name, &every());
+                    (name.clone(), false)
+                }
+                QueueSpec::DeadLetters(DeadQueue::Tap) => {
+                    let name = state.declare_ephemeral(connection);
+                    state.set_bindings(DEAD_EXCHANGE, &name, &every());
+                    (name, true)
+                }
+                QueueSpec::DeadLetters(DeadQueue::Retired) => {
+                    if !state.has_queue(RETIRED_DEAD_QUEUE) {
+                        return Err(Fault::QueueGone(RETIRED_DEAD_QUEUE.to_owned()));
+                    }
+                    (RETIRED_DEAD_QUEUE.to_owned(), false)
+                }
             };
             let limit = match (auto_ack, spec.prefetch) {
                 (true, _) | (false, 0) => None,
@@ -98,6 +113,11 @@ impl MemoryTransport {
             Ok(queue)
         })
     }
+}
+
+/// The one pattern of a queue of dead letters.
+fn every() -> BTreeSet<String> {
+    BTreeSet::from(["#".to_owned()])
 }
 
 /// The channel of a subscription: as large as its prefetch, since a consumer never holds
@@ -243,6 +263,24 @@ impl Transport for MemoryTransport {
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             self.broker.with(|state| state.close(self.connection));
+        })
+    }
+
+    fn unbind_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>> {
+        Box::pin(async move {
+            Ok(self.broker.with(|state| {
+                state.ensure_open(self.connection)?;
+                Ok::<_, Fault>(state.unbind_retired_dead_queue())
+            })?)
+        })
+    }
+
+    fn delete_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>> {
+        Box::pin(async move {
+            Ok(self.broker.with(|state| {
+                state.ensure_open(self.connection)?;
+                Ok::<_, Fault>(state.delete_retired_dead_queue())
+            })?)
         })
     }
 }

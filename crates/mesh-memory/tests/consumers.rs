@@ -289,5 +289,5 @@ async fn bad_queue_names_are_refused() {
         .await
         .unwrap_err();
     assert_eq!(error.kind(), &TransportErrorKind::AccessRefused);
-    assert_eq!(broker.queue_names(), vec!["mesh.dead-letters".to_owned()]);
+    assert!(broker.queue_names().is_empty());
 }

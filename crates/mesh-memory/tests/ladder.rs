@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::*;
 use mesh_core::codec::{self, DeadLetter, DeadReason};
-use mesh_core::transport::{QueueSpec, SubscriptionSpec, Transport};
+use mesh_core::transport::{DeadQueue, QueueSpec, SubscriptionSpec, Transport};
 use mesh_core::Timestamp;
 use mesh_memory::MemoryBroker;
 use tokio::time::Instant;
@@ -96,17 +96,9 @@ async fn a_retry_with_no_ladder_comes_back_at_once() {
     assert_eq!(sent.elapsed(), Duration::ZERO);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_dead_letter_lands_in_the_dead_letter_queue() {
-    let broker = MemoryBroker::new();
-    let transport = broker.transport();
-    let mut sub = transport
-        .subscribe(durable("n.a.events", &["module.x.#"], 4))
-        .await
-        .unwrap();
-    emit(&transport, "module.x.poison", "poison").await;
-
-    let failed = next(&mut sub).await;
+/// Dead-letters the next delivery of `sub` with reason `permanent`, from queue `n.a.events`.
+async fn dead_letter_next(sub: &mut mesh_core::Subscription) {
+    let failed = next(sub).await;
     let mut copy = failed.message.clone();
     codec::mark_dead(
         &mut copy,
@@ -118,41 +110,155 @@ async fn a_dead_letter_lands_in_the_dead_letter_queue() {
             time: Timestamp::now(),
         },
     );
-    failed.dead_letter(copy).await.unwrap();
-    assert_eq!(broker.unacked("n.a.events"), Some(0));
-    assert_eq!(broker.queue_depth("n.a.events"), Some(0));
-    assert_eq!(broker.queue_depth("mesh.dead-letters"), Some(1));
-    nothing_more(&mut sub).await;
-
-    let mut dead = transport.subscribe(dead_letters()).await.unwrap();
-    assert_eq!(dead.queue(), "mesh.dead-letters");
-    let letter = next(&mut dead).await;
-    assert_eq!(letter.message.routing_key, "module.x.poison");
-    assert_eq!(body(&letter), "poison");
-    let annotations = codec::read_dead_letter(&letter.message).expect("annotated");
-    assert_eq!(annotations.reason, DeadReason::Permanent);
-    assert_eq!(annotations.queue, "n.a.events");
-    // Manual acks: until acked it is only handed out.
-    assert_eq!(broker.unacked("mesh.dead-letters"), Some(1));
-    letter.ack().await.unwrap();
-    assert_eq!(broker.unacked("mesh.dead-letters"), Some(0));
-    assert_eq!(broker.queue_depth("mesh.dead-letters"), Some(0));
+    failed.dead_letter(copy).await.expect("dead-lettered");
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_dead_letter_released_stays_in_the_dead_letter_queue() {
+async fn a_dead_letter_lands_in_every_queue_of_dead_letters() {
+    let broker = MemoryBroker::new();
+    let transport = broker.transport();
+    let mut sub = transport
+        .subscribe(durable("n.a.events", &["module.x.#"], 4))
+        .await
+        .unwrap();
+    // Two readers' own durable queues and a tap: none takes from another.
+    let mut dead = transport.subscribe(dead_letters()).await.unwrap();
+    assert_eq!(dead.queue(), DEAD);
+    let other = "other.audit-logger.dead";
+    let mut second = transport
+        .subscribe(SubscriptionSpec {
+            queue: QueueSpec::DeadLetters(DeadQueue::Durable {
+                name: other.to_owned(),
+            }),
+            ..dead_letters()
+        })
+        .await
+        .unwrap();
+    let mut tap = transport.subscribe(dead_tap()).await.unwrap();
+    assert!(tap.queue().starts_with("amq.gen-"));
+    for queue in [DEAD, other, tap.queue()] {
+        assert_eq!(broker.bindings(queue), vec!["#".to_owned()]);
+    }
+
+    emit(&transport, "module.x.poison", "poison").await;
+    dead_letter_next(&mut sub).await;
+    assert_eq!(broker.unacked("n.a.events"), Some(0));
+    assert_eq!(broker.queue_depth("n.a.events"), Some(0));
+    nothing_more(&mut sub).await;
+
+    for reader in [&mut dead, &mut second, &mut tap] {
+        let letter = next(reader).await;
+        assert_eq!(letter.message.routing_key, "module.x.poison");
+        assert_eq!(body(&letter), "poison");
+        let annotations = codec::read_dead_letter(&letter.message).expect("annotated");
+        assert_eq!(annotations.reason, DeadReason::Permanent);
+        assert_eq!(annotations.queue, "n.a.events");
+        letter.ack().await.unwrap();
+    }
+    assert_eq!(broker.queue_depth(DEAD), Some(0));
+    assert_eq!(broker.unacked(DEAD), Some(0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_durable_queue_of_dead_letters_keeps_them_for_a_reader_that_is_away() {
+    let broker = MemoryBroker::new();
+    let transport = broker.transport();
+    let mut sub = transport
+        .subscribe(durable("n.a.events", &["#"], 4))
+        .await
+        .unwrap();
+    // Declared once, then the reader goes away.
+    drop(transport.subscribe(dead_letters()).await.unwrap());
+    emit(&transport, "module.x.poison", "poison").await;
+    dead_letter_next(&mut sub).await;
+    assert_eq!(broker.queue_depth(DEAD), Some(1));
+
+    let mut dead = transport.subscribe(dead_letters()).await.unwrap();
+    let letter = next(&mut dead).await;
+    assert_eq!(body(&letter), "poison");
+    // Manual acks: until acked it is only handed out.
+    assert_eq!(broker.unacked(DEAD), Some(1));
+    letter.ack().await.unwrap();
+    assert_eq!(broker.unacked(DEAD), Some(0));
+    assert_eq!(broker.queue_depth(DEAD), Some(0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tap_sees_only_what_dies_while_it_lives_and_leaves_nothing() {
+    let broker = MemoryBroker::new();
+    let transport = broker.transport();
+    let mut sub = transport
+        .subscribe(durable("n.a.events", &["#"], 4))
+        .await
+        .unwrap();
+    let mut dead = transport.subscribe(dead_letters()).await.unwrap();
+    emit(&transport, "module.x.before", "before").await;
+    dead_letter_next(&mut sub).await;
+
+    let mut tap = transport.subscribe(dead_tap()).await.unwrap();
+    let name = tap.queue().to_owned();
+    emit(&transport, "module.x.after", "after").await;
+    dead_letter_next(&mut sub).await;
+    let seen = next(&mut tap).await;
+    assert_eq!(body(&seen), "after");
+    // Automatic acks: released or not, it is gone from the tap, and never requeued.
+    seen.release();
+    nothing_more(&mut tap).await;
+    assert_eq!(broker.unacked(&name), Some(0));
+    drop(tap);
+    assert_eq!(broker.queue_depth(&name), None);
+
+    // The durable reader has both.
+    assert_eq!(body(&next(&mut dead).await), "before");
+    assert_eq!(body(&next(&mut dead).await), "after");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_released_stays_in_its_queue_of_dead_letters() {
     let broker = MemoryBroker::new();
     let transport = broker.transport();
     let mut sub = transport.subscribe(durable("q", &["#"], 4)).await.unwrap();
+    let mut dead = transport.subscribe(dead_letters()).await.unwrap();
     emit(&transport, "module.x.poison", "poison").await;
     let failed = next(&mut sub).await;
     let copy = failed.message.clone();
     failed.dead_letter(copy).await.unwrap();
 
-    let mut dead = transport.subscribe(dead_letters()).await.unwrap();
     drop(next(&mut dead).await);
     let again = next(&mut dead).await;
     assert!(again.redelivered);
     assert_eq!(again.delivery_count, Some(1));
     again.ack().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_retired_queue_is_unbound_drained_and_deleted_only_once_empty() {
+    let broker = MemoryBroker::with_retired_dead_queue();
+    let transport = broker.transport();
+    let mut sub = transport
+        .subscribe(durable("n.a.events", &["#"], 4))
+        .await
+        .unwrap();
+    emit(&transport, "module.x.old", "old").await;
+    dead_letter_next(&mut sub).await;
+    assert_eq!(broker.queue_depth("mesh.dead-letters"), Some(1));
+
+    assert!(transport.unbind_retired_dead_queue().await.unwrap());
+    assert!(broker.exchange_bindings("mesh.events.dead").is_empty());
+    // Not empty: kept.
+    assert!(!transport.delete_retired_dead_queue().await.unwrap());
+    let mut retired = transport.subscribe(retired_dead_letters()).await.unwrap();
+    let old = next(&mut retired).await;
+    assert_eq!(body(&old), "old");
+    // Handed out, or read by a consumer: kept.
+    assert!(!transport.delete_retired_dead_queue().await.unwrap());
+    old.ack().await.unwrap();
+    assert!(!transport.delete_retired_dead_queue().await.unwrap());
+    drop(retired);
+    assert!(transport.delete_retired_dead_queue().await.unwrap());
+    assert_eq!(broker.queue_depth("mesh.dead-letters"), None);
+    // Gone: nothing to unbind, nothing to delete, nothing to consume.
+    assert!(!transport.unbind_retired_dead_queue().await.unwrap());
+    assert!(transport.delete_retired_dead_queue().await.unwrap());
+    assert!(transport.subscribe(retired_dead_letters()).await.is_err());
 }

@@ -201,15 +201,19 @@ async fn a_zero_expiration_is_delivered_at_once_or_never() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_broker_starts_with_the_dead_letter_queue_bound_on_everything() {
+async fn the_broker_starts_with_no_queue_and_nothing_bound() {
     let broker = MemoryBroker::new();
-    assert_eq!(broker.queue_names(), vec!["mesh.dead-letters".to_owned()]);
-    assert_eq!(broker.bindings("mesh.dead-letters"), vec!["#".to_owned()]);
+    // The shared `mesh.dead-letters` is retired: readers of dead letters bind their own.
+    assert!(broker.queue_names().is_empty());
+    assert!(broker.exchange_bindings("mesh.events.dead").is_empty());
+    assert!(broker.exchange_bindings("mesh.events").is_empty());
+    assert_eq!(broker.queue_depth("mesh.dead-letters"), None);
+    assert_eq!(broker.queue_depth("nope"), None);
+
+    let old = MemoryBroker::with_retired_dead_queue();
+    assert_eq!(old.queue_names(), vec!["mesh.dead-letters".to_owned()]);
     assert_eq!(
-        broker.exchange_bindings("mesh.events.dead"),
+        old.exchange_bindings("mesh.events.dead"),
         vec![("mesh.dead-letters".to_owned(), "#".to_owned())]
     );
-    assert!(broker.exchange_bindings("mesh.events").is_empty());
-    assert_eq!(broker.queue_depth("mesh.dead-letters"), Some(0));
-    assert_eq!(broker.queue_depth("nope"), None);
 }

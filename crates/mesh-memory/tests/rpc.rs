@@ -113,7 +113,7 @@ async fn a_call_nobody_serves_fails_at_once_with_no_server() {
         .unwrap_err();
     assert_eq!(error.kind(), &TransportErrorKind::NoServer);
     assert_eq!(started.elapsed(), Duration::ZERO);
-    assert_eq!(broker.queue_names(), vec!["mesh.dead-letters".to_owned()]);
+    assert!(broker.queue_names().is_empty());
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,9 +1,10 @@
-//! Ephemeral listeners and the dead-letter stream.
+//! Ephemeral listeners and the tap of dead letters.
 
 use bytes::Bytes;
 use mesh_core::codec::{self, DeadLetter};
 use mesh_core::{
-    Delivery, EventId, QueueSpec, Subscription, SubscriptionSpec, TopicPattern, WireMessage,
+    DeadQueue, Delivery, EventId, QueueSpec, Subscription, SubscriptionSpec, TopicPattern,
+    WireMessage,
 };
 
 use crate::bus::Bus;
@@ -57,18 +58,21 @@ pub struct DeadMessage {
 }
 
 impl DeadMessage {
-    /// Removes it from the dead-letter queue.
+    /// Settles it. A tap takes its dead letters with automatic acks, so this does nothing
+    /// more than drop it: the dead letter stays in the audit trail whatever the tap does.
     pub async fn ack(self) -> Result<(), Error> {
         Ok(self.delivery.ack().await?)
     }
 
-    /// Leaves it in the dead-letter queue.
+    /// Drops it. A tap takes its dead letters with automatic acks, so it does not come
+    /// back: the audit trail keeps it (see [`Bus::dead_letters`]).
     pub fn release(self) {
         self.delivery.release();
     }
 }
 
-/// The stream of dead letters from `mesh.dead-letters`.
+/// A tap of dead letters: every dead letter made while it lives, taken from nobody (see
+/// [`Bus::dead_letters`]).
 #[derive(Debug)]
 pub struct DeadLetters {
     subscription: Subscription,
@@ -88,6 +92,11 @@ impl DeadLetters {
             message: delivery.message.clone(),
             delivery,
         })
+    }
+
+    /// The server-named queue's name.
+    pub fn queue(&self) -> &str {
+        self.subscription.queue()
     }
 }
 
@@ -115,13 +124,27 @@ impl Bus {
         Ok(Listener { subscription })
     }
 
-    /// Consumes the dead-letter queue (`mesh.dead-letters`) with manual acks.
+    /// Taps the dead letters: an exclusive, auto-delete, server-named queue of its own,
+    /// bound to `mesh.events.dead` on `#`, with automatic acks (at-most-once, like
+    /// [`listen`](Bus::listen)).
+    ///
+    /// It sees every dead letter made from the moment this returns, and takes none from
+    /// anyone: the audit loggers record each one in their own queues
+    /// (`<node>.audit-logger.dead`), which is where dead letters are kept, listed and
+    /// re-driven (`mesh dead list`, `mesh dead redrive`). Dead letters made before the tap
+    /// started, or while it was not connected, are not shown to it; nothing remains when it
+    /// is dropped. [`DeadMessage::ack`] and [`DeadMessage::release`] settle nothing on the
+    /// broker.
+    ///
+    /// (Before, this consumed the shared durable queue `mesh.dead-letters` with manual
+    /// acks, so a module reading dead letters took them away from the audit trail; that
+    /// queue is retired.)
     pub async fn dead_letters(&self) -> Result<DeadLetters, Error> {
         let subscription = self
             .inner
             .transport
             .subscribe(SubscriptionSpec {
-                queue: QueueSpec::DeadLetters,
+                queue: QueueSpec::DeadLetters(DeadQueue::Tap),
                 patterns: Vec::new(),
                 prefetch: crate::bus::DEFAULT_PREFETCH,
                 retry_delays: Vec::new(),

@@ -76,7 +76,7 @@ use amqprs::channel::{
     BasicAckArguments, BasicCancelArguments, BasicConsumeArguments, BasicNackArguments,
     BasicQosArguments, Channel, ConsumerMessage,
 };
-use mesh_core::naming::{DEAD_EXCHANGE, EVENTS_EXCHANGE};
+use mesh_core::naming::DEAD_EXCHANGE;
 use mesh_core::{
     AckBatch, AckGroup, Acker, BoxFuture, Delivery, DeliveryFeed, Subscription, TransportError,
     TransportErrorKind, WireMessage,
@@ -128,9 +128,12 @@ pub(crate) struct SubscriptionCtx {
 pub(crate) enum Source {
     /// A named queue of the recorded topology (consumer, serve or dead-letter queue).
     Named(String),
-    /// A server-named queue bound to these patterns on `mesh.events`, declared anew for
-    /// each attachment.
-    Ephemeral(Vec<String>),
+    /// A server-named queue bound to these patterns on this exchange (`mesh.events`, or
+    /// `mesh.events.dead` for a tap of dead letters), declared anew for each attachment.
+    Ephemeral {
+        exchange: &'static str,
+        patterns: Vec<String>,
+    },
 }
 
 /// How to attach one subscription, again and again.
@@ -221,11 +224,11 @@ async fn attach(
                 }
                 queue.clone()
             }
-            Source::Ephemeral(patterns) => {
+            Source::Ephemeral { exchange, patterns } => {
                 let name = declare.server_named().await?;
                 for pattern in patterns {
                     declare
-                        .bind(&BindingDecl::new(EVENTS_EXCHANGE, &name, pattern))
+                        .bind(&BindingDecl::new(*exchange, &name, pattern))
                         .await?;
                 }
                 name

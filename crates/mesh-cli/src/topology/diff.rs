@@ -1,8 +1,15 @@
 //! Comparing what the contract wants with what the broker has, as a list of differences.
+//!
+//! The retired queue `mesh.dead-letters` is a difference while it exists: its bindings are
+//! not wanted (apply removes them, so it stops collecting dead letters nobody reads), and
+//! the queue itself is left for an audit logger, which stores what it holds and deletes it
+//! at its next start. `topology apply` never deletes it: it may hold dead letters.
 
 use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
+
+use mesh::core::naming::{DEAD_EXCHANGE, RETIRED_DEAD_QUEUE};
 
 use super::spec::{Wanted, WantedQueue};
 use crate::management::{BindingRow, ExchangeRow, QueueRow};
@@ -79,12 +86,20 @@ pub(crate) enum Difference {
         queue: String,
         routing_key: String,
     },
-    /// A binding of a wanted queue that the contract does not ask for.
+    /// A binding of a wanted queue (or of the retired queue) that the contract does not ask
+    /// for.
     ExtraBinding {
         exchange: String,
         queue: String,
         routing_key: String,
         properties_key: String,
+    },
+    /// The retired `mesh.dead-letters` still exists: left for an audit logger to drain and
+    /// delete, never deleted here.
+    RetiredQueue {
+        name: String,
+        /// Its messages at the last statistics sample (`None`: unknown).
+        messages: Option<u64>,
     },
 }
 
@@ -96,7 +111,7 @@ impl Difference {
             | Difference::MissingQueue { .. }
             | Difference::MissingBinding { .. } => '+',
             Difference::ExchangeDiffers { .. } | Difference::QueueDiffers { .. } => '~',
-            Difference::ExtraBinding { .. } => '-',
+            Difference::ExtraBinding { .. } | Difference::RetiredQueue { .. } => '-',
         }
     }
 
@@ -136,6 +151,15 @@ impl Difference {
                 routing_key,
                 ..
             } => format!("binding {exchange} -> {queue} on `{routing_key}` is not wanted"),
+            Difference::RetiredQueue { name, messages } => format!(
+                "queue {name} is retired and holds {}: an audit logger stores them and deletes \
+                 it at its next start",
+                match messages {
+                    Some(1) => "1 message".to_owned(),
+                    Some(n) => format!("{n} messages"),
+                    None => "an unknown number of messages".to_owned(),
+                }
+            ),
         }
     }
 
@@ -182,6 +206,9 @@ impl Difference {
             } => json!({
                 "kind": "extra-binding", "exchange": exchange, "queue": queue,
                 "routing_key": routing_key
+            }),
+            Difference::RetiredQueue { name, messages } => json!({
+                "kind": "retired-queue", "queue": name, "messages": messages
             }),
         }
     }
@@ -361,6 +388,20 @@ pub(crate) fn differences(wanted: &Wanted, actual: &Actual) -> Vec<Difference> {
             }
         }
     }
+    if let Some(retired) = actual.queue(RETIRED_DEAD_QUEUE) {
+        for binding in actual.bindings_of(DEAD_EXCHANGE, RETIRED_DEAD_QUEUE) {
+            out.push(Difference::ExtraBinding {
+                exchange: binding.source.clone(),
+                queue: binding.destination.clone(),
+                routing_key: binding.routing_key.clone(),
+                properties_key: binding.properties_key.clone(),
+            });
+        }
+        out.push(Difference::RetiredQueue {
+            name: RETIRED_DEAD_QUEUE.to_owned(),
+            messages: retired.messages,
+        });
+    }
     out
 }
 
@@ -459,5 +500,49 @@ mod tests {
             matches!(&diffs[3], Difference::ExtraBinding { routing_key, .. } if routing_key == "old.#")
         );
         assert!(diffs[1].describe().contains("the 3 messages it holds"));
+    }
+
+    #[test]
+    fn the_retired_queue_is_unbound_and_left_for_the_audit_logger() {
+        let mut retired = queue(&json!({"x-queue-type": "quorum"}), "quorum");
+        retired = serde_json::from_value(json!({
+            "name": "mesh.dead-letters", "durable": true, "auto_delete": false,
+            "exclusive": false, "arguments": {"x-queue-type": "quorum"}, "type": "quorum",
+            "messages": 5, "messages_ready": 5, "messages_unacknowledged": 0, "consumers": 0
+        }))
+        .unwrap_or(retired);
+        let bound: BindingRow = serde_json::from_value(json!({
+            "source": "mesh.events.dead", "destination": "mesh.dead-letters",
+            "destination_type": "queue", "routing_key": "#", "arguments": {},
+            "properties_key": "%23"
+        }))
+        .unwrap();
+        let actual = Actual {
+            exchanges: vec![exchange()],
+            queues: vec![
+                queue(
+                    &json!({"x-queue-type": "quorum", "x-dead-letter-exchange": "mesh.events.dead", "x-delivery-limit": 20}),
+                    "quorum",
+                ),
+                retired,
+            ],
+            bindings: vec![binding("a.#"), binding("b.*"), bound],
+        };
+        let diffs = differences(&wanted(), &actual);
+        assert_eq!(diffs.len(), 2, "{diffs:#?}");
+        assert!(
+            matches!(&diffs[0], Difference::ExtraBinding { exchange, queue, properties_key, .. }
+            if exchange == "mesh.events.dead" && queue == "mesh.dead-letters" && properties_key == "%23")
+        );
+        assert_eq!(
+            diffs[1],
+            Difference::RetiredQueue {
+                name: "mesh.dead-letters".into(),
+                messages: Some(5)
+            }
+        );
+        assert_eq!(diffs[1].sign(), '-');
+        assert!(diffs[1].describe().contains("holds 5 messages"));
+        assert_eq!(diffs[1].to_json()["kind"], "retired-queue");
     }
 }

@@ -94,9 +94,9 @@ async fn show(
             Difference::MissingExchange { name, .. } | Difference::ExchangeDiffers { name, .. } => {
                 format!("exchange {name}")
             }
-            Difference::MissingQueue { name, .. } | Difference::QueueDiffers { name, .. } => {
-                format!("queue {name}")
-            }
+            Difference::MissingQueue { name, .. }
+            | Difference::QueueDiffers { name, .. }
+            | Difference::RetiredQueue { name, .. } => format!("queue {name}"),
             Difference::MissingBinding {
                 exchange,
                 queue,
@@ -413,6 +413,8 @@ async fn apply(
                 replaced.insert(name.clone());
                 report(d, "replaced")?;
             }
+            // It may hold dead letters: an audit logger drains and deletes it.
+            Difference::RetiredQueue { .. } => report(d, "left for an audit logger")?,
             _ => {}
         }
     }

@@ -1,8 +1,11 @@
 //! What the contract wants on the broker for a node: exchanges, queues with their arguments,
-//! and bindings, built from `--module/--pattern` options or a spec file.
+//! and bindings, built from `--module/--pattern` options or a spec file. The module
+//! `audit-logger` also wants its queue of dead letters, `<node>.audit-logger.dead`, bound to
+//! `mesh.events.dead` on `#`. No queue is wanted for the retired `mesh.dead-letters` (see
+//! `diff`).
 //!
-//! The arguments mirror mesh-amqp's declarations (`topology::base` and
-//! `topology::consumer_queue`, private to that crate); the test
+//! The arguments mirror mesh-amqp's declarations (`topology::base`,
+//! `topology::consumer_queue` and `topology::dead_queue`, private to that crate); the test
 //! `wanted_queues_match_what_mesh_amqp_declares` connects mesh-amqp to a scratch vhost and
 //! checks that both agree.
 
@@ -11,7 +14,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use mesh::amqp::{AmqpOptions, QueueType};
-use mesh::core::naming::{self, DEAD_EXCHANGE, DEAD_QUEUE, EVENTS_EXCHANGE, RPC_EXCHANGE};
+use mesh::core::naming::{self, AUDIT_MODULE, DEAD_EXCHANGE, EVENTS_EXCHANGE, RPC_EXCHANGE};
 use mesh::core::{Name, TopicPattern};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -74,7 +77,8 @@ fn queue_type(arg: QueueTypeArg) -> QueueType {
     }
 }
 
-/// `x-queue-type` only: the arguments of `mesh.dead-letters`.
+/// `x-queue-type` only: the arguments of a queue of dead letters (never dead-lettered, no
+/// delivery limit).
 fn queue_type_arguments(kind: QueueType) -> Map<String, Value> {
     let mut arguments = Map::new();
     arguments.insert("x-queue-type".into(), Value::from(kind.as_str()));
@@ -151,6 +155,8 @@ pub(crate) fn wanted(
 
     // One queue per module name (and sharing): patterns of repeated modules are merged.
     let mut queues: BTreeMap<String, (QueueType, Vec<String>)> = BTreeMap::new();
+    // The audit logger's queue of dead letters, with its queue type.
+    let mut audit_dead: Option<(String, QueueType)> = None;
     for module in modules {
         let name = Name::parse(&module.name).coded(Code::Usage, || {
             format!("invalid module name `{}`", module.name)
@@ -167,6 +173,9 @@ pub(crate) fn wanted(
             naming::consumer_queue(&node, &name)
         };
         let kind = module.queue_type.map(queue_type).unwrap_or(default_type);
+        if !module.shared && name.as_str() == AUDIT_MODULE {
+            audit_dead.get_or_insert((naming::audit_dead_queue(&node), kind));
+        }
         let entry = queues.entry(queue.clone()).or_insert((kind, Vec::new()));
         if entry.0 != kind {
             return Err(fail(
@@ -189,12 +198,15 @@ pub(crate) fn wanted(
             kind: "topic",
         })
         .collect();
-    let mut wanted_queues = vec![WantedQueue {
-        name: DEAD_QUEUE.to_owned(),
-        arguments: queue_type_arguments(default_type),
-        exchange: DEAD_EXCHANGE,
-        patterns: vec!["#".to_owned()],
-    }];
+    let mut wanted_queues: Vec<WantedQueue> = audit_dead
+        .into_iter()
+        .map(|(name, kind)| WantedQueue {
+            name,
+            arguments: queue_type_arguments(kind),
+            exchange: DEAD_EXCHANGE,
+            patterns: vec!["#".to_owned()],
+        })
+        .collect();
     for (name, (kind, mut patterns)) in queues {
         patterns.sort();
         patterns.dedup();
@@ -255,9 +267,26 @@ mod tests {
         let wanted = wanted(&args(&[], &[]), None, node(), no_default).unwrap();
         let names: Vec<_> = wanted.exchanges.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(names, ["mesh.events", "mesh.rpc", "mesh.events.dead"]);
-        assert_eq!(wanted.queues.len(), 1);
-        assert_eq!(wanted.queues[0].name, "mesh.dead-letters");
-        assert_eq!(wanted.queues[0].patterns, ["#"]);
+        // `mesh.dead-letters` is retired: no queue is wanted for dead letters by default.
+        assert!(wanted.queues.is_empty());
+    }
+
+    #[test]
+    fn the_audit_logger_wants_its_queue_of_dead_letters() {
+        let a = args(&["audit-logger"], &[("#", Some(0))]);
+        let wanted = wanted(&a, Some(QueueTypeArg::Classic), node(), no_default).unwrap();
+        let names: Vec<_> = wanted.queues.iter().map(|q| q.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["anchor.audit-logger.dead", "anchor.audit-logger.events"]
+        );
+        let dead = &wanted.queues[0];
+        assert_eq!(dead.exchange, "mesh.events.dead");
+        assert_eq!(dead.patterns, ["#"]);
+        assert_eq!(
+            Value::Object(dead.arguments.clone()),
+            serde_json::json!({"x-queue-type": "classic"})
+        );
     }
 
     #[test]

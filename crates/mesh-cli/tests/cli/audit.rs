@@ -326,6 +326,35 @@ async fn query_trace_and_dead_letters_round_trip() {
         .contains("mail server unreachable"));
     assert_eq!(shown["body"], serde_json::json!({}));
 
+    // A dry run says where it would go, and sends nothing: the handler is not called
+    // again and the dead letter stays pending.
+    let output = run(
+        Some(&url),
+        &[
+            "dead",
+            "redrive",
+            "--all",
+            "--dry-run",
+            "--store",
+            &store.url,
+        ],
+    )
+    .await;
+    assert_code(&output, 0);
+    let text = stdout(&output);
+    assert!(
+        text.contains(&format!("would re-drive {id} -> {NODE}.mailer.events")),
+        "{text}"
+    );
+    assert!(text.contains("1 would be re-driven, 0 refused"), "{text}");
+    let output = run(
+        Some(&url),
+        &["dead", "list", "--pending", "--json", "--store", &store.url],
+    )
+    .await;
+    assert_eq!(stdout(&output).lines().count(), 1, "still pending");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "nothing was re-driven");
+
     let output = run(
         Some(&url),
         &["dead", "redrive", &id, "--json", "--store", &store.url],

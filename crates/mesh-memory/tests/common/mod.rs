@@ -10,7 +10,8 @@
 use std::time::Duration;
 
 use mesh_core::transport::{
-    Delivery, PublishOptions, QueueSpec, Subscription, SubscriptionSpec, Target, Transport,
+    DeadQueue, Delivery, PublishOptions, QueueSpec, Subscription, SubscriptionSpec, Target,
+    Transport,
 };
 use mesh_core::{TopicPattern, WireMessage};
 
@@ -52,9 +53,35 @@ pub fn ephemeral(bound: &[&str]) -> SubscriptionSpec {
     }
 }
 
+/// The durable queue of dead letters [`dead_letters`] reads.
+pub const DEAD: &str = "watch.audit-logger.dead";
+
+/// A reader's own durable queue of dead letters, [`DEAD`].
 pub fn dead_letters() -> SubscriptionSpec {
     SubscriptionSpec {
-        queue: QueueSpec::DeadLetters,
+        queue: QueueSpec::DeadLetters(DeadQueue::Durable {
+            name: DEAD.to_owned(),
+        }),
+        patterns: Vec::new(),
+        prefetch: 16,
+        retry_delays: Vec::new(),
+    }
+}
+
+/// A tap of dead letters.
+pub fn dead_tap() -> SubscriptionSpec {
+    SubscriptionSpec {
+        queue: QueueSpec::DeadLetters(DeadQueue::Tap),
+        patterns: Vec::new(),
+        prefetch: 16,
+        retry_delays: Vec::new(),
+    }
+}
+
+/// The retired `mesh.dead-letters`, as it stands.
+pub fn retired_dead_letters() -> SubscriptionSpec {
+    SubscriptionSpec {
+        queue: QueueSpec::DeadLetters(DeadQueue::Retired),
         patterns: Vec::new(),
         prefetch: 16,
         retry_delays: Vec::new(),
