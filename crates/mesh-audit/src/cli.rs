@@ -64,6 +64,10 @@ pub struct RunArgs {
     /// Unacked deliveries per queue, at most (1 to 65535)
     #[arg(long, default_value_t = DEFAULT_PREFETCH, value_parser = parse_prefetch)]
     pub prefetch: u16,
+    /// The x-delivery-limit of the deployment's quorum consumer queues: a dead letter the
+    /// broker made for it is recorded with this + 1 attempts
+    #[arg(long, default_value_t = mesh_audit_default_delivery_limit(), value_name = "N")]
+    pub delivery_limit: u32,
     /// Serve /metrics, /livez and /readyz on this address (e.g. 127.0.0.1:9464; port 0
     /// picks a free one, printed on stderr)
     #[arg(long, env = "MESH_METRICS_ADDR", value_name = "ADDR")]
@@ -116,6 +120,11 @@ pub fn parse_batch_wait_ms(text: &str) -> Result<u64, String> {
     parse_within(text, 0, max)
 }
 
+/// mesh-amqp's default `x-delivery-limit`, the default of `--delivery-limit`.
+fn mesh_audit_default_delivery_limit() -> u32 {
+    AmqpOptions::default().get_delivery_limit()
+}
+
 /// `--prefetch`: unacked deliveries per queue, 1 to 65535.
 pub fn parse_prefetch(text: &str) -> Result<u16, String> {
     parse_within(text, 1, u16::MAX)
@@ -133,6 +142,7 @@ impl fmt::Debug for RunArgs {
             .field("batch_size", &self.batch_size)
             .field("batch_wait_ms", &self.batch_wait_ms)
             .field("prefetch", &self.prefetch)
+            .field("delivery_limit", &self.delivery_limit)
             .field("metrics_addr", &self.metrics_addr)
             .field(
                 "management_url",
@@ -160,7 +170,8 @@ impl RunArgs {
             .node(self.node.clone())
             .batch_size(self.batch_size)
             .batch_wait(Duration::from_millis(self.batch_wait_ms))
-            .prefetch(self.prefetch);
+            .prefetch(self.prefetch)
+            .delivery_limit(Some(self.delivery_limit));
         audit.validate().context("invalid options")?;
         let management = match &self.management_url {
             Some(url) => Some(
@@ -336,6 +347,7 @@ mod tests {
             batch_size: 1,
             batch_wait_ms: 1,
             prefetch: 1,
+            delivery_limit: 20,
             metrics_addr: None,
             management_url: Some("https://u:mgmts3cret@h:15671".to_owned()),
             management_ca_file: None,

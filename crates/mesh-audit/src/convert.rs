@@ -559,14 +559,14 @@ mod hostile {
                         queue: "anchor.audit-logger.events".into(),
                         time: Timestamp::now(),
                     });
-                    let row = DeadRow::new(&copy, &received_at);
+                    let row = DeadRow::new(&copy, &received_at, Some(20));
                     prop_assert_eq!(row.reason.as_deref(), Some(error.dead_reason().as_str()));
                     prop_assert!(time_from_text(&row.dead_at).is_ok());
                     prop_assert_eq!(&row.body[..], &message.body[..]);
                 }
             }
             // A message straight from the dead-letter queue: kept whatever it carries.
-            let row = DeadRow::new(&message, &received_at);
+            let row = DeadRow::new(&message, &received_at, Some(u32::MAX));
             prop_assert!(time_from_text(&row.dead_at).is_ok(), "dead_at {}", row.dead_at);
             let json: serde_json::Value = serde_json::from_str(&row.headers)
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -477,9 +477,11 @@ impl AuditLogger {
         let received_at = now_text();
         match source {
             Source::DeadLetters => {
-                batch
-                    .dead
-                    .push(DeadRow::new(&delivery.message, &received_at));
+                batch.dead.push(DeadRow::new(
+                    &delivery.message,
+                    &received_at,
+                    self.options.get_delivery_limit(),
+                ));
                 batch.dead_deliveries.push(delivery);
                 batch.open();
             }

@@ -178,6 +178,7 @@ pub struct AuditOptions {
     batch_size: usize,
     batch_wait: Duration,
     prefetch: u16,
+    delivery_limit: Option<u32>,
 }
 
 impl Default for AuditOptions {
@@ -187,6 +188,7 @@ impl Default for AuditOptions {
             batch_size: DEFAULT_BATCH_SIZE,
             batch_wait: DEFAULT_BATCH_WAIT,
             prefetch: DEFAULT_PREFETCH,
+            delivery_limit: Some(mesh_amqp::AmqpOptions::default().get_delivery_limit()),
         }
     }
 }
@@ -201,6 +203,22 @@ impl AuditOptions {
     pub fn node(mut self, node: impl Into<String>) -> Self {
         self.node = Some(node.into());
         self
+    }
+
+    /// The `x-delivery-limit` mesh's quorum consumer queues were declared with (default
+    /// mesh-amqp's, 20; `None` when unknown). A dead letter the broker made for that limit
+    /// carries no count of its deliveries, so its attempts are read as this limit + 1 (the
+    /// number RabbitMQ delivers such a message); with `None`, as 0. Exact when every
+    /// process of the deployment declares queues with the same limit (RabbitMQ refuses to
+    /// declare a queue again with another).
+    pub fn delivery_limit(mut self, limit: Option<u32>) -> Self {
+        self.delivery_limit = limit;
+        self
+    }
+
+    /// See [`AuditOptions::delivery_limit`].
+    pub fn get_delivery_limit(&self) -> Option<u32> {
+        self.delivery_limit
     }
 
     /// Rows per transaction, at most (default 500; 1 to [`MAX_BATCH_SIZE`]). A batch closes at this size or after

@@ -340,7 +340,7 @@ mod tests {
             .properties
             .headers
             .insert("x-custom".into(), HeaderValue::UInt(7));
-        let row = crate::store::DeadRow::new(&message, &crate::store::now_text());
+        let row = crate::store::DeadRow::new(&message, &crate::store::now_text(), None);
         let record = DeadLetterRecord {
             id: DeadLetterId(uuid::Uuid::nil()),
             event_id: None,

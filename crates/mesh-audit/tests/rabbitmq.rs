@@ -662,3 +662,64 @@ async fn every_logger_records_every_dead_letter_and_redrive_goes_only_to_consume
     vhost.delete().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_limit_dead_letter_is_recorded_with_its_real_deliveries() -> anyhow::Result<()> {
+    let vhost = TestVhost::create("audit-delivery-limit").await?;
+    let temp = TempStore::sqlite();
+    let store = temp.open().await?;
+    let url = vhost.url();
+    let running = RunningLogger::start(
+        &url,
+        store.clone(),
+        AuditOptions::new().node("n1").delivery_limit(Some(2)),
+    )
+    .await?;
+    // A consumer that crashes on every delivery (it never settles): the broker gives up
+    // after the queue's limit of 2, that is after 3 deliveries.
+    let options = url
+        .parse::<mesh_amqp::AmqpOptions>()?
+        .connection_name("poison")
+        .delivery_limit(2);
+    let consumer = mesh_amqp::AmqpTransport::connect(options).await?;
+    let mut subscription = mesh_core::Transport::subscribe(
+        &consumer,
+        mesh_core::SubscriptionSpec {
+            queue: mesh_core::QueueSpec::Durable {
+                name: "n1.poison.events".to_owned(),
+            },
+            patterns: vec![mesh_core::TopicPattern::parse("module.shop.#")?],
+            prefetch: 1,
+            retry_delays: vec![Duration::from_secs(1)],
+        },
+    )
+    .await?;
+    let bus = emitter(&url, "n1", "shop").await?;
+    let id = bus
+        .emit_outgoing(Outgoing::json(
+            "order.placed",
+            &serde_json::json!({ "n": 1 }),
+        )?)
+        .await?;
+    for _ in 0..3 {
+        let delivery = tokio::time::timeout(WAIT, subscription.next())
+            .await?
+            .expect("open");
+        delivery.release();
+    }
+    let letter = eventually(WAIT, "the dead letter stored", || {
+        let store = store.clone();
+        async move {
+            let letters = store.dead_letters(&DeadLetterQuery::new()).await.ok()?;
+            letters.into_iter().find(|l| l.event_id == Some(id))
+        }
+    })
+    .await;
+    assert_eq!(letter.reason, Some(DeadReason::DeliveryLimit));
+    assert_eq!(letter.attempts, 3);
+    assert_eq!(letter.queue.as_deref(), Some("n1.poison.events"));
+    bus.close().await;
+    mesh_core::Transport::close(&consumer).await;
+    running.stop().await?;
+    Ok(())
+}

@@ -158,6 +158,9 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
                 batch_size: args.batch_size,
                 batch_wait_ms: args.batch_wait_ms,
                 prefetch: args.prefetch,
+                delivery_limit: args
+                    .delivery_limit
+                    .unwrap_or_else(|| mesh_amqp::AmqpOptions::default().get_delivery_limit()),
                 metrics_addr: args.metrics.metrics_addr,
                 management_url: global.management_url.clone(),
                 management_ca_file: global.management_ca_file.clone(),

@@ -317,6 +317,10 @@ pub(crate) struct AuditRunArgs {
         value_parser = mesh_audit::cli::parse_prefetch
     )]
     pub(crate) prefetch: u16,
+    /// The x-delivery-limit of the deployment's quorum consumer queues: a dead letter the
+    /// broker made for it is recorded with this + 1 attempts [default: mesh-amqp's, 20]
+    #[arg(long, value_name = "N")]
+    pub(crate) delivery_limit: Option<u32>,
     #[command(flatten)]
     pub(crate) metrics: MetricsArg,
 }

@@ -219,7 +219,7 @@ impl Store {
         let received = now_text();
         let rows: Vec<DeadRow> = messages
             .iter()
-            .map(|message| DeadRow::new(message, &received))
+            .map(|message| DeadRow::new(message, &received, None))
             .collect();
         let written = self
             .write(&[], &rows)

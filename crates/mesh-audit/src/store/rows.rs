@@ -156,7 +156,15 @@ pub(crate) struct DeadRow {
 
 impl DeadRow {
     /// The row of any message from the dead-letter queue: nothing about it can be refused.
-    pub(crate) fn new(message: &WireMessage, received_at: &str) -> DeadRow {
+    ///
+    /// `delivery_limit` is the `x-delivery-limit` of mesh's consumer queues, which gives the
+    /// number of deliveries of a message the broker dead-lettered for it
+    /// ([`codec::read_dead_letter_with_limit`]); `None` reads them as 0 (unknown).
+    pub(crate) fn new(
+        message: &WireMessage,
+        received_at: &str,
+        delivery_limit: Option<u32>,
+    ) -> DeadRow {
         let headers = headers_to_json_text(&message.properties.headers);
         let routing_key = clean(&message.routing_key);
         // The key covers everything the message carries, and the transport keeps nothing
@@ -171,7 +179,7 @@ impl DeadRow {
         content.extend_from_slice(&message.body);
         let id = Uuid::new_v5(&DEAD_LETTER_NAMESPACE, &content);
 
-        let dead = codec::read_dead_letter(message);
+        let dead = codec::read_dead_letter_with_limit(message, delivery_limit);
         let dead_at = dead
             .as_ref()
             .and_then(|d| time_to_text(d.time).ok())
