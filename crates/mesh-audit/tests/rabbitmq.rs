@@ -418,40 +418,32 @@ async fn a_dead_letter_is_redriven_to_its_consumer_only_postgres() -> anyhow::Re
     a_dead_letter_is_redriven_to_its_consumer_only(Backend::Postgres).await
 }
 
-/// Publishes a forged dead letter straight to `mesh.events.dead`, naming `queue` as the one
-/// that gave up on it.
-async fn forge_dead_letter(vhost: &TestVhost, queue: &str, body: &str) -> anyhow::Result<()> {
-    use amqprs::channel::BasicPublishArguments;
-    use amqprs::connection::{Connection, OpenConnectionArguments};
-    use amqprs::{BasicProperties, FieldTable, FieldValue};
-    let args = OpenConnectionArguments::new("127.0.0.1", 5672, "guest", "guest")
-        .virtual_host(vhost.name())
-        .connection_name("forger")
-        .finish();
-    let connection = Connection::open(&args).await?;
-    let channel = connection.open_channel(None).await?;
-    let mut headers = FieldTable::new();
-    let text = |s: &str| -> anyhow::Result<FieldValue> { Ok(FieldValue::S(s.try_into()?)) };
-    headers.insert("x-mesh-dead-queue".try_into()?, text(queue)?);
-    headers.insert("x-mesh-dead-reason".try_into()?, text("permanent")?);
-    headers.insert("x-event-id".try_into()?, text(&EventId::new().to_string())?);
-    let properties = BasicProperties::default()
-        .with_content_type("application/json")
-        .with_persistence(true)
-        .with_headers(headers)
-        .finish();
-    channel
-        .basic_publish(
-            properties,
-            body.as_bytes().to_vec(),
-            BasicPublishArguments::new("mesh.events.dead", "module.shop.order.placed"),
-        )
-        .await?;
-    // The broker handles the publish before the close that follows it on the connection;
-    // the caller waits for the stored row. (Closing the channel first, then the connection,
-    // keeps the client library from reporting a close race.)
-    channel.close().await.ok();
-    connection.close().await.ok();
+/// Puts a forged dead letter, naming `queue` as the one that gave up on it, straight into
+/// logger n1's dead-letter queue, as a rogue client with write access there could (through
+/// the default exchange, like mesh's own copies, so its annotations are believed as far as
+/// the logger can tell; re-drive must not be).
+async fn forge_dead_letter(
+    raw: &dyn mesh_core::Transport,
+    queue: &str,
+    body: &str,
+) -> anyhow::Result<()> {
+    use mesh_core::{codec, PublishOptions, Target, WireMessage};
+    let mut message = WireMessage::new("module.shop.order.placed", body.to_owned());
+    message.properties.content_type = Some(codec::CONTENT_TYPE_JSON.to_owned());
+    message.properties.persistent = true;
+    let headers = &mut message.properties.headers;
+    headers.insert(codec::DEAD_QUEUE.to_owned(), queue.into());
+    headers.insert(codec::DEAD_REASON.to_owned(), "permanent".into());
+    headers.insert(
+        codec::EVENT_ID.to_owned(),
+        EventId::new().to_string().into(),
+    );
+    let options = PublishOptions {
+        target: Target::Queue(mesh_core::naming::audit_dead_queue(&"n1".parse()?)),
+        mandatory: true,
+        ..PublishOptions::default()
+    };
+    raw.publish(message, options).await?.await?;
     Ok(())
 }
 
@@ -578,7 +570,7 @@ async fn every_logger_records_every_dead_letter_and_redrive_goes_only_to_consume
             Some(0),
             "{queue} exists"
         );
-        forge_dead_letter(&vhost, queue, &format!("{{\"forged\":\"{queue}\"}}")).await?;
+        forge_dead_letter(raw.as_ref(), queue, &format!("{{\"forged\":\"{queue}\"}}")).await?;
     }
     let forged = |store: Store| async move {
         let n = store
