@@ -21,7 +21,7 @@ use crate::management::{ManagementOptions, TransportManagement};
 use crate::options::{AmqpOptions, QueueType};
 use crate::publisher::{Attempt, Outgoing, Publisher};
 use crate::rpc::Rpc;
-use crate::topology::{self, BindingDecl, Topology};
+use crate::topology::{self, BindingDecl, QueueDecl, Topology};
 
 /// Counters and gauges of the transport: what recovery did, what is in flight, and things
 /// that went wrong quietly. A snapshot; see [`AmqpTransport::stats`].
@@ -403,20 +403,11 @@ impl AmqpTransport {
             ));
         }
         let name = naming::serve_queue(&spec.tool);
-        let queue = topology::serve_queue(&name, &self.inner.options);
-        let binding = BindingDecl::new(RPC_EXCHANGE, &name, spec.tool.as_str());
-        let declare = self.inner.consume.declare_channel().await?;
-        let declared = async {
-            declare.queue(&queue).await?;
-            declare.bind(&binding).await
-        }
-        .await;
-        declare.close().await;
-        declared?;
-        self.record(|t| {
-            t.add_queue(queue);
-            t.add_binding(binding);
-        });
+        self.declare_bound(
+            topology::serve_queue(&name, &self.inner.options),
+            BindingDecl::new(RPC_EXCHANGE, &name, spec.tool.as_str()),
+        )
+        .await?;
         tracing::info!(queue = %name, "serving");
         let attach = AttachSpec {
             source: Source::Named(name),
@@ -558,8 +549,22 @@ impl AmqpTransport {
     /// `#`, and records it for replay.
     async fn declare_dead_queue(&self, name: &str) -> Result<(), TransportError> {
         check_short("a queue name", name)?;
-        let queue = topology::dead_queue(name, &self.inner.options);
-        let binding = BindingDecl::new(DEAD_EXCHANGE, name, "#");
+        self.declare_bound(
+            topology::dead_queue(name, &self.inner.options),
+            BindingDecl::new(DEAD_EXCHANGE, name, "#"),
+        )
+        .await?;
+        tracing::info!(queue = name, "declared queue of dead letters");
+        Ok(())
+    }
+
+    /// Declares `queue` and `binding` on a declare channel of their own, then records both
+    /// for replay after a reconnect.
+    async fn declare_bound(
+        &self,
+        queue: QueueDecl,
+        binding: BindingDecl,
+    ) -> Result<(), TransportError> {
         let declare = self.inner.consume.declare_channel().await?;
         let declared = async {
             declare.queue(&queue).await?;
@@ -572,7 +577,6 @@ impl AmqpTransport {
             t.add_queue(queue);
             t.add_binding(binding);
         });
-        tracing::info!(queue = name, "declared queue of dead letters");
         Ok(())
     }
 

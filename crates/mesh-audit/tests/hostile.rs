@@ -31,6 +31,42 @@ fn raw_event(key: &str, id: HeaderValue, source: &str, time: &str) -> WireMessag
     message
 }
 
+/// Publishes as any client could (the transport's raw publish checks no header) and waits
+/// for the broker's confirm.
+async fn publish(raw: &dyn Transport, message: WireMessage) -> anyhow::Result<()> {
+    let confirm = raw.publish(message, PublishOptions::default()).await?;
+    tokio::time::timeout(WAIT, confirm).await??;
+    Ok(())
+}
+
+/// Waits until the store holds `events` events and `dead` dead letters, then checks it holds
+/// exactly as many, and that the events `kept` are among them.
+async fn assert_stored(
+    store: &mesh_audit::Store,
+    events: u64,
+    dead: u64,
+    kept: &[EventId],
+) -> anyhow::Result<()> {
+    eventually(
+        WAIT,
+        &format!("{events} events and {dead} dead letters stored"),
+        || {
+            let store = store.clone();
+            async move {
+                let counts = store.counts().await.ok()?;
+                (counts.events >= events && counts.dead_letters >= dead).then_some(())
+            }
+        },
+    )
+    .await;
+    let counts = store.counts().await?;
+    assert_eq!((counts.events, counts.dead_letters), (events, dead));
+    for id in kept {
+        assert!(store.event(*id).await?.is_some(), "event {id} stored");
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_events_are_recorded_as_dead_letters_and_the_logger_keeps_running(
 ) -> anyhow::Result<()> {
@@ -82,10 +118,7 @@ async fn malformed_events_are_recorded_as_dead_letters_and_the_logger_keeps_runn
         ),
     ];
     for (message, _, _) in &hostile {
-        let confirm = raw
-            .publish(message.clone(), PublishOptions::default())
-            .await?;
-        tokio::time::timeout(WAIT, confirm).await??;
+        publish(raw.as_ref(), message.clone()).await?;
     }
     let after = bus
         .emit_outgoing(Outgoing::json(
@@ -94,19 +127,7 @@ async fn malformed_events_are_recorded_as_dead_letters_and_the_logger_keeps_runn
         )?)
         .await?;
 
-    eventually(WAIT, "two events and three dead letters stored", || {
-        let store = store.clone();
-        async move {
-            let counts = store.counts().await.ok()?;
-            (counts.events >= 2 && counts.dead_letters >= 3).then_some(())
-        }
-    })
-    .await;
-    let counts = store.counts().await?;
-    assert_eq!((counts.events, counts.dead_letters), (2, 3));
-    for id in [before, after] {
-        assert!(store.event(id).await?.is_some(), "event {id} stored");
-    }
+    assert_stored(&store, 2, 3, &[before, after]).await?;
     assert!(store.events(&EventQuery::new()).await?.len() == 2);
 
     let letters = store.dead_letters(&DeadLetterQuery::new()).await?;
@@ -174,8 +195,7 @@ async fn the_trail_records_the_real_key_whatever_a_publisher_writes_in_mesh_head
         "module.billing.invoice.paid".into(),
     );
     headers.insert(codec::ATTEMPTS.into(), HeaderValue::UInt(7));
-    let confirm = raw.publish(forged, PublishOptions::default()).await?;
-    tokio::time::timeout(WAIT, confirm).await??;
+    publish(raw.as_ref(), forged).await?;
 
     let stored = eventually(WAIT, "the event stored", || {
         let store = store.clone();
@@ -354,10 +374,9 @@ async fn every_malformed_shape_is_recorded_and_no_handler_runs_on_one() -> anyho
                 expected_dead.push((case, reason));
             }
         }
-        let confirm = raw.publish(message, PublishOptions::default()).await?;
-        tokio::time::timeout(WAIT, confirm)
-            .await?
-            .map_err(|e| anyhow::anyhow!("case {case}: {e}"))?;
+        publish(raw.as_ref(), message)
+            .await
+            .map_err(|e| e.context(format!("case {case}")))?;
     }
     let after = bus
         .emit_outgoing(Outgoing::json(
@@ -369,19 +388,7 @@ async fn every_malformed_shape_is_recorded_and_no_handler_runs_on_one() -> anyho
 
     // Each malformed one is dead-lettered twice: by the logger and by the watcher.
     let (events, dead) = (expected_events.len() as u64, 2 * expected_dead.len() as u64);
-    eventually(WAIT, "every shape stored", || {
-        let store = store.clone();
-        async move {
-            let counts = store.counts().await.ok()?;
-            (counts.events >= events && counts.dead_letters >= dead).then_some(())
-        }
-    })
-    .await;
-    let counts = store.counts().await?;
-    assert_eq!((counts.events, counts.dead_letters), (events, dead));
-    for id in &expected_events {
-        assert!(store.event(*id).await?.is_some(), "event {id} stored");
-    }
+    assert_stored(&store, events, dead, &expected_events).await?;
     let letters = store
         .dead_letters(&DeadLetterQuery::new().limit(10_000))
         .await?;
@@ -472,8 +479,7 @@ async fn bodies_at_the_broker_size_limit_are_recorded() -> anyhow::Result<()> {
     );
     binary.body = Bytes::from(vec![0xff; NODE_MAX_MESSAGE]);
     for message in [at_limit, binary] {
-        let confirm = raw.publish(message, PublishOptions::default()).await?;
-        tokio::time::timeout(WAIT, confirm).await??;
+        publish(raw.as_ref(), message).await?;
     }
     // One byte over: refused with a typed error, and nothing else is disturbed.
     let mut over = raw_event(
@@ -501,19 +507,7 @@ async fn bodies_at_the_broker_size_limit_are_recorded() -> anyhow::Result<()> {
         )?)
         .await?;
 
-    eventually(WAIT, "three events and a dead letter stored", || {
-        let store = store.clone();
-        async move {
-            let counts = store.counts().await.ok()?;
-            (counts.events >= 3 && counts.dead_letters >= 1).then_some(())
-        }
-    })
-    .await;
-    let counts = store.counts().await?;
-    assert_eq!((counts.events, counts.dead_letters), (3, 1));
-    for id in [before, after] {
-        assert!(store.event(id).await?.is_some(), "event {id} stored");
-    }
+    assert_stored(&store, 3, 1, &[before, after, json_id]).await?;
     let stored = store.event(json_id).await?.expect("the event at the limit");
     assert_eq!(stored.body.len(), NODE_MAX_MESSAGE);
     let letters = store.dead_letters(&DeadLetterQuery::new()).await?;

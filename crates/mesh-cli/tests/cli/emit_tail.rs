@@ -3,27 +3,13 @@
 use mesh_testkit::eventually;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::{assert_code, finish, json, mesh, run, stdout, vhost, WAIT};
+use crate::{assert_code, finish, json, mesh, run, stdout, tail, vhost, WAIT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tail_prints_an_event_and_leaves_no_queue() {
     let vhost = vhost("cli-tail").await;
     let url = vhost.url();
-    let mut tail = mesh(Some(&url))
-        .args(["tail", "module.umami.#", "--count", "1", "--json"])
-        .spawn()
-        .unwrap();
-    // Wait until the listener is bound: tail says so on stderr.
-    let mut errors = BufReader::new(tail.stderr.take().unwrap()).lines();
-    let listening = tokio::time::timeout(WAIT, errors.next_line())
-        .await
-        .expect("tail starts listening in time")
-        .unwrap()
-        .unwrap_or_default();
-    assert!(
-        listening.contains("listening on module.umami.#"),
-        "{listening}"
-    );
+    let (tail, _errors) = tail(&url, "module.umami.#", &["--count", "1", "--json"]).await;
     let queues = vhost.list_queues().await.unwrap();
     assert!(
         queues

@@ -3,25 +3,14 @@
 
 use bytes::Bytes;
 use mesh::core::{codec, EventId, PublishOptions, Transport, WireMessage};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::{assert_code, finish, mesh, options, stdout, transport, vhost, WAIT};
+use crate::{assert_code, finish, options, stdout, tail, transport, vhost, WAIT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tail_escapes_control_and_bidi_characters_of_wire_fields() {
     let vhost = vhost("cli-spoof").await;
     let url = vhost.url();
-    let mut tail = mesh(Some(&url))
-        .args(["tail", "mesh.#", "--count", "1"])
-        .spawn()
-        .expect("tail starts");
-    let mut errors = BufReader::new(tail.stderr.take().expect("stderr piped")).lines();
-    let listening = tokio::time::timeout(WAIT, errors.next_line())
-        .await
-        .expect("tail starts listening in time")
-        .expect("stderr readable")
-        .unwrap_or_default();
-    assert!(listening.contains("listening on mesh.#"), "{listening}");
+    let (tail, _errors) = tail(&url, "mesh.#", &["--count", "1"]).await;
 
     // A `mesh.<context>` key: its source is not checked against the key, so the header
     // values are free text. Each tries to forge a line or rewrite the terminal.
@@ -73,20 +62,7 @@ async fn tail_escapes_control_and_bidi_characters_of_wire_fields() {
 async fn tail_shows_the_real_key_whatever_a_publisher_writes_in_mesh_headers() {
     let vhost = vhost("cli-forged-key").await;
     let url = vhost.url();
-    let mut tail = mesh(Some(&url))
-        .args(["tail", "module.shop.#", "--count", "1"])
-        .spawn()
-        .expect("tail starts");
-    let mut errors = BufReader::new(tail.stderr.take().expect("stderr piped")).lines();
-    let listening = tokio::time::timeout(WAIT, errors.next_line())
-        .await
-        .expect("tail starts listening in time")
-        .expect("stderr readable")
-        .unwrap_or_default();
-    assert!(
-        listening.contains("listening on module.shop.#"),
-        "{listening}"
-    );
+    let (tail, _errors) = tail(&url, "module.shop.#", &["--count", "1"]).await;
 
     let mut message = WireMessage::new("module.shop.order.placed", Bytes::from("{}"));
     message.properties.content_type = Some(codec::CONTENT_TYPE_JSON.into());

@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use mesh::amqp::{AmqpOptions, AmqpTransport};
 use mesh_testkit::TestVhost;
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStderr, Command};
 
 /// The node every test speaks as.
 pub(crate) const NODE: &str = "clitest";
@@ -61,6 +62,32 @@ pub(crate) async fn run(url: Option<&str>, args: &[&str]) -> Output {
         .spawn()
         .expect("the mesh binary starts");
     finish(child).await
+}
+
+/// `mesh tail <pattern> <args…>` on `url`, once it says on stderr that its listener is bound
+/// (so what is published next reaches it); its stderr's remaining lines come with it.
+pub(crate) async fn tail(
+    url: &str,
+    pattern: &str,
+    args: &[&str],
+) -> (Child, Lines<BufReader<ChildStderr>>) {
+    let mut tail = mesh(Some(url))
+        .arg("tail")
+        .arg(pattern)
+        .args(args)
+        .spawn()
+        .expect("tail starts");
+    let mut errors = BufReader::new(tail.stderr.take().expect("stderr piped")).lines();
+    let listening = tokio::time::timeout(WAIT, errors.next_line())
+        .await
+        .expect("tail starts listening in time")
+        .expect("stderr readable")
+        .unwrap_or_default();
+    assert!(
+        listening.contains(&format!("listening on {pattern}")),
+        "{listening}"
+    );
+    (tail, errors)
 }
 
 /// Waits for a started `mesh` within [`WAIT`].

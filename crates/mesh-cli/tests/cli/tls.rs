@@ -10,10 +10,9 @@
 use mesh_testkit::{eventually, NodeOptions, PrivateNode, TestPki, TlsListener};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::audit::TempStore;
-use crate::{assert_code, code, finish, json, mesh, run, stderr, stdout, NODE, WAIT};
+use crate::{assert_code, code, finish, json, mesh, run, stderr, stdout, tail, NODE, WAIT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn emit_tail_and_the_audit_logger_work_over_amqps_and_a_wrong_ca_is_exit_3() {
@@ -34,20 +33,7 @@ async fn emit_tail_and_the_audit_logger_work_over_amqps_and_a_wrong_ca_is_exit_3
     );
 
     // tail, then emit: the event comes through.
-    let mut tail = mesh(Some(&url))
-        .args(["tail", "module.umami.#", "--count", "1", "--json"])
-        .spawn()
-        .unwrap();
-    let mut errors = BufReader::new(tail.stderr.take().unwrap()).lines();
-    let listening = tokio::time::timeout(WAIT, errors.next_line())
-        .await
-        .expect("tail starts listening in time")
-        .unwrap()
-        .unwrap_or_default();
-    assert!(
-        listening.contains("listening on module.umami.#"),
-        "{listening}"
-    );
+    let (tail, _errors) = tail(&url, "module.umami.#", &["--count", "1", "--json"]).await;
     let emitted = run(
         Some(&url),
         &[
