@@ -60,6 +60,56 @@ fn table_to_wire(headers: &Headers, depth: usize) -> Result<FieldTable, Transpor
     Ok(table)
 }
 
+/// AMQP's smallest `frame_max` (the protocol's `frame-min-size`): every broker takes content
+/// header frames at least this large.
+pub(crate) const FRAME_MIN_SIZE: usize = 4096;
+
+/// The bytes of a content-header frame besides the properties: the frame's header (type,
+/// channel, size) and end octet, and the class, weight and body size before the properties.
+pub(crate) const HEADER_FRAME_OVERHEAD: usize = 7 + 1 + 2 + 2 + 8;
+
+/// An upper bound of the content-header frame that will carry `message`'s properties, cheap
+/// to compute (no encoding, no allocation): a short string counts its length byte, a header
+/// value its type octet and at most 8 bytes of a scalar, or its length prefix and bytes
+/// ([`value_to_wire`]'s widths; an unsigned integer sent as text counts 24). Above
+/// [`FRAME_MIN_SIZE`] the publisher measures the frame exactly instead.
+pub(crate) fn header_frame_bound(message: &WireMessage) -> usize {
+    fn short(text: Option<&String>) -> usize {
+        text.map_or(0, |t| 1 + t.len())
+    }
+    fn field(v: &HeaderValue) -> usize {
+        1 + match v {
+            HeaderValue::Str(s) => 4 + s.len(),
+            HeaderValue::Bytes(b) => 4 + b.len(),
+            HeaderValue::UInt(_) => 24,
+            HeaderValue::Bool(_)
+            | HeaderValue::Int(_)
+            | HeaderValue::Float(_)
+            | HeaderValue::Timestamp(_)
+            | HeaderValue::Void => 8,
+            HeaderValue::Array(items) => 4 + items.iter().map(field).sum::<usize>(),
+            HeaderValue::Table(table) => 4 + entries(table),
+        }
+    }
+    fn entries(table: &mesh_core::Headers) -> usize {
+        table
+            .iter()
+            .map(|(name, v)| 1 + name.len() + field(v))
+            .sum()
+    }
+    let p = &message.properties;
+    HEADER_FRAME_OVERHEAD
+        + 2 // property flags
+        + short(p.content_type.as_ref())
+        + 1 // delivery mode
+        + short(p.message_id.as_ref())
+        + 8 // timestamp
+        + short(p.correlation_id.as_ref())
+        + short(p.reply_to.as_ref())
+        + 1 + 20 // expiration, as decimal text
+        + 4 + entries(&p.headers)
+}
+
 /// Integers go out in the narrowest AMQP width that holds them, as `mesh_core::wire`
 /// promises. RabbitMQ has no unsigned 64-bit type, so an unsigned value above `u32::MAX`
 /// goes out signed (and is read back as [`HeaderValue::Int`], same number), and one above
@@ -455,6 +505,61 @@ mod tests {
         assert_eq!(mesh_core::codec::attempts(&back), 99);
         let dead = delivered("mesh.events.dead", "k".into(), &props, vec![]);
         assert!(dead.header("X-Mesh-Dead-Queue").is_some());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
+
+        /// The cheap bound is never below the frame the client library encodes.
+        #[test]
+        fn the_header_frame_bound_is_never_below_the_encoded_frame(
+            headers in proptest::collection::btree_map(
+                "[a-z-]{0,20}",
+                header_value(),
+                0..12,
+            ),
+            content_type in proptest::option::of("[a-z/;=-]{0,40}"),
+            message_id in proptest::option::of("[0-9a-f-]{0,36}"),
+            reply_to in proptest::option::of("[a-z.-]{0,60}"),
+            expiration in proptest::option::of(0u64..u64::MAX),
+        ) {
+            let mut message = WireMessage::new("module.a.b", "{}");
+            message.properties.headers = headers;
+            message.properties.content_type = content_type;
+            message.properties.message_id = message_id;
+            message.properties.reply_to = reply_to;
+            message.properties.correlation_id = Some("c".repeat(36));
+            message.properties.timestamp = Some(1);
+            message.properties.expiration = expiration.map(Duration::from_millis);
+            if let Ok(props) = to_properties(&message, true) {
+                let encoded = HEADER_FRAME_OVERHEAD + amqp_serde::to_bytes(&props).unwrap().len();
+                proptest::prop_assert!(
+                    header_frame_bound(&message) >= encoded,
+                    "bound {} < encoded {}", header_frame_bound(&message), encoded
+                );
+            }
+        }
+    }
+
+    fn header_value() -> impl proptest::strategy::Strategy<Value = HeaderValue> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            ".{0,50}".prop_map(HeaderValue::Str),
+            any::<bool>().prop_map(HeaderValue::Bool),
+            any::<i64>().prop_map(HeaderValue::Int),
+            any::<u64>().prop_map(HeaderValue::UInt),
+            (-1e300f64..1e300).prop_map(HeaderValue::Float),
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(HeaderValue::Bytes),
+            any::<u64>().prop_map(HeaderValue::Timestamp),
+            Just(HeaderValue::Void),
+        ];
+        leaf.prop_recursive(3, 24, 5, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..5).prop_map(HeaderValue::Array),
+                proptest::collection::btree_map("[a-z]{0,8}", inner, 0..5)
+                    .prop_map(HeaderValue::Table),
+            ]
+        })
     }
 
     #[test]

@@ -158,7 +158,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-    // The vhost's deletion takes the rest (exchanges, delay queues, mesh.dead-letters).
+    // The vhost's deletion takes the rest (exchanges, delay queues).
     for queue in [emit::SINK, consume::QUEUE, latency::QUEUE, rpc::QUEUE] {
         let _ = broker::delete(&ctx.admin, queue).await;
     }

@@ -102,8 +102,8 @@ pub(crate) struct Global {
     #[arg(long, global = true)]
     pub(crate) json: bool,
 
-    /// The type of mesh's durable queues on this broker (mesh.dead-letters, and what topology
-    /// wants for module queues) [default: quorum]
+    /// The type of mesh's durable queues on this broker (the audit logger's queue of dead
+    /// letters, and what topology wants for module queues) [default: quorum]
     #[arg(long, value_enum, env = "MESH_QUEUE_TYPE", global = true)]
     pub(crate) queue_type: Option<QueueTypeArg>,
 
@@ -335,8 +335,10 @@ pub(crate) struct MetricsArg {
 }
 
 const AUDIT_RUN_HELP: &str = "\
-Consumes <node>.audit-logger.events (bound to # on mesh.events) and mesh.dead-letters, and
-stores each event and dead letter once.
+Consumes <node>.audit-logger.events (bound to # on mesh.events) and its own
+<node>.audit-logger.dead (bound to # on mesh.events.dead, so every logger records every dead
+letter; at start it retires the older shared mesh.dead-letters: unbinds it, stores what it
+holds, deletes it once empty), and stores each event and dead letter once.
 
 An event whose id is stored already is a duplicate (a redelivery or a resend) when its key,
 source and body are the stored event's; otherwise it is a different event reusing the id, kept
@@ -518,7 +520,8 @@ Examples:
 
 const STATUS_HELP: &str = "\
 Connects over AMQP (which also checks the URL, the credentials and the vhost), then reads the
-queues <node>.*.events, their retry queues and mesh.dead-letters from the management API
+queues <node>.*.events, their retry queues and <node>.audit-logger.dead (and the retired
+mesh.dead-letters while it exists) from the management API
 (counts are as of its last statistics sample, every 5 s by default). Each module's dead letters
 (not re-driven yet) are counted from the audit store, when there is one.
 
@@ -621,10 +624,13 @@ macro_rules! topology_note {
     () => {
         "\
 The contract wants the exchanges mesh.events, mesh.rpc and mesh.events.dead (durable topics),
-the queue mesh.dead-letters bound to mesh.events.dead on #, and for each module given with
---module M --pattern P… (each --pattern belongs to the --module before it) or in --spec FILE,
-the queue <node>.<module>.events (x-queue-type, x-dead-letter-exchange mesh.events.dead and,
-on quorum queues, x-delivery-limit) bound to mesh.events on exactly its patterns.
+and for each module given with --module M --pattern P… (each --pattern belongs to the
+--module before it) or in --spec FILE, the queue <node>.<module>.events (x-queue-type,
+x-dead-letter-exchange mesh.events.dead and, on quorum queues, x-delivery-limit) bound to
+mesh.events on exactly its patterns (the module audit-logger also wants its
+<node>.audit-logger.dead bound to mesh.events.dead on #). The retired mesh.dead-letters, if
+the broker still has it, is shown: apply removes its binding, never the queue (a logger
+drains and deletes it).
 Retry delay queues are declared by the SDK when the module starts; they are not compared.
 This reads the management HTTP API: AMQP cannot list bindings or arguments.
 

@@ -32,8 +32,8 @@ pub(crate) fn amqp_options(global: &Global) -> anyhow::Result<AmqpOptions> {
     let mut options = options
         .connect_timeout(global.connect_timeout)
         .connection_name(CONNECTION_NAME);
-    // The base topology a connection declares must match the broker's (mesh.dead-letters'
-    // queue type), or the broker refuses it.
+    // The queues a command declares must match the broker's (an audit logger's queue of
+    // dead letters, its queue type), or the broker refuses them.
     if let Some(kind) = global.queue_type {
         options = options.queue_type(match kind {
             QueueTypeArg::Quorum => QueueType::Quorum,

@@ -669,8 +669,8 @@ impl Store {
     }
 
     /// Deletes the recorded dead letters matching `query` (its limit and order aside) and
-    /// returns how many were deleted. Only the store's records go: the broker's
-    /// `mesh.dead-letters` queue is not touched.
+    /// returns how many were deleted. Only the store's records go: no queue on the broker is
+    /// touched.
     pub async fn purge_dead_letters(&self, query: &DeadLetterQuery) -> Result<u64, Error> {
         let deleted: u64 = with_pool!(self, |pool, d| {
             let mut qb = QueryBuilder::new("DELETE FROM dead_letters");
