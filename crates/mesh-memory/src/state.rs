@@ -647,10 +647,18 @@ impl State {
     /// consumer sees it ([`mesh_core::codec::remove_unearned_mesh_headers`]).
     pub(crate) fn publish(&mut self, exchange: &'static str, message: &WireMessage) -> usize {
         let targets = self.route(exchange, &message.routing_key);
-        let mut message = message.clone();
-        mesh_core::codec::remove_unearned_mesh_headers(exchange, &mut message.properties.headers);
+        let mut message = std::borrow::Cow::Borrowed(message);
+        let forged = message
+            .properties
+            .headers
+            .keys()
+            .any(|name| mesh_core::codec::is_mesh_header(name));
+        if forged {
+            let headers = &mut message.to_mut().properties.headers;
+            mesh_core::codec::remove_unearned_mesh_headers(exchange, headers);
+        }
         for queue in &targets {
-            self.enqueue(queue, message.clone());
+            self.enqueue(queue, message.clone().into_owned());
         }
         debug!(exchange, key = %message.routing_key, queues = targets.len(), "published");
         targets.len()

@@ -910,10 +910,17 @@ impl AmqpAcker {
         settle: Settle,
         outgoing: Outgoing,
     ) -> Result<(), TransportError> {
-        let fallback = outgoing.clone();
-        let confirm = match ctx.publisher.publish(outgoing, None).await {
-            Err(error) if matches!(error.kind(), TransportErrorKind::HeadersTooLarge { .. }) => {
-                let mut outgoing = fallback;
+        // Headers within AMQP's smallest frame fit every connection: only a copy that may
+        // not fit is kept for the trimmed attempt. (The allowance covers the routing-key
+        // header the publisher may still add: its name and a key of at most 255 bytes.)
+        const STAMP_ALLOWANCE: usize = 512;
+        let fallback = (crate::convert::header_frame_bound(&outgoing.message) + STAMP_ALLOWANCE
+            > crate::convert::FRAME_MIN_SIZE)
+            .then(|| outgoing.clone());
+        let confirm = match (ctx.publisher.publish(outgoing, None).await, fallback) {
+            (Err(error), Some(mut outgoing))
+                if matches!(error.kind(), TransportErrorKind::HeadersTooLarge { .. }) =>
+            {
                 let trimmed = mesh_core::codec::trim_headers(&mut outgoing.message);
                 tracing::warn!(
                     queue = %ctx.queue,
@@ -922,7 +929,7 @@ impl AmqpAcker {
                 );
                 ctx.publisher.publish(outgoing, None).await?
             }
-            other => other?,
+            (other, _) => other?,
         };
         confirm.await?;
         settle.ack().await
