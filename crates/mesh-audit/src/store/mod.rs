@@ -352,20 +352,9 @@ impl Store {
     /// pattern's literal prefix, the core matcher decides, and pages are fetched until the
     /// limit is filled or the rows run out, so the limit counts matching events only.
     pub async fn events(&self, query: &EventQuery) -> Result<Vec<EventRecord>, Error> {
-        let mut found = Vec::new();
-        if query.limit == 0 {
-            return Ok(found);
-        }
-        let pattern = query.pattern.as_deref();
-        let exact = pattern.is_none_or(|p| sql::key_prefilter(p).is_exact());
-        // When the matcher may drop rows, over-fetch so one page usually fills the limit.
-        let page = if exact {
-            query.limit
-        } else {
-            query.limit.saturating_mul(2).clamp(200, 5000)
-        };
-        let mut cursor: Option<Cursor> = None;
-        loop {
+        let mut walk = Walk::new(query);
+        while walk.more() {
+            let (cursor, page) = (walk.cursor.clone(), walk.page);
             let rows: Vec<EventTuple> = with_pool!(self, |pool, d| {
                 let mut qb = QueryBuilder::new(format!("SELECT {} FROM events", d.event_columns));
                 sql::push_event_filters(&mut qb, d, query)?;
@@ -375,23 +364,9 @@ impl Store {
                     .await
                     .map_err(|e| Error::database("listing events", e))?
             });
-            let fetched = rows.len();
-            for row in rows {
-                cursor = Some(Cursor {
-                    time: row.4.clone(),
-                    id: row.0.clone(),
-                });
-                if sql::key_passes(pattern, &row.1) {
-                    found.push(event_record(row)?);
-                    if found.len() == query.limit {
-                        return Ok(found);
-                    }
-                }
-            }
-            if fetched < page {
-                return Ok(found);
-            }
+            walk.take(rows, |row| (&row.4, &row.0, &row.1), event_record)?;
         }
+        Ok(walk.found)
     }
 
     /// The event with this id.
@@ -459,19 +434,9 @@ impl Store {
     /// matching `query` as [`Store::events`] does (its filters apply to the conflicting
     /// event), in its order, at most its limit.
     pub async fn conflicts(&self, query: &EventQuery) -> Result<Vec<ConflictRecord>, Error> {
-        let mut found = Vec::new();
-        if query.limit == 0 {
-            return Ok(found);
-        }
-        let pattern = query.pattern.as_deref();
-        let exact = pattern.is_none_or(|p| sql::key_prefilter(p).is_exact());
-        let page = if exact {
-            query.limit
-        } else {
-            query.limit.saturating_mul(2).clamp(200, 5000)
-        };
-        let mut cursor: Option<Cursor> = None;
-        loop {
+        let mut walk = Walk::new(query);
+        while walk.more() {
+            let (cursor, page) = (walk.cursor.clone(), walk.page);
             let rows: Vec<ConflictTuple> = with_pool!(self, |pool, d| {
                 let mut qb = QueryBuilder::new(format!(
                     "SELECT {} FROM event_conflicts",
@@ -484,23 +449,9 @@ impl Store {
                     .await
                     .map_err(|e| Error::database("listing id conflicts", e))?
             });
-            let fetched = rows.len();
-            for row in rows {
-                cursor = Some(Cursor {
-                    time: row.5.clone(),
-                    id: row.0.clone(),
-                });
-                if sql::key_passes(pattern, &row.2) {
-                    found.push(conflict_record(row)?);
-                    if found.len() == query.limit {
-                        return Ok(found);
-                    }
-                }
-            }
-            if fetched < page {
-                return Ok(found);
-            }
+            walk.take(rows, |row| (&row.5, &row.0, &row.2), conflict_record)?;
         }
+        Ok(walk.found)
     }
 
     /// How many events, id conflicts and dead letters the store holds.
@@ -754,6 +705,71 @@ impl Store {
             });
         }
         debug!(count = ids.len(), "dead letters marked re-driven");
+        Ok(())
+    }
+}
+
+/// A keyset walk over rows ordered by time, then id, for a query whose pattern the SQL only
+/// narrows: pages are fetched until the limit is filled with matching rows or the rows run
+/// out (shared by [`Store::events`] and [`Store::conflicts`]).
+struct Walk<'q, R> {
+    query: &'q EventQuery,
+    /// Rows per page: when the matcher may drop rows, over-fetched so one page usually
+    /// fills the limit.
+    page: usize,
+    /// The last row seen.
+    cursor: Option<Cursor>,
+    found: Vec<R>,
+    done: bool,
+}
+
+impl<'q, R> Walk<'q, R> {
+    fn new(query: &'q EventQuery) -> Walk<'q, R> {
+        let exact = query
+            .pattern
+            .as_deref()
+            .is_none_or(|p| sql::key_prefilter(p).is_exact());
+        Walk {
+            query,
+            page: if exact {
+                query.limit
+            } else {
+                query.limit.saturating_mul(2).clamp(200, 5000)
+            },
+            cursor: None,
+            found: Vec::new(),
+            done: query.limit == 0,
+        }
+    }
+
+    /// Whether another page is wanted.
+    fn more(&self) -> bool {
+        !self.done
+    }
+
+    /// Takes a fetched page: each row's `(time, id, routing key)` moves the cursor, and a
+    /// row whose key the pattern matches becomes a record, until the limit.
+    fn take<T>(
+        &mut self,
+        rows: Vec<T>,
+        key: impl Fn(&T) -> (&String, &String, &String),
+        record: impl Fn(T) -> Result<R, Error>,
+    ) -> Result<(), Error> {
+        self.done = rows.len() < self.page;
+        for row in rows {
+            let (time, id, routing_key) = key(&row);
+            self.cursor = Some(Cursor {
+                time: time.clone(),
+                id: id.clone(),
+            });
+            if sql::key_passes(self.query.pattern.as_deref(), routing_key) {
+                self.found.push(record(row)?);
+                if self.found.len() == self.query.limit {
+                    self.done = true;
+                    return Ok(());
+                }
+            }
+        }
         Ok(())
     }
 }
