@@ -280,9 +280,9 @@ pub(crate) fn expiration_text(expiration: Duration) -> String {
 }
 
 /// The header that carries a message's own routing key when it is published under another
-/// one: a retry copy sent to its delay queue, or a message sent straight to a queue through
+/// one: a retry copy sent to its retry queue, or a message sent straight to a queue through
 /// the default exchange. The broker delivers those under the queue's name (dead-lettering
-/// from a delay queue even replaces the key), so without it the event's type, which *is* its
+/// from a retry queue even replaces the key), so without it the event's type, which *is* its
 /// routing key, would be lost. It is set by [`stamp_routing_key`] and removed again by
 /// [`delivered`], so a consumer never sees it.
 pub(crate) const ROUTING_KEY_HEADER: &str = mesh_core::codec::ROUTING_KEY;
@@ -457,7 +457,7 @@ mod tests {
     #[test]
     fn a_message_keeps_its_routing_key_when_published_under_another() {
         let mut message = WireMessage::new("module.a.b", "{}");
-        stamp_routing_key(&mut message, "n.m.events.delay.1s");
+        stamp_routing_key(&mut message, "n.m.events.retry.1s");
         let props = to_properties(&message, true).unwrap();
         let back = delivered("", "n.m.events".into(), &props, b"{}".to_vec());
         assert_eq!(back.routing_key, "module.a.b");
@@ -498,11 +498,13 @@ mod tests {
             let names: Vec<_> = back.properties.headers.keys().collect();
             assert_eq!(names, ["x-other"], "{exchange}");
         }
-        // Through the default exchange (a retry from its delay queue, a re-driven dead
-        // letter) and the dead-letter exchange, they are mesh's.
-        let back = delivered("", "n.m.events".into(), &props, vec![]);
-        assert_eq!(back.routing_key, "module.billing.invoice.paid");
-        assert_eq!(mesh_core::codec::attempts(&back), 99);
+        // Through the retry exchange (a retry from its retry queue), the default exchange (a
+        // re-driven dead letter) and the dead-letter exchange, they are mesh's.
+        for exchange in ["mesh.retry", ""] {
+            let back = delivered(exchange, "n.m.events".into(), &props, vec![]);
+            assert_eq!(back.routing_key, "module.billing.invoice.paid", "{exchange:?}");
+            assert_eq!(mesh_core::codec::attempts(&back), 99, "{exchange:?}");
+        }
         let dead = delivered("mesh.events.dead", "k".into(), &props, vec![]);
         assert!(dead.header("X-Mesh-Dead-Queue").is_some());
     }

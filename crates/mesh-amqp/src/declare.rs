@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use crate::convert::{check_short, to_field_table};
 use crate::error::{code, from_client, from_close, is_unknown_delivery_tag, BrokerClose};
 use crate::lifecycle::{Counters, Lifecycle, Link, Shared};
-use crate::topology::{BindingDecl, ExchangeDecl, QueueDecl, Topology};
+use crate::topology::{BindingDecl, ExchangeDecl, QueueDecl};
 
 /// How long one declaration may take before the broker is presumed unresponsive.
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -215,7 +215,8 @@ impl DeclareChannel {
         error
     }
 
-    /// Declares an exchange.
+    /// Declares an exchange. Declaring needs `configure` permission on it even when it
+    /// exists, which the access plan gives no module: see [`ensure_exchange`].
     pub(crate) async fn exchange(&self, decl: &ExchangeDecl) -> Result<(), TransportError> {
         check_short("an exchange name", &decl.name)?;
         let mut args = ExchangeDeclareArguments::new(&decl.name, &decl.kind);
@@ -377,20 +378,21 @@ impl DeclareChannel {
         }
     }
 
-    /// Declares a whole topology: exchanges, then queues, then bindings (a binding needs
-    /// both ends), stopping at the first refusal. (A reconnect replays it more tolerantly,
-    /// see `link`.)
-    pub(crate) async fn replay(&self, topology: &Topology) -> Result<(), TransportError> {
-        for exchange in topology.exchanges() {
-            self.exchange(exchange).await?;
+    /// Whether an exchange exists (a passive declare, which needs no permission); a missing
+    /// one closes the channel (`404 NOT_FOUND`), so the channel is of no further use then.
+    pub(crate) async fn exchange_exists(&self, name: &str) -> Result<bool, TransportError> {
+        check_short("an exchange name", name)?;
+        let mut args = ExchangeDeclareArguments::new(name, "topic");
+        args.passive = true;
+        let context = format!("looking for exchange `{name}`");
+        match within(self.channel.exchange_declare(args), &context).await? {
+            Ok(()) => Ok(true),
+            Err(err) => match self.close_of_failed_call().await {
+                Some(close) if close.code == code::NOT_FOUND => Ok(false),
+                Some(close) => Err(from_close(close, &context)),
+                None => Err(from_client(err, &context)),
+            },
         }
-        for queue in topology.queues() {
-            self.queue(queue).await?;
-        }
-        for binding in topology.bindings() {
-            self.bind(binding).await?;
-        }
-        Ok(())
     }
 
     /// Whether the channel is still open (a refused declaration closes it).
@@ -405,5 +407,41 @@ impl DeclareChannel {
                 tracing::debug!(error = %e, "closing a declare channel failed");
             }
         }
+    }
+}
+
+/// Makes sure an exchange exists: a passive declare first, which needs no permission (so a
+/// module user of the access plan, with no `configure` on mesh's exchanges, starts when the
+/// operator declared them), and a declaration only when it is missing. `declare` is the
+/// channel to use, or `None`; `open` opens a fresh one (a missing exchange closes the channel
+/// the passive declare went on). Returns the channel for the next declaration (`None` when it
+/// was closed).
+pub(crate) async fn ensure_exchange<F, Fut>(
+    declare: Option<DeclareChannel>,
+    decl: &ExchangeDecl,
+    open: F,
+) -> (Result<(), TransportError>, Option<DeclareChannel>)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<DeclareChannel, TransportError>>,
+{
+    let declare = match declare {
+        Some(declare) if declare.is_open() => declare,
+        _ => match open().await {
+            Ok(declare) => declare,
+            Err(error) => return (Err(error), None),
+        },
+    };
+    match declare.exchange_exists(&decl.name).await {
+        Ok(true) => (Ok(()), Some(declare)),
+        Ok(false) => {
+            let declare = match open().await {
+                Ok(declare) => declare,
+                Err(error) => return (Err(error), None),
+            };
+            let declared = declare.exchange(decl).await;
+            (declared, Some(declare))
+        }
+        Err(error) => (Err(error), Some(declare)),
     }
 }

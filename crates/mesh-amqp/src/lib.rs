@@ -13,18 +13,20 @@
 //!
 //! # Topology
 //!
-//! Declared at connect: durable topic exchanges `mesh.events`, `mesh.rpc` and
-//! `mesh.events.dead` (no queue: the shared `mesh.dead-letters` of old is retired, see
+//! Made sure of at connect (a passive declare, and a declaration only of one that is missing,
+//! so a module user without `configure` permission on them starts): durable topic exchanges
+//! `mesh.events`, `mesh.rpc`, `mesh.events.dead` and `mesh.retry`, and the durable direct
+//! exchange `mesh.reply` (no queue: the shared `mesh.dead-letters` of old is retired, see
 //! [`Transport::unbind_retired_dead_queue`](mesh_core::Transport::unbind_retired_dead_queue)).
 //! Per subscription:
 //!
 //! | queue | arguments | bindings |
 //! |---|---|---|
 //! | `QueueSpec::Durable { name }` | `x-queue-type` (quorum by default), `x-dead-letter-exchange = mesh.events.dead`, quorum: `x-delivery-limit` | exactly the spec's patterns on `mesh.events` (others are removed) |
-//! | `<name>.delay.<label>` per retry step | `x-message-ttl` = the step, `x-dead-letter-exchange = ""`, `x-dead-letter-routing-key = <name>`, quorum: `x-dead-letter-strategy = at-least-once`, `x-overflow = reject-publish` | none: copies arrive through the default exchange |
+//! | `<name>.retry.<label>` per retry step | `x-message-ttl` = the step, `x-dead-letter-exchange = mesh.retry`, `x-dead-letter-routing-key = <name>`, quorum: `x-dead-letter-strategy = at-least-once`, `x-overflow = reject-publish` | its own name on `mesh.retry` (and `<name>` on `mesh.retry` on its own name, for the copies coming back) |
 //! | `serve.<key>` | `x-queue-type`, quorum: `x-delivery-limit` | `<key>` on `mesh.rpc` |
 //! | `QueueSpec::DeadLetters(DeadQueue::Durable { name })` | `x-queue-type` only: never dead-lettered, no delivery limit | `#` on `mesh.events.dead` |
-//! | ephemeral, RPC reply, `QueueSpec::DeadLetters(DeadQueue::Tap)` | exclusive, auto-delete, server-named | the patterns on `mesh.events` (ephemeral), `#` on `mesh.events.dead` (tap) |
+//! | ephemeral, RPC reply, `QueueSpec::DeadLetters(DeadQueue::Tap)` | exclusive, auto-delete, server-named | the patterns on `mesh.events` (ephemeral), its own name on `mesh.reply` (RPC reply), `#` on `mesh.events.dead` (tap) |
 //! | `QueueSpec::DeadLetters(DeadQueue::Retired)` | never declared: the retired `mesh.dead-letters` as it stands, consumed only while it exists | — |
 //!
 //! Everything declared is recorded as data in a [`Topology`] (see
@@ -37,9 +39,11 @@
 //! `ack` is a `basic.ack` (coalesced with `multiple` when consecutive deliveries are done;
 //! `Delivery::ack_all` hands a channel's acks to it in one command);
 //! `release`, or dropping the delivery undecided, is a `basic.nack` with requeue; `retry`
-//! publishes the copy to the step's delay queue and `dead_letter` to `mesh.events.dead`, both
-//! persistent and mandatory, and ack the original only once the copy is confirmed; `reply`
-//! publishes to the request's `reply_to` with its correlation id, then acks. Quorum queues
+//! publishes the copy to `mesh.retry` under the step's retry queue's name and `dead_letter` to
+//! `mesh.events.dead`, both persistent and mandatory, and ack the original only once the copy
+//! is confirmed; `reply` publishes to `mesh.reply` under the request's `reply_to` with its
+//! correlation id, then acks. Nothing mesh publishes goes through the default exchange but an
+//! operator's re-driven dead letter (`Target::Queue`). Quorum queues
 //! report `x-delivery-count` as [`Delivery::delivery_count`](mesh_core::Delivery); classic
 //! queues report `None`. The broker's `x-delivery-count` header itself is removed from the
 //! message, so a republished copy never carries a stale count.
@@ -48,7 +52,7 @@
 //! prefetch does not apply to automatic acks, a reader slower than the publishers buffers
 //! in memory.
 //!
-//! A message published under another routing key than its own (to a delay queue, or
+//! A message published under another routing key than its own (to a retry queue, or
 //! straight to a queue with `Target::Queue`) carries its own in the transport's private
 //! `x-mesh-routing-key` header, because the broker delivers it under the queue's name; the
 //! consumer side restores it and removes the header.

@@ -40,7 +40,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
 use crate::connection::LinkState;
-use crate::declare::{open_channel, CloseSlot, DeclareChannel};
+use crate::declare::{ensure_exchange, open_channel, CloseSlot, DeclareChannel};
 use crate::lifecycle::{Link, Shared};
 use crate::options::AmqpOptions;
 use crate::owner::{ConnectionOwner, LinkEvent, Prepare};
@@ -261,7 +261,20 @@ impl Supervisor {
     }
 }
 
-/// Declares `topology` on `connection`: exchanges, then queues, then bindings. A refused
+/// `declare` if it is still open, else a fresh channel from `open`.
+async fn reuse<F, Fut>(declare: Option<DeclareChannel>, open: &F) -> Result<DeclareChannel, TransportError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<DeclareChannel, TransportError>>,
+{
+    match declare {
+        Some(declare) if declare.is_open() => Ok(declare),
+        _ => open().await,
+    }
+}
+
+/// Declares `topology` on `connection`: exchanges (only those missing, see
+/// [`ensure_exchange`]), then queues, then bindings. A refused
 /// declaration (it closes its channel) is logged and skipped, on a fresh channel; only a
 /// failure of the connection fails the replay.
 async fn replay(
@@ -281,18 +294,27 @@ async fn replay(
         .chain(topology.bindings().map(Decl::Binding));
     let mut channel: Option<DeclareChannel> = None;
     let mut refused = 0usize;
+    let open = || async {
+        let (c, slot) = open_channel(connection, "replay", shared.clone()).await?;
+        Ok(DeclareChannel::wrap(c, slot))
+    };
     for decl in decls {
-        let declare = match channel.take() {
-            Some(declare) if declare.is_open() => declare,
-            _ => {
-                let (c, slot) = open_channel(connection, "replay", shared.clone()).await?;
-                DeclareChannel::wrap(c, slot)
+        let (declared, declare) = match decl {
+            Decl::Exchange(exchange) => {
+                let (declared, next) = ensure_exchange(channel.take(), exchange, &open).await;
+                match next {
+                    Some(declare) => (declared, declare),
+                    None => return declared,
+                }
             }
-        };
-        let declared = match decl {
-            Decl::Exchange(exchange) => declare.exchange(exchange).await,
-            Decl::Queue(queue) => declare.queue(queue).await,
-            Decl::Binding(binding) => declare.bind(binding).await,
+            Decl::Queue(queue) => {
+                let declare = reuse(channel.take(), &open).await?;
+                (declare.queue(queue).await, declare)
+            }
+            Decl::Binding(binding) => {
+                let declare = reuse(channel.take(), &open).await?;
+                (declare.bind(binding).await, declare)
+            }
         };
         if let Err(error) = declared {
             if !connection.is_open() {

@@ -1,8 +1,8 @@
 //! The caller's side of request/reply: one reply queue per transport and the calls waiting on
 //! it.
 //!
-//! The reply queue is exclusive, auto-delete and server-named, consumed with `no_ack` on the
-//! consume connection. It is created on the first call and again once it is gone (its
+//! The reply queue is exclusive, auto-delete and server-named, bound to `mesh.reply` (direct)
+//! on its own name, and consumed with `no_ack` on the consume connection. It is created on the first call and again once it is gone (its
 //! connection or channel was lost), since its name dies with it. Each call waits under a
 //! fresh correlation id; a reply nobody waits for any more (the call timed out, or it is a
 //! duplicate) is dropped and counted.
@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use mesh_core::naming::REPLY_EXCHANGE;
 use mesh_core::{TransportError, TransportErrorKind, WireMessage};
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
@@ -25,6 +26,7 @@ use tracing::Instrument;
 use crate::consumer::consume;
 use crate::declare::DeclareChannel;
 use crate::link::ConsumeLink;
+use crate::topology::BindingDecl;
 
 type Waiter = oneshot::Sender<Result<WireMessage, TransportError>>;
 type Waiters = Arc<Mutex<HashMap<String, Waiter>>>;
@@ -123,6 +125,11 @@ impl Rpc {
         let declare = DeclareChannel::wrap(channel.clone(), closed.clone());
         let declared = async {
             let name = declare.server_named().await?;
+            // Servers reply through `mesh.reply` under this name (never through the default
+            // exchange, which restricted users cannot write to).
+            declare
+                .bind(&BindingDecl::new(REPLY_EXCHANGE, &name, &name))
+                .await?;
             let consumer = consume(channel, closed, &name, 0, false).await?;
             Ok::<_, TransportError>((name, consumer))
         }

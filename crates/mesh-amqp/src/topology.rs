@@ -1,6 +1,6 @@
 //! Topology as data: every exchange, queue and binding the transport declared.
 //!
-//! The functions here build the declarations of ADR 42 (the exchanges, the consumer, delay
+//! The functions here build the declarations of ADR 42 (the exchanges, the consumer, retry
 //! and serve queues, and queues of dead letters) from names and [`AmqpOptions`]; they do no I/O.
 //! [`declare`](crate::declare) applies them to a channel. The transport records what it
 //! declared in a [`Topology`] so that a reconnect can replay it in order: exchanges, then
@@ -13,7 +13,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use mesh_core::naming::{self, DEAD_EXCHANGE, EVENTS_EXCHANGE, RPC_EXCHANGE};
+use mesh_core::naming::{
+    self, DEAD_EXCHANGE, EVENTS_EXCHANGE, REPLY_EXCHANGE, RETRY_EXCHANGE, RPC_EXCHANGE,
+};
 use mesh_core::{HeaderValue, Headers};
 
 use crate::options::{AmqpOptions, QueueType};
@@ -39,7 +41,7 @@ pub(crate) const OVERFLOW: &str = "x-overflow";
 pub struct ExchangeDecl {
     /// Its name.
     pub name: String,
-    /// Its type (`topic` for every exchange mesh declares).
+    /// Its type (`topic` for every exchange mesh declares but `mesh.reply`, `direct`).
     pub kind: String,
     /// Whether it survives a broker restart.
     pub durable: bool,
@@ -155,10 +157,10 @@ impl Topology {
     }
 }
 
-fn topic(name: &str) -> ExchangeDecl {
+fn exchange(name: &str, kind: &str) -> ExchangeDecl {
     ExchangeDecl {
         name: name.to_owned(),
-        kind: "topic".to_owned(),
+        kind: kind.to_owned(),
         durable: true,
     }
 }
@@ -182,15 +184,17 @@ fn queue_type_argument(options: &AmqpOptions) -> Headers {
     arguments
 }
 
-/// What every transport declares at connect: `mesh.events`, `mesh.rpc` and
-/// `mesh.events.dead` (durable topic exchanges). No queue: each reader of dead letters binds
-/// its own to `mesh.events.dead` ([`dead_queue`], or a server-named tap), so none takes them
-/// from another (the shared `mesh.dead-letters` of old is retired).
+/// What every transport declares at connect: `mesh.events`, `mesh.rpc`, `mesh.events.dead`
+/// and `mesh.retry` (durable topic exchanges) and `mesh.reply` (durable, direct). No queue:
+/// each reader of dead letters binds its own to `mesh.events.dead` ([`dead_queue`], or a
+/// server-named tap), so none takes them from another (the shared `mesh.dead-letters` of old
+/// is retired).
 pub(crate) fn base(_options: &AmqpOptions) -> Topology {
     let mut topology = Topology::new();
-    for exchange in [EVENTS_EXCHANGE, RPC_EXCHANGE, DEAD_EXCHANGE] {
-        topology.add_exchange(topic(exchange));
+    for name in [EVENTS_EXCHANGE, RPC_EXCHANGE, DEAD_EXCHANGE, RETRY_EXCHANGE] {
+        topology.add_exchange(exchange(name, "topic"));
     }
+    topology.add_exchange(exchange(REPLY_EXCHANGE, "direct"));
     topology
 }
 
@@ -218,20 +222,21 @@ pub(crate) fn consumer_queue(name: &str, options: &AmqpOptions) -> QueueDecl {
     durable_queue(name, arguments)
 }
 
-/// The delay queue of one retry step of `queue`: a copy waits there for `delay` and then
-/// expires, and the broker dead-letters it through the default exchange straight back to
-/// `queue`, and to no other queue bound to its routing key.
+/// The retry queue of one retry step of `queue`: a copy waits there for `delay` and then
+/// expires, and the broker dead-letters it through `mesh.retry` under `queue`'s name, on
+/// which `queue` alone is bound ([`retry_bindings`]). Neither the copy's publisher nor the
+/// queue's declarer needs to write to the default exchange.
 ///
 /// On quorum queues the expiry is dead-lettered at least once (`x-dead-letter-strategy =
 /// at-least-once`, which requires `x-overflow = reject-publish`). Classic queues only offer
 /// at-most-once broker dead-lettering: a copy can be lost if the broker fails while moving it.
-pub(crate) fn delay_queue(queue: &str, delay: Duration, options: &AmqpOptions) -> QueueDecl {
+pub(crate) fn retry_queue(queue: &str, delay: Duration, options: &AmqpOptions) -> QueueDecl {
     let mut arguments = queue_type_argument(options);
     let ttl = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
     arguments.insert(MESSAGE_TTL.to_owned(), HeaderValue::Int(ttl));
     arguments.insert(
         DEAD_LETTER_EXCHANGE.to_owned(),
-        HeaderValue::Str(String::new()),
+        HeaderValue::Str(RETRY_EXCHANGE.to_owned()),
     );
     arguments.insert(
         DEAD_LETTER_ROUTING_KEY.to_owned(),
@@ -247,7 +252,17 @@ pub(crate) fn delay_queue(queue: &str, delay: Duration, options: &AmqpOptions) -
             HeaderValue::Str("reject-publish".to_owned()),
         );
     }
-    durable_queue(&naming::delay_queue(queue, delay), arguments)
+    durable_queue(&naming::retry_queue(queue, delay), arguments)
+}
+
+/// The bindings of a retry ladder on `mesh.retry`: each retry queue on its own name (where
+/// the consumer publishes its copies), and `queue` on its own name (where the retry queues
+/// dead-letter them back). Names carry no wildcard, so each key routes to one queue.
+pub(crate) fn retry_bindings(queue: &str, retries: &[QueueDecl]) -> Vec<BindingDecl> {
+    std::iter::once(queue)
+        .chain(retries.iter().map(|r| r.name.as_str()))
+        .map(|name| BindingDecl::new(RETRY_EXCHANGE, name, name))
+        .collect()
 }
 
 /// The durable queue `serve.<key>` the servers of a tool compete on. It has no dead-letter
@@ -271,8 +286,15 @@ mod tests {
     fn base_topology_is_the_contract() {
         let topology = base(&AmqpOptions::default());
         let names: Vec<_> = topology.exchanges().map(|e| e.name.as_str()).collect();
-        assert_eq!(names, ["mesh.events", "mesh.events.dead", "mesh.rpc"]);
-        assert!(topology.exchanges().all(|e| e.durable && e.kind == "topic"));
+        assert_eq!(
+            names,
+            ["mesh.events", "mesh.events.dead", "mesh.reply", "mesh.retry", "mesh.rpc"]
+        );
+        for exchange in topology.exchanges() {
+            let kind = if exchange.name == "mesh.reply" { "direct" } else { "topic" };
+            assert_eq!(exchange.kind, kind, "{}", exchange.name);
+            assert!(exchange.durable);
+        }
         // The shared `mesh.dead-letters` is retired: readers of dead letters bind their own.
         assert_eq!(topology.queues().count(), 0);
         assert_eq!(topology.bindings().count(), 0);
@@ -313,17 +335,17 @@ mod tests {
     }
 
     #[test]
-    fn delay_queues_return_to_their_queue_only() {
-        let q = delay_queue(
+    fn retry_queues_return_to_their_queue_only() {
+        let q = retry_queue(
             "n.m.events",
             Duration::from_secs(5),
             &AmqpOptions::default(),
         );
-        assert_eq!(q.name, "n.m.events.delay.5s");
+        assert_eq!(q.name, "n.m.events.retry.5s");
         assert_eq!(q.arguments[MESSAGE_TTL], HeaderValue::Int(5000));
         assert_eq!(
             q.arguments[DEAD_LETTER_EXCHANGE],
-            HeaderValue::Str(String::new())
+            HeaderValue::Str("mesh.retry".into())
         );
         assert_eq!(
             q.arguments[DEAD_LETTER_ROUTING_KEY],
@@ -339,9 +361,18 @@ mod tests {
         );
 
         let classic = AmqpOptions::default().queue_type(QueueType::Classic);
-        let q = delay_queue("n.m.events", Duration::from_millis(1500), &classic);
-        assert_eq!(q.name, "n.m.events.delay.1500ms");
+        let q = retry_queue("n.m.events", Duration::from_millis(1500), &classic);
+        assert_eq!(q.name, "n.m.events.retry.1500ms");
         assert!(!q.arguments.contains_key(DEAD_LETTER_STRATEGY));
+
+        let bindings = retry_bindings("n.m.events", &[q]);
+        assert_eq!(
+            bindings,
+            [
+                BindingDecl::new("mesh.retry", "n.m.events", "n.m.events"),
+                BindingDecl::new("mesh.retry", "n.m.events.retry.1500ms", "n.m.events.retry.1500ms"),
+            ]
+        );
     }
 
     #[test]
@@ -354,6 +385,6 @@ mod tests {
         t.remove_binding(&b);
         assert_eq!(t.bindings_of("q").count(), 0);
         t.merge(base(&AmqpOptions::default()));
-        assert_eq!(t.exchanges().count(), 3);
+        assert_eq!(t.exchanges().count(), 5);
     }
 }

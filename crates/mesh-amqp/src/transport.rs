@@ -15,6 +15,7 @@ use tokio::sync::{broadcast, watch};
 use crate::backoff::Backoff;
 use crate::consumer::{self, AttachSpec, ConsumerCounts, Env, Source};
 use crate::convert::check_short;
+use crate::declare;
 use crate::lifecycle::{Counters, Lifecycle, Shared};
 use crate::link::ConsumeLink;
 use crate::management::{ManagementOptions, TransportManagement};
@@ -616,7 +617,7 @@ impl AmqpTransport {
         deleted
     }
 
-    /// Declares a consumer queue, its delay queues and exactly its bindings; returns the delay
+    /// Declares a consumer queue, its retry queues and exactly its bindings; returns the retry
     /// queues' names by step.
     async fn declare_consumer_queue(
         &self,
@@ -635,8 +636,13 @@ impl AmqpTransport {
         let delays: Vec<_> = spec
             .retry_delays
             .iter()
-            .map(|delay| topology::delay_queue(name, *delay, options))
+            .map(|delay| topology::retry_queue(name, *delay, options))
             .collect();
+        let retry_bindings = if delays.is_empty() {
+            Vec::new()
+        } else {
+            topology::retry_bindings(name, &delays)
+        };
         let wanted: BTreeSet<BindingDecl> = spec
             .patterns
             .iter()
@@ -648,7 +654,7 @@ impl AmqpTransport {
             for delay in &delays {
                 declare.queue(delay).await?;
             }
-            for binding in &wanted {
+            for binding in wanted.iter().chain(&retry_bindings) {
                 declare.bind(binding).await?;
             }
             let stale = self.stale_bindings(name, &wanted).await;
@@ -669,7 +675,7 @@ impl AmqpTransport {
             for binding in &stale {
                 t.remove_binding(binding);
             }
-            for binding in wanted {
+            for binding in wanted.into_iter().chain(retry_bindings) {
                 t.add_binding(binding);
             }
         });
@@ -730,11 +736,24 @@ impl AmqpTransport {
     }
 }
 
+/// Makes sure mesh's exchanges exist, declaring only those that are missing (see
+/// [`declare::ensure_exchange`]).
 async fn declare_base(consume: &ConsumeLink, base: &Topology) -> Result<(), TransportError> {
-    let declare = consume.declare_channel().await?;
-    let replayed = declare.replay(base).await;
-    declare.close().await;
-    replayed?;
+    let mut channel = None;
+    for exchange in base.exchanges() {
+        let (declared, next) =
+            declare::ensure_exchange(channel, exchange, || consume.declare_channel()).await;
+        channel = next;
+        if let Err(error) = declared {
+            if let Some(declare) = channel {
+                declare.close().await;
+            }
+            return Err(error);
+        }
+    }
+    if let Some(declare) = channel {
+        declare.close().await;
+    }
     tracing::debug!("base topology declared");
     Ok(())
 }

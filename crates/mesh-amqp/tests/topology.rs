@@ -66,10 +66,16 @@ async fn durable_subscription_declares_exactly_the_contract() {
         .filter(|e| !e.is_builtin())
         .map(|e| (e.name, e.kind, e.durable, e.auto_delete, e.internal))
         .collect();
-    let expected: BTreeSet<_> = ["mesh.events", "mesh.events.dead", "mesh.rpc"]
-        .into_iter()
-        .map(|n| (n.to_owned(), "topic".to_owned(), true, false, false))
-        .collect();
+    let expected: BTreeSet<_> = [
+        ("mesh.events", "topic"),
+        ("mesh.events.dead", "topic"),
+        ("mesh.retry", "topic"),
+        ("mesh.reply", "direct"),
+        ("mesh.rpc", "topic"),
+    ]
+    .into_iter()
+    .map(|(n, kind)| (n.to_owned(), kind.to_owned(), true, false, false))
+    .collect();
     assert_eq!(exchanges, expected);
 
     let queues = vhost.list_queues().await.unwrap();
@@ -78,8 +84,8 @@ async fn durable_subscription_declares_exactly_the_contract() {
         names,
         BTreeSet::from([
             queue,
-            "anchor.umami.events.delay.1s",
-            "anchor.umami.events.delay.3s"
+            "anchor.umami.events.retry.1s",
+            "anchor.umami.events.retry.3s"
         ])
     );
     assert!(queues
@@ -102,11 +108,11 @@ async fn durable_subscription_declares_exactly_the_contract() {
     );
     for (step, ttl) in [("1s", 1000), ("3s", 3000)] {
         assert_eq!(
-            arguments(&format!("{queue}.delay.{step}")),
+            arguments(&format!("{queue}.retry.{step}")),
             json!({
                 "x-queue-type": "quorum",
                 "x-message-ttl": ttl,
-                "x-dead-letter-exchange": "",
+                "x-dead-letter-exchange": "mesh.retry",
                 "x-dead-letter-routing-key": queue,
                 "x-dead-letter-strategy": "at-least-once",
                 "x-overflow": "reject-publish"
@@ -114,6 +120,13 @@ async fn durable_subscription_declares_exactly_the_contract() {
         );
     }
 
+    // The retry ladder rides `mesh.retry`: each retry queue on its own name, and the queue on
+    // its own name for the copies coming back.
+    let retries = [
+        binding("mesh.retry", queue, queue),
+        binding("mesh.retry", "anchor.umami.events.retry.1s", "anchor.umami.events.retry.1s"),
+        binding("mesh.retry", "anchor.umami.events.retry.3s", "anchor.umami.events.retry.3s"),
+    ];
     assert_eq!(
         bindings(&vhost).await,
         BTreeSet::from([
@@ -121,6 +134,9 @@ async fn durable_subscription_declares_exactly_the_contract() {
             binding("mesh.events", queue, "node.*.joined"),
             binding("mesh.events", queue, "mesh.x.y"),
         ])
+        .into_iter()
+        .chain(retries.clone())
+        .collect()
     );
     // The transport's own record says the same.
     let recorded: BTreeSet<_> = transport
@@ -143,6 +159,9 @@ async fn durable_subscription_declares_exactly_the_contract() {
             binding("mesh.events", queue, "module.a.#"),
             binding("mesh.events", queue, "node.*.joined"),
         ])
+        .into_iter()
+        .chain(retries)
+        .collect()
     );
     assert!(!transport
         .topology()
@@ -248,11 +267,11 @@ async fn classic_queues_carry_no_quorum_arguments() {
         json!({"x-queue-type": "classic", "x-dead-letter-exchange": "mesh.events.dead"})
     );
     assert_eq!(
-        arguments("n.c.events.delay.2s"),
+        arguments("n.c.events.retry.2s"),
         json!({
             "x-queue-type": "classic",
             "x-message-ttl": 2000,
-            "x-dead-letter-exchange": "",
+            "x-dead-letter-exchange": "mesh.retry",
             "x-dead-letter-routing-key": queue
         })
     );

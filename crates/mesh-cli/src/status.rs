@@ -17,7 +17,7 @@ use crate::output::{self, paint, BAD, DIM, GOOD, NAME, WARN};
 struct ModuleQueue<'a> {
     module: &'a str,
     queue: &'a QueueRow,
-    /// Retry copies waiting in its delay queues.
+    /// Retry copies waiting in its retry queues (and in retired delay queues).
     retrying: u64,
     /// Its dead letters not re-driven yet, when an audit store is there to count them.
     dead: Option<u64>,
@@ -64,10 +64,12 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
         if module.contains('.') {
             continue;
         }
+        // Retry queues, and the retired delay queues still draining.
+        let retry_prefix = format!("{}.retry.", queue.name);
         let delay_prefix = format!("{}.delay.", queue.name);
         let retrying = queues
             .iter()
-            .filter(|q| q.name.starts_with(&delay_prefix))
+            .filter(|q| q.name.starts_with(&retry_prefix) || q.name.starts_with(&delay_prefix))
             .filter_map(|q| q.messages)
             .sum();
         modules.push(ModuleQueue {

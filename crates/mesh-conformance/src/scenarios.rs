@@ -218,7 +218,7 @@ pub async fn handlers_of_one_module_share_one_queue(harness: &dyn Harness) {
         .queues()
         .await
         .into_iter()
-        .filter(|q| q.starts_with("n1.m.") && !q.contains(".delay."))
+        .filter(|q| q.starts_with("n1.m.") && !q.contains(".retry."))
         .collect();
     assert_eq!(queues, vec!["n1.m.events".to_owned()]);
     src.drain().await.expect("drain");

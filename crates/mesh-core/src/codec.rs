@@ -51,7 +51,7 @@ pub const REPLY_ERROR_MESSAGE: &str = "x-mesh-error-message";
 /// `x-mesh-tool`: the tool key a request was sent to.
 pub const TOOL: &str = "x-mesh-tool";
 /// `x-mesh-routing-key`: a message's own routing key while it travels under another one
-/// (a retry copy through a delay queue, a re-driven dead letter sent straight to a queue:
+/// (a retry copy through a retry queue, a re-driven dead letter sent straight to a queue:
 /// the broker rewrites the key on both paths). A transport restores it on delivery.
 pub const ROUTING_KEY: &str = "x-mesh-routing-key";
 
@@ -105,13 +105,19 @@ pub fn is_mesh_header(name: &str) -> bool {
 ///
 /// mesh never puts an `x-mesh-*` header on what it publishes to `mesh.events` or
 /// `mesh.rpc` (an emit or a call refuses them, [`is_reserved_header`]); it sets them only on
-/// what it sends through the default exchange (a retry copy to its delay queue, which the
-/// broker dead-letters back through the default exchange; a re-driven dead letter; a reply)
-/// and on the dead letters it publishes to `mesh.events.dead`. So they are believed on a
-/// delivery from the default exchange (`""`) or the dead-letter exchange, and on no other:
-/// there, anyone who could publish could have written them.
+/// a retry copy (published to `mesh.retry` under its retry queue's name, which the broker
+/// dead-letters back through `mesh.retry`), a reply (through `mesh.reply`), a re-driven dead
+/// letter (through the default exchange, by an operator) and the dead letters it publishes to
+/// `mesh.events.dead`. So they are believed on a delivery from one of those four exchanges
+/// (`mesh.retry`, `mesh.reply`, `""`, `mesh.events.dead`), and on no other: there, anyone
+/// who could publish could have written them. Who may write to the four is the broker's
+/// permissions' business: with the access plan (`docs/SECURITY.md`), a module writes only
+/// its own retry queues' keys to `mesh.retry`, and no module writes to the default exchange.
 pub fn mesh_headers_trusted_from(exchange: &str) -> bool {
-    exchange.is_empty() || exchange == crate::naming::DEAD_EXCHANGE
+    exchange.is_empty()
+        || exchange == crate::naming::DEAD_EXCHANGE
+        || exchange == crate::naming::RETRY_EXCHANGE
+        || exchange == crate::naming::REPLY_EXCHANGE
 }
 
 /// Removes every `x-mesh-*` header from a message delivered through `exchange` when mesh

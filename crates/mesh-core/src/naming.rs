@@ -15,6 +15,17 @@ pub const EVENTS_EXCHANGE: &str = "mesh.events";
 pub const RPC_EXCHANGE: &str = "mesh.rpc";
 /// The dead-letter exchange (topic): events set aside for inspection.
 pub const DEAD_EXCHANGE: &str = "mesh.events.dead";
+/// The retry exchange (topic): a consumer publishes a retry copy here under the name of its
+/// retry queue (`<queue>.retry.<step>`), each retry queue is bound on its own name, and a
+/// retry queue dead-letters an expired copy back through it under the consumer queue's name,
+/// on which that queue alone is bound. Routing retries through an exchange of mesh's own
+/// (rather than the default exchange, which writes into any queue) lets the broker's topic
+/// permissions keep each module to its own retry queues.
+pub const RETRY_EXCHANGE: &str = "mesh.retry";
+/// The reply exchange (direct): a caller binds its server-named reply queue on the queue's
+/// own name, and a server publishes the reply here under the request's `reply_to`. It spares
+/// servers the default exchange, which writes into any queue.
+pub const REPLY_EXCHANGE: &str = "mesh.reply";
 /// The retired dead-letter queue: mesh once declared it bound to [`DEAD_EXCHANGE`] on `#`,
 /// and every reader of dead letters competed on it. Nothing declares it any more; an audit
 /// logger that finds it unbinds it, stores what it holds and deletes it once empty (see
@@ -73,9 +84,27 @@ pub fn serve_queue(tool: &ToolKey) -> String {
     format!("serve.{tool}")
 }
 
-/// `<queue>.delay.<step>`: the delay queue of one retry step, e.g. `a.b.events.delay.5s`.
-pub fn delay_queue(queue: &str, delay: Duration) -> String {
-    format!("{queue}.delay.{}", delay_label(delay))
+/// `<queue>.retry.<step>`: the retry queue of one retry step, e.g. `a.b.events.retry.5s`,
+/// bound to [`RETRY_EXCHANGE`] on its own name.
+pub fn retry_queue(queue: &str, delay: Duration) -> String {
+    format!("{queue}.retry.{}", delay_label(delay))
+}
+
+/// Whether `name` is a retired delay queue, `<queue>.delay.<step>` of a consumer queue: mesh
+/// once published retry copies to these through the default exchange. Nothing publishes to
+/// them any more; what they hold still expires back into its queue, and `mesh topology apply`
+/// deletes one once it is empty (see `docs/CONTRACT.md`, "From delay queues to retry
+/// queues").
+pub fn is_retired_delay_queue(name: &str) -> bool {
+    match name.rsplit_once(".delay.") {
+        Some((queue, step)) => {
+            is_consumer_queue(queue)
+                && !step.is_empty()
+                && !step.contains('.')
+                && step.bytes().all(|b| b.is_ascii_alphanumeric())
+        }
+        None => false,
+    }
 }
 
 /// A short, exact label of a delay: `500ms`, `5s`, `2m`, `1h`.
@@ -117,8 +146,8 @@ mod tests {
             "serve.umami.sites.create"
         );
         assert_eq!(
-            delay_queue("anchor.umami.events", Duration::from_secs(5)),
-            "anchor.umami.events.delay.5s"
+            retry_queue("anchor.umami.events", Duration::from_secs(5)),
+            "anchor.umami.events.retry.5s"
         );
     }
 
@@ -157,6 +186,29 @@ mod tests {
         }
         let long = "x".repeat(MAX_NAME_LEN + 1);
         assert!(!is_consumer_queue(&format!("{long}.m.events")));
+    }
+
+    #[test]
+    fn retired_delay_queues_are_those_of_consumer_queues() {
+        for queue in [
+            "anchor.umami.events.delay.5s",
+            "shared.umami.events.delay.1500ms",
+            "anchor.audit-logger.events.delay.2m",
+        ] {
+            assert!(is_retired_delay_queue(queue), "{queue}");
+        }
+        for queue in [
+            "anchor.umami.events.retry.5s",
+            "anchor.umami.events.delay.",
+            "anchor.umami.events.delay.5.s",
+            "serve.umami.events.delay.5s",
+            "mesh.dead-letters",
+            "anchor.umami.events",
+            "foreign.delay.5s",
+            "anchor.umami.events.delay.5s\n",
+        ] {
+            assert!(!is_retired_delay_queue(queue), "{queue:?}");
+        }
     }
 
     #[test]

@@ -304,6 +304,8 @@ proptest! {
         exchange in prop_oneof![
             Just(String::new()),
             Just(mesh_core::naming::DEAD_EXCHANGE.to_owned()),
+            Just(mesh_core::naming::RETRY_EXCHANGE.to_owned()),
+            Just(mesh_core::naming::REPLY_EXCHANGE.to_owned()),
             Just(mesh_core::naming::EVENTS_EXCHANGE.to_owned()),
             Just(mesh_core::naming::RPC_EXCHANGE.to_owned()),
             any::<String>(),

@@ -32,7 +32,7 @@
 //! health reports it even while nobody reads the subscription. It re-attaches: after a lost
 //! connection it waits for the link's next connection (up once the topology is declared
 //! again), otherwise for a backoff delay; then it opens a fresh channel, declares its queue,
-//! the queue's delay queues and bindings again from the recorded [`Topology`] (a deleted
+//! the queue's retry queues and bindings again from the recorded [`Topology`] (a deleted
 //! queue comes back), sets the prefetch, consumes, and hands the new stream to the
 //! subscription, which switches to it once the old one has nothing ready. Failed attempts
 //! back off like reconnects; the backoff starts over once a consumer stayed attached for
@@ -76,7 +76,7 @@ use amqprs::channel::{
     BasicAckArguments, BasicCancelArguments, BasicConsumeArguments, BasicNackArguments,
     BasicQosArguments, Channel, ConsumerMessage,
 };
-use mesh_core::naming::DEAD_EXCHANGE;
+use mesh_core::naming::{DEAD_EXCHANGE, REPLY_EXCHANGE, RETRY_EXCHANGE};
 use mesh_core::{
     AckBatch, AckGroup, Acker, BoxFuture, Delivery, DeliveryFeed, Subscription, TransportError,
     TransportErrorKind, WireMessage,
@@ -115,7 +115,7 @@ pub(crate) struct ConsumerCounts {
 pub(crate) struct SubscriptionCtx {
     /// The queue consumed.
     pub(crate) queue: String,
-    /// The delay queues of the retry ladder, by step.
+    /// The retry queues of the retry ladder, by step.
     pub(crate) delay_queues: Vec<String>,
     /// Whether the queue counts deliveries (`x-delivery-count`: quorum queues).
     pub(crate) counts_deliveries: bool,
@@ -208,7 +208,7 @@ pub(crate) async fn consume(
 }
 
 /// Attaches `spec` on a new channel of the consume link. With `redeclare`, a named queue,
-/// its delay queues and its bindings are declared again first, from the recorded topology.
+/// its retry queues and its bindings are declared again first, from the recorded topology.
 async fn attach(
     env: &Env,
     spec: &AttachSpec,
@@ -261,7 +261,7 @@ async fn attach(
     }
 }
 
-/// Declares a named queue, its delay queues and its bindings as the topology records them.
+/// Declares a named queue, its retry queues and its bindings as the topology records them.
 async fn redeclare_queue(
     declare: &DeclareChannel,
     queue: &str,
@@ -975,10 +975,10 @@ impl Acker for AmqpAcker {
                     format!("`{}` has no retry steps", ctx.queue),
                 ));
             };
-            // Mandatory: if the delay queue is gone, the copy must not vanish while the
+            // Mandatory: if the retry queue is gone, the copy must not vanish while the
             // original is acked.
             let outgoing = Outgoing {
-                exchange: String::new(),
+                exchange: RETRY_EXCHANGE.to_owned(),
                 routing_key: delay_queue,
                 message: copy,
                 mandatory: true,
@@ -1038,7 +1038,7 @@ impl Acker for AmqpAcker {
             // Not mandatory: a caller that gave up has no reply queue any more, and that is
             // not the server's failure.
             let outgoing = Outgoing {
-                exchange: String::new(),
+                exchange: REPLY_EXCHANGE.to_owned(),
                 routing_key: reply_to,
                 message: reply,
                 mandatory: false,
