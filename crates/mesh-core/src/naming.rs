@@ -7,7 +7,7 @@ use std::time::Duration;
 
 #[cfg(test)]
 use crate::key::MAX_NAME_LEN;
-use crate::key::{Name, ToolKey};
+use crate::key::{Name, Origin, ToolKey};
 
 /// The durable topic exchange every event rides.
 pub const EVENTS_EXCHANGE: &str = "mesh.events";
@@ -79,6 +79,27 @@ pub fn audit_dead_queue(node: &Name) -> String {
     format!("{node}.{AUDIT_MODULE}.dead")
 }
 
+/// The broker user that owns the keys `<origin>.<owner>.…` under the access plan:
+/// `<prefix><origin>.<owner>`, e.g. `module.umami`, `node.n1`, `mesh.billing-ctx`, or
+/// `acme/module.umami` with the prefix `acme/` (users are global to a broker, so deployments
+/// sharing one tell theirs apart by a prefix). With identity enforced, an event under
+/// `<origin>.<owner>.…` is believed only from this user (see `docs/SECURITY.md`).
+pub fn owner_user(prefix: &str, origin: Origin, owner: &Name) -> String {
+    format!("{prefix}{origin}.{owner}")
+}
+
+/// The broker user of the audit logger of `node` under the access plan:
+/// `<prefix>audit-logger.<node>`.
+pub fn audit_user(prefix: &str, node: &Name) -> String {
+    format!("{prefix}{AUDIT_MODULE}.{node}")
+}
+
+/// The operator's broker user under the access plan: `<prefix>operator`. It declares the
+/// topology and re-drives dead letters (through the default exchange).
+pub fn operator_user(prefix: &str) -> String {
+    format!("{prefix}operator")
+}
+
 /// `serve.<key>`: the shared, durable queue the servers of a tool compete on.
 pub fn serve_queue(tool: &ToolKey) -> String {
     format!("serve.{tool}")
@@ -127,6 +148,15 @@ mod tests {
 
     fn name(s: &str) -> Name {
         Name::parse(s).unwrap()
+    }
+
+    #[test]
+    fn users_follow_the_access_plan() {
+        assert_eq!(owner_user("", Origin::Module, &name("umami")), "module.umami");
+        assert_eq!(owner_user("acme/", Origin::Node, &name("n1")), "acme/node.n1");
+        assert_eq!(owner_user("", Origin::Mesh, &name("ctx")), "mesh.ctx");
+        assert_eq!(audit_user("", &name("n1")), "audit-logger.n1");
+        assert_eq!(operator_user("p-"), "p-operator");
     }
 
     #[test]
