@@ -106,6 +106,7 @@ pub(crate) fn header_frame_bound(message: &WireMessage) -> usize {
         + 8 // timestamp
         + short(p.correlation_id.as_ref())
         + short(p.reply_to.as_ref())
+        + short(p.user_id.as_ref())
         + 1 + 20 // expiration, as decimal text
         + 4 + entries(&p.headers)
 }
@@ -268,6 +269,10 @@ pub(crate) fn to_properties(
     if let Some(expiration) = p.expiration {
         props.with_expiration(&expiration_text(expiration));
     }
+    if let Some(user_id) = &p.user_id {
+        check_short("the user id", user_id)?;
+        props.with_user_id(user_id);
+    }
     if !p.headers.is_empty() {
         props.with_headers(to_field_table(&p.headers)?);
     }
@@ -342,6 +347,7 @@ pub(crate) fn from_delivery(
             timestamp: props.timestamp(),
             correlation_id: props.correlation_id().cloned(),
             reply_to: props.reply_to().cloned(),
+            user_id: props.user_id().cloned(),
             expiration: props
                 .expiration()
                 .and_then(|text| text.parse::<u64>().ok())
@@ -502,7 +508,10 @@ mod tests {
         // re-driven dead letter) and the dead-letter exchange, they are mesh's.
         for exchange in ["mesh.retry", ""] {
             let back = delivered(exchange, "n.m.events".into(), &props, vec![]);
-            assert_eq!(back.routing_key, "module.billing.invoice.paid", "{exchange:?}");
+            assert_eq!(
+                back.routing_key, "module.billing.invoice.paid",
+                "{exchange:?}"
+            );
             assert_eq!(mesh_core::codec::attempts(&back), 99, "{exchange:?}");
         }
         let dead = delivered("mesh.events.dead", "k".into(), &props, vec![]);
@@ -523,6 +532,7 @@ mod tests {
             content_type in proptest::option::of("[a-z/;=-]{0,40}"),
             message_id in proptest::option::of("[0-9a-f-]{0,36}"),
             reply_to in proptest::option::of("[a-z.-]{0,60}"),
+            user_id in proptest::option::of("[a-z./-]{0,255}"),
             expiration in proptest::option::of(0u64..u64::MAX),
         ) {
             let mut message = WireMessage::new("module.a.b", "{}");
@@ -530,6 +540,7 @@ mod tests {
             message.properties.content_type = content_type;
             message.properties.message_id = message_id;
             message.properties.reply_to = reply_to;
+            message.properties.user_id = user_id;
             message.properties.correlation_id = Some("c".repeat(36));
             message.properties.timestamp = Some(1);
             message.properties.expiration = expiration.map(Duration::from_millis);
@@ -574,6 +585,7 @@ mod tests {
             timestamp: Some(1_700_000_000),
             correlation_id: Some("corr".into()),
             reply_to: Some("amq.gen-x".into()),
+            user_id: Some("module.a".into()),
             expiration: Some(Duration::from_millis(1500)),
             headers: [("x-event-id".to_owned(), HeaderValue::Str("e".into()))]
                 .into_iter()

@@ -36,7 +36,15 @@ impl std::error::Error for BrokerClose {}
 /// The error for a channel or connection the broker closed while doing `context`.
 pub(crate) fn from_close(close: BrokerClose, context: &str) -> TransportError {
     let kind = match close.code {
-        code::ACCESS_REFUSED | code::NOT_ALLOWED => TransportErrorKind::AccessRefused,
+        code::ACCESS_REFUSED => TransportErrorKind::Forbidden {
+            refused: refused_text(&close.text),
+        },
+        code::NOT_ALLOWED => TransportErrorKind::AccessRefused,
+        code::PRECONDITION_FAILED if is_user_id_refusal(&close.text) => {
+            TransportErrorKind::Forbidden {
+                refused: refused_text(&close.text),
+            }
+        }
         code::PRECONDITION_FAILED => match parse_inequivalent(&close.text) {
             Some(kind) => kind,
             None => TransportErrorKind::Protocol,
@@ -44,6 +52,27 @@ pub(crate) fn from_close(close: BrokerClose, context: &str) -> TransportError {
         _ => TransportErrorKind::Protocol,
     };
     TransportError::new(kind, context).with_source(close)
+}
+
+/// The most bytes of the broker's words a [`TransportErrorKind::Forbidden`] keeps.
+const MAX_REFUSED_TEXT: usize = 512;
+
+/// What a refusal names, without the reply code's name: `ACCESS_REFUSED - write access to
+/// …` → `write access to …`, cut to [`MAX_REFUSED_TEXT`] bytes.
+fn refused_text(text: &str) -> String {
+    let words = text.split_once(" - ").map_or(text, |(name, rest)| {
+        if name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') {
+            rest
+        } else {
+            text
+        }
+    });
+    mesh_core::codec::cut(words, MAX_REFUSED_TEXT)
+}
+
+/// `PRECONDITION_FAILED - user_id property set to 'x' but authenticated user was 'y'`.
+fn is_user_id_refusal(text: &str) -> bool {
+    text.contains("user_id property set to '")
 }
 
 /// The error for a client library failure while doing `context`, when the broker did not
@@ -68,6 +97,12 @@ pub(crate) enum PublishRefusal {
     /// `404 NOT_FOUND - no exchange 'X' in vhost 'v'`, or `403 ACCESS_REFUSED - write access
     /// to exchange 'X' in vhost 'v' refused for user 'u'`: about the messages to `exchange`.
     Exchange { code: u16, exchange: String },
+    /// `403 ACCESS_REFUSED - write access to topic 'K' in exchange 'X' in vhost 'v' refused
+    /// for user 'u'`: about the messages to `exchange` under `key` (a topic permission).
+    Topic { exchange: String, key: String },
+    /// `406 PRECONDITION_FAILED - user_id property set to 'x' but authenticated user was 'y'`:
+    /// about every message, since the publisher stamps the same `user-id` on each.
+    UserId,
     /// Anything else: nothing to say about a particular message.
     Other,
 }
@@ -77,6 +112,14 @@ pub(crate) fn publish_refusal(close: &BrokerClose) -> PublishRefusal {
     if close.code == code::PRECONDITION_FAILED {
         if let Some((size, max)) = parse_too_large(&close.text) {
             return PublishRefusal::TooLarge { size, max };
+        }
+    }
+    if close.code == code::PRECONDITION_FAILED && is_user_id_refusal(&close.text) {
+        return PublishRefusal::UserId;
+    }
+    if close.code == code::ACCESS_REFUSED {
+        if let Some((key, exchange)) = parse_topic(&close.text) {
+            return PublishRefusal::Topic { exchange, key };
         }
     }
     if matches!(close.code, code::NOT_FOUND | code::ACCESS_REFUSED) {
@@ -106,6 +149,14 @@ fn parse_exchange(text: &str) -> Option<String> {
     // The name may itself hold quotes, so cut at the vhost.
     let (exchange, _) = rest.split_once("' in vhost '")?;
     Some(exchange.to_owned())
+}
+
+/// The key and exchange named in `... access to topic 'K' in exchange 'X' in vhost 'v' ...`.
+fn parse_topic(text: &str) -> Option<(String, String)> {
+    let rest = &text[text.find("access to topic '")? + "access to topic '".len()..];
+    let (key, rest) = rest.split_once("' in exchange '")?;
+    let (exchange, _) = rest.split_once("' in vhost '")?;
+    Some((key.to_owned(), exchange.to_owned()))
 }
 
 /// Whether a channel was closed for an ack or nack with a delivery tag it does not know: an
@@ -233,7 +284,12 @@ mod tests {
             },
             "declare",
         );
-        assert_eq!(err.kind(), &TransportErrorKind::AccessRefused);
+        assert_eq!(
+            err.kind(),
+            &TransportErrorKind::Forbidden {
+                refused: "no".into()
+            }
+        );
         assert!(std::error::Error::source(&err).is_some());
     }
 
@@ -282,6 +338,25 @@ mod tests {
             }
         );
         assert_eq!(
+            publish_refusal(&close(
+                403,
+                "ACCESS_REFUSED - write access to topic 'module.billing.x' in exchange \
+                 'mesh.events' in vhost 'v' refused for user 'module.umami'"
+            )),
+            PublishRefusal::Topic {
+                exchange: "mesh.events".to_owned(),
+                key: "module.billing.x".to_owned()
+            }
+        );
+        assert_eq!(
+            publish_refusal(&close(
+                406,
+                "PRECONDITION_FAILED - user_id property set to 'a' but authenticated user \
+                 was 'b'"
+            )),
+            PublishRefusal::UserId
+        );
+        assert_eq!(
             publish_refusal(&close(406, "PRECONDITION_FAILED - something else")),
             PublishRefusal::Other
         );
@@ -315,6 +390,54 @@ mod tests {
         ] {
             let _ = parse_too_large(text);
             let _ = parse_exchange(text);
+            let _ = parse_topic(text);
+            let _ = refused_text(text);
+        }
+        for text in [
+            "access to topic '",
+            "access to topic 'k' in exchange '",
+            " - ",
+            "A - ",
+        ] {
+            let _ = parse_topic(text);
+            let _ = refused_text(text);
+        }
+    }
+
+    #[test]
+    fn refusals_are_forbidden_and_name_what_was_refused() {
+        let close = |code, text: &str| BrokerClose {
+            code,
+            text: text.to_owned(),
+        };
+        let error = from_close(
+            close(
+                403,
+                "ACCESS_REFUSED - read access to queue 'n1.billing.events' in vhost 'v' \
+                 refused for user 'module.umami'",
+            ),
+            "consuming",
+        );
+        assert_eq!(
+            error.kind(),
+            &TransportErrorKind::Forbidden {
+                refused: "read access to queue 'n1.billing.events' in vhost 'v' refused for \
+                          user 'module.umami'"
+                    .to_owned()
+            }
+        );
+        let error = from_close(
+            close(
+                406,
+                "PRECONDITION_FAILED - user_id property set to 'a' but authenticated user was 'b'",
+            ),
+            "publishing",
+        );
+        assert!(matches!(error.kind(), TransportErrorKind::Forbidden { .. }));
+        let long = format!("ACCESS_REFUSED - {}", "x".repeat(10_000));
+        match from_close(close(403, &long), "x").kind() {
+            TransportErrorKind::Forbidden { refused } => assert!(refused.len() <= 512),
+            other => panic!("{other:?}"),
         }
     }
 }

@@ -262,7 +262,10 @@ impl Supervisor {
 }
 
 /// `declare` if it is still open, else a fresh channel from `open`.
-async fn reuse<F, Fut>(declare: Option<DeclareChannel>, open: &F) -> Result<DeclareChannel, TransportError>
+async fn reuse<F, Fut>(
+    declare: Option<DeclareChannel>,
+    open: &F,
+) -> Result<DeclareChannel, TransportError>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<DeclareChannel, TransportError>>,

@@ -288,10 +288,20 @@ mod tests {
         let names: Vec<_> = topology.exchanges().map(|e| e.name.as_str()).collect();
         assert_eq!(
             names,
-            ["mesh.events", "mesh.events.dead", "mesh.reply", "mesh.retry", "mesh.rpc"]
+            [
+                "mesh.events",
+                "mesh.events.dead",
+                "mesh.reply",
+                "mesh.retry",
+                "mesh.rpc"
+            ]
         );
         for exchange in topology.exchanges() {
-            let kind = if exchange.name == "mesh.reply" { "direct" } else { "topic" };
+            let kind = if exchange.name == "mesh.reply" {
+                "direct"
+            } else {
+                "topic"
+            };
             assert_eq!(exchange.kind, kind, "{}", exchange.name);
             assert!(exchange.durable);
         }
@@ -370,7 +380,11 @@ mod tests {
             bindings,
             [
                 BindingDecl::new("mesh.retry", "n.m.events", "n.m.events"),
-                BindingDecl::new("mesh.retry", "n.m.events.retry.1500ms", "n.m.events.retry.1500ms"),
+                BindingDecl::new(
+                    "mesh.retry",
+                    "n.m.events.retry.1500ms",
+                    "n.m.events.retry.1500ms"
+                ),
             ]
         );
     }

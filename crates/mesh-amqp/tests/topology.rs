@@ -124,8 +124,16 @@ async fn durable_subscription_declares_exactly_the_contract() {
     // its own name for the copies coming back.
     let retries = [
         binding("mesh.retry", queue, queue),
-        binding("mesh.retry", "anchor.umami.events.retry.1s", "anchor.umami.events.retry.1s"),
-        binding("mesh.retry", "anchor.umami.events.retry.3s", "anchor.umami.events.retry.3s"),
+        binding(
+            "mesh.retry",
+            "anchor.umami.events.retry.1s",
+            "anchor.umami.events.retry.1s",
+        ),
+        binding(
+            "mesh.retry",
+            "anchor.umami.events.retry.3s",
+            "anchor.umami.events.retry.3s",
+        ),
     ];
     assert_eq!(
         bindings(&vhost).await,

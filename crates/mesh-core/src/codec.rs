@@ -29,6 +29,10 @@ pub const CONTENT_TYPE_JSON: &str = "application/json";
 
 /// `x-mesh-attempts`: how many times handlers already failed on this event (retry ladder).
 pub const ATTEMPTS: &str = "x-mesh-attempts";
+/// `x-mesh-user`: on a copy the runtime publishes on someone else's behalf (a retry copy, a
+/// dead letter, a re-driven dead letter), the broker-validated user of the original, since
+/// the copy's own `user-id` must be its publisher's ([`hand_over_user`], [`validated_user`]).
+pub const USER: &str = "x-mesh-user";
 /// `x-mesh-dead-reason`: why the event was dead-lettered.
 pub const DEAD_REASON: &str = "x-mesh-dead-reason";
 /// `x-mesh-dead-attempts`: how many attempts were made.
@@ -181,6 +185,18 @@ pub enum DecodeError {
         /// The `x-source` found (bounded, as every quoted value).
         claimed: String,
     },
+    /// The broker-validated user that published the event is not the user owning its key
+    /// (identity enforced, [`check_user`]): another module's credentials, or a client that
+    /// set no `user-id`.
+    #[error("published by {}, not by `{owner}`, the owner of `{key}`", .user.as_deref().map_or_else(|| "no validated user".to_owned(), |u| format!("`{u}`")))]
+    ForgedUser {
+        /// The routing key.
+        key: String,
+        /// The validated user found, if any (bounded).
+        user: Option<String>,
+        /// The user owning the key.
+        owner: String,
+    },
 }
 
 impl DecodeError {
@@ -192,6 +208,7 @@ impl DecodeError {
             DecodeError::Body(_) => "body",
             DecodeError::Key { .. } => "routing-key",
             DecodeError::ForgedSource { .. } => SOURCE,
+            DecodeError::ForgedUser { .. } => "user-id",
         }
     }
 
@@ -199,7 +216,9 @@ impl DecodeError {
     /// source, `undecodable` for everything else.
     pub fn dead_reason(&self) -> DeadReason {
         match self {
-            DecodeError::ForgedSource { .. } => DeadReason::ForgedSource,
+            DecodeError::ForgedSource { .. } | DecodeError::ForgedUser { .. } => {
+                DeadReason::ForgedSource
+            }
             _ => DeadReason::Undecodable,
         }
     }
@@ -291,6 +310,66 @@ pub fn source_owns(key: &RoutingKey, source: &str) -> bool {
     match key.origin() {
         Origin::Module | Origin::Node => key.name() == source,
         _ => true,
+    }
+}
+
+/// The broker-validated user of a delivered message: its `x-mesh-user` when it is a copy the
+/// runtime made on the original publisher's behalf (a header believed only where mesh can
+/// have set it, see [`remove_unearned_mesh_headers`], which transports apply first), else
+/// its `user-id` property, which RabbitMQ refuses unless it names the publishing
+/// connection's user. `None` when the message carries neither (a client that set no
+/// `user-id`), or a non-text `x-mesh-user`.
+pub fn validated_user(message: &WireMessage) -> Option<&str> {
+    match message.properties.headers.get(USER) {
+        Some(value) => value.as_str(),
+        None => message.properties.user_id.as_deref(),
+    }
+}
+
+/// Prepares a copy the runtime publishes on the original publisher's behalf (a retry copy, a
+/// dead letter): the original's validated user moves to `x-mesh-user`, and `user-id` is
+/// cleared for the transport to stamp its own (a broker refuses a `user-id` other than the
+/// publishing connection's). A copy of a message with no validated user carries no
+/// `x-mesh-user`, so it stays one.
+pub fn hand_over_user(copy: &mut WireMessage) {
+    let user = validated_user(copy).map(str::to_owned);
+    copy.properties.user_id = None;
+    match user {
+        Some(user) => {
+            copy.properties
+                .headers
+                .insert(USER.to_owned(), HeaderValue::Str(user));
+        }
+        None => {
+            copy.properties.headers.remove(USER);
+        }
+    }
+}
+
+/// With identity enforced: whether the event under `key` was published by the user owning
+/// it, [`naming::owner_user`](crate::naming::owner_user) with `user_prefix`. Otherwise a
+/// [`DecodeError::ForgedUser`] (dead reason `forged-source`).
+pub fn check_user(
+    key: &RoutingKey,
+    message: &WireMessage,
+    user_prefix: &str,
+) -> Result<(), DecodeError> {
+    let user = validated_user(message);
+    let owner = crate::key::Name::parse(key.name())
+        .map(|name| crate::naming::owner_user(user_prefix, key.origin(), &name))
+        .map_err(|_| DecodeError::ForgedUser {
+            key: quote(key.as_str()),
+            user: user.map(quote),
+            owner: String::new(),
+        })?;
+    if user == Some(owner.as_str()) {
+        Ok(())
+    } else {
+        Err(DecodeError::ForgedUser {
+            key: key.to_string(),
+            user: user.map(quote),
+            owner: quote(&owner),
+        })
     }
 }
 
@@ -544,8 +623,11 @@ pub struct DeadLetter {
     pub time: Timestamp,
 }
 
-/// Annotates a message (keeping its headers and body) as a dead letter.
+/// Annotates a message (keeping its headers and body) as a dead letter. The original's
+/// validated user moves to `x-mesh-user` ([`hand_over_user`]): the dead letter is published
+/// by whoever gave up, on the original publisher's behalf.
 pub fn mark_dead(message: &mut WireMessage, dead: &DeadLetter) {
+    hand_over_user(message);
     let headers = &mut message.properties.headers;
     headers.insert(DEAD_REASON.to_owned(), dead.reason.as_str().into());
     headers.insert(

@@ -152,8 +152,14 @@ mod tests {
 
     #[test]
     fn users_follow_the_access_plan() {
-        assert_eq!(owner_user("", Origin::Module, &name("umami")), "module.umami");
-        assert_eq!(owner_user("acme/", Origin::Node, &name("n1")), "acme/node.n1");
+        assert_eq!(
+            owner_user("", Origin::Module, &name("umami")),
+            "module.umami"
+        );
+        assert_eq!(
+            owner_user("acme/", Origin::Node, &name("n1")),
+            "acme/node.n1"
+        );
         assert_eq!(owner_user("", Origin::Mesh, &name("ctx")), "mesh.ctx");
         assert_eq!(audit_user("", &name("n1")), "audit-logger.n1");
         assert_eq!(operator_user("p-"), "p-operator");

@@ -74,6 +74,17 @@ pub enum TransportErrorKind {
     },
     /// The broker refused access (credentials, vhost, permissions).
     AccessRefused,
+    /// The broker refused this user one operation on one resource, by its permissions: a
+    /// publish to an exchange or under a topic it may not write, a queue it may not declare
+    /// or consume, a binding key it may not bind, a `user-id` that is not its own. Not a
+    /// fault that passes: retrying cannot help, and the rest of what the transport does goes
+    /// on (see `docs/SECURITY.md`).
+    Forbidden {
+        /// What was refused, in the broker's words (bounded): e.g. `write access to topic
+        /// 'module.billing.x' in exchange 'mesh.events' in vhost 'prod' refused for user
+        /// 'module.umami'`.
+        refused: String,
+    },
     /// The TLS session could not be set up: the server's certificate was refused, or the
     /// server refused the handshake or the client's certificate. The transport's own error in
     /// the source chain says which.
@@ -175,6 +186,7 @@ impl fmt::Display for TransportError {
                 "`{entity}` exists with {argument} = {theirs}, mesh declares {argument} = {ours}"
             )?,
             TransportErrorKind::AccessRefused => f.write_str("access refused")?,
+            TransportErrorKind::Forbidden { refused } => write!(f, "forbidden: {refused}")?,
             TransportErrorKind::Tls => f.write_str("tls failure")?,
             TransportErrorKind::InvalidOptions => f.write_str("invalid options")?,
             TransportErrorKind::Protocol => f.write_str("protocol error")?,

@@ -116,6 +116,11 @@ pub struct Properties {
     pub reply_to: Option<String>,
     /// `expiration`: the broker drops the message once it waited this long in a queue.
     pub expiration: Option<Duration>,
+    /// `user-id`: the user that published it. RabbitMQ refuses a publish whose `user-id` is
+    /// not the connection's user (`406 PRECONDITION_FAILED`), so on a delivery it is the
+    /// broker-validated publisher, or absent. The RabbitMQ transport sets it on everything
+    /// it publishes; see [`codec::validated_user`](crate::codec::validated_user).
+    pub user_id: Option<String>,
     /// `headers`.
     pub headers: Headers,
 }

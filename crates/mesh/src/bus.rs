@@ -63,6 +63,8 @@ pub struct BusBuilder {
     retry: RetryPolicy,
     shared: bool,
     emit_deadline: Option<Duration>,
+    enforce_identity: bool,
+    user_prefix: String,
     handlers: Vec<(Vec<String>, handler::ErasedHandler)>,
     serves: Vec<ServeEntry>,
 }
@@ -74,6 +76,7 @@ impl std::fmt::Debug for BusBuilder {
             .field("prefetch", &self.prefetch)
             .field("retry", &self.retry)
             .field("shared", &self.shared)
+            .field("enforce_identity", &self.enforce_identity)
             .field("handlers", &self.handlers.len())
             .finish_non_exhaustive()
     }
@@ -88,6 +91,8 @@ impl Default for BusBuilder {
             retry: RetryPolicy::default(),
             shared: false,
             emit_deadline: Some(Duration::from_secs(30)),
+            enforce_identity: false,
+            user_prefix: String::new(),
             handlers: Vec::new(),
             serves: Vec::new(),
         }
@@ -145,6 +150,26 @@ impl BusBuilder {
     /// forever).
     pub fn emit_deadline(mut self, deadline: Option<Duration>) -> Self {
         self.emit_deadline = deadline;
+        self
+    }
+
+    /// Believe an event only from the broker user owning its key (default: off). With it,
+    /// an event under `<origin>.<owner>.…` whose broker-validated user
+    /// ([`mesh_core::codec::validated_user`]: the `user-id` RabbitMQ checked against the
+    /// publishing connection, or on a copy mesh made for the original publisher the
+    /// original's) is not `<user prefix><origin>.<owner>` is dead-lettered `forged-source`
+    /// and never handled; so is one with no validated user. It needs the access plan's
+    /// users (`mesh access apply`, `docs/SECURITY.md`) and a transport that validates users
+    /// (RabbitMQ; the in-memory transport has none, so every event fails the check there).
+    pub fn enforce_identity(mut self, enforce: bool) -> Self {
+        self.enforce_identity = enforce;
+        self
+    }
+
+    /// The prefix of the access plan's user names (default none), as in the spec's
+    /// `[access] user_prefix`: the owner of `module.umami.…` is then `<prefix>module.umami`.
+    pub fn user_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.user_prefix = prefix.into();
         self
     }
 
@@ -272,6 +297,7 @@ impl BusBuilder {
             info!(queue, handlers = handlers.len(), "consuming");
             let dispatcher = Arc::new(Dispatcher {
                 handlers,
+                enforce_identity: self.enforce_identity.then(|| self.user_prefix.clone()),
                 retry: bus.inner.retry.clone(),
                 queue: Label::new(&queue),
                 unmatched: std::sync::Mutex::default(),

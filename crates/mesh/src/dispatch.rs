@@ -27,6 +27,8 @@ use crate::telemetry::record::{self, Label};
 /// What a consumer loop needs.
 pub(crate) struct Dispatcher {
     pub(crate) handlers: Vec<HandlerEntry>,
+    /// With identity enforced, the prefix of the access plan's user names.
+    pub(crate) enforce_identity: Option<String>,
     pub(crate) retry: RetryPolicy,
     /// The queue, as the label of its metrics.
     pub(crate) queue: Label,
@@ -117,12 +119,20 @@ impl Dispatcher {
     async fn handle(&self, delivery: Delivery) {
         let failed_before = codec::attempts(&delivery.message);
         let attempt = failed_before.saturating_add(1);
-        let envelope = match codec::decode(&delivery.message) {
+        let decoded =
+            codec::decode(&delivery.message).and_then(|envelope| match &self.enforce_identity {
+                Some(prefix) => {
+                    codec::check_user(&envelope.key, &delivery.message, prefix).map(|()| envelope)
+                }
+                None => Ok(envelope),
+            });
+        let envelope = match decoded {
             Ok(envelope) => envelope,
             Err(error) => {
                 // Never handled, never acked silently: dead-lettered with the reason
                 // (`undecodable`, or `forged-source` for a well-formed event whose
-                // `x-source` is not the owner of its key).
+                // `x-source`, or with identity enforced whose validated user, is not the
+                // owner of its key).
                 let reason = error.dead_reason();
                 warn!(
                     queue = %delivery.queue,
@@ -228,6 +238,7 @@ impl Dispatcher {
                     debug!(step, "handler failed, retrying: {error}");
                     let mut copy = delivery.message.clone();
                     codec::set_attempts(&mut copy, attempt);
+                    codec::hand_over_user(&mut copy);
                     match delivery.retry(copy, step).await {
                         Ok(()) => record::retried(&self.queue),
                         Err(e) => {

@@ -58,7 +58,12 @@
 //!   [`HeadersTooLarge`](TransportErrorKind::HeadersTooLarge), never sent;
 //! - a message to an exchange the broker says is gone (`404`) and that this transport never
 //!   declared, or may not write to (`403`): it fails, the rest is resent. An exchange of the
-//!   recorded topology is declared again before the next channel instead.
+//!   recorded topology is declared again before the next channel instead;
+//! - a message under a topic this user may not write (`403`, a topic permission: the close
+//!   names the exchange and the key): every waiting message to that exchange under that key
+//!   fails with [`Forbidden`](TransportErrorKind::Forbidden), the rest is resent;
+//! - every message, when the broker refuses the `user-id` the publisher stamps on each
+//!   (`406`, it is not the connection's user): each fails with `Forbidden`.
 //!
 //! A lost connection is reconnected by the task's [`ConnectionOwner`] (shared with the
 //! consume link) with backoff (100 ms doubling to 5 s by default, with jitter), trying the
@@ -294,6 +299,10 @@ impl window::Message for Box<Pending> {
         &self.outgoing.exchange
     }
 
+    fn routing_key(&self) -> &str {
+        &self.outgoing.routing_key
+    }
+
     fn size(&self) -> usize {
         self.outgoing.message.body.len()
     }
@@ -342,8 +351,8 @@ impl Pending {
             }
             Outcome::Refused => {
                 let context = format!("publishing to exchange `{}`", outgoing.exchange);
-                // 403 is `AccessRefused`, 404 `Protocol`; the broker's text is the source
-                // either way.
+                // 403 (and 406 for a `user-id`) is `Forbidden`, 404 `Protocol`; the broker's
+                // text is the source either way.
                 Err(match close {
                     Some(close) => from_close(close.clone(), &context),
                     None => TransportError::new(TransportErrorKind::Protocol, context),
@@ -411,6 +420,8 @@ impl WindowRoom {
 #[derive(Clone)]
 pub(crate) struct Publisher {
     commands: mpsc::Sender<Command>,
+    /// The connection's user, stamped as `user-id` on every message.
+    user_id: Arc<str>,
     window: Arc<WindowRoom>,
     max_message_size: usize,
     default_deadline: Option<Duration>,
@@ -472,6 +483,7 @@ impl Publisher {
         tokio::spawn(task.run().instrument(span));
         Ok(Publisher {
             commands: commands_tx,
+            user_id: Arc::from(options.get_user()),
             window,
             max_message_size: options.get_max_message_size(),
             default_deadline: options.get_publish_deadline(),
@@ -551,6 +563,9 @@ impl Publisher {
         }
         let mut outgoing = outgoing;
         crate::convert::stamp_routing_key(&mut outgoing.message, &outgoing.routing_key);
+        // Every message names its publisher, which the broker validates: a consumer
+        // enforcing identity believes the key's owner only from its own user.
+        outgoing.message.properties.user_id = Some(self.user_id.to_string());
         check_short("an exchange name", &outgoing.exchange)?;
         check_short("a routing key", &outgoing.routing_key)?;
         let properties = to_properties(&outgoing.message, outgoing.force_persistent)?;
@@ -1170,6 +1185,24 @@ impl PublishTask {
                         "the broker refused publishes to an exchange; not resent"
                     );
                 }
+            }
+            PublishRefusal::Topic { exchange, key } => {
+                let refused = self.window.refuse_topic(&exchange, &key);
+                tracing::warn!(
+                    %exchange,
+                    routing_key = %key,
+                    refused,
+                    "the broker refused publishes under a topic this user may not write; \
+                     not resent"
+                );
+            }
+            PublishRefusal::UserId => {
+                let refused = self.window.refuse_all();
+                tracing::error!(
+                    refused,
+                    "the broker refused the user-id stamped on every message (it is not the \
+                     connection's user); not resent"
+                );
             }
             PublishRefusal::Other => {}
         }

@@ -44,6 +44,9 @@ impl Message for Msg {
     fn exchange(&self) -> &str {
         self.exchange
     }
+    fn routing_key(&self) -> &str {
+        "k"
+    }
     fn size(&self) -> usize {
         self.size
     }

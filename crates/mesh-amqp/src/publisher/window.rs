@@ -37,6 +37,8 @@ pub(crate) trait Message {
     fn mandatory(&self) -> bool;
     /// The exchange it is published to.
     fn exchange(&self) -> &str;
+    /// The routing key it is published with.
+    fn routing_key(&self) -> &str;
     /// Its body's size in bytes (what the broker's size limit counts).
     fn size(&self) -> usize;
 }
@@ -347,6 +349,32 @@ impl<M: Message> Window<M> {
         count
     }
 
+    /// The broker closed the channel refusing a topic of `exchange` (after
+    /// [`channel_lost`](Self::channel_lost)): every waiting message to `exchange` under `key`
+    /// settles as [`Outcome::Refused`] (the broker would refuse each again); the rest stays
+    /// to be resent. How many.
+    pub(crate) fn refuse_topic(&mut self, exchange: &str, key: &str) -> usize {
+        let (refused, kept): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.backlog)
+            .into_iter()
+            .partition(|q| q.message.exchange() == exchange && q.message.routing_key() == key);
+        self.backlog = kept;
+        let count = refused.len();
+        self.settled
+            .extend(refused.into_iter().map(|q| (q.message, Outcome::Refused)));
+        count
+    }
+
+    /// The broker refused the `user-id` every message carries (after
+    /// [`channel_lost`](Self::channel_lost)): every waiting message settles as
+    /// [`Outcome::Refused`]. How many.
+    pub(crate) fn refuse_all(&mut self) -> usize {
+        let refused = std::mem::take(&mut self.backlog);
+        let count = refused.len();
+        self.settled
+            .extend(refused.into_iter().map(|q| (q.message, Outcome::Refused)));
+        count
+    }
+
     /// When the window will have waited too long for a confirm, if it is waiting: messages
     /// are in flight on a live connection and the link is not reported blocked yet.
     pub(crate) fn stall_at(&self, connected: bool) -> Option<Instant> {
@@ -437,6 +465,7 @@ mod tests {
         pub(crate) resend: bool,
         pub(crate) mandatory: bool,
         pub(crate) exchange: &'static str,
+        pub(crate) key: &'static str,
         pub(crate) size: usize,
     }
 
@@ -447,6 +476,7 @@ mod tests {
                 resend: true,
                 mandatory: true,
                 exchange: "mesh.events",
+                key: "module.a.x",
                 size: 10,
             }
         }
@@ -461,6 +491,9 @@ mod tests {
         }
         fn exchange(&self) -> &str {
             self.exchange
+        }
+        fn routing_key(&self) -> &str {
+            self.key
         }
         fn size(&self) -> usize {
             self.size
@@ -761,6 +794,46 @@ mod tests {
             [(2, Outcome::Refused), (4, Outcome::Refused)]
         );
         assert_eq!(window.backlog(), 2);
+    }
+
+    #[test]
+    fn a_refused_topic_fails_only_the_messages_under_it() {
+        let now = Instant::now();
+        let mut window = Window::new(now);
+        for (id, exchange, key) in [
+            (1, "mesh.events", "module.umami.x"),
+            (2, "mesh.events", "module.billing.x"),
+            (3, "mesh.rpc", "module.billing.x"),
+            (4, "mesh.events", "module.billing.x"),
+            (5, "mesh.events", "module.umami.y"),
+        ] {
+            window.push(Msg {
+                exchange,
+                key,
+                ..Msg::new(id)
+            });
+        }
+        window.channel_opened(1);
+        while let Some(queued) = window.pop_unsent() {
+            window.sent(queued, now);
+        }
+        window.channel_lost();
+        assert_eq!(window.refuse_topic("mesh.events", "module.billing.x"), 2);
+        assert_eq!(
+            settled(&mut window),
+            [(2, Outcome::Refused), (4, Outcome::Refused)]
+        );
+        // The others go out again, in their order.
+        window.channel_opened(2);
+        let mut resent = Vec::new();
+        while let Some(queued) = window.pop_unsent() {
+            resent.push(queued.message.id);
+            window.sent(queued, now);
+        }
+        assert_eq!(resent, [1, 3, 5]);
+        window.channel_lost();
+        assert_eq!(window.refuse_all(), 3);
+        assert_eq!(window.backlog(), 0);
     }
 
     #[test]

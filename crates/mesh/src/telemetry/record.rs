@@ -178,6 +178,7 @@ pub(crate) fn reason(kind: &TransportErrorKind) -> &'static str {
         TransportErrorKind::NoServer => "no-server",
         TransportErrorKind::Incompatible { .. } => "incompatible",
         TransportErrorKind::AccessRefused => "access-refused",
+        TransportErrorKind::Forbidden { .. } => "forbidden",
         TransportErrorKind::Tls => "tls",
         TransportErrorKind::InvalidOptions => "invalid-options",
         TransportErrorKind::Protocol => "protocol",
