@@ -131,9 +131,14 @@
 //! `Debug`, `Display`, error and log line; the client library's `traces` feature, which would
 //! log the login frame, is not enabled.
 //!
+//! [`access`] computes the access plan (one broker user per module, context, node, audit
+//! logger and operator, with permissions that let each do only what it owns), compares it
+//! with the broker's users and applies it through the management API.
+//!
 //! Architecture invariant: no `amqprs` type appears in this crate's public API; values are
 //! mapped to and from `mesh_core::wire` types at the edge (`convert`).
 
+pub mod access;
 mod backoff;
 mod connection;
 mod consumer;

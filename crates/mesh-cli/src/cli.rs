@@ -32,10 +32,11 @@ Examples:
   mesh tail 'module.umami.#' --count 10
   mesh call billing.quote --data '\"basic\"' --timeout 2s
   mesh topology plan --module billing --pattern 'module.umami.#'
+  mesh access plan --spec mesh.toml --check
   mesh status --json
 
 What needs what:
-  emit, tail and call speak AMQP only. topology show/plan/apply and the queue part of
+  emit, tail and call speak AMQP only. topology show/plan/apply, access plan/apply and the queue part of
   status read RabbitMQ's management HTTP API (the rabbitmq_management plugin, by default
   http://<broker host>:15672 with the AMQP credentials; https with --management-url
   https://… and --management-ca-file): AMQP cannot list bindings or queue arguments.
@@ -158,6 +159,9 @@ pub(crate) enum Command {
     /// Compare the broker's exchanges, queues and bindings with the contract, and fix them
     #[command(subcommand)]
     Topology(TopologyCommand),
+    /// Compare the broker's users and permissions with the access plan, and fix them
+    #[command(subcommand)]
+    Access(AccessCommand),
     /// Show the connection, and the queues of this node's modules
     #[command(after_help = STATUS_HELP)]
     Status(StatusArgs),
@@ -623,15 +627,17 @@ pub(crate) enum TopologyCommand {
 macro_rules! topology_note {
     () => {
         "\
-The contract wants the exchanges mesh.events, mesh.rpc and mesh.events.dead (durable topics),
-and for each module given with --module M --pattern P… (each --pattern belongs to the
+The contract wants the exchanges mesh.events, mesh.rpc, mesh.events.dead and mesh.retry
+(durable topics) and mesh.reply (durable direct), and for each module given with --module M --pattern P… (each --pattern belongs to the
 --module before it) or in --spec FILE, the queue <node>.<module>.events (x-queue-type,
 x-dead-letter-exchange mesh.events.dead and, on quorum queues, x-delivery-limit) bound to
 mesh.events on exactly its patterns (the module audit-logger also wants its
 <node>.audit-logger.dead bound to mesh.events.dead on #). The retired mesh.dead-letters, if
 the broker still has it, is shown: apply removes its binding, never the queue (a logger
 drains and deletes it).
-Retry delay queues are declared by the SDK when the module starts; they are not compared.
+Retry queues (<queue>.retry.<step>) are declared by the SDK when the module starts; they are
+not compared. Retired delay queues (<queue>.delay.<step>) are listed: apply deletes those with
+no message and no consumer, and leaves the others draining.
 This reads the management HTTP API: AMQP cannot list bindings or arguments.
 
 A spec file (TOML, or JSON when it ends in .json):
@@ -642,7 +648,8 @@ A spec file (TOML, or JSON when it ends in .json):
   name = \"billing\"
   patterns = [\"module.umami.#\", \"node.*.joined\"]
   queue_type = \"classic\"       # optional
-  shared = false               # optional: the queue shared.<module>.events"
+  shared = false               # optional: the queue shared.<module>.events
+  [access]                     # optional: read by mesh access only"
     };
 }
 
@@ -722,6 +729,106 @@ pub(crate) struct TopologyArgs {
     #[arg(skip)]
     pub(crate) pattern_owner: Vec<Option<usize>>,
 }
+
+/// `mesh access …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum AccessCommand {
+    /// The differences between the access plan and the broker's users and permissions
+    #[command(after_help = ACCESS_PLAN_HELP, after_long_help = ACCESS_PLAN_LONG_HELP)]
+    Plan {
+        #[command(flatten)]
+        args: AccessArgs,
+        /// Exit with code 9 when there is any difference
+        #[arg(long)]
+        check: bool,
+    },
+    /// Create the missing users and set passwords, tags and permissions as planned
+    #[command(after_help = ACCESS_APPLY_HELP, after_long_help = ACCESS_APPLY_LONG_HELP)]
+    Apply {
+        #[command(flatten)]
+        args: AccessArgs,
+    },
+}
+
+/// What the access plan is made from.
+#[derive(Debug, Args)]
+pub(crate) struct AccessArgs {
+    /// The spec file (TOML, or JSON when it ends in .json), as for topology, with an
+    /// optional [access] table
+    #[arg(long, value_name = "FILE")]
+    pub(crate) spec: PathBuf,
+
+    /// A TOML file of passwords, "user" = "password" (not open to other users of the
+    /// machine); users it does not name are read from MESH_PASSWORD_<USER>
+    #[arg(long, value_name = "FILE")]
+    pub(crate) passwords: Option<PathBuf>,
+}
+
+macro_rules! access_note {
+    () => {
+        "\
+The plan has one broker user per identity: <prefix>module.<module> for each module of the spec,
+<prefix>mesh.<context> for each context, <prefix>node.<node> (unless node_user = false),
+<prefix>audit-logger.<node> when the spec has the module audit-logger, and <prefix>operator
+(tag management, every permission: it runs topology apply, dead redrive and status). Each
+may configure, read and write only its own queues (<node>.<module>.events on any node,
+shared.<module>.events, their retry queues, serve.<owner>.<tool…>, server-named amq.gen-…),
+never configure an exchange nor write to the default exchange, publish on mesh.events only
+under <origin>.<owner>.…, bind on mesh.events only its spec patterns, call any tool and serve
+only its own (docs/CONTRACT.md, \"Users and permissions\", has every expression).
+Users not in the plan are never changed; those carrying the prefix with permissions on the
+vhost are listed (?). This reads the management HTTP API as an administrator.
+
+Passwords never go on the command line: --passwords FILE, or MESH_PASSWORD_<USER> with the
+user name upper-cased and every byte that is not a letter or digit as _ (module.umami:
+MESH_PASSWORD_MODULE_UMAMI). A password differs when it is not the one the broker's stored
+hash was made from (sha256 and sha512 hashes are checked).
+
+The [access] table of the spec file (all optional):
+  [access]
+  user_prefix = \"acme/\"         # default none: users are global to a broker
+  contexts = [\"billing-ctx\"]    # runtime contexts, each with a user mesh.<context>
+  node_user = true               # a user node.<node> for the node itself"
+    };
+}
+
+const ACCESS_PLAN_HELP: &str = "\
+Each line is one difference: + missing, ~ differs, - a topic permission not wanted; ? a note
+(no password given, a user outside the plan). Exit code 9 with --check when there is any.
+
+Examples:
+  MESH_PASSWORD_MODULE_UMAMI=… mesh access plan --spec mesh.toml --check
+  mesh access plan --spec mesh.toml --passwords /etc/mesh/passwords.toml --json";
+const ACCESS_PLAN_LONG_HELP: &str = concat!(
+    "\
+Each line is one difference: + missing, ~ differs, - a topic permission not wanted; ? a note
+(no password given, a user outside the plan). Exit code 9 with --check when there is any.
+
+Examples:
+  MESH_PASSWORD_MODULE_UMAMI=… mesh access plan --spec mesh.toml --check
+  mesh access plan --spec mesh.toml --passwords /etc/mesh/passwords.toml --json",
+    "\n\n",
+    access_note!()
+);
+
+const ACCESS_APPLY_HELP: &str = "\
+Puts a user only when it is missing or its password or tags differ, then its permissions and
+topic permissions; then plans again. Refuses, changing nothing, when a planned user has no
+password (exit code 2).
+
+Example:
+  mesh access apply --spec mesh.toml --passwords /etc/mesh/passwords.toml";
+const ACCESS_APPLY_LONG_HELP: &str = concat!(
+    "\
+Puts a user only when it is missing or its password or tags differ, then its permissions and
+topic permissions; then plans again. Refuses, changing nothing, when a planned user has no
+password (exit code 2).
+
+Example:
+  mesh access apply --spec mesh.toml --passwords /etc/mesh/passwords.toml",
+    "\n\n",
+    access_note!()
+);
 
 /// `--queue-type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]

@@ -8,6 +8,7 @@
 //! mesh logs tail [PATTERN] [--count N]
 //! mesh call <TOOL> [--data JSON] [--timeout 5s]
 //! mesh topology show | plan [--check] | apply [--force]   [--module M --pattern P…] [--spec F]
+//! mesh access plan [--check] | apply   --spec F [--passwords F]
 //! mesh status
 //! ```
 //!
@@ -15,7 +16,7 @@
 //! `amqps://…?cacertfile=…` for TLS), `--password-file` (`MESH_PASSWORD_FILE`; or the password
 //! itself in `MESH_PASSWORD`), `--node` (`MESH_NODE`, default: the host name up to its first dot), `--json` (one JSON
 //! object per line on stdout) and `--color auto|always|never`. `emit`, `tail` and `call`
-//! speak AMQP only; `topology` and the queue part of `status` read RabbitMQ's management
+//! speak AMQP only; `topology`, `access` and the queue part of `status` read RabbitMQ's management
 //! HTTP API (`--management-url`, `MESH_MANAGEMENT_URL`, default `http://<host>:15672`).
 //!
 //! # Exit codes
@@ -30,8 +31,8 @@
 //! | 5 | `call`: no reply within `--timeout` |
 //! | 6 | `call`: the tool answered with an error |
 //! | 7 | `emit`: at least one event was not confirmed by the broker |
-//! | 8 | the RabbitMQ management API is unreachable (`topology`, `status`) |
-//! | 9 | `topology plan --check`: the broker differs from the contract |
+//! | 8 | the RabbitMQ management API is unreachable (`topology`, `access`, `status`) |
+//! | 9 | `topology plan --check`, `access plan --check`: the broker differs from the contract or the access plan |
 //!
 //! Errors are printed on one line to stderr with their cause chain
 //! (`error: cannot emit `x.y`: invalid key: unknown origin `x`, …`).
@@ -39,6 +40,7 @@
 #[macro_use]
 mod exit;
 
+mod access;
 mod audit;
 mod call;
 mod cli;
@@ -101,6 +103,7 @@ fn run(cli: &Cli) -> anyhow::Result<Code> {
     match &cli.command {
         // Management-only commands need no async runtime.
         Command::Topology(command) => topology::run(global, command),
+        Command::Access(command) => access::run(global, command),
         command => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -116,6 +119,7 @@ fn run(cli: &Cli) -> anyhow::Result<Code> {
                     Command::Dead(command) => audit::run_dead(global, command).await,
                     Command::Logs(command) => logs::run(global, command).await,
                     Command::Topology(command) => topology::run(global, command),
+                    Command::Access(command) => access::run(global, command),
                 }
             });
             // Not dropped: tearing the runtime down drops the client library's detached

@@ -66,6 +66,16 @@ impl Management {
         anyhow::Error::new(error).context(Coded { code, message })
     }
 
+    /// The client itself, for `mesh access` (which works through mesh-amqp's `access`).
+    pub(crate) fn client(&self) -> &ManagementClient {
+        &self.client
+    }
+
+    /// A failed request of the client, with its exit code, as the other methods fail.
+    pub(crate) fn error(&self, error: ManagementError) -> anyhow::Error {
+        self.fail(error, true)
+    }
+
     /// The broker's overview (versions, node name).
     pub(crate) async fn overview(&self) -> anyhow::Result<Value> {
         self.client

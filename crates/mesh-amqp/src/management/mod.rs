@@ -109,6 +109,88 @@ pub struct BindingRow {
     pub properties_key: String,
 }
 
+/// A broker user as the API lists it (`GET /api/users`, `GET /api/users/{name}`; the
+/// listing needs the `administrator` tag). `Debug` leaves out the password hash.
+#[derive(Clone, PartialEq, Deserialize)]
+#[non_exhaustive]
+pub struct UserRow {
+    /// Its name.
+    pub name: String,
+    /// Its tags (`management`, `administrator`, …); RabbitMQ before 3.9 sent them as one
+    /// comma-separated string, read here as a list too.
+    #[serde(default, deserialize_with = "tags")]
+    pub tags: Vec<String>,
+    /// Base64 of the salt and the salted hash of its password (empty: no password).
+    #[serde(default)]
+    pub password_hash: String,
+    /// How the hash was made, e.g. `rabbit_password_hashing_sha256`.
+    #[serde(default)]
+    pub hashing_algorithm: Option<String>,
+}
+
+impl std::fmt::Debug for UserRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserRow")
+            .field("name", &self.name)
+            .field("tags", &self.tags)
+            .field("hashing_algorithm", &self.hashing_algorithm)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Tags as a list, or as the comma-separated string older brokers send.
+fn tags<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Tags {
+        List(Vec<String>),
+        Text(String),
+    }
+    Ok(match Option::<Tags>::deserialize(deserializer)? {
+        None => Vec::new(),
+        Some(Tags::List(list)) => list,
+        Some(Tags::Text(text)) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    })
+}
+
+/// A user's permissions on a vhost: three regular expressions over resource names.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct PermissionRow {
+    /// The user.
+    pub user: String,
+    /// The vhost.
+    pub vhost: String,
+    /// Declaring and deleting.
+    pub configure: String,
+    /// Publishing to an exchange, binding a queue (and deleting its bindings).
+    pub write: String,
+    /// Consuming from a queue, binding from an exchange.
+    pub read: String,
+}
+
+/// A user's topic permissions on one topic exchange of a vhost: regular expressions over
+/// routing keys (`write`: publishing) and binding keys (`read`: binding a queue).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct TopicPermissionRow {
+    /// The user.
+    pub user: String,
+    /// The vhost.
+    pub vhost: String,
+    /// The exchange.
+    pub exchange: String,
+    /// Routing keys it may publish under.
+    pub write: String,
+    /// Binding keys it may bind a queue on.
+    pub read: String,
+}
+
 /// A client of one broker's management API: a cheap clone shares the connection pool.
 #[derive(Clone)]
 pub struct ManagementClient {
@@ -311,6 +393,95 @@ impl ManagementClient {
             None,
         )
         .await?;
+        Ok(())
+    }
+
+    /// Every user of the broker (with their password hashes: the API lists them to
+    /// administrators only).
+    pub async fn users(&self) -> Result<Vec<UserRow>, ManagementError> {
+        self.get(&["users"]).await
+    }
+
+    /// One user (`NotFound` when there is none of that name).
+    pub async fn user(&self, name: &str) -> Result<UserRow, ManagementError> {
+        self.get(&["users", name]).await
+    }
+
+    /// Creates the user `name`, or sets the password and tags of the one there is. The
+    /// password goes in the request body only: no message, error or log holds it.
+    pub async fn put_user(
+        &self,
+        name: &str,
+        password: &str,
+        tags: &[&str],
+    ) -> Result<(), ManagementError> {
+        let body = serde_json::json!({ "password": password, "tags": tags.join(",") });
+        self.call(Method::Put, &["users", name], Some(&body))
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes the user `name` (with its permissions on every vhost).
+    pub async fn delete_user(&self, name: &str) -> Result<(), ManagementError> {
+        self.call(Method::Delete, &["users", name], None).await?;
+        Ok(())
+    }
+
+    /// The permissions of every user on `vhost`.
+    pub async fn permissions(&self, vhost: &str) -> Result<Vec<PermissionRow>, ManagementError> {
+        self.get(&["vhosts", vhost, "permissions"]).await
+    }
+
+    /// Sets the permissions of `user` on `vhost`.
+    pub async fn put_permissions(
+        &self,
+        vhost: &str,
+        user: &str,
+        configure: &str,
+        write: &str,
+        read: &str,
+    ) -> Result<(), ManagementError> {
+        let body = serde_json::json!({ "configure": configure, "write": write, "read": read });
+        self.call(Method::Put, &["permissions", vhost, user], Some(&body))
+            .await?;
+        Ok(())
+    }
+
+    /// The topic permissions of every user on `vhost`.
+    pub async fn topic_permissions(
+        &self,
+        vhost: &str,
+    ) -> Result<Vec<TopicPermissionRow>, ManagementError> {
+        self.get(&["vhosts", vhost, "topic-permissions"]).await
+    }
+
+    /// Sets the topic permissions of `user` on `exchange` of `vhost`.
+    pub async fn put_topic_permissions(
+        &self,
+        vhost: &str,
+        user: &str,
+        exchange: &str,
+        write: &str,
+        read: &str,
+    ) -> Result<(), ManagementError> {
+        let body = serde_json::json!({ "exchange": exchange, "write": write, "read": read });
+        self.call(
+            Method::Put,
+            &["topic-permissions", vhost, user],
+            Some(&body),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes every topic permission of `user` on `vhost`.
+    pub async fn delete_topic_permissions(
+        &self,
+        vhost: &str,
+        user: &str,
+    ) -> Result<(), ManagementError> {
+        self.call(Method::Delete, &["topic-permissions", vhost, user], None)
+            .await?;
         Ok(())
     }
 

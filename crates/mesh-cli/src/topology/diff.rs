@@ -4,12 +4,18 @@
 //! not wanted (apply removes them, so it stops collecting dead letters nobody reads), and
 //! the queue itself is left for an audit logger, which stores what it holds and deletes it
 //! at its next start. `topology apply` never deletes it: it may hold dead letters.
+//!
+//! Retired delay queues (`<queue>.delay.<step>`, see `naming::is_retired_delay_queue`) are a
+//! difference while they exist: nothing publishes to them any more, and what they hold
+//! expires back into its queue. `topology apply` deletes one that holds no message and has no
+//! consumer (counts checked first: quorum queues refuse a conditional `DELETE`), and leaves
+//! the others draining.
 
 use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
-use mesh::core::naming::{DEAD_EXCHANGE, RETIRED_DEAD_QUEUE};
+use mesh::core::naming::{self, DEAD_EXCHANGE, RETIRED_DEAD_QUEUE};
 
 use super::spec::{Wanted, WantedQueue};
 use crate::management::{BindingRow, ExchangeRow, QueueRow};
@@ -101,6 +107,15 @@ pub(crate) enum Difference {
         /// Its messages at the last statistics sample (`None`: unknown).
         messages: Option<u64>,
     },
+    /// A retired delay queue `<queue>.delay.<step>` still exists: deleted by apply once it
+    /// is empty and unused.
+    RetiredDelayQueue {
+        name: String,
+        /// Its messages at the last statistics sample (`None`: unknown).
+        messages: Option<u64>,
+        /// Its consumers (`None`: unknown).
+        consumers: Option<u64>,
+    },
 }
 
 impl Difference {
@@ -111,7 +126,9 @@ impl Difference {
             | Difference::MissingQueue { .. }
             | Difference::MissingBinding { .. } => '+',
             Difference::ExchangeDiffers { .. } | Difference::QueueDiffers { .. } => '~',
-            Difference::ExtraBinding { .. } | Difference::RetiredQueue { .. } => '-',
+            Difference::ExtraBinding { .. }
+            | Difference::RetiredQueue { .. }
+            | Difference::RetiredDelayQueue { .. } => '-',
         }
     }
 
@@ -160,7 +177,35 @@ impl Difference {
                     None => "an unknown number of messages".to_owned(),
                 }
             ),
+            Difference::RetiredDelayQueue {
+                name,
+                messages,
+                consumers,
+            } => {
+                if self.is_deletable() {
+                    format!("delay queue {name} is retired and empty: apply deletes it")
+                } else {
+                    format!(
+                        "delay queue {name} is retired and still draining ({} messages, {} \
+                         consumers): apply deletes it once empty",
+                        count(*messages),
+                        count(*consumers)
+                    )
+                }
+            }
         }
+    }
+
+    /// A retired delay queue with no message and no consumer, as last sampled.
+    pub(crate) fn is_deletable(&self) -> bool {
+        matches!(
+            self,
+            Difference::RetiredDelayQueue {
+                messages: Some(0),
+                consumers: Some(0),
+                ..
+            }
+        )
     }
 
     /// As JSON.
@@ -210,8 +255,20 @@ impl Difference {
             Difference::RetiredQueue { name, messages } => json!({
                 "kind": "retired-queue", "queue": name, "messages": messages
             }),
+            Difference::RetiredDelayQueue {
+                name,
+                messages,
+                consumers,
+            } => json!({
+                "kind": "retired-delay-queue", "queue": name, "messages": messages,
+                "consumers": consumers
+            }),
         }
     }
+}
+
+fn count(value: Option<u64>) -> String {
+    value.map_or_else(|| "unknown".to_owned(), |n| n.to_string())
 }
 
 pub(crate) fn describe_messages(messages: Option<u64>) -> String {
@@ -402,6 +459,15 @@ pub(crate) fn differences(wanted: &Wanted, actual: &Actual) -> Vec<Difference> {
             messages: retired.messages,
         });
     }
+    for queue in &actual.queues {
+        if naming::is_retired_delay_queue(&queue.name) {
+            out.push(Difference::RetiredDelayQueue {
+                name: queue.name.clone(),
+                messages: queue.messages,
+                consumers: queue.consumers,
+            });
+        }
+    }
     out
 }
 
@@ -544,5 +610,37 @@ mod tests {
         assert_eq!(diffs[1].sign(), '-');
         assert!(diffs[1].describe().contains("holds 5 messages"));
         assert_eq!(diffs[1].to_json()["kind"], "retired-queue");
+    }
+
+    #[test]
+    fn retired_delay_queues_are_listed_and_deletable_once_empty() {
+        let delay = |name: &str, messages: u64, consumers: u64| -> QueueRow {
+            serde_json::from_value(json!({
+                "name": name, "durable": true, "auto_delete": false, "exclusive": false,
+                "arguments": {}, "type": "quorum", "messages": messages, "consumers": consumers
+            }))
+            .unwrap()
+        };
+        let actual = Actual {
+            exchanges: vec![exchange()],
+            queues: vec![
+                queue(
+                    &json!({"x-queue-type": "quorum", "x-dead-letter-exchange": "mesh.events.dead", "x-delivery-limit": 20}),
+                    "quorum",
+                ),
+                delay("n.m.events.delay.5s", 0, 0),
+                delay("n.m.events.delay.1m", 2, 0),
+                delay("n.m.events.retry.5s", 0, 0),
+            ],
+            bindings: vec![binding("a.#"), binding("b.*")],
+        };
+        let diffs = differences(&wanted(), &actual);
+        assert_eq!(diffs.len(), 2, "{diffs:#?}");
+        assert!(diffs[0].is_deletable());
+        assert!(diffs[0].describe().contains("apply deletes it"));
+        assert!(!diffs[1].is_deletable());
+        assert!(diffs[1].describe().contains("still draining (2 messages"));
+        assert_eq!(diffs[1].to_json()["kind"], "retired-delay-queue");
+        assert_eq!(diffs[1].sign(), '-');
     }
 }

@@ -14,6 +14,7 @@ use crate::exit::{fail, Code};
 use crate::management::Management;
 use crate::output::{self, paint, BAD, DIM, GOOD, NAME, WARN};
 use diff::{differences, Actual, Difference};
+pub(crate) use spec::access_spec;
 use spec::{wanted, Wanted};
 
 /// Runs one `topology` command, on a runtime of its own (the management client is async;
@@ -96,7 +97,8 @@ async fn show(
             }
             Difference::MissingQueue { name, .. }
             | Difference::QueueDiffers { name, .. }
-            | Difference::RetiredQueue { name, .. } => format!("queue {name}"),
+            | Difference::RetiredQueue { name, .. }
+            | Difference::RetiredDelayQueue { name, .. } => format!("queue {name}"),
             Difference::MissingBinding {
                 exchange,
                 queue,
@@ -415,6 +417,11 @@ async fn apply(
             }
             // It may hold dead letters: an audit logger drains and deletes it.
             Difference::RetiredQueue { .. } => report(d, "left for an audit logger")?,
+            Difference::RetiredDelayQueue { name, .. } if d.is_deletable() => {
+                management.delete_queue(name).await?;
+                report(d, "deleted")?;
+            }
+            Difference::RetiredDelayQueue { .. } => report(d, "still draining")?,
             _ => {}
         }
     }

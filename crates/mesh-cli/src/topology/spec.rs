@@ -13,8 +13,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context as _;
+use mesh::amqp::access::AccessSpec;
 use mesh::amqp::{AmqpOptions, QueueType};
-use mesh::core::naming::{self, AUDIT_MODULE, DEAD_EXCHANGE, EVENTS_EXCHANGE, RPC_EXCHANGE};
+use mesh::core::naming::{
+    self, AUDIT_MODULE, DEAD_EXCHANGE, EVENTS_EXCHANGE, REPLY_EXCHANGE, RETRY_EXCHANGE,
+    RPC_EXCHANGE,
+};
 use mesh::core::{Name, TopicPattern};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -56,7 +60,25 @@ struct SpecFile {
     delivery_limit: Option<u32>,
     #[serde(default)]
     modules: Vec<ModuleSpec>,
+    /// The access plan's own settings (`mesh access`); topology ignores them.
+    access: Option<AccessTable>,
 }
+
+/// The `[access]` table of a spec file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AccessTable {
+    /// The prefix of every user name (default none).
+    user_prefix: Option<String>,
+    /// The node's runtime contexts, each with a user `mesh.<context>`.
+    #[serde(default)]
+    contexts: Vec<String>,
+    /// Whether the node itself has a user `node.<node>` (default true).
+    node_user: Option<bool>,
+}
+
+/// The longest user prefix.
+const MAX_USER_PREFIX_LEN: usize = 100;
 
 /// One module of a spec file.
 #[derive(Debug, Clone, Deserialize)]
@@ -191,13 +213,19 @@ pub(crate) fn wanted(
         }
     }
 
-    let exchanges = [EVENTS_EXCHANGE, RPC_EXCHANGE, DEAD_EXCHANGE]
-        .into_iter()
-        .map(|name| WantedExchange {
-            name: name.to_owned(),
-            kind: "topic",
-        })
-        .collect();
+    let exchanges = [
+        (EVENTS_EXCHANGE, "topic"),
+        (RPC_EXCHANGE, "topic"),
+        (DEAD_EXCHANGE, "topic"),
+        (RETRY_EXCHANGE, "topic"),
+        (REPLY_EXCHANGE, "direct"),
+    ]
+    .into_iter()
+    .map(|(name, kind)| WantedExchange {
+        name: name.to_owned(),
+        kind,
+    })
+    .collect();
     let mut wanted_queues: Vec<WantedQueue> = audit_dead
         .into_iter()
         .map(|(name, kind)| WantedQueue {
@@ -222,6 +250,56 @@ pub(crate) fn wanted(
         exchanges,
         queues: wanted_queues,
     })
+}
+
+/// The access plan's spec from a spec file: its node (the global `--node` wins, else the
+/// file's, else `default_node`), its modules with their patterns, and its `[access]` table.
+pub(crate) fn access_spec(
+    path: &Path,
+    node: Option<Name>,
+    default_node: impl FnOnce() -> anyhow::Result<Name>,
+) -> anyhow::Result<AccessSpec> {
+    let file = read_spec(path)?;
+    let node = match (node, &file.node) {
+        (Some(node), _) => node,
+        (None, Some(text)) => Name::parse(text).coded(Code::Usage, || {
+            format!("invalid node `{text}` in the spec file")
+        })?,
+        (None, None) => default_node()?,
+    };
+    let table = file.access.unwrap_or_default();
+    let prefix = table.user_prefix.unwrap_or_default();
+    if prefix.len() > MAX_USER_PREFIX_LEN || prefix.chars().any(char::is_control) {
+        return Err(fail(
+            Code::Usage,
+            format!(
+                "invalid user_prefix in the spec file: at most {MAX_USER_PREFIX_LEN} bytes, no \
+                 control character"
+            ),
+        ));
+    }
+    let mut spec = AccessSpec::new(node)
+        .user_prefix(prefix)
+        .node_user(table.node_user.unwrap_or(true));
+    for context in &table.contexts {
+        let name = Name::parse(context).coded(Code::Usage, || {
+            format!("invalid context name `{context}` in the spec file")
+        })?;
+        spec = spec.context(name);
+    }
+    for module in file.modules {
+        let name = Name::parse(&module.name).coded(Code::Usage, || {
+            format!("invalid module name `{}`", module.name)
+        })?;
+        let mut patterns = Vec::new();
+        for pattern in &module.patterns {
+            patterns.push(TopicPattern::parse(pattern).coded(Code::Usage, || {
+                format!("invalid pattern `{pattern}` of module `{name}`")
+            })?);
+        }
+        spec = spec.module(name, patterns);
+    }
+    Ok(spec)
 }
 
 fn read_spec(path: &Path) -> anyhow::Result<SpecFile> {
@@ -266,7 +344,17 @@ mod tests {
     fn the_base_is_always_wanted() {
         let wanted = wanted(&args(&[], &[]), None, node(), no_default).unwrap();
         let names: Vec<_> = wanted.exchanges.iter().map(|e| e.name.as_str()).collect();
-        assert_eq!(names, ["mesh.events", "mesh.rpc", "mesh.events.dead"]);
+        assert_eq!(
+            names,
+            [
+                "mesh.events",
+                "mesh.rpc",
+                "mesh.events.dead",
+                "mesh.retry",
+                "mesh.reply"
+            ]
+        );
+        assert_eq!(wanted.exchanges[4].kind, "direct");
         // `mesh.dead-letters` is retired: no queue is wanted for dead letters by default.
         assert!(wanted.queues.is_empty());
     }
@@ -376,6 +464,28 @@ mod tests {
         a.spec = Some(json_path);
         let wanted = super::wanted(&a, None, node(), no_default).unwrap();
         assert!(wanted.queues.iter().any(|q| q.name == "anchor.m.events"));
+
+        // The `[access]` table is read by `mesh access` and allowed by `topology`.
+        let access_path = dir.join("access.toml");
+        std::fs::write(
+            &access_path,
+            "node = \"n1\"\n[access]\nuser_prefix = \"acme/\"\ncontexts = [\"ctx\"]\nnode_user = false\n[[modules]]\nname = \"billing\"\npatterns = [\"module.umami.#\"]\n",
+        )
+        .unwrap();
+        a.spec = Some(access_path.clone());
+        assert!(super::wanted(&a, None, None, no_default).is_ok());
+        let spec = access_spec(&access_path, None, no_default).unwrap();
+        let users: Vec<String> = mesh::amqp::access::grants(&spec)
+            .into_iter()
+            .map(|g| g.user)
+            .collect();
+        assert_eq!(
+            users,
+            ["acme/operator", "acme/mesh.ctx", "acme/module.billing"]
+        );
+        std::fs::write(&access_path, "[access]\nuser_prefix = \"a\\nb\"\n").unwrap();
+        let error = access_spec(&access_path, node(), no_default).unwrap_err();
+        assert_eq!(crate::exit::classify(&error), Code::Usage);
 
         let bad_path = dir.join("bad.toml");
         std::fs::write(&bad_path, "modules = 3").unwrap();

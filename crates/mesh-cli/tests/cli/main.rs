@@ -1,6 +1,7 @@
 //! Integration tests: the real `mesh` binary against RabbitMQ, each test in a vhost of its
 //! own (`mesh_testkit::TestVhost`), every wait bounded.
 
+mod access;
 mod audit;
 mod call;
 mod emit_tail;

@@ -200,8 +200,8 @@ async fn apply_creates_everything_on_an_empty_vhost_and_removes_unwanted_binding
     let spec = spec.to_str().unwrap().to_owned();
     let output = run(Some(&url), &["topology", "plan", "--json", "--spec", &spec]).await;
     assert_code(&output, 0);
-    // 3 exchanges, 1 queue, 2 bindings (no `mesh.dead-letters`: it is retired).
-    assert_eq!(json(&output)["differences"].as_array().unwrap().len(), 6);
+    // 5 exchanges, 1 queue, 2 bindings (no `mesh.dead-letters`: it is retired).
+    assert_eq!(json(&output)["differences"].as_array().unwrap().len(), 8);
     let output = run(Some(&url), &["topology", "apply", "--spec", &spec]).await;
     assert_code(&output, 0);
     let output = run(
