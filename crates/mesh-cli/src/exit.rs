@@ -31,8 +31,12 @@ pub(crate) enum Code {
     NotConfirmed,
     /// 8: RabbitMQ's management HTTP API cannot be reached.
     NoManagement,
-    /// 9: `topology plan --check`: the broker differs from the contract.
+    /// 9: `topology plan --check`, `access plan --check`: the broker differs from the
+    /// contract or the access plan.
     Drift,
+    /// 10: the broker refused this user the operation (a permission: a key it may not
+    /// publish, a queue it may not read, the default exchange; see docs/SECURITY.md).
+    Forbidden,
 }
 
 impl Code {
@@ -49,6 +53,7 @@ impl Code {
             Code::NotConfirmed => 7,
             Code::NoManagement => 8,
             Code::Drift => 9,
+            Code::Forbidden => 10,
         }
     }
 
@@ -65,6 +70,7 @@ impl Code {
             Code::NotConfirmed => "not-confirmed",
             Code::NoManagement => "no-management",
             Code::Drift => "drift",
+            Code::Forbidden => "forbidden",
         }
     }
 }
@@ -89,7 +95,9 @@ Exit codes:
   6  call: the tool answered with an error
   7  emit: at least one event was not confirmed by the broker
   8  the RabbitMQ management API is unreachable (topology, status)
-  9  topology plan --check: the broker differs from the contract"
+  9  topology plan --check, access plan --check: the broker differs from the contract
+     or the access plan
+  10  forbidden: the broker refused this user the operation (its permissions)"
     };
 }
 
@@ -137,6 +145,11 @@ pub(crate) fn fail(code: Code, message: impl Into<String>) -> anyhow::Error {
 
 /// The exit code of a failed command.
 pub(crate) fn classify(error: &anyhow::Error) -> Code {
+    // A refusal by the broker's permissions says more than any code a command gave the
+    // failure around it (`emit`'s "not confirmed", say).
+    if is_forbidden(error) {
+        return Code::Forbidden;
+    }
     if let Some(coded) = error.downcast_ref::<Coded>() {
         return coded.code;
     }
@@ -160,6 +173,21 @@ pub(crate) fn classify(error: &anyhow::Error) -> Code {
         }
     }
     Code::Error
+}
+
+/// Whether the broker refused this user the operation, somewhere in the error's chain.
+fn is_forbidden(error: &anyhow::Error) -> bool {
+    let forbidden = |kind: Option<&mesh::TransportErrorKind>| {
+        matches!(kind, Some(mesh::TransportErrorKind::Forbidden { .. }))
+    };
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<mesh::Error>()
+            .is_some_and(|e| forbidden(e.transport_kind()))
+            || cause
+                .downcast_ref::<mesh::core::TransportError>()
+                .is_some_and(|e| forbidden(Some(e.kind())))
+    })
 }
 
 /// Whether the error is a closed output pipe (`mesh tail | head -1`), which is success.
@@ -206,6 +234,30 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_by_permissions_is_forbidden_whatever_code_surrounds_it() {
+        let refused = mesh::core::TransportError::new(
+            mesh::TransportErrorKind::Forbidden {
+                refused: "write access to topic 'module.billing.x' in exchange 'mesh.events' \
+                          in vhost '/' refused for user 'module.umami'"
+                    .into(),
+            },
+            "publishing",
+        );
+        let error = Err::<(), _>(refused)
+            .coded(Code::NotConfirmed, || "not confirmed".into())
+            .unwrap_err();
+        assert_eq!(classify(&error), Code::Forbidden);
+        assert_eq!(Code::Forbidden.value(), 10);
+        let other = Err::<(), _>(mesh::core::TransportError::new(
+            mesh::TransportErrorKind::Nacked,
+            "publishing",
+        ))
+        .coded(Code::NotConfirmed, || "not confirmed".into())
+        .unwrap_err();
+        assert_eq!(classify(&other), Code::NotConfirmed);
+    }
+
+    #[test]
     fn codes_are_distinct() {
         let all = [
             Code::Ok,
@@ -218,6 +270,7 @@ mod tests {
             Code::NotConfirmed,
             Code::NoManagement,
             Code::Drift,
+            Code::Forbidden,
         ];
         for (i, a) in all.iter().enumerate() {
             assert!(exit_table!().contains(&format!("  {}  ", a.value())));

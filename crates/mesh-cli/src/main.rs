@@ -33,6 +33,7 @@
 //! | 7 | `emit`: at least one event was not confirmed by the broker |
 //! | 8 | the RabbitMQ management API is unreachable (`topology`, `access`, `status`) |
 //! | 9 | `topology plan --check`, `access plan --check`: the broker differs from the contract or the access plan |
+//! | 10 | forbidden: the broker refused this user the operation (its permissions: a key it may not publish, a queue it may not read, the default exchange) |
 //!
 //! Errors are printed on one line to stderr with their cause chain
 //! (`error: cannot emit `x.y`: invalid key: unknown origin `x`, …`).

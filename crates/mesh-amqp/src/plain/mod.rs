@@ -178,10 +178,15 @@ impl PlainLink {
         self.link.close().await;
     }
 
+    /// Makes sure the exchange exists, declaring it only when it is missing (a module user
+    /// of the access plan may not declare it, see [`crate::declare::ensure_exchange`]).
     async fn declare_exchange(&self) -> Result<(), TransportError> {
-        let declare = self.link.declare_channel().await?;
-        let declared = declare.exchange(&self.exchange).await;
-        declare.close().await;
+        let (declared, declare) =
+            crate::declare::ensure_exchange(None, &self.exchange, || self.link.declare_channel())
+                .await;
+        if let Some(declare) = declare {
+            declare.close().await;
+        }
         declared
     }
 }

@@ -689,6 +689,9 @@ impl Publisher {
     }
 }
 
+/// How the broker names the default exchange (`""`) in its refusals.
+const DEFAULT_EXCHANGE_NAME: &str = "amq.default";
+
 fn closed() -> TransportError {
     TransportError::new(TransportErrorKind::Closed, "publishing")
 }
@@ -1178,7 +1181,14 @@ impl PublishTask {
                     // again and resend.
                     self.redeclare.insert(exchange);
                 } else {
-                    let refused = self.window.refuse_exchange(&exchange);
+                    // The broker names the default exchange `amq.default`; mesh publishes
+                    // to it as `""`.
+                    let refused = self.window.refuse_exchange(&exchange)
+                        + if exchange == DEFAULT_EXCHANGE_NAME {
+                            self.window.refuse_exchange("")
+                        } else {
+                            0
+                        };
                     tracing::warn!(
                         %exchange,
                         refused,

@@ -1,0 +1,421 @@
+//! Identity enforced by the broker, on a private RabbitMQ node (users are global to a broker):
+//! after the access plan is applied, each module's user may only speak as itself, and a
+//! consumer enforcing identity believes an event only from the user owning its key.
+//!
+//! The spec: module `umami` reads `module.shop.#`, module `billing` reads `module.umami.#`;
+//! the node `n1`, and the operator, have their users too. The exchanges are declared by the
+//! operator (here the node's admin), as `mesh topology apply` would.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use amqprs::channel::BasicPublishArguments;
+use amqprs::connection::{Connection, OpenConnectionArguments};
+use amqprs::{BasicProperties, FieldTable, FieldValue};
+use bytes::Bytes;
+use mesh::{Bus, HandlerError, Incoming, RetryPolicy};
+use mesh_amqp::access::{self, AccessSpec, Password, Passwords};
+use mesh_amqp::management::{ManagementClient, ManagementOptions};
+use mesh_amqp::{AmqpOptions, AmqpTransport};
+use mesh_core::codec::{self, DeadReason};
+use mesh_core::{
+    Name, PublishOptions, QueueSpec, ServeSpec, SubscriptionSpec, Target, TopicPattern,
+    TransportErrorKind, WireMessage,
+};
+use mesh_testkit::{eventually, Ledger, NodeOptions, PrivateNode};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Broker {
+    node: PrivateNode,
+    /// Every planned user's password (generated for this run).
+    passwords: HashMap<String, String>,
+}
+
+impl Broker {
+    /// A private node with the access plan applied, and every user's password.
+    async fn start() -> Broker {
+        let node = PrivateNode::start(NodeOptions::default().management(true))
+            .await
+            .expect("a private RabbitMQ node (rabbitmq-server must be installed)");
+        // The operator declares the exchanges; module users may not.
+        let admin = AmqpTransport::connect(node.url().parse().expect("the node's URL"))
+            .await
+            .expect("the admin connects");
+        admin.close().await;
+
+        let management = format!(
+            "http://127.0.0.1:{}",
+            node.management_port().expect("management enabled")
+        );
+        let client = ManagementClient::new(
+            &ManagementOptions::new(management).credentials("guest", "guest"),
+        )
+        .expect("a management client");
+        let spec = AccessSpec::new(Name::parse("n1").unwrap())
+            .module(
+                Name::parse("umami").unwrap(),
+                [TopicPattern::parse("module.shop.#").unwrap()],
+            )
+            .module(
+                Name::parse("billing").unwrap(),
+                [TopicPattern::parse("module.umami.#").unwrap()],
+            );
+        let grants = access::grants(&spec);
+        let passwords: HashMap<String, String> = grants
+            .iter()
+            .map(|grant| {
+                (
+                    grant.user.clone(),
+                    uuid::Uuid::new_v4().simple().to_string(),
+                )
+            })
+            .collect();
+        let mut planned = Passwords::new();
+        for (user, password) in &passwords {
+            planned.insert(user.clone(), Password::new(password.clone()));
+        }
+        // The management listener may come up a moment after the node reports booted.
+        let broker = eventually(WAIT, "the management API answers", || {
+            let client = client.clone();
+            async move { access::read(&client, "/").await.ok() }
+        })
+        .await;
+        let plan = access::plan(&grants, &broker, &planned, "");
+        access::apply(&client, "/", &grants, &plan, &planned)
+            .await
+            .expect("the access plan is applied");
+        Broker { node, passwords }
+    }
+
+    fn password(&self, user: &str) -> String {
+        self.passwords.get(user).expect("a planned user").clone()
+    }
+
+    fn options(&self, user: &str) -> AmqpOptions {
+        let options: AmqpOptions = self.node.url().parse().expect("the node's URL");
+        options
+            .credentials(user, self.password(user))
+            .connection_name(format!("identity-{user}"))
+    }
+
+    async fn transport(&self, user: &str) -> AmqpTransport {
+        AmqpTransport::connect(self.options(user))
+            .await
+            .unwrap_or_else(|e| panic!("{user} connects: {e}"))
+    }
+
+    /// A raw client as `user`, with no mesh in between.
+    async fn raw(&self, user: &str) -> (Connection, amqprs::channel::Channel) {
+        let args =
+            OpenConnectionArguments::new("127.0.0.1", self.node.port(), user, &self.password(user));
+        let connection = Connection::open(&args).await.expect("raw connection");
+        let channel = connection.open_channel(None).await.expect("raw channel");
+        (connection, channel)
+    }
+}
+
+fn event(key: &str, source: &str) -> WireMessage {
+    let mut message = WireMessage::new(key, "{}");
+    let headers = &mut message.properties.headers;
+    headers.insert(
+        codec::EVENT_ID.into(),
+        uuid::Uuid::new_v4().to_string().into(),
+    );
+    headers.insert(codec::SOURCE.into(), source.into());
+    headers.insert(codec::NODE.into(), "n1".into());
+    headers.insert(codec::TIME.into(), "2026-12-02T00:00:00Z".into());
+    message.properties.content_type = Some("application/json".into());
+    message.properties.persistent = true;
+    message
+}
+
+fn forbidden(kind: &TransportErrorKind) -> bool {
+    matches!(kind, TransportErrorKind::Forbidden { .. })
+}
+
+fn spec(queue: &str, patterns: &[&str]) -> SubscriptionSpec {
+    SubscriptionSpec {
+        queue: QueueSpec::Durable {
+            name: queue.to_owned(),
+        },
+        patterns: patterns
+            .iter()
+            .map(|p| TopicPattern::parse(p).unwrap())
+            .collect(),
+        prefetch: 8,
+        retry_delays: vec![Duration::from_millis(200)],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_speaks_only_as_itself_and_the_broker_refuses_the_rest() {
+    let broker = Broker::start().await;
+
+    // billing reads umami's events: every confirmed one must arrive.
+    let ledger = Arc::new(Ledger::new());
+    let billing = {
+        let ledger = ledger.clone();
+        Bus::builder()
+            .node("n1")
+            .module("billing")
+            .enforce_identity(true)
+            .on_raw(["module.umami.#"], move |incoming: Incoming<Bytes>| {
+                let ledger = ledger.clone();
+                async move {
+                    ledger.handled(incoming.meta.id.to_string());
+                    Ok::<(), HandlerError>(())
+                }
+            })
+            .start(Arc::new(broker.transport("module.billing").await))
+            .await
+            .expect("billing starts as its own user")
+    };
+
+    // umami publishes its own events with one of billing's in the middle of the window: the
+    // broker refuses that one (Forbidden, not resent); the rest are confirmed and arrive.
+    let umami = broker.transport("module.umami").await;
+    let mut publishes = Vec::new();
+    for i in 0..40 {
+        let key = if i == 20 {
+            "module.billing.invoice.paid".to_owned()
+        } else {
+            format!("module.umami.site.n{i}")
+        };
+        let source = if i == 20 { "billing" } else { "umami" };
+        let message = event(&key, source);
+        let id = message
+            .header(codec::EVENT_ID)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned();
+        ledger.attempted(id.clone());
+        let confirm = umami
+            .publish(message, PublishOptions::default())
+            .await
+            .expect("accepted into the window");
+        publishes.push((key, id, confirm));
+    }
+    let mut refused = 0;
+    for (key, id, confirm) in publishes {
+        match confirm.await {
+            Ok(()) => ledger.confirmed(id),
+            Err(error) if key.starts_with("module.billing.") => {
+                assert!(forbidden(error.kind()), "{error}");
+                assert!(
+                    error.to_string().contains("module.billing.invoice.paid"),
+                    "{error}"
+                );
+                refused += 1;
+            }
+            Err(error) => panic!("umami's own `{key}` failed: {error}"),
+        }
+    }
+    assert_eq!(refused, 1);
+    // Through the SDK with a forced identity: a bus told it is billing, on umami's user.
+    let forced = Bus::builder()
+        .node("n1")
+        .module("billing")
+        .start(Arc::new(umami.clone()))
+        .await
+        .expect("a publishing bus starts");
+    let error = forced
+        .emit_json("invoice.paid", &serde_json::json!({}))
+        .await
+        .expect_err("the broker refuses billing's key from umami");
+    assert!(error.transport_kind().is_some_and(forbidden), "{error}");
+    // And umami still emits its own afterwards.
+    let own = Bus::builder()
+        .node("n1")
+        .module("umami")
+        .start(Arc::new(umami.clone()))
+        .await
+        .expect("umami's bus starts");
+    let id = own
+        .emit_json("site.created", &serde_json::json!({"id": 1}))
+        .await
+        .expect("umami emits its own event after the refusals");
+    ledger.attempted(id.to_string());
+    ledger.confirmed(id.to_string());
+    ledger.wait_all_handled(WAIT).await.assert_clean();
+
+    // What umami's user may not do, each refused by the broker.
+    let refusal =
+        |what: &str, result: Result<mesh_core::Subscription, mesh_core::TransportError>| {
+            match result {
+                Err(error) => assert!(forbidden(error.kind()), "{what}: {error}"),
+                Ok(_) => panic!("{what} was allowed"),
+            }
+        };
+    refusal(
+        "consuming billing's queue",
+        umami
+            .subscribe(spec("n1.billing.events", &["module.umami.#"]))
+            .await,
+    );
+    refusal(
+        "binding umami's queue to billing's events",
+        umami
+            .subscribe(spec("n1.umami.events", &["module.billing.#"]))
+            .await,
+    );
+    refusal(
+        "serving a billing tool",
+        umami
+            .serve(ServeSpec {
+                tool: mesh_core::ToolKey::parse("billing.invoices.create").unwrap(),
+                prefetch: 1,
+            })
+            .await,
+    );
+    let error = umami
+        .publish(
+            event("module.umami.site.x", "umami"),
+            PublishOptions {
+                target: Target::Queue("n1.billing.events".to_owned()),
+                ..PublishOptions::default()
+            },
+        )
+        .await
+        .expect("accepted into the window")
+        .await
+        .expect_err("the default exchange is refused");
+    assert!(forbidden(error.kind()), "{error}");
+    assert!(error.to_string().contains("amq.default"), "{error}");
+    // umami's own queue, with the patterns its spec gives, is allowed.
+    drop(
+        umami
+            .subscribe(spec("n1.umami.events", &["module.shop.#"]))
+            .await
+            .expect("umami declares and binds its own queue"),
+    );
+
+    own.close().await;
+    forced.close().await;
+    billing.close().await;
+    umami.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_identity_enforced_only_the_owner_s_user_is_believed() {
+    let broker = Broker::start().await;
+    let handled = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let attempts = Arc::new(std::sync::Mutex::new(Vec::<u32>::new()));
+    let billing = {
+        let handled = handled.clone();
+        let attempts = attempts.clone();
+        Bus::builder()
+            .node("n1")
+            .module("billing")
+            .enforce_identity(true)
+            .retry(RetryPolicy::new(3, vec![Duration::from_millis(200)]).unwrap())
+            .on_raw(["module.umami.#"], move |incoming: Incoming<Bytes>| {
+                let handled = handled.clone();
+                let attempts = attempts.clone();
+                async move {
+                    attempts.lock().unwrap().push(incoming.meta.attempt);
+                    // The first try fails: the retry ladder runs on billing's planned
+                    // permissions, and the copy keeps umami as its validated user.
+                    if incoming.meta.attempt == 1 {
+                        return Err(HandlerError::retry(std::io::Error::other("once")));
+                    }
+                    handled.lock().unwrap().push(incoming.meta.key.to_string());
+                    Ok(())
+                }
+            })
+            .start(Arc::new(broker.transport("module.billing").await))
+            .await
+            .expect("billing starts")
+    };
+    let mut dead = billing.dead_letters().await.expect("a tap of dead letters");
+
+    let (connection, channel) = broker.raw("module.umami").await;
+    let publish = |key: &'static str, source: &'static str, user: Option<&str>| {
+        let mut headers = FieldTable::new();
+        for (name, value) in [
+            (codec::EVENT_ID, uuid::Uuid::new_v4().to_string()),
+            (codec::SOURCE, source.to_owned()),
+            (codec::NODE, "n1".to_owned()),
+            (codec::TIME, "2026-12-02T00:00:00Z".to_owned()),
+        ] {
+            headers.insert(
+                name.try_into().unwrap(),
+                FieldValue::S(value.try_into().unwrap()),
+            );
+        }
+        let mut props = BasicProperties::default();
+        props
+            .with_content_type("application/json")
+            .with_delivery_mode(2)
+            .with_headers(headers);
+        if let Some(user) = user {
+            props.with_user_id(user);
+        }
+        let channel = channel.clone();
+        async move {
+            channel
+                .basic_publish(
+                    props,
+                    b"{}".to_vec(),
+                    BasicPublishArguments::new("mesh.events", key),
+                )
+                .await
+                .expect("published");
+        }
+    };
+    // umami's user claiming billing as its source; umami's user with no user-id; then a
+    // genuine one.
+    publish(
+        "module.umami.claims.billing",
+        "billing",
+        Some("module.umami"),
+    )
+    .await;
+    publish("module.umami.no.user", "umami", None).await;
+    // The operator may write anything, but is not umami.
+    let operator = broker.transport("operator").await;
+    operator
+        .publish(
+            event("module.umami.by.operator", "umami"),
+            PublishOptions::default(),
+        )
+        .await
+        .expect("accepted")
+        .await
+        .expect("confirmed: the operator may write any key");
+    publish("module.umami.genuine", "umami", Some("module.umami")).await;
+
+    let mut forged = Vec::new();
+    while forged.len() < 3 {
+        let letter = tokio::time::timeout(WAIT, dead.next())
+            .await
+            .expect("a dead letter in time")
+            .expect("the tap is open");
+        let annotations = letter.dead.clone().expect("mesh's annotations");
+        assert_eq!(annotations.reason, DeadReason::ForgedSource);
+        forged.push(letter.message.routing_key.clone());
+    }
+    forged.sort();
+    assert_eq!(
+        forged,
+        [
+            "module.umami.by.operator",
+            "module.umami.claims.billing",
+            "module.umami.no.user"
+        ]
+    );
+    eventually(WAIT, "the genuine event is handled after a retry", || {
+        let handled = handled.lock().unwrap().clone();
+        async move { (handled == ["module.umami.genuine"]).then_some(()) }
+    })
+    .await;
+    assert_eq!(*attempts.lock().unwrap(), [1, 2]);
+
+    let _ = connection.close().await;
+    operator.close().await;
+    billing.close().await;
+}
