@@ -66,6 +66,9 @@ async fn a_dead_letter_lands_in_every_queue_of_dead_letters_intact() {
         .unwrap();
 
     let delivery = common::next(&mut subscription).await;
+    // Stamped by the publisher: this transport's user.
+    let user = delivery.message.properties.user_id.clone();
+    assert!(user.is_some());
     let mut copy = delivery.message.clone();
     codec::mark_dead(
         &mut copy,
@@ -78,6 +81,14 @@ async fn a_dead_letter_lands_in_every_queue_of_dead_letters_intact() {
         },
     );
     delivery.dead_letter(copy.clone()).await.unwrap();
+    // The dead letter is published by this consumer's user, which the broker validates; the
+    // original publisher's user rides in `x-mesh-user`.
+    assert_eq!(
+        copy.header(codec::USER).and_then(|v| v.as_str()),
+        user.as_deref()
+    );
+    assert_eq!(copy.properties.user_id, None);
+    copy.properties.user_id = user;
 
     // The tap has its copy too: it takes nothing from the durable reader.
     let tapped = common::next(&mut tap).await;
