@@ -35,6 +35,9 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 pub(crate) struct CloseSlot {
     close: Arc<Mutex<Option<BrokerClose>>>,
     stopped: Arc<Notify>,
+    /// Set while a passive declare asks whether something exists: a `404 NOT_FOUND` close
+    /// is then an answer, not a fault, and is neither counted nor reported.
+    probing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl CloseSlot {
@@ -77,6 +80,13 @@ impl ChannelCallback for CloseCatcher {
             code: close.reply_code(),
             text: close.reply_text().clone(),
         };
+        if close.code == code::NOT_FOUND
+            && self.slot.probing.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::debug!(role = self.role, text = %close.text, "not found (a passive declare)");
+            self.slot.closed(close);
+            return Ok(());
+        }
         let counters = &self.shared.counters;
         Counters::bump(&counters.channel_closes);
         if is_unknown_delivery_tag(&close) {
@@ -385,14 +395,30 @@ impl DeclareChannel {
         let mut args = ExchangeDeclareArguments::new(name, "topic");
         args.passive = true;
         let context = format!("looking for exchange `{name}`");
-        match within(self.channel.exchange_declare(args), &context).await? {
-            Ok(()) => Ok(true),
-            Err(err) => match self.close_of_failed_call().await {
-                Some(close) if close.code == code::NOT_FOUND => Ok(false),
-                Some(close) => Err(from_close(close, &context)),
-                None => Err(from_client(err, &context)),
-            },
-        }
+        self.closed
+            .probing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let answer = within(self.channel.exchange_declare(args), &context).await;
+        let answer = match answer {
+            Ok(Err(err)) => {
+                // The close, if any, comes while still probing.
+                let close = self.close_of_failed_call().await;
+                self.closed
+                    .probing
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+                return match close {
+                    Some(close) if close.code == code::NOT_FOUND => Ok(false),
+                    Some(close) => Err(from_close(close, &context)),
+                    None => Err(from_client(err, &context)),
+                };
+            }
+            other => other,
+        };
+        self.closed
+            .probing
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        // Here the declare succeeded, or the broker did not answer in time.
+        answer.map(|_| true)
     }
 
     /// Whether the channel is still open (a refused declaration closes it).

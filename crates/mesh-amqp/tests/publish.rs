@@ -229,6 +229,10 @@ async fn properties_and_every_header_type_survive_the_broker() {
         .await
         .unwrap();
     let delivery = common::next(&mut subscription).await;
+    // The publisher names itself: `user-id` is the connection's user, which the broker
+    // checked.
+    let mut message = message;
+    message.properties.user_id = Some(common::options(&vhost, "headers").get_user().to_owned());
     assert_eq!(delivery.message, message);
     assert!(!delivery.redelivered);
     delivery.ack().await.unwrap();

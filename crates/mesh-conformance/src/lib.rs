@@ -13,10 +13,48 @@ use mesh_core::Transport;
 
 pub mod scenarios;
 
+/// Who a transport of the suite connects as. On a broker with users (RabbitMQ), each gets
+/// the user the access plan gives it for [`SUITE_NODE`] and [`SUITE_MODULES`], with exactly
+/// the planned permissions; a broker without users ignores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role<'a> {
+    /// A module of [`SUITE_MODULES`].
+    Module(&'a str),
+    /// The audit logger of [`SUITE_NODE`].
+    AuditLogger,
+    /// The operator: transport-level checks that play several modules at once.
+    Operator,
+}
+
+/// The node every scenario runs on.
+pub const SUITE_NODE: &str = "n1";
+
+/// The suite's modules and the patterns each binds: the `[[modules]]` of the suite's spec
+/// file, from which the access plan gives each module its user. A scenario that binds a
+/// pattern not listed here is refused by the broker.
+pub const SUITE_MODULES: &[(&str, &[&str])] = &[
+    // An ephemeral listener binds like a consumer queue: its patterns are in the spec too.
+    ("src", &["module.src.note.#"]),
+    ("client", &[]),
+    ("calc", &[]),
+    ("worker", &["module.src.job.#", "module.src.task.#"]),
+    (
+        "m",
+        &[
+            "module.src.a.*",
+            "module.src.b.#",
+            "module.src.flaky.#",
+            "module.src.#",
+            "module.src.thing.made",
+        ],
+    ),
+    ("sink", &["module.src.#"]),
+];
+
 /// An isolated broker the suite can connect to and inspect.
 pub trait Harness: Send + Sync + 'static {
-    /// A new connection (transport) to this harness's broker.
-    fn transport(&self) -> BoxFuture<'_, Arc<dyn Transport>>;
+    /// A new connection (transport) to this harness's broker, as `role`.
+    fn transport(&self, role: Role<'_>) -> BoxFuture<'_, Arc<dyn Transport>>;
 
     /// The names of the queues the broker holds now.
     fn queues(&self) -> BoxFuture<'_, Vec<String>>;
@@ -39,7 +77,7 @@ impl MemoryHarness {
 }
 
 impl Harness for MemoryHarness {
-    fn transport(&self) -> BoxFuture<'_, Arc<dyn Transport>> {
+    fn transport(&self, _role: Role<'_>) -> BoxFuture<'_, Arc<dyn Transport>> {
         let transport: Arc<dyn Transport> = Arc::new(self.broker.transport());
         Box::pin(std::future::ready(transport))
     }

@@ -16,7 +16,7 @@ use mesh_core::{PublishOptions, WireMessage};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-use crate::Harness;
+use crate::{Harness, Role};
 
 /// How long any single wait may take before the scenario fails.
 const WAIT: Duration = Duration::from_secs(60);
@@ -115,7 +115,7 @@ async fn emitter(harness: &dyn Harness, module: &str) -> Bus {
     Bus::builder()
         .node("n1")
         .module(module)
-        .start(harness.transport().await)
+        .start(harness.transport(Role::Module(module)).await)
         .await
         .expect("emitter starts")
 }
@@ -138,7 +138,7 @@ pub async fn competing_consumers_get_each_event_once(harness: &dyn Harness) {
                 per_worker.hit(worker.to_string());
                 async { Ok(()) }
             })
-            .start(harness.transport().await)
+            .start(harness.transport(Role::Module("worker")).await)
             .await
             .expect("worker starts");
         workers.push(bus);
@@ -187,7 +187,7 @@ pub async fn handlers_of_one_module_share_one_queue(harness: &dyn Harness) {
             tb.hit(i.meta.key.to_string());
             async { Ok(()) }
         })
-        .start(harness.transport().await)
+        .start(harness.transport(Role::Module("m")).await)
         .await
         .expect("bus starts");
     let src = emitter(harness, "src").await;
@@ -225,7 +225,7 @@ pub async fn handlers_of_one_module_share_one_queue(harness: &dyn Harness) {
 }
 
 /// A durable queue of dead letters some scenarios bind to see that nothing died.
-const WATCH_DEAD: &str = "watch.audit-logger.dead";
+const WATCH_DEAD: &str = "n1.audit-logger.dead";
 
 /// A handler that fails twice then succeeds is called 3 times and the event is acked.
 pub async fn a_handler_that_fails_twice_is_called_three_times(harness: &dyn Harness) {
@@ -248,13 +248,13 @@ pub async fn a_handler_that_fails_twice_is_called_three_times(harness: &dyn Harn
                 }
             }
         })
-        .start(harness.transport().await)
+        .start(harness.transport(Role::Module("m")).await)
         .await
         .expect("bus starts");
     // A durable queue of dead letters, bound before the event: it would keep one.
     drop(
         harness
-            .transport()
+            .transport(Role::AuditLogger)
             .await
             .subscribe(mesh_core::SubscriptionSpec {
                 queue: mesh_core::QueueSpec::DeadLetters(mesh_core::DeadQueue::Durable {
@@ -319,7 +319,7 @@ pub async fn a_handler_that_always_fails_is_dead_lettered_after_max_attempts(
                 }
             }
         })
-        .start(harness.transport().await)
+        .start(harness.transport(Role::Module("m")).await)
         .await
         .expect("bus starts");
     let src = emitter(harness, "src").await;
@@ -381,7 +381,7 @@ pub async fn a_permanent_error_dead_letters_after_one_call(harness: &dyn Harness
             counted.fetch_add(1, Ordering::SeqCst);
             async { Err(mesh::HandlerError::permanent("invariant broken")) }
         })
-        .start(harness.transport().await)
+        .start(harness.transport(Role::Module("m")).await)
         .await
         .expect("bus starts");
     let src = emitter(harness, "src").await;
@@ -415,12 +415,12 @@ pub async fn an_undecodable_message_is_dead_lettered(harness: &dyn Harness) {
             counted.hit(i.meta.key.to_string());
             async { Ok(()) }
         })
-        .start(harness.transport().await)
+        .start(harness.transport(Role::Module("m")).await)
         .await
         .expect("bus starts");
     let src = emitter(harness, "src").await;
     let mut dead = src.dead_letters().await.expect("dead letters");
-    let raw = harness.transport().await;
+    let raw = harness.transport(Role::Module("src")).await;
 
     let good = event("module.src.raw.event", "src");
     let mut no_id = mesh_core::codec::encode(&good);
@@ -498,7 +498,7 @@ pub async fn an_unread_schema_version_is_dead_lettered(harness: &dyn Harness) {
             counted.fetch_add(1, Ordering::SeqCst);
             async { Ok(()) }
         })
-        .start(harness.transport().await)
+        .start(harness.transport(Role::Module("m")).await)
         .await
         .expect("bus starts");
     let src = emitter(harness, "src").await;
@@ -619,7 +619,7 @@ pub async fn drain_waits_for_an_in_flight_handler(harness: &dyn Harness) {
                 Ok(())
             }
         })
-        .start(harness.transport().await)
+        .start(harness.transport(Role::Module("m")).await)
         .await
         .expect("bus starts");
     let src = emitter(harness, "src").await;
@@ -668,7 +668,7 @@ pub async fn drain_confirms_emits_nobody_awaited(harness: &dyn Harness) {
             tally.hit("burst");
             std::future::ready(Ok(()))
         })
-        .start(harness.transport().await)
+        .start(harness.transport(Role::Module("sink")).await)
         .await
         .expect("bus starts");
     // One emitter drops every `PendingEmit` at once; drain waits for their confirms.
@@ -717,7 +717,7 @@ pub async fn dedup_runs_the_effect_once(harness: &dyn Harness) {
             counted.hit(i.meta.key.to_string());
             deduped(i)
         })
-        .start(harness.transport().await)
+        .start(harness.transport(Role::Module("m")).await)
         .await
         .expect("bus starts");
     let src = emitter(harness, "src").await;
@@ -762,7 +762,7 @@ async fn calculator(harness: &dyn Harness) -> Bus {
                 Ok(req.a + req.b)
             }
         })
-        .start(harness.transport().await)
+        .start(harness.transport(Role::Module("calc")).await)
         .await
         .expect("server starts")
 }
@@ -838,7 +838,7 @@ pub async fn shared_workers_on_two_nodes_compete_on_one_queue(harness: &dyn Harn
                 per_node.hit(node);
                 async { Ok(()) }
             })
-            .start(harness.transport().await)
+            .start(harness.transport(Role::Module("worker")).await)
             .await
             .expect("worker starts");
         workers.push(bus);
@@ -876,7 +876,8 @@ pub async fn ack_all_settles_exactly_the_deliveries_given(harness: &dyn Harness)
     use mesh_core::{Delivery, QueueSpec, SubscriptionSpec, TopicPattern};
 
     const EVENTS: usize = 40;
-    let transport = harness.transport().await;
+    // One transport plays two consumer modules and an emitter: the operator's.
+    let transport = harness.transport(Role::Operator).await;
     let mut subscriptions = Vec::new();
     for queue in ["n1.batch-a.events", "n1.batch-b.events"] {
         let subscription = transport

@@ -191,6 +191,9 @@ pub struct TestVhost {
     broker: BrokerUrl,
     addr: SocketAddr,
     deleted: bool,
+    /// Users made for this vhost's test ([`TestVhost::own_user`]), deleted with it (users
+    /// are global to a broker).
+    users: Vec<String>,
 }
 
 impl TestVhost {
@@ -223,6 +226,7 @@ impl TestVhost {
             broker,
             addr,
             deleted: false,
+            users: Vec::new(),
         };
         let user = percent_decode(&vhost.broker.user);
         rabbitmqctl(
@@ -251,6 +255,21 @@ impl TestVhost {
     /// as in `MESH_TEST_AMQP_URL`).
     pub fn url(&self) -> String {
         self.broker.with_vhost(&self.name)
+    }
+
+    /// Takes charge of a user made for this test (users are global to a broker): it is
+    /// deleted with the vhost. Give such users a name starting with the vhost's, so no two
+    /// tests share one.
+    pub fn own_user(&mut self, name: impl Into<String>) {
+        self.users.push(name.into());
+    }
+
+    /// The URL of this vhost as `user` with `password` (percent-encoded here).
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        let mut broker = self.broker.clone();
+        broker.user = percent_encode(user);
+        broker.password = percent_encode(password);
+        broker.with_vhost(&self.name)
     }
 
     /// The broker's address as resolved and found reachable at creation, e.g. to put a
@@ -309,6 +328,11 @@ impl TestVhost {
     /// Deletes the vhost now, reporting failure (drop only logs it).
     pub async fn delete(mut self) -> anyhow::Result<()> {
         self.deleted = true;
+        for user in std::mem::take(&mut self.users) {
+            rabbitmqctl(shared_node_name().as_deref(), &["delete_user", &user])
+                .await
+                .with_context(|| format!("deleting user {user}"))?;
+        }
         rabbitmqctl(shared_node_name().as_deref(), &["delete_vhost", &self.name])
             .await
             .map(|_| ())
@@ -318,6 +342,12 @@ impl TestVhost {
 
 impl Drop for TestVhost {
     fn drop(&mut self) {
+        for user in std::mem::take(&mut self.users) {
+            let node = shared_node_name();
+            if let Err(e) = rabbitmqctl_blocking(node.as_deref(), &["delete_user", &user]) {
+                eprintln!("mesh-testkit: could not delete user {user}: {e:#}");
+            }
+        }
         if self.deleted {
             return;
         }
