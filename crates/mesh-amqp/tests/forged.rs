@@ -88,8 +88,8 @@ async fn forged_mesh_headers_are_dropped_and_a_retry_copy_keeps_its_own() {
     );
     assert_eq!(codec::attempts(&delivery.message), 0);
 
-    // mesh's own retry copy travels under the delay queue's name and comes back through the
-    // default exchange: its key and counter are mesh's, and believed.
+    // mesh's own retry copy travels under the retry queue's name and comes back through
+    // `mesh.retry`: its key and counter are mesh's, and believed.
     let mut copy = delivery.message.clone();
     codec::set_attempts(&mut copy, 1);
     delivery.retry(copy, 0).await.unwrap();

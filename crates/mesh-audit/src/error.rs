@@ -25,7 +25,7 @@ pub enum ErrorKind {
     /// A dead letter cannot be re-driven: it does not say which consumer's queue failed.
     NotRedrivable,
     /// A dead letter names a queue that is not a mesh consumer queue (`<node>.<module>.events`
-    /// or `shared.<module>.events`): a serve queue, a delay queue, one of mesh's own or any
+    /// or `shared.<module>.events`): a serve queue, a retry queue, one of mesh's own or any
     /// other. It is never re-driven there, whatever its headers say.
     ForeignQueue,
     /// A stored row holds a value this version cannot read (a timestamp, an id).

@@ -13,7 +13,7 @@
 //! The queue comes from the dead letter's `x-mesh-dead-queue` header, which anyone able to
 //! publish to `mesh.events.dead` can write. So a dead letter is re-driven only to a mesh
 //! consumer queue, `<node>.<module>.events` or `shared.<module>.events`
-//! ([`naming::is_consumer_queue`]), never to a serve queue, a delay queue, one of mesh's own
+//! ([`naming::is_consumer_queue`]), never to a serve queue, a retry queue, one of mesh's own
 //! queues or any other name: such a dead letter fails with [`ErrorKind::ForeignQueue`] and
 //! nothing is published. The publish is mandatory, so a consumer queue that does not exist
 //! fails too (unroutable) instead of dropping the message.

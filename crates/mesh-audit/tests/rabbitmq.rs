@@ -459,7 +459,7 @@ async fn queue_messages(vhost: &TestVhost, name: &str) -> Option<u64> {
 
 /// Two loggers on two nodes with stores of their own, one of them down while the dead
 /// letters are made, and a module tapping them: each store ends up with all 100 and the tap
-/// saw them. Then forged dead letters naming a serve queue, a delay queue and a foreign
+/// saw them. Then forged dead letters naming a serve queue, a retry queue and a foreign
 /// queue (all existing) are refused by a re-drive and a dry run, nothing reaching them,
 /// while a genuine one still goes back to its consumer queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -548,7 +548,7 @@ async fn every_logger_records_every_dead_letter_and_redrive_goes_only_to_consume
 
     // Forged dead letters naming queues that exist but are no consumer's.
     let raw = transport(&url).await?;
-    let foreign = ["serve.x", "n1.billing.events.delay.1s", "foreign-queue"];
+    let foreign = ["serve.x", "n1.billing.events.retry.1s", "foreign-queue"];
     for name in ["serve.x", "foreign-queue"] {
         let declared = mesh_core::Transport::subscribe(
             raw.as_ref(),

@@ -482,7 +482,7 @@ A re-driven dead letter keeps its event id, key, body and headers (less the dead
 annotations and the attempt counter) and is published to its consumer's queue only, which
 starts afresh with its full retry policy. Only a mesh consumer queue is a target
 (<node>.<module>.events or shared.<module>.events): a dead letter naming any other queue
-(serve.*, a delay queue, mesh.*, anything else) is refused, never published. Exits 1 if any
+(serve.*, a retry queue, mesh.*, anything else) is refused, never published. Exits 1 if any
 could not be re-driven (or, with --dry-run, would be refused).
 
 The audit store owns the re-drive state: loggers writing one database share it. With

@@ -57,8 +57,8 @@ pub const RESERVED_NODES: [&str; 3] = ["mesh", "serve", "amq"];
 
 /// Whether `queue` is a mesh consumer queue: `<node>.<module>.events` (the audit logger's
 /// `<node>.audit-logger.events` included) or `shared.<module>.events`, where node and module
-/// are valid [`Name`]s and the node is none of [`RESERVED_NODES`]. A delay queue
-/// (`<queue>.delay.<step>`), a serve queue, a queue of dead letters or any other name is
+/// are valid [`Name`]s and the node is none of [`RESERVED_NODES`]. A retry queue
+/// (`<queue>.retry.<step>`), a retired delay queue, a serve queue, a queue of dead letters or any other name is
 /// not. This is where a re-driven dead letter may go.
 pub fn is_consumer_queue(queue: &str) -> bool {
     let mut words = queue.split('.');

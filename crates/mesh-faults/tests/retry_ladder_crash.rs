@@ -1,8 +1,9 @@
 //! Scenario f: events waiting in the retry ladder while the node is SIGKILLed and restarted.
 //!
 //! Every event's first attempt fails with a retryable error, so each one waits in the first
-//! delay queue (10 s) when the node is killed. After the restart the copies expire (the
-//! quorum delay queues dead-letter at least once back to the consumer queue), the second
+//! retry queue (10 s) when the node is killed. After the restart the copies expire (the
+//! quorum retry queues dead-letter at least once, through `mesh.retry`, back to the consumer
+//! queue), the second
 //! attempt succeeds for ordinary events, and *poison* events (every tenth) fail again until
 //! the policy gives up and dead-letters them. Every event must end handled or
 //! dead-lettered, none lost, and each in the right one of the two.
@@ -24,12 +25,12 @@ const EVENTS: usize = 1_000;
 /// Every `POISON_EVERY`th event (by sequence number) fails on every attempt.
 const POISON_EVERY: u64 = 10;
 /// The ladder: 3 attempts, waiting 10 s then 2 s between them. The first step is long
-/// enough for every copy to be seen in its delay queue before the node is killed.
+/// enough for every copy to be seen in its retry queue before the node is killed.
 const MAX_ATTEMPTS: u32 = 3;
 const FIRST_DELAY: Duration = Duration::from_secs(10);
 const SECOND_DELAY: Duration = Duration::from_secs(2);
-/// The consumer queue, `<node>.<module>.events`, whose delay queues are
-/// `<queue>.delay.<step>`.
+/// The consumer queue, `<node>.<module>.events`, whose retry queues are
+/// `<queue>.retry.<step>`.
 const QUEUE: &str = "faults.ladder.events";
 /// Any single wait of the scenario before the fault.
 const WAIT: Duration = Duration::from_secs(30);
@@ -144,7 +145,7 @@ async fn events_in_the_retry_ladder_survive_a_broker_crash() {
         .map(|(_, id)| id.to_string())
         .collect();
 
-    // Every event failed its first attempt, and its copy waits in the first delay queue.
+    // Every event failed its first attempt, and its copy waits in the first retry queue.
     eventually(WAIT, "a first attempt of every event", || {
         let seen = first_attempts.lock().unwrap().len();
         async move { (seen >= EVENTS).then_some(()) }
@@ -152,12 +153,12 @@ async fn events_in_the_retry_ladder_survive_a_broker_crash() {
     .await;
     let waiting = eventually(
         FIRST_DELAY - Duration::from_secs(2),
-        "every retry copy in the first delay queue",
+        "every retry copy in the first retry queue",
         || async {
             let queues = node.list_queues(&vhost).await.ok()?;
             let waiting: u64 = queues
                 .iter()
-                .filter(|q| q.name.starts_with(&format!("{QUEUE}.delay.")))
+                .filter(|q| q.name.starts_with(&format!("{QUEUE}.retry.")))
                 .map(|q| q.messages)
                 .sum();
             (waiting >= EVENTS as u64).then_some(waiting)

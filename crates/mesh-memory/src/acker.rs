@@ -148,7 +148,7 @@ impl Acker for AutoAcker {
 }
 
 /// A copy on the retry ladder: after its delay it goes to the tail of its queue, the way a
-/// TTL delay queue dead-letters back to its consumer's queue through the default exchange.
+/// TTL retry queue dead-letters back to its consumer's queue through `mesh.retry`.
 #[derive(Debug)]
 pub(crate) struct DelayedCopy {
     queue: String,

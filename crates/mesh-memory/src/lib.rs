@@ -16,7 +16,7 @@
 //!   puts the message back at the front of its queue, redelivered, its delivery count
 //!   (`x-delivery-count`) incremented;
 //! - the retry ladder as delay timers that put a fresh copy at the tail of the consumer's
-//!   own queue, like TTL delay queues dead-lettering through the default exchange;
+//!   own queue, like TTL retry queues dead-lettering through `mesh.retry`;
 //! - per-message expiration: a message that waited longer is dropped, never delivered;
 //! - exclusive, auto-delete, server-named queues with automatic acks;
 //! - request/reply through `mesh.rpc`, a per-connection reply queue and correlation ids.
