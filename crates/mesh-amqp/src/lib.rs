@@ -15,8 +15,8 @@
 //!
 //! Made sure of at connect (a passive declare, and a declaration only of one that is missing,
 //! so a module user without `configure` permission on them starts): durable topic exchanges
-//! `mesh.events`, `mesh.rpc`, `mesh.events.dead` and `mesh.retry`, and the durable direct
-//! exchange `mesh.reply` (no queue: the shared `mesh.dead-letters` of old is retired, see
+//! `mesh.events`, `mesh.rpc`, `mesh.events.dead`, `mesh.retry` and `mesh.logs`, and the durable
+//! direct exchange `mesh.reply` (no queue: the shared `mesh.dead-letters` of old is retired, see
 //! [`Transport::unbind_retired_dead_queue`](mesh_core::Transport::unbind_retired_dead_queue)).
 //! Per subscription:
 //!

@@ -14,7 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use mesh_core::naming::{
-    self, DEAD_EXCHANGE, EVENTS_EXCHANGE, REPLY_EXCHANGE, RETRY_EXCHANGE, RPC_EXCHANGE,
+    self, DEAD_EXCHANGE, EVENTS_EXCHANGE, LOGS_EXCHANGE, REPLY_EXCHANGE, RETRY_EXCHANGE,
+    RPC_EXCHANGE,
 };
 use mesh_core::{HeaderValue, Headers};
 
@@ -184,14 +185,21 @@ fn queue_type_argument(options: &AmqpOptions) -> Headers {
     arguments
 }
 
-/// What every transport declares at connect: `mesh.events`, `mesh.rpc`, `mesh.events.dead`
-/// and `mesh.retry` (durable topic exchanges) and `mesh.reply` (durable, direct). No queue:
+/// What every transport declares at connect: `mesh.events`, `mesh.rpc`, `mesh.events.dead`,
+/// `mesh.retry` and `mesh.logs` (durable topic exchanges) and `mesh.reply` (durable,
+/// direct). No queue:
 /// each reader of dead letters binds its own to `mesh.events.dead` ([`dead_queue`], or a
 /// server-named tap), so none takes them from another (the shared `mesh.dead-letters` of old
 /// is retired).
 pub(crate) fn base(_options: &AmqpOptions) -> Topology {
     let mut topology = Topology::new();
-    for name in [EVENTS_EXCHANGE, RPC_EXCHANGE, DEAD_EXCHANGE, RETRY_EXCHANGE] {
+    for name in [
+        EVENTS_EXCHANGE,
+        RPC_EXCHANGE,
+        DEAD_EXCHANGE,
+        RETRY_EXCHANGE,
+        LOGS_EXCHANGE,
+    ] {
         topology.add_exchange(exchange(name, "topic"));
     }
     topology.add_exchange(exchange(REPLY_EXCHANGE, "direct"));
@@ -291,6 +299,7 @@ mod tests {
             [
                 "mesh.events",
                 "mesh.events.dead",
+                "mesh.logs",
                 "mesh.reply",
                 "mesh.retry",
                 "mesh.rpc"
@@ -399,6 +408,6 @@ mod tests {
         t.remove_binding(&b);
         assert_eq!(t.bindings_of("q").count(), 0);
         t.merge(base(&AmqpOptions::default()));
-        assert_eq!(t.exchanges().count(), 5);
+        assert_eq!(t.exchanges().count(), 6);
     }
 }

@@ -69,6 +69,7 @@ async fn durable_subscription_declares_exactly_the_contract() {
     let expected: BTreeSet<_> = [
         ("mesh.events", "topic"),
         ("mesh.events.dead", "topic"),
+        ("mesh.logs", "topic"),
         ("mesh.retry", "topic"),
         ("mesh.reply", "direct"),
         ("mesh.rpc", "topic"),

@@ -22,6 +22,10 @@ pub const DEAD_EXCHANGE: &str = "mesh.events.dead";
 /// (rather than the default exchange, which writes into any queue) lets the broker's topic
 /// permissions keep each module to its own retry queues.
 pub const RETRY_EXCHANGE: &str = "mesh.retry";
+/// The logs exchange (topic, durable; its messages are transient): log records, never
+/// events, under `<node>.<source>.<level>` (see `mesh_logs`). Every transport makes sure it
+/// exists with the others, so no module needs `configure` permission to ship its logs.
+pub const LOGS_EXCHANGE: &str = "mesh.logs";
 /// The reply exchange (direct): a caller binds its server-named reply queue on the queue's
 /// own name, and a server publishes the reply here under the request's `reply_to`. It spares
 /// servers the default exchange, which writes into any queue.

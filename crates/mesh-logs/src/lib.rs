@@ -72,11 +72,9 @@ pub use record::{LogRecord, SpanRecord};
 pub use shipper::{start, Logs, LogsOptions, LogsStats, DEFAULT_CAPACITY};
 pub use tail::{tail, tail_with, Tail, TAIL_BUFFER, TAIL_QUEUE_MAX_LENGTH};
 
-/// The logs exchange: topic, durable; its messages are transient.
-///
-/// (Every other broker name lives in `mesh_core::naming`; this one joins it when the lead
-/// moves it there.)
-pub const LOGS_EXCHANGE: &str = "mesh.logs";
+/// The logs exchange: topic, durable; its messages are transient
+/// ([`mesh_core::naming::LOGS_EXCHANGE`]).
+pub const LOGS_EXCHANGE: &str = mesh_core::naming::LOGS_EXCHANGE;
 
 /// The name of the counter of records dropped because the buffer was full (or the shipper
 /// had stopped).

@@ -90,6 +90,9 @@ struct ModuleSpec {
     queue_type: Option<QueueTypeArg>,
     #[serde(default)]
     shared: bool,
+    /// Given with `--module` rather than in the spec file.
+    #[serde(skip)]
+    from_command_line: bool,
 }
 
 fn queue_type(arg: QueueTypeArg) -> QueueType {
@@ -156,6 +159,7 @@ pub(crate) fn wanted(
             patterns: Vec::new(),
             queue_type: None,
             shared: false,
+            from_command_line: true,
         })
         .collect();
     for (i, pattern) in args.patterns.iter().enumerate() {
@@ -184,6 +188,11 @@ pub(crate) fn wanted(
             format!("invalid module name `{}`", module.name)
         })?;
         if module.patterns.is_empty() {
+            // In a spec file, a module that only emits and calls (it still has its user in
+            // the access plan); on the command line, a forgotten `--pattern`.
+            if !module.from_command_line {
+                continue;
+            }
             return Err(fail(
                 Code::Usage,
                 format!("module `{name}` has no pattern: its queue would receive nothing"),
@@ -219,6 +228,8 @@ pub(crate) fn wanted(
         (DEAD_EXCHANGE, "topic"),
         (RETRY_EXCHANGE, "topic"),
         (REPLY_EXCHANGE, "direct"),
+        // Declared here so no module user needs `configure` on it to ship its logs.
+        (naming::LOGS_EXCHANGE, "topic"),
     ]
     .into_iter()
     .map(|(name, kind)| WantedExchange {

@@ -200,8 +200,8 @@ async fn apply_creates_everything_on_an_empty_vhost_and_removes_unwanted_binding
     let spec = spec.to_str().unwrap().to_owned();
     let output = run(Some(&url), &["topology", "plan", "--json", "--spec", &spec]).await;
     assert_code(&output, 0);
-    // 5 exchanges, 1 queue, 2 bindings (no `mesh.dead-letters`: it is retired).
-    assert_eq!(json(&output)["differences"].as_array().unwrap().len(), 8);
+    // 6 exchanges, 1 queue, 2 bindings (no `mesh.dead-letters`: it is retired).
+    assert_eq!(json(&output)["differences"].as_array().unwrap().len(), 9);
     let output = run(Some(&url), &["topology", "apply", "--spec", &spec]).await;
     assert_code(&output, 0);
     let output = run(
@@ -230,5 +230,104 @@ async fn apply_creates_everything_on_an_empty_vhost_and_removes_unwanted_binding
     let bindings = vhost.list_bindings().await.unwrap();
     assert!(!bindings.iter().any(|b| b.routing_key == "old.#"));
     std::fs::remove_dir_all(&dir).unwrap();
+    vhost.delete().await.unwrap();
+}
+
+/// The migration from delay queues: `apply` deletes a retired `<queue>.delay.<step>` once it
+/// is empty and unused, leaves one still holding a copy (it expires back into its queue), and
+/// a spec module without patterns (it only emits) wants no queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_deletes_retired_delay_queues_once_empty_and_wants_no_queue_for_an_emitter() {
+    use mesh::core::{PublishOptions, QueueSpec, SubscriptionSpec, Target};
+
+    let vhost = vhost("cli-retired").await;
+    let url = vhost.url();
+    let (empty, holding) = (
+        format!("{}.billing.events.delay.1s", crate::NODE),
+        format!("{}.billing.events.delay.5s", crate::NODE),
+    );
+    // An older deployment's delay queues, one still holding a copy.
+    let transport = transport(options(&vhost)).await;
+    for queue in [&empty, &holding] {
+        drop(
+            transport
+                .subscribe(SubscriptionSpec {
+                    queue: QueueSpec::Durable {
+                        name: queue.clone(),
+                    },
+                    patterns: Vec::new(),
+                    prefetch: 1,
+                    retry_delays: Vec::new(),
+                })
+                .await
+                .unwrap(),
+        );
+    }
+    transport
+        .publish(
+            mesh::core::WireMessage::new("module.umami.x", "{}"),
+            PublishOptions {
+                target: Target::Queue(holding.clone()),
+                mandatory: true,
+                ..PublishOptions::default()
+            },
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    let dir = std::env::temp_dir().join(format!("mesh-cli-retired-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("mesh.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "node = \"{}\"\n[[modules]]\nname = \"billing\"\npatterns = [\"module.umami.#\"]\n\
+             [[modules]]\nname = \"emitter\"\n",
+            crate::NODE
+        ),
+    )
+    .unwrap();
+    let spec = spec.to_str().unwrap().to_owned();
+    // The management API samples queue counts every few seconds: apply until it saw them.
+    mesh_testkit::eventually(
+        std::time::Duration::from_secs(60),
+        "apply deletes the empty delay queue",
+        || {
+            let (url, spec, vhost, empty) = (url.clone(), spec.clone(), &vhost, empty.clone());
+            async move {
+                let output = run(Some(&url), &["topology", "apply", "--spec", &spec]).await;
+                let queues = vhost.list_queues().await.ok()?;
+                (output.status.code() == Some(0) && !queues.iter().any(|q| q.name == empty))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let queues = vhost.list_queues().await.unwrap();
+    let held = queues.iter().find(|q| q.name == holding);
+    assert_eq!(held.map(|q| q.messages), Some(1), "{queues:?}");
+    assert!(
+        !queues.iter().any(|q| q.name.contains(".emitter.")),
+        "{queues:?}"
+    );
+    // Still draining: a difference, and apply says so without deleting it.
+    let output = run(Some(&url), &["topology", "apply", "--spec", &spec]).await;
+    assert_code(&output, 0);
+    assert!(
+        stdout(&output).contains("still draining"),
+        "{}",
+        stdout(&output)
+    );
+    let output = run(
+        Some(&url),
+        &["topology", "plan", "--check", "--spec", &spec],
+    )
+    .await;
+    assert_code(&output, 9);
+    assert!(stdout(&output).contains(&holding), "{}", stdout(&output));
+    std::fs::remove_dir_all(&dir).unwrap();
+    transport.close().await;
     vhost.delete().await.unwrap();
 }
