@@ -564,6 +564,76 @@ pub fn password_matches(hash: &str, algorithm: Option<&str>, password: &Password
     Some(differing == 0)
 }
 
+/// `password` hashed as RabbitMQ stores it with `rabbit_password_hashing_sha256`: base64 of
+/// the 4-byte `salt` followed by SHA-256 of the salt and the password.
+pub fn sha256_password_hash(password: &Password, salt: [u8; 4]) -> String {
+    let mut h = sha2::Sha256::new();
+    h.update(salt);
+    h.update(password.expose().as_bytes());
+    let mut bytes = salt.to_vec();
+    bytes.extend_from_slice(&h.finalize());
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The grants as RabbitMQ definitions (the format of `rabbitmqctl import_definitions` and
+/// the management API's `POST /api/definitions`): the users with their password hashes
+/// (salted with `salt`), their permissions and topic permissions on `vhost`. Users without
+/// a password in `passwords` are left out. For a broker reached without the management API
+/// (the plan itself goes through it).
+pub fn definitions(
+    vhost: &str,
+    grants: &[Grant],
+    passwords: &Passwords,
+    salt: [u8; 4],
+) -> serde_json::Value {
+    let with_password: Vec<(&Grant, &Password)> = grants
+        .iter()
+        .filter_map(|g| passwords.get(&g.user).map(|p| (g, p)))
+        .collect();
+    let users: Vec<serde_json::Value> = with_password
+        .iter()
+        .map(|(g, password)| {
+            serde_json::json!({
+                "name": g.user,
+                "password_hash": sha256_password_hash(password, salt),
+                "hashing_algorithm": "rabbit_password_hashing_sha256",
+                "tags": g.tags.join(","),
+            })
+        })
+        .collect();
+    let permissions: Vec<serde_json::Value> = with_password
+        .iter()
+        .map(|(g, _)| {
+            serde_json::json!({
+                "user": g.user,
+                "vhost": vhost,
+                "configure": g.permissions.configure,
+                "write": g.permissions.write,
+                "read": g.permissions.read,
+            })
+        })
+        .collect();
+    let topic_permissions: Vec<serde_json::Value> = with_password
+        .iter()
+        .flat_map(|(g, _)| {
+            g.topic.iter().map(|t| {
+                serde_json::json!({
+                    "user": g.user,
+                    "vhost": vhost,
+                    "exchange": t.exchange,
+                    "write": t.write,
+                    "read": t.read,
+                })
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "users": users,
+        "permissions": permissions,
+        "topic_permissions": topic_permissions,
+    })
+}
+
 /// What the broker has, as the management API lists it: every user, and the permissions
 /// and topic permissions on one vhost.
 #[derive(Debug, Clone, Default)]
@@ -1455,6 +1525,43 @@ mod tests {
         let mut bytes = salt.to_vec();
         bytes.extend(digest);
         base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    #[test]
+    fn definitions_carry_each_user_with_its_hash_permissions_and_topics() {
+        let spec = AccessSpec::new(Name::parse("n1").unwrap()).module(
+            Name::parse("umami").unwrap(),
+            [TopicPattern::parse("module.shop.#").unwrap()],
+        );
+        let grants = grants(&spec);
+        let mut passwords = Passwords::new();
+        passwords.insert("module.umami", Password::new("pw-umami"));
+        let defs = definitions("v", &grants, &passwords, [9, 8, 7, 6]);
+        // Only the users with a password.
+        let users = defs["users"].as_array().unwrap();
+        assert_eq!(users.len(), 1);
+        assert_eq!(users[0]["name"], "module.umami");
+        let hash = users[0]["password_hash"].as_str().unwrap();
+        assert_eq!(
+            password_matches(
+                hash,
+                Some("rabbit_password_hashing_sha256"),
+                &Password::new("pw-umami")
+            ),
+            Some(true)
+        );
+        assert!(!defs.to_string().contains("pw-umami"));
+        let umami = grants.iter().find(|g| g.user == "module.umami").unwrap();
+        assert_eq!(defs["permissions"][0]["write"], umami.permissions.write);
+        assert_eq!(
+            defs["topic_permissions"].as_array().unwrap().len(),
+            umami.topic.len()
+        );
+        assert!(defs["topic_permissions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["vhost"] == "v" && t["user"] == "module.umami"));
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! Where a scenario runs: a vhost of its own on a private node or cluster, and transports
 //! connected to it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use mesh::amqp::access::{self, AccessSpec, Password, Passwords};
 use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
+use mesh::core::naming;
+use mesh::core::{Name, Origin, TopicPattern};
 use mesh_testkit::shared::percent_encode;
 use mesh_testkit::{Cluster, PrivateNode};
 
@@ -52,6 +56,93 @@ pub fn cluster_options(cluster: &Cluster, order: &[usize], vhost: &str, name: &s
         .queue_type(QueueType::Quorum)
         .connection_name(name)
         .management_url(NO_MANAGEMENT)
+}
+
+/// The node every scenario's modules run on.
+pub const NODE: &str = "faults";
+
+/// The scenarios' modules and the patterns each binds: the spec from which [`access`] gives
+/// each module its user.
+pub const MODULES: &[(&str, &[&str])] = &[
+    ("source", &[]),
+    ("sink", &["module.source.#"]),
+    ("ladder", &["module.source.#"]),
+    ("worker", &["module.source.#"]),
+];
+
+/// The users of a vhost's access plan ([`access`]).
+#[derive(Debug)]
+pub struct Access {
+    node_port: u16,
+    vhost: String,
+    prefix: String,
+    passwords: HashMap<String, String>,
+}
+
+impl Access {
+    /// Options like [`options`], connecting as `module`'s user: exactly the permissions
+    /// the access plan gives it.
+    pub fn options(&self, module: &str, queue_type: QueueType) -> AmqpOptions {
+        let user = naming::owner_user(
+            &self.prefix,
+            Origin::Module,
+            &Name::parse(module).expect("a module name"),
+        );
+        let password = self
+            .passwords
+            .get(&user)
+            .unwrap_or_else(|| panic!("`{module}` is not one of the scenarios' modules"));
+        format!(
+            "amqp://{}:{}@127.0.0.1:{}/{}",
+            percent_encode(&user),
+            percent_encode(password),
+            self.node_port,
+            percent_encode(&self.vhost)
+        )
+        .parse::<AmqpOptions>()
+        .expect("a private node's URL parses")
+        .queue_type(queue_type)
+        .connection_name(module)
+        .management_url(NO_MANAGEMENT)
+    }
+}
+
+/// Gives [`MODULES`] their users on `vhost` of `node`, with the access plan's permissions
+/// (imported as definitions: the private nodes run without the management API), once mesh's
+/// exchanges exist (declared here as the operator would). Users are global to a node: they
+/// carry the vhost's name as their prefix.
+pub async fn access(node: &PrivateNode, vhost: &str) -> anyhow::Result<Access> {
+    let prefix = format!("{vhost}/");
+    let mut spec = AccessSpec::new(Name::parse(NODE)?).user_prefix(prefix.clone());
+    for (module, patterns) in MODULES {
+        spec = spec.module(
+            Name::parse(module)?,
+            patterns
+                .iter()
+                .map(|p| TopicPattern::parse(p))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+    }
+    let grants = access::grants(&spec);
+    let passwords: HashMap<String, String> = grants
+        .iter()
+        .map(|g| (g.user.clone(), uuid::Uuid::new_v4().simple().to_string()))
+        .collect();
+    let mut planned = Passwords::new();
+    for (user, password) in &passwords {
+        planned.insert(user.clone(), Password::new(password.clone()));
+    }
+    let salt: [u8; 4] = rand::random();
+    let definitions = access::definitions(vhost, &grants, &planned, salt);
+    node.import_definitions(&definitions.to_string()).await?;
+    let admin = connect(options(node, vhost, "operator", QueueType::Quorum)).await;
+    admin.close().await;
+    Ok(Access {
+        node_port: node.port(),
+        vhost: vhost.to_owned(),
+        prefix,
+        passwords,
+    })
 }
 
 /// Connects a transport.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use mesh::amqp::QueueType;
 use mesh::{Bus, HandlerError};
-use mesh_faults::setup::{self, connect, options};
+use mesh_faults::setup::{self, connect};
 use mesh_faults::timeline::{consuming, disconnected, ready};
 use mesh_faults::{opt_secs, secs, EmitPlan, Emitter, HealthLog, Timeline};
 use mesh_testkit::{shared_node, Ledger, NodeOptions};
@@ -94,6 +94,10 @@ async fn run(fault: Fault, queue_type: QueueType) {
     let vhost = setup::vhost(&node, &format!("restart-{}-{}", fault.name(), queue_type))
         .await
         .expect("a vhost for the run");
+    // Each module connects as its own user, with exactly the access plan's permissions.
+    let access = setup::access(&node, &vhost)
+        .await
+        .expect("the scenarios' users on the vhost");
 
     // The consumer first: its queue must exist before the first event is routed.
     let ledger = Ledger::new();
@@ -109,7 +113,7 @@ async fn run(fault: Fault, queue_type: QueueType) {
                 handles.mark();
                 async { Ok::<(), HandlerError>(()) }
             })
-            .start(connect(options(&node, &vhost, "sink", queue_type)).await)
+            .start(connect(access.options("sink", queue_type)).await)
             .await
             .expect("starting the consumer")
     };
@@ -117,7 +121,7 @@ async fn run(fault: Fault, queue_type: QueueType) {
         .node("faults")
         .module("source")
         .emit_deadline(Some(EMIT_DEADLINE))
-        .start(connect(options(&node, &vhost, "source", queue_type)).await)
+        .start(connect(access.options("source", queue_type)).await)
         .await
         .expect("starting the emitter's bus");
     let sink_health = HealthLog::start(sink.clone());

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use mesh::amqp::QueueType;
 use mesh::{Bus, DeadReason, HandlerError, RetryPolicy};
-use mesh_faults::setup::{self, connect, options};
+use mesh_faults::setup::{self, connect};
 use mesh_faults::timeline::{consuming, disconnected};
 use mesh_faults::{opt_secs, secs, EmitPlan, Emitter, HealthLog, Timeline};
 use mesh_testkit::{eventually, Ledger, NodeOptions, PrivateNode};
@@ -57,6 +57,8 @@ async fn events_in_the_retry_ladder_survive_a_broker_crash() {
         .expect("a private RabbitMQ node (is rabbitmq-server installed?)");
     eprintln!("[f] node {} up in {}", node.name(), secs(began.elapsed()));
     let vhost = setup::vhost(&node, "retry-ladder").await.unwrap();
+    // Each module connects as its own user, with exactly the access plan's permissions.
+    let access = setup::access(&node, &vhost).await.unwrap();
 
     // The final outcome of each event (handled, or dead-lettered) goes in the ledger.
     let ledger = Ledger::new();
@@ -103,7 +105,7 @@ async fn events_in_the_retry_ladder_survive_a_broker_crash() {
                 };
                 async move { outcome }
             })
-            .start(connect(options(&node, &vhost, "ladder", QueueType::Quorum)).await)
+            .start(connect(access.options("ladder", QueueType::Quorum)).await)
             .await
             .unwrap()
     };
@@ -132,7 +134,7 @@ async fn events_in_the_retry_ladder_survive_a_broker_crash() {
     let source = Bus::builder()
         .node("faults")
         .module("source")
-        .start(connect(options(&node, &vhost, "source", QueueType::Quorum)).await)
+        .start(connect(access.options("source", QueueType::Quorum)).await)
         .await
         .unwrap();
     let emitter = Emitter::start(source.clone(), ledger.clone(), EmitPlan::new(EVENTS, "job"));
