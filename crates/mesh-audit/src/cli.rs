@@ -69,7 +69,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = mesh_audit_default_delivery_limit(), value_name = "N")]
     pub delivery_limit: u32,
     /// Store an event only when its broker-validated publisher (the user-id RabbitMQ
-    /// checked) is the user owning its key (module.umami.… from <prefix>module.umami);
+    /// checked) is the user owning its key (module.umami.… only from the user module.umami,
+    /// after the --user-prefix);
     /// dead-letter any other as forged-source. Only where every publisher connects as its
     /// own user under the access plan
     #[arg(long)]

@@ -326,7 +326,8 @@ pub(crate) struct AuditRunArgs {
     #[arg(long, value_name = "N")]
     pub(crate) delivery_limit: Option<u32>,
     /// Store an event only when its broker-validated publisher (the user-id RabbitMQ
-    /// checked) is the user owning its key (module.umami.… from <prefix>module.umami);
+    /// checked) is the user owning its key (module.umami.… only from the user module.umami,
+    /// after the --user-prefix);
     /// dead-letter any other as forged-source. Only where every publisher connects as its
     /// own user under the access plan (mesh access apply)
     #[arg(long)]
