@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::options::{
     AuditOptions, StoreOptions, DEFAULT_BATCH_SIZE, DEFAULT_PREFETCH, DEFAULT_STORE_URL,
-    MAX_BATCH_SIZE, MAX_BATCH_WAIT,
+    MAX_BATCH_SIZE, MAX_BATCH_WAIT, MAX_USER_PREFIX_LEN,
 };
 use crate::service::AuditService;
 
@@ -68,6 +68,17 @@ pub struct RunArgs {
     /// broker made for it is recorded with this + 1 attempts
     #[arg(long, default_value_t = mesh_audit_default_delivery_limit(), value_name = "N")]
     pub delivery_limit: u32,
+    /// Store an event only when its broker-validated publisher (the user-id RabbitMQ
+    /// checked) is the user owning its key (module.umami.… only from the user module.umami,
+    /// after the --user-prefix);
+    /// dead-letter any other as forged-source. Only where every publisher connects as its
+    /// own user under the access plan
+    #[arg(long)]
+    pub enforce_identity: bool,
+    /// The access plan's user prefix the owners of keys carry, with --enforce-identity (at
+    /// most 100 bytes, no control character) [default: none]
+    #[arg(long, value_name = "P", default_value = "", hide_default_value = true, requires = "enforce_identity", value_parser = parse_user_prefix)]
+    pub user_prefix: String,
     /// Serve /metrics, /livez and /readyz on this address (e.g. 127.0.0.1:9464; port 0
     /// picks a free one, printed on stderr)
     #[arg(long, env = "MESH_METRICS_ADDR", value_name = "ADDR")]
@@ -125,6 +136,16 @@ fn mesh_audit_default_delivery_limit() -> u32 {
     AmqpOptions::default().get_delivery_limit()
 }
 
+/// `--user-prefix`: at most [`MAX_USER_PREFIX_LEN`] bytes, no control character.
+pub fn parse_user_prefix(text: &str) -> Result<String, String> {
+    if text.len() > MAX_USER_PREFIX_LEN || text.chars().any(char::is_control) {
+        return Err(format!(
+            "expected at most {MAX_USER_PREFIX_LEN} bytes with no control character"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
 /// `--prefetch`: unacked deliveries per queue, 1 to 65535.
 pub fn parse_prefetch(text: &str) -> Result<u16, String> {
     parse_within(text, 1, u16::MAX)
@@ -143,6 +164,8 @@ impl fmt::Debug for RunArgs {
             .field("batch_wait_ms", &self.batch_wait_ms)
             .field("prefetch", &self.prefetch)
             .field("delivery_limit", &self.delivery_limit)
+            .field("enforce_identity", &self.enforce_identity)
+            .field("user_prefix", &self.user_prefix)
             .field("metrics_addr", &self.metrics_addr)
             .field(
                 "management_url",
@@ -171,7 +194,8 @@ impl RunArgs {
             .batch_size(self.batch_size)
             .batch_wait(Duration::from_millis(self.batch_wait_ms))
             .prefetch(self.prefetch)
-            .delivery_limit(Some(self.delivery_limit));
+            .delivery_limit(Some(self.delivery_limit))
+            .enforce_identity(self.enforce_identity.then(|| self.user_prefix.clone()));
         audit.validate().context("invalid options")?;
         let management = match &self.management_url {
             Some(url) => Some(
@@ -348,6 +372,8 @@ mod tests {
             batch_wait_ms: 1,
             prefetch: 1,
             delivery_limit: 20,
+            enforce_identity: false,
+            user_prefix: String::new(),
             metrics_addr: None,
             management_url: Some("https://u:mgmts3cret@h:15671".to_owned()),
             management_ca_file: None,
@@ -377,6 +403,54 @@ mod tests {
         assert_eq!(parse_prefetch("65535"), Ok(u16::MAX));
         assert!(parse_prefetch("0").is_err());
         assert!(parse_prefetch("65536").is_err());
+        assert_eq!(parse_user_prefix(""), Ok(String::new()));
+        assert_eq!(parse_user_prefix("acme/"), Ok("acme/".to_owned()));
+        let longest = "p".repeat(MAX_USER_PREFIX_LEN);
+        assert_eq!(parse_user_prefix(&longest), Ok(longest.clone()));
+        for bad in [
+            format!("{longest}p"),
+            "a\nb".to_owned(),
+            "\u{1b}[2J".to_owned(),
+        ] {
+            assert!(parse_user_prefix(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn enforce_identity_reaches_the_options() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let base = ["mesh-audit", "--url", "amqp://h", "--node", "n1"];
+        let off = Cli::try_parse_from(base).unwrap().run;
+        assert!(!off.enforce_identity);
+        let on = Cli::try_parse_from(base.iter().copied().chain(["--enforce-identity"]))
+            .unwrap()
+            .run;
+        assert!(on.enforce_identity);
+        assert_eq!(on.user_prefix, "");
+        let prefixed = Cli::try_parse_from(base.iter().copied().chain([
+            "--enforce-identity",
+            "--user-prefix",
+            "acme/",
+        ]))
+        .unwrap()
+        .run;
+        assert_eq!(prefixed.user_prefix, "acme/");
+        // A prefix without enforcement would be silently ignored: refused instead.
+        assert!(
+            Cli::try_parse_from(base.iter().copied().chain(["--user-prefix", "acme/"])).is_err()
+        );
+        let service = prefixed.service().unwrap();
+        assert_eq!(
+            service.audit_options().get_enforce_identity(),
+            Some("acme/")
+        );
+        let service = off.service().unwrap();
+        assert_eq!(service.audit_options().get_enforce_identity(), None);
     }
 
     proptest::proptest! {

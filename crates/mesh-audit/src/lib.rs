@@ -11,7 +11,9 @@
 //!
 //! - [`Store`]: the tables, their migrations, queries, and [`Store::redrive`];
 //! - [`AuditLogger`]: consumes through any [`mesh_core::Transport`] and batches inserts,
-//!   acking only what is committed (see [`logger`] for the rules);
+//!   acking only what is committed (see [`logger`] for the rules), recording who published
+//!   each event and, with [`AuditOptions::enforce_identity`], refusing an event its
+//!   publisher does not own (dead-lettered `forged-source`);
 //! - [`AuditService`]: the logger on RabbitMQ with reconnects, what `mesh-audit run` runs;
 //! - [`cli::RunArgs`]: that command line, for the `mesh` CLI to embed; with
 //!   `--metrics-addr` it serves `/metrics`, `/livez` and `/readyz`;
@@ -22,17 +24,21 @@
 //!
 //! `events`: `id` (the event id, primary key: a redelivery or a resend is absorbed by
 //! `ON CONFLICT DO NOTHING`), `routing_key`, `source`, `node`, `time`, `causation_id`,
-//! `schema`, `received_at`, `headers` (JSON), `body` (the JSON text as emitted).
+//! `schema`, `received_at`, `headers` (JSON), `body` (the JSON text as emitted),
+//! `publisher` (the broker-validated user that published it, [`EventRecord::publisher`];
+//! NULL for events stored before migration 0003 added it).
 //! `event_conflicts`: events whose id was stored already for a *different* event (another
 //! routing key, source or body; a redelivery or resend has the same): `id` (a UUID v5 of the
 //! event id, key, source and body hash, so a redelivered conflict is stored once),
 //! `event_id` (the id it reused: the stored event's), then the columns of `events`
-//! (`received_at` is when it was first seen) and `body_sha256` ([`Store::conflicts`],
+//! (`received_at` is when it was first seen, `publisher` who published the conflicting
+//! event) and `body_sha256` ([`Store::conflicts`],
 //! [`ConflictRecord`]; see [`logger`] for how they are told apart).
 //! `dead_letters`: `id` (a UUID v5 of the dead letter's content), `event_id`, `routing_key`,
 //! `reason`, `attempts`, `last_error`, `queue`, `dead_at`, `received_at`, `content_type`,
 //! `message_id`, `amqp_timestamp`, `headers`, `body` (bytes), `redriven_at`,
-//! `redrive_count`. SQLite keeps times as fixed-width UTC text, PostgreSQL as `timestamptz`;
+//! `redrive_count`, `user_id` (the dead letter's own `user-id`: who published that copy,
+//! [`DeadLetterRecord::user_id`]). SQLite keeps times as fixed-width UTC text, PostgreSQL as `timestamptz`;
 //! the migrations (`migrations/<backend>/`) are the reference.
 //!
 //! ```no_run
@@ -63,7 +69,7 @@ pub use error::{Error, ErrorKind};
 pub use logger::{AuditLogger, LoggerStats};
 pub use options::{
     AuditOptions, Backend, StoreOptions, DEFAULT_BATCH_SIZE, DEFAULT_BATCH_WAIT, DEFAULT_PREFETCH,
-    DEFAULT_STORE_URL, MAX_BATCH_SIZE, MAX_BATCH_WAIT,
+    DEFAULT_STORE_URL, MAX_BATCH_SIZE, MAX_BATCH_WAIT, MAX_USER_PREFIX_LEN,
 };
 pub use record::{
     CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterId, DeadLetterQuery,

@@ -56,6 +56,16 @@
 //! `mesh dead list --reason forged-source` shows it), never in the trail of events, which
 //! holds only events the contract accepts.
 //!
+//! # Who published it
+//!
+//! Every stored event records its broker-validated publisher
+//! ([`codec::validated_user`]: the `user-id` RabbitMQ checked against the publishing
+//! connection, or `x-mesh-user` on a retry copy), and every dead letter its own `user-id`.
+//! With [`AuditOptions::enforce_identity`] the logger also checks it, as a bus with
+//! identity enforced does: an event whose validated user is not the owner of its key
+//! ([`codec::check_user`]) is dead-lettered `forged-source` too, counted in
+//! `mesh_audit_rejected_total{reason="forged-source"}` and [`LoggerStats::rejected`].
+//!
 //! A database that is down or busy is retried with backoff while the batch's deliveries
 //! stay unacked. A batch the database refuses for its content is split: each row is written
 //! on its own, and an event the database refuses is dead-lettered (`permanent`, with the
@@ -487,6 +497,12 @@ impl AuditLogger {
             }
             Source::Events => {
                 let row = codec::decode(&delivery.message)
+                    .and_then(|envelope| match self.options.get_enforce_identity() {
+                        // The broker-validated publisher must own the key.
+                        Some(prefix) => codec::check_user(&envelope.key, &delivery.message, prefix)
+                            .map(|()| envelope),
+                        None => Ok(envelope),
+                    })
                     .map_err(|e| (e.dead_reason(), e.to_string()))
                     .and_then(|envelope| {
                         EventRow::new(&envelope, &delivery.message, &received_at)

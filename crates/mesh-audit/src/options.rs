@@ -170,6 +170,9 @@ pub const DEFAULT_BATCH_WAIT: Duration = Duration::from_millis(50);
 pub const MAX_BATCH_SIZE: usize = 100_000;
 /// The longest batch wait [`AuditOptions::validate`] accepts: an hour.
 pub const MAX_BATCH_WAIT: Duration = Duration::from_secs(3600);
+/// The longest user prefix [`AuditOptions::validate`] accepts, in bytes (as the access
+/// plan's `user_prefix`).
+pub const MAX_USER_PREFIX_LEN: usize = 100;
 
 /// How the audit logger consumes and batches.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,6 +182,7 @@ pub struct AuditOptions {
     batch_wait: Duration,
     prefetch: u16,
     delivery_limit: Option<u32>,
+    enforce_identity: Option<String>,
 }
 
 impl Default for AuditOptions {
@@ -189,6 +193,7 @@ impl Default for AuditOptions {
             batch_wait: DEFAULT_BATCH_WAIT,
             prefetch: DEFAULT_PREFETCH,
             delivery_limit: Some(mesh_amqp::AmqpOptions::default().get_delivery_limit()),
+            enforce_identity: None,
         }
     }
 }
@@ -219,6 +224,25 @@ impl AuditOptions {
     /// See [`AuditOptions::delivery_limit`].
     pub fn get_delivery_limit(&self) -> Option<u32> {
         self.delivery_limit
+    }
+
+    /// Broker-enforced identity (default off): with `Some(user_prefix)`, an event is stored
+    /// only when its validated user ([`mesh_core::codec::validated_user`], the `user-id`
+    /// RabbitMQ checked) is the broker user owning its key,
+    /// [`mesh_core::naming::owner_user`] with this prefix (the access plan's
+    /// `user_prefix`, `""` for none): `module.umami.…` from `<prefix>module.umami`. Any other
+    /// event is dead-lettered with reason `forged-source`, as a bus with
+    /// `enforce_identity(true)` does. Turn it on only where every publisher connects as its
+    /// own user under the access plan (see `docs/SECURITY.md`). `None` stores every
+    /// well-formed event, recording its validated user whatever it is.
+    pub fn enforce_identity(mut self, user_prefix: Option<String>) -> Self {
+        self.enforce_identity = user_prefix;
+        self
+    }
+
+    /// See [`AuditOptions::enforce_identity`]: the user prefix when identity is enforced.
+    pub fn get_enforce_identity(&self) -> Option<&str> {
+        self.enforce_identity.as_deref()
     }
 
     /// Rows per transaction, at most (default 500; 1 to [`MAX_BATCH_SIZE`]). A batch closes at this size or after
@@ -280,6 +304,14 @@ impl AuditOptions {
         if self.prefetch == 0 {
             return Err(Error::options("the prefetch must be at least 1"));
         }
+        if let Some(prefix) = &self.enforce_identity {
+            if prefix.len() > MAX_USER_PREFIX_LEN || prefix.chars().any(char::is_control) {
+                return Err(Error::options(format!(
+                    "the user prefix must be at most {MAX_USER_PREFIX_LEN} bytes, with no \
+                     control character"
+                )));
+            }
+        }
         Ok(node)
     }
 }
@@ -329,6 +361,21 @@ mod tests {
             .node("n")
             .batch_size(MAX_BATCH_SIZE)
             .batch_wait(MAX_BATCH_WAIT)
+            .validate()
+            .is_ok());
+        assert!(AuditOptions::new()
+            .node("n")
+            .enforce_identity(Some("x".repeat(MAX_USER_PREFIX_LEN + 1)))
+            .validate()
+            .is_err());
+        assert!(AuditOptions::new()
+            .node("n")
+            .enforce_identity(Some("a\nb/".into()))
+            .validate()
+            .is_err());
+        assert!(AuditOptions::new()
+            .node("n")
+            .enforce_identity(Some("x".repeat(MAX_USER_PREFIX_LEN)))
             .validate()
             .is_ok());
         let node = AuditOptions::new().node("anchor").validate().unwrap();

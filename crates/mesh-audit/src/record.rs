@@ -32,6 +32,12 @@ pub struct EventRecord {
     pub headers: Value,
     /// The body: the JSON text exactly as emitted.
     pub body: String,
+    /// The broker-validated user that published it ([`mesh_core::codec::validated_user`]):
+    /// the `user-id` property RabbitMQ checked against the publishing connection, or
+    /// `x-mesh-user` on a copy mesh published on the original publisher's behalf (a retry
+    /// copy). `None` when it carried neither, and for events stored before the store
+    /// recorded publishers.
+    pub publisher: Option<String>,
 }
 
 impl EventRecord {
@@ -118,6 +124,13 @@ pub struct DeadLetterRecord {
     pub redriven_at: Option<Timestamp>,
     /// How many times it was re-driven.
     pub redrive_count: u32,
+    /// The dead letter's own `user-id` property: the broker user that published this copy
+    /// (the consumer or audit logger that gave up on it; for a message the broker
+    /// dead-lettered itself, the original publisher, whose properties it keeps). The
+    /// original publisher of a copy mesh made is its `x-mesh-user` header, in
+    /// [`headers`](DeadLetterRecord::headers). `None` when it carried none, and for dead
+    /// letters stored before the store recorded it.
+    pub user_id: Option<String>,
 }
 
 /// The order of query results, by time (then id).

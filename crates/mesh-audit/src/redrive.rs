@@ -356,6 +356,7 @@ mod tests {
             body: message.body.clone(),
             redriven_at: None,
             redrive_count: 0,
+            user_id: Some("module.a".into()),
         };
         let out = redriven_message(&record, Some("m".into()), Some(5));
         let names: Vec<&str> = out.properties.headers.keys().map(String::as_str).collect();
@@ -363,5 +364,8 @@ mod tests {
         assert_eq!(out.routing_key, "module.a.b");
         assert!(out.properties.persistent);
         assert_eq!(out.properties.timestamp, Some(5));
+        // The dead letter's recorded publisher is not claimed: the re-driving connection
+        // stamps its own `user-id`.
+        assert_eq!(out.properties.user_id, None);
     }
 }

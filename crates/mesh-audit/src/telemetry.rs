@@ -25,7 +25,9 @@ pub mod names {
     pub const DEAD_LETTERS_STORED: &str = "mesh_audit_dead_letters_stored_total";
     /// Counter `{reason}`: events the logger dead-lettered instead of storing them
     /// (`undecodable`: they break the contract; `forged-source`: a `module` or `node` event
-    /// whose `x-source` is not the key's owner; `permanent`: the database refused them).
+    /// whose `x-source` is not the key's owner, or with
+    /// [`AuditOptions::enforce_identity`](crate::AuditOptions::enforce_identity) an event
+    /// whose validated user is not; `permanent`: the database refused them).
     pub const REJECTED: &str = "mesh_audit_rejected_total";
     /// Counter: transactions committed.
     pub const BATCHES: &str = "mesh_audit_batches_total";

@@ -547,3 +547,164 @@ async fn values_at_the_edges_are_stored_sqlite() -> anyhow::Result<()> {
 async fn values_at_the_edges_are_stored_postgres() -> anyhow::Result<()> {
     values_at_the_edges_are_stored(mesh_audit::Backend::Postgres).await
 }
+
+/// An event under `key` (source its owner) published on `transport` with `user_id` as its
+/// `user-id` property.
+async fn publish_as(
+    transport: &impl Transport,
+    key: &str,
+    user_id: Option<&str>,
+) -> anyhow::Result<EventId> {
+    let id = EventId::new();
+    let key = mesh_core::RoutingKey::parse(key)?;
+    let mut message = mesh_core::codec::encode(&mesh_core::Envelope {
+        id,
+        source: key.name().to_owned(),
+        key,
+        node: "n1".to_owned(),
+        time: mesh_core::Timestamp::now(),
+        causation_id: None,
+        schema: None,
+        extra_headers: mesh_core::Headers::new(),
+        body: Bytes::from_static(b"{}"),
+    });
+    message.properties.user_id = user_id.map(str::to_owned);
+    transport
+        .publish(message, PublishOptions::default())
+        .await?
+        .await?;
+    Ok(id)
+}
+
+/// With identity enforced (prefix `acme/`), an event from the user owning its key is stored
+/// with that user as its publisher; one from another user, or with no `user-id`, is
+/// dead-lettered `forged-source`, the original publisher kept in `x-mesh-user`.
+#[tokio::test]
+async fn with_identity_enforced_only_the_owner_s_events_are_stored() -> anyhow::Result<()> {
+    let temp = TempStore::sqlite();
+    let store = temp.open().await?;
+    let broker = MemoryBroker::new();
+    let options = AuditOptions::new()
+        .node("n1")
+        .enforce_identity(Some("acme/".to_owned()));
+    let logger = start(&broker, store.clone(), options).await;
+    let transport = broker.transport();
+
+    let owned = publish_as(
+        &transport,
+        "module.umami.site.created",
+        Some("acme/module.umami"),
+    )
+    .await?;
+    let other = publish_as(
+        &transport,
+        "module.umami.site.created",
+        Some("acme/module.billing"),
+    )
+    .await?;
+    let unprefixed = publish_as(
+        &transport,
+        "module.umami.site.created",
+        Some("module.umami"),
+    )
+    .await?;
+    let anonymous = publish_as(&transport, "node.n1.started", None).await?;
+    let node_owned = publish_as(&transport, "node.n1.started", Some("acme/node.n1")).await?;
+
+    let dead = eventually(WAIT, "three forged-source dead letters", || {
+        let store = store.clone();
+        async move {
+            let found = store
+                .dead_letters(&DeadLetterQuery::new().reason(DeadReason::ForgedSource))
+                .await
+                .ok()?;
+            (found.len() == 3).then_some(found)
+        }
+    })
+    .await;
+    let mut forged: Vec<(EventId, Option<String>)> = dead
+        .iter()
+        .map(|d| {
+            (
+                d.event_id.expect("an event id"),
+                d.headers[mesh_core::codec::USER]
+                    .as_str()
+                    .map(str::to_owned),
+            )
+        })
+        .collect();
+    forged.sort();
+    let mut expected = vec![
+        (other, Some("acme/module.billing".to_owned())),
+        (unprefixed, Some("module.umami".to_owned())),
+        (anonymous, None),
+    ];
+    expected.sort();
+    assert_eq!(forged, expected);
+    for d in &dead {
+        assert_eq!(d.queue.as_deref(), Some("n1.audit-logger.events"));
+        assert!(
+            d.last_error
+                .as_deref()
+                .is_some_and(
+                    |e| e.contains("published by") && e.contains("`acme/module.umami`")
+                        || e.contains("`acme/node.n1`")
+                ),
+            "{:?}",
+            d.last_error
+        );
+    }
+
+    let stored = eventually(WAIT, "the two owned events stored", || {
+        let store = store.clone();
+        async move {
+            let found = store.events(&EventQuery::new()).await.ok()?;
+            (found.len() == 2).then_some(found)
+        }
+    })
+    .await;
+    let mut stored: Vec<(EventId, Option<String>)> =
+        stored.into_iter().map(|e| (e.id, e.publisher)).collect();
+    stored.sort();
+    let mut expected = vec![
+        (owned, Some("acme/module.umami".to_owned())),
+        (node_owned, Some("acme/node.n1".to_owned())),
+    ];
+    expected.sort();
+    assert_eq!(stored, expected);
+    assert_eq!(logger.logger.stats().rejected, 3);
+    logger.stop().await?;
+    transport.close().await;
+    Ok(())
+}
+
+/// Without enforcement every well-formed event is stored, whoever published it, with its
+/// validated user recorded (none when it carried no `user-id`).
+#[tokio::test]
+async fn without_enforcement_every_event_is_stored_with_its_publisher() -> anyhow::Result<()> {
+    let temp = TempStore::sqlite();
+    let store = temp.open().await?;
+    let broker = MemoryBroker::new();
+    let logger = start(&broker, store.clone(), AuditOptions::new().node("n1")).await;
+    let transport = broker.transport();
+    let by_other = publish_as(&transport, "module.umami.site.created", Some("guest")).await?;
+    let anonymous = publish_as(&transport, "module.umami.site.created", None).await?;
+    let stored = eventually(WAIT, "both events stored", || {
+        let store = store.clone();
+        async move {
+            let found = store.events(&EventQuery::new()).await.ok()?;
+            (found.len() == 2).then_some(found)
+        }
+    })
+    .await;
+    let mut stored: Vec<(EventId, Option<String>)> =
+        stored.into_iter().map(|e| (e.id, e.publisher)).collect();
+    stored.sort();
+    let mut expected = vec![(by_other, Some("guest".to_owned())), (anonymous, None)];
+    expected.sort();
+    assert_eq!(stored, expected);
+    assert_eq!(logger.logger.stats().rejected, 0);
+    logger.stop().await?;
+    transport.close().await;
+    Ok(())
+}

@@ -715,3 +715,85 @@ async fn a_delivery_limit_dead_letter_is_recorded_with_its_real_deliveries() -> 
     running.stop().await?;
     Ok(())
 }
+
+/// Through mesh's RabbitMQ transport, which stamps `user-id` on every publish: an event is
+/// stored with the connection's user as its publisher. With identity enforced (no user
+/// prefix), an event under `module.umami.…` published as that user (not `module.umami`) is
+/// dead-lettered `forged-source` instead, and not stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_publisher_is_recorded_and_with_identity_enforced_checked() -> anyhow::Result<()> {
+    let vhost = TestVhost::create("audit-identity").await?;
+    let url = vhost.url();
+    let user = url.parse::<mesh_amqp::AmqpOptions>()?.get_user().to_owned();
+    assert_ne!(
+        user, "module.umami",
+        "the shared broker's user must not own the key"
+    );
+    let bus = emitter(&url, "n1", "umami").await?;
+
+    // Enforcement off: stored, with the connection's user.
+    let temp = TempStore::new(Backend::Sqlite).await?;
+    let store = temp.open().await?;
+    let logger = RunningLogger::start(&url, store.clone(), options()).await?;
+    let believed = bus
+        .emit_json("site.created", &serde_json::json!({"n": 1}))
+        .await?;
+    let stored = eventually(WAIT, "the event stored", || {
+        let store = store.clone();
+        async move { store.event(believed).await.ok().flatten() }
+    })
+    .await;
+    assert_eq!(stored.routing_key, "module.umami.site.created");
+    assert_eq!(stored.publisher.as_deref(), Some(user.as_str()));
+    logger.stop().await?;
+    store.close().await;
+
+    // Enforcement on, into a store of its own: the same emit is a forgery now.
+    let enforcing = TempStore::new(Backend::Sqlite).await?;
+    let store = enforcing.open().await?;
+    let logger = RunningLogger::start(
+        &url,
+        store.clone(),
+        options().enforce_identity(Some(String::new())),
+    )
+    .await?;
+    let forged = bus
+        .emit_json("site.created", &serde_json::json!({"n": 2}))
+        .await?;
+    let dead = eventually(WAIT, "the forged event dead-lettered", || {
+        let store = store.clone();
+        async move {
+            let found = store
+                .dead_letters(&DeadLetterQuery::new().event_id(forged))
+                .await
+                .ok()?;
+            found.into_iter().next()
+        }
+    })
+    .await;
+    assert_eq!(dead.reason, Some(DeadReason::ForgedSource));
+    assert_eq!(dead.queue.as_deref(), Some("n1.audit-logger.events"));
+    assert!(
+        dead.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("`module.umami`")),
+        "{:?}",
+        dead.last_error
+    );
+    // The original publisher rides in `x-mesh-user`; the copy was published by the
+    // logger's own connection, which runs as the same user here.
+    assert_eq!(
+        dead.headers[mesh_core::codec::USER].as_str(),
+        Some(user.as_str())
+    );
+    assert_eq!(dead.user_id.as_deref(), Some(user.as_str()));
+    // Decided before its dead letter existed: never stored.
+    assert_eq!(store.event(forged).await?, None);
+    assert_eq!(store.counts().await?.events, 0);
+    assert_eq!(logger.logger.stats().rejected, 1);
+    logger.stop().await?;
+    bus.drain().await?;
+    store.close().await;
+    vhost.delete().await?;
+    Ok(())
+}

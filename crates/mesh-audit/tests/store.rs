@@ -746,9 +746,12 @@ async fn an_older_store_is_upgraded(backend: Backend) -> anyhow::Result<()> {
         store.record_events(std::slice::from_ref(&original)).await?;
         store.close().await;
     }
-    // Back to the first schema: no conflicts table, and its migration not applied.
+    // Back to the first schema: no conflicts table, no publisher columns, and their
+    // migrations not applied.
     let undo = [
         "DROP TABLE event_conflicts",
+        "ALTER TABLE events DROP COLUMN publisher",
+        "ALTER TABLE dead_letters DROP COLUMN user_id",
         "DELETE FROM _sqlx_migrations WHERE version > 1",
     ];
     match backend {
@@ -783,4 +786,184 @@ async fn an_older_store_is_upgraded_sqlite() -> anyhow::Result<()> {
 #[tokio::test]
 async fn an_older_store_is_upgraded_postgres() -> anyhow::Result<()> {
     an_older_store_is_upgraded(Backend::Postgres).await
+}
+
+/// Each event records its validated user (`user-id`, or `x-mesh-user` on a copy mesh made),
+/// a conflicting event its own, and each dead letter its own `user-id`; none when absent.
+async fn publishers_are_recorded(backend: Backend) -> anyhow::Result<()> {
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    let mut direct = event("module.shop.order.placed", "shop", "n1", at(0));
+    direct.properties.user_id = Some("module.shop".to_owned());
+    let anonymous = event("module.shop.order.placed", "shop", "n1", at(1));
+    // A retry copy: the original publisher in `x-mesh-user`, the runtime's own `user-id`.
+    let mut copy = event("module.shop.order.placed", "shop", "n1", at(2));
+    copy.properties.user_id = Some("module.shop".to_owned());
+    codec::hand_over_user(&mut copy);
+    copy.properties.user_id = Some("guest".to_owned());
+    // Text the databases cannot hold as it came.
+    let mut odd = event("module.shop.order.placed", "shop", "n1", at(3));
+    odd.properties.user_id = Some("a\0b".to_owned());
+    assert_eq!(
+        store
+            .record_events(&[direct.clone(), anonymous.clone(), copy.clone(), odd.clone()])
+            .await?,
+        4
+    );
+    let id = |m: &WireMessage| codec::event_id(m).expect("an event id");
+    for (message, publisher) in [
+        (&direct, Some("module.shop")),
+        (&anonymous, None),
+        (&copy, Some("module.shop")),
+        (&odd, Some("a\u{FFFD}b")),
+    ] {
+        let stored = store.event(id(message)).await?.expect("stored");
+        assert_eq!(stored.publisher.as_deref(), publisher);
+    }
+    let listed = store.events(&EventQuery::new().order(Order::Asc)).await?;
+    let publishers: Vec<Option<&str>> = listed.iter().map(|e| e.publisher.as_deref()).collect();
+    assert_eq!(
+        publishers,
+        [
+            Some("module.shop"),
+            None,
+            Some("module.shop"),
+            Some("a\u{FFFD}b")
+        ]
+    );
+
+    // The same id from someone else, with another body: a conflict with its own publisher.
+    let mut reuse = direct.clone();
+    reuse.body = Bytes::from_static(br#"{"ok": false}"#);
+    reuse.properties.user_id = Some("module.rogue".to_owned());
+    assert_eq!(store.record_events(std::slice::from_ref(&reuse)).await?, 0);
+    let conflicts = store.conflicts(&EventQuery::new()).await?;
+    assert_eq!(conflicts.len(), 1);
+    assert_eq!(
+        conflicts[0].event.publisher.as_deref(),
+        Some("module.rogue")
+    );
+    assert_eq!(
+        store
+            .event(id(&direct))
+            .await?
+            .expect("stored")
+            .publisher
+            .as_deref(),
+        Some("module.shop")
+    );
+
+    let mut dead = direct.clone();
+    codec::mark_dead(
+        &mut dead,
+        &DeadLetter {
+            reason: DeadReason::Permanent,
+            attempts: 1,
+            last_error: None,
+            queue: "n1.shop.events".into(),
+            time: at(10),
+        },
+    );
+    dead.properties.user_id = Some("module.billing".to_owned());
+    let mut unstamped = anonymous.clone();
+    codec::mark_dead(
+        &mut unstamped,
+        &DeadLetter {
+            reason: DeadReason::Permanent,
+            attempts: 1,
+            last_error: None,
+            queue: "n1.shop.events".into(),
+            time: at(11),
+        },
+    );
+    assert_eq!(store.record_dead_letters(&[dead, unstamped]).await?, 2);
+    let dead = store
+        .dead_letters(&DeadLetterQuery::new().order(Order::Asc))
+        .await?;
+    let users: Vec<(Option<&str>, Option<&str>)> = dead
+        .iter()
+        .map(|d| (d.user_id.as_deref(), d.headers[codec::USER].as_str()))
+        .collect();
+    assert_eq!(
+        users,
+        [(Some("module.billing"), Some("module.shop")), (None, None)]
+    );
+    store.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn publishers_are_recorded_sqlite() -> anyhow::Result<()> {
+    publishers_are_recorded(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn publishers_are_recorded_postgres() -> anyhow::Result<()> {
+    publishers_are_recorded(Backend::Postgres).await
+}
+
+/// A store from before publishers were recorded is upgraded on open: its rows stay, with no
+/// publisher, and rows from then on record theirs.
+async fn a_store_without_publishers_is_upgraded(backend: Backend) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let temp = TempStore::new(backend).await?;
+    let mut before = event("module.shop.order.placed", "shop", "n1", at(0));
+    before.properties.user_id = Some("module.shop".to_owned());
+    let mut after = event("module.shop.order.placed", "shop", "n1", at(1));
+    after.properties.user_id = Some("module.shop".to_owned());
+    let mut dead = before.clone();
+    dead.properties.user_id = Some("module.billing".to_owned());
+    {
+        let store = temp.open().await?;
+        store.record_events(std::slice::from_ref(&before)).await?;
+        store
+            .record_dead_letters(std::slice::from_ref(&dead))
+            .await?;
+        store.close().await;
+    }
+    // Back to the schema of version 2: no publisher columns, their migration not applied.
+    let undo = [
+        "ALTER TABLE events DROP COLUMN publisher",
+        "ALTER TABLE event_conflicts DROP COLUMN publisher",
+        "ALTER TABLE dead_letters DROP COLUMN user_id",
+        "DELETE FROM _sqlx_migrations WHERE version > 2",
+    ];
+    match backend {
+        Backend::Postgres => {
+            let mut conn = sqlx::PgConnection::connect(temp.url()).await?;
+            for statement in undo {
+                sqlx::query(statement).execute(&mut conn).await?;
+            }
+            conn.close().await?;
+        }
+        _ => {
+            let mut conn = sqlx::SqliteConnection::connect(temp.url()).await?;
+            for statement in undo {
+                sqlx::query(statement).execute(&mut conn).await?;
+            }
+            conn.close().await?;
+        }
+    }
+    let store = temp.open().await?;
+    let id = |m: &WireMessage| codec::event_id(m).expect("an event id");
+    let old = store.event(id(&before)).await?.expect("kept");
+    assert_eq!(old.publisher, None);
+    let old_dead = store.dead_letters(&DeadLetterQuery::new()).await?;
+    assert_eq!(old_dead.len(), 1);
+    assert_eq!(old_dead[0].user_id, None);
+    assert_eq!(store.record_events(std::slice::from_ref(&after)).await?, 1);
+    let new = store.event(id(&after)).await?.expect("stored");
+    assert_eq!(new.publisher.as_deref(), Some("module.shop"));
+    store.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_store_without_publishers_is_upgraded_sqlite() -> anyhow::Result<()> {
+    a_store_without_publishers_is_upgraded(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn a_store_without_publishers_is_upgraded_postgres() -> anyhow::Result<()> {
+    a_store_without_publishers_is_upgraded(Backend::Postgres).await
 }

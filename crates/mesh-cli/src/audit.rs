@@ -127,19 +127,26 @@ fn event_json(event: &EventRecord) -> Value {
         "causation_id": event.causation_id,
         "schema": event.schema,
         "received_at": event.received_at.to_string(),
+        "publisher": event.publisher,
         "body": event.body_json().unwrap_or_else(|_| Value::from(event.body.clone())),
     })
 }
 
 fn event_line(event: &EventRecord) -> String {
     // Stored text came from the wire: escaped, so it cannot forge a line.
+    let publisher = event
+        .publisher
+        .as_deref()
+        .map(|user| format!(" {}", paint(DIM, format!("by {}", escape(user)))))
+        .unwrap_or_default();
     format!(
-        "{} {} {} {}@{} {}",
+        "{} {} {} {}@{}{} {}",
         paint(DIM, event.time),
         paint(NAME, escape(&event.routing_key)),
         paint(DIM, event.id),
         escape(&event.source),
         escape(&event.node),
+        publisher,
         escape(&event.body)
     )
 }
@@ -161,6 +168,8 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
                 delivery_limit: args
                     .delivery_limit
                     .unwrap_or_else(|| mesh_amqp::AmqpOptions::default().get_delivery_limit()),
+                enforce_identity: args.enforce_identity,
+                user_prefix: args.user_prefix.clone().unwrap_or_default(),
                 metrics_addr: args.metrics.metrics_addr,
                 management_url: global.management_url.clone(),
                 management_ca_file: global.management_ca_file.clone(),
@@ -395,6 +404,7 @@ fn dead_json(dead: &DeadLetterRecord, with_body: bool) -> Value {
     if with_body {
         value["headers"] = dead.headers.clone();
         value["content_type"] = json!(dead.content_type);
+        value["user_id"] = json!(dead.user_id);
         value["body"] = serde_json::from_slice(&dead.body)
             .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&dead.body).into_owned()));
     }
@@ -525,6 +535,9 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
                 output::json(&value)?;
             } else {
                 output::line(dead_line(&dead))?;
+                if let Some(user) = &dead.user_id {
+                    output::line(format!("user-id: {}", escape(user)))?;
+                }
                 // JSON escapes control characters but not bidi or zero-width ones.
                 output::line(format!(
                     "headers: {}",

@@ -325,6 +325,22 @@ pub(crate) struct AuditRunArgs {
     /// broker made for it is recorded with this + 1 attempts [default: mesh-amqp's, 20]
     #[arg(long, value_name = "N")]
     pub(crate) delivery_limit: Option<u32>,
+    /// Store an event only when its broker-validated publisher (the user-id RabbitMQ
+    /// checked) is the user owning its key (module.umami.… only from the user module.umami,
+    /// after the --user-prefix);
+    /// dead-letter any other as forged-source. Only where every publisher connects as its
+    /// own user under the access plan (mesh access apply)
+    #[arg(long)]
+    pub(crate) enforce_identity: bool,
+    /// The access plan's user_prefix the owners of keys carry, with --enforce-identity (at
+    /// most 100 bytes, no control character) [default: none]
+    #[arg(
+        long,
+        value_name = "P",
+        requires = "enforce_identity",
+        value_parser = mesh_audit::cli::parse_user_prefix
+    )]
+    pub(crate) user_prefix: Option<String>,
     #[command(flatten)]
     pub(crate) metrics: MetricsArg,
 }
@@ -348,6 +364,11 @@ An event whose id is stored already is a duplicate (a redelivery or a resend) wh
 source and body are the stored event's; otherwise it is a different event reusing the id, kept
 as an id conflict (see `mesh audit query --conflicts` and `mesh audit count`).
 
+Each event is stored with its broker-validated publisher (the user-id RabbitMQ checked; JSON
+field `publisher` of `mesh audit query`). With --enforce-identity an event whose publisher is
+not the user owning its key (<user-prefix><origin>.<owner>, e.g. module.umami) is not stored:
+it is dead-lettered forged-source (see `mesh dead list --reason forged-source`).
+
 With --metrics-addr it serves /metrics (the mesh_audit_* counters: events stored, duplicates,
 id conflicts, dead letters stored, rejected, batches, store write errors; the batch duration
 histogram),
@@ -359,7 +380,8 @@ Example:
   mesh audit run --metrics-addr 127.0.0.1:9464";
 
 const AUDIT_QUERY_HELP: &str = "\
-Each event is a line: time, key, id, source@node, body. With --conflicts the lines are the id
+Each event is a line: time, key, id, source@node, `by <publisher>` when the store recorded who
+published it (the broker-validated user), body; --json has it as `publisher`. With --conflicts the lines are the id
 conflicts, each followed by `conflicts with <id>` (the stored event of that id, which
 `mesh audit query` lists); --json adds `conflict_id` and `conflicts_with` to each object. The
 filters apply to the conflicting events.

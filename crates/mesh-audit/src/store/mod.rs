@@ -39,7 +39,7 @@ static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
 
 /// Rows per `INSERT` statement: the parameters stay well below SQLite's 32,766 and
-/// PostgreSQL's 65,535 (events bind 10 per row, conflicts 12, dead letters 14).
+/// PostgreSQL's 65,535 (events bind 11 per row, conflicts 13, dead letters 15).
 const ROWS_PER_STATEMENT: usize = 1000;
 /// Ids per `IN (…)` list.
 const IDS_PER_STATEMENT: usize = 500;
@@ -69,7 +69,7 @@ macro_rules! with_pool {
 
 /// Binds an [`EventRow`]'s columns in `events`' order (the same in `event_conflicts` after
 /// its own id): id, routing key, source, node, time, causation id, schema, received at,
-/// headers, body. A macro, as [`with_pool!`] bodies are, so each backend gets its own types.
+/// headers, body, publisher. A macro, as [`with_pool!`] bodies are, so each backend gets its own types.
 macro_rules! push_event_columns {
     ($b:ident, $d:ident, $row:expr) => {{
         let row: &EventRow = $row;
@@ -85,6 +85,7 @@ macro_rules! push_event_columns {
         $b.push_bind(row.headers.as_str())
             .push_unseparated($d.headers);
         $b.push_bind(row.body.as_str()).push_unseparated($d.body);
+        $b.push_bind(row.publisher.as_deref());
     }};
 }
 
@@ -248,7 +249,7 @@ impl Store {
             for chunk in events.chunks(ROWS_PER_STATEMENT) {
                 let mut qb = QueryBuilder::new(
                     "INSERT INTO events (id, routing_key, source, node, time, causation_id, \
-                     schema, received_at, headers, body) ",
+                     schema, received_at, headers, body, publisher) ",
                 );
                 qb.push_values(chunk, |mut b, row| push_event_columns!(b, d, row));
                 qb.push(" ON CONFLICT (id) DO NOTHING RETURNING ")
@@ -301,7 +302,8 @@ impl Store {
                 for chunk in conflicts.chunks(ROWS_PER_STATEMENT) {
                     let mut qb = QueryBuilder::new(
                         "INSERT INTO event_conflicts (id, event_id, routing_key, source, node, \
-                         time, causation_id, schema, received_at, headers, body, body_sha256) ",
+                         time, causation_id, schema, received_at, headers, body, publisher, \
+                         body_sha256) ",
                     );
                     qb.push_values(chunk, |mut b, row| {
                         b.push_bind(row.id.as_str()).push_unseparated(d.uuid);
@@ -317,7 +319,7 @@ impl Store {
                 let mut qb = QueryBuilder::new(
                     "INSERT INTO dead_letters (id, event_id, routing_key, reason, attempts, \
                      last_error, queue, dead_at, received_at, content_type, message_id, \
-                     amqp_timestamp, headers, body) ",
+                     amqp_timestamp, headers, body, user_id) ",
                 );
                 qb.push_values(chunk, |mut b, row| {
                     b.push_bind(row.id.as_str()).push_unseparated(d.uuid);
@@ -337,6 +339,7 @@ impl Store {
                     b.push_bind(row.headers.as_str())
                         .push_unseparated(d.headers);
                     b.push_bind(row.body.as_slice());
+                    b.push_bind(row.user_id.as_deref());
                 });
                 qb.push(" ON CONFLICT (id) DO NOTHING");
                 written.dead_letters += qb.build().execute(&mut *tx).await?.rows_affected();

@@ -29,6 +29,8 @@ pub(crate) struct EventRow {
     pub(crate) received_at: String,
     pub(crate) headers: String,
     pub(crate) body: String,
+    /// The validated user of the delivery ([`codec::validated_user`]).
+    pub(crate) publisher: Option<String>,
 }
 
 impl EventRow {
@@ -54,6 +56,7 @@ impl EventRow {
             received_at: received_at.to_owned(),
             headers: headers_to_json_text(&message.properties.headers),
             body,
+            publisher: codec::validated_user(message).map(clean),
         })
     }
 }
@@ -152,6 +155,8 @@ pub(crate) struct DeadRow {
     pub(crate) amqp_timestamp: Option<i64>,
     pub(crate) headers: String,
     pub(crate) body: Vec<u8>,
+    /// The `user-id` property: who published this copy.
+    pub(crate) user_id: Option<String>,
 }
 
 impl DeadRow {
@@ -207,12 +212,13 @@ impl DeadRow {
                 .and_then(|t| i64::try_from(t).ok()),
             headers,
             body: message.body.to_vec(),
+            user_id: message.properties.user_id.as_deref().map(clean),
         }
     }
 }
 
 /// An event row as selected: id, routing key, source, node, time, causation id, schema,
-/// received at, headers, body.
+/// received at, headers, body, publisher.
 pub(crate) type EventTuple = (
     String,
     String,
@@ -224,11 +230,23 @@ pub(crate) type EventTuple = (
     String,
     String,
     String,
+    Option<String>,
 );
 
 pub(crate) fn event_record(row: EventTuple) -> Result<EventRecord, Error> {
-    let (id, routing_key, source, node, time, causation_id, schema, received_at, headers, body) =
-        row;
+    let (
+        id,
+        routing_key,
+        source,
+        node,
+        time,
+        causation_id,
+        schema,
+        received_at,
+        headers,
+        body,
+        publisher,
+    ) = row;
     Ok(EventRecord {
         id: parse_event_id(&id)?,
         routing_key,
@@ -240,6 +258,7 @@ pub(crate) fn event_record(row: EventTuple) -> Result<EventRecord, Error> {
         received_at: time_from_text(&received_at)?,
         headers: parse_json(&headers)?,
         body,
+        publisher,
     })
 }
 
@@ -256,6 +275,7 @@ pub(crate) type ConflictTuple = (
     String,
     String,
     String,
+    Option<String>,
 );
 
 pub(crate) fn conflict_record(row: ConflictTuple) -> Result<ConflictRecord, Error> {
@@ -271,6 +291,7 @@ pub(crate) fn conflict_record(row: ConflictTuple) -> Result<ConflictRecord, Erro
         received_at,
         headers,
         body,
+        publisher,
     ) = row;
     Ok(ConflictRecord {
         id: Uuid::parse_str(&id)
@@ -286,12 +307,15 @@ pub(crate) fn conflict_record(row: ConflictTuple) -> Result<ConflictRecord, Erro
             received_at,
             headers,
             body,
+            publisher,
         ))?,
     })
 }
 
-/// A dead-letter row as selected, in the column order of the table.
-pub(crate) type DeadTuple = (
+/// A dead-letter row as selected, in the column order of the table (more columns than sqlx
+/// maps into a tuple, so a tuple struct read by position).
+#[derive(sqlx::FromRow)]
+pub(crate) struct DeadTuple(
     String,
     Option<String>,
     String,
@@ -308,13 +332,14 @@ pub(crate) type DeadTuple = (
     Vec<u8>,
     Option<String>,
     i64,
+    Option<String>,
 );
 
 /// A dead letter's record, and the properties re-drive needs (message id, AMQP timestamp).
 pub(crate) fn dead_record(
     row: DeadTuple,
 ) -> Result<(DeadLetterRecord, Option<String>, Option<i64>), Error> {
-    let (
+    let DeadTuple(
         id,
         event_id,
         routing_key,
@@ -331,6 +356,7 @@ pub(crate) fn dead_record(
         body,
         redriven_at,
         redrive_count,
+        user_id,
     ) = row;
     let record = DeadLetterRecord {
         id: DeadLetterId(
@@ -350,6 +376,7 @@ pub(crate) fn dead_record(
         body: Bytes::from(body),
         redriven_at: redriven_at.as_deref().map(time_from_text).transpose()?,
         redrive_count: u32::try_from(redrive_count).unwrap_or(0),
+        user_id,
     };
     Ok((record, message_id, amqp_timestamp))
 }

@@ -40,12 +40,12 @@ pub(crate) const SQLITE: Dialect = Dialect {
     headers: "",
     body: "",
     event_columns: "id, routing_key, source, node, time, causation_id, schema, received_at, \
-                    headers, body",
+                    headers, body, publisher",
     dead_columns: "id, event_id, routing_key, reason, attempts, last_error, queue, dead_at, \
                    received_at, content_type, message_id, amqp_timestamp, headers, body, \
-                   redriven_at, redrive_count",
+                   redriven_at, redrive_count, user_id",
     conflict_columns: "id, event_id, routing_key, source, node, time, causation_id, schema, \
-                       received_at, headers, body",
+                       received_at, headers, body, publisher",
     id_text: "id",
     identity_columns: "id, routing_key, source, body",
 };
@@ -71,7 +71,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
         pg_time!("time"),
         ", causation_id, schema::int8, ",
         pg_time!("received_at"),
-        ", headers::text, body::text"
+        ", headers::text, body::text, publisher"
     ),
     dead_columns: concat!(
         "id::text, event_id::text, routing_key, reason, attempts::int8, last_error, queue, ",
@@ -80,14 +80,14 @@ pub(crate) const POSTGRES: Dialect = Dialect {
         pg_time!("received_at"),
         ", content_type, message_id, amqp_timestamp, headers::text, body, ",
         pg_time!("redriven_at"),
-        ", redrive_count::int8"
+        ", redrive_count::int8, user_id"
     ),
     conflict_columns: concat!(
         "id::text, event_id::text, routing_key, source, node, ",
         pg_time!("time"),
         ", causation_id, schema::int8, ",
         pg_time!("received_at"),
-        ", headers::text, body::text"
+        ", headers::text, body::text, publisher"
     ),
     id_text: "id::text",
     // `json` keeps the text as it came, so this is the body byte for byte.

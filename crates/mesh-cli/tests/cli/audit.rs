@@ -248,6 +248,13 @@ async fn query_trace_and_dead_letters_round_trip() {
     let event = json(&output);
     assert_eq!(event["id"], cause_id.as_str());
     assert_eq!(event["body"], serde_json::json!({"site": "blog"}));
+    // Who published it, as the broker validated it: the CLI's connection user.
+    let user = url
+        .parse::<mesh_amqp::AmqpOptions>()
+        .expect("the vhost URL parses")
+        .get_user()
+        .to_owned();
+    assert_eq!(event["publisher"], user.as_str());
 
     let output = run(
         Some(&url),
