@@ -28,7 +28,9 @@
 
 use std::time::Duration;
 
-use mesh_core::{codec, naming, Properties, PublishOptions, Target, Transport, WireMessage};
+use mesh_core::{
+    codec, naming, HeaderValue, Properties, PublishOptions, Target, Transport, WireMessage,
+};
 use tracing::{info, warn};
 
 use crate::convert::headers_from_json;
@@ -289,7 +291,8 @@ fn target_queue(record: &DeadLetterRecord) -> Result<String, Error> {
 }
 
 /// The message a dead letter is re-driven as: its key, body and headers as they were before
-/// it died, persistent, with its properties.
+/// it died, persistent, with its properties, and the original publisher's user in
+/// `x-mesh-user`.
 fn redriven_message(
     record: &DeadLetterRecord,
     message_id: Option<String>,
@@ -298,6 +301,15 @@ fn redriven_message(
     let mut headers = headers_from_json(&record.headers);
     for name in DROPPED_HEADERS {
         headers.remove(name);
+    }
+    // The re-driving connection stamps its own `user-id`: who published the original goes
+    // along as `x-mesh-user`, believed on a delivery through the default exchange. A dead
+    // letter mesh made carries it already; one the broker made (a delivery limit, an expiry)
+    // still has the original's `user-id`, recorded as the dead letter's.
+    if !headers.contains_key(codec::USER) {
+        if let Some(user) = &record.user_id {
+            headers.insert(codec::USER.to_owned(), HeaderValue::Str(user.clone()));
+        }
     }
     WireMessage {
         routing_key: record.routing_key.clone(),
@@ -316,7 +328,7 @@ fn redriven_message(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mesh_core::{DeadLetter, DeadReason, HeaderValue, Timestamp};
+    use mesh_core::{DeadLetter, DeadReason, Timestamp};
 
     #[test]
     fn a_redriven_message_has_no_dead_letter_annotations() {
@@ -360,12 +372,30 @@ mod tests {
         };
         let out = redriven_message(&record, Some("m".into()), Some(5));
         let names: Vec<&str> = out.properties.headers.keys().map(String::as_str).collect();
-        assert_eq!(names, vec!["x-custom", "x-event-id"]);
+        assert_eq!(names, vec!["x-custom", "x-event-id", "x-mesh-user"]);
+        // A dead letter with no `x-mesh-user` (the broker's own) names its original
+        // publisher in its `user-id`.
+        assert_eq!(
+            out.header(codec::USER),
+            Some(&HeaderValue::Str("module.a".into()))
+        );
         assert_eq!(out.routing_key, "module.a.b");
         assert!(out.properties.persistent);
         assert_eq!(out.properties.timestamp, Some(5));
         // The dead letter's recorded publisher is not claimed: the re-driving connection
         // stamps its own `user-id`.
         assert_eq!(out.properties.user_id, None);
+
+        // A dead letter mesh made carries the original's user already: it wins over the
+        // dead letter's own `user-id` (the consumer that gave up).
+        let mut record = record;
+        record.headers["x-mesh-user"] = serde_json::json!("module.origin");
+        let out = redriven_message(&record, None, None);
+        assert_eq!(
+            codec::validated_user(&out),
+            Some("module.origin"),
+            "{:?}",
+            out.properties.headers
+        );
     }
 }
