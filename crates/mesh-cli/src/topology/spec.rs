@@ -362,10 +362,12 @@ mod tests {
                 "mesh.rpc",
                 "mesh.events.dead",
                 "mesh.retry",
-                "mesh.reply"
+                "mesh.reply",
+                "mesh.logs"
             ]
         );
         assert_eq!(wanted.exchanges[4].kind, "direct");
+        assert_eq!(wanted.exchanges[5].kind, "topic");
         // `mesh.dead-letters` is retired: no queue is wanted for dead letters by default.
         assert!(wanted.queues.is_empty());
     }
