@@ -33,10 +33,14 @@ pub enum ErrorKind {
 }
 
 /// An error of the audit logger or its store.
+///
+/// An error opening the store also says what to do about it ([`Error::hint`]): create the
+/// directory, start the database, fix the URL.
 #[derive(Debug)]
 pub struct Error {
     kind: ErrorKind,
     context: String,
+    hint: Option<String>,
     source: Option<BoxError>,
 }
 
@@ -45,8 +49,14 @@ impl Error {
         Error {
             kind,
             context: context.into(),
+            hint: None,
             source: None,
         }
+    }
+
+    pub(crate) fn with_hint(mut self, hint: impl Into<String>) -> Error {
+        self.hint = Some(hint.into());
+        self
     }
 
     pub(crate) fn with_source(mut self, source: impl Into<BoxError>) -> Error {
@@ -73,6 +83,13 @@ impl Error {
     /// The kind.
     pub fn kind(&self) -> &ErrorKind {
         &self.kind
+    }
+
+    /// What to do about it, when this crate knows (every error opening or migrating the
+    /// store has one), e.g. `create /var/lib/mesh with write access for this user, or give
+    /// another store`. Not part of `Display`: a program shows it on a line of its own.
+    pub fn hint(&self) -> Option<&str> {
+        self.hint.as_deref()
     }
 
     /// The transport's error, when the transport failed.

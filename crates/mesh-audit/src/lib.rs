@@ -14,9 +14,8 @@
 //!   acking only what is committed (see [`logger`] for the rules), recording who published
 //!   each event and, with [`AuditOptions::enforce_identity`], refusing an event its
 //!   publisher does not own (dead-lettered `forged-source`);
-//! - [`AuditService`]: the logger on RabbitMQ with reconnects, what `mesh-audit run` runs;
-//! - [`cli::RunArgs`]: that command line, for the `mesh` CLI to embed; with
-//!   `--metrics-addr` it serves `/metrics`, `/livez` and `/readyz`;
+//! - [`AuditService`]: the logger on RabbitMQ with reconnects, what `mesh audit run` (and
+//!   the `mesh-audit` binary, both in the `mesh-cli` crate) runs;
 //! - [`telemetry`]: the `mesh_audit_*` metrics the logger records (names in
 //!   [`telemetry::names`]).
 //!
@@ -54,7 +53,6 @@
 //! Architecture invariant: header names come from `mesh_core::codec`, and the logger reaches
 //! the broker only through the `Transport` trait (the service alone names `mesh-amqp`).
 
-pub mod cli;
 mod convert;
 mod error;
 pub mod logger;

@@ -9,7 +9,9 @@ use mesh_core::Name;
 
 use crate::error::Error;
 
-/// The default store: a SQLite file in the working directory, created if missing.
+/// The default store of [`StoreOptions::default`]: a SQLite file in the working directory,
+/// created if missing. The binaries (`mesh audit run`, `mesh-audit run` and the reading
+/// commands) default to `$XDG_DATA_HOME/mesh/audit.db` instead (`~/.local/share/mesh/audit.db`).
 pub const DEFAULT_STORE_URL: &str = "sqlite://mesh-audit.db?mode=rwc";
 
 /// Which database a store URL names.
@@ -47,6 +49,7 @@ pub struct StoreOptions {
     backend: Backend,
     max_connections: u32,
     sqlite_synchronous_full: bool,
+    create_if_missing: bool,
 }
 
 impl fmt::Debug for StoreOptions {
@@ -56,6 +59,7 @@ impl fmt::Debug for StoreOptions {
             .field("url", &redact(&self.url))
             .field("backend", &self.backend)
             .field("max_connections", &self.max_connections)
+            .field("create_if_missing", &self.create_if_missing)
             .finish_non_exhaustive()
     }
 }
@@ -67,6 +71,7 @@ impl Default for StoreOptions {
             backend: Backend::Sqlite,
             max_connections: 4,
             sqlite_synchronous_full: true,
+            create_if_missing: false,
         }
     }
 }
@@ -94,6 +99,20 @@ impl StoreOptions {
     pub fn sqlite_synchronous_full(mut self, full: bool) -> Self {
         self.sqlite_synchronous_full = full;
         self
+    }
+
+    /// SQLite only: create the file, and its directory where it can, when they do not
+    /// exist (default `false`: opening a missing file fails, with a hint). A URL that says
+    /// `mode=ro`, `mode=rw` or `mode=memory` keeps its mode; `mode=rwc` creates the file
+    /// either way. The audit logger's command sets it: the logger creates its own store.
+    pub fn create_if_missing(mut self, create: bool) -> Self {
+        self.create_if_missing = create;
+        self
+    }
+
+    /// See [`StoreOptions::create_if_missing`].
+    pub fn get_create_if_missing(&self) -> bool {
+        self.create_if_missing
     }
 
     /// The backend the URL names.
@@ -132,7 +151,8 @@ impl FromStr for StoreOptions {
                 return Err(Error::options(format!(
                     "store URL `{}` is neither `sqlite:` nor `postgres:`",
                     redact(url)
-                )))
+                ))
+                .with_hint(STORE_URL_HINT))
             }
         };
         Ok(StoreOptions {
@@ -142,6 +162,10 @@ impl FromStr for StoreOptions {
         })
     }
 }
+
+/// What a store URL looks like, for hints.
+pub(crate) const STORE_URL_HINT: &str = "give a store URL of the form sqlite://PATH (created \
+     by the audit logger when missing) or postgres://USER@HOST[:PORT]/DB";
 
 /// `scheme://user:password@host` → `scheme://user:***@host`.
 fn redact(url: &str) -> String {

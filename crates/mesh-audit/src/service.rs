@@ -145,7 +145,7 @@ impl AuditService {
             match Store::open(self.store.clone()).await {
                 Ok(store) => break store,
                 Err(e) if e.is_retryable() => {
-                    warn!(error = %format!("{e:#}"), "audit store unavailable; retrying");
+                    warn!(error = %format!("{e:#}"), hint = e.hint().unwrap_or_default(), "audit store unavailable; retrying");
                     if !wait(&mut backoff, &shutdown).await {
                         return Ok(LoggerStats::default());
                     }

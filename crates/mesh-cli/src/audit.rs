@@ -1,44 +1,49 @@
 //! `mesh audit run | query | count | trace` and `mesh dead list | show | redrive`, on top of
 //! the `mesh-audit` library (its logger service and its store's query and re-drive API).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 use mesh::core::{DeadReason, EventId, Timestamp};
 use mesh_audit::{
-    CausationNode, DeadLetterId, DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, Order,
+    AuditOptions, AuditService, CausationNode, DeadLetterId, DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, Order,
     Redrive, Store, StoreOptions,
 };
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
-use crate::cli::{AuditCommand, DeadCommand, EventFilter, Global, RedriveArgs, StoreArg};
+use crate::cli::{
+    AuditCommand, AuditRunArgs, DeadCommand, EventFilter, Global, RedriveArgs, StoreArg,
+};
 use crate::config;
 use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, escape, paint, BAD, DIM, GOOD, NAME, WARN};
 
-/// The default store: `<data dir>/mesh/audit.db` (e.g. `~/.local/share/mesh/audit.db`).
+/// The default store, for `mesh audit run`, `mesh-audit run` and the reading commands alike:
+/// `$XDG_DATA_HOME/mesh/audit.db`, else `~/.local/share/mesh/audit.db`.
 fn default_store_path() -> anyhow::Result<PathBuf> {
-    let dir = dirs::data_dir().ok_or_else(|| {
-        fail(
-            Code::Usage,
-            "no data directory for the default audit store: give --store or MESH_AUDIT_STORE",
-        )
-    })?;
+    let dir = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute())
+        .or_else(|| dirs::home_dir().map(|home| home.join(".local").join("share")))
+        .ok_or_else(|| {
+            fail(
+                Code::Usage,
+                "no home directory for the default audit store: give --store or MESH_AUDIT_STORE",
+            )
+        })?;
     Ok(dir.join("mesh").join("audit.db"))
 }
 
-/// The store URL: `--store`, or the default SQLite file (created by `audit run` only; the
-/// reading commands say when it does not exist).
-fn store_url(arg: &StoreArg, create: bool) -> anyhow::Result<String> {
-    if let Some(url) = &arg.store {
-        return Ok(url.clone());
+/// The store URL: `--store`, `MESH_AUDIT_STORE`, the context's store, or the default SQLite
+/// file (created by the logger only; the reading commands say when it does not exist).
+fn store_url(global: &Global, arg: &StoreArg, create: bool) -> anyhow::Result<String> {
+    if let Some(url) = arg.store.as_ref().or(global.context_store.as_ref()) {
+        return Ok(url.trim().to_owned());
     }
     let path = default_store_path()?;
-    if create {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-    } else if !path.exists() {
+    if !create && !path.exists() {
         return Err(fail(
             Code::Error,
             format!(
@@ -47,16 +52,19 @@ fn store_url(arg: &StoreArg, create: bool) -> anyhow::Result<String> {
             ),
         ));
     }
-    Ok(format!("sqlite://{}?mode=rwc", path.display()))
+    Ok(format!("sqlite://{}", path.display()))
 }
 
 /// The store for `status`: the one given, or the default one when it exists; `None` when
 /// there is none.
-pub(crate) async fn open_if_any(arg: &StoreArg) -> anyhow::Result<Option<Store>> {
-    if arg.store.is_none() && !default_store_path().is_ok_and(|p| p.exists()) {
+pub(crate) async fn open_if_any(global: &Global, arg: &StoreArg) -> anyhow::Result<Option<Store>> {
+    if arg.store.is_none()
+        && global.context_store.is_none()
+        && !default_store_path().is_ok_and(|p| p.exists())
+    {
         return Ok(None);
     }
-    open(arg).await.map(Some)
+    open(global, arg).await.map(Some)
 }
 
 /// Dead letters of `queue` not re-driven yet.
@@ -67,8 +75,8 @@ pub(crate) async fn pending_dead_letters(store: &Store, queue: &str) -> anyhow::
         .with_context(|| format!("counting the dead letters of {queue}"))
 }
 
-async fn open(arg: &StoreArg) -> anyhow::Result<Store> {
-    let url = store_url(arg, false)?;
+async fn open(global: &Global, arg: &StoreArg) -> anyhow::Result<Store> {
+    let url = store_url(global, arg, false)?;
     let options: StoreOptions = url
         .parse()
         .coded(Code::Usage, || "invalid --store".to_owned())?;
@@ -151,41 +159,129 @@ fn event_line(event: &EventRecord) -> String {
     )
 }
 
+/// Runs the audit logger (`mesh audit run`, `mesh-audit run`) until SIGTERM or Ctrl-C, then
+/// shuts it down gracefully. Every global option applies: the URL, password, node, queue
+/// type (its queues are declared with the deployment's), connect timeout and management API.
+pub(crate) async fn run_logger(global: &Global, args: &AuditRunArgs) -> anyhow::Result<Code> {
+    let node = config::node(global)?;
+    let amqp = config::amqp_options(global)?;
+    let management = config::logger_management(global, &amqp)?;
+    let url = store_url(global, &args.store, true)?;
+    let store = url
+        .parse::<StoreOptions>()
+        .coded(Code::Usage, || "invalid --store".to_owned())?
+        // The logger creates its own store: a SQLite file, with its directory, when missing.
+        .create_if_missing(true);
+    let audit = AuditOptions::new()
+        .node(node.to_string())
+        .batch_size(args.batch_size)
+        .batch_wait(args.batch_wait)
+        .prefetch(args.prefetch)
+        .delivery_limit(Some(args.delivery_limit.unwrap_or_else(|| {
+            mesh_amqp::AmqpOptions::default().get_delivery_limit()
+        })))
+        .enforce_identity(
+            args.enforce_identity
+                .then(|| args.user_prefix.clone().unwrap_or_default()),
+        );
+    audit
+        .validate()
+        .coded(Code::Usage, || "invalid audit logger options".to_owned())?;
+    install_logging();
+    output::note(paint(
+        DIM,
+        format!(
+            "recording every event and dead letter as node {node} into {} (Ctrl-C stops)",
+            store.redacted_url()
+        ),
+    ));
+    let service = AuditService::new(amqp, store, audit).management(management);
+    let telemetry = match args.metrics.metrics_addr {
+        Some(addr) => Some(serve_logger_metrics(addr, &service).await?),
+        None => None,
+    };
+    let shutdown = CancellationToken::new();
+    // Registered before the service starts, so a SIGTERM from then on is never missed (the
+    // default action would kill the process mid-batch).
+    let signals = tokio::spawn(cancel_on_signal(Signals::register()?, shutdown.clone()));
+    let outcome = service.run(shutdown.clone()).await;
+    signals.abort();
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    let stats = outcome.context("the audit logger failed")?;
+    tracing::info!(?stats, "mesh-audit stopped");
+    Ok(Code::Ok)
+}
+
+/// Serves `/metrics`, `/livez` and `/readyz` on `addr`, readiness following `service`, and
+/// says where on stderr.
+async fn serve_logger_metrics(
+    addr: SocketAddr,
+    service: &AuditService,
+) -> anyhow::Result<mesh::telemetry::TelemetryServer> {
+    let telemetry = mesh::telemetry::serve_prometheus(addr)
+        .await
+        .coded(Code::Error, || format!("cannot serve metrics on {addr}"))?;
+    mesh_audit::telemetry::describe();
+    let watched = service.clone();
+    telemetry.watch_check("audit logger", move || watched.readiness());
+    output::note(format!(
+        "metrics on http://{}/metrics (also /livez and /readyz)",
+        telemetry.local_addr()
+    ));
+    Ok(telemetry)
+}
+
+#[cfg(unix)]
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl Signals {
+    fn register() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
+        })
+    }
+}
+
+/// Cancels `shutdown` on SIGTERM or Ctrl-C (SIGINT).
+#[cfg(unix)]
+async fn cancel_on_signal(mut signals: Signals, shutdown: CancellationToken) {
+    tokio::select! {
+        _ = signals.term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = signals.int.recv() => tracing::info!("Ctrl-C: shutting down"),
+    }
+    shutdown.cancel();
+}
+
+#[cfg(not(unix))]
+struct Signals;
+
+#[cfg(not(unix))]
+impl Signals {
+    fn register() -> anyhow::Result<Signals> {
+        Ok(Signals)
+    }
+}
+
+/// Cancels `shutdown` on Ctrl-C.
+#[cfg(not(unix))]
+async fn cancel_on_signal(_signals: Signals, shutdown: CancellationToken) {
+    if tokio::signal::ctrl_c().await.is_ok() {
+        shutdown.cancel();
+    }
+}
+
 /// Runs one `audit` command.
 pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Result<Code> {
     match command {
-        AuditCommand::Run(args) => {
-            let node = config::node(global)?;
-            let run = mesh_audit::cli::RunArgs {
-                url: global.url.clone(),
-                password_file: global.password_file.clone(),
-                password: global.password.clone(),
-                node: node.to_string(),
-                store: store_url(&args.store, true)?,
-                batch_size: args.batch_size,
-                batch_wait_ms: args.batch_wait_ms,
-                prefetch: args.prefetch,
-                delivery_limit: args
-                    .delivery_limit
-                    .unwrap_or_else(|| mesh_amqp::AmqpOptions::default().get_delivery_limit()),
-                enforce_identity: args.enforce_identity,
-                user_prefix: args.user_prefix.clone().unwrap_or_default(),
-                metrics_addr: args.metrics.metrics_addr,
-                management_url: global.management_url.clone(),
-                management_ca_file: global.management_ca_file.clone(),
-                management_allow_http: global.management_allow_http,
-            };
-            install_logging();
-            output::note(paint(
-                DIM,
-                format!(
-                    "recording every event and dead letter as node {node} into {} (Ctrl-C stops)",
-                    redact(&run.store)
-                ),
-            ));
-            run.run().await.context("the audit logger failed")?;
-            Ok(Code::Ok)
-        }
+        AuditCommand::Run(args) => run_logger(global, args).await,
         AuditCommand::Query {
             store,
             filter,
@@ -193,7 +289,7 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
             oldest_first,
             conflicts,
         } => {
-            let store = open(store).await?;
+            let store = open(global, store).await?;
             let query = event_query(filter)?.limit(*limit).order(if *oldest_first {
                 Order::Asc
             } else {
@@ -237,7 +333,7 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
             filter,
             by_key,
         } => {
-            let store = open(store).await?;
+            let store = open(global, store).await?;
             let query = event_query(filter)?;
             let result = count(global, &store, &query, filter, *by_key).await;
             store.close().await;
@@ -247,7 +343,7 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
             let id: EventId = id
                 .parse()
                 .coded(Code::Usage, || format!("`{id}` is not an event id"))?;
-            let store = open(store).await?;
+            let store = open(global, store).await?;
             let tree = store
                 .causation_tree(id)
                 .await
@@ -371,13 +467,6 @@ fn draw(
     Ok(())
 }
 
-/// `user:password@` → `user:***@` for notes.
-fn redact(url: &str) -> String {
-    url.parse::<StoreOptions>()
-        .map(|o| o.redacted_url())
-        .unwrap_or_else(|_| url.to_owned())
-}
-
 /// `audit run` is a service: it logs (to stderr, `RUST_LOG` or `info`).
 fn install_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -465,7 +554,7 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
             if *redriven {
                 query = query.redriven(true);
             }
-            let store = open(store).await?;
+            let store = open(global, store).await?;
             let deleted = store
                 .purge_dead_letters(&query)
                 .await
@@ -501,7 +590,7 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
             if let Some(since) = since {
                 query = query.since(parse_time(since)?);
             }
-            let store = open(store).await?;
+            let store = open(global, store).await?;
             let found = store
                 .dead_letters(&query)
                 .await
@@ -518,7 +607,7 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
         }
         DeadCommand::Show { store, id } => {
             let id = dead_id(id)?;
-            let store = open(store).await?;
+            let store = open(global, store).await?;
             let found = store
                 .dead_letter(id)
                 .await
@@ -635,7 +724,7 @@ async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
             "say which: dead-letter ids, --all or --queue Q",
         ));
     };
-    let store = open(&args.store).await?;
+    let store = open(global, &args.store).await?;
     if args.dry_run {
         let outcome = redrive_dry_run(global, &store, which).await;
         store.close().await;

@@ -47,36 +47,44 @@ What needs what:
     exit_table!()
 );
 
-/// Options every command takes (`Debug` redacts the URL's user information).
+/// Options every command takes, in `mesh` and `mesh-audit` alike (`Debug` redacts the URL's
+/// user information).
+///
+/// Each setting is taken from the first of: its flag, its `MESH_*` variable, the chosen
+/// context of the config file (see [`crate::config`]), its default. The fields hold what the
+/// flag or the variable gave; [`crate::config::apply_context`] fills in the context's.
 #[derive(Args)]
+#[command(next_help_heading = "Global options")]
 pub(crate) struct Global {
+    /// The context of the config file (~/.config/mesh/config.toml, or MESH_CONFIG) whose
+    /// url, node, store, management url, TLS and password files to use; flags and MESH_*
+    /// variables override each of them [default: the file's current-context]
+    #[arg(long, env = "MESH_CONTEXT", value_name = "NAME", global = true)]
+    pub(crate) context: Option<String>,
+
     /// The broker: amqp[s]://[user[:password]@]host[:port][/vhost][?params] (guest/guest when
     /// no credentials are given; %2F is the vhost `/`; amqps takes cacertfile, certfile,
-    /// keyfile, verify and server_name_indication)
-    #[arg(
-        long,
-        env = "MESH_URL",
-        default_value = "amqp://127.0.0.1:5672",
-        global = true,
-        hide_env_values = true
-    )]
-    pub(crate) url: String,
+    /// keyfile, verify and server_name_indication) [default: amqp://127.0.0.1:5672]
+    #[arg(long, env = "MESH_URL", global = true, hide_env_values = true)]
+    pub(crate) url: Option<String>,
 
     /// A file holding the broker password (overrides the URL's). Without it, MESH_PASSWORD may
     /// hold the password itself
     #[arg(long, env = "MESH_PASSWORD_FILE", value_name = "PATH", global = true)]
-    pub(crate) password_file: Option<std::path::PathBuf>,
+    pub(crate) password_file: Option<PathBuf>,
 
     /// The password of MESH_PASSWORD, if set (never a command-line flag).
-    #[arg(skip = mesh_audit::cli::EnvPassword::from_env())]
-    pub(crate) password: mesh_audit::cli::EnvPassword,
+    #[arg(skip = crate::config::EnvPassword::from_env())]
+    pub(crate) password: crate::config::EnvPassword,
 
-    /// The node this tool speaks from [default: the host name, up to its first dot]
+    /// The node this tool speaks from (the audit logger consumes NODE.audit-logger.events)
+    /// [default: the host name, up to its first dot]
     #[arg(long, env = "MESH_NODE", global = true)]
     pub(crate) node: Option<String>,
 
     /// RabbitMQ's management API, http(s)://host:port[/prefix], with the --url credentials
-    /// [default: http://<first broker host>:15672]
+    /// [default: http://<first broker host>:15672; the audit logger contacts it only when that
+    /// host is loopback]
     #[arg(long, env = "MESH_MANAGEMENT_URL", global = true)]
     pub(crate) management_url: Option<String>,
 
@@ -88,35 +96,41 @@ pub(crate) struct Global {
         value_name = "PEM",
         global = true
     )]
-    pub(crate) management_ca_file: Option<std::path::PathBuf>,
+    pub(crate) management_ca_file: Option<PathBuf>,
 
     /// Send the credentials over plain http to a management host that is not loopback
     /// (refused by default: anyone on the path could read them)
     #[arg(long, global = true)]
     pub(crate) management_allow_http: bool,
 
-    /// How long connecting to the broker may take (1ms to 24h)
-    #[arg(long, default_value = "5s", value_parser = parse_duration, global = true)]
-    pub(crate) connect_timeout: Duration,
+    /// How long connecting to the broker may take (1ms to 24h) [default: 5s]
+    #[arg(long, env = "MESH_CONNECT_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, global = true)]
+    pub(crate) connect_timeout: Option<Duration>,
 
     /// Print machine-readable JSON (one object per line) instead of text
     #[arg(long, global = true)]
     pub(crate) json: bool,
 
-    /// The type of mesh's durable queues on this broker (the audit logger's queue of dead
-    /// letters, and what topology wants for module queues) [default: quorum]
+    /// The type of mesh's durable queues on this broker (the audit logger's queues, and what
+    /// topology wants for module queues) [default: quorum]
     #[arg(long, value_enum, env = "MESH_QUEUE_TYPE", global = true)]
     pub(crate) queue_type: Option<QueueTypeArg>,
 
     /// When to colour the output
     #[arg(long, value_enum, default_value_t = ColorWhen::Auto, global = true)]
     pub(crate) color: ColorWhen,
+
+    /// The audit store of the chosen context, for the commands that take --store (filled in
+    /// by `config::apply_context`).
+    #[arg(skip)]
+    pub(crate) context_store: Option<String>,
 }
 
 impl std::fmt::Debug for Global {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Global")
-            .field("url", &mesh::amqp::redact_url(&self.url))
+            .field("context", &self.context)
+            .field("url", &self.url.as_deref().map(mesh::amqp::redact_url))
             .field("password_file", &self.password_file)
             .field("password", &self.password)
             .field("node", &self.node)
@@ -130,6 +144,10 @@ impl std::fmt::Debug for Global {
             .field("json", &self.json)
             .field("queue_type", &self.queue_type)
             .field("color", &self.color)
+            .field(
+                "context_store",
+                &self.context_store.as_deref().map(mesh::amqp::redact_url),
+            )
             .finish()
     }
 }
@@ -208,9 +226,10 @@ Examples:
 /// `--store`, on every command that reads the audit store.
 #[derive(Args)]
 pub(crate) struct StoreArg {
-    /// The audit store: sqlite://PATH?mode=rwc or postgres://user@host/db [default: the
-    /// SQLite file mesh/audit.db in the user's data directory, e.g. ~/.local/share]
-    #[arg(long, env = "MESH_AUDIT_STORE", hide_env_values = true)]
+    /// The audit store: sqlite://PATH (the audit logger creates it) or
+    /// postgres://user@host/db [default: the context's store, else
+    /// $XDG_DATA_HOME/mesh/audit.db, i.e. ~/.local/share/mesh/audit.db]
+    #[arg(long, env = "MESH_AUDIT_STORE", value_name = "URL", hide_env_values = true)]
     pub(crate) store: Option<String>,
 }
 
@@ -299,7 +318,7 @@ pub(crate) enum AuditCommand {
     },
 }
 
-/// `mesh audit run`.
+/// `mesh audit run`, and `mesh-audit run`: one definition for both.
 #[derive(Debug, Args)]
 pub(crate) struct AuditRunArgs {
     #[command(flatten)]
@@ -307,18 +326,20 @@ pub(crate) struct AuditRunArgs {
     /// Rows per transaction, at most (1 to 100000)
     #[arg(
         long,
+        value_name = "N",
         default_value_t = mesh_audit::DEFAULT_BATCH_SIZE,
-        value_parser = mesh_audit::cli::parse_batch_size
+        value_parser = parse_batch_size
     )]
     pub(crate) batch_size: usize,
-    /// Milliseconds a batch stays open after its first message (0 to 3600000, an hour)
-    #[arg(long, default_value_t = 50, value_parser = mesh_audit::cli::parse_batch_wait_ms)]
-    pub(crate) batch_wait_ms: u64,
+    /// How long a batch stays open after its first message (0ms to 1h)
+    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = parse_batch_wait)]
+    pub(crate) batch_wait: Duration,
     /// Unacked deliveries per queue, at most (1 to 65535)
     #[arg(
         long,
+        value_name = "N",
         default_value_t = mesh_audit::DEFAULT_PREFETCH,
-        value_parser = mesh_audit::cli::parse_prefetch
+        value_parser = parse_prefetch
     )]
     pub(crate) prefetch: u16,
     /// The x-delivery-limit of the deployment's quorum consumer queues: a dead letter the
@@ -338,11 +359,75 @@ pub(crate) struct AuditRunArgs {
         long,
         value_name = "P",
         requires = "enforce_identity",
-        value_parser = mesh_audit::cli::parse_user_prefix
+        value_parser = parse_user_prefix
     )]
     pub(crate) user_prefix: Option<String>,
     #[command(flatten)]
     pub(crate) metrics: MetricsArg,
+}
+
+/// The `mesh-audit` binary: `mesh audit run` as a program of its own, with the same global
+/// options, context and defaults.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mesh-audit",
+    version,
+    about = "The mesh audit logger: records every event and dead letter (the same command as \
+             `mesh audit run`)",
+    long_about = None,
+    after_help = exit_table!(),
+)]
+pub(crate) struct AuditCli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+
+    #[command(subcommand)]
+    pub(crate) command: AuditCliCommand,
+}
+
+/// The commands of `mesh-audit`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum AuditCliCommand {
+    /// Run the audit logger: record every event and dead letter until Ctrl-C or SIGTERM
+    #[command(after_help = AUDIT_RUN_HELP)]
+    Run(AuditRunArgs),
+}
+
+/// `--batch-size`: rows per transaction, 1 to [`mesh_audit::MAX_BATCH_SIZE`].
+pub(crate) fn parse_batch_size(text: &str) -> Result<usize, String> {
+    parse_within(text, 1, mesh_audit::MAX_BATCH_SIZE)
+}
+
+/// `--batch-wait`: a duration from 0 to [`mesh_audit::MAX_BATCH_WAIT`] (an hour).
+pub(crate) fn parse_batch_wait(text: &str) -> Result<Duration, String> {
+    parse_duration_within(text, Duration::ZERO, mesh_audit::MAX_BATCH_WAIT, "0ms to 1h")
+}
+
+/// `--prefetch`: unacked deliveries per queue, 1 to 65535.
+pub(crate) fn parse_prefetch(text: &str) -> Result<u16, String> {
+    parse_within(text, 1, u16::MAX)
+}
+
+/// `--user-prefix`: at most [`mesh_audit::MAX_USER_PREFIX_LEN`] bytes, no control character.
+pub(crate) fn parse_user_prefix(text: &str) -> Result<String, String> {
+    let max = mesh_audit::MAX_USER_PREFIX_LEN;
+    if text.len() > max || text.chars().any(char::is_control) {
+        return Err(format!(
+            "expected at most {max} bytes with no control character"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// `text` as a whole number within `min..=max`, or a message saying which are accepted.
+fn parse_within<T>(text: &str, min: T, max: T) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    match text.trim().parse::<T>() {
+        Ok(value) if min <= value && value <= max => Ok(value),
+        _ => Err(format!("expected a whole number from {min} to {max}")),
+    }
 }
 
 /// `--metrics-addr`, on the commands that run until stopped.
@@ -375,9 +460,14 @@ histogram),
 /livez and /readyz (200 only while both queues are consumed), and prints
 `metrics on http://ADDR/metrics (also /livez and /readyz)` on stderr.
 
-Example:
-  mesh audit run --node anchor --store sqlite:///var/lib/mesh/audit.db?mode=rwc
-  mesh audit run --metrics-addr 127.0.0.1:9464";
+The store is created when it is a SQLite file that does not exist yet (with its directory,
+where this user may create it); the default is $XDG_DATA_HOME/mesh/audit.db
+(~/.local/share/mesh/audit.db), which the other audit and dead commands read too.
+
+Examples:
+  mesh audit run --node anchor --store sqlite:///var/lib/mesh/audit.db
+  mesh audit run --context prod --queue-type classic --batch-wait 200ms
+  mesh-audit run --metrics-addr 127.0.0.1:9464";
 
 const AUDIT_QUERY_HELP: &str = "\
 Each event is a line: time, key, id, source@node, `by <publisher>` when the store recorded who
@@ -885,12 +975,23 @@ pub(crate) const MAX_LIMIT: usize = 1_000_000;
 
 /// A timeout: a duration from [`MIN_TIMEOUT`] to [`MAX_TIMEOUT`].
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration =
-        humantime::parse_duration(text).map_err(|e| format!("{e} (e.g. 500ms, 5s, 1m)"))?;
-    if (MIN_TIMEOUT..=MAX_TIMEOUT).contains(&duration) {
+    parse_duration_within(text, MIN_TIMEOUT, MAX_TIMEOUT, "1ms to 24h")
+}
+
+/// The one duration syntax of the command line (`500ms`, `5s`, `1m`, `2h`): a duration from
+/// `min` to `max` (`bounds` says which, for the message).
+pub(crate) fn parse_duration_within(
+    text: &str,
+    min: Duration,
+    max: Duration,
+    bounds: &str,
+) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("{e} (e.g. 500ms, 5s, 1m)"))?;
+    if (min..=max).contains(&duration) {
         Ok(duration)
     } else {
-        Err("expected a duration from 1ms to 24h (e.g. 500ms, 5s, 1m)".to_owned())
+        Err(format!("expected a duration from {bounds} (e.g. 500ms, 5s, 1m)"))
     }
 }
 

@@ -153,11 +153,12 @@ pub(crate) fn classify(error: &anyhow::Error) -> Code {
     if let Some(coded) = error.downcast_ref::<Coded>() {
         return coded.code;
     }
-    if error
-        .downcast_ref::<mesh_audit::cli::UsageError>()
-        .is_some()
-    {
-        return Code::Usage;
+    for cause in error.chain() {
+        if let Some(e) = cause.downcast_ref::<mesh_audit::Error>() {
+            if matches!(e.kind(), mesh_audit::ErrorKind::InvalidOptions) {
+                return Code::Usage;
+            }
+        }
     }
     for cause in error.chain() {
         if let Some(e) = cause.downcast_ref::<mesh::Error>() {
@@ -173,6 +174,17 @@ pub(crate) fn classify(error: &anyhow::Error) -> Code {
         }
     }
     Code::Error
+}
+
+/// What to do about a failure, when a cause in its chain says (the audit store's errors do:
+/// create the directory, start PostgreSQL, fix the URL…).
+pub(crate) fn hint(error: &anyhow::Error) -> Option<String> {
+    error.chain().find_map(|cause| {
+        cause
+            .downcast_ref::<mesh_audit::Error>()
+            .and_then(mesh_audit::Error::hint)
+            .map(str::to_owned)
+    })
 }
 
 /// Whether the broker refused this user the operation, somewhere in the error's chain.

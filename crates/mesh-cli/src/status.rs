@@ -79,7 +79,7 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
             dead: None,
         });
     }
-    let store = crate::audit::open_if_any(&args.store).await?;
+    let store = crate::audit::open_if_any(global, &args.store).await?;
     if let Some(store) = &store {
         for m in &mut modules {
             m.dead = Some(crate::audit::pending_dead_letters(store, &m.queue.name).await?);

@@ -5,6 +5,7 @@
 //! the binary and applied by [`Store::open`]. The SQL is shared ([`sql`]); only casts and
 //! select lists differ.
 
+mod hint;
 mod rows;
 mod sql;
 
@@ -22,7 +23,7 @@ use sqlx::QueryBuilder;
 use tracing::{debug, info};
 
 use crate::error::{Error, ErrorKind};
-use crate::options::{Backend, StoreOptions};
+use crate::options::{Backend, StoreOptions, STORE_URL_HINT};
 use crate::record::{
     CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterId, DeadLetterQuery,
     DeadLetterRecord, EventQuery, EventRecord, MAX_TREE_NODES,
@@ -115,10 +116,11 @@ impl Store {
         let url = options.get_url();
         let pool = match options.backend() {
             Backend::Sqlite => {
-                let connect = SqliteConnectOptions::from_str(url)
+                let mut connect = SqliteConnectOptions::from_str(url)
                     .map_err(|e| {
                         Error::options(format!("store URL `{}`", options.redacted_url()))
                             .with_source(e)
+                            .with_hint(STORE_URL_HINT)
                     })?
                     // WAL: readers (queries) never block the logger's writes.
                     .journal_mode(SqliteJournalMode::Wal)
@@ -130,6 +132,13 @@ impl Store {
                     .busy_timeout(Duration::from_secs(30));
                 // Every connection to `:memory:` is a database of its own: keep exactly one.
                 let memory = url.contains(":memory:") || url.contains("mode=memory");
+                let mode = hint::sqlite_mode(url);
+                let creates = !memory
+                    && (mode == Some("rwc") || (mode.is_none() && options.get_create_if_missing()));
+                if creates {
+                    connect = connect.create_if_missing(true);
+                    hint::create_parent_dir(connect.get_filename(), &options)?;
+                }
                 let mut pool = SqlitePoolOptions::new().max_connections(if memory {
                     1
                 } else {
@@ -141,14 +150,23 @@ impl Store {
                         .idle_timeout(None)
                         .max_lifetime(None);
                 }
+                let path = connect.get_filename().to_path_buf();
                 Pool::Sqlite(pool.connect_with(connect).await.map_err(|e| {
-                    Error::database(format!("opening {}", options.redacted_url()), e)
+                    let hint = hint::sqlite(&path, &e, creates);
+                    Error::database(format!("opening {}", options.redacted_url()), e).with_hint(hint)
                 })?)
             }
             Backend::Postgres => {
                 let connect = PgConnectOptions::from_str(url).map_err(|e| {
-                    Error::options(format!("store URL `{}`", options.redacted_url())).with_source(e)
+                    Error::options(format!("store URL `{}`", options.redacted_url()))
+                        .with_source(e)
+                        .with_hint(STORE_URL_HINT)
                 })?;
+                let (host, port, database) = (
+                    connect.get_host().to_owned(),
+                    connect.get_port(),
+                    connect.get_database().map(str::to_owned),
+                );
                 Pool::Postgres(
                     PgPoolOptions::new()
                         .max_connections(options.get_max_connections())
@@ -156,13 +174,18 @@ impl Store {
                         .connect_with(connect)
                         .await
                         .map_err(|e| {
+                            let hint = hint::postgres(&host, port, database.as_deref(), &e);
                             Error::database(format!("connecting to {}", options.redacted_url()), e)
+                                .with_hint(hint)
                         })?,
                 )
             }
         };
         let store = Store { pool, options };
-        store.migrate().await?;
+        if let Err(e) = store.migrate().await {
+            store.close().await;
+            return Err(e);
+        }
         info!(store = %store.options.redacted_url(), backend = %store.backend(), "audit store open");
         Ok(store)
     }
@@ -172,7 +195,12 @@ impl Store {
             Pool::Sqlite(pool) => SQLITE_MIGRATIONS.run(pool).await,
             Pool::Postgres(pool) => POSTGRES_MIGRATIONS.run(pool).await,
         };
-        result.map_err(|e| Error::new(ErrorKind::Migration, "").with_source(e))
+        result.map_err(|e| {
+            let hint = hint::migration(&e);
+            Error::new(ErrorKind::Migration, "")
+                .with_source(e)
+                .with_hint(hint)
+        })
     }
 
     /// The backend.

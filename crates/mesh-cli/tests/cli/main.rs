@@ -3,6 +3,7 @@
 
 mod access;
 mod audit;
+mod audit_run;
 mod call;
 mod emit_tail;
 mod errors;
@@ -11,6 +12,7 @@ mod limits;
 mod logs;
 mod management;
 mod metrics;
+mod profiles;
 mod secrets;
 mod status;
 mod tls;
@@ -41,6 +43,15 @@ pub(crate) fn mesh(url: Option<&str>) -> Command {
         .env("NO_COLOR", "1")
         .env_remove("RUST_BACKTRACE")
         .env_remove("MESH_AUDIT_STORE")
+        .env_remove("MESH_QUEUE_TYPE")
+        .env_remove("MESH_CONNECT_TIMEOUT")
+        // No developer's config file or context either.
+        .env_remove("MESH_CONFIG")
+        .env_remove("MESH_CONTEXT")
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("mesh-cli-test-no-config"),
+        )
         // The default audit store is never a developer's own.
         .env(
             "XDG_DATA_HOME",

@@ -2,12 +2,10 @@
 //! queue's bindings, and refuses, with a warning, to send credentials in clear to a host
 //! that is not loopback.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::TempStore;
+use crate::common::TempStore;
 use mesh_testkit::{eventually, RecordingServer, TestVhost};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -17,7 +15,7 @@ const WAIT: Duration = Duration::from_secs(60);
 
 fn spawn_logger(url: &str, store: &str, management_url: &str, log: &std::path::Path) -> Child {
     let log = std::fs::File::create(log).expect("the log file");
-    Command::new(env!("CARGO_BIN_EXE_mesh-audit"))
+    crate::common::mesh_audit()
         .args(["run", "--node", "n1", "--store", store])
         .args(["--management-url", management_url])
         .env("MESH_URL", url)

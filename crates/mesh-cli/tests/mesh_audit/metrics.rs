@@ -2,15 +2,13 @@
 //! one, a message that breaks the contract) its `/metrics` counts are exact, and `/livez`
 //! and `/readyz` answer 200 while it consumes. PostgreSQL store.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
-use common::{emitter, transport, TempStore};
+use crate::common::{emitter, transport, TempStore};
 use mesh::Outgoing;
 use mesh_core::{EventId, PublishOptions, Transport, WireMessage};
 use mesh_testkit::{eventually, TestVhost};
@@ -90,7 +88,7 @@ async fn the_binary_serves_exact_counts_and_health() -> anyhow::Result<()> {
     let vhost = TestVhost::create("audit-metrics").await?;
     let temp = TempStore::postgres().await?;
     let url = vhost.url();
-    let mut logger = Command::new(env!("CARGO_BIN_EXE_mesh-audit"))
+    let mut logger = crate::common::mesh_audit()
         .args(["run", "--node", "n1", "--store", temp.url()])
         .args(["--metrics-addr", "127.0.0.1:0"])
         .env("MESH_URL", &url)
@@ -209,7 +207,7 @@ async fn the_binary_serves_exact_counts_and_health() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_broker_it_is_live_but_not_ready() -> anyhow::Result<()> {
     let temp = TempStore::sqlite();
-    let mut logger = Command::new(env!("CARGO_BIN_EXE_mesh-audit"))
+    let mut logger = crate::common::mesh_audit()
         .args(["run", "--node", "n1", "--store", temp.url()])
         .args(["--metrics-addr", "127.0.0.1:0"])
         // Nothing listens on port 1.

@@ -1,0 +1,147 @@
+//! The implementation of the `mesh` and `mesh-audit` binaries. It is not a library to build
+//! on (use the `mesh` and `mesh-audit` crates for that): its public items are the two
+//! programs' entry points, so both share one definition of every option, the config file's
+//! contexts and the audit logger's command. See the `mesh` binary's docs for the command line.
+
+#[macro_use]
+mod exit;
+
+mod access;
+mod audit;
+mod call;
+mod cli;
+mod config;
+mod emit;
+mod logs;
+mod management;
+mod metrics;
+mod output;
+mod status;
+mod tail;
+mod topology;
+
+use std::process::ExitCode;
+
+use clap::error::ErrorKind as ClapErrorKind;
+
+use crate::cli::{AuditCli, AuditCliCommand, Cli, ColorWhen, Command, Global};
+use crate::exit::Code;
+
+/// The `mesh` program: parses the command line, runs the command, exits with its code.
+pub fn mesh_main() -> ExitCode {
+    match cli::parse() {
+        Ok(cli) => finish(cli.global.json, run(cli)),
+        Err(error) => usage(&error),
+    }
+}
+
+/// The `mesh-audit` program: `mesh audit run` under its own name, with the same options,
+/// context, defaults and exit codes.
+pub fn mesh_audit_main() -> ExitCode {
+    use clap::Parser as _;
+    match AuditCli::try_parse() {
+        Ok(cli) => finish(cli.global.json, run_audit(cli)),
+        Err(error) => usage(&error),
+    }
+}
+
+/// A command line clap refused (or `--help`, `--version`, which are not failures).
+fn usage(error: &clap::Error) -> ExitCode {
+    let code = match error.kind() {
+        ClapErrorKind::DisplayHelp | ClapErrorKind::DisplayVersion => Code::Ok,
+        _ => Code::Usage,
+    };
+    let _ = error.print();
+    code.into()
+}
+
+/// The exit code of a finished command; a failure is printed on stderr first (one line, its
+/// causes after colons, then a `hint:` line when the error says what to do).
+fn finish(json: bool, result: anyhow::Result<Code>) -> ExitCode {
+    match result {
+        Ok(code) => code.into(),
+        Err(error) if exit::is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => {
+            let code = exit::classify(&error);
+            let hint = exit::hint(&error);
+            if json {
+                let mut line = serde_json::json!({
+                    "error": format!("{error:#}"), "kind": code.name(), "exit_code": code.value()
+                });
+                if let Some(hint) = &hint {
+                    line["hint"] = serde_json::json!(hint);
+                }
+                anstream::eprintln!("{line}");
+            } else {
+                anstream::eprintln!("{} {error:#}", output::paint(output::BAD, "error:"));
+                if let Some(hint) = hint {
+                    anstream::eprintln!("{} {hint}", output::paint(output::WARN, "hint:"));
+                }
+            }
+            code.into()
+        }
+    }
+}
+
+/// Applies `--color` and the config file's context to the global options.
+fn prepare(global: &mut Global) -> anyhow::Result<()> {
+    match global.color {
+        ColorWhen::Auto => {}
+        ColorWhen::Always => anstream::ColorChoice::Always.write_global(),
+        ColorWhen::Never => anstream::ColorChoice::Never.write_global(),
+    }
+    config::apply_context(global)
+}
+
+/// A multi-thread runtime for the commands that speak AMQP.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+fn run_audit(mut cli: AuditCli) -> anyhow::Result<Code> {
+    prepare(&mut cli.global)?;
+    let runtime = runtime()?;
+    let result = runtime.block_on(async {
+        match &cli.command {
+            AuditCliCommand::Run(args) => audit::run_logger(&cli.global, args).await,
+        }
+    });
+    // Not dropped, as in `run`.
+    std::mem::forget(runtime);
+    result
+}
+
+fn run(mut cli: Cli) -> anyhow::Result<Code> {
+    prepare(&mut cli.global)?;
+    let global = &cli.global;
+    match &cli.command {
+        // Management-only commands need no async runtime.
+        Command::Topology(command) => topology::run(global, command),
+        Command::Access(command) => access::run(global, command),
+        command => {
+            let runtime = runtime()?;
+            let result = runtime.block_on(async {
+                match command {
+                    Command::Emit(args) => emit::run(global, args).await,
+                    Command::Tail(args) => tail::run(global, args).await,
+                    Command::Call(args) => call::run(global, args).await,
+                    Command::Status(args) => status::run(global, args).await,
+                    Command::Audit(command) => audit::run(global, command).await,
+                    Command::Dead(command) => audit::run_dead(global, command).await,
+                    Command::Logs(command) => logs::run(global, command).await,
+                    Command::Topology(command) => topology::run(global, command),
+                    Command::Access(command) => access::run(global, command),
+                }
+            });
+            // Not dropped: tearing the runtime down drops the client library's detached
+            // channel-close tasks, and amqprs 2.1 panics (an `unwrap` in its dispatcher) when
+            // a close-ok arrives for a task that was dropped. Every command has closed its
+            // bus by now; what is left dies with the process, which exits next.
+            std::mem::forget(runtime);
+            result
+        }
+    }
+}
