@@ -628,7 +628,7 @@ url = "amqp://127.0.0.1"
             shown.contains("no context `staging` (its contexts: dev, prod)"),
             "{shown}"
         );
-        let shown = error("[contexts.a]\ncacertfile = \"ca.pem\"\nurl = \"amqp://h\"\n", None);
+        let shown = error("[contexts.a]\ncacertfile = \"ca.pem\"\nurl = \"amqp://h\"\n", Some("a"));
         assert!(shown.contains("amqps"), "{shown}");
     }
 

@@ -16,7 +16,7 @@ const LOGGERS: [(&str, &[&str]); 2] = [("mesh", &["audit", "run"]), ("mesh-audit
 
 /// `mesh` or `mesh-audit` with the clean environment of [`mesh`].
 fn program(name: &str, url: &str) -> Command {
-    let mut command = mesh(Some(url));
+    let command = mesh(Some(url));
     if name == "mesh-audit" {
         let std = command.as_std();
         let mut audit = Command::new(env!("CARGO_BIN_EXE_mesh-audit"));

@@ -9,7 +9,7 @@ use crate::common::TempStore;
 use mesh_testkit::{eventually, RecordingServer, TestVhost};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const WAIT: Duration = Duration::from_secs(60);
 

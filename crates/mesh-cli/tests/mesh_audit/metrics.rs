@@ -15,7 +15,7 @@ use mesh_testkit::{eventually, TestVhost};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{ChildStderr, Command};
+use tokio::process::ChildStderr;
 use tokio::task::JoinHandle;
 
 const WAIT: Duration = Duration::from_secs(60);

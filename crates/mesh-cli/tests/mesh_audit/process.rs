@@ -14,7 +14,7 @@ use mesh_core::EventId;
 use mesh_testkit::{eventually, TestVhost};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const TOTAL: usize = 6_000;
 const WAIT: Duration = Duration::from_secs(120);
