@@ -16,6 +16,9 @@
 //!   publisher does not own (dead-lettered `forged-source`);
 //! - [`AuditService`]: the logger on RabbitMQ with reconnects, what `mesh audit run` (and
 //!   the `mesh-audit` binary, both in the `mesh-cli` crate) runs;
+//! - [`Error::hint`]: what to do when the store cannot be opened (create the directory,
+//!   start PostgreSQL, …); [`StoreOptions::create_if_missing`] lets the logger create a
+//!   SQLite store, with its directory, from a plain `sqlite://PATH`;
 //! - [`telemetry`]: the `mesh_audit_*` metrics the logger records (names in
 //!   [`telemetry::names`]).
 //!

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 use common::TempStore;
-use mesh_audit::{Backend, DeadLetterQuery, EventQuery, EventRecord, Order, Store};
+use mesh_audit::{Backend, DeadLetterQuery, EventQuery, EventRecord, Order, Store, StoreOptions};
 use mesh_core::{
     codec, topic_matches, DeadLetter, DeadReason, Envelope, EventId, Headers, RoutingKey,
     Timestamp, WireMessage,
@@ -966,4 +966,46 @@ async fn a_store_without_publishers_is_upgraded_sqlite() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_store_without_publishers_is_upgraded_postgres() -> anyhow::Result<()> {
     a_store_without_publishers_is_upgraded(Backend::Postgres).await
+}
+
+/// A plain `sqlite://PATH` whose file and directory do not exist: opened with
+/// `create_if_missing` it is created; without, the error is typed and says what to do.
+#[tokio::test]
+async fn a_missing_sqlite_store_is_created_only_when_asked_and_the_error_hints() {
+    let dir = std::env::temp_dir().join(format!("mesh-audit-create-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let file = dir.join("a").join("b").join("audit.db");
+    let url = format!("sqlite://{}", file.display());
+
+    let refused = Store::open(StoreOptions::url(&url).unwrap())
+        .await
+        .expect_err("no file, not asked to create it");
+    assert_eq!(refused.kind(), &mesh_audit::ErrorKind::Database);
+    let hint = refused.hint().expect("a hint").to_owned();
+    assert!(hint.contains("there is no store at"), "{hint}");
+    assert!(!file.exists());
+
+    let store = Store::open(StoreOptions::url(&url).unwrap().create_if_missing(true))
+        .await
+        .expect("created with its directories");
+    store.close().await;
+    assert!(file.is_file());
+
+    // A directory that cannot be made (a file stands in its way).
+    let blocked = format!("sqlite://{}", file.join("x").join("audit.db").display());
+    let refused = Store::open(StoreOptions::url(&blocked).unwrap().create_if_missing(true))
+        .await
+        .expect_err("a file is in the way");
+    assert!(
+        refused
+            .hint()
+            .is_some_and(|h| h.contains("with write access")),
+        "{refused:?}"
+    );
+    let bad = StoreOptions::url("mysql://db").expect_err("an unknown scheme");
+    assert!(
+        bad.hint().is_some_and(|h| h.contains("sqlite://PATH")),
+        "{bad:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

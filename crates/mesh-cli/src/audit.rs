@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use mesh::core::{DeadReason, EventId, Timestamp};
 use mesh_audit::{
-    AuditOptions, AuditService, CausationNode, DeadLetterId, DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, Order,
-    Redrive, Store, StoreOptions,
+    AuditOptions, AuditService, CausationNode, DeadLetterId, DeadLetterQuery, DeadLetterRecord,
+    EventQuery, EventRecord, Order, Redrive, Store, StoreOptions,
 };
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;

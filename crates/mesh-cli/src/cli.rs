@@ -229,7 +229,12 @@ pub(crate) struct StoreArg {
     /// The audit store: sqlite://PATH (the audit logger creates it) or
     /// postgres://user@host/db [default: the context's store, else
     /// $XDG_DATA_HOME/mesh/audit.db, i.e. ~/.local/share/mesh/audit.db]
-    #[arg(long, env = "MESH_AUDIT_STORE", value_name = "URL", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "MESH_AUDIT_STORE",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub(crate) store: Option<String>,
 }
 
@@ -400,7 +405,12 @@ pub(crate) fn parse_batch_size(text: &str) -> Result<usize, String> {
 
 /// `--batch-wait`: a duration from 0 to [`mesh_audit::MAX_BATCH_WAIT`] (an hour).
 pub(crate) fn parse_batch_wait(text: &str) -> Result<Duration, String> {
-    parse_duration_within(text, Duration::ZERO, mesh_audit::MAX_BATCH_WAIT, "0ms to 1h")
+    parse_duration_within(
+        text,
+        Duration::ZERO,
+        mesh_audit::MAX_BATCH_WAIT,
+        "0ms to 1h",
+    )
 }
 
 /// `--prefetch`: unacked deliveries per queue, 1 to 65535.
@@ -986,12 +996,14 @@ pub(crate) fn parse_duration_within(
     max: Duration,
     bounds: &str,
 ) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text.trim())
-        .map_err(|e| format!("{e} (e.g. 500ms, 5s, 1m)"))?;
+    let duration =
+        humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (e.g. 500ms, 5s, 1m)"))?;
     if (min..=max).contains(&duration) {
         Ok(duration)
     } else {
-        Err(format!("expected a duration from {bounds} (e.g. 500ms, 5s, 1m)"))
+        Err(format!(
+            "expected a duration from {bounds} (e.g. 500ms, 5s, 1m)"
+        ))
     }
 }
 

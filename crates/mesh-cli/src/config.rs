@@ -127,11 +127,13 @@ pub(crate) fn amqp_options(global: &Global) -> anyhow::Result<AmqpOptions> {
     let options: AmqpOptions = url(global).trim().parse().coded(Code::Usage, || {
         "invalid --url (or MESH_URL, or the context's url)".to_owned()
     })?;
-    let options = with_password(options, &global.password, global.password_file.as_deref())
-        .coded(Code::Usage, || {
+    let options = with_password(options, &global.password, global.password_file.as_deref()).coded(
+        Code::Usage,
+        || {
             "invalid --password-file (or MESH_PASSWORD_FILE, or the context's password-file)"
                 .to_owned()
-        })?;
+        },
+    )?;
     let mut options = options
         .connect_timeout(connect_timeout(global))
         .connection_name(CONNECTION_NAME);
@@ -439,7 +441,12 @@ fn parse_context(path: &Path, text: &str, asked: Option<&str>) -> anyhow::Result
         ));
     };
     let error = |span: std::ops::Range<usize>, message: String| {
-        file_error(path, text, Some(span), format!("context `{name}`: {message}"))
+        file_error(
+            path,
+            text,
+            Some(span),
+            format!("context `{name}`: {message}"),
+        )
     };
     if let Some(password) = &written.password {
         return Err(error(
@@ -478,7 +485,10 @@ fn parse_context(path: &Path, text: &str, asked: Option<&str>) -> anyhow::Result
                 .to_owned(),
         ));
     }
-    let mut url = written.url.as_ref().map(|url| url.get_ref().trim().to_owned());
+    let mut url = written
+        .url
+        .as_ref()
+        .map(|url| url.get_ref().trim().to_owned());
     let tls = [
         ("cacertfile", &written.cacertfile),
         ("certfile", &written.certfile),
@@ -615,9 +625,15 @@ url = "amqp://127.0.0.1"
         let shown = error("[contexts.a]\nurl = \n", None);
         assert!(shown.contains("config.toml:2: "), "{shown}");
         let shown = error("[contexts.a]\nqueue-type = \"stream\"\n", Some("a"));
-        assert!(shown.contains("config.toml:2: ") && shown.contains("classic"), "{shown}");
+        assert!(
+            shown.contains("config.toml:2: ") && shown.contains("classic"),
+            "{shown}"
+        );
         let shown = error("[contexts.a]\nconnect-timeout = \"25h\"\n", Some("a"));
-        assert!(shown.contains("config.toml:2: ") && shown.contains("1ms to 24h"), "{shown}");
+        assert!(
+            shown.contains("config.toml:2: ") && shown.contains("1ms to 24h"),
+            "{shown}"
+        );
         let shown = error("current-context = \"b\"\n[contexts.a]\n", None);
         assert!(
             shown.contains("config.toml:1: ") && shown.contains("no context `b` (its contexts: a)"),
@@ -628,7 +644,10 @@ url = "amqp://127.0.0.1"
             shown.contains("no context `staging` (its contexts: dev, prod)"),
             "{shown}"
         );
-        let shown = error("[contexts.a]\ncacertfile = \"ca.pem\"\nurl = \"amqp://h\"\n", Some("a"));
+        let shown = error(
+            "[contexts.a]\ncacertfile = \"ca.pem\"\nurl = \"amqp://h\"\n",
+            Some("a"),
+        );
         assert!(shown.contains("amqps"), "{shown}");
     }
 
@@ -637,8 +656,14 @@ url = "amqp://127.0.0.1"
         for (text, line) in [
             ("[contexts.a]\n\npassword = \"hunter2s3cret\"\n", 3),
             ("[contexts.a]\nurl = \"amqp://u:hunter2s3cret@h\"\n", 2),
-            ("[contexts.a]\nmanagement-url = \"http://u:hunter2s3cret@h\"\n", 2),
-            ("[contexts.a]\nstore = \"postgres://u:hunter2s3cret@db/a\"\n", 2),
+            (
+                "[contexts.a]\nmanagement-url = \"http://u:hunter2s3cret@h\"\n",
+                2,
+            ),
+            (
+                "[contexts.a]\nstore = \"postgres://u:hunter2s3cret@db/a\"\n",
+                2,
+            ),
         ] {
             let shown = error(text, Some("a"));
             assert!(

@@ -4,7 +4,8 @@
 //! mesh emit <KEY> [--data JSON | --data-file F | stdin] [--source S] [--causation ID]
 //!                 [--schema V] [--count N] [--rate R]
 //! mesh tail [PATTERN…] [--count N] [--metrics-addr ADDR]
-//! mesh audit run [--store URL] [--metrics-addr ADDR]
+//! mesh audit run [--store URL] [--batch-size N] [--batch-wait 50ms] [--metrics-addr ADDR]
+//! mesh audit query | count | trace      mesh dead list | show | redrive | purge
 //! mesh logs tail [PATTERN] [--count N]
 //! mesh call <TOOL> [--data JSON] [--timeout 5s]
 //! mesh topology show | plan [--check] | apply [--force]   [--module M --pattern P…] [--spec F]
@@ -12,12 +13,32 @@
 //! mesh status
 //! ```
 //!
-//! Every command takes `--url` (`MESH_URL`, default `amqp://127.0.0.1:5672`, guest/guest;
-//! `amqps://…?cacertfile=…` for TLS), `--password-file` (`MESH_PASSWORD_FILE`; or the password
-//! itself in `MESH_PASSWORD`), `--node` (`MESH_NODE`, default: the host name up to its first dot), `--json` (one JSON
-//! object per line on stdout) and `--color auto|always|never`. `emit`, `tail` and `call`
-//! speak AMQP only; `topology`, `access` and the queue part of `status` read RabbitMQ's management
-//! HTTP API (`--management-url`, `MESH_MANAGEMENT_URL`, default `http://<host>:15672`).
+//! `mesh-audit run …` (the crate's second binary) is `mesh audit run …` with the same options.
+//!
+//! # Global options
+//!
+//! Every command (and `mesh-audit`) takes these. Each is taken from the first of: the flag,
+//! the variable, the chosen context of the config file, the default.
+//!
+//! | flag | variable | context key | default |
+//! |---|---|---|---|
+//! | `--context NAME` | `MESH_CONTEXT` | (`current-context`) | none |
+//! | `--url URL` | `MESH_URL` | `url` (+ `cacertfile`, `certfile`, `keyfile`) | `amqp://127.0.0.1:5672`, guest/guest |
+//! | `--password-file PATH` | `MESH_PASSWORD_FILE`, or `MESH_PASSWORD` (the password) | `password-file` | the URL's password |
+//! | `--node NODE` | `MESH_NODE` | `node` | the host name up to its first dot |
+//! | `--queue-type quorum\|classic` | `MESH_QUEUE_TYPE` | `queue-type` | `quorum` |
+//! | `--connect-timeout 5s` | `MESH_CONNECT_TIMEOUT` | `connect-timeout` | `5s` (1ms to 24h) |
+//! | `--management-url URL` | `MESH_MANAGEMENT_URL` | `management-url` | `http://<host>:15672` |
+//! | `--management-ca-file PEM` | `MESH_MANAGEMENT_CA_FILE` | `management-ca-file` | the URL's `cacertfile`, else the system's roots |
+//! | `--store URL` (audit and dead commands, status) | `MESH_AUDIT_STORE` | `store` | `$XDG_DATA_HOME/mesh/audit.db` (`~/.local/share/mesh/audit.db`) |
+//! | `--management-allow-http`, `--json`, `--color auto\|always\|never` | | | off, off, auto |
+//!
+//! The config file is `MESH_CONFIG`, else `$XDG_CONFIG_HOME/mesh/config.toml`, else
+//! `~/.config/mesh/config.toml`: named contexts under `[contexts.NAME]` and an optional
+//! `current-context`; no password in it (a `password` key, or a URL with one, is refused). A
+//! bad file is exit code 2 naming the file and the line. `emit`, `tail` and `call` speak AMQP
+//! only; `topology`, `access` and the queue part of `status` read RabbitMQ's management HTTP
+//! API. `amqps://…?cacertfile=…` connects with TLS.
 //!
 //! # Exit codes
 //!
@@ -36,7 +57,8 @@
 //! | 10 | forbidden: the broker refused this user the operation (its permissions: a key it may not publish, a queue it may not read, the default exchange) |
 //!
 //! Errors are printed on one line to stderr with their cause chain
-//! (`error: cannot emit `x.y`: invalid key: unknown origin `x`, …`).
+//! (`error: cannot emit `x.y`: invalid key: unknown origin `x`, …`), followed by a line
+//! `hint: …` when the error says what to do (the audit store's do).
 
 use std::process::ExitCode;
 

@@ -69,9 +69,9 @@ pub(super) fn sqlite(path: &Path, error: &sqlx::Error, creating: bool) -> String
             "{shown} cannot be created: check that {dir} exists and this user may write to it, \
              or give another store"
         ),
-        Some(14) => format!(
-            "this user cannot open {shown}: check the permissions of the file and of {dir}"
-        ),
+        Some(14) => {
+            format!("this user cannot open {shown}: check the permissions of the file and of {dir}")
+        }
         // SQLITE_READONLY, SQLITE_PERM
         Some(8 | 3) => format!(
             "{shown} is read-only for this user: SQLite also writes {shown}-wal and \
@@ -87,9 +87,9 @@ pub(super) fn sqlite(path: &Path, error: &sqlx::Error, creating: bool) -> String
             format!("{shown} is damaged: restore it from a backup, or start a new store")
         }
         // SQLITE_BUSY, SQLITE_LOCKED
-        Some(5 | 6) => format!(
-            "another process holds a lock on {shown}: stop it, or give another store"
-        ),
+        Some(5 | 6) => {
+            format!("another process holds a lock on {shown}: stop it, or give another store")
+        }
         // SQLITE_FULL
         Some(13) => format!("the disk holding {shown} is full: free space on it"),
         _ => format!(
@@ -100,7 +100,12 @@ pub(super) fn sqlite(path: &Path, error: &sqlx::Error, creating: bool) -> String
 }
 
 /// What to do when PostgreSQL at `host:port` cannot be opened.
-pub(super) fn postgres(host: &str, port: u16, database: Option<&str>, error: &sqlx::Error) -> String {
+pub(super) fn postgres(
+    host: &str,
+    port: u16,
+    database: Option<&str>,
+    error: &sqlx::Error,
+) -> String {
     let database = database.unwrap_or("the user's default database");
     if let Some(code) = error.as_database_error().and_then(|e| e.code()) {
         return match code.as_ref() {
@@ -163,7 +168,10 @@ mod tests {
     fn the_mode_of_a_sqlite_url_is_read() {
         assert_eq!(sqlite_mode("sqlite:///a/b.db"), None);
         assert_eq!(sqlite_mode("sqlite:///a/b.db?mode=rwc"), Some("rwc"));
-        assert_eq!(sqlite_mode("sqlite://b.db?cache=shared&mode=ro"), Some("ro"));
+        assert_eq!(
+            sqlite_mode("sqlite://b.db?cache=shared&mode=ro"),
+            Some("ro")
+        );
         assert_eq!(sqlite_mode("sqlite://b.db?x"), None);
     }
 }

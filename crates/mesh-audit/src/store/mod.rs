@@ -153,7 +153,8 @@ impl Store {
                 let path = connect.get_filename().to_path_buf();
                 Pool::Sqlite(pool.connect_with(connect).await.map_err(|e| {
                     let hint = hint::sqlite(&path, &e, creates);
-                    Error::database(format!("opening {}", options.redacted_url()), e).with_hint(hint)
+                    Error::database(format!("opening {}", options.redacted_url()), e)
+                        .with_hint(hint)
                 })?)
             }
             Backend::Postgres => {

@@ -59,12 +59,7 @@ impl Drop for TempDir {
 }
 
 /// Starts a logger (`name` with `args` and `extra`) and waits until it consumes both queues.
-async fn start(
-    vhost: &TestVhost,
-    name: &str,
-    extra: &[&str],
-    env: &[(&str, &Path)],
-) -> Child {
+async fn start(vhost: &TestVhost, name: &str, extra: &[&str], env: &[(&str, &Path)]) -> Child {
     let (_, args) = LOGGERS
         .iter()
         .find(|(program, _)| *program == name)
@@ -102,7 +97,13 @@ async fn stop(child: Child) {
 async fn emit(url: &str, body: &str) -> String {
     let output = run(
         Some(url),
-        &["emit", "module.umami.site.created", "--data", body, "--json"],
+        &[
+            "emit",
+            "module.umami.site.created",
+            "--data",
+            body,
+            "--json",
+        ],
     )
     .await;
     assert_code(&output, 0);
@@ -162,7 +163,8 @@ async fn both_programs_record_into_the_same_default_store() {
     let stored = stored_ids(&url, &[], &env).await.expect("the store reads");
     assert_eq!(stored.len(), 2, "{stored:?}");
     let mut dead = mesh(Some(&url));
-    dead.args(["dead", "list", "--json"]).env("XDG_DATA_HOME", data.path());
+    dead.args(["dead", "list", "--json"])
+        .env("XDG_DATA_HOME", data.path());
     let output = finish(dead.spawn().expect("mesh starts")).await;
     assert_code(&output, 0);
     vhost.delete().await.expect("the vhost is deleted");
@@ -210,7 +212,13 @@ async fn the_logger_starts_on_a_vhost_of_classic_queues() {
     let dir = TempDir::new("audit-classic");
     for (name, _) in LOGGERS {
         let store = format!("sqlite://{}", dir.path().join("audit.db").display());
-        let logger = start(&vhost, name, &["--queue-type", "classic", "--store", &store], &[]).await;
+        let logger = start(
+            &vhost,
+            name,
+            &["--queue-type", "classic", "--store", &store],
+            &[],
+        )
+        .await;
         let id = emit(&url, "{}").await;
         wait_stored(&url, &["--store", &store], &[], &[id]).await;
         stop(logger).await;
@@ -244,13 +252,21 @@ async fn a_store_that_cannot_be_opened_says_what_to_do() {
     assert!(!missing.exists(), "a reading command creates no store");
     let output = run(None, &["--json", "audit", "count", "--store", &store]).await;
     let line: serde_json::Value = serde_json::from_str(stderr(&output).trim()).expect("JSON");
-    assert!(line["hint"].as_str().is_some_and(|h| h.contains("mesh audit run")), "{line}");
+    assert!(
+        line["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("mesh audit run")),
+        "{line}"
+    );
 
     // The logger cannot create its directory (a file stands in the way): it stops at once,
     // saying which directory to create.
     let blocker = dir.path().join("a-file");
     std::fs::write(&blocker, "").expect("a file");
-    let store = format!("sqlite://{}", blocker.join("sub").join("audit.db").display());
+    let store = format!(
+        "sqlite://{}",
+        blocker.join("sub").join("audit.db").display()
+    );
     for (name, args) in LOGGERS {
         let mut command = program(name, "amqp://127.0.0.1:1");
         command.args(args).args(["--store", &store]);

@@ -134,10 +134,7 @@ async fn counts_limits_and_batches_at_their_limits_are_usage_errors() {
             vec!["audit", "run", "--batch-wait", "3601s"],
             "from 0ms to 1h",
         ),
-        (
-            vec!["audit", "run", "--batch-wait", MAX],
-            "e.g. 500ms",
-        ),
+        (vec!["audit", "run", "--batch-wait", MAX], "e.g. 500ms"),
         (vec!["audit", "run", "--prefetch", "0"], "from 1 to 65535"),
         (
             vec!["audit", "run", "--prefetch", "65536"],

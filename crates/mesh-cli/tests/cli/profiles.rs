@@ -79,8 +79,12 @@ async fn a_context_is_used_and_flags_and_variables_override_it() {
     // The context's url carries no password: it comes from the context's password file.
     let (base, vhost_part) = url.rsplit_once('/').expect("a vhost in the URL");
     let without_password = base.replacen("guest:guest@", "guest@", 1);
-    assert_ne!(without_password, base, "the test broker's URL has guest:guest");
-    let store_dir = std::env::temp_dir().join(format!("mesh-cli-profiles-store-{}", std::process::id()));
+    assert_ne!(
+        without_password, base,
+        "the test broker's URL has guest:guest"
+    );
+    let store_dir =
+        std::env::temp_dir().join(format!("mesh-cli-profiles-store-{}", std::process::id()));
     let config = format!(
         "current-context = \"test\"\n\
          \n\
@@ -135,9 +139,19 @@ async fn a_context_is_used_and_flags_and_variables_override_it() {
     assert_code(&output, 3);
 
     // Another context, by flag or by variable (the flag wins).
-    let output = with_config(&dir, &[], &["--context", "dev", "emit", "node.devnode.tick"]).await;
+    let output = with_config(
+        &dir,
+        &[],
+        &["--context", "dev", "emit", "node.devnode.tick"],
+    )
+    .await;
     assert_code(&output, 3);
-    let output = with_config(&dir, &[("MESH_CONTEXT", "dev")], &["emit", "node.devnode.tick"]).await;
+    let output = with_config(
+        &dir,
+        &[("MESH_CONTEXT", "dev")],
+        &["emit", "node.devnode.tick"],
+    )
+    .await;
     assert_code(&output, 3);
     let output = with_config(
         &dir,
@@ -171,9 +185,24 @@ async fn a_context_is_used_and_flags_and_variables_override_it() {
 #[tokio::test]
 async fn a_bad_config_file_is_a_usage_error_naming_the_file_and_the_line() {
     for (config, context, line, expected) in [
-        ("[contexts.a]\nnode = \"n\"\nnde = \"x\"\n", Some("a"), 3, "unknown field `nde`"),
-        ("current-context = \"a\"\n[contexts.a]\npassword = \"s3cret\"\n", None, 3, "password-file"),
-        ("current-context = \"b\"\n[contexts.a]\n", None, 1, "no context `b`"),
+        (
+            "[contexts.a]\nnode = \"n\"\nnde = \"x\"\n",
+            Some("a"),
+            3,
+            "unknown field `nde`",
+        ),
+        (
+            "current-context = \"a\"\n[contexts.a]\npassword = \"s3cret\"\n",
+            None,
+            3,
+            "password-file",
+        ),
+        (
+            "current-context = \"b\"\n[contexts.a]\n",
+            None,
+            1,
+            "no context `b`",
+        ),
         ("[contexts.a\n", Some("a"), 1, ""),
     ] {
         let dir = ConfigDir::new("profiles-bad", config);
@@ -200,5 +229,9 @@ async fn a_bad_config_file_is_a_usage_error_naming_the_file_and_the_line() {
         .arg("status");
     let output = finish(command.spawn().expect("mesh starts")).await;
     assert_code(&output, 2);
-    assert!(stderr(&output).contains("/nonexistent/mesh.toml"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("/nonexistent/mesh.toml"),
+        "{}",
+        stderr(&output)
+    );
 }

@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::common::{emitter, transport, TempStore};
 use anyhow::Context;
 use bytes::Bytes;
-use crate::common::{emitter, transport, TempStore};
 use mesh::Outgoing;
 use mesh_core::{EventId, PublishOptions, Transport, WireMessage};
 use mesh_testkit::{eventually, TestVhost};

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::Context;
 use crate::common::{emitter, TempStore};
+use anyhow::Context;
 use mesh::Outgoing;
 use mesh_audit::{EventQuery, Order, Store};
 use mesh_core::EventId;
