@@ -82,12 +82,6 @@ impl AuditService {
         self
     }
 
-    /// The logger's options.
-    #[cfg(test)]
-    pub(crate) fn audit_options(&self) -> &AuditOptions {
-        &self.audit
-    }
-
     /// `Ok(())` while [`run`](AuditService::run) consumes both queues with the store open,
     /// connected and not blocked, and shutdown was not asked for; else why not. Cheap and
     /// never blocking: what a `/readyz` endpoint asks.

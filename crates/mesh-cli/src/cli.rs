@@ -1094,6 +1094,15 @@ mod tests {
             if let Ok(limit) = parse_limit(&text) {
                 proptest::prop_assert!((1..=MAX_LIMIT).contains(&limit));
             }
+            if let Ok(wait) = parse_batch_wait(&text) {
+                proptest::prop_assert!(wait <= mesh_audit::MAX_BATCH_WAIT);
+            }
+            if let Ok(size) = parse_batch_size(&text) {
+                proptest::prop_assert!((1..=mesh_audit::MAX_BATCH_SIZE).contains(&size));
+            }
+            if let Ok(prefetch) = parse_prefetch(&text) {
+                proptest::prop_assert!(prefetch >= 1);
+            }
             let _ = crate::audit::parse_time(&text);
         }
     }
@@ -1139,6 +1148,68 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+        AuditCli::command().debug_assert();
+    }
+
+    #[test]
+    fn audit_run_numbers_at_their_limits_parse_or_say_what_is_accepted() {
+        assert_eq!(parse_batch_size("1"), Ok(1));
+        assert_eq!(parse_batch_size("100000"), Ok(mesh_audit::MAX_BATCH_SIZE));
+        for bad in ["0", "100001", "18446744073709551616", "-1", ""] {
+            assert_eq!(
+                parse_batch_size(bad).unwrap_err(),
+                "expected a whole number from 1 to 100000",
+                "{bad}"
+            );
+        }
+        assert_eq!(parse_batch_wait("0ms"), Ok(Duration::ZERO));
+        assert_eq!(parse_batch_wait("50ms"), Ok(Duration::from_millis(50)));
+        assert_eq!(parse_batch_wait("1h"), Ok(mesh_audit::MAX_BATCH_WAIT));
+        assert!(parse_batch_wait("3601s")
+            .unwrap_err()
+            .contains("from 0ms to 1h"));
+        assert!(parse_batch_wait("50").is_err(), "a unit is required");
+        assert_eq!(parse_prefetch("65535"), Ok(u16::MAX));
+        assert!(parse_prefetch("0").is_err());
+        assert!(parse_prefetch("65536").is_err());
+        let longest = "p".repeat(mesh_audit::MAX_USER_PREFIX_LEN);
+        assert_eq!(parse_user_prefix(&longest), Ok(longest.clone()));
+        for bad in [
+            format!("{longest}p"),
+            "a\nb".to_owned(),
+            "\u{1b}[2J".to_owned(),
+        ] {
+            assert!(parse_user_prefix(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn both_programs_take_the_same_audit_run_options() {
+        use clap::Parser as _;
+        let args = [
+            "--node",
+            "n1",
+            "--enforce-identity",
+            "--user-prefix",
+            "acme/",
+            "--batch-wait",
+            "2s",
+        ];
+        let mesh = Cli::try_parse_from(["mesh", "audit", "run"].iter().chain(&args)).unwrap();
+        let Command::Audit(AuditCommand::Run(run)) = mesh.command else {
+            panic!("audit run")
+        };
+        let audit = AuditCli::try_parse_from(["mesh-audit", "run"].iter().chain(&args)).unwrap();
+        let AuditCliCommand::Run(alone) = audit.command;
+        for run in [&run, &alone] {
+            assert!(run.enforce_identity);
+            assert_eq!(run.user_prefix.as_deref(), Some("acme/"));
+            assert_eq!(run.batch_wait, Duration::from_secs(2));
+        }
+        assert_eq!(mesh.global.node, audit.global.node);
+        // A prefix without enforcement would be silently ignored: refused instead.
+        assert!(AuditCli::try_parse_from(["mesh-audit", "run", "--user-prefix", "acme/"]).is_err());
+        assert!(Cli::try_parse_from(["mesh", "audit", "run", "--batch-wait-ms", "5"]).is_err());
     }
 
     #[test]

@@ -678,6 +678,25 @@ url = "amqp://127.0.0.1"
     }
 
     #[test]
+    fn the_password_file_wins_over_the_environment() {
+        let file = std::env::temp_dir().join(format!("mesh-cli-password-{}", std::process::id()));
+        std::fs::write(&file, "from-file\n").unwrap();
+        let options: AmqpOptions = "amqp://u:from-url@h/v".parse().unwrap();
+        let env = EnvPassword(Some("from-env".to_owned()));
+        let with_file = with_password(options.clone(), &env, Some(&file)).unwrap();
+        assert_eq!(with_file.load_password().unwrap(), "from-file");
+        assert_eq!(with_file.get_password(), "from-file");
+        let with_env = with_password(options.clone(), &env, None).unwrap();
+        assert_eq!(with_env.get_password(), "from-env");
+        let neither = with_password(options, &EnvPassword::default(), None).unwrap();
+        assert_eq!(neither.get_password(), "from-url");
+        std::fs::remove_file(&file).unwrap();
+        let missing = with_password(neither, &env, Some(&file)).unwrap_err();
+        assert!(missing.to_string().contains("password file"), "{missing}");
+        assert_eq!(format!("{env:?}"), "EnvPassword(<redacted>)");
+    }
+
+    #[test]
     fn flags_and_variables_beat_the_context() {
         let context = parse_context(&path(), FILE, None).unwrap().unwrap();
         let mut given = Some("amqp://flag".to_owned());
