@@ -1,15 +1,22 @@
 //! `mesh`: the command-line tool of the mesh event bus.
 //!
 //! ```text
-//! mesh emit <KEY> [--data JSON | --data-file F | stdin] [--source S] [--causation ID]
-//!                 [--schema V] [--count N] [--rate R]
-//! mesh tail [PATTERN…] [--count N] [--metrics-addr ADDR]
-//! mesh audit run [--store URL] [--metrics-addr ADDR]
-//! mesh logs tail [PATTERN] [--count N]
-//! mesh call <TOOL> [--data JSON] [--timeout 5s]
-//! mesh topology show | plan [--check] | apply [--force]   [--module M --pattern P…] [--spec F]
-//! mesh access plan [--check] | apply   --spec F [--passwords F]
+//! mesh emit <KEY> [-d JSON | -f FILE | stdin] [-s SOURCE] [--causation ID] [--schema V]
+//!                 [-n COUNT] [--rate R]
+//! mesh tail [PATTERN…] [-n COUNT] [--metrics-addr ADDR]
+//! mesh call <TOOL> [-d JSON] [-t 5s]
+//! mesh topology show | plan [--check] | apply [--force] [--dry-run]
+//!               [-b M=P…] [-m M -p P…] [-f SPEC]
+//! mesh access plan [--check] | apply [--dry-run]   -f SPEC [--passwords F]
 //! mesh status
+//! mesh audit run [--store URL] [--metrics-addr ADDR]
+//! mesh audit query | count [-k PATTERN] [-s SOURCE] [--since T] [--until T] [-n LIMIT]
+//! mesh dead list [-q QUEUE] [-r REASON] [--pending] [--since T] [-n LIMIT]
+//! mesh dead redrive <ID…> | --all | -q QUEUE   [--dry-run]
+//! mesh dead purge [-q QUEUE] [-r REASON] [--redriven] | --all   [--dry-run]
+//! mesh logs tail [PATTERN] [-n COUNT]
+//! mesh completions bash | zsh | fish | elvish | powershell
+//! mesh man [-o DIR]
 //! ```
 //!
 //! Every command takes `--url` (`MESH_URL`, default `amqp://127.0.0.1:5672`, guest/guest;
@@ -18,6 +25,32 @@
 //! object per line on stdout) and `--color auto|always|never`. `emit`, `tail` and `call`
 //! speak AMQP only; `topology`, `access` and the queue part of `status` read RabbitMQ's management
 //! HTTP API (`--management-url`, `MESH_MANAGEMENT_URL`, default `http://<host>:15672`).
+//!
+//! # Short flags
+//!
+//! One letter means one thing in every command that has the option; the connection options
+//! and the flags that destroy or run dry (`--all`, `--force`, `--dry-run`) have none.
+//!
+//! | short | long | commands |
+//! |---|---|---|
+//! | `-d` | `--data` | `emit`, `call` |
+//! | `-f` | the input file: `--data-file` / `--spec` | `emit` / `topology`, `access` |
+//! | `-n` | how many: `--count` / `--limit` | `emit`, `tail`, `logs tail` / `audit query`, `dead list` |
+//! | `-s` | `--source` | `emit`, `audit query`, `audit count` |
+//! | `-k` | `--key` | `audit query`, `audit count` |
+//! | `-t` | `--timeout` | `call` |
+//! | `-q` | `--queue` | `dead list`, `dead redrive`, `dead purge` |
+//! | `-r` | `--reason` | `dead list`, `dead purge` |
+//! | `-m` / `-p` / `-b` | `--module` / `--pattern` / `--bind` | `topology show`, `plan`, `apply` |
+//! | `-o` | `--out` | `man` |
+//!
+//! Durations have one syntax (`500ms`, `5s`, `1m30s`, `2h`, `1day`) in `--timeout`,
+//! `--connect-timeout` and the "ago" form of `--since`/`--until`. `--reason` takes the dead
+//! reasons of `mesh_core::DeadReason` (`max-attempts`, `permanent`, `undecodable`,
+//! `unread-schema`, `delivery-limit`, `rejected`, `expired`, `forged-source`); any other value
+//! is a usage error listing them. `--bind M=P` binds module M's queue on pattern P whatever
+//! the order of the options; `--pattern` is the only `--module`'s, or, with several, the one's
+//! before it.
 //!
 //! # Exit codes
 //!
@@ -47,6 +80,7 @@ mod call;
 mod cli;
 mod config;
 mod emit;
+mod generate;
 mod logs;
 mod management;
 mod metrics;
@@ -102,9 +136,11 @@ fn run(cli: &Cli) -> anyhow::Result<Code> {
     }
     let global = &cli.global;
     match &cli.command {
-        // Management-only commands need no async runtime.
+        // Management-only commands need no async runtime, and these two no broker at all.
         Command::Topology(command) => topology::run(global, command),
         Command::Access(command) => access::run(global, command),
+        Command::Completions(args) => generate::completions(args),
+        Command::Man(args) => generate::man(global, args),
         command => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -121,6 +157,8 @@ fn run(cli: &Cli) -> anyhow::Result<Code> {
                     Command::Logs(command) => logs::run(global, command).await,
                     Command::Topology(command) => topology::run(global, command),
                     Command::Access(command) => access::run(global, command),
+                    Command::Completions(args) => generate::completions(args),
+                    Command::Man(args) => generate::man(global, args),
                 }
             });
             // Not dropped: tearing the runtime down drops the client library's detached

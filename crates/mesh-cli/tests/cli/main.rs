@@ -4,6 +4,7 @@
 mod access;
 mod audit;
 mod call;
+mod dry_run;
 mod emit_tail;
 mod errors;
 mod hostile;
@@ -15,6 +16,7 @@ mod secrets;
 mod status;
 mod tls;
 mod topology;
+mod ux;
 
 use std::process::{Output, Stdio};
 use std::sync::Arc;
