@@ -51,6 +51,9 @@ fi
 
 command -v pg_ctlcluster >/dev/null 2>&1 || apt_install postgresql
 
+# The CLI's tests render the man pages `mesh man` writes, as `man` would.
+command -v groff >/dev/null 2>&1 || apt_install groff-base
+
 if ! port_open 5432; then
   log "starting PostgreSQL"
   for version in /etc/postgresql/*; do

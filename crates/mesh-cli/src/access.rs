@@ -28,7 +28,7 @@ pub(crate) fn run(global: &Global, command: &AccessCommand) -> anyhow::Result<Co
 
 async fn run_async(global: &Global, command: &AccessCommand) -> anyhow::Result<Code> {
     let args = match command {
-        AccessCommand::Plan { args, .. } | AccessCommand::Apply { args } => args,
+        AccessCommand::Plan { args, .. } | AccessCommand::Apply { args, .. } => args,
     };
     let node = match &global.node {
         Some(_) => Some(config::node(global)?),
@@ -51,6 +51,10 @@ async fn run_async(global: &Global, command: &AccessCommand) -> anyhow::Result<C
             } else {
                 Code::Ok
             })
+        }
+        AccessCommand::Apply { dry_run: true, .. } => {
+            refuse_missing_passwords(&plan)?;
+            dry_run(global, &management, node, &plan)
         }
         AccessCommand::Apply { .. } => {
             let prefix = spec.get_user_prefix();
@@ -254,6 +258,62 @@ fn show_plan(
     Ok(())
 }
 
+/// Apply's refusal, before it changes anything: a planned user without a password.
+fn refuse_missing_passwords(plan: &Plan) -> anyhow::Result<()> {
+    let missing = plan.missing_passwords();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let how: Vec<String> = missing
+        .iter()
+        .map(|u| format!("{} ({})", escape(u), password_variable(u)))
+        .collect();
+    Err(fail(
+        Code::Usage,
+        format!(
+            "refusing to apply, nothing was changed: no password for {}; give them in \
+             --passwords FILE or in the environment",
+            how.join(", ")
+        ),
+    ))
+}
+
+/// `access apply --dry-run`: the changes apply would make, after the same refusal; the
+/// broker is only read.
+fn dry_run(
+    global: &Global,
+    management: &Management,
+    node: &str,
+    plan: &Plan,
+) -> anyhow::Result<Code> {
+    if global.json {
+        let (changes, notes) = plan_json(plan);
+        output::json(&json!({
+            "vhost": management.vhost(), "node": node, "dry_run": true,
+            "would_apply": changes, "notes": notes,
+        }))?;
+        return Ok(Code::Ok);
+    }
+    for change in &plan.changes {
+        let sign = change.sign();
+        output::line(format!(
+            "{} {}: {}",
+            paint(sign_style(sign), sign),
+            escape(&change.to_string()),
+            paint(GOOD, "would apply")
+        ))?;
+    }
+    for note in &plan.notes {
+        output::line(format!("{} {}", paint(DIM, '?'), escape(&note.to_string())))?;
+    }
+    output::line(format!(
+        "dry run: {} change(s); nothing was changed on vhost {}",
+        plan.changes.len(),
+        escape(management.vhost())
+    ))?;
+    Ok(Code::Ok)
+}
+
 async fn apply(
     global: &Global,
     management: &Management,
@@ -263,21 +323,7 @@ async fn apply(
     plan: &Plan,
     passwords: &Passwords,
 ) -> anyhow::Result<Code> {
-    let missing = plan.missing_passwords();
-    if !missing.is_empty() {
-        let how: Vec<String> = missing
-            .iter()
-            .map(|u| format!("{} ({})", escape(u), password_variable(u)))
-            .collect();
-        return Err(fail(
-            Code::Usage,
-            format!(
-                "refusing to apply, nothing was changed: no password for {}; give them in \
-                 --passwords FILE or in the environment",
-                how.join(", ")
-            ),
-        ));
-    }
+    refuse_missing_passwords(plan)?;
     let done = match access::apply(
         management.client(),
         management.vhost(),

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use mesh::core::{DeadReason, EventId, Timestamp};
+use mesh::core::{DeadReason, EventId};
 use mesh_audit::{
     AuditOptions, AuditService, CausationNode, DeadLetterId, DeadLetterQuery, DeadLetterRecord,
     EventQuery, EventRecord, Order, Redrive, Store, StoreOptions,
@@ -86,23 +86,6 @@ async fn open(global: &Global, arg: &StoreArg) -> anyhow::Result<Store> {
         .with_context(|| format!("opening the audit store {shown}"))
 }
 
-/// `--since`/`--until`: RFC 3339, or a duration ago (`90s`, `2h`, `1day`).
-pub(crate) fn parse_time(text: &str) -> anyhow::Result<Timestamp> {
-    if let Ok(time) = Timestamp::parse(text) {
-        return Ok(time);
-    }
-    let ago = humantime::parse_duration(text).map_err(|_| {
-        fail(
-            Code::Usage,
-            format!("`{text}` is neither an RFC 3339 time nor a duration ago (e.g. 2h)"),
-        )
-    })?;
-    // Checked: a duration beyond the year 1 (`300000y`) is a usage error, not a panic.
-    Timestamp::now()
-        .checked_sub(ago)
-        .ok_or_else(|| fail(Code::Usage, format!("`{text}` ago is before the year 1")))
-}
-
 fn event_query(filter: &EventFilter) -> anyhow::Result<EventQuery> {
     let mut query = EventQuery::new();
     if let Some(key) = &filter.key {
@@ -116,11 +99,11 @@ fn event_query(filter: &EventFilter) -> anyhow::Result<EventQuery> {
     if let Some(node) = &filter.event_node {
         query = query.node(node.clone());
     }
-    if let Some(since) = &filter.since {
-        query = query.since(parse_time(since)?);
+    if let Some(since) = filter.since {
+        query = query.since(since);
     }
-    if let Some(until) = &filter.until {
-        query = query.until(parse_time(until)?);
+    if let Some(until) = filter.until {
+        query = query.until(until);
     }
     Ok(query)
 }
@@ -534,6 +517,7 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
             reason,
             redriven,
             all,
+            dry_run,
         } => {
             if queue.is_none() && reason.is_none() && !*redriven && !*all {
                 return Err(fail(
@@ -546,15 +530,17 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
                 query = query.queue(queue.clone());
             }
             if let Some(reason) = reason {
-                let parsed = DeadReason::parse(reason).ok_or_else(|| {
-                    fail(Code::Usage, format!("unknown reason `{reason}` (max-attempts, permanent, undecodable, forged-source, unread-schema, delivery-limit, rejected, expired)"))
-                })?;
-                query = query.reason(parsed);
+                query = query.reason(DeadReason::from(*reason));
             }
             if *redriven {
                 query = query.redriven(true);
             }
             let store = open(global, store).await?;
+            if *dry_run {
+                let outcome = purge_dry_run(global, &store, query).await;
+                store.close().await;
+                return outcome;
+            }
             let deleted = store
                 .purge_dead_letters(&query)
                 .await
@@ -579,16 +565,13 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
                 query = query.queue(queue.clone());
             }
             if let Some(reason) = reason {
-                let parsed = DeadReason::parse(reason).ok_or_else(|| {
-                    fail(Code::Usage, format!("unknown reason `{reason}` (max-attempts, permanent, undecodable, forged-source, unread-schema, delivery-limit, rejected, expired)"))
-                })?;
-                query = query.reason(parsed);
+                query = query.reason(DeadReason::from(*reason));
             }
             if *pending {
                 query = query.redriven(false);
             }
             if let Some(since) = since {
-                query = query.since(parse_time(since)?);
+                query = query.since(*since);
             }
             let store = open(global, store).await?;
             let found = store
@@ -638,6 +621,46 @@ pub(crate) async fn run_dead(global: &Global, command: &DeadCommand) -> anyhow::
         }
         DeadCommand::Redrive(args) => redrive(global, args).await,
     }
+}
+
+/// How many of the dead letters a purge would delete `--dry-run` lists (all are counted).
+const PURGE_DRY_RUN_SHOWN: usize = 1000;
+
+/// `mesh dead purge --dry-run`: how many records the purge would delete, and the first
+/// [`PURGE_DRY_RUN_SHOWN`] of them, oldest first; nothing is deleted.
+async fn purge_dry_run(
+    global: &Global,
+    store: &Store,
+    query: DeadLetterQuery,
+) -> anyhow::Result<Code> {
+    let total = store
+        .count_dead_letters(&query)
+        .await
+        .context("counting the dead letters to purge")?;
+    let shown = store
+        .dead_letters(&query.limit(PURGE_DRY_RUN_SHOWN).order(Order::Asc))
+        .await
+        .context("listing the dead letters to purge")?;
+    let more = total.saturating_sub(shown.len() as u64);
+    if global.json {
+        output::json(&json!({
+            "dry_run": true,
+            "would_purge": total,
+            "dead_letters": shown.iter().map(|d| dead_json(d, false)).collect::<Vec<_>>(),
+            "not_shown": more,
+        }))?;
+    } else {
+        for dead in &shown {
+            output::line(format!("{} {}", paint(BAD, "would purge"), dead_line(dead)))?;
+        }
+        if more > 0 {
+            output::line(format!("… and {more} more"))?;
+        }
+        output::line(format!(
+            "dry run: {total} dead letter(s) would be purged; nothing was deleted"
+        ))?;
+    }
+    Ok(Code::Ok)
 }
 
 /// `mesh dead redrive --dry-run`: what would be re-driven where, and what refused; nothing is

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use mesh::core::{DeadReason, Timestamp};
 
 /// The mesh command-line tool: emit and watch events, call tools, and compare the broker's
 /// topology with the mesh contract.
@@ -31,9 +32,16 @@ Examples:
   mesh emit module.umami.site.created --data '{\"site\":\"blog\"}'
   mesh tail 'module.umami.#' --count 10
   mesh call billing.quote --data '\"basic\"' --timeout 2s
-  mesh topology plan --module billing --pattern 'module.umami.#'
+  mesh topology plan --bind 'billing=module.umami.#'
   mesh access plan --spec mesh.toml --check
   mesh status --json
+  source <(mesh completions bash)
+  mesh man --out /usr/local/share/man/man1
+
+Short flags (one letter, one meaning): -d --data, -f the input file (--data-file, --spec),
+-n how many (--count, --limit), -s --source, -k --key, -t --timeout, -q --queue,
+-r --reason, -m --module, -p --pattern, -b --bind, -o --out. Durations: 500ms, 5s, 1m30s,
+2h, 1day.
 
 What needs what:
   emit, tail and call speak AMQP only. topology show/plan/apply, access plan/apply and the queue part of
@@ -192,7 +200,46 @@ pub(crate) enum Command {
     /// Follow the log records processes ship to the mesh.logs exchange
     #[command(subcommand)]
     Logs(LogsCommand),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell
+    #[command(after_help = COMPLETIONS_HELP)]
+    Completions(CompletionsArgs),
+    /// Write the man pages: mesh.1 and one page per command (mesh-emit.1, mesh-dead-redrive.1…)
+    #[command(after_help = MAN_HELP)]
+    Man(ManArgs),
 }
+
+/// `mesh completions`.
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell the script is for
+    #[arg(value_enum)]
+    pub(crate) shell: clap_complete::Shell,
+}
+
+const COMPLETIONS_HELP: &str = "\
+Prints the script on stdout; it completes commands, options and their fixed values.
+
+Examples:
+  source <(mesh completions bash)                       # bash, this shell only
+  mesh completions bash > ~/.local/share/bash-completion/completions/mesh
+  mesh completions zsh > ~/.zfunc/_mesh                 # with fpath+=(~/.zfunc) in .zshrc
+  mesh completions fish > ~/.config/fish/completions/mesh.fish";
+
+/// `mesh man`.
+#[derive(Debug, Args)]
+pub(crate) struct ManArgs {
+    /// Write every page into DIR (created if missing) instead of printing mesh.1 on stdout
+    #[arg(short, long, value_name = "DIR")]
+    pub(crate) out: Option<PathBuf>,
+}
+
+const MAN_HELP: &str = "\
+Without --out, prints the page of mesh itself (roff) on stdout. With --out DIR, writes mesh.1
+and one page per command and subcommand (mesh-emit.1, mesh-dead-redrive.1, …) and lists them.
+
+Examples:
+  mesh man | man -l -
+  mesh man --out /usr/local/share/man/man1 && mandb";
 
 /// `mesh logs`.
 #[derive(Debug, Subcommand)]
@@ -210,7 +257,7 @@ pub(crate) struct LogsTailArgs {
     pub(crate) pattern: String,
 
     /// Exit after N records (1 or more)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) count: Option<u64>,
 }
 
@@ -251,20 +298,20 @@ impl std::fmt::Debug for StoreArg {
 #[derive(Debug, Args)]
 pub(crate) struct EventFilter {
     /// Only keys matching this topic pattern
-    #[arg(long, value_name = "PATTERN")]
+    #[arg(short, long, value_name = "PATTERN")]
     pub(crate) key: Option<String>,
     /// Only events from this source (module, context or node)
-    #[arg(long, value_name = "S")]
+    #[arg(short, long, value_name = "S")]
     pub(crate) source: Option<String>,
     /// Only events emitted from this node
     #[arg(long = "from-node", value_name = "N")]
     pub(crate) event_node: Option<String>,
     /// Only events at or after T: RFC 3339, or a duration ago (30m, 2h, 1day)
-    #[arg(long, value_name = "T")]
-    pub(crate) since: Option<String>,
+    #[arg(long, value_name = "T", value_parser = parse_time)]
+    pub(crate) since: Option<Timestamp>,
     /// Only events before T: RFC 3339, or a duration ago
-    #[arg(long, value_name = "T")]
-    pub(crate) until: Option<String>,
+    #[arg(long, value_name = "T", value_parser = parse_time)]
+    pub(crate) until: Option<Timestamp>,
 }
 
 impl EventFilter {
@@ -292,7 +339,7 @@ pub(crate) enum AuditCommand {
         #[command(flatten)]
         filter: EventFilter,
         /// At most N events (1 to 1000000)
-        #[arg(long, value_name = "N", default_value_t = 100, value_parser = parse_limit)]
+        #[arg(short = 'n', long, value_name = "N", default_value_t = 100, value_parser = parse_limit)]
         limit: usize,
         /// Oldest first
         #[arg(long)]
@@ -513,20 +560,19 @@ pub(crate) enum DeadCommand {
         #[command(flatten)]
         store: StoreArg,
         /// Only those a consumer of queue Q gave up on
-        #[arg(long, value_name = "Q")]
+        #[arg(short, long, value_name = "Q")]
         queue: Option<String>,
-        /// Only this reason (max-attempts, permanent, undecodable, forged-source, unread-schema,
-        /// delivery-limit, rejected, expired)
-        #[arg(long)]
-        reason: Option<String>,
+        /// Only this reason
+        #[arg(short, long, value_enum)]
+        reason: Option<ReasonArg>,
         /// Only those not re-driven yet
         #[arg(long)]
         pending: bool,
-        /// Only those dead at or after T: RFC 3339, or a duration ago
-        #[arg(long, value_name = "T")]
-        since: Option<String>,
+        /// Only those dead at or after T: RFC 3339, or a duration ago (30m, 2h, 1day)
+        #[arg(long, value_name = "T", value_parser = parse_time)]
+        since: Option<Timestamp>,
         /// At most N (1 to 1000000)
-        #[arg(long, value_name = "N", default_value_t = 100, value_parser = parse_limit)]
+        #[arg(short = 'n', long, value_name = "N", default_value_t = 100, value_parser = parse_limit)]
         limit: usize,
     },
     /// Show one dead letter with its headers and body
@@ -546,28 +592,69 @@ pub(crate) enum DeadCommand {
         #[command(flatten)]
         store: StoreArg,
         /// Only those a consumer of queue Q gave up on
-        #[arg(long, value_name = "Q")]
+        #[arg(short, long, value_name = "Q")]
         queue: Option<String>,
-        /// Only this reason (max-attempts, permanent, undecodable, forged-source, unread-schema,
-        /// delivery-limit, rejected, expired)
-        #[arg(long)]
-        reason: Option<String>,
+        /// Only this reason
+        #[arg(short, long, value_enum)]
+        reason: Option<ReasonArg>,
         /// Only those already re-driven
         #[arg(long)]
         redriven: bool,
         /// Delete every recorded dead letter (required when no filter is given)
         #[arg(long)]
         all: bool,
+        /// Print how many and which dead letters would be deleted; delete nothing
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
 const DEAD_PURGE_HELP: &str = "\
-Deletes the records from the audit store only; no queue on the broker is touched. Prints how many were deleted. Without a filter, --all is required.
+Deletes the records from the audit store only; no queue on the broker is touched. Prints how
+many were deleted. Without a filter, --all is required. With --dry-run it lists the records
+that would be deleted (as `mesh dead list` does) and how many, and deletes nothing.
 
 Examples:
-  mesh dead purge --redriven
-  mesh dead purge --queue anchor.mailer.events --reason max-attempts
+  mesh dead purge --redriven --dry-run
+  mesh dead purge -q anchor.mailer.events -r max-attempts
   mesh dead purge --all";
+
+/// `--reason`: why a dead letter was set aside (`x-mesh-dead-reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ReasonArg {
+    /// Handlers failed with retryable errors as many times as the retry policy allows
+    MaxAttempts,
+    /// A handler returned a permanent error
+    Permanent,
+    /// The message breaks the contract (a header missing, a body that is not JSON, a bad key)
+    Undecodable,
+    /// The consumer does not read the event's schema version
+    UnreadSchema,
+    /// The broker's delivery limit: the message crashed its consumer every time
+    #[value(alias = "delivery_limit")]
+    DeliveryLimit,
+    /// The broker dead-lettered a rejected message
+    Rejected,
+    /// The broker dead-lettered an expired message
+    Expired,
+    /// A module or node event whose x-source is not the owner of its key
+    ForgedSource,
+}
+
+impl From<ReasonArg> for DeadReason {
+    fn from(reason: ReasonArg) -> DeadReason {
+        match reason {
+            ReasonArg::MaxAttempts => DeadReason::MaxAttempts,
+            ReasonArg::Permanent => DeadReason::Permanent,
+            ReasonArg::Undecodable => DeadReason::Undecodable,
+            ReasonArg::UnreadSchema => DeadReason::UnreadSchema,
+            ReasonArg::DeliveryLimit => DeadReason::DeliveryLimit,
+            ReasonArg::Rejected => DeadReason::Rejected,
+            ReasonArg::Expired => DeadReason::Expired,
+            ReasonArg::ForgedSource => DeadReason::ForgedSource,
+        }
+    }
+}
 
 /// `mesh dead redrive`.
 #[derive(Debug, Args)]
@@ -582,7 +669,7 @@ pub(crate) struct RedriveArgs {
     #[arg(long)]
     pub(crate) all: bool,
     /// Every dead letter of queue Q not re-driven yet
-    #[arg(long, value_name = "Q")]
+    #[arg(short, long, value_name = "Q")]
     pub(crate) queue: Option<String>,
     /// Print what would be re-driven and where (or why it would be refused); publish
     /// nothing, mark nothing
@@ -593,7 +680,8 @@ pub(crate) struct RedriveArgs {
 const DEAD_LIST_HELP: &str = "\
 Examples:
   mesh dead list --pending
-  mesh dead list --queue anchor.mailer.events --reason max-attempts --json";
+  mesh dead list --queue anchor.mailer.events --reason max-attempts --json
+  mesh dead list -q anchor.mailer.events -r delivery-limit -n 10";
 
 const DEAD_SHOW_HELP: &str = "\
 Example:
@@ -661,15 +749,15 @@ pub(crate) struct EmitArgs {
     pub(crate) key: String,
 
     /// The JSON body [default: stdin when it is not a terminal, else {}]
-    #[arg(long, conflicts_with = "data_file")]
+    #[arg(short, long, conflicts_with = "data_file")]
     pub(crate) data: Option<String>,
 
     /// Read the JSON body from a file (`-` is stdin)
-    #[arg(long, value_name = "FILE")]
+    #[arg(short = 'f', long, value_name = "FILE")]
     pub(crate) data_file: Option<PathBuf>,
 
     /// Who emits: must be the key's owner (the word after the origin)
-    #[arg(long, value_name = "S")]
+    #[arg(short, long, value_name = "S")]
     pub(crate) source: Option<String>,
 
     /// The id of the event or call that caused this one (x-causation-id)
@@ -681,7 +769,7 @@ pub(crate) struct EmitArgs {
     pub(crate) schema: Option<u32>,
 
     /// Emit N events, each body {"seq": n, "data": <data>}
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) count: Option<u64>,
 
     /// With --count: emit R events per second instead of as fast as confirms allow (from
@@ -698,7 +786,7 @@ pub(crate) struct TailArgs {
     pub(crate) patterns: Vec<String>,
 
     /// Exit after N events (1 or more)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) count: Option<u64>,
 
     #[command(flatten)]
@@ -712,11 +800,11 @@ pub(crate) struct CallArgs {
     pub(crate) tool: String,
 
     /// The JSON request [default: null]
-    #[arg(long, default_value = "null")]
+    #[arg(short, long, default_value = "null")]
     pub(crate) data: String,
 
     /// How long to wait for the reply (e.g. 500ms, 5s, 1m; 1ms to 24h)
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(short, long, default_value = "5s", value_parser = parse_duration)]
     pub(crate) timeout: Duration,
 }
 
@@ -743,6 +831,9 @@ pub(crate) enum TopologyCommand {
         /// Replace queues whose arguments differ: deletes them with the messages they hold
         #[arg(long)]
         force: bool,
+        /// Print what apply would do, step by step (or why it would refuse); change nothing
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -750,8 +841,9 @@ macro_rules! topology_note {
     () => {
         "\
 The contract wants the exchanges mesh.events, mesh.rpc, mesh.events.dead and mesh.retry
-(durable topics) and mesh.reply (durable direct), and for each module given with --module M --pattern P… (each --pattern belongs to the
---module before it) or in --spec FILE, the queue <node>.<module>.events (x-queue-type,
+(durable topics) and mesh.reply (durable direct), and for each module given with --bind M=P
+(repeatable; the pattern P of module M, in any order among the other options), with
+--module M --pattern P… or in --spec FILE, the queue <node>.<module>.events (x-queue-type,
 x-dead-letter-exchange mesh.events.dead and, on quorum queues, x-delivery-limit) bound to
 mesh.events on exactly its patterns (the module audit-logger also wants its
 <node>.audit-logger.dead bound to mesh.events.dead on #). The retired mesh.dead-letters, if
@@ -761,6 +853,10 @@ Retry queues (<queue>.retry.<step>) are declared by the SDK when the module star
 not compared. Retired delay queues (<queue>.delay.<step>) are listed: apply deletes those with
 no message and no consumer, and leaves the others draining.
 This reads the management HTTP API: AMQP cannot list bindings or arguments.
+
+--pattern without --bind: with one --module, every --pattern is that module's, wherever it
+stands; with several, each --pattern belongs to the --module before it (the older form, kept
+for scripts; --bind says the same without depending on the order).
 
 A spec file (TOML, or JSON when it ends in .json):
   node = \"anchor\"              # optional: else --node
@@ -780,14 +876,14 @@ Lists every exchange, queue and binding of the vhost, marked as wanted (=), miss
 different (~), a binding not wanted (-) or outside the spec (?).
 
 Example:
-  mesh topology show --module billing --pattern 'module.umami.#'";
+  mesh topology show --bind 'billing=module.umami.#'";
 const SHOW_LONG_HELP: &str = concat!(
     "\
 Lists every exchange, queue and binding of the vhost, marked as wanted (=), missing (+),
 different (~), a binding not wanted (-) or outside the spec (?).
 
 Example:
-  mesh topology show --module billing --pattern 'module.umami.#'",
+  mesh topology show --bind 'billing=module.umami.#'",
     "\n\n",
     topology_note!()
 );
@@ -796,14 +892,16 @@ const PLAN_HELP: &str = "\
 Each line is one difference: + missing, ~ other arguments, - a binding not wanted.
 
 Examples:
-  mesh topology plan --module billing --pattern 'module.umami.#' --pattern 'node.*.joined'
+  mesh topology plan --bind 'billing=module.umami.#' --bind 'billing=node.*.joined'
+  mesh topology plan -m billing -p 'module.umami.#' -p 'node.*.joined'
   mesh topology plan --spec mesh.toml --check --json";
 const PLAN_LONG_HELP: &str = concat!(
     "\
 Each line is one difference: + missing, ~ other arguments, - a binding not wanted.
 
 Examples:
-  mesh topology plan --module billing --pattern 'module.umami.#' --pattern 'node.*.joined'
+  mesh topology plan --bind 'billing=module.umami.#' --bind 'billing=node.*.joined'
+  mesh topology plan -m billing -p 'module.umami.#' -p 'node.*.joined'
   mesh topology plan --spec mesh.toml --check --json",
     "\n\n",
     topology_note!()
@@ -812,17 +910,21 @@ Examples:
 const APPLY_HELP: &str = "\
 Refuses, changing nothing, when a queue has other arguments than the contract's, unless
 --force, which deletes and re-creates it (its messages are lost; the refusal says how many).
-Exchanges with other settings are never replaced.
+Exchanges with other settings are never replaced. --dry-run prints each step apply would take
+(`would create`, `would bind`, …) or its refusal, and changes nothing.
 
-Example:
+Examples:
+  mesh topology apply -f mesh.toml --dry-run
   mesh topology apply --spec mesh.toml";
 const APPLY_LONG_HELP: &str = concat!(
     "\
 Refuses, changing nothing, when a queue has other arguments than the contract's, unless
 --force, which deletes and re-creates it (its messages are lost; the refusal says how many).
-Exchanges with other settings are never replaced.
+Exchanges with other settings are never replaced. --dry-run prints each step apply would take
+(`would create`, `would bind`, …) or its refusal, and changes nothing.
 
-Example:
+Examples:
+  mesh topology apply -f mesh.toml --dry-run
   mesh topology apply --spec mesh.toml",
     "\n\n",
     topology_note!()
@@ -831,16 +933,21 @@ Example:
 /// What the contract is compared for.
 #[derive(Debug, Args)]
 pub(crate) struct TopologyArgs {
+    /// Module M's queue is bound on topic pattern P (repeatable, in any order; split at the
+    /// first `=`)
+    #[arg(short, long = "bind", value_name = "M=P", value_parser = parse_binding)]
+    pub(crate) bindings: Vec<Binding>,
+
     /// A module whose queue the contract wants (repeatable)
-    #[arg(long = "module", value_name = "M")]
+    #[arg(short, long = "module", value_name = "M")]
     pub(crate) modules: Vec<String>,
 
-    /// A topic pattern of the --module before it (repeatable)
-    #[arg(long = "pattern", value_name = "P")]
+    /// A topic pattern of the --module (with several, of the --module before it; repeatable)
+    #[arg(short, long = "pattern", value_name = "P")]
     pub(crate) patterns: Vec<String>,
 
     /// A TOML or JSON file listing modules, their patterns and queue types
-    #[arg(long, value_name = "FILE")]
+    #[arg(short = 'f', long, value_name = "FILE")]
     pub(crate) spec: Option<PathBuf>,
 
     /// x-delivery-limit of quorum module queues [default: mesh-amqp's, 20]
@@ -850,6 +957,25 @@ pub(crate) struct TopologyArgs {
     /// Where each --pattern stands among the --module options (filled in from the parse).
     #[arg(skip)]
     pub(crate) pattern_owner: Vec<Option<usize>>,
+}
+
+/// `--bind M=P`: a module and one topic pattern of its queue (both checked later, with the
+/// rest of the contract).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Binding {
+    pub(crate) module: String,
+    pub(crate) pattern: String,
+}
+
+/// `M=P`, split at the first `=` (a module name with `=` goes in a spec file).
+pub(crate) fn parse_binding(text: &str) -> Result<Binding, String> {
+    match text.split_once('=') {
+        Some((module, pattern)) if !module.is_empty() && !pattern.is_empty() => Ok(Binding {
+            module: module.to_owned(),
+            pattern: pattern.to_owned(),
+        }),
+        _ => Err("expected MODULE=PATTERN, e.g. billing=module.umami.#".to_owned()),
+    }
 }
 
 /// `mesh access …`.
@@ -869,6 +995,9 @@ pub(crate) enum AccessCommand {
     Apply {
         #[command(flatten)]
         args: AccessArgs,
+        /// Print what apply would change (or why it would refuse); change nothing
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -877,7 +1006,7 @@ pub(crate) enum AccessCommand {
 pub(crate) struct AccessArgs {
     /// The spec file (TOML, or JSON when it ends in .json), as for topology, with an
     /// optional [access] table
-    #[arg(long, value_name = "FILE")]
+    #[arg(short = 'f', long, value_name = "FILE")]
     pub(crate) spec: PathBuf,
 
     /// A TOML file of passwords, "user" = "password" (not open to other users of the
@@ -936,17 +1065,21 @@ Examples:
 const ACCESS_APPLY_HELP: &str = "\
 Puts a user only when it is missing or its password or tags differ, then its permissions and
 topic permissions; then plans again. Refuses, changing nothing, when a planned user has no
-password (exit code 2).
+password (exit code 2). --dry-run makes the same checks and prints each change apply would
+make (`would apply`), changing nothing.
 
-Example:
+Examples:
+  mesh access apply -f mesh.toml --passwords /etc/mesh/passwords.toml --dry-run
   mesh access apply --spec mesh.toml --passwords /etc/mesh/passwords.toml";
 const ACCESS_APPLY_LONG_HELP: &str = concat!(
     "\
 Puts a user only when it is missing or its password or tags differ, then its permissions and
 topic permissions; then plans again. Refuses, changing nothing, when a planned user has no
-password (exit code 2).
+password (exit code 2). --dry-run makes the same checks and prints each change apply would
+make (`would apply`), changing nothing.
 
-Example:
+Examples:
+  mesh access apply -f mesh.toml --passwords /etc/mesh/passwords.toml --dry-run
   mesh access apply --spec mesh.toml --passwords /etc/mesh/passwords.toml",
     "\n\n",
     access_note!()
@@ -983,21 +1116,26 @@ pub(crate) const MAX_RATE: f64 = 1_000_000.0;
 /// The largest `--limit`.
 pub(crate) const MAX_LIMIT: usize = 1_000_000;
 
+/// The one duration syntax of the command line: a number and a unit, several summed
+/// (`500ms`, `5s`, `1m30s`, `2h`, `1day`), with no bounds of its own.
+fn parse_span(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (e.g. 500ms, 5s, 1m, 2h)"))
+}
+
 /// A timeout: a duration from [`MIN_TIMEOUT`] to [`MAX_TIMEOUT`].
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     parse_duration_within(text, MIN_TIMEOUT, MAX_TIMEOUT, "1ms to 24h")
 }
 
-/// The one duration syntax of the command line (`500ms`, `5s`, `1m`, `2h`): a duration from
-/// `min` to `max` (`bounds` says which, for the message).
+/// The one duration syntax of the command line ([`parse_span`]): a duration from `min` to
+/// `max` (`bounds` says which, for the message).
 pub(crate) fn parse_duration_within(
     text: &str,
     min: Duration,
     max: Duration,
     bounds: &str,
 ) -> Result<Duration, String> {
-    let duration =
-        humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (e.g. 500ms, 5s, 1m)"))?;
+    let duration = parse_span(text)?;
     if (min..=max).contains(&duration) {
         Ok(duration)
     } else {
@@ -1005,6 +1143,20 @@ pub(crate) fn parse_duration_within(
             "expected a duration from {bounds} (e.g. 500ms, 5s, 1m)"
         ))
     }
+}
+
+/// `--since`/`--until`: an RFC 3339 time, or a duration ago in the syntax of
+/// [`parse_duration`] (`90s`, `2h`, `1day`), no earlier than the year 1.
+pub(crate) fn parse_time(text: &str) -> Result<Timestamp, String> {
+    if let Ok(time) = Timestamp::parse(text) {
+        return Ok(time);
+    }
+    let ago = parse_span(text)
+        .map_err(|e| format!("neither an RFC 3339 time nor a duration ago: {e}"))?;
+    // Checked: a duration beyond the year 1 (`300000y`) is refused, not a panic.
+    Timestamp::now()
+        .checked_sub(ago)
+        .ok_or_else(|| "that long ago is before the year 1".to_owned())
 }
 
 /// Events per second, from [`MIN_RATE`] to [`MAX_RATE`]: its pacing interval, `1 / rate`,
@@ -1103,7 +1255,7 @@ mod tests {
             if let Ok(prefetch) = parse_prefetch(&text) {
                 proptest::prop_assert!(prefetch >= 1);
             }
-            let _ = crate::audit::parse_time(&text);
+            let _ = parse_time(&text);
         }
     }
 
@@ -1141,7 +1293,7 @@ mod tests {
             "18446744073709551615s",
             "99999999999999999999999s",
         ] {
-            assert!(crate::audit::parse_time(text).is_err(), "{text}");
+            assert!(parse_time(text).is_err(), "{text}");
         }
     }
 
@@ -1210,6 +1362,136 @@ mod tests {
         // A prefix without enforcement would be silently ignored: refused instead.
         assert!(AuditCli::try_parse_from(["mesh-audit", "run", "--user-prefix", "acme/"]).is_err());
         assert!(Cli::try_parse_from(["mesh", "audit", "run", "--batch-wait-ms", "5"]).is_err());
+    }
+
+    #[test]
+    fn every_dead_reason_is_a_reason_value_of_the_same_name() {
+        use clap::ValueEnum as _;
+        assert_eq!(ReasonArg::value_variants().len(), DeadReason::ALL.len());
+        for reason in DeadReason::ALL {
+            let arg = ReasonArg::from_str(reason.as_str(), false)
+                .unwrap_or_else(|e| panic!("{reason}: {e}"));
+            assert_eq!(DeadReason::from(arg), reason);
+        }
+        assert_eq!(
+            ReasonArg::from_str("delivery_limit", false),
+            Ok(ReasonArg::DeliveryLimit)
+        );
+    }
+
+    #[test]
+    fn short_flags_mean_their_long_options() {
+        use clap::Parser as _;
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("mesh").chain(args.iter().copied()))
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+                .command
+        };
+        let Command::Emit(emit) = parse(&["emit", "k.a.b", "-d", "{}", "-s", "a", "-n", "2"])
+        else {
+            panic!("emit")
+        };
+        assert_eq!(
+            (emit.data.as_deref(), emit.source.as_deref(), emit.count),
+            (Some("{}"), Some("a"), Some(2))
+        );
+        let Command::Emit(emit) = parse(&["emit", "k.a.b", "-f", "body.json"]) else {
+            panic!("emit")
+        };
+        assert_eq!(emit.data_file, Some(PathBuf::from("body.json")));
+        let Command::Call(call) = parse(&["call", "a.b", "-d", "1", "-t", "2s"]) else {
+            panic!("call")
+        };
+        assert_eq!(
+            (call.data.as_str(), call.timeout),
+            ("1", Duration::from_secs(2))
+        );
+        let Command::Dead(DeadCommand::List {
+            queue,
+            reason,
+            limit,
+            ..
+        }) = parse(&[
+            "dead",
+            "list",
+            "-q",
+            "q.x.events",
+            "-r",
+            "expired",
+            "-n",
+            "5",
+        ])
+        else {
+            panic!("dead list")
+        };
+        assert_eq!(
+            (queue.as_deref(), reason, limit),
+            (Some("q.x.events"), Some(ReasonArg::Expired), 5)
+        );
+        let Command::Audit(AuditCommand::Query { filter, limit, .. }) =
+            parse(&["audit", "query", "-k", "module.#", "-s", "umami", "-n", "3"])
+        else {
+            panic!("audit query")
+        };
+        assert_eq!(
+            (filter.key.as_deref(), filter.source.as_deref(), limit),
+            (Some("module.#"), Some("umami"), 3)
+        );
+        let Command::Topology(TopologyCommand::Apply { args, dry_run, .. }) = parse(&[
+            "topology",
+            "apply",
+            "-f",
+            "mesh.toml",
+            "-m",
+            "m",
+            "-p",
+            "a.#",
+            "-b",
+            "n=b.*",
+            "--dry-run",
+        ]) else {
+            panic!("topology apply")
+        };
+        assert!(dry_run);
+        assert_eq!(args.spec, Some(PathBuf::from("mesh.toml")));
+        assert_eq!(
+            (args.modules, args.patterns),
+            (vec!["m".to_owned()], vec!["a.#".to_owned()])
+        );
+        assert_eq!(
+            args.bindings,
+            [Binding {
+                module: "n".to_owned(),
+                pattern: "b.*".to_owned()
+            }]
+        );
+        let Command::Logs(LogsCommand::Tail(tail)) = parse(&["logs", "tail", "-n", "4"]) else {
+            panic!("logs tail")
+        };
+        assert_eq!(tail.count, Some(4));
+        // The connection options have no short form.
+        assert!(Cli::try_parse_from(["mesh", "-u", "amqp://h", "status"]).is_err());
+    }
+
+    #[test]
+    fn durations_have_one_syntax() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        let now = Timestamp::now();
+        let ago = parse_time("2h").unwrap();
+        assert!(ago < now);
+        assert!(parse_time("1day").unwrap() < ago);
+        assert!(parse_time("500ms").is_ok());
+        assert_eq!(
+            parse_time("2026-01-01T00:00:00Z").unwrap().to_string(),
+            "2026-01-01T00:00:00Z"
+        );
+        // The same examples in every refusal.
+        let timeout = parse_duration("2 parsecs").unwrap_err();
+        let since = parse_time("2 parsecs").unwrap_err();
+        assert!(timeout.contains("e.g. 500ms, 5s, 1m, 2h"), "{timeout}");
+        assert!(since.contains("e.g. 500ms, 5s, 1m, 2h"), "{since}");
+        assert!(since.contains("neither an RFC 3339 time"), "{since}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod call;
 mod cli;
 mod config;
 mod emit;
+mod generate;
 mod logs;
 mod management;
 mod metrics;
@@ -83,13 +84,18 @@ fn finish(json: bool, result: anyhow::Result<Code>) -> ExitCode {
     }
 }
 
-/// Applies `--color` and the config file's context to the global options.
-fn prepare(global: &mut Global) -> anyhow::Result<()> {
+/// Applies `--color`.
+fn paint_as_asked(global: &Global) {
     match global.color {
         ColorWhen::Auto => {}
         ColorWhen::Always => anstream::ColorChoice::Always.write_global(),
         ColorWhen::Never => anstream::ColorChoice::Never.write_global(),
     }
+}
+
+/// Applies `--color` and the config file's context to the global options.
+fn prepare(global: &mut Global) -> anyhow::Result<()> {
+    paint_as_asked(global);
     config::apply_context(global)
 }
 
@@ -115,12 +121,26 @@ fn run_audit(mut cli: AuditCli) -> anyhow::Result<Code> {
 }
 
 fn run(mut cli: Cli) -> anyhow::Result<Code> {
+    // These two need no broker and no config file: a broken file must not stop them.
+    match &cli.command {
+        Command::Completions(args) => {
+            paint_as_asked(&cli.global);
+            return generate::completions(args);
+        }
+        Command::Man(args) => {
+            paint_as_asked(&cli.global);
+            return generate::man(&cli.global, args);
+        }
+        _ => {}
+    }
     prepare(&mut cli.global)?;
     let global = &cli.global;
     match &cli.command {
         // Management-only commands need no async runtime.
         Command::Topology(command) => topology::run(global, command),
         Command::Access(command) => access::run(global, command),
+        Command::Completions(args) => generate::completions(args),
+        Command::Man(args) => generate::man(global, args),
         command => {
             let runtime = runtime()?;
             let result = runtime.block_on(async {
@@ -134,6 +154,8 @@ fn run(mut cli: Cli) -> anyhow::Result<Code> {
                     Command::Logs(command) => logs::run(global, command).await,
                     Command::Topology(command) => topology::run(global, command),
                     Command::Access(command) => access::run(global, command),
+                    Command::Completions(args) => generate::completions(args),
+                    Command::Man(args) => generate::man(global, args),
                 }
             });
             // Not dropped: tearing the runtime down drops the client library's detached

@@ -1,16 +1,23 @@
 //! `mesh`: the command-line tool of the mesh event bus.
 //!
 //! ```text
-//! mesh emit <KEY> [--data JSON | --data-file F | stdin] [--source S] [--causation ID]
-//!                 [--schema V] [--count N] [--rate R]
-//! mesh tail [PATTERN…] [--count N] [--metrics-addr ADDR]
-//! mesh audit run [--store URL] [--batch-size N] [--batch-wait 50ms] [--metrics-addr ADDR]
-//! mesh audit query | count | trace      mesh dead list | show | redrive | purge
-//! mesh logs tail [PATTERN] [--count N]
-//! mesh call <TOOL> [--data JSON] [--timeout 5s]
-//! mesh topology show | plan [--check] | apply [--force]   [--module M --pattern P…] [--spec F]
-//! mesh access plan [--check] | apply   --spec F [--passwords F]
+//! mesh emit <KEY> [-d JSON | -f FILE | stdin] [-s SOURCE] [--causation ID] [--schema V]
+//!                 [-n COUNT] [--rate R]
+//! mesh tail [PATTERN…] [-n COUNT] [--metrics-addr ADDR]
+//! mesh call <TOOL> [-d JSON] [-t 5s]
+//! mesh topology show | plan [--check] | apply [--force] [--dry-run]
+//!               [-b M=P…] [-m M -p P…] [-f SPEC]
+//! mesh access plan [--check] | apply [--dry-run]   -f SPEC [--passwords F]
 //! mesh status
+//! mesh audit run [--store URL] [--batch-size N] [--batch-wait 50ms] [--metrics-addr ADDR]
+//! mesh audit trace <ID>
+//! mesh audit query | count [-k PATTERN] [-s SOURCE] [--since T] [--until T] [-n LIMIT]
+//! mesh dead list [-q QUEUE] [-r REASON] [--pending] [--since T] [-n LIMIT]
+//! mesh dead redrive <ID…> | --all | -q QUEUE   [--dry-run]
+//! mesh dead purge [-q QUEUE] [-r REASON] [--redriven] | --all   [--dry-run]
+//! mesh logs tail [PATTERN] [-n COUNT]
+//! mesh completions bash | zsh | fish | elvish | powershell
+//! mesh man [-o DIR]
 //! ```
 //!
 //! `mesh-audit run …` (the crate's second binary) is `mesh audit run …` with the same options.
@@ -39,6 +46,32 @@
 //! bad file is exit code 2 naming the file and the line. `emit`, `tail` and `call` speak AMQP
 //! only; `topology`, `access` and the queue part of `status` read RabbitMQ's management HTTP
 //! API. `amqps://…?cacertfile=…` connects with TLS.
+//!
+//! # Short flags
+//!
+//! One letter means one thing in every command that has the option; the connection options
+//! and the flags that destroy or run dry (`--all`, `--force`, `--dry-run`) have none.
+//!
+//! | short | long | commands |
+//! |---|---|---|
+//! | `-d` | `--data` | `emit`, `call` |
+//! | `-f` | the input file: `--data-file` / `--spec` | `emit` / `topology`, `access` |
+//! | `-n` | how many: `--count` / `--limit` | `emit`, `tail`, `logs tail` / `audit query`, `dead list` |
+//! | `-s` | `--source` | `emit`, `audit query`, `audit count` |
+//! | `-k` | `--key` | `audit query`, `audit count` |
+//! | `-t` | `--timeout` | `call` |
+//! | `-q` | `--queue` | `dead list`, `dead redrive`, `dead purge` |
+//! | `-r` | `--reason` | `dead list`, `dead purge` |
+//! | `-m` / `-p` / `-b` | `--module` / `--pattern` / `--bind` | `topology show`, `plan`, `apply` |
+//! | `-o` | `--out` | `man` |
+//!
+//! Durations have one syntax (`500ms`, `5s`, `1m30s`, `2h`, `1day`) in `--timeout`,
+//! `--connect-timeout` and the "ago" form of `--since`/`--until`. `--reason` takes the dead
+//! reasons of `mesh_core::DeadReason` (`max-attempts`, `permanent`, `undecodable`,
+//! `unread-schema`, `delivery-limit`, `rejected`, `expired`, `forged-source`); any other value
+//! is a usage error listing them. `--bind M=P` binds module M's queue on pattern P whatever
+//! the order of the options; `--pattern` is the only `--module`'s, or, with several, the one's
+//! before it.
 //!
 //! # Exit codes
 //!

@@ -35,6 +35,13 @@ pub(crate) fn line(text: impl std::fmt::Display) -> io::Result<()> {
     out.flush()
 }
 
+/// Writes bytes to stdout as they are (a generated script or page).
+pub(crate) fn raw(bytes: &[u8]) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    out.write_all(bytes)?;
+    out.flush()
+}
+
 /// Writes one JSON value as one line to stdout.
 pub(crate) fn json(value: &serde_json::Value) -> io::Result<()> {
     let mut out = io::stdout().lock();

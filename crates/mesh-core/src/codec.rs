@@ -572,6 +572,18 @@ pub enum DeadReason {
 }
 
 impl DeadReason {
+    /// Every reason, in the order they are documented (a command line lists them from it).
+    pub const ALL: [DeadReason; 8] = [
+        DeadReason::MaxAttempts,
+        DeadReason::Permanent,
+        DeadReason::Undecodable,
+        DeadReason::UnreadSchema,
+        DeadReason::DeliveryLimit,
+        DeadReason::Rejected,
+        DeadReason::Expired,
+        DeadReason::ForgedSource,
+    ];
+
     /// The reason as written in `x-mesh-dead-reason`.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -916,6 +928,25 @@ pub fn decode_reply(message: &WireMessage) -> Result<Result<Bytes, RemoteError>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn all_dead_reasons_are_listed_once_and_parse_back() {
+        // An exhaustive match: a new reason does not compile until it has a place in ALL.
+        let index = |reason: DeadReason| match reason {
+            DeadReason::MaxAttempts => 0,
+            DeadReason::Permanent => 1,
+            DeadReason::Undecodable => 2,
+            DeadReason::UnreadSchema => 3,
+            DeadReason::DeliveryLimit => 4,
+            DeadReason::Rejected => 5,
+            DeadReason::Expired => 6,
+            DeadReason::ForgedSource => 7,
+        };
+        for (i, reason) in DeadReason::ALL.into_iter().enumerate() {
+            assert_eq!(index(reason), i);
+            assert_eq!(DeadReason::parse(reason.as_str()), Some(reason));
+        }
+    }
 
     #[test]
     fn cut_keeps_short_text_and_bounds_long_text_on_a_char_boundary() {

@@ -3,8 +3,9 @@
 //! The scenarios live in `tests/`, one test binary per kind of node they need (see the
 //! crate's `README.md`); this library holds what they share:
 //!
-//! - [`setup`]: a vhost of the scenario's own on a private node, transport options pointing
-//!   at it, and an opt-in tracing subscriber;
+//! - [`setup`]: a vhost of the scenario's own on a private node or cluster, a broker user
+//!   for each module with exactly the access plan's permissions, transport options (and
+//!   child processes' logins) connecting as those users, and an opt-in tracing subscriber;
 //! - [`emitter`]: a load generator that emits through a [`mesh::Bus`] and retries every emit
 //!   that failed with a retryable error, recording each try and confirm in a
 //!   [`mesh_testkit::Ledger`] (the at-least-once contract covers *confirmed* emits only);

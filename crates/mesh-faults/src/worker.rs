@@ -1,5 +1,6 @@
 //! A child process of a scenario (`faults-worker`, `faults-consumer`) and the lines it says:
-//! [`Worker`] on the test's side; [`child_main`] and [`say`] on the child's.
+//! [`Worker`] on the test's side; [`child_main`], [`say`] and [`child_options`] on the
+//! child's.
 //!
 //! The test binary passes the program's path (`env!("CARGO_BIN_EXE_faults-worker")`, only
 //! known to integration tests); the child's stdin is a pipe it watches, so it exits when the
@@ -23,9 +24,20 @@ pub struct Worker {
 impl Worker {
     /// Spawns `program ARGS...` with piped stdin and stdout (stderr is the test's).
     pub fn spawn(program: impl AsRef<Path>, args: &[&str]) -> anyhow::Result<Worker> {
+        Worker::spawn_with_env(program, args, &[])
+    }
+
+    /// Like [`Worker::spawn`], with `env` added to the child's environment (e.g. a
+    /// [`Login`](crate::setup::Login)'s password, which must not be on its command line).
+    pub fn spawn_with_env(
+        program: impl AsRef<Path>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Worker> {
         let program = program.as_ref();
         let mut child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -91,6 +103,31 @@ impl Worker {
             .map_err(|_| anyhow::anyhow!("the child did not exit within {timeout:?}"))?
             .map_err(Into::into)
     }
+}
+
+/// The environment variable in which a child process gets the password of the user its URL
+/// names (see [`Login`](crate::setup::Login)), so that the password is on no command line.
+pub const PASSWORD_ENV: &str = "MESH_PASSWORD";
+
+/// Options from a child's `<amqp-url>` argument, with the password from [`PASSWORD_ENV`] when
+/// it is set (it wins over one in the URL), named `name`, and pointing the management API
+/// where nothing listens ([`NO_MANAGEMENT`](crate::setup::NO_MANAGEMENT)).
+pub fn child_options(url: &str, name: &str) -> anyhow::Result<mesh::amqp::AmqpOptions> {
+    use anyhow::Context as _;
+    let mut options = url
+        .parse::<mesh::amqp::AmqpOptions>()
+        .context("the URL")?
+        .connection_name(name)
+        .management_url(crate::setup::NO_MANAGEMENT);
+    match std::env::var(PASSWORD_ENV) {
+        Ok(password) => options = options.password(password),
+        Err(std::env::VarError::NotPresent) => {}
+        // Not the error itself: it would show the bytes.
+        Err(std::env::VarError::NotUnicode(_)) => {
+            anyhow::bail!("{PASSWORD_ENV} is not valid UTF-8")
+        }
+    }
+    Ok(options)
 }
 
 /// How a child ended, for reports: `signal 9`, `exit 0`, `signal 6`.

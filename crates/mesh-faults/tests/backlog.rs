@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use mesh::amqp::QueueType;
 use mesh::Bus;
-use mesh_faults::setup::{self, connect, options};
+use mesh_faults::setup::{self, connect};
 use mesh_faults::worker::{self, rss_bytes};
 use mesh_faults::{secs, EmitPlan, Emitter, Worker};
 use mesh_testkit::{eventually, Ledger, NodeOptions, PrivateNode};
@@ -41,10 +41,13 @@ async fn a_large_backlog_is_consumed_in_bounded_memory() {
         .await
         .expect("a private RabbitMQ node (is rabbitmq-server installed?)");
     let vhost = setup::vhost(&node, "backlog").await.unwrap();
-    let url = setup::url(&node, &vhost);
+    // Each module connects as its own user, with exactly the access plan's permissions; the
+    // consumer process too.
+    let access = setup::access(&node, &vhost).await.unwrap();
+    let login = access.login("backlog");
     let args = [
         "consume",
-        url.as_str(),
+        login.url(),
         "quorum",
         "faults",
         "backlog",
@@ -53,14 +56,15 @@ async fn a_large_backlog_is_consumed_in_bounded_memory() {
     ];
 
     // A first consumer declares and binds the queue, and goes: the backlog builds up.
-    let mut first = Worker::spawn(env!("CARGO_BIN_EXE_faults-worker"), &args).unwrap();
+    let mut first =
+        Worker::spawn_with_env(env!("CARGO_BIN_EXE_faults-worker"), &args, &login.env()).unwrap();
     first.ready(WAIT).await.unwrap();
     first.finish(WAIT).await.unwrap();
     let ledger = Ledger::new();
     let source = Bus::builder()
         .node("faults")
         .module("source")
-        .start(connect(options(&node, &vhost, "source", QueueType::Quorum)).await)
+        .start(connect(access.options("source", QueueType::Quorum)).await)
         .await
         .unwrap();
     let emit_began = Instant::now();
@@ -84,7 +88,8 @@ async fn a_large_backlog_is_consumed_in_bounded_memory() {
 
     // The consumer under test, sampled from outside while it works.
     let consume_began = Instant::now();
-    let mut consumer = Worker::spawn(env!("CARGO_BIN_EXE_faults-worker"), &args).unwrap();
+    let mut consumer =
+        Worker::spawn_with_env(env!("CARGO_BIN_EXE_faults-worker"), &args, &login.env()).unwrap();
     let pid = consumer.pid().expect("the consumer's pid");
     consumer.ready(WAIT).await.unwrap();
     let at_ready = rss_bytes(pid).expect("the consumer is alive");

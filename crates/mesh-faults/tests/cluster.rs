@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mesh::{Bus, DeadReason, HandlerError, RetryPolicy};
-use mesh_faults::setup::{self, cluster_options, connect};
+use mesh_faults::setup::{self, connect, Access};
 use mesh_faults::{secs, worker, EmitPlan, Emitter, Timeline, Try, TryOutcome, Worker};
 use mesh_testkit::{
     eventually, list_bindings, shared_cluster, Cluster, Ledger, NodeOptions, Relay,
@@ -65,7 +65,7 @@ fn longest_emits(tries: &[Try]) -> (Duration, Duration) {
 async fn sink(
     cluster: &Cluster,
     order: &[usize],
-    vhost: &str,
+    access: &Access,
     ledger: &Ledger,
     handles: &Timeline,
 ) -> Bus {
@@ -79,7 +79,7 @@ async fn sink(
             handles.mark();
             async { Ok::<(), HandlerError>(()) }
         })
-        .start(connect(cluster_options(cluster, order, vhost, "sink")).await)
+        .start(connect(access.cluster_options(cluster, order, "sink")).await)
         .await
         .expect("starting the consumer")
 }
@@ -101,15 +101,17 @@ async fn failover_when_the_leader_then_the_clients_node_is_killed() {
     eprintln!("[j] cluster ready after {}", secs(began.elapsed()));
     let vhost = "failover";
     cluster.add_vhost(vhost).await.unwrap();
+    // Each module connects as its own user, with exactly the access plan's permissions.
+    let access = setup::cluster_access(&cluster, vhost).await.unwrap();
 
     // The consumer starts on node 0, so its queue's leader is there; the emitter on node 1.
     let ledger = Ledger::new();
     let handles = Timeline::new();
-    let sink = sink(&cluster, &[0, 1, 2], vhost, &ledger, &handles).await;
+    let sink = sink(&cluster, &[0, 1, 2], &access, &ledger, &handles).await;
     let source = Bus::builder()
         .node("faults")
         .module("source")
-        .start(connect(cluster_options(&cluster, &[1, 2, 0], vhost, "source")).await)
+        .start(connect(access.cluster_options(&cluster, &[1, 2, 0], "source")).await)
         .await
         .unwrap();
     let queue = "faults.sink.events";
@@ -271,14 +273,16 @@ async fn emits_time_out_while_quorum_is_lost_and_nothing_confirmed_is_lost() {
     let cluster = cluster().await;
     let vhost = "quorum-lost";
     cluster.add_vhost(vhost).await.unwrap();
+    // Each module connects as its own user, with exactly the access plan's permissions.
+    let access = setup::cluster_access(&cluster, vhost).await.unwrap();
     let ledger = Ledger::new();
     let handles = Timeline::new();
-    let sink = sink(&cluster, &[0, 1, 2], vhost, &ledger, &handles).await;
+    let sink = sink(&cluster, &[0, 1, 2], &access, &ledger, &handles).await;
     let source = Bus::builder()
         .node("faults")
         .module("source")
         .emit_deadline(Some(QUORUM_DEADLINE))
-        .start(connect(cluster_options(&cluster, &[0, 1, 2], vhost, "source")).await)
+        .start(connect(access.cluster_options(&cluster, &[0, 1, 2], "source")).await)
         .await
         .unwrap();
     let emitter = Emitter::start(
@@ -406,19 +410,22 @@ async fn rpc_a_server_killed_mid_request_is_answered_once_by_another() {
     let cluster = cluster().await;
     let vhost = "rpc-server-killed";
     cluster.add_vhost(vhost).await.unwrap();
+    // Each module connects as its own user, with exactly the access plan's permissions.
+    let access = setup::cluster_access(&cluster, vhost).await.unwrap();
 
     // The doomed server, a process of its own on node 1.
-    let url = cluster.url_in_order(&[1, 2, 0], vhost);
-    let mut doomed = Worker::spawn(
+    let login = access.cluster_login(&cluster, &[1, 2, 0], "server");
+    let mut doomed = Worker::spawn_with_env(
         env!("CARGO_BIN_EXE_faults-worker"),
-        &["serve", &url, "faults", "server", TOOL],
+        &["serve", login.url(), "faults", "server", TOOL],
+        &login.env(),
     )
     .unwrap();
     doomed.ready(WAIT).await.unwrap();
     let caller = Bus::builder()
         .node("faults")
         .module("caller")
-        .start(connect(cluster_options(&cluster, &[0, 1, 2], vhost, "caller")).await)
+        .start(connect(access.cluster_options(&cluster, &[0, 1, 2], "caller")).await)
         .await
         .unwrap();
     let call = {
@@ -448,7 +455,7 @@ async fn rpc_a_server_killed_mid_request_is_answered_once_by_another() {
                 served.lock().unwrap().push(meta.id.to_string());
                 async { Ok::<_, mesh::RemoteError>("answered by the survivor".to_owned()) }
             })
-            .start(connect(cluster_options(&cluster, &[2, 0, 1], vhost, "server")).await)
+            .start(connect(access.cluster_options(&cluster, &[2, 0, 1], "server")).await)
             .await
             .unwrap()
     };
@@ -487,6 +494,8 @@ async fn rpc_the_callers_node_killed_mid_call_fails_pending_calls_promptly() {
     let cluster = cluster().await;
     let vhost = "rpc-caller-node";
     cluster.add_vhost(vhost).await.unwrap();
+    // Each module connects as its own user, with exactly the access plan's permissions.
+    let access = setup::cluster_access(&cluster, vhost).await.unwrap();
 
     // The server on node 1 holds every request until released.
     let (release, released) = tokio::sync::watch::channel(false);
@@ -504,14 +513,14 @@ async fn rpc_the_callers_node_killed_mid_call_fails_pending_calls_promptly() {
                     Ok::<_, mesh::RemoteError>(n * 2)
                 }
             })
-            .start(connect(cluster_options(&cluster, &[1, 2, 0], vhost, "server")).await)
+            .start(connect(access.cluster_options(&cluster, &[1, 2, 0], "server")).await)
             .await
             .unwrap()
     };
     let caller = Bus::builder()
         .node("faults")
         .module("caller")
-        .start(connect(cluster_options(&cluster, &[0, 1, 2], vhost, "caller")).await)
+        .start(connect(access.cluster_options(&cluster, &[0, 1, 2], "caller")).await)
         .await
         .unwrap();
     // The first call creates the reply queue; then the caller is certainly on node 0.
@@ -645,6 +654,8 @@ async fn poison_is_dead_lettered_after_the_configured_attempts() {
     let cluster = cluster().await;
     let vhost = "poison-retry";
     cluster.add_vhost(vhost).await.unwrap();
+    // Each module connects as its own user, with exactly the access plan's permissions.
+    let access = setup::cluster_access(&cluster, vhost).await.unwrap();
     let ledger = Ledger::new();
     let poison_attempts: Arc<Mutex<Vec<u32>>> = Arc::default();
     let policy = RetryPolicy::new(
@@ -668,7 +679,7 @@ async fn poison_is_dead_lettered_after_the_configured_attempts() {
                 };
                 async move { outcome }
             })
-            .start(connect(cluster_options(&cluster, &[0, 1, 2], vhost, "picky")).await)
+            .start(connect(access.cluster_options(&cluster, &[0, 1, 2], "picky")).await)
             .await
             .unwrap()
     };
@@ -677,7 +688,7 @@ async fn poison_is_dead_lettered_after_the_configured_attempts() {
     let source = Bus::builder()
         .node("faults")
         .module("source")
-        .start(connect(cluster_options(&cluster, &[1, 2, 0], vhost, "source")).await)
+        .start(connect(access.cluster_options(&cluster, &[1, 2, 0], "source")).await)
         .await
         .unwrap();
     let emitter = Emitter::start(
@@ -719,27 +730,31 @@ async fn poison_that_crashes_its_consumer_is_dead_lettered_by_the_delivery_limit
     let cluster = cluster().await;
     let vhost = "poison-crash";
     cluster.add_vhost(vhost).await.unwrap();
+    // Each module connects as its own user, with exactly the access plan's permissions.
+    let access = setup::cluster_access(&cluster, vhost).await.unwrap();
     let ledger = Ledger::new();
-    let url = cluster.url_in_order(&[0, 1, 2], vhost);
+    let login = access.cluster_login(&cluster, &[0, 1, 2], "crashy");
     let poison_seq = POISON_SEQ.to_string();
     let limit = (ATTEMPTS - 1).to_string();
     let args = [
         "crash-on-poison",
-        url.as_str(),
+        login.url(),
         "faults",
         "crashy",
         "module.source.#",
         poison_seq.as_str(),
         limit.as_str(),
     ];
-    let spawn = || Worker::spawn(env!("CARGO_BIN_EXE_faults-worker"), &args).unwrap();
+    let spawn = || {
+        Worker::spawn_with_env(env!("CARGO_BIN_EXE_faults-worker"), &args, &login.env()).unwrap()
+    };
     let mut child = spawn();
     child.ready(WAIT).await.unwrap();
 
     let watcher = Bus::builder()
         .node("faults")
         .module("watcher")
-        .start(connect(cluster_options(&cluster, &[2, 0, 1], vhost, "watcher")).await)
+        .start(connect(access.cluster_options(&cluster, &[2, 0, 1], "watcher")).await)
         .await
         .unwrap();
     let dead: DeadLetters = Arc::default();
@@ -747,7 +762,7 @@ async fn poison_that_crashes_its_consumer_is_dead_lettered_by_the_delivery_limit
     let source = Bus::builder()
         .node("faults")
         .module("source")
-        .start(connect(cluster_options(&cluster, &[1, 2, 0], vhost, "source")).await)
+        .start(connect(access.cluster_options(&cluster, &[1, 2, 0], "source")).await)
         .await
         .unwrap();
     let emitter = Emitter::start(
@@ -862,17 +877,16 @@ async fn the_audit_store_holds_every_confirmed_event_once_through_every_fault() 
     let cluster = cluster().await;
     let vhost = "audit";
     cluster.add_vhost(vhost).await.unwrap();
+    // Each module connects as its own user, with exactly the access plan's permissions.
+    let access = setup::cluster_access(&cluster, vhost).await.unwrap();
     let mut relays = Vec::new();
     for addr in cluster.addrs() {
         relays.push(Relay::start(addr).await.unwrap());
     }
-    let audit_url = format!(
-        "amqp://guest:guest@{}/{vhost}",
-        relays
-            .iter()
-            .map(|r| r.addr().to_string())
-            .collect::<Vec<_>>()
-            .join(",")
+    // The logger runs as the access plan's audit logger of node `faults`.
+    let login = access.login_at(
+        &relays.iter().map(Relay::addr).collect::<Vec<_>>(),
+        "audit-logger",
     );
     let dir = TempDir(std::env::temp_dir().join(format!(
         "mesh-faults-audit-{}-{}",
@@ -881,8 +895,10 @@ async fn the_audit_store_holds_every_confirmed_event_once_through_every_fault() 
     )));
     std::fs::create_dir_all(&dir.0).unwrap();
     let store_url = format!("sqlite://{}?mode=rwc", dir.0.join("audit.db").display());
-    let args = ["audit", audit_url.as_str(), "faults", store_url.as_str()];
-    let spawn = || Worker::spawn(env!("CARGO_BIN_EXE_faults-worker"), &args).unwrap();
+    let args = ["audit", login.url(), "faults", store_url.as_str()];
+    let spawn = || {
+        Worker::spawn_with_env(env!("CARGO_BIN_EXE_faults-worker"), &args, &login.env()).unwrap()
+    };
     let mut logger = spawn();
     logger.ready(WAIT).await.unwrap();
     // Events are routed to the logger's queue once it is bound.
@@ -900,7 +916,7 @@ async fn the_audit_store_holds_every_confirmed_event_once_through_every_fault() 
     let source = Bus::builder()
         .node("faults")
         .module("source")
-        .start(connect(cluster_options(&cluster, &[1, 2, 0], vhost, "source")).await)
+        .start(connect(access.cluster_options(&cluster, &[1, 2, 0], "source")).await)
         .await
         .unwrap();
     let emitter = Emitter::start(

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use mesh::amqp::QueueType;
 use mesh::Bus;
-use mesh_faults::setup::{self, connect, options};
+use mesh_faults::setup::{self, connect, Login};
 use mesh_faults::{opt_secs, secs, EmitPlan, Emitter, Timeline};
 use mesh_testkit::{Ledger, NodeOptions, PrivateNode};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
@@ -37,16 +37,17 @@ async fn next_line(lines: &mut Lines<BufReader<ChildStdout>>, what: &str) -> Str
     }
 }
 
-fn spawn_consumer(url: &str) -> Child {
+fn spawn_consumer(login: &Login) -> Child {
     Command::new(env!("CARGO_BIN_EXE_faults-consumer"))
         .args([
-            url,
+            login.url(),
             "quorum",
             "faults",
             "worker",
             "module.source.#",
             &CHILD_PREFETCH.to_string(),
         ])
+        .envs(login.env())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -64,10 +65,12 @@ async fn a_consumer_killed_mid_handler_has_its_events_redelivered() {
         .expect("a private RabbitMQ node (is rabbitmq-server installed?)");
     eprintln!("[e] node {} up in {}", node.name(), secs(began.elapsed()));
     let vhost = setup::vhost(&node, "consumer-crash").await.unwrap();
-    let url = setup::url(&node, &vhost);
+    // Each module connects as its own user, with exactly the access plan's permissions; the
+    // child process too.
+    let access = setup::access(&node, &vhost).await.unwrap();
 
     // 1. The doomed consumer: its handler blocks on every event.
-    let mut child = spawn_consumer(&url);
+    let mut child = spawn_consumer(&access.login("worker"));
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(next_line(&mut lines, "`ready`").await, "ready");
 
@@ -76,7 +79,7 @@ async fn a_consumer_killed_mid_handler_has_its_events_redelivered() {
     let source = Bus::builder()
         .node("faults")
         .module("source")
-        .start(connect(options(&node, &vhost, "source", QueueType::Quorum)).await)
+        .start(connect(access.options("source", QueueType::Quorum)).await)
         .await
         .unwrap();
     let emitter = Emitter::start(source.clone(), ledger.clone(), EmitPlan::new(EVENTS, "job"));
@@ -130,7 +133,7 @@ async fn a_consumer_killed_mid_handler_has_its_events_redelivered() {
                 handles.mark();
                 async { Ok(()) }
             })
-            .start(connect(options(&node, &vhost, "worker", QueueType::Quorum)).await)
+            .start(connect(access.options("worker", QueueType::Quorum)).await)
             .await
             .unwrap()
     };

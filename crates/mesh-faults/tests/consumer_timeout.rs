@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use mesh::amqp::QueueType;
 use mesh::{Bus, HandlerError};
-use mesh_faults::setup::{self, connect, options};
+use mesh_faults::setup::{self, connect};
 use mesh_faults::timeline::consuming;
 use mesh_faults::{opt_secs, secs, EmitPlan, Emitter, HealthLog};
 use mesh_testkit::{eventually, Ledger, NodeOptions, PrivateNode};
@@ -49,6 +49,8 @@ async fn a_consumer_timed_out_by_the_broker_is_reattached_and_the_event_redelive
     .expect("a private RabbitMQ node (is rabbitmq-server installed?)");
     eprintln!("[i] node {} up in {}", node.name(), secs(began.elapsed()));
     let vhost = setup::vhost(&node, "consumer-timeout").await.unwrap();
+    // Each module connects as its own user, with exactly the access plan's permissions.
+    let access = setup::access(&node, &vhost).await.unwrap();
 
     let ledger = Ledger::new();
     let slow_taken = Arc::new(AtomicBool::new(false));
@@ -97,7 +99,7 @@ async fn a_consumer_timed_out_by_the_broker_is_reattached_and_the_event_redelive
                     Ok(())
                 }
             })
-            .start(connect(options(&node, &vhost, "slow", QueueType::Quorum)).await)
+            .start(connect(access.options("slow", QueueType::Quorum)).await)
             .await
             .unwrap()
     };
@@ -105,7 +107,7 @@ async fn a_consumer_timed_out_by_the_broker_is_reattached_and_the_event_redelive
     let source = Bus::builder()
         .node("faults")
         .module("source")
-        .start(connect(options(&node, &vhost, "source", QueueType::Quorum)).await)
+        .start(connect(access.options("source", QueueType::Quorum)).await)
         .await
         .unwrap();
 

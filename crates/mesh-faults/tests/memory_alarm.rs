@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use mesh::amqp::QueueType;
 use mesh::{Bus, HandlerError};
-use mesh_faults::setup::{self, connect, options};
+use mesh_faults::setup::{self, connect};
 use mesh_faults::{opt_secs, secs, EmitPlan, Emitter, HealthLog, Timeline, TryOutcome};
 use mesh_testkit::{Ledger, NodeOptions, PrivateNode};
 
@@ -51,6 +51,8 @@ async fn a_memory_alarm_blocks_publishers_within_their_deadline_and_not_consumer
         .expect("a private RabbitMQ node (is rabbitmq-server installed?)");
     eprintln!("[h] node {} up in {}", node.name(), secs(began.elapsed()));
     let vhost = setup::vhost(&node, "memory-alarm").await.unwrap();
+    // Each module connects as its own user, with exactly the access plan's permissions.
+    let access = setup::access(&node, &vhost).await.unwrap();
 
     let ledger = Ledger::new();
     let handles = Timeline::new();
@@ -75,7 +77,7 @@ async fn a_memory_alarm_blocks_publishers_within_their_deadline_and_not_consumer
                     Ok::<(), HandlerError>(())
                 }
             })
-            .start(connect(options(&node, &vhost, "sink", QueueType::Quorum)).await)
+            .start(connect(access.options("sink", QueueType::Quorum)).await)
             .await
             .unwrap()
     };
@@ -85,7 +87,8 @@ async fn a_memory_alarm_blocks_publishers_within_their_deadline_and_not_consumer
         .emit_deadline(Some(DEADLINE))
         .start(
             connect(
-                options(&node, &vhost, "source", QueueType::Quorum)
+                access
+                    .options("source", QueueType::Quorum)
                     .publish_deadline(Some(DEADLINE))
                     .confirm_window(256),
             )

@@ -40,8 +40,8 @@ async fn run_async(global: &Global, command: &TopologyCommand) -> anyhow::Result
         TopologyCommand::Plan { check, .. } => {
             plan(global, &management, &wanted, &actual, *check).await
         }
-        TopologyCommand::Apply { force, .. } => {
-            apply(global, &management, &wanted, &actual, *force).await
+        TopologyCommand::Apply { force, dry_run, .. } => {
+            apply(global, &management, &wanted, &actual, *force, *dry_run).await
         }
     }
 }
@@ -337,12 +337,49 @@ async fn plan(
     })
 }
 
+/// What apply does about one difference, as reported: done, or (`--dry-run`) to be done.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Create,
+    Replace,
+    LeaveForLogger,
+    Delete,
+    StillDraining,
+    Bind,
+    Unbind,
+    BindAgain,
+}
+
+impl Action {
+    fn describe(self, dry_run: bool) -> &'static str {
+        match (self, dry_run) {
+            (Action::Create, false) => "created",
+            (Action::Create, true) => "would create",
+            (Action::Replace, false) => "replaced",
+            (Action::Replace, true) => "would replace (its messages would be lost)",
+            (Action::LeaveForLogger, _) => "left for an audit logger",
+            (Action::Delete, false) => "deleted",
+            (Action::Delete, true) => "would delete",
+            (Action::StillDraining, _) => "still draining",
+            (Action::Bind, false) => "bound",
+            (Action::Bind, true) => "would bind",
+            (Action::Unbind, false) => "unbound",
+            (Action::Unbind, true) => "would unbind",
+            (Action::BindAgain, false) => "bound again",
+            (Action::BindAgain, true) => "would bind again",
+        }
+    }
+}
+
+/// `topology apply`: refuses (changing nothing) what it never does, then fixes each
+/// difference; with `dry_run` it reports the same steps and calls no changing endpoint.
 async fn apply(
     global: &Global,
     management: &Management,
     wanted: &Wanted,
     actual: &Actual,
     force: bool,
+    dry_run: bool,
 ) -> anyhow::Result<Code> {
     let diffs = differences(wanted, actual);
     // Refuse before changing anything.
@@ -379,7 +416,8 @@ async fn apply(
     }
 
     let mut done: Vec<Value> = Vec::new();
-    let mut report = |d: &Difference, action: &str| -> anyhow::Result<()> {
+    let mut report = |d: &Difference, action: Action| -> anyhow::Result<()> {
+        let action = action.describe(dry_run);
         if global.json {
             let mut v = d.to_json();
             v["action"] = Value::from(action);
@@ -396,32 +434,42 @@ async fn apply(
             .map_err(Into::into)
         }
     };
+    // Every changing call goes through `change`: under --dry-run none is made.
+    let change = !dry_run;
     let mut replaced: BTreeSet<String> = BTreeSet::new();
     for d in &diffs {
         match d {
             Difference::MissingExchange { name, kind } => {
-                management.put_exchange(name, kind, true).await?;
-                report(d, "created")?;
+                if change {
+                    management.put_exchange(name, kind, true).await?;
+                }
+                report(d, Action::Create)?;
             }
             Difference::MissingQueue { name, arguments } => {
-                management.put_queue(name, true, arguments).await?;
-                report(d, "created")?;
+                if change {
+                    management.put_queue(name, true, arguments).await?;
+                }
+                report(d, Action::Create)?;
             }
             Difference::QueueDiffers {
                 name, arguments, ..
             } => {
-                management.delete_queue(name).await?;
-                management.put_queue(name, true, arguments).await?;
+                if change {
+                    management.delete_queue(name).await?;
+                    management.put_queue(name, true, arguments).await?;
+                }
                 replaced.insert(name.clone());
-                report(d, "replaced")?;
+                report(d, Action::Replace)?;
             }
             // It may hold dead letters: an audit logger drains and deletes it.
-            Difference::RetiredQueue { .. } => report(d, "left for an audit logger")?,
+            Difference::RetiredQueue { .. } => report(d, Action::LeaveForLogger)?,
             Difference::RetiredDelayQueue { name, .. } if d.is_deletable() => {
-                management.delete_queue(name).await?;
-                report(d, "deleted")?;
+                if change {
+                    management.delete_queue(name).await?;
+                }
+                report(d, Action::Delete)?;
             }
-            Difference::RetiredDelayQueue { .. } => report(d, "still draining")?,
+            Difference::RetiredDelayQueue { .. } => report(d, Action::StillDraining)?,
             _ => {}
         }
     }
@@ -432,8 +480,10 @@ async fn apply(
                 queue,
                 routing_key,
             } => {
-                management.bind(exchange, queue, routing_key).await?;
-                report(d, "bound")?;
+                if change {
+                    management.bind(exchange, queue, routing_key).await?;
+                }
+                report(d, Action::Bind)?;
             }
             Difference::ExtraBinding {
                 exchange,
@@ -441,8 +491,10 @@ async fn apply(
                 properties_key,
                 ..
             } if !replaced.contains(queue) => {
-                management.unbind(exchange, queue, properties_key).await?;
-                report(d, "unbound")?;
+                if change {
+                    management.unbind(exchange, queue, properties_key).await?;
+                }
+                report(d, Action::Unbind)?;
             }
             _ => {}
         }
@@ -455,22 +507,31 @@ async fn apply(
                     if q == &queue.name && routing_key == pattern)
             });
             if !already {
-                management
-                    .bind(queue.exchange, &queue.name, pattern)
-                    .await?;
+                if change {
+                    management
+                        .bind(queue.exchange, &queue.name, pattern)
+                        .await?;
+                }
                 let d = Difference::MissingBinding {
                     exchange: queue.exchange.to_owned(),
                     queue: queue.name.clone(),
                     routing_key: pattern.clone(),
                 };
-                report(&d, "bound again")?;
+                report(&d, Action::BindAgain)?;
             }
         }
     }
     if global.json {
         output::json(&json!({
-            "vhost": management.vhost(), "node": wanted.node.as_str(), "applied": done
+            "vhost": management.vhost(), "node": wanted.node.as_str(), "dry_run": dry_run,
+            "applied": done
         }))?;
+    } else if dry_run {
+        output::line(format!(
+            "dry run: {} difference(s); nothing was changed on vhost {}",
+            diffs.len(),
+            management.vhost()
+        ))?;
     } else if diffs.is_empty() {
         output::line(format!(
             "{} nothing to do: vhost {} agrees with the contract for node {}",

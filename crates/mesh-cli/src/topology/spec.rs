@@ -163,7 +163,14 @@ pub(crate) fn wanted(
         })
         .collect();
     for (i, pattern) in args.patterns.iter().enumerate() {
-        match args.pattern_owner.get(i).copied().flatten() {
+        // With one --module, every --pattern is its own wherever it stands; with several,
+        // the --module before it (the older positional form).
+        let owner = if from_args.len() == 1 {
+            Some(0)
+        } else {
+            args.pattern_owner.get(i).copied().flatten()
+        };
+        match owner {
             Some(owner) if owner < from_args.len() => {
                 from_args[owner].patterns.push(pattern.clone());
             }
@@ -171,11 +178,29 @@ pub(crate) fn wanted(
                 return Err(fail(
                     Code::Usage,
                     format!(
-                    "--pattern `{pattern}` comes before any --module: write --module M --pattern P"
-                ),
+                        "--pattern `{pattern}` belongs to no --module: write --bind M={pattern}"
+                    ),
                 ))
             }
         }
+    }
+    // `--bind M=P`: the module's own, in any order (a module not given with --module is
+    // added).
+    for binding in &args.bindings {
+        let at = match from_args.iter().position(|m| m.name == binding.module) {
+            Some(at) => at,
+            None => {
+                from_args.push(ModuleSpec {
+                    name: binding.module.clone(),
+                    patterns: Vec::new(),
+                    queue_type: None,
+                    shared: false,
+                    from_command_line: true,
+                });
+                from_args.len() - 1
+            }
+        };
+        from_args[at].patterns.push(binding.pattern.clone());
     }
     modules.extend(from_args);
 
@@ -335,6 +360,7 @@ mod tests {
 
     fn args(modules: &[&str], patterns: &[(&str, Option<usize>)]) -> TopologyArgs {
         TopologyArgs {
+            bindings: Vec::new(),
             modules: modules.iter().map(|m| (*m).to_owned()).collect(),
             patterns: patterns.iter().map(|(p, _)| (*p).to_owned()).collect(),
             pattern_owner: patterns.iter().map(|(_, o)| *o).collect(),
@@ -421,11 +447,67 @@ mod tests {
         assert_eq!(mailer.patterns, ["node.*.joined"]);
     }
 
+    fn patterns_of(wanted: &Wanted, queue: &str) -> Vec<String> {
+        wanted
+            .queues
+            .iter()
+            .find(|q| q.name == queue)
+            .map(|q| q.patterns.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn with_one_module_a_pattern_is_its_own_wherever_it_stands() {
+        // `--pattern a.# --module billing`: the pattern stands before the module.
+        let a = args(&["billing"], &[("a.#", None), ("b.*", Some(0))]);
+        let wanted = wanted(&a, None, node(), no_default).unwrap();
+        assert_eq!(
+            patterns_of(&wanted, "anchor.billing.events"),
+            ["a.#", "b.*"]
+        );
+    }
+
+    #[test]
+    fn bind_pairs_a_module_and_a_pattern_in_any_order() {
+        let mut a = args(&["mailer"], &[("node.*.joined", Some(0))]);
+        a.bindings = ["billing=module.umami.#", "mailer=x.y", "billing=a.b"]
+            .into_iter()
+            .map(|text| crate::cli::parse_binding(text).unwrap())
+            .collect();
+        let found = wanted(&a, None, node(), no_default).unwrap();
+        assert_eq!(
+            patterns_of(&found, "anchor.billing.events"),
+            ["a.b", "module.umami.#"]
+        );
+        assert_eq!(
+            patterns_of(&found, "anchor.mailer.events"),
+            ["node.*.joined", "x.y"]
+        );
+        // Split at the first `=`; both sides are needed.
+        let binding = crate::cli::parse_binding("m=a.=b").unwrap();
+        assert_eq!(
+            (binding.module.as_str(), binding.pattern.as_str()),
+            ("m", "a.=b")
+        );
+        for bad in ["billing", "=a.b", "billing=", ""] {
+            assert!(crate::cli::parse_binding(bad).is_err(), "{bad}");
+        }
+        // The module name and the pattern are checked as any other.
+        let mut bad = args(&[], &[]);
+        bad.bindings = vec![crate::cli::parse_binding("bil.ling=a.b").unwrap()];
+        let error = wanted(&bad, None, node(), no_default).unwrap_err();
+        assert_eq!(crate::exit::classify(&error), Code::Usage);
+        bad.bindings = vec![crate::cli::parse_binding("billing=a*").unwrap()];
+        assert!(wanted(&bad, None, node(), no_default).is_err());
+    }
+
     #[test]
     fn bad_input_is_a_usage_error() {
-        let orphan = args(&["billing"], &[("a.#", None)]);
+        // With several modules, a pattern before all of them belongs to none.
+        let orphan = args(&["billing", "mailer"], &[("a.#", None)]);
         let error = wanted(&orphan, None, node(), no_default).unwrap_err();
         assert_eq!(crate::exit::classify(&error), Code::Usage);
+        assert!(error.to_string().contains("--bind M=a.#"), "{error}");
         let bad = args(&["billing"], &[("a*", Some(0))]);
         assert!(wanted(&bad, None, node(), no_default).is_err());
         let empty = args(&["billing"], &[]);

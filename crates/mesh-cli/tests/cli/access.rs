@@ -150,6 +150,34 @@ async fn access_is_planned_applied_and_restored_after_a_change_by_hand() {
     let output = setup.mesh(&["plan", "--check"]).await;
     assert_code(&output, 9);
 
+    // A dry run refuses the same way, then lists what apply would do, and does none of it.
+    let output = setup
+        .mesh_without(&["apply", "--dry-run"], &[umami.as_str()])
+        .await;
+    assert_code(&output, 2);
+    assert!(
+        stderr(&output).contains("nothing was changed"),
+        "{}",
+        stderr(&output)
+    );
+    let output = setup.mesh(&["apply", "--dry-run"]).await;
+    assert_code(&output, 0);
+    let text = stdout(&output);
+    assert!(
+        text.lines()
+            .any(|line| line.contains(&format!("user {umami} is missing"))
+                && line.ends_with("would apply")),
+        "{text}"
+    );
+    assert!(text.contains("nothing was changed"), "{text}");
+    let listed = setup.node.rabbitmqctl(&["list_users"]).await.unwrap();
+    assert!(
+        !listed.contains(&umami),
+        "a dry run creates no user: {listed}"
+    );
+    let output = setup.mesh(&["plan", "--check"]).await;
+    assert_code(&output, 9);
+
     let output = setup.mesh(&["apply"]).await;
     assert_code(&output, 0);
     assert!(

@@ -98,7 +98,7 @@ impl Drop for TempPostgres {
 }
 
 /// Starts `mesh audit run` and waits until its queue has a consumer.
-async fn start_logger(vhost: &TestVhost, store: &TempStore) -> Child {
+pub(crate) async fn start_logger(vhost: &TestVhost, store: &TempStore) -> Child {
     let child = mesh(Some(&vhost.url()))
         .args(["audit", "run", "--store", &store.url])
         .spawn()
@@ -116,7 +116,7 @@ async fn start_logger(vhost: &TestVhost, store: &TempStore) -> Child {
 }
 
 /// Stops the logger gracefully (SIGTERM) and checks it exited 0.
-async fn stop_logger(child: Child) {
+pub(crate) async fn stop_logger(child: Child) {
     let pid = child.id().expect("the logger runs");
     kill(
         Pid::from_raw(i32::try_from(pid).expect("a pid")),

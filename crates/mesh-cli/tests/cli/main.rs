@@ -5,6 +5,7 @@ mod access;
 mod audit;
 mod audit_run;
 mod call;
+mod dry_run;
 mod emit_tail;
 mod errors;
 mod hostile;
@@ -17,6 +18,7 @@ mod secrets;
 mod status;
 mod tls;
 mod topology;
+mod ux;
 
 use std::process::{Output, Stdio};
 use std::sync::Arc;

@@ -13,17 +13,20 @@
 //! - `handling <event id>` when the handler starts on an event (it then blocks forever, so
 //!   the delivery stays unacknowledged until the process dies).
 //!
+//! `<amqp-url>` names the module's user; its password comes in `MESH_PASSWORD`
+//! (`mesh_faults::worker::PASSWORD_ENV`), so that it is on no command line.
+//!
 //! It exits when its stdin closes (the parent is gone), so it never outlives a test.
 //!
 //! Exit codes: 0 when stdin closed or stdout is a broken pipe, 1 on an error (printed to
 //! stderr), 2 on bad arguments.
 
-use mesh_faults::worker::{child_main, say};
+use mesh_faults::worker::{child_main, child_options, say};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
+use mesh::amqp::{AmqpTransport, QueueType};
 use mesh::{Bus, HandlerError};
 use tokio::io::AsyncReadExt;
 
@@ -42,14 +45,8 @@ fn run() -> anyhow::Result<ExitCode> {
     };
     let queue_type: QueueType = queue_type.parse().context("the queue type")?;
     let prefetch: u16 = prefetch.parse().context("the prefetch")?;
-    let options = url
-        .parse::<AmqpOptions>()
-        .context("the URL")?
-        .queue_type(queue_type)
-        .connection_name(format!("faults-consumer-{}", std::process::id()))
-        // See `mesh_faults::setup`: the private node has no management API, and port 15672
-        // is the shared broker's.
-        .management_url("http://127.0.0.1:1");
+    let options = child_options(url, &format!("faults-consumer-{}", std::process::id()))?
+        .queue_type(queue_type);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

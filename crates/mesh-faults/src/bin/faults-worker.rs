@@ -20,11 +20,15 @@
 //!   `<store-url>`; when stdin closes it shuts down gracefully and says `stopped <events
 //!   stored> <duplicates absorbed>`.
 //!
+//! `<amqp-url>` names the user (a module's, or for `audit` the audit logger's, under the
+//! access plan: `mesh_faults::setup::Login`) and the password comes in `MESH_PASSWORD`
+//! (`mesh_faults::worker::PASSWORD_ENV`), so that it is on no command line.
+//!
 //! Each says `ready` once started, and exits when its stdin closes (the parent is gone), so it
 //! never outlives a test. Exit codes: 0 when stdin closed or stdout is a broken pipe, 1 on an
 //! error (printed to stderr), 2 on bad arguments.
 
-use mesh_faults::worker::{child_main, say};
+use mesh_faults::worker::{child_main, child_options, say};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -33,10 +37,6 @@ use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
 use mesh::{Bus, HandlerError};
 use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
-
-/// See `mesh_faults::setup`: private nodes have no management API, and port 15672 is the
-/// shared broker's.
-const NO_MANAGEMENT: &str = "http://127.0.0.1:1";
 
 /// The exit code of `crash-on-poison` when it crashes on the poison event.
 const CRASH_EXIT: i32 = 70;
@@ -55,14 +55,6 @@ fn say_or_exit(line: &str) {
     if say(line).is_err() {
         std::process::exit(0);
     }
-}
-
-fn options(url: &str, name: &str) -> anyhow::Result<AmqpOptions> {
-    Ok(url
-        .parse::<AmqpOptions>()
-        .context("the URL")?
-        .connection_name(name)
-        .management_url(NO_MANAGEMENT))
 }
 
 async fn connect(options: AmqpOptions) -> anyhow::Result<Arc<AmqpTransport>> {
@@ -103,7 +95,7 @@ fn run() -> anyhow::Result<ExitCode> {
         .as_slice()
     {
         ["serve", url, node, module, tool] => runtime.block_on(async {
-            let transport = connect(options(url, &format!("faults-serve-{pid}"))?).await?;
+            let transport = connect(child_options(url, &format!("faults-serve-{pid}"))?).await?;
             let _bus = Bus::builder()
                 .node(*node)
                 .module(*module)
@@ -123,7 +115,7 @@ fn run() -> anyhow::Result<ExitCode> {
             let poison: u64 = poison.parse().context("the poison seq")?;
             let limit: u32 = limit.parse().context("the delivery limit")?;
             runtime.block_on(async {
-                let options = options(url, &format!("faults-crashy-{pid}"))?
+                let options = child_options(url, &format!("faults-crashy-{pid}"))?
                     .queue_type(QueueType::Quorum)
                     .delivery_limit(limit);
                 let _bus = Bus::builder()
@@ -155,7 +147,7 @@ fn run() -> anyhow::Result<ExitCode> {
             let prefetch: u16 = prefetch.parse().context("the prefetch")?;
             runtime.block_on(async {
                 let options =
-                    options(url, &format!("faults-consume-{pid}"))?.queue_type(queue_type);
+                    child_options(url, &format!("faults-consume-{pid}"))?.queue_type(queue_type);
                 let _bus = Bus::builder()
                     .node(*node)
                     .module(*module)
@@ -173,8 +165,8 @@ fn run() -> anyhow::Result<ExitCode> {
             })
         }
         ["audit", url, node, store] => runtime.block_on(async {
-            let amqp = url.parse::<AmqpOptions>().context("the URL")?;
-            let amqp = amqp.management_url(NO_MANAGEMENT);
+            // The logger's connections are `mesh-audit.publish` and `mesh-audit.consume`.
+            let amqp = child_options(url, "mesh-audit")?;
             let service = mesh_audit::AuditService::new(
                 amqp,
                 mesh_audit::StoreOptions::url(store).context("the store URL")?,
