@@ -541,6 +541,10 @@ impl AmqpTransport {
             tracing::info!("closing");
         }
         let _ = self.inner.shutdown.send(true);
+        // Every consumer, ack tracker and the reply queue close their channels on the
+        // shutdown signal; the connections go only once those closes are acknowledged, so
+        // none is still in flight when this returns (see `Shared::channel_tasks`).
+        self.inner.shared.channels_closed().await;
         self.inner.publisher.close().await;
         self.inner.consume.close().await;
         self.inner.shared.emit(Lifecycle::Closed);

@@ -56,11 +56,15 @@ mod tail;
 mod topology;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::error::ErrorKind as ClapErrorKind;
 
 use crate::cli::{Cli, ColorWhen, Command};
 use crate::exit::Code;
+
+/// How long the exit waits for the runtime's blocking tasks.
+const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     let cli = match cli::parse() {
@@ -123,11 +127,13 @@ fn run(cli: &Cli) -> anyhow::Result<Code> {
                     Command::Access(command) => access::run(global, command),
                 }
             });
-            // Not dropped: tearing the runtime down drops the client library's detached
-            // channel-close tasks, and amqprs 2.1 panics (an `unwrap` in its dispatcher) when
-            // a close-ok arrives for a task that was dropped. Every command has closed its
-            // bus by now; what is left dies with the process, which exits next.
-            std::mem::forget(runtime);
+            // Every command has closed what it opened by now, and a transport's close
+            // returns only once the broker acknowledged every channel close it made (the
+            // client library panics when an acknowledgement arrives for a close whose task
+            // the runtime dropped; see mesh-amqp's `Shared::channel_tasks`), so tearing the
+            // runtime down drops only idle tasks. Bounded, so that a blocking task still
+            // running (a name lookup of an unreachable host) cannot hold the exit.
+            runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
             result
         }
     }

@@ -12,6 +12,7 @@ mod logs;
 mod management;
 mod metrics;
 mod secrets;
+mod shutdown;
 mod status;
 mod tls;
 mod topology;
