@@ -529,7 +529,11 @@ impl AmqpTransport {
     }
 
     /// Stops consumers and closes both connections, and stops reconnecting; what is
-    /// unconfirmed fails with `Closed`.
+    /// unconfirmed fails with `Closed`. Every channel a consumer, an ack tracker or the
+    /// reply queue holds is closed, and its close acknowledged by the broker, before the
+    /// connections go (waiting at most 10 s for a broker that stopped answering): nothing
+    /// is left closing when this returns, so the runtime may be dropped right after (see the
+    /// crate docs, Closing).
     ///
     /// # Cancel safety
     ///

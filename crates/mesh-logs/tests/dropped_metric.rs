@@ -56,26 +56,16 @@ async fn dropped_records_are_counted_as_a_metric() {
     // A snapshot takes the counters' increments since the last one.
     let snapshot = || -> Snapshot { snapshotter.snapshot().into_vec() };
     let logged = snapshot();
-    assert_eq!(
-        counter(&logged, mesh_logs::LOGGED_METRIC),
-        Some(1_000)
-    );
-    assert_eq!(
-        counter(&logged, mesh_logs::DROPPED_METRIC),
-        Some(990)
-    );
+    assert_eq!(counter(&logged, mesh_logs::LOGGED_METRIC), Some(1_000));
+    assert_eq!(counter(&logged, mesh_logs::DROPPED_METRIC), Some(990));
 
     // The shipper never connects: the shutdown times out and the ten buffered are lost.
     let stats = logs.shutdown(Duration::from_millis(300)).await;
     assert_eq!((stats.buffered, stats.lost, stats.published), (0, 10, 0));
     let shut = snapshot();
-    assert_eq!(
-        counter(&shut, mesh_logs::LOST_METRIC),
-        Some(10)
-    );
+    assert_eq!(counter(&shut, mesh_logs::LOST_METRIC), Some(10));
     assert!(
-        counter(&shut, mesh_logs::PUBLISHED_METRIC)
-            .is_none_or(|published| published == 0),
+        counter(&shut, mesh_logs::PUBLISHED_METRIC).is_none_or(|published| published == 0),
         "nothing was published"
     );
 }

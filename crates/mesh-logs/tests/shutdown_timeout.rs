@@ -115,12 +115,7 @@ async fn a_shutdown_timing_out_while_the_broker_refuses_the_connection_counts_ev
         .and_then(|listener| listener.local_addr())
         .expect("a free port")
         .port();
-    refused_or_hanging(
-        &format!("amqp://guest:guest@127.0.0.1:{port}/%2F"),
-        100,
-        60,
-    )
-    .await;
+    refused_or_hanging(&format!("amqp://guest:guest@127.0.0.1:{port}/%2F"), 100, 60).await;
 }
 
 #[tokio::test]
