@@ -227,8 +227,8 @@ impl Logs {
                 // record it was publishing (counted lost) and its hold on the buffer.
                 let _ = (&mut *handle).await;
             }
-            *task = None;
             self.count_left_behind().await;
+            *task = None;
         }
         drop(task);
         self.stats()
