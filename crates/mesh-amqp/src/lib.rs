@@ -112,6 +112,15 @@
 //! not belong to. [`AmqpStats::unknown_delivery_tag_closes`] counts the channel closes that
 //! would betray a violation.
 //!
+//! **Closing.** [`AmqpTransport::close`] signals every consumer, ack tracker and the reply
+//! queue to close its channel (an ack tracker's unsettled deliveries go back to the queue),
+//! waits until the broker acknowledged each of those closes (at most 10 s, for a broker that
+//! stopped answering), then closes the publishing and consume connections; nothing it opened
+//! is still closing when it returns, so a program may drop its runtime right away. It must:
+//! the client library hands a `channel.close-ok` to the task that asked for the close and
+//! panics when that task is gone, as it is once the runtime dropped it. For the same reason
+//! no channel is dropped open (the library would close it on a detached task of its own).
+//!
 //! **Watching it.** [`AmqpTransport::health`] says whether the transport is ready
 //! (connected, not blocked, every consumer attached); [`AmqpTransport::lifecycle`] streams
 //! [`Lifecycle`] events (also logged with `tracing`); [`AmqpTransport::stats`] counts

@@ -12,6 +12,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
+use tokio_util::task::TaskTracker;
+
+/// How long closing a transport waits for its channels to be closed before it closes the
+/// connections anyway: each close is one round trip, so only an unresponsive broker takes
+/// this long.
+pub(crate) const CHANNELS_CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 /// How many events a slow receiver may fall behind before it loses the oldest.
 const EVENT_BUFFER: usize = 1024;
@@ -145,11 +151,24 @@ impl Counters {
     }
 }
 
-/// What every task of one transport shares: the counters and the event channel.
+/// What every task of one transport shares: the counters, the event channel, and the
+/// tasks that close channels of their own.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) counters: Counters,
     events: broadcast::Sender<Lifecycle>,
+    /// Every task that may close a channel by itself, or hand one out: the consumers'
+    /// pumps and ack trackers (until the closing transport made them close their channel),
+    /// the reply queue's receiver, and the tasks opening channels for the consume link.
+    /// Closing a connection first waits for them (see [`Shared::channels_closed`]).
+    ///
+    /// Why: a channel close is a round trip whose answer (`channel.close-ok`) the client
+    /// library hands to the task that asked, and it panics (an `unwrap` in its channel
+    /// dispatcher) when that task is gone by then, as it is when the runtime shuts down
+    /// right after the program closed its transport. So no close may still be in flight
+    /// when `close()` returns; likewise no channel may be dropped open, since the library
+    /// then closes it on a task of its own, which nobody waits for.
+    pub(crate) channel_tasks: TaskTracker,
 }
 
 impl Default for Shared {
@@ -157,6 +176,7 @@ impl Default for Shared {
         Shared {
             counters: Counters::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
+            channel_tasks: TaskTracker::new(),
         }
     }
 }
@@ -165,6 +185,24 @@ impl Shared {
     /// Sends `event` to whoever listens (nobody, often: that is fine).
     pub(crate) fn emit(&self, event: Lifecycle) {
         let _ = self.events.send(event);
+    }
+
+    /// Resolves once every task of [`channel_tasks`](Shared::channel_tasks) is done with
+    /// its channel, or after [`CHANNELS_CLOSE_WAIT`] (a broker that stopped answering: its
+    /// closes will never be acknowledged, so nothing can arrive late). Call it once the
+    /// tasks were told to stop (the transport's shutdown signal).
+    pub(crate) async fn channels_closed(&self) {
+        self.channel_tasks.close();
+        if tokio::time::timeout(CHANNELS_CLOSE_WAIT, self.channel_tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                tasks = self.channel_tasks.len(),
+                wait = ?CHANNELS_CLOSE_WAIT,
+                "channels still closing; closing the connection anyway"
+            );
+        }
     }
 
     /// A new receiver of the events from now on.

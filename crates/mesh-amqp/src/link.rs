@@ -40,7 +40,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
 use crate::connection::LinkState;
-use crate::declare::{ensure_exchange, open_channel, CloseSlot, DeclareChannel};
+use crate::declare::{ensure_exchange, open_channel, within, CloseSlot, DeclareChannel};
 use crate::lifecycle::{Link, Shared};
 use crate::options::AmqpOptions;
 use crate::owner::{ConnectionOwner, LinkEvent, Prepare};
@@ -241,8 +241,16 @@ impl Supervisor {
             Some(connection) => {
                 let connection = connection.clone();
                 let shared = self.shared.clone();
-                tokio::spawn(async move {
-                    let _ = reply.send(open_channel(&connection, role, shared).await);
+                // Tracked, and a channel nobody waits for any more is closed here rather
+                // than dropped open (see `Shared::channel_tasks`).
+                self.shared.channel_tasks.spawn(async move {
+                    let opened = open_channel(&connection, role, shared).await;
+                    if let Err(Ok((channel, _))) = reply.send(opened) {
+                        if let Err(e) = within(channel.close(), "closing an unwanted channel").await
+                        {
+                            tracing::debug!(error = %e, "closing an unwanted channel failed");
+                        }
+                    }
                 });
             }
             None => {

@@ -529,7 +529,11 @@ impl AmqpTransport {
     }
 
     /// Stops consumers and closes both connections, and stops reconnecting; what is
-    /// unconfirmed fails with `Closed`.
+    /// unconfirmed fails with `Closed`. Every channel a consumer, an ack tracker or the
+    /// reply queue holds is closed, and its close acknowledged by the broker, before the
+    /// connections go (waiting at most 10 s for a broker that stopped answering): nothing
+    /// is left closing when this returns, so the runtime may be dropped right after (see the
+    /// crate docs, Closing).
     ///
     /// # Cancel safety
     ///
@@ -541,6 +545,10 @@ impl AmqpTransport {
             tracing::info!("closing");
         }
         let _ = self.inner.shutdown.send(true);
+        // Every consumer, ack tracker and the reply queue close their channels on the
+        // shutdown signal; the connections go only once those closes are acknowledged, so
+        // none is still in flight when this returns (see `Shared::channel_tasks`).
+        self.inner.shared.channels_closed().await;
         self.inner.publisher.close().await;
         self.inner.consume.close().await;
         self.inner.shared.emit(Lifecycle::Closed);

@@ -22,6 +22,7 @@ mod tail;
 mod topology;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::error::ErrorKind as ClapErrorKind;
 
@@ -99,6 +100,9 @@ fn prepare(global: &mut Global) -> anyhow::Result<()> {
     config::apply_context(global)
 }
 
+/// How long the exit waits for the runtime's blocking tasks.
+const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
+
 /// A multi-thread runtime for the commands that speak AMQP.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
@@ -115,8 +119,8 @@ fn run_audit(mut cli: AuditCli) -> anyhow::Result<Code> {
             AuditCliCommand::Run(args) => audit::run_logger(&cli.global, args).await,
         }
     });
-    // Not dropped, as in `run`.
-    std::mem::forget(runtime);
+    // Torn down as in `run`.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
     result
 }
 
@@ -158,11 +162,13 @@ fn run(mut cli: Cli) -> anyhow::Result<Code> {
                     Command::Man(args) => generate::man(global, args),
                 }
             });
-            // Not dropped: tearing the runtime down drops the client library's detached
-            // channel-close tasks, and amqprs 2.1 panics (an `unwrap` in its dispatcher) when
-            // a close-ok arrives for a task that was dropped. Every command has closed its
-            // bus by now; what is left dies with the process, which exits next.
-            std::mem::forget(runtime);
+            // Every command has closed what it opened by now, and a transport's close
+            // returns only once the broker acknowledged every channel close it made (the
+            // client library panics when an acknowledgement arrives for a close whose task
+            // the runtime dropped; see mesh-amqp's `Shared::channel_tasks`), so tearing the
+            // runtime down drops only idle tasks. Bounded, so that a blocking task still
+            // running (a name lookup of an unreachable host) cannot hold the exit.
+            runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
             result
         }
     }

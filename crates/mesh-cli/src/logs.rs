@@ -33,22 +33,29 @@ async fn tail(global: &Global, args: &LogsTailArgs) -> anyhow::Result<Code> {
     let interrupt = tokio::signal::ctrl_c();
     tokio::pin!(interrupt);
     let mut seen: u64 = 0;
-    while args.count.is_none_or(|count| seen < count) {
-        tokio::select! {
-            _ = &mut interrupt => break,
-            _ = terminate.recv() => break,
-            next = records.next() => match next {
-                None => return Err(crate::exit::fail(Code::Error, "the connection to the broker was lost")),
-                Some(record) => {
-                    seen += 1;
-                    if global.json {
-                        output::json(&serde_json::to_value(&record)?)?;
-                    } else {
-                        output::line(record.to_string())?;
+    let followed = async {
+        while args.count.is_none_or(|count| seen < count) {
+            tokio::select! {
+                _ = &mut interrupt => break,
+                _ = terminate.recv() => break,
+                next = records.next() => match next {
+                    None => return Err(crate::exit::fail(Code::Error, "the connection to the broker was lost")),
+                    Some(record) => {
+                        seen += 1;
+                        if global.json {
+                            output::json(&serde_json::to_value(&record)?)?;
+                        } else {
+                            output::line(record.to_string())?;
+                        }
                     }
                 }
             }
         }
+        Ok(Code::Ok)
     }
-    Ok(Code::Ok)
+    .await;
+    // Closed whatever the outcome, before `main` drops the runtime: nothing may still be
+    // closing by then.
+    records.close().await;
+    followed
 }

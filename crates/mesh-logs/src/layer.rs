@@ -22,13 +22,23 @@ use crate::record::{LogRecord, SpanRecord};
 /// library mesh-amqp speaks through logs every frame).
 const SILENT_TARGETS: [&str; 2] = [mesh_amqp::CLIENT_LOG_TARGET, "mesh_logs"];
 
-/// What the layer and the shipper count together.
+/// What the layer and the shipper count together; see [`crate::LogsStats`] for what each
+/// means and how they add up.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
+    pub(crate) logged: AtomicU64,
     pub(crate) dropped: AtomicU64,
     pub(crate) published: AtomicU64,
-    /// Taken from the buffer but lost with a connection (no confirms: a guess at most).
+    /// Never published: lost with a connection or the task, or left in the buffer.
     pub(crate) lost: AtomicU64,
+}
+
+impl Counters {
+    /// Counts `records` lost, here and in the metric.
+    pub(crate) fn lose(&self, records: u64) {
+        self.lost.fetch_add(records, Ordering::Relaxed);
+        metrics::counter!(crate::LOST_METRIC).increment(records);
+    }
 }
 
 /// A `tracing_subscriber::Layer` that ships each event at or above its level to
@@ -123,6 +133,8 @@ where
         }) {
             return;
         }
+        self.inner.counters.logged.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(crate::LOGGED_METRIC).increment(1);
         // Full: drop before paying for a record nobody will ship.
         if self.inner.buffer.capacity() == 0 {
             self.dropped();

@@ -15,7 +15,10 @@
 //! Shipping ([`start`]): a [`LogsLayer`] (a `tracing_subscriber::Layer`) turns each event
 //! into a record and *tries* to put it in a bounded buffer; when the buffer is full the
 //! record is dropped and counted (`mesh_logs_dropped_total`), so logging never waits for
-//! the broker. A background task publishes what the buffer holds on a connection of its own
+//! the broker. Every record the layer takes (`mesh_logs_logged_total`) ends in exactly one
+//! counter: published (`mesh_logs_published_total`), dropped, or lost
+//! (`mesh_logs_lost_total`: lost with a connection, or left in the buffer when
+//! [`Logs::shutdown`] timed out), so after a shutdown they add up ([`LogsStats`]). A background task publishes what the buffer holds on a connection of its own
 //! (`<node>.<source>.logs.consume`), a `mesh_amqp::PlainLink` whose owner task in mesh-amqp
 //! reconnects it with the broker options' backoff; after a loss the shipper only waits for a
 //! publisher on the next connection.
@@ -76,8 +79,16 @@ pub use tail::{tail, tail_with, Tail, TAIL_BUFFER, TAIL_QUEUE_MAX_LENGTH};
 /// ([`mesh_core::naming::LOGS_EXCHANGE`]).
 pub const LOGS_EXCHANGE: &str = mesh_core::naming::LOGS_EXCHANGE;
 
+/// The name of the counter of records the layer took (at or above its level, of a target
+/// that is shipped). Each ends in exactly one of the three counters below: once
+/// [`Logs::shutdown`] returned, logged = published + dropped + lost.
+pub const LOGGED_METRIC: &str = "mesh_logs_logged_total";
 /// The name of the counter of records dropped because the buffer was full (or the shipper
 /// had stopped).
 pub const DROPPED_METRIC: &str = "mesh_logs_dropped_total";
-/// The name of the counter of records published.
+/// The name of the counter of records published (written to the connection).
 pub const PUBLISHED_METRIC: &str = "mesh_logs_published_total";
+/// The name of the counter of records never published: lost with a connection, or left in
+/// the buffer when [`Logs::shutdown`] timed out (the broker unreachable, refusing the
+/// connection or blocking it).
+pub const LOST_METRIC: &str = "mesh_logs_lost_total";

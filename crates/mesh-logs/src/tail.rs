@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 use mesh_amqp::{AmqpOptions, PlainLink};
 use mesh_core::TopicPattern;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use crate::connect;
 use crate::error::{LogsError, LogsErrorKind};
@@ -37,6 +38,8 @@ pub struct Tail {
     records: mpsc::Receiver<LogRecord>,
     queue: String,
     dropped: Arc<AtomicU64>,
+    /// The task holding the connection; [`Tail::close`] waits for it.
+    forwarder: JoinHandle<()>,
 }
 
 /// Follows the records whose routing key `<node>.<source>.<level>` matches `pattern` (a
@@ -80,7 +83,7 @@ pub async fn tail_with(broker: &AmqpOptions, pattern: &str) -> Result<Tail, Logs
     // (dropping the `Tail` closes the buffer) or the connection ends, then closes it; the
     // broker deletes the exclusive queue with it. A tail does not outlive its connection,
     // so the link's reconnects are not waited for.
-    tokio::spawn(async move {
+    let forwarder = tokio::spawn(async move {
         loop {
             tokio::select! {
                 () = sender.closed() => break,
@@ -100,6 +103,7 @@ pub async fn tail_with(broker: &AmqpOptions, pattern: &str) -> Result<Tail, Logs
         records,
         queue,
         dropped,
+        forwarder,
     })
 }
 
@@ -121,6 +125,19 @@ impl Tail {
     /// Records dropped because the reader fell more than [`TAIL_BUFFER`] behind.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Stops following and returns once the queue's channel and the connection are closed
+    /// (the broker deletes the queue with them). Dropping a `Tail` does the same in the
+    /// background; a program about to exit (and drop its runtime) closes it instead, so that
+    /// no close is still in flight when the runtime goes.
+    pub async fn close(self) {
+        let Tail {
+            records, forwarder, ..
+        } = self;
+        // Closing the buffer is what tells the forwarder to stop.
+        drop(records);
+        let _ = forwarder.await;
     }
 }
 

@@ -1,12 +1,32 @@
-//! The dropped records are also counted as the metric `mesh_logs_dropped_total`.
+//! The counters are also metrics: `mesh_logs_logged_total`, `mesh_logs_dropped_total` for
+//! the records the full buffer turned away, and `mesh_logs_lost_total` for those left in it
+//! when the shutdown timed out, the broker still unreachable.
 //!
 //! The `metrics` recorder is global to the process: this file holds one test.
 
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use metrics_util::MetricKind;
+use metrics_util::{CompositeKey, MetricKind};
 use tracing_subscriber::layer::SubscriberExt;
+
+type Snapshot = Vec<(
+    CompositeKey,
+    Option<metrics::Unit>,
+    Option<metrics::SharedString>,
+    DebugValue,
+)>;
+
+/// The counter `name` in `snapshot`.
+fn counter(snapshot: &Snapshot, name: &str) -> Option<u64> {
+    snapshot
+        .iter()
+        .find(|(key, ..)| key.kind() == MetricKind::Counter && key.key().name() == name)
+        .and_then(|(.., value)| match value {
+            DebugValue::Counter(n) => Some(*n),
+            _ => None,
+        })
+}
 
 #[tokio::test]
 async fn dropped_records_are_counted_as_a_metric() {
@@ -33,15 +53,19 @@ async fn dropped_records_are_counted_as_a_metric() {
 
     let stats = logs.stats();
     assert_eq!((stats.buffered, stats.dropped), (10, 990));
-    let dropped = snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .find(|(key, ..)| {
-            key.kind() == MetricKind::Counter && key.key().name() == mesh_logs::DROPPED_METRIC
-        })
-        .map(|(.., value)| value);
-    assert_eq!(dropped, Some(DebugValue::Counter(990)));
+    // A snapshot takes the counters' increments since the last one.
+    let snapshot = || -> Snapshot { snapshotter.snapshot().into_vec() };
+    let logged = snapshot();
+    assert_eq!(counter(&logged, mesh_logs::LOGGED_METRIC), Some(1_000));
+    assert_eq!(counter(&logged, mesh_logs::DROPPED_METRIC), Some(990));
 
-    logs.shutdown(Duration::from_secs(1)).await;
+    // The shipper never connects: the shutdown times out and the ten buffered are lost.
+    let stats = logs.shutdown(Duration::from_millis(300)).await;
+    assert_eq!((stats.buffered, stats.lost, stats.published), (0, 10, 0));
+    let shut = snapshot();
+    assert_eq!(counter(&shut, mesh_logs::LOST_METRIC), Some(10));
+    assert!(
+        counter(&shut, mesh_logs::PUBLISHED_METRIC).is_none_or(|published| published == 0),
+        "nothing was published"
+    );
 }

@@ -92,7 +92,11 @@ async fn a_tail_sees_the_records_its_pattern_matches() {
         "the errors tail saw only the error"
     );
 
-    drop(billing);
+    // One closed (it returns once its channel and connection are closed), one dropped
+    // (closed in the background): neither leaves a queue.
+    tokio::time::timeout(WAIT, billing.close())
+        .await
+        .expect("the tail closes");
     drop(errors);
     eventually(WAIT, "the tails' queues are gone", || async {
         vhost

@@ -83,6 +83,7 @@ use mesh_core::{
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
@@ -303,7 +304,7 @@ pub(crate) async fn subscribe(
     env.counts.expected.fetch_add(1, Ordering::AcqRel);
     env.counts.attached.fetch_add(1, Ordering::AcqRel);
     let queue = ctx.queue.clone();
-    let (attachment, reader) = Attachment::new(consumer, ctx, generation);
+    let (attachment, reader) = Attachment::new(consumer, ctx, generation, &env);
     let span = tracing::info_span!(parent: None, "mesh_amqp.subscription", %queue);
     let pump = Pump {
         backoff: env.backoff.clone(),
@@ -311,7 +312,9 @@ pub(crate) async fn subscribe(
         spec,
         readers: readers_tx,
     };
-    tokio::spawn(pump.run(attachment, cancel).instrument(span));
+    // Tracked: the transport's close waits for the pump to have closed its channel.
+    let tasks = pump.env.link.shared().channel_tasks.clone();
+    tasks.spawn(pump.run(attachment, cancel).instrument(span));
     let feed = Feed {
         readers,
         current: Some(reader),
@@ -363,7 +366,12 @@ struct Reader {
 impl Attachment {
     /// Splits a fresh consumer into the pump's and the reader's halves, and starts its ack
     /// tracker.
-    fn new(consumer: Consumer, ctx: Arc<SubscriptionCtx>, generation: u64) -> (Attachment, Reader) {
+    fn new(
+        consumer: Consumer,
+        ctx: Arc<SubscriptionCtx>,
+        generation: u64,
+        env: &Env,
+    ) -> (Attachment, Reader) {
         let Consumer {
             queue,
             channel,
@@ -376,8 +384,15 @@ impl Attachment {
             let (commands, rx) = mpsc::unbounded_channel();
             let state = Arc::new(Mutex::new(AckTracker::default()));
             let span = tracing::debug_span!(parent: None, "mesh_amqp.acks", queue = %ctx.queue);
+            // Not tracked as a task (it lives as long as the reader and the ackers, which
+            // may outlive the transport), but by a token it drops once its channel is
+            // closed: the transport's close waits for that.
+            let closing = Closing {
+                shutdown: env.shutdown.clone(),
+                token: env.link.shared().channel_tasks.token(),
+            };
             tokio::spawn(
-                track(channel.clone(), closed.clone(), state.clone(), rx).instrument(span),
+                track(channel.clone(), closed.clone(), state.clone(), rx, closing).instrument(span),
             );
             Tracker { commands, state }
         });
@@ -631,7 +646,9 @@ impl Pump {
             }
             let generation = status.borrow().generation;
             match attach(&self.env, &self.spec, true).await {
-                Ok((consumer, ctx)) => return Some(Attachment::new(consumer, ctx, generation)),
+                Ok((consumer, ctx)) => {
+                    return Some(Attachment::new(consumer, ctx, generation, &self.env))
+                }
                 Err(error) => tracing::warn!(
                     error = %error,
                     failures = self.backoff.failures(),
@@ -724,14 +741,45 @@ impl Tracker {
     }
 }
 
+/// How an ack tracker learns that the transport closes, and tells it when its channel is
+/// closed (by dropping the token).
+struct Closing {
+    shutdown: watch::Receiver<bool>,
+    token: TaskTrackerToken,
+}
+
 /// The ack tracker task of one channel; see the module docs.
+///
+/// It closes its channel once the reader and every acker are gone, or as soon as the
+/// transport closes (the broker requeues what is unsettled; a later ack fails with
+/// `ConnectionLost`), so that the close is acknowledged before the connection goes.
 async fn track(
     channel: Channel,
     closed: CloseSlot,
     state: TrackerState,
     mut commands: mpsc::UnboundedReceiver<AckCommand>,
+    transport: Closing,
 ) {
-    while let Some(first) = commands.recv().await {
+    let Closing {
+        mut shutdown,
+        token,
+    } = transport;
+    let mut token = Some(token);
+    loop {
+        let first = tokio::select! {
+            biased;
+            command = commands.recv() => match command {
+                Some(command) => command,
+                None => break,
+            },
+            () = closing(&mut shutdown), if token.is_some() => {
+                if channel.is_open() {
+                    let _ = within(channel.clone().close(), "closing a consumer channel").await;
+                }
+                token = None;
+                continue;
+            }
+        };
         let flush = {
             let mut tracker = lock(&state);
             let mut next = Some(first);
@@ -759,6 +807,7 @@ async fn track(
     if channel.is_open() {
         let _ = within(channel.close(), "closing a consumer channel").await;
     }
+    drop(token);
 }
 
 /// Sends what the tracker decided and answers who waits for it.

@@ -174,7 +174,12 @@ impl PlainLink {
     }
 
     /// Closes the connection and stops its owner; publishers and followers fail or end.
+    /// Close them first ([`PlainPublisher::close`], [`PlainFollower::close`]): a channel
+    /// still open is dropped with its connection, unacknowledged.
     pub async fn close(&self) {
+        // Channels being opened for this link are closed by their tasks if nobody wants
+        // them any more: wait for that before the connection goes.
+        self.link.shared().channels_closed().await;
         self.link.close().await;
     }
 

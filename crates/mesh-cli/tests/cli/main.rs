@@ -15,6 +15,7 @@ mod management;
 mod metrics;
 mod profiles;
 mod secrets;
+mod shutdown;
 mod status;
 mod tls;
 mod topology;
