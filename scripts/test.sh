@@ -6,7 +6,7 @@
 # installed (Debian packages) and started only if it is missing; a running one is used as
 # it is and never restarted.
 #
-# Extra arguments go to `cargo test` (e.g. `bash scripts/test.sh -p mesh-amqp`).
+# Extra arguments go to `cargo test` (e.g. `bash scripts/test.sh -p meshbus-amqp`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
