@@ -77,7 +77,10 @@ impl Stack {
 
 fn service<'a>(config: &'a Yaml, name: &str) -> anyhow::Result<&'a Yaml> {
     let service = &config["services"][name];
-    ensure!(!service.is_badvalue(), "no service `{name}` in compose.yaml");
+    ensure!(
+        !service.is_badvalue(),
+        "no service `{name}` in compose.yaml"
+    );
     Ok(service)
 }
 
@@ -186,7 +189,10 @@ fn rabbitmq_serves_amqp_and_management_over_tls_only() -> anyhow::Result<()> {
         "the broker image has the management plugin: {image}"
     );
     ensure!(publishes(rabbitmq, 5671), "amqps on 127.0.0.1:5671");
-    ensure!(publishes(rabbitmq, 15671), "management https on 127.0.0.1:15671");
+    ensure!(
+        publishes(rabbitmq, 15671),
+        "management https on 127.0.0.1:15671"
+    );
     for plain in [5672, 15672] {
         ensure!(!publishes(rabbitmq, plain), "plain port {plain} published");
     }
@@ -211,9 +217,18 @@ fn rabbitmq_serves_amqp_and_management_over_tls_only() -> anyhow::Result<()> {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     };
-    ensure!(get("listeners.tcp") == Some("none"), "no plain AMQP listener");
-    ensure!(get("listeners.ssl.default") == Some("5671"), "AMQP over TLS on 5671");
-    ensure!(get("management.ssl.port") == Some("15671"), "management over https on 15671");
+    ensure!(
+        get("listeners.tcp") == Some("none"),
+        "no plain AMQP listener"
+    );
+    ensure!(
+        get("listeners.ssl.default") == Some("5671"),
+        "AMQP over TLS on 5671"
+    );
+    ensure!(
+        get("management.ssl.port") == Some("15671"),
+        "management over https on 15671"
+    );
     for prefix in ["ssl_options", "management.ssl"] {
         for file in ["cacertfile", "certfile", "keyfile"] {
             let path = get(&format!("{prefix}.{file}"))
@@ -243,7 +258,10 @@ fn the_audit_logger_runs_with_a_command_line_it_accepts() -> anyhow::Result<()> 
 
     // TLS to the broker, verified for the service's name; no password in the URL.
     let url = &checked.args.url;
-    ensure!(url.starts_with("amqps://"), "the logger connects over TLS: {url}");
+    ensure!(
+        url.starts_with("amqps://"),
+        "the logger connects over TLS: {url}"
+    );
     ensure!(
         url.contains("@rabbitmq:5671/"),
         "the logger connects to the stack's broker: {url}"
@@ -284,8 +302,12 @@ fn the_audit_logger_runs_with_a_command_line_it_accepts() -> anyhow::Result<()> 
         "the metrics port {} is published on 127.0.0.1",
         metrics.port()
     );
-    // The CA the URL names is mounted.
-    let ca = url
+    // The CA the URL names (as written, before the check put its own in place) is mounted.
+    let written = command
+        .iter()
+        .find(|arg| arg.starts_with("amqps://"))
+        .context("the --url as written")?;
+    let ca = written
         .split("cacertfile=")
         .nth(1)
         .and_then(|rest| rest.split('&').next())

@@ -26,7 +26,7 @@ fn instructions(text: &str) -> Vec<Instruction> {
             continue;
         }
         if let Some(start) = trimmed.strip_suffix('\\') {
-            pending.push_str(start);
+            pending.push_str(start.trim_end());
             pending.push(' ');
             continue;
         }
@@ -34,7 +34,9 @@ fn instructions(text: &str) -> Vec<Instruction> {
             continue;
         }
         pending.push_str(trimmed);
-        let (keyword, args) = pending.split_once(char::is_whitespace).unwrap_or((&pending, ""));
+        let (keyword, args) = pending
+            .split_once(char::is_whitespace)
+            .unwrap_or((&pending, ""));
         out.push(Instruction {
             keyword: keyword.to_ascii_uppercase(),
             args: args.trim().to_owned(),
@@ -98,7 +100,11 @@ fn after<'a>(words: &[&'a str], flag: &str) -> Vec<&'a str> {
 #[test]
 fn two_stages_build_locked_and_run_as_a_user() -> anyhow::Result<()> {
     let stages = stages(instructions(&deploy_file("Dockerfile")?));
-    ensure!(stages.len() >= 2, "a multi-stage build: {} stage(s)", stages.len());
+    ensure!(
+        stages.len() >= 2,
+        "a multi-stage build: {} stage(s)",
+        stages.len()
+    );
     let build = &stages[0];
     let from: Vec<&str> = build[0].args.split_whitespace().collect();
     ensure!(
@@ -107,16 +113,14 @@ fn two_stages_build_locked_and_run_as_a_user() -> anyhow::Result<()> {
     );
     let (image, name) = (from[0], from[2]);
     // The builder's toolchain is at least the workspace's rust-version.
-    let manifest: toml::Value = toml::from_str(&fs::read_to_string(workspace().join("Cargo.toml"))?)?;
+    let manifest: toml::Value =
+        toml::from_str(&fs::read_to_string(workspace().join("Cargo.toml"))?)?;
     let msrv = manifest["workspace"]["package"]["rust-version"]
         .as_str()
         .context("rust-version")?;
     let tag = image.strip_prefix("rust:").context("a rust image builds")?;
-    let version = |v: &str| -> Vec<u32> {
-        v.split(['.', '-'])
-            .map_while(|p| p.parse().ok())
-            .collect()
-    };
+    let version =
+        |v: &str| -> Vec<u32> { v.split(['.', '-']).map_while(|p| p.parse().ok()).collect() };
     ensure!(
         version(tag) >= version(msrv),
         "rust:{tag} is older than rust-version {msrv}"
@@ -144,7 +148,8 @@ fn two_stages_build_locked_and_run_as_a_user() -> anyhow::Result<()> {
         ensure!(
             packages
                 .iter()
-                .any(|(name, b)| built_packages.contains(&name.as_str()) && b.iter().any(|b| b == bin)),
+                .any(|(name, b)| built_packages.contains(&name.as_str())
+                    && b.iter().any(|b| b == bin)),
             "--bin {bin} belongs to none of the built packages"
         );
     }
@@ -162,7 +167,11 @@ fn two_stages_build_locked_and_run_as_a_user() -> anyhow::Result<()> {
     // The runtime: a slim image, the two binaries from the build stage, a user that is not
     // root, the logger as entrypoint.
     let runtime = stages.last().context("a runtime stage")?;
-    let base = runtime[0].args.split_whitespace().next().unwrap_or_default();
+    let base = runtime[0]
+        .args
+        .split_whitespace()
+        .next()
+        .unwrap_or_default();
     ensure!(
         base != name && (base.contains("slim") || base.contains("distroless")),
         "a small runtime image: {base}"
@@ -175,7 +184,9 @@ fn two_stages_build_locked_and_run_as_a_user() -> anyhow::Result<()> {
     for bin in ["mesh", "mesh-audit"] {
         ensure!(
             copied.contains(&format!("/src/target/release/{bin}").as_str())
-                || copied.iter().any(|c| c.ends_with(&format!("/release/{bin}"))),
+                || copied
+                    .iter()
+                    .any(|c| c.ends_with(&format!("/release/{bin}"))),
             "the runtime copies {bin} from the build stage"
         );
     }
@@ -208,7 +219,10 @@ fn the_build_context_leaves_out_the_target_dir() -> anyhow::Result<()> {
         .context(".dockerignore at the repository root (the build context)")?;
     let lines: Vec<&str> = ignore.lines().map(str::trim).collect();
     for excluded in ["target", ".git", "deploy/secrets", "deploy/tls"] {
-        ensure!(lines.contains(&excluded), ".dockerignore leaves out {excluded}");
+        ensure!(
+            lines.contains(&excluded),
+            ".dockerignore leaves out {excluded}"
+        );
     }
     Ok(())
 }

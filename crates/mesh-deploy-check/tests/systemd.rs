@@ -40,20 +40,23 @@ fn values<'a>(settings: &'a [(String, String)], key: &str) -> Vec<&'a str> {
 #[test]
 fn systemd_analyze_verify_accepts_the_unit() -> anyhow::Result<()> {
     let unit = deploy_file(UNIT)?;
-    ensure!(unit.contains(&format!("ExecStart={BINARY} ")), "ExecStart runs {BINARY}");
+    ensure!(
+        unit.contains(&format!("ExecStart={BINARY} ")),
+        "ExecStart runs {BINARY}"
+    );
     // verify wants the binary to exist: a stand-in executable at a path of the test's own.
     let dir = TempDir::new("systemd")?;
     let stand_in = dir.path().join("mesh-audit");
     fs::write(&stand_in, "#!/bin/sh\nexit 0\n")?;
     fs::set_permissions(&stand_in, fs::Permissions::from_mode(0o755))?;
     let path = dir.path().join(UNIT);
-    fs::write(
-        &path,
-        unit.replace(BINARY, &stand_in.display().to_string()),
-    )?;
+    fs::write(&path, unit.replace(BINARY, &stand_in.display().to_string()))?;
     let output = run(
         "systemd-analyze",
-        ["verify", "--man=no"].iter().map(std::ffi::OsStr::new).chain([path.as_os_str()]),
+        ["verify", "--man=no"]
+            .iter()
+            .map(std::ffi::OsStr::new)
+            .chain([path.as_os_str()]),
         dir.path(),
         "install systemd (apt-get install systemd)",
     )?;
@@ -65,7 +68,10 @@ fn systemd_analyze_verify_accepts_the_unit() -> anyhow::Result<()> {
     // A warning (an unknown key, a bad value that is ignored) does not fail verify: any word
     // about this unit does fail the test.
     let about_unit: Vec<&str> = stderr.lines().filter(|l| l.contains(UNIT)).collect();
-    ensure!(about_unit.is_empty(), "systemd-analyze verify: {about_unit:#?}");
+    ensure!(
+        about_unit.is_empty(),
+        "systemd-analyze verify: {about_unit:#?}"
+    );
     Ok(())
 }
 
@@ -103,7 +109,9 @@ fn the_unit_is_hardened() -> anyhow::Result<()> {
     );
     let families = one("RestrictAddressFamilies").unwrap_or_default();
     ensure!(
-        families.split_whitespace().all(|f| ["AF_UNIX", "AF_INET", "AF_INET6"].contains(&f)),
+        families
+            .split_whitespace()
+            .all(|f| ["AF_UNIX", "AF_INET", "AF_INET6"].contains(&f)),
         "RestrictAddressFamilies allows only AF_UNIX AF_INET AF_INET6: {families}"
     );
     // The SQLite default lives in the state directory, the only writable place.
@@ -143,7 +151,8 @@ fn no_password_on_the_command_line() -> anyhow::Result<()> {
         .find_map(|c| c.split_once(':').map(|(name, _)| name.to_owned()))
         .context("LoadCredential=NAME:PATH")?;
     ensure!(
-        values(&settings, "Environment").contains(&format!("MESH_PASSWORD_FILE=%d/{credential}").as_str()),
+        values(&settings, "Environment")
+            .contains(&format!("MESH_PASSWORD_FILE=%d/{credential}").as_str()),
         "MESH_PASSWORD_FILE=%d/{credential}"
     );
     ensure!(
@@ -162,7 +171,8 @@ fn the_command_line_with_the_example_environment_is_accepted() -> anyhow::Result
         .context("ExecStart")?;
     let words: Vec<String> = exec.split_whitespace().map(str::to_owned).collect();
     ensure!(
-        words.first().map(String::as_str) == Some(BINARY) && words.get(1).map(String::as_str) == Some("run"),
+        words.first().map(String::as_str) == Some(BINARY)
+            && words.get(1).map(String::as_str) == Some("run"),
         "ExecStart={BINARY} run …: {exec}"
     );
     // The unit's Environment= first; the environment file's settings win over them.
@@ -178,6 +188,9 @@ fn the_command_line_with_the_example_environment_is_accepted() -> anyhow::Result
         .metrics_addr
         .context("the unit serves /metrics")?;
     ensure!(metrics.ip().is_loopback(), "metrics on loopback: {metrics}");
-    ensure!(checked.args.url.starts_with("amqps://"), "the example connects over TLS");
+    ensure!(
+        checked.args.url.starts_with("amqps://"),
+        "the example connects over TLS"
+    );
     Ok(())
 }

@@ -185,7 +185,9 @@ pub fn check_run(
             .get_arguments()
             .find(|a| a.get_env().is_some_and(|e| e == OsStr::new(key)))
             .with_context(|| format!("{key} is no option of mesh-audit run"))?;
-        let long = arg.get_long().context("an option with an environment variable")?;
+        let long = arg
+            .get_long()
+            .context("an option with an environment variable")?;
         let flag = format!("--{long}");
         if args
             .iter()
@@ -206,10 +208,16 @@ pub fn check_run(
         if arg == "--password-file" {
             saw_password_file = true;
             given.next();
-            line.push(format!("--password-file={}", stand.password_file().display()));
+            line.push(format!(
+                "--password-file={}",
+                stand.password_file().display()
+            ));
         } else if arg.starts_with("--password-file=") {
             saw_password_file = true;
-            line.push(format!("--password-file={}", stand.password_file().display()));
+            line.push(format!(
+                "--password-file={}",
+                stand.password_file().display()
+            ));
         } else {
             line.push(stand.with_ca(arg));
         }
