@@ -4,9 +4,10 @@
 # nodes and clusters the fault tests start on other ports, and PostgreSQL on
 # 127.0.0.1:5432 (trust auth, database `test`) for the audit store's tests. Each is
 # installed (Debian packages) and started only if it is missing; a running one is used as
-# it is and never restarted.
+# it is and never restarted. The tests of deploy/ need docker compose (or Debian's
+# docker-compose) and systemd-analyze, installed the same way.
 #
-# Extra arguments go to `cargo test` (e.g. `bash scripts/test.sh -p mesh-amqp`).
+# Extra arguments go to `cargo test` (e.g. `bash scripts/test.sh -p meshbus-amqp`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,6 +62,14 @@ if ! port_open 5432; then
   done
   wait_port 5432 PostgreSQL
 fi
+
+# The tests of deploy/ (mesh-deploy-check) resolve the compose file and verify the systemd
+# unit: docker compose (the plugin, or Debian's docker-compose; no container engine is
+# needed) and systemd-analyze.
+if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
+  apt_install --no-install-recommends docker-compose
+fi
+command -v systemd-analyze >/dev/null 2>&1 || apt_install systemd
 
 log "cargo test --workspace $*"
 cargo test --workspace "$@"

@@ -6,7 +6,7 @@
 //! stored. The vhost and the SQLite file are removed afterwards.
 //!
 //! ```text
-//! cargo run --release -p mesh-audit --example ingest_bench -- [--events 100000]
+//! cargo run --release -p meshbus-audit --example ingest_bench -- [--events 100000]
 //!     [--store sqlite://path?mode=rwc | postgres://…] [--batch-size 500] [--prefetch 1000]
 //! ```
 

@@ -145,7 +145,22 @@ fn event_line(event: &EventRecord) -> String {
 /// Runs the audit logger (`mesh audit run`, `mesh-audit run`) until SIGTERM or Ctrl-C, then
 /// shuts it down gracefully. Every global option applies: the URL, password, node, queue
 /// type (its queues are declared with the deployment's), connect timeout and management API.
-pub(crate) async fn run_logger(global: &Global, args: &AuditRunArgs) -> anyhow::Result<Code> {
+/// What the audit logger would run with: every option built and checked, nothing connected.
+pub(crate) struct LoggerPlan {
+    /// The broker URL as given (flag, variable, context or default).
+    pub(crate) url: String,
+    /// The store URL as given (or the default file's).
+    pub(crate) store_url: String,
+    node: mesh::core::Name,
+    amqp: mesh_amqp::AmqpOptions,
+    management: Option<mesh_amqp::management::ManagementOptions>,
+    store: StoreOptions,
+    audit: AuditOptions,
+}
+
+/// Builds and checks every option of `mesh audit run` / `mesh-audit run` without connecting:
+/// a bad URL, store, node or number is a usage error here, before anything starts.
+pub(crate) fn plan_logger(global: &Global, args: &AuditRunArgs) -> anyhow::Result<LoggerPlan> {
     let node = config::node(global)?;
     let amqp = config::amqp_options(global)?;
     let management = config::logger_management(global, &amqp)?;
@@ -170,6 +185,26 @@ pub(crate) async fn run_logger(global: &Global, args: &AuditRunArgs) -> anyhow::
     audit
         .validate()
         .coded(Code::Usage, || "invalid audit logger options".to_owned())?;
+    Ok(LoggerPlan {
+        url: config::url(global).to_owned(),
+        store_url: url,
+        node,
+        amqp,
+        management,
+        store,
+        audit,
+    })
+}
+
+pub(crate) async fn run_logger(global: &Global, args: &AuditRunArgs) -> anyhow::Result<Code> {
+    let LoggerPlan {
+        node,
+        amqp,
+        management,
+        store,
+        audit,
+        ..
+    } = plan_logger(global, args)?;
     install_logging();
     output::note(paint(
         DIM,

@@ -47,6 +47,52 @@ pub fn mesh_audit_main() -> ExitCode {
     }
 }
 
+/// The `mesh-audit` command line as the program defines it: every option, its variable and
+/// its default, for tools that check a deployment's command lines (and its man page).
+pub fn mesh_audit_command() -> clap::Command {
+    <AuditCli as clap::CommandFactory>::command()
+}
+
+/// What a `mesh-audit` command line comes to, checked by [`check_mesh_audit`].
+pub struct CheckedAudit {
+    /// The broker URL it connects to (as given: it may hold a user, never checked for more).
+    pub url: String,
+    /// The store URL it records into (as given).
+    pub store: String,
+    /// Where it serves `/metrics`, if anywhere.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+impl std::fmt::Debug for CheckedAudit {
+    /// The URLs left out: they may carry credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckedAudit")
+            .field("metrics_addr", &self.metrics_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks a `mesh-audit` command line (`["mesh-audit", "run", …]`) without connecting: parsed
+/// as the program parses it (variables from this process's environment, then the config
+/// file's context), and every option the logger would run with built and checked, as
+/// `mesh-audit run` does before it starts. Errors are the program's own.
+pub fn check_mesh_audit<I, T>(args: I) -> anyhow::Result<CheckedAudit>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::Parser as _;
+    let mut cli = AuditCli::try_parse_from(args)?;
+    config::apply_context(&mut cli.global)?;
+    let AuditCliCommand::Run(run) = &cli.command;
+    let plan = audit::plan_logger(&cli.global, run)?;
+    Ok(CheckedAudit {
+        url: plan.url,
+        store: plan.store_url,
+        metrics_addr: run.metrics.metrics_addr,
+    })
+}
+
 /// A command line clap refused (or `--help`, `--version`, which are not failures).
 fn usage(error: &clap::Error) -> ExitCode {
     let code = match error.kind() {

@@ -5,8 +5,8 @@
 //! on RabbitMQ.
 //!
 //! ```text
-//! cargo run -p mesh --example demo
-//! MESH_URL=amqp://guest:guest@127.0.0.1:5672/%2F cargo run -p mesh --example demo
+//! cargo run -p meshbus --example demo
+//! MESH_URL=amqp://guest:guest@127.0.0.1:5672/%2F cargo run -p meshbus --example demo
 //! ```
 
 use std::process::ExitCode;
