@@ -229,6 +229,18 @@ fn print_plan(plan: &Plan) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `= vhost V agrees with the access plan for node N (K users)`.
+fn print_agreement(management: &Management, node: &str, users: usize) -> anyhow::Result<()> {
+    output::line(format!(
+        "{} vhost {} agrees with the access plan for node {} ({} users)",
+        paint(GOOD, "="),
+        escape(management.vhost()),
+        node,
+        users
+    ))?;
+    Ok(())
+}
+
 fn show_plan(
     global: &Global,
     management: &Management,
@@ -247,13 +259,7 @@ fn show_plan(
     }
     print_plan(plan)?;
     if plan.is_empty() {
-        output::line(format!(
-            "{} vhost {} agrees with the access plan for node {} ({} users)",
-            paint(GOOD, "="),
-            escape(management.vhost()),
-            node,
-            grants.len()
-        ))?;
+        print_agreement(management, node, grants.len())?;
     }
     Ok(())
 }
@@ -364,13 +370,7 @@ async fn apply(
         }
         if after.is_empty() {
             print_plan(&after)?;
-            output::line(format!(
-                "{} vhost {} agrees with the access plan for node {} ({} users)",
-                paint(GOOD, "="),
-                escape(management.vhost()),
-                node,
-                grants.len()
-            ))?;
+            print_agreement(management, node, grants.len())?;
         }
     }
     if !after.is_empty() {

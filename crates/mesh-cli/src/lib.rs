@@ -171,19 +171,14 @@ fn run_audit(mut cli: AuditCli) -> anyhow::Result<Code> {
 }
 
 fn run(mut cli: Cli) -> anyhow::Result<Code> {
+    paint_as_asked(&cli.global);
     // These two need no broker and no config file: a broken file must not stop them.
     match &cli.command {
-        Command::Completions(args) => {
-            paint_as_asked(&cli.global);
-            return generate::completions(args);
-        }
-        Command::Man(args) => {
-            paint_as_asked(&cli.global);
-            return generate::man(&cli.global, args);
-        }
+        Command::Completions(args) => return generate::completions(args),
+        Command::Man(args) => return generate::man(&cli.global, args),
         _ => {}
     }
-    prepare(&mut cli.global)?;
+    config::apply_context(&mut cli.global)?;
     let global = &cli.global;
     match &cli.command {
         // Management-only commands need no async runtime.
