@@ -58,6 +58,9 @@ pub(crate) const DEFAULT_URL: &str = "amqp://127.0.0.1:5672";
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The variable naming the config file.
 pub(crate) const CONFIG_ENV: &str = "MESH_CONFIG";
+/// The largest settings file read (the config file, a spec, a passwords file): far above
+/// any real one, and a bound on what a wrong path (a device, a log) can make the tool hold.
+pub(crate) const MAX_SETTINGS_FILE: u64 = 4 * 1024 * 1024;
 /// The environment variable holding the broker password.
 pub(crate) const PASSWORD_ENV: &str = "MESH_PASSWORD";
 
@@ -298,6 +301,23 @@ fn fill<T>(slot: &mut Option<T>, value: Option<T>) {
     }
 }
 
+/// The text of a settings file, refused (`InvalidData`) beyond [`MAX_SETTINGS_FILE`] bytes
+/// or when it is not UTF-8.
+pub(crate) fn read_settings_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_SETTINGS_FILE + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_SETTINGS_FILE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {} MiB", MAX_SETTINGS_FILE / (1024 * 1024)),
+        ));
+    }
+    Ok(text)
+}
+
 /// The config file's path, and whether `MESH_CONFIG` named it.
 fn config_path() -> Option<(PathBuf, bool)> {
     if let Some(path) = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty()) {
@@ -324,7 +344,7 @@ fn load_context(asked: Option<&str>) -> anyhow::Result<Option<Context>> {
             None => Ok(None),
         };
     };
-    let text = match std::fs::read_to_string(&path) {
+    let text = match read_settings_file(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !named && asked.is_none() => {
             return Ok(None)
@@ -558,6 +578,25 @@ fn parse_context(path: &Path, text: &str, asked: Option<&str>) -> anyhow::Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_settings_file_is_read_up_to_its_bound_and_refused_beyond() {
+        let path = std::env::temp_dir().join(format!(
+            "mesh-cli-settings-{}-{}.toml",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        let at_bound = usize::try_from(MAX_SETTINGS_FILE).expect("a small bound");
+        std::fs::write(&path, "#".repeat(at_bound)).expect("a temporary file");
+        assert_eq!(
+            read_settings_file(&path).map(|t| t.len()).ok(),
+            Some(at_bound)
+        );
+        std::fs::write(&path, "#".repeat(at_bound + 1)).expect("a temporary file");
+        let refused = read_settings_file(&path).expect_err("one byte too many");
+        assert_eq!(refused.kind(), std::io::ErrorKind::InvalidData);
+        let _ = std::fs::remove_file(&path);
+    }
 
     const FILE: &str = r#"
 current-context = "prod"

@@ -339,7 +339,7 @@ pub(crate) fn access_spec(
 }
 
 fn read_spec(path: &Path) -> anyhow::Result<SpecFile> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::config::read_settings_file(path)
         .with_context(|| format!("reading the spec file {}", path.display()))?;
     let is_json = path
         .extension()
