@@ -1,5 +1,8 @@
 //! How a delivery is settled: manual ackers for durable, serve and dead-letter queues, and
 //! the no-op acker of automatic acks.
+//!
+//! An acker reaches the broker through [`Settle`], which the broker implements: this module
+//! knows the state's vocabulary (tickets, settlements, faults) and nothing of the broker.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -8,52 +11,56 @@ use mesh_core::transport::{Acker, BoxFuture, TransportError};
 use mesh_core::WireMessage;
 use tracing::debug;
 
-use crate::broker::{MemoryBroker, Shared};
-use crate::state::{ConnectionId, Fault, Settlement};
+use crate::state::{Fault, Settlement, Ticket};
+
+/// Where an acker settles its delivery: the broker, which runs the settlement as a
+/// transition and performs its effects.
+pub(crate) trait Settle: Send + Sync + 'static {
+    /// Settles the delivery `ticket` describes.
+    fn settle(self: Arc<Self>, ticket: &Ticket, settlement: Settlement) -> Result<(), Fault>;
+}
 
 /// Settles one delivery of a queue with manual acks.
 ///
 /// Holds the broker weakly: deliveries sit in subscription channels the broker owns, so a
 /// strong reference would keep a dropped broker alive forever.
-#[derive(Debug)]
 pub(crate) struct MemoryAcker {
-    broker: Weak<Shared>,
-    queue: String,
-    tag: u64,
-    connection: ConnectionId,
-    retry_delays: Arc<[Duration]>,
+    broker: Weak<dyn Settle>,
+    ticket: Ticket,
     settled: bool,
 }
 
+impl std::fmt::Debug for MemoryAcker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryAcker")
+            .field("ticket", &self.ticket)
+            .field("settled", &self.settled)
+            .finish_non_exhaustive()
+    }
+}
+
 impl MemoryAcker {
-    pub(crate) fn new(
-        broker: Weak<Shared>,
-        queue: &str,
-        tag: u64,
-        connection: ConnectionId,
-        retry_delays: Arc<[Duration]>,
-    ) -> MemoryAcker {
+    /// The acker of the delivery `ticket` describes.
+    pub(crate) fn new(broker: Weak<dyn Settle>, ticket: Ticket) -> MemoryAcker {
         MemoryAcker {
             broker,
-            queue: queue.to_owned(),
-            tag,
-            connection,
-            retry_delays,
+            ticket,
             settled: false,
         }
     }
 
-    fn settle(&mut self, settlement: Settlement) -> Result<Option<DelayedCopy>, Fault> {
+    fn settle(&mut self, settlement: Settlement) -> Result<(), Fault> {
         self.settled = true;
-        let broker = MemoryBroker::upgrade(&self.broker).ok_or(Fault::ConnectionLost)?;
-        broker.with(|state| state.settle(&self.queue, self.tag, self.connection, settlement))
+        let broker = self.broker.upgrade().ok_or(Fault::ConnectionLost)?;
+        broker.settle(&self.ticket, settlement)
     }
 
     /// The delay of a retry step; past the end of the ladder, its last step.
     fn delay(&self, step: usize) -> Duration {
-        self.retry_delays
+        let delays = &self.ticket.retry_delays;
+        delays
             .get(step)
-            .or(self.retry_delays.last())
+            .or(delays.last())
             .copied()
             .unwrap_or(Duration::ZERO)
     }
@@ -63,7 +70,7 @@ impl MemoryAcker {
 // future dropped unpolled drops the acker, which releases the message.
 impl Acker for MemoryAcker {
     fn ack(mut self: Box<Self>) -> BoxFuture<'static, Result<(), TransportError>> {
-        Box::pin(async move { Ok(self.settle(Settlement::Ack).map(drop)?) })
+        Box::pin(async move { Ok(self.settle(Settlement::Ack)?) })
     }
 
     fn retry(
@@ -73,10 +80,7 @@ impl Acker for MemoryAcker {
     ) -> BoxFuture<'static, Result<(), TransportError>> {
         Box::pin(async move {
             let delay = self.delay(step);
-            if let Some(delayed) = self.settle(Settlement::Retry { copy, delay })? {
-                tokio::spawn(delayed.run(self.broker.clone()));
-            }
-            Ok(())
+            Ok(self.settle(Settlement::Retry { copy, delay })?)
         })
     }
 
@@ -84,19 +88,19 @@ impl Acker for MemoryAcker {
         mut self: Box<Self>,
         copy: WireMessage,
     ) -> BoxFuture<'static, Result<(), TransportError>> {
-        Box::pin(async move { Ok(self.settle(Settlement::DeadLetter(copy)).map(drop)?) })
+        Box::pin(async move { Ok(self.settle(Settlement::DeadLetter(copy))?) })
     }
 
     fn reply(
         mut self: Box<Self>,
         reply: WireMessage,
     ) -> BoxFuture<'static, Result<(), TransportError>> {
-        Box::pin(async move { Ok(self.settle(Settlement::Reply(reply)).map(drop)?) })
+        Box::pin(async move { Ok(self.settle(Settlement::Reply(reply))?) })
     }
 
     fn release(mut self: Box<Self>) {
         if let Err(error) = self.settle(Settlement::Release) {
-            debug!(queue = %self.queue, ?error, "release had no effect");
+            debug!(queue = %self.ticket.queue, ?error, "release had no effect");
         }
     }
 }
@@ -106,7 +110,7 @@ impl Drop for MemoryAcker {
     fn drop(&mut self) {
         if !self.settled {
             if let Err(error) = self.settle(Settlement::Release) {
-                debug!(queue = %self.queue, ?error, "release on drop had no effect");
+                debug!(queue = %self.ticket.queue, ?error, "release on drop had no effect");
             }
         }
     }
@@ -145,32 +149,4 @@ impl Acker for AutoAcker {
     }
 
     fn release(self: Box<Self>) {}
-}
-
-/// A copy on the retry ladder: after its delay it goes to the tail of its queue, the way a
-/// TTL retry queue dead-letters back to its consumer's queue through `mesh.retry`.
-#[derive(Debug)]
-pub(crate) struct DelayedCopy {
-    queue: String,
-    copy: WireMessage,
-    delay: Duration,
-}
-
-impl DelayedCopy {
-    pub(crate) fn new(queue: &str, copy: WireMessage, delay: Duration) -> DelayedCopy {
-        DelayedCopy {
-            queue: queue.to_owned(),
-            copy,
-            delay,
-        }
-    }
-
-    /// The timer: holds the broker weakly, so a broker dropped meanwhile takes its delayed
-    /// copies with it.
-    pub(crate) async fn run(self, broker: Weak<Shared>) {
-        tokio::time::sleep(self.delay).await;
-        if let Some(broker) = MemoryBroker::upgrade(&broker) {
-            broker.with(|state| state.return_delayed(&self.queue, self.copy));
-        }
-    }
 }

@@ -23,8 +23,19 @@
 //!
 //! Timers use tokio's clock, so tests may pause it (`tokio::time::pause()`).
 //!
+//! Inside, the broker is a functional core behind a thin shell. The state (exchanges,
+//! bindings, queues, consumers, connections) changes only through synchronous transitions
+//! that return effects — deliver a message on a slot reserved in a consumer's channel, start
+//! a retry copy's timer, wait for room in a full channel, answer a call, drop a channel —
+//! and the broker performs those effects after releasing its lock, in the order the
+//! transitions happened. No task starts, no acker is built and nothing whose drop takes the
+//! lock again is dropped while the lock is held, and the state knows nothing of the broker,
+//! the ackers or the transport (its modules import none of them).
+//!
 //! Architecture invariant: this crate knows mesh-core's wire types and names only; it never
 //! decides what happens to an event (that is the SDK's), and it does no I/O.
+
+#![warn(missing_docs)]
 
 mod acker;
 mod broker;

@@ -18,6 +18,18 @@ use tracing::debug;
 use crate::broker::MemoryBroker;
 use crate::state::{ConnectionId, Consumer, Fault};
 
+// Here, not in `broker`: the broker does not depend on the transport built on it.
+impl MemoryBroker {
+    /// A new connection to this broker.
+    pub fn transport(&self) -> MemoryTransport {
+        let connection = self.with(|state, _| state.open_connection());
+        MemoryTransport {
+            broker: self.clone(),
+            connection,
+        }
+    }
+}
+
 /// The channel capacity of a consumer without a prefetch limit (prefetch 0, which AMQP
 /// reads as unlimited, or automatic acks, where AMQP ignores the prefetch): the broker
 /// keeps the rest ready in the queue until the subscriber takes deliveries out.
@@ -48,10 +60,6 @@ pub struct MemoryTransport {
 }
 
 impl MemoryTransport {
-    pub(crate) fn new(broker: MemoryBroker, connection: ConnectionId) -> MemoryTransport {
-        MemoryTransport { broker, connection }
-    }
-
     /// The broker this transport is connected to.
     pub fn broker(&self) -> &MemoryBroker {
         &self.broker
@@ -61,7 +69,7 @@ impl MemoryTransport {
     /// gave up, or a second time for one call; they are dropped.
     pub fn late_replies(&self) -> u64 {
         self.broker
-            .with(|state| state.late_replies(self.connection))
+            .with(|state, _| state.late_replies(self.connection))
     }
 
     /// Declares the subscription's queue, binds it and attaches a consumer.
@@ -74,7 +82,7 @@ impl MemoryTransport {
         let connection = self.connection;
         let patterns: BTreeSet<String> = spec.patterns.iter().map(|p| p.to_string()).collect();
         let retry_delays: Arc<[Duration]> = spec.retry_delays.clone().into();
-        self.broker.with(|state| {
+        self.broker.with(|state, fx| {
             state.ensure_open(connection)?;
             let (queue, auto_ack) = match &spec.queue {
                 QueueSpec::Durable { name } => {
@@ -109,7 +117,7 @@ impl MemoryTransport {
                 (false, prefetch) => Some(usize::from(prefetch)),
             };
             let consumer = Consumer::new(connection, tx, cancel, limit, auto_ack, retry_delays);
-            state.add_consumer(&queue, consumer);
+            state.add_consumer(&queue, consumer, fx);
             Ok(queue)
         })
     }
@@ -140,7 +148,7 @@ struct PendingCall<'a> {
 impl Drop for PendingCall<'_> {
     fn drop(&mut self) {
         self.broker
-            .with(|state| state.forget_call(self.connection, self.correlation));
+            .with(|state, fx| state.forget_call(self.connection, self.correlation, fx));
     }
 }
 
@@ -152,11 +160,11 @@ impl Transport for MemoryTransport {
     ) -> BoxFuture<'_, Result<Confirm, TransportError>> {
         Box::pin(async move {
             let connection = self.connection;
-            let routed = self.broker.with(|state| {
+            let routed = self.broker.with(|state, fx| {
                 state.ensure_open(connection)?;
                 Ok::<_, Fault>(match &options.target {
-                    Target::Events => state.publish(EVENTS_EXCHANGE, &message),
-                    Target::Queue(queue) => usize::from(state.enqueue(queue, message)),
+                    Target::Events => state.publish(EVENTS_EXCHANGE, &message, fx),
+                    Target::Queue(queue) => usize::from(state.enqueue(queue, message, fx)),
                 })
             })?;
             if routed == 0 && options.mandatory {
@@ -193,8 +201,16 @@ impl Transport for MemoryTransport {
             let connection = self.connection;
             let correlation = uuid::Uuid::new_v4().to_string();
             let (reply_tx, mut reply_rx) = oneshot::channel();
-            self.broker.with(|state| {
-                state.send_request(connection, &tool, request, &correlation, timeout, reply_tx)
+            self.broker.with(|state, fx| {
+                state.send_request(
+                    connection,
+                    &tool,
+                    request,
+                    &correlation,
+                    timeout,
+                    reply_tx,
+                    fx,
+                )
             })?;
             let pending = PendingCall {
                 broker: &self.broker,
@@ -231,12 +247,12 @@ impl Transport for MemoryTransport {
             let (tx, rx) = channel(spec.prefetch);
             let (cancel_tx, cancel_rx) = oneshot::channel();
             let limit = (spec.prefetch > 0).then_some(usize::from(spec.prefetch));
-            self.broker.with(|state| {
+            self.broker.with(|state, fx| {
                 state.ensure_open(connection)?;
                 state.declare_durable(&queue)?;
                 state.set_bindings(RPC_EXCHANGE, &queue, &key);
                 let consumer = Consumer::new(connection, tx, cancel_rx, limit, false, Arc::new([]));
-                state.add_consumer(&queue, consumer);
+                state.add_consumer(&queue, consumer, fx);
                 Ok::<_, Fault>(())
             })?;
             Ok(Subscription::new(queue, rx, cancel_tx))
@@ -244,7 +260,7 @@ impl Transport for MemoryTransport {
     }
 
     fn health(&self) -> Health {
-        self.broker.with(|state| {
+        self.broker.with(|state, _| {
             let consumers = state.consumers_of(self.connection);
             Health {
                 connected: state.is_open(self.connection),
@@ -262,13 +278,14 @@ impl Transport for MemoryTransport {
 
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            self.broker.with(|state| state.close(self.connection));
+            self.broker
+                .with(|state, fx| state.close(self.connection, fx));
         })
     }
 
     fn unbind_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>> {
         Box::pin(async move {
-            Ok(self.broker.with(|state| {
+            Ok(self.broker.with(|state, _| {
                 state.ensure_open(self.connection)?;
                 Ok::<_, Fault>(state.unbind_retired_dead_queue())
             })?)
@@ -277,9 +294,9 @@ impl Transport for MemoryTransport {
 
     fn delete_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>> {
         Box::pin(async move {
-            Ok(self.broker.with(|state| {
+            Ok(self.broker.with(|state, fx| {
                 state.ensure_open(self.connection)?;
-                Ok::<_, Fault>(state.delete_retired_dead_queue())
+                Ok::<_, Fault>(state.delete_retired_dead_queue(fx))
             })?)
         })
     }
