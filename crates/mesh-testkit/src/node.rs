@@ -257,9 +257,21 @@ fn reserved_ports() -> MutexGuard<'static, HashSet<u16>> {
         .unwrap_or_else(|e| e.into_inner())
 }
 
+/// A port no one listens on, for a listener a test configures itself (a private node's
+/// `management.ssl.port`, a server of its own): checked free on loopback and on all
+/// interfaces, drawn at random from the range private nodes use and never handed out twice
+/// in this process (to the test or to a node).
+///
+/// # Panics
+///
+/// When no port of the range is free.
+pub fn free_port() -> u16 {
+    pick_port().expect("a free port")
+}
+
 /// A port no one listens on (checked by binding it on loopback and on all interfaces), drawn
 /// at random from [`PORT_RANGE`] and reserved for this process's lifetime.
-fn pick_port() -> anyhow::Result<u16> {
+pub(crate) fn pick_port() -> anyhow::Result<u16> {
     let mut rng = rand::thread_rng();
     let mut reserved = reserved_ports();
     for _ in 0..500 {
