@@ -13,7 +13,7 @@ use std::time::Duration;
 use mesh_amqp::management::{ManagementClient, ManagementErrorKind, ManagementOptions};
 use mesh_amqp::{AmqpOptions, AmqpTransport};
 use mesh_core::{QueueSpec, SubscriptionSpec, TopicPattern};
-use mesh_testkit::{NodeOptions, PrivateNode, RecordingServer, TestPki};
+use mesh_testkit::{free_port, NodeOptions, PrivateNode, RecordingServer, TestPki};
 
 /// A name that is not loopback by its looks; the client is told to connect to the fake API
 /// for it (as `curl --resolve` would), so no traffic leaves the machine.
@@ -203,13 +203,6 @@ fn a_derived_url_is_contacted_only_for_a_loopback_broker() {
         ManagementOptions::from_amqp(&remote.management_url("https://rabbit.example:15671"))
             .unwrap();
     assert!(configured.is_configured());
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
