@@ -212,23 +212,10 @@ async fn https_with_a_test_ca_serves_the_client_and_stale_binding_removal() {
         .server("management", &["localhost", "127.0.0.1"])
         .unwrap();
     let ssl_port = free_port();
-    let node = PrivateNode::start(
-        NodeOptions::default()
-            .management(true)
-            .extra_conf(format!("management.ssl.port = {ssl_port}"))
-            .extra_conf("management.ssl.ip = 127.0.0.1")
-            .extra_conf(format!(
-                "management.ssl.cacertfile = {}",
-                pki.ca_file().display()
-            ))
-            .extra_conf(format!(
-                "management.ssl.certfile = {}",
-                server.cert.display()
-            ))
-            .extra_conf(format!("management.ssl.keyfile = {}", server.key.display())),
-    )
-    .await
-    .expect("a private RabbitMQ node with management over TLS");
+    let node =
+        PrivateNode::start(NodeOptions::default().management_tls(ssl_port, pki.ca_file(), &server))
+            .await
+            .expect("a private RabbitMQ node with management over TLS");
     let url = format!("https://localhost:{ssl_port}");
     let management = ManagementOptions::new(&url)
         .ca_file(pki.ca_file())

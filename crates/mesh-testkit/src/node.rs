@@ -54,6 +54,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use rand::Rng;
 
+use crate::certs::CertFiles;
 use crate::shared::{self, rabbitmqctl_with_timeout, random_suffix};
 use crate::sys::{self, Install, NODE_MARKER};
 
@@ -162,6 +163,22 @@ impl NodeOptions {
     pub fn management(mut self, enabled: bool) -> Self {
         self.management = enabled;
         self
+    }
+
+    /// Serves the management API over HTTPS too, on `127.0.0.1:port` (take one from
+    /// [`free_port`]), with `server`'s certificate and key and `ca_file` as its CA
+    /// (`management.ssl.*`); implies [`NodeOptions::management`]. The files are read where
+    /// they are, so they must outlive the node.
+    pub fn management_tls(self, port: u16, ca_file: &Path, server: &CertFiles) -> Self {
+        self.management(true)
+            .extra_conf(format!("management.ssl.port = {port}"))
+            .extra_conf("management.ssl.ip = 127.0.0.1")
+            .extra_conf(format!("management.ssl.cacertfile = {}", ca_file.display()))
+            .extra_conf(format!(
+                "management.ssl.certfile = {}",
+                server.cert.display()
+            ))
+            .extra_conf(format!("management.ssl.keyfile = {}", server.key.display()))
     }
 
     /// Adds a TLS listener on a free port of its own (see [`PrivateNode::tls_port`]), beside
@@ -991,6 +1008,29 @@ mod tests {
             "[{rabbit, [{channel_tick_interval, 500}]}].\n"
         );
         assert_eq!(opts.enabled_plugins(), "[rabbitmq_management].\n");
+        let https = NodeOptions::default().management_tls(
+            20003,
+            Path::new("/pki/ca.pem"),
+            &CertFiles {
+                cert: "/pki/m.pem".into(),
+                key: "/pki/m.key".into(),
+            },
+        );
+        assert_eq!(https.enabled_plugins(), "[rabbitmq_management].\n");
+        let conf = https.rabbitmq_conf("n@localhost", 20001, Some(20002), None);
+        for line in [
+            "management.tcp.port = 20002",
+            "management.ssl.port = 20003",
+            "management.ssl.ip = 127.0.0.1",
+            "management.ssl.cacertfile = /pki/ca.pem",
+            "management.ssl.certfile = /pki/m.pem",
+            "management.ssl.keyfile = /pki/m.key",
+        ] {
+            assert!(
+                conf.lines().any(|l| l == line),
+                "missing {line:?} in\n{conf}"
+            );
+        }
         let plain = NodeOptions::default();
         assert_eq!(plain.advanced_config(), "[].\n");
         assert_eq!(plain.enabled_plugins(), "[].\n");

@@ -14,23 +14,10 @@ async fn topology_and_status_speak_https_with_the_given_ca() {
     let pki = TestPki::generate("cli-mgmt-https").unwrap();
     let server = pki.server("management", &["localhost"]).unwrap();
     let ssl_port = free_port();
-    let node = PrivateNode::start(
-        NodeOptions::default()
-            .management(true)
-            .extra_conf(format!("management.ssl.port = {ssl_port}"))
-            .extra_conf("management.ssl.ip = 127.0.0.1")
-            .extra_conf(format!(
-                "management.ssl.cacertfile = {}",
-                pki.ca_file().display()
-            ))
-            .extra_conf(format!(
-                "management.ssl.certfile = {}",
-                server.cert.display()
-            ))
-            .extra_conf(format!("management.ssl.keyfile = {}", server.key.display())),
-    )
-    .await
-    .expect("a private RabbitMQ node with management over TLS");
+    let node =
+        PrivateNode::start(NodeOptions::default().management_tls(ssl_port, pki.ca_file(), &server))
+            .await
+            .expect("a private RabbitMQ node with management over TLS");
     let url = node.url();
     let management_url = format!("https://localhost:{ssl_port}");
     let ca = pki.ca_file().display().to_string();
