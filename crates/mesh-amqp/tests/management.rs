@@ -13,7 +13,7 @@ use std::time::Duration;
 use mesh_amqp::management::{ManagementClient, ManagementErrorKind, ManagementOptions};
 use mesh_amqp::{AmqpOptions, AmqpTransport};
 use mesh_core::{QueueSpec, SubscriptionSpec, TopicPattern};
-use mesh_testkit::{NodeOptions, PrivateNode, RecordingServer, TestPki};
+use mesh_testkit::{free_port, NodeOptions, PrivateNode, RecordingServer, TestPki};
 
 /// A name that is not loopback by its looks; the client is told to connect to the fake API
 /// for it (as `curl --resolve` would), so no traffic leaves the machine.
@@ -205,13 +205,6 @@ fn a_derived_url_is_contacted_only_for_a_loopback_broker() {
     assert!(configured.is_configured());
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_with_a_test_ca_serves_the_client_and_stale_binding_removal() {
     let pki = TestPki::generate("mgmt-https").unwrap();
@@ -219,23 +212,10 @@ async fn https_with_a_test_ca_serves_the_client_and_stale_binding_removal() {
         .server("management", &["localhost", "127.0.0.1"])
         .unwrap();
     let ssl_port = free_port();
-    let node = PrivateNode::start(
-        NodeOptions::default()
-            .management(true)
-            .extra_conf(format!("management.ssl.port = {ssl_port}"))
-            .extra_conf("management.ssl.ip = 127.0.0.1")
-            .extra_conf(format!(
-                "management.ssl.cacertfile = {}",
-                pki.ca_file().display()
-            ))
-            .extra_conf(format!(
-                "management.ssl.certfile = {}",
-                server.cert.display()
-            ))
-            .extra_conf(format!("management.ssl.keyfile = {}", server.key.display())),
-    )
-    .await
-    .expect("a private RabbitMQ node with management over TLS");
+    let node =
+        PrivateNode::start(NodeOptions::default().management_tls(ssl_port, pki.ca_file(), &server))
+            .await
+            .expect("a private RabbitMQ node with management over TLS");
     let url = format!("https://localhost:{ssl_port}");
     let management = ManagementOptions::new(&url)
         .ca_file(pki.ca_file())

@@ -29,8 +29,8 @@ use mesh_amqp::{
 };
 use mesh_core::{TransportError, TransportErrorKind};
 use mesh_testkit::{
-    eventually, shared_node, CertFiles, Ledger, NodeOptions, PrivateNode, Relay, TestPki,
-    TlsListener,
+    error_chain, eventually, shared_node, CertFiles, Ledger, NodeOptions, PrivateNode, Relay,
+    TestPki, TlsListener,
 };
 
 /// The connect timeout of the failure cases: each must come back well within it.
@@ -522,16 +522,4 @@ fn reconnected(link: Link) -> impl Fn(&Lifecycle) -> bool {
 
 fn lost(link: Link) -> impl Fn(&Lifecycle) -> bool {
     move |e| matches!(e, Lifecycle::Disconnected { link: l, .. } if *l == link)
-}
-
-/// The error and its sources, one line.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

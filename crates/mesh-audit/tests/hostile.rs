@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{emitter, transport, RunningLogger, TempStore};
+use common::{emitter, transport, AuditStore, RunningLogger, TempStore};
 use mesh::Outgoing;
 use mesh_audit::{AuditOptions, DeadLetterQuery, EventQuery};
 use mesh_core::codec;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::TempStore;
+use common::{AuditStore, TempStore};
 use mesh::{Bus, HandlerError, MemoryBroker, Outgoing};
 use mesh_audit::{AuditLogger, AuditOptions, DeadLetterQuery, EventQuery, Redrive, Store};
 use mesh_core::{DeadReason, EventId, PublishOptions, Transport, WireMessage};

@@ -3,25 +3,12 @@
 //! verified (`verify-full`), and one signed by another CA is refused with an error that says
 //! so.
 
-use std::error::Error as _;
 use std::time::{Duration, Instant};
 
 use mesh_audit::{Store, StoreOptions};
-use mesh_testkit::{PrivatePostgres, TestPki};
+use mesh_testkit::{error_chain, PrivatePostgres, TestPki};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// The error and its causes, as one line.
-fn chain(error: &mesh_audit::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_verifies_the_server_with_sslrootcert() {
@@ -65,7 +52,7 @@ async fn the_store_verifies_the_server_with_sslrootcert() {
         .await
         .expect("refused in time")
         .expect_err("a server signed by another CA is refused");
-    let text = chain(&error);
+    let text = error_chain(&error);
     assert!(
         text.contains("connecting to postgres://postgres@localhost")
             && text.to_ascii_lowercase().contains("certificate"),

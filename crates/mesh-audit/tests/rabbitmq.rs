@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{emitter, transport, RunningLogger, TempStore};
+use common::{emitter, transport, AuditStore, RunningLogger, TempStore};
 use mesh::{Bus, HandlerError, Outgoing};
 use mesh_audit::{
     AuditOptions, Backend, CausationNode, DeadLetterQuery, EventQuery, Order, Redrive, Store,

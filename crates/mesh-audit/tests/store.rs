@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashSet;
 
 use bytes::Bytes;
-use common::TempStore;
+use common::{AuditStore, TempStore};
 use mesh_audit::{Backend, DeadLetterQuery, EventQuery, EventRecord, Order, Store, StoreOptions};
 use mesh_core::{
     codec, topic_matches, DeadLetter, DeadReason, Envelope, EventId, Headers, RoutingKey,

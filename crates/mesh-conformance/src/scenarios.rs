@@ -13,6 +13,7 @@ use mesh::{
     RetryPolicy,
 };
 use mesh_core::{PublishOptions, WireMessage};
+use mesh_testkit::eventually;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
@@ -26,20 +27,6 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
         Ok(value) => value,
         Err(_) => panic!("timed out after {WAIT:?} waiting for {what}"),
     }
-}
-
-/// Polls `condition` until it holds, failing after [`WAIT`].
-async fn eventually<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    within(what, async {
-        while !condition().await {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
 }
 
 /// Short delays so the suite runs in seconds on a real broker.
@@ -276,8 +263,8 @@ pub async fn a_handler_that_fails_twice_is_called_three_times(harness: &dyn Harn
         .await;
     bus.drain().await.expect("drain");
     assert_eq!(calls.get("calls"), 3);
-    eventually("the event acked", || async {
-        harness.messages("n1.m.events").await == Some(0)
+    eventually(WAIT, "the event acked", || async {
+        (harness.messages("n1.m.events").await == Some(0)).then_some(())
     })
     .await;
     assert_eq!(harness.messages(WATCH_DEAD).await, Some(0));
@@ -589,8 +576,8 @@ pub async fn an_ephemeral_listener_sees_only_later_events_and_leaves_nothing(
     assert_ne!(got1.meta.id, before);
     assert_eq!((got1.meta.id, got2.meta.id), (first, second));
     drop(listener);
-    eventually("the listener's queue is gone", || async {
-        !harness.queues().await.contains(&queue)
+    eventually(WAIT, "the listener's queue is gone", || async {
+        (!harness.queues().await.contains(&queue)).then_some(())
     })
     .await;
     src.drain().await.expect("drain");
@@ -648,8 +635,8 @@ pub async fn drain_waits_for_an_in_flight_handler(harness: &dyn Harness) {
         handler_had_finished,
         "drain returned before the handler finished"
     );
-    eventually("the event acked", || async {
-        harness.messages("n1.m.events").await == Some(0)
+    eventually(WAIT, "the event acked", || async {
+        (harness.messages("n1.m.events").await == Some(0)).then_some(())
     })
     .await;
     src.drain().await.expect("drain");
@@ -928,9 +915,14 @@ pub async fn ack_all_settles_exactly_the_deliveries_given(harness: &dyn Harness)
     Delivery::ack_all(taken).await.expect("all acked");
 
     let (first, second) = (subscriptions[0].0, subscriptions[1].0);
-    eventually("the second queue empty, the first holding one", || async {
-        harness.messages(second).await == Some(0) && harness.messages(first).await == Some(1)
-    })
+    eventually(
+        WAIT,
+        "the second queue empty, the first holding one",
+        || async {
+            (harness.messages(second).await == Some(0) && harness.messages(first).await == Some(1))
+                .then_some(())
+        },
+    )
     .await;
 
     kept.release();
@@ -951,8 +943,8 @@ pub async fn ack_all_settles_exactly_the_deliveries_given(harness: &dyn Harness)
         kept_id
     );
     Delivery::ack_all([again]).await.expect("acked");
-    eventually("the first queue empty", || async {
-        harness.messages(first).await == Some(0)
+    eventually(WAIT, "the first queue empty", || async {
+        (harness.messages(first).await == Some(0)).then_some(())
     })
     .await;
     transport.close().await;

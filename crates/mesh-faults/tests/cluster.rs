@@ -16,7 +16,7 @@ use mesh::{Bus, DeadReason, HandlerError, RetryPolicy};
 use mesh_faults::setup::{self, connect, Access};
 use mesh_faults::{secs, worker, EmitPlan, Emitter, Timeline, Try, TryOutcome, Worker};
 use mesh_testkit::{
-    eventually, list_bindings, shared_cluster, Cluster, Ledger, NodeOptions, Relay,
+    eventually, list_bindings, shared_cluster, Cluster, Ledger, NodeOptions, Relay, TempStore,
 };
 
 /// One scenario at a time on the one cluster.
@@ -844,15 +844,6 @@ const AUDIT_MARKS: [usize; 4] = [1_500, 3_500, 5_500, 7_500];
 /// The audit logger's queue (`<node>.audit-logger.events`).
 const AUDIT_QUEUE: &str = "faults.audit-logger.events";
 
-/// A directory removed on drop, also when the test panics.
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The node the audit logger consumes on now (its connection is `mesh-audit.consume`).
 async fn audit_node(cluster: &Cluster) -> usize {
     eventually(WAIT, "the audit logger's consuming connection", || async {
@@ -888,13 +879,8 @@ async fn the_audit_store_holds_every_confirmed_event_once_through_every_fault() 
         &relays.iter().map(Relay::addr).collect::<Vec<_>>(),
         "audit-logger",
     );
-    let dir = TempDir(std::env::temp_dir().join(format!(
-        "mesh-faults-audit-{}-{}",
-        std::process::id(),
-        mesh::EventId::new()
-    )));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let store_url = format!("sqlite://{}?mode=rwc", dir.0.join("audit.db").display());
+    let temp = TempStore::sqlite();
+    let store_url = temp.url().to_owned();
     let args = ["audit", login.url(), "faults", store_url.as_str()];
     let spawn = || {
         Worker::spawn_with_env(env!("CARGO_BIN_EXE_faults-worker"), &args, &login.env()).unwrap()

@@ -10,7 +10,13 @@
 //!   it signs ([`TestPki`]), for TLS tests;
 //! - [`postgres`]: a private PostgreSQL server ([`PrivatePostgres`], TLS optional) for
 //!   tests that must configure one, never the shared one;
-//! - [`http`]: a fake HTTP server that records every request's head ([`RecordingServer`]);
+//! - [`store`]: a throw-away audit store ([`TempStore`]): a SQLite file, or a database of its
+//!   own on the machine's PostgreSQL server, removed on drop;
+//! - [`temp`]: a throw-away directory ([`TempDir`]);
+//! - [`http`]: a fake HTTP server that records every request's head ([`RecordingServer`]),
+//!   and [`get`](http::get) for a local endpoint (`/metrics`, `/readyz`);
+//! - [`prometheus`]: [`sample`](prometheus::sample), one value of a scraped Prometheus text
+//!   exposition, by name and labels (malformed lines are skipped, never a panic);
 //! - [`cluster`]: a three-node RabbitMQ [`Cluster`] of private nodes for failover tests (kill
 //!   and restart nodes, find a quorum queue's leader and a connection's node, wait for a
 //!   rejoin and for queues in sync), shared per test binary with [`shared_cluster`];
@@ -19,7 +25,10 @@
 //! - [`ledger`]: a per-event-id [`Ledger`] of attempts, confirms and handles that finds lost,
 //!   unexpected and duplicate events;
 //! - [`wait`]: [`eventually`], polling a condition under a timeout (tests never sleep to
-//!   synchronise).
+//!   synchronise);
+//! - `sdk` (feature `sdk`): a transport and an emitting bus of the mesh SDK on a URL;
+//! - [`free_port`] for a listener a test configures itself, and [`error_chain`] to show an
+//!   error with its sources on one line.
 //!
 //! Rules the helpers encode: tests never stop, restart or alarm the shared broker (that is
 //! what private nodes are for); tests needing a broker fail with a hint when none is reachable,
@@ -70,20 +79,57 @@ pub mod http;
 pub mod ledger;
 pub mod node;
 pub mod postgres;
+pub mod prometheus;
 pub mod relay;
+#[cfg(feature = "sdk")]
+pub mod sdk;
 pub mod shared;
+pub mod store;
 mod sys;
+pub mod temp;
 pub mod wait;
 
 pub use certs::{CertFiles, TestPki};
 pub use cluster::{shared_cluster, Cluster, ClusterConnection, MemberStatus, QuorumQueueInfo};
 pub use http::RecordingServer;
 pub use ledger::{Ledger, LedgerReport};
-pub use node::{shared_node, NodeOptions, PrivateNode, TlsListener};
+pub use node::{free_port, shared_node, NodeOptions, PrivateNode, TlsListener};
 pub use postgres::PrivatePostgres;
 pub use relay::{Relay, RelayMode};
 pub use shared::{
     close_connections, list_bindings, list_connections, list_exchanges, list_queues, rabbitmqctl,
     BindingInfo, ConnectionInfo, ExchangeInfo, QueueInfo, TestVhost,
 };
+pub use store::TempStore;
+pub use temp::TempDir;
 pub use wait::eventually;
+
+/// `error` and its sources, `: `-separated on one line, for an assertion on what a user
+/// would read, or its message.
+///
+/// ```
+/// #[derive(Debug)]
+/// struct Connect(std::io::Error);
+/// impl std::fmt::Display for Connect {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("cannot connect")
+///     }
+/// }
+/// impl std::error::Error for Connect {
+///     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+///         Some(&self.0)
+///     }
+/// }
+/// let error = Connect(std::io::Error::other("connection reset"));
+/// assert_eq!(mesh_testkit::error_chain(&error), "cannot connect: connection reset");
+/// ```
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

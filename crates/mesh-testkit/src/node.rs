@@ -54,6 +54,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use rand::Rng;
 
+use crate::certs::CertFiles;
 use crate::shared::{self, rabbitmqctl_with_timeout, random_suffix};
 use crate::sys::{self, Install, NODE_MARKER};
 
@@ -164,6 +165,22 @@ impl NodeOptions {
         self
     }
 
+    /// Serves the management API over HTTPS too, on `127.0.0.1:port` (take one from
+    /// [`free_port`]), with `server`'s certificate and key and `ca_file` as its CA
+    /// (`management.ssl.*`); implies [`NodeOptions::management`]. The files are read where
+    /// they are, so they must outlive the node.
+    pub fn management_tls(self, port: u16, ca_file: &Path, server: &CertFiles) -> Self {
+        self.management(true)
+            .extra_conf(format!("management.ssl.port = {port}"))
+            .extra_conf("management.ssl.ip = 127.0.0.1")
+            .extra_conf(format!("management.ssl.cacertfile = {}", ca_file.display()))
+            .extra_conf(format!(
+                "management.ssl.certfile = {}",
+                server.cert.display()
+            ))
+            .extra_conf(format!("management.ssl.keyfile = {}", server.key.display()))
+    }
+
     /// Adds a TLS listener on a free port of its own (see [`PrivateNode::tls_port`]), beside
     /// the plain AMQP one.
     pub fn tls(mut self, listener: TlsListener) -> Self {
@@ -257,9 +274,21 @@ fn reserved_ports() -> MutexGuard<'static, HashSet<u16>> {
         .unwrap_or_else(|e| e.into_inner())
 }
 
+/// A port no one listens on, for a listener a test configures itself (a private node's
+/// `management.ssl.port`, a server of its own): checked free on loopback and on all
+/// interfaces, drawn at random from the range private nodes use and never handed out twice
+/// in this process (to the test or to a node).
+///
+/// # Panics
+///
+/// When no port of the range is free.
+pub fn free_port() -> u16 {
+    pick_port().expect("a free port")
+}
+
 /// A port no one listens on (checked by binding it on loopback and on all interfaces), drawn
 /// at random from [`PORT_RANGE`] and reserved for this process's lifetime.
-fn pick_port() -> anyhow::Result<u16> {
+pub(crate) fn pick_port() -> anyhow::Result<u16> {
     let mut rng = rand::thread_rng();
     let mut reserved = reserved_ports();
     for _ in 0..500 {
@@ -979,6 +1008,29 @@ mod tests {
             "[{rabbit, [{channel_tick_interval, 500}]}].\n"
         );
         assert_eq!(opts.enabled_plugins(), "[rabbitmq_management].\n");
+        let https = NodeOptions::default().management_tls(
+            20003,
+            Path::new("/pki/ca.pem"),
+            &CertFiles {
+                cert: "/pki/m.pem".into(),
+                key: "/pki/m.key".into(),
+            },
+        );
+        assert_eq!(https.enabled_plugins(), "[rabbitmq_management].\n");
+        let conf = https.rabbitmq_conf("n@localhost", 20001, Some(20002), None);
+        for line in [
+            "management.tcp.port = 20002",
+            "management.ssl.port = 20003",
+            "management.ssl.ip = 127.0.0.1",
+            "management.ssl.cacertfile = /pki/ca.pem",
+            "management.ssl.certfile = /pki/m.pem",
+            "management.ssl.keyfile = /pki/m.key",
+        ] {
+            assert!(
+                conf.lines().any(|l| l == line),
+                "missing {line:?} in\n{conf}"
+            );
+        }
         let plain = NodeOptions::default();
         assert_eq!(plain.advanced_config(), "[].\n");
         assert_eq!(plain.enabled_plugins(), "[].\n");

@@ -7,7 +7,6 @@
 //! user, which then owns the directory; its TLS key is copied in with mode 0600, as the
 //! server demands.
 
-use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -53,7 +52,7 @@ impl PrivatePostgres {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let port = free_port()?;
+        let port = crate::node::pick_port()?;
         let server = PrivatePostgres {
             data: dir.join("data"),
             dir,
@@ -206,9 +205,4 @@ fn bin_dir() -> anyhow::Result<PathBuf> {
             root.display()
         ),
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
 }

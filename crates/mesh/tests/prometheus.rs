@@ -5,8 +5,6 @@
 
 #[path = "support/broker.rs"]
 mod broker;
-#[path = "support/http.rs"]
-mod http;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,26 +13,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use mesh::telemetry::names;
 use mesh::{Bus, HandlerError, Incoming, RetryPolicy};
+use mesh_testkit::http::must_get;
+use mesh_testkit::prometheus::sample;
 use mesh_testkit::{eventually, TestVhost};
 use tokio::sync::mpsc;
 
 use broker::{transport, WAIT};
-use http::http_get;
-
-/// The value of the sample `name{labels…}` in a Prometheus text exposition.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| line.rsplit_once(' '))
-        .find(|(series, _)| {
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|(_, value)| value.parse().ok())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_endpoint_counts_known_traffic_exactly() {
@@ -118,7 +102,7 @@ async fn the_endpoint_counts_known_traffic_exactly() {
         WAIT,
         "the endpoint reports six deliveries handled",
         || async move {
-            let (status, text) = http_get(addr, "/metrics").await;
+            let (status, text) = must_get(addr, "/metrics").await;
             assert_eq!(status, 200);
             (sample(&text, names::HANDLED, &[("queue", queue)]) == Some(6.0)).then_some(text)
         },
@@ -174,13 +158,13 @@ async fn the_endpoint_counts_known_traffic_exactly() {
     assert_eq!(count(names::RESENT, &bus), Some(0.0));
     assert_eq!(count(names::REATTACHED, &bus), Some(0.0));
 
-    assert_eq!(http_get(addr, "/livez").await.0, 200);
-    assert_eq!(http_get(addr, "/readyz").await.0, 200);
-    assert_eq!(http_get(addr, "/nope").await.0, 404);
+    assert_eq!(must_get(addr, "/livez").await.0, 200);
+    assert_eq!(must_get(addr, "/readyz").await.0, 200);
+    assert_eq!(must_get(addr, "/nope").await.0, 404);
 
     // A drained bus is not ready any more.
     counter.drain().await.expect("drained");
-    let (status, body) = http_get(addr, "/readyz").await;
+    let (status, body) = must_get(addr, "/readyz").await;
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("counter on obs"), "{body}");
 

@@ -5,8 +5,6 @@
 
 #[path = "support/broker.rs"]
 mod broker;
-#[path = "support/http.rs"]
-mod http;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,11 +12,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use mesh::amqp::{AmqpOptions, AmqpTransport};
 use mesh::{Bus, HandlerError, Incoming, Transport};
+use mesh_testkit::http::must_get;
 use mesh_testkit::{eventually, TestVhost};
 use tokio::sync::mpsc;
 
 use broker::{transport, WAIT};
-use http::http_get;
 
 /// Reconnecting includes a backoff; give it room.
 const REATTACH: Duration = Duration::from_secs(60);
@@ -75,7 +73,7 @@ async fn readiness_follows_the_consumers_connection() {
         std::future::ready(ready.then_some(()))
     })
     .await;
-    assert_eq!(http_get(addr, "/readyz").await.0, 200);
+    assert_eq!(must_get(addr, "/readyz").await.0, 200);
 
     // The broker closes the watcher's consuming connection (a forced close, as an operator
     // or a node shutdown would).
@@ -90,7 +88,7 @@ async fn readiness_follows_the_consumers_connection() {
         std::future::ready((!ready).then_some(()))
     })
     .await;
-    let (status, body) = http_get(addr, "/readyz").await;
+    let (status, body) = must_get(addr, "/readyz").await;
     assert_eq!(status, 503, "{body}");
 
     eventually(REATTACH, "the watcher is ready again", || {
@@ -98,7 +96,7 @@ async fn readiness_follows_the_consumers_connection() {
         std::future::ready(ready.then_some(()))
     })
     .await;
-    assert_eq!(http_get(addr, "/readyz").await.0, 200);
+    assert_eq!(must_get(addr, "/readyz").await.0, 200);
 
     // Re-attached for real: an event emitted now is handled.
     pinger

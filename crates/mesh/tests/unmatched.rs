@@ -3,9 +3,6 @@
 //!
 //! The `metrics` recorder is global to the process: this file holds one test.
 
-#[path = "support/http.rs"]
-mod http;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,20 +12,11 @@ use mesh::core::{PublishOptions, Target, Transport, WireMessage};
 use mesh::telemetry::names;
 use mesh::{Bus, Incoming, MemoryBroker};
 use mesh_testkit::eventually;
+use mesh_testkit::http::must_get;
+use mesh_testkit::prometheus::sample;
 use tokio::sync::mpsc;
 
-use http::http_get;
-
 const WAIT: Duration = Duration::from_secs(10);
-
-/// The value of `name{queue="…"}` in a Prometheus text exposition.
-fn sample(text: &str, name: &str, queue: &str) -> Option<f64> {
-    let series = format!("{name}{{queue=\"{queue}\"}}");
-    text.lines()
-        .filter_map(|line| line.rsplit_once(' '))
-        .find(|(s, _)| *s == series)
-        .and_then(|(_, value)| value.parse().ok())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unmatched_delivery_is_acked_and_counted() {
@@ -80,8 +68,8 @@ async fn an_unmatched_delivery_is_acked_and_counted() {
             .expect("confirmed");
     }
     let counted = eventually(WAIT, "three unmatched deliveries counted", || async {
-        let (_, text) = http_get(addr, "/metrics").await;
-        sample(&text, names::UNMATCHED, queue).filter(|n| *n >= 3.0)
+        let (_, text) = must_get(addr, "/metrics").await;
+        sample(&text, names::UNMATCHED, &[("queue", queue)]).filter(|n| *n >= 3.0)
     })
     .await;
     assert_eq!(counted, 3.0);

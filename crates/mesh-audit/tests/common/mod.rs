@@ -1,152 +1,43 @@
-//! Shared helpers of the integration tests: throw-away stores (a SQLite file or a PostgreSQL
-//! database of their own, removed on drop) and a logger running on a RabbitMQ vhost.
+//! Shared helpers of the integration tests: the kit's throw-away stores opened as audit
+//! stores, and a logger running on a RabbitMQ vhost (the kit's transport and emitter
+//! re-exported beside it).
 #![allow(dead_code)]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use mesh::Bus;
-use mesh_amqp::{AmqpOptions, AmqpTransport};
+use mesh_amqp::AmqpTransport;
 use mesh_audit::{AuditLogger, AuditOptions, Backend, Store, StoreOptions};
 use mesh_testkit::eventually;
-use rand::Rng;
-use sqlx::Connection;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// The PostgreSQL server the tests create their databases on.
-pub(crate) fn postgres_admin_url() -> String {
-    std::env::var("MESH_TEST_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+// Not every test binary uses each (as `dead_code` is allowed for the helpers above).
+#[allow(unused_imports)]
+pub(crate) use mesh_testkit::sdk::{emitter, transport};
+pub(crate) use mesh_testkit::TempStore;
+
+/// The kit's [`TempStore`] as an audit store: one of `backend`, and opened.
+pub(crate) trait AuditStore: Sized {
+    /// A store of the test's own on `backend`: a SQLite file, or a PostgreSQL database.
+    async fn new(backend: Backend) -> anyhow::Result<Self>;
+
+    /// The store, opened (migrations run).
+    async fn open(&self) -> anyhow::Result<Store>;
 }
 
-fn suffix() -> String {
-    let mut rng = rand::thread_rng();
-    (0..10)
-        .map(|_| char::from(b'a' + rng.gen_range(0..26u8)))
-        .collect()
-}
-
-/// A store of the test's own, removed on drop.
-#[derive(Debug)]
-pub(crate) struct TempStore {
-    pub(crate) options: StoreOptions,
-    cleanup: Cleanup,
-}
-
-#[derive(Debug)]
-enum Cleanup {
-    File(PathBuf),
-    Database { admin_url: String, name: String },
-}
-
-impl TempStore {
-    pub(crate) async fn new(backend: Backend) -> anyhow::Result<TempStore> {
+impl AuditStore for TempStore {
+    async fn new(backend: Backend) -> anyhow::Result<TempStore> {
         match backend {
             Backend::Postgres => TempStore::postgres().await,
             _ => Ok(TempStore::sqlite()),
         }
     }
 
-    /// A SQLite file in the temporary directory.
-    pub(crate) fn sqlite() -> TempStore {
-        let path = std::env::temp_dir().join(format!("mesh-audit-test-{}.db", suffix()));
-        let url = format!("sqlite://{}?mode=rwc", path.display());
-        TempStore {
-            options: url.parse().expect("a sqlite URL"),
-            cleanup: Cleanup::File(path),
-        }
+    async fn open(&self) -> anyhow::Result<Store> {
+        Ok(Store::open(self.url().parse::<StoreOptions>()?).await?)
     }
-
-    /// The file of a SQLite store.
-    pub(crate) fn sqlite_path(&self) -> Option<&std::path::Path> {
-        match &self.cleanup {
-            Cleanup::File(path) => Some(path),
-            Cleanup::Database { .. } => None,
-        }
-    }
-
-    /// A database of its own on the PostgreSQL server.
-    pub(crate) async fn postgres() -> anyhow::Result<TempStore> {
-        let admin_url = postgres_admin_url();
-        let name = format!("mesh_audit_test_{}", suffix());
-        let mut admin = sqlx::PgConnection::connect(&admin_url)
-            .await
-            .with_context(|| {
-                format!("no PostgreSQL at {admin_url}: start one (Debian package postgresql) or set MESH_TEST_PG_URL")
-            })?;
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .context("creating the test database")?;
-        admin.close().await.ok();
-        let (base, _) = admin_url
-            .rsplit_once('/')
-            .context("the admin URL names no database")?;
-        let url = format!("{base}/{name}");
-        Ok(TempStore {
-            options: url.parse()?,
-            cleanup: Cleanup::Database { admin_url, name },
-        })
-    }
-
-    pub(crate) async fn open(&self) -> anyhow::Result<Store> {
-        Ok(Store::open(self.options.clone()).await?)
-    }
-
-    pub(crate) fn url(&self) -> &str {
-        self.options.get_url()
-    }
-}
-
-impl Drop for TempStore {
-    fn drop(&mut self) {
-        match &self.cleanup {
-            Cleanup::File(path) => {
-                for suffix in ["", "-wal", "-shm"] {
-                    let mut file = path.clone().into_os_string();
-                    file.push(suffix);
-                    let _ = std::fs::remove_file(PathBuf::from(file));
-                }
-            }
-            Cleanup::Database { admin_url, name } => {
-                // Drop may run inside a runtime: a thread of its own runs the statement.
-                let admin_url = admin_url.clone();
-                let statement = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                let dropped = std::thread::spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()?;
-                    runtime.block_on(async {
-                        let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
-                        sqlx::query(&statement).execute(&mut admin).await?;
-                        anyhow::Ok(())
-                    })
-                })
-                .join();
-                if !matches!(dropped, Ok(Ok(()))) {
-                    eprintln!("could not drop test database {name}");
-                }
-            }
-        }
-    }
-}
-
-/// A transport on `url`.
-pub(crate) async fn transport(url: &str) -> anyhow::Result<Arc<AmqpTransport>> {
-    let options: AmqpOptions = url.parse()?;
-    Ok(Arc::new(AmqpTransport::connect(options).await?))
-}
-
-/// A bus of module `module` on node `node`, with no handlers.
-pub(crate) async fn emitter(url: &str, node: &str, module: &str) -> anyhow::Result<Bus> {
-    Ok(Bus::builder()
-        .node(node)
-        .module(module)
-        .start(transport(url).await?)
-        .await?)
 }
 
 /// An audit logger running in a task on a transport of its own.

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use mesh::{Bus, HandlerError};
+pub(crate) use mesh_testkit::TempStore;
 use mesh_testkit::{eventually, TestVhost};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -13,94 +14,10 @@ use crate::{
     assert_code, code, finish, json, mesh, options, run, stdout, transport, vhost, NODE, WAIT,
 };
 
-/// A SQLite store in the temporary directory, removed on drop.
-pub(crate) struct TempStore {
-    dir: std::path::PathBuf,
-    pub(crate) url: String,
-}
-
-impl TempStore {
-    pub(crate) fn new(name: &str) -> TempStore {
-        let dir = std::env::temp_dir().join(format!("mesh-cli-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let url = format!("sqlite://{}?mode=rwc", dir.join("audit.db").display());
-        TempStore { dir, url }
-    }
-}
-
-impl Drop for TempStore {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A PostgreSQL store in a database of its own on the test server (`MESH_TEST_PG_URL`,
-/// default the local `test` database's server), dropped on drop.
-pub(crate) struct TempPostgres {
-    admin_url: String,
-    name: String,
-    pub(crate) url: String,
-}
-
-impl TempPostgres {
-    pub(crate) async fn new() -> TempPostgres {
-        use sqlx::Connection;
-        let admin_url = std::env::var("MESH_TEST_PG_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-        let name = format!(
-            "mesh_cli_test_{}_{}",
-            std::process::id(),
-            mesh::core::EventId::new().to_string().replace('-', "")
-        );
-        let mut admin = sqlx::PgConnection::connect(&admin_url)
-            .await
-            .unwrap_or_else(|e| {
-                panic!("no PostgreSQL at {admin_url} ({e}): start one or set MESH_TEST_PG_URL")
-            });
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .expect("the test database created");
-        admin.close().await.ok();
-        let (base, _) = admin_url
-            .rsplit_once('/')
-            .expect("the admin URL names a database");
-        let url = format!("{base}/{name}");
-        TempPostgres {
-            admin_url,
-            name,
-            url,
-        }
-    }
-}
-
-impl Drop for TempPostgres {
-    fn drop(&mut self) {
-        use sqlx::Connection;
-        // Drop may run inside a runtime: a thread of its own runs the statement.
-        let admin_url = self.admin_url.clone();
-        let statement = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            runtime.block_on(async {
-                let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
-                sqlx::query(&statement).execute(&mut admin).await?;
-                anyhow::Ok(())
-            })
-        })
-        .join();
-        if !matches!(dropped, Ok(Ok(()))) {
-            eprintln!("could not drop test database {}", self.name);
-        }
-    }
-}
-
 /// Starts `mesh audit run` and waits until its queue has a consumer.
 pub(crate) async fn start_logger(vhost: &TestVhost, store: &TempStore) -> Child {
     let child = mesh(Some(&vhost.url()))
-        .args(["audit", "run", "--store", &store.url])
+        .args(["audit", "run", "--store", store.url()])
         .spawn()
         .expect("mesh audit run starts");
     let queue = format!("{NODE}.audit-logger.events");
@@ -130,7 +47,7 @@ pub(crate) async fn stop_logger(child: Child) {
 async fn count(url: &str, store: &TempStore) -> u64 {
     let output = run(
         Some(url),
-        &["audit", "count", "--json", "--store", &store.url],
+        &["audit", "count", "--json", "--store", store.url()],
     )
     .await;
     assert_code(&output, 0);
@@ -141,7 +58,7 @@ async fn count(url: &str, store: &TempStore) -> u64 {
 async fn ten_thousand_emitted_events_are_counted_once() {
     let vhost = vhost("cli-audit").await;
     let url = vhost.url();
-    let store = TempStore::new("audit-count");
+    let store = TempStore::sqlite();
     let logger = start_logger(&vhost, &store).await;
 
     let output = run(
@@ -180,7 +97,7 @@ async fn ten_thousand_emitted_events_are_counted_once() {
             "--by-key",
             "--json",
             "--store",
-            &store.url,
+            store.url(),
         ],
     )
     .await;
@@ -198,7 +115,7 @@ async fn ten_thousand_emitted_events_are_counted_once() {
 async fn query_trace_and_dead_letters_round_trip() {
     let vhost = vhost("cli-dead").await;
     let url = vhost.url();
-    let store = TempStore::new("audit-dead");
+    let store = TempStore::sqlite();
     let logger = start_logger(&vhost, &store).await;
 
     // A cause and its effect, linked with --causation.
@@ -240,7 +157,7 @@ async fn query_trace_and_dead_letters_round_trip() {
             "module.umami.#",
             "--json",
             "--store",
-            &store.url,
+            store.url(),
         ],
     )
     .await;
@@ -258,7 +175,7 @@ async fn query_trace_and_dead_letters_round_trip() {
 
     let output = run(
         Some(&url),
-        &["audit", "trace", &effect_id, "--store", &store.url],
+        &["audit", "trace", &effect_id, "--store", store.url()],
     )
     .await;
     assert_code(&output, 0);
@@ -293,7 +210,14 @@ async fn query_trace_and_dead_letters_round_trip() {
     let dead = eventually(WAIT, "the dead letter recorded", || async {
         let output = run(
             Some(&url),
-            &["dead", "list", "--pending", "--json", "--store", &store.url],
+            &[
+                "dead",
+                "list",
+                "--pending",
+                "--json",
+                "--store",
+                store.url(),
+            ],
         )
         .await;
         assert_code(&output, 0);
@@ -308,7 +232,7 @@ async fn query_trace_and_dead_letters_round_trip() {
     let id = dead["id"].as_str().unwrap().to_owned();
 
     // status counts it for the module.
-    let output = run(Some(&url), &["status", "--json", "--store", &store.url]).await;
+    let output = run(Some(&url), &["status", "--json", "--store", store.url()]).await;
     assert_code(&output, 0);
     let status = json(&output);
     let module = status["modules"]
@@ -322,7 +246,7 @@ async fn query_trace_and_dead_letters_round_trip() {
 
     let output = run(
         Some(&url),
-        &["dead", "show", &id, "--json", "--store", &store.url],
+        &["dead", "show", &id, "--json", "--store", store.url()],
     )
     .await;
     assert_code(&output, 0);
@@ -343,7 +267,7 @@ async fn query_trace_and_dead_letters_round_trip() {
             "--all",
             "--dry-run",
             "--store",
-            &store.url,
+            store.url(),
         ],
     )
     .await;
@@ -356,7 +280,14 @@ async fn query_trace_and_dead_letters_round_trip() {
     assert!(text.contains("1 would be re-driven, 0 refused"), "{text}");
     let output = run(
         Some(&url),
-        &["dead", "list", "--pending", "--json", "--store", &store.url],
+        &[
+            "dead",
+            "list",
+            "--pending",
+            "--json",
+            "--store",
+            store.url(),
+        ],
     )
     .await;
     assert_eq!(stdout(&output).lines().count(), 1, "still pending");
@@ -364,7 +295,7 @@ async fn query_trace_and_dead_letters_round_trip() {
 
     let output = run(
         Some(&url),
-        &["dead", "redrive", &id, "--json", "--store", &store.url],
+        &["dead", "redrive", &id, "--json", "--store", store.url()],
     )
     .await;
     assert_code(&output, 0);
@@ -375,21 +306,21 @@ async fn query_trace_and_dead_letters_round_trip() {
     .await;
     let output = run(
         Some(&url),
-        &["dead", "show", &id, "--json", "--store", &store.url],
+        &["dead", "show", &id, "--json", "--store", store.url()],
     )
     .await;
     assert_eq!(json(&output)["redrive_count"], 1);
 
     let output = run(
         Some(&url),
-        &["dead", "show", "not-an-id", "--store", &store.url],
+        &["dead", "show", "not-an-id", "--store", store.url()],
     )
     .await;
     assert_code(&output, 2);
 
     // Purge: a filter (or --all) is required; a filter matching nothing deletes nothing; the
     // re-driven letter goes, and is then gone from the store.
-    let output = run(Some(&url), &["dead", "purge", "--store", &store.url]).await;
+    let output = run(Some(&url), &["dead", "purge", "--store", store.url()]).await;
     assert_code(&output, 2);
     let output = run(
         Some(&url),
@@ -400,7 +331,7 @@ async fn query_trace_and_dead_letters_round_trip() {
             "no.such.events",
             "--json",
             "--store",
-            &store.url,
+            store.url(),
         ],
     )
     .await;
@@ -414,13 +345,13 @@ async fn query_trace_and_dead_letters_round_trip() {
             "--redriven",
             "--json",
             "--store",
-            &store.url,
+            store.url(),
         ],
     )
     .await;
     assert_code(&output, 0);
     assert_eq!(json(&output)["purged"], 1);
-    let output = run(Some(&url), &["dead", "show", &id, "--store", &store.url]).await;
+    let output = run(Some(&url), &["dead", "show", &id, "--store", store.url()]).await;
     assert_ne!(code(&output), 0, "a purged dead letter is gone");
 
     mailer.close().await;

@@ -2,9 +2,9 @@
 //! defaults (the same default store, which `mesh audit`/`mesh dead` read), create their own
 //! SQLite store, honour `--queue-type classic`, and say what to do when the store fails.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use mesh_testkit::{eventually, TestVhost};
+use mesh_testkit::{eventually, TempDir, TestVhost};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -34,28 +34,6 @@ fn program(name: &str, url: &str) -> Command {
         return audit;
     }
     command
-}
-
-/// A directory of the test's own, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("mesh-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        TempDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Starts a logger (`name` with `args` and `extra`) and waits until it consumes both queues.
@@ -146,7 +124,7 @@ async fn wait_stored(url: &str, args: &[&str], env: &[(&str, &Path)], ids: &[Str
 async fn both_programs_record_into_the_same_default_store() {
     let vhost = vhost("cli-audit-default").await;
     let url = vhost.url();
-    let data = TempDir::new("audit-default-store");
+    let data = TempDir::new("audit-default-store").expect("a temporary directory");
     let env = [("XDG_DATA_HOME", data.path())];
     let mut ids = Vec::new();
     for (name, _) in LOGGERS {
@@ -174,7 +152,7 @@ async fn both_programs_record_into_the_same_default_store() {
 async fn each_program_creates_a_store_from_a_plain_sqlite_url() {
     let vhost = vhost("cli-audit-create").await;
     let url = vhost.url();
-    let dir = TempDir::new("audit-create-store");
+    let dir = TempDir::new("audit-create-store").expect("a temporary directory");
     for (name, _) in LOGGERS {
         // Neither the file nor its directory exists; no `?mode=rwc`.
         let file = dir.path().join(name).join("deeper").join("audit.db");
@@ -209,7 +187,7 @@ async fn the_logger_starts_on_a_vhost_of_classic_queues() {
     )
     .await;
     assert_code(&output, 0);
-    let dir = TempDir::new("audit-classic");
+    let dir = TempDir::new("audit-classic").expect("a temporary directory");
     for (name, _) in LOGGERS {
         let store = format!("sqlite://{}", dir.path().join("audit.db").display());
         let logger = start(
@@ -239,7 +217,7 @@ async fn the_logger_starts_on_a_vhost_of_classic_queues() {
 async fn a_store_that_cannot_be_opened_says_what_to_do() {
     // Reading a store that does not exist: no file is created, and the hint says how to
     // make one.
-    let dir = TempDir::new("audit-hint");
+    let dir = TempDir::new("audit-hint").expect("a temporary directory");
     let missing = dir.path().join("missing.db");
     let store = format!("sqlite://{}", missing.display());
     let output = run(None, &["audit", "count", "--store", &store]).await;

@@ -12,7 +12,7 @@ use crate::{assert_code, json, options, run, stdout, transport, vhost, NODE, WAI
 async fn dead_letters(url: &str, store: &TempStore) -> Vec<serde_json::Value> {
     let output = run(
         Some(url),
-        &["dead", "list", "--json", "--store", &store.url],
+        &["dead", "list", "--json", "--store", store.url()],
     )
     .await;
     assert_code(&output, 0);
@@ -39,7 +39,7 @@ async fn depth(vhost: &TestVhost, queue: &str) -> u64 {
 async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
     let vhost = vhost("cli-dry-run").await;
     let url = vhost.url();
-    let store = TempStore::new("dry-run");
+    let store = TempStore::sqlite();
     let logger = start_logger(&vhost, &store).await;
 
     // Two events a handler gives up on at once: two dead letters of the mailer's queue.
@@ -87,7 +87,7 @@ async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
             &queue,
             "--dry-run",
             "--store",
-            &store.url,
+            store.url(),
         ],
     )
     .await;
@@ -109,7 +109,7 @@ async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
             "--dry-run",
             "--json",
             "--store",
-            &store.url,
+            store.url(),
         ],
     )
     .await;
@@ -136,7 +136,14 @@ async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
     // Purge, dry: both would go; both stay.
     let output = run(
         Some(&url),
-        &["dead", "purge", "--all", "--dry-run", "--store", &store.url],
+        &[
+            "dead",
+            "purge",
+            "--all",
+            "--dry-run",
+            "--store",
+            store.url(),
+        ],
     )
     .await;
     assert_code(&output, 0);
@@ -162,7 +169,7 @@ async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
             "--dry-run",
             "--json",
             "--store",
-            &store.url,
+            store.url(),
         ],
     )
     .await;
@@ -182,7 +189,7 @@ async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
             "--dry-run",
             "--json",
             "--store",
-            &store.url,
+            store.url(),
         ],
     )
     .await;
@@ -208,7 +215,13 @@ async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
     let output = run(
         Some(&url),
         &[
-            "dead", "redrive", "-q", &queue, "--json", "--store", &store.url,
+            "dead",
+            "redrive",
+            "-q",
+            &queue,
+            "--json",
+            "--store",
+            store.url(),
         ],
     )
     .await;
@@ -235,7 +248,7 @@ async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
             "--redriven",
             "--json",
             "--store",
-            &store.url,
+            store.url(),
         ],
     )
     .await;

@@ -2,65 +2,22 @@
 //! CA of the test's own (a private node), plain HTTP to a remote-looking host refused, and
 //! `mesh audit run --management-url` asking the given API for its queue's bindings.
 
-use std::net::SocketAddr;
-
-use mesh_testkit::{eventually, NodeOptions, PrivateNode, RecordingServer, TestPki};
+use mesh_testkit::{eventually, free_port, NodeOptions, PrivateNode, RecordingServer, TestPki};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::audit::TempStore;
 use crate::{assert_code, finish, json, mesh, run, stderr, stdout, vhost, NODE, WAIT};
 
-/// A fake management API on loopback that answers `[]` and records each request's head
-/// before answering.
-struct FakeApi {
-    addr: SocketAddr,
-    server: RecordingServer,
-}
-
-impl FakeApi {
-    async fn start() -> FakeApi {
-        let server = RecordingServer::start("[]").await.expect("a fake API");
-        FakeApi {
-            addr: server.addr(),
-            server,
-        }
-    }
-
-    fn heads(&self) -> Vec<String> {
-        self.server.heads()
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 #[tokio::test]
 async fn topology_and_status_speak_https_with_the_given_ca() {
     let pki = TestPki::generate("cli-mgmt-https").unwrap();
     let server = pki.server("management", &["localhost"]).unwrap();
     let ssl_port = free_port();
-    let node = PrivateNode::start(
-        NodeOptions::default()
-            .management(true)
-            .extra_conf(format!("management.ssl.port = {ssl_port}"))
-            .extra_conf("management.ssl.ip = 127.0.0.1")
-            .extra_conf(format!(
-                "management.ssl.cacertfile = {}",
-                pki.ca_file().display()
-            ))
-            .extra_conf(format!(
-                "management.ssl.certfile = {}",
-                server.cert.display()
-            ))
-            .extra_conf(format!("management.ssl.keyfile = {}", server.key.display())),
-    )
-    .await
-    .expect("a private RabbitMQ node with management over TLS");
+    let node =
+        PrivateNode::start(NodeOptions::default().management_tls(ssl_port, pki.ca_file(), &server))
+            .await
+            .expect("a private RabbitMQ node with management over TLS");
     let url = node.url();
     let management_url = format!("https://localhost:{ssl_port}");
     let ca = pki.ca_file().display().to_string();
@@ -164,15 +121,16 @@ async fn plain_http_to_a_remote_host_is_refused_before_sending() {
 #[tokio::test]
 async fn audit_run_asks_the_given_management_api() {
     let vhost = vhost("cli-audit-mgmt").await;
-    let fake = FakeApi::start().await;
-    let store = TempStore::new("audit-mgmt");
-    let management_url = format!("http://127.0.0.1:{}", fake.addr.port());
+    // A fake management API: answers `[]` and records each request's head before answering.
+    let fake = RecordingServer::start("[]").await.expect("a fake API");
+    let store = TempStore::sqlite();
+    let management_url = format!("http://127.0.0.1:{}", fake.addr().port());
     let child = mesh(Some(&vhost.url()))
         .args([
             "audit",
             "run",
             "--store",
-            &store.url,
+            store.url(),
             "--management-url",
             &management_url,
         ])

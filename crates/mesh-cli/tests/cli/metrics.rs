@@ -3,19 +3,19 @@
 //! another's id among it (counted, and shown by `mesh audit count` and `query --conflicts`).
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use bytes::Bytes;
 use mesh::core::{codec, Envelope, EventId, Headers, PublishOptions, RoutingKey, Transport};
 use mesh::{Bus, HandlerError};
-use mesh_testkit::eventually;
+use mesh_testkit::http::{get, must_get};
+use mesh_testkit::prometheus::sample;
+use mesh_testkit::{eventually, TempStore};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr};
 use tokio::task::JoinHandle;
 
-use crate::audit::{TempPostgres, TempStore};
 use crate::{assert_code, finish, json, mesh, options, run, stdout, transport, vhost, NODE, WAIT};
 
 /// The line a command prints on stderr once its endpoint listens.
@@ -73,47 +73,6 @@ impl Stderr {
     }
 }
 
-/// `GET path` on a local HTTP endpoint: the status and the body; `None` when the endpoint
-/// cannot be reached or answers something that is not HTTP.
-async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.ok()?;
-        let status = response.split(' ').nth(1)?.parse().ok()?;
-        let body = response.split_once("\r\n\r\n")?.1.to_owned();
-        Some((status, body))
-    };
-    tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .ok()
-        .flatten()
-}
-
-/// `GET path`, which must answer.
-async fn must_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    get(addr, path)
-        .await
-        .unwrap_or_else(|| panic!("no HTTP answer on {addr}{path}"))
-}
-
-/// The value of the sample `name{labels…}` in a Prometheus text exposition.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| line.rsplit_once(' '))
-        .find(|(series, _)| {
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|(_, value)| value.parse().ok())
-}
-
 /// SIGTERM, then the exit code must be 0; returns what the child printed on stderr.
 async fn stop(child: Child, stderr: JoinHandle<Vec<String>>) -> Vec<String> {
     let pid = child.id().expect("the child runs");
@@ -141,9 +100,9 @@ async fn audit_run_serves_exact_counts_and_health() {
     const EVENTS: u64 = 25;
     let vhost = vhost("cli-metrics").await;
     let url = vhost.url();
-    let store = TempStore::new("audit-metrics");
+    let store = TempStore::sqlite();
     let mut logger = mesh(Some(&url))
-        .args(["audit", "run", "--store", &store.url])
+        .args(["audit", "run", "--store", store.url()])
         .args(["--metrics-addr", "127.0.0.1:0"])
         .spawn()
         .expect("mesh audit run starts");
@@ -296,9 +255,11 @@ fn shop_event(id: EventId, name: &str, body: &'static str) -> mesh::core::WireMe
 async fn a_reused_id_is_counted_and_shown_as_a_conflict() {
     let vhost = vhost("cli-conflicts").await;
     let url = vhost.url();
-    let store = TempPostgres::new().await;
+    let store = TempStore::postgres()
+        .await
+        .expect("a PostgreSQL database of the test's own (see MESH_TEST_PG_URL)");
     let mut logger = mesh(Some(&url))
-        .args(["audit", "run", "--store", &store.url])
+        .args(["audit", "run", "--store", store.url()])
         .args(["--metrics-addr", "127.0.0.1:0"])
         .spawn()
         .expect("mesh audit run starts");
@@ -355,7 +316,7 @@ async fn a_reused_id_is_counted_and_shown_as_a_conflict() {
 
     let output = run(
         Some(&url),
-        &["audit", "count", "--json", "--store", &store.url],
+        &["audit", "count", "--json", "--store", store.url()],
     )
     .await;
     assert_code(&output, 0);
@@ -365,7 +326,7 @@ async fn a_reused_id_is_counted_and_shown_as_a_conflict() {
         (Some(1), Some(1)),
         "{counts}"
     );
-    let output = run(Some(&url), &["audit", "count", "--store", &store.url]).await;
+    let output = run(Some(&url), &["audit", "count", "--store", store.url()]).await;
     assert_code(&output, 0);
     assert!(
         stdout(&output).starts_with("1 events, 1 id conflicts, "),
@@ -381,7 +342,7 @@ async fn a_reused_id_is_counted_and_shown_as_a_conflict() {
             "--conflicts",
             "--json",
             "--store",
-            &store.url,
+            store.url(),
         ],
     )
     .await;
@@ -393,7 +354,7 @@ async fn a_reused_id_is_counted_and_shown_as_a_conflict() {
     assert!(conflict["conflict_id"].is_string(), "{conflict}");
     let output = run(
         Some(&url),
-        &["audit", "query", "--conflicts", "--store", &store.url],
+        &["audit", "query", "--conflicts", "--store", store.url()],
     )
     .await;
     assert_code(&output, 0);
@@ -405,7 +366,7 @@ async fn a_reused_id_is_counted_and_shown_as_a_conflict() {
     // The trail of events holds the original only.
     let output = run(
         Some(&url),
-        &["audit", "query", "--json", "--store", &store.url],
+        &["audit", "query", "--json", "--store", store.url()],
     )
     .await;
     assert_code(&output, 0);

@@ -198,7 +198,7 @@ async fn no_password_is_printed_by_any_run_at_any_log_level() {
     let encoded_wrong = url(Some(&shared::percent_encode(&wrong.password)));
     let unescaped = url(Some(&secret.password));
     let bare = url(None);
-    let dir = TempStore::new("cli-secrets");
+    let dir = TempStore::sqlite();
     let password_file =
         std::env::temp_dir().join(format!("mesh-cli-secrets-{}.password", std::process::id()));
     std::fs::write(&password_file, format!("{}\n", secret.password)).unwrap();
@@ -316,7 +316,7 @@ async fn no_password_is_printed_by_any_run_at_any_log_level() {
 
         // The audit logger: refused (a service, it retries: stopped once it said so), then
         // running until SIGTERM.
-        let run = ["audit", "run", "--store", dir.url.as_str()];
+        let run = ["audit", "run", "--store", dir.url()];
         let out = captured.add(
             format!("audit run, wrong (RUST_LOG={log})"),
             until_then_stop(command(&encoded_wrong, log), &run, "retrying").await,

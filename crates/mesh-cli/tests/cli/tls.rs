@@ -53,9 +53,9 @@ async fn emit_tail_and_the_audit_logger_work_over_amqps_and_a_wrong_ca_is_exit_3
     assert_eq!(event["body"], serde_json::json!({"site": "tls"}));
 
     // The audit logger records over TLS too.
-    let store = TempStore::new("cli-tls-audit");
+    let store = TempStore::sqlite();
     let logger = mesh(Some(&url))
-        .args(["audit", "run", "--store", &store.url])
+        .args(["audit", "run", "--store", store.url()])
         .spawn()
         .expect("mesh audit run starts");
     let queue = format!("{NODE}.audit-logger.events");
@@ -83,7 +83,7 @@ async fn emit_tail_and_the_audit_logger_work_over_amqps_and_a_wrong_ca_is_exit_3
                 "module.umami.tick",
                 "--json",
                 "--store",
-                &store.url,
+                store.url(),
             ],
         )
         .await;

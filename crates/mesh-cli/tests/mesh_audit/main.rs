@@ -8,18 +8,11 @@ mod metrics;
 mod process;
 
 mod common {
-    //! Throw-away stores, a transport and an emitting bus on a vhost, and the binary with a
-    //! clean environment.
+    //! The binary with a clean environment; the throw-away stores, the transport and the
+    //! emitting bus are the kit's.
 
     use std::path::PathBuf;
-    use std::sync::Arc;
 
-    use anyhow::Context;
-    use mesh::amqp::{AmqpOptions, AmqpTransport};
-    use mesh::Bus;
-    use mesh_audit::{Store, StoreOptions};
-    use rand::Rng;
-    use sqlx::Connection;
     use tokio::process::Command;
 
     /// An empty config directory: no developer's contexts reach the tests.
@@ -41,116 +34,6 @@ mod common {
         command
     }
 
-    fn suffix() -> String {
-        let mut rng = rand::thread_rng();
-        (0..10)
-            .map(|_| char::from(b'a' + rng.gen_range(0..26u8)))
-            .collect()
-    }
-
-    /// A store of the test's own, removed on drop.
-    #[derive(Debug)]
-    pub(crate) struct TempStore {
-        options: StoreOptions,
-        cleanup: Cleanup,
-    }
-
-    #[derive(Debug)]
-    enum Cleanup {
-        File(PathBuf),
-        Database { admin_url: String, name: String },
-    }
-
-    impl TempStore {
-        /// A SQLite file in the temporary directory.
-        pub(crate) fn sqlite() -> TempStore {
-            let path = std::env::temp_dir().join(format!("mesh-audit-test-{}.db", suffix()));
-            let url = format!("sqlite://{}?mode=rwc", path.display());
-            TempStore {
-                options: url.parse().expect("a sqlite URL"),
-                cleanup: Cleanup::File(path),
-            }
-        }
-
-        /// A database of its own on the PostgreSQL server (`MESH_TEST_PG_URL`).
-        pub(crate) async fn postgres() -> anyhow::Result<TempStore> {
-            let admin_url = std::env::var("MESH_TEST_PG_URL")
-                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-            let name = format!("mesh_audit_test_{}", suffix());
-            let mut admin = sqlx::PgConnection::connect(&admin_url)
-                .await
-                .with_context(|| {
-                    format!("no PostgreSQL at {admin_url}: start one (Debian package postgresql) or set MESH_TEST_PG_URL")
-                })?;
-            sqlx::query(&format!("CREATE DATABASE {name}"))
-                .execute(&mut admin)
-                .await
-                .context("creating the test database")?;
-            admin.close().await.ok();
-            let (base, _) = admin_url
-                .rsplit_once('/')
-                .context("the admin URL names no database")?;
-            let url = format!("{base}/{name}");
-            Ok(TempStore {
-                options: url.parse()?,
-                cleanup: Cleanup::Database { admin_url, name },
-            })
-        }
-
-        pub(crate) async fn open(&self) -> anyhow::Result<Store> {
-            Ok(Store::open(self.options.clone()).await?)
-        }
-
-        pub(crate) fn url(&self) -> &str {
-            self.options.get_url()
-        }
-    }
-
-    impl Drop for TempStore {
-        fn drop(&mut self) {
-            match &self.cleanup {
-                Cleanup::File(path) => {
-                    for suffix in ["", "-wal", "-shm"] {
-                        let mut file = path.clone().into_os_string();
-                        file.push(suffix);
-                        let _ = std::fs::remove_file(PathBuf::from(file));
-                    }
-                }
-                Cleanup::Database { admin_url, name } => {
-                    // Drop may run inside a runtime: a thread of its own runs the statement.
-                    let admin_url = admin_url.clone();
-                    let statement = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                    let dropped = std::thread::spawn(move || {
-                        let runtime = tokio::runtime::Builder::new_current_thread()
-                            .enable_all()
-                            .build()?;
-                        runtime.block_on(async {
-                            let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
-                            sqlx::query(&statement).execute(&mut admin).await?;
-                            anyhow::Ok(())
-                        })
-                    })
-                    .join();
-                    if !matches!(dropped, Ok(Ok(()))) {
-                        eprintln!("could not drop test database {name}");
-                    }
-                }
-            }
-        }
-    }
-
-    /// A transport on `url`.
-    pub(crate) async fn transport(url: &str) -> anyhow::Result<Arc<AmqpTransport>> {
-        let options: AmqpOptions = url.parse()?;
-        Ok(Arc::new(AmqpTransport::connect(options).await?))
-    }
-
-    /// A bus of module `module` on node `node`, with no handlers.
-    pub(crate) async fn emitter(url: &str, node: &str, module: &str) -> anyhow::Result<Bus> {
-        Ok(Bus::builder()
-            .node(node)
-            .module(module)
-            .start(transport(url).await?)
-            .await?)
-    }
+    pub(crate) use mesh_testkit::sdk::{emitter, transport};
+    pub(crate) use mesh_testkit::TempStore;
 }

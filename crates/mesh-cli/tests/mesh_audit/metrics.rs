@@ -11,10 +11,12 @@ use anyhow::Context;
 use bytes::Bytes;
 use mesh::Outgoing;
 use mesh_core::{EventId, PublishOptions, Transport, WireMessage};
+use mesh_testkit::http::get;
+use mesh_testkit::prometheus::sample;
 use mesh_testkit::{eventually, TestVhost};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStderr;
 use tokio::task::JoinHandle;
 
@@ -49,38 +51,6 @@ async fn metrics_addr(stderr: ChildStderr) -> anyhow::Result<(SocketAddr, JoinHa
         seen
     });
     Ok((addr, rest))
-}
-
-/// `GET path`: the status and the body, or `None` when nothing answers.
-async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.ok()?;
-        let status = response.split(' ').nth(1)?.parse().ok()?;
-        Some((status, response.split_once("\r\n\r\n")?.1.to_owned()))
-    };
-    tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .ok()
-        .flatten()
-}
-
-/// The value of the sample `name{labels…}` in a Prometheus text exposition.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| line.rsplit_once(' '))
-        .find(|(series, _)| {
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|(_, value)| value.parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -61,7 +61,7 @@ async fn a_logger_killed_mid_batch_loses_nothing() -> anyhow::Result<()> {
     let mut logger = spawn_logger(&url, temp.url(), &log)?;
     wait_consuming(&vhost).await;
     // Opened once the process has migrated the schema.
-    let store = temp.open().await?;
+    let store = Store::open(temp.url().parse()?).await?;
 
     let bus = emitter(&url, "n1", "load").await?;
     let emitting = {

@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 
 use anyhow::{bail, ensure, Context};
 use mesh_cli::CheckedAudit;
+pub use mesh_testkit::TempDir;
 use mesh_testkit::TestPki;
 
 /// The workspace root.
@@ -44,35 +45,6 @@ where
             bail!("`{program}` is not installed: {hint} (bash scripts/test.sh installs it)")
         }
         Err(e) => Err(e).with_context(|| format!("running {program}")),
-    }
-}
-
-/// A directory of the test's own, removed on drop.
-#[derive(Debug)]
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(label: &str) -> anyhow::Result<TempDir> {
-        let dir = std::env::temp_dir().join(format!(
-            "mesh-deploy-check-{label}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default()
-        ));
-        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(TempDir(dir))
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
     }
 }
 
