@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use mesh::amqp::access::{self, AccessSpec, Password, Passwords};
 use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
-use mesh::core::naming;
-use mesh::core::{Name, Origin, TopicPattern};
+use mesh::raw::naming;
+use mesh::raw::{Name, Origin, TopicPattern};
 use mesh_testkit::shared::percent_encode;
 use mesh_testkit::{Cluster, PrivateNode};
 

@@ -50,7 +50,7 @@ impl TempPostgres {
         let name = format!(
             "mesh_cli_test_{}_{}",
             std::process::id(),
-            mesh::core::EventId::new().to_string().replace('-', "")
+            mesh::raw::EventId::new().to_string().replace('-', "")
         );
         let mut admin = sqlx::PgConnection::connect(&admin_url)
             .await
