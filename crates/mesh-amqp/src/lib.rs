@@ -147,6 +147,8 @@
 //! Architecture invariant: no `amqprs` type appears in this crate's public API; values are
 //! mapped to and from `mesh_core::wire` types at the edge (`convert`).
 
+#![warn(missing_docs)]
+
 pub mod access;
 mod backoff;
 mod connection;

@@ -52,7 +52,7 @@ async fn a_node_stopped_or_killed_and_started_again_loses_nothing_confirmed() {
             .on_raw(["module.restart.#"], move |incoming: Incoming<Bytes>| {
                 let ledger = ledger.clone();
                 async move {
-                    ledger.handled(incoming.meta.id.to_string());
+                    ledger.handled(incoming.meta.id().to_string());
                     Ok(())
                 }
             })

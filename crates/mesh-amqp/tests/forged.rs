@@ -116,7 +116,7 @@ async fn a_forged_counter_skips_no_retry_and_a_forged_key_changes_no_handler() {
                     calls
                         .lock()
                         .unwrap()
-                        .push((incoming.meta.key.to_string(), incoming.meta.attempt));
+                        .push((incoming.meta.key().to_string(), incoming.meta.attempt()));
                     Err(HandlerError::retry(std::io::Error::other("always fails")))
                 }
             })

@@ -108,7 +108,7 @@ async fn a_dead_letter_that_would_not_fit_is_trimmed_and_the_consumer_goes_on() 
             let seen = seen.clone();
             let huge_error = huge_error.clone();
             async move {
-                let key = incoming.meta.key.to_string();
+                let key = incoming.meta.key().to_string();
                 let _ = seen.send(key.clone());
                 if key.ends_with("fails") {
                     Err(HandlerError::permanent(std::io::Error::other(huge_error)))

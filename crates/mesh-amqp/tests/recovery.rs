@@ -248,7 +248,7 @@ async fn ten_forced_closes_mid_publish_and_mid_consume_lose_nothing() {
                 async move {
                     // Some work, so deliveries are in flight when the connection goes.
                     tokio::time::sleep(Duration::from_millis(5)).await;
-                    ledger.handled(incoming.meta.id.to_string());
+                    ledger.handled(incoming.meta.id().to_string());
                     handled.fetch_add(1, Ordering::Relaxed);
                     Ok(())
                 }

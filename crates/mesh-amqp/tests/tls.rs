@@ -118,7 +118,7 @@ async fn emit_on_call_and_serve_work_over_amqps() {
         .on_raw(["module.tlsapp.#"], move |incoming: Incoming<Bytes>| {
             let seen_tx = seen_tx.clone();
             async move {
-                let _ = seen_tx.send(incoming.meta.id.to_string());
+                let _ = seen_tx.send(incoming.meta.id().to_string());
                 Ok(())
             }
         })

@@ -56,6 +56,8 @@
 //! Architecture invariant: header names come from `mesh_core::codec`, and the logger reaches
 //! the broker only through the `Transport` trait (the service alone names `mesh-amqp`).
 
+#![warn(missing_docs)]
+
 mod convert;
 mod error;
 pub mod logger;

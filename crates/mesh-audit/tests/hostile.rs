@@ -339,7 +339,7 @@ async fn every_malformed_shape_is_recorded_and_no_handler_runs_on_one() -> anyho
             async move {
                 let case = incoming
                     .meta
-                    .headers
+                    .headers()
                     .get("x-case")
                     .and_then(HeaderValue::as_u64);
                 let _ = seen.send(case);

@@ -75,8 +75,11 @@ fn hour_long_batches(size: usize) -> AuditOptions {
 /// Emits `n` events, then waits until the logger holds them all unacked.
 async fn emit_orders(broker: &MemoryBroker, bus: &Bus, n: usize) -> anyhow::Result<()> {
     for i in 0..n {
-        bus.emit_json("order.placed", &serde_json::json!({ "n": i }))
-            .await?;
+        bus.emit_outgoing(mesh::Outgoing::json(
+            "order.placed",
+            &serde_json::json!({ "n": i }),
+        )?)
+        .await?;
     }
     eventually(WAIT, "every event handed to the logger", || {
         let unacked = broker.unacked("n1.audit-logger.events");
@@ -98,7 +101,10 @@ async fn a_trickle_is_stored_without_waiting_for_a_full_batch() -> anyhow::Resul
     let logger = start(&broker, store.clone(), AuditOptions::new().node("n1")).await;
     let bus = emitter(&broker, "shop").await?;
     let id = bus
-        .emit_json("order.placed", &serde_json::json!({"n": 1}))
+        .emit_outgoing(mesh::Outgoing::json(
+            "order.placed",
+            &serde_json::json!({"n": 1}),
+        )?)
         .await?;
     // One event, a batch of 500: stored after the batch wait (50 ms), well within the
     // timeout, and acked only then.
@@ -149,8 +155,11 @@ async fn a_batch_closes_at_its_size() -> anyhow::Result<()> {
     let logger = start(&broker, store.clone(), hour_long_batches(5)).await;
     let bus = emitter(&broker, "shop").await?;
     for n in 0..12 {
-        bus.emit_json("order.placed", &serde_json::json!({ "n": n }))
-            .await?;
+        bus.emit_outgoing(mesh::Outgoing::json(
+            "order.placed",
+            &serde_json::json!({ "n": n }),
+        )?)
+        .await?;
     }
     // Two full batches commit at once; the last two events wait for the (hour-long) wait.
     eventually(WAIT, "two full batches", || {
@@ -211,8 +220,11 @@ async fn a_reused_id_is_a_conflict_and_a_resend_a_duplicate() -> anyhow::Result<
     emit("order.placed", 1).await?;
     emit("order.placed", 2).await?;
     emit("order.paid", 1).await?;
-    bus.emit_json("order.placed", &serde_json::json!({ "n": 3 }))
-        .await?;
+    bus.emit_outgoing(mesh::Outgoing::json(
+        "order.placed",
+        &serde_json::json!({ "n": 3 }),
+    )?)
+    .await?;
     let stats = eventually(WAIT, "the second batch", || {
         let stats = logger.logger.stats();
         let seen = stats.events_stored + stats.duplicates + stats.id_conflicts;
@@ -344,7 +356,7 @@ async fn a_redriven_dead_letter_reaches_its_consumer_only() -> anyhow::Result<()
                     if failing.load(Ordering::SeqCst) {
                         return Err(HandlerError::permanent("billing is down"));
                     }
-                    seen.lock().expect("lock").push(incoming.meta.attempt);
+                    seen.lock().expect("lock").push(incoming.meta.attempt());
                     Ok(())
                 }
             })
@@ -366,7 +378,10 @@ async fn a_redriven_dead_letter_reaches_its_consumer_only() -> anyhow::Result<()
     };
     let shop = emitter(&broker, "shop").await?;
     let id = shop
-        .emit_json("order.placed", &serde_json::json!({"order": 7}))
+        .emit_outgoing(mesh::Outgoing::json(
+            "order.placed",
+            &serde_json::json!({"order": 7}),
+        )?)
         .await?;
     let dead = eventually(WAIT, "the dead letter stored", || {
         let store = store.clone();
@@ -459,7 +474,10 @@ async fn an_event_the_database_refuses_is_dead_lettered_not_lost(
     let shop = emitter(&broker, "shop").await?;
     let mut ids = Vec::new();
     for name in ["order.placed", "poison.sent", "order.paid"] {
-        ids.push(shop.emit_json(name, &serde_json::json!({})).await?);
+        ids.push(
+            shop.emit_outgoing(mesh::Outgoing::json(name, &serde_json::json!({}))?)
+                .await?,
+        );
     }
     let stats = logger.logger.clone();
     eventually(WAIT, "all three events settled", || {

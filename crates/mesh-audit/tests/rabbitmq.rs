@@ -131,7 +131,9 @@ async fn the_same_event_twice_is_one_row(backend: Backend) -> anyhow::Result<()>
             .await?;
         assert_eq!(resent, id);
     }
-    let sentinel = bus.emit_json("order.checked", &payload).await?;
+    let sentinel = bus
+        .emit_outgoing(mesh::Outgoing::json("order.checked", &payload)?)
+        .await?;
     let stats = logger.logger.clone();
     eventually(WAIT, "all three deliveries processed", || {
         let stats = stats.stats();
@@ -184,7 +186,9 @@ async fn causation_trees(backend: Backend) -> anyhow::Result<()> {
     let bus = emitter(&url, "n1", "flow").await?;
 
     // A caused B caused C; A also caused D.
-    let a = bus.emit_json("step.a", &serde_json::json!({})).await?;
+    let a = bus
+        .emit_outgoing(mesh::Outgoing::json("step.a", &serde_json::json!({}))?)
+        .await?;
     let b = bus
         .emit_outgoing(
             Outgoing::json("step.b", &serde_json::json!({}))?.causation_id(a.to_string()),
@@ -279,7 +283,7 @@ async fn a_dead_letter_is_redriven_to_its_consumer_only(backend: Backend) -> any
                     handled
                         .lock()
                         .expect("lock")
-                        .push((incoming.meta.id, incoming.meta.attempt));
+                        .push((incoming.meta.id(), incoming.meta.attempt()));
                     Ok(())
                 }
             })
@@ -293,7 +297,7 @@ async fn a_dead_letter_is_redriven_to_its_consumer_only(backend: Backend) -> any
             .node("n1")
             .module("mailer")
             .on_raw(["module.shop.order.placed"], move |incoming| {
-                handled.lock().expect("lock").push(incoming.meta.id);
+                handled.lock().expect("lock").push(incoming.meta.id());
                 async { Ok(()) }
             })
             .start(transport(&url).await?)
@@ -301,7 +305,10 @@ async fn a_dead_letter_is_redriven_to_its_consumer_only(backend: Backend) -> any
     };
     let shop = emitter(&url, "n1", "shop").await?;
     let id = shop
-        .emit_json("order.placed", &serde_json::json!({"order": 7}))
+        .emit_outgoing(mesh::Outgoing::json(
+            "order.placed",
+            &serde_json::json!({"order": 7}),
+        )?)
         .await?;
 
     let dead = eventually(WAIT, "the dead letter listed", || {
@@ -356,7 +363,10 @@ async fn a_dead_letter_is_redriven_to_its_consumer_only(backend: Backend) -> any
     // A sentinel behind it on the mailer's queue: once the mailer has it, a copy of the
     // re-driven event on that queue would have been handled before it.
     let sentinel = shop
-        .emit_json("order.placed", &serde_json::json!({"order": 8}))
+        .emit_outgoing(mesh::Outgoing::json(
+            "order.placed",
+            &serde_json::json!({"order": 8}),
+        )?)
         .await?;
     eventually(WAIT, "the mailer handling the sentinel", || {
         let handled = mailer_handled.lock().expect("lock").clone();
@@ -491,7 +501,7 @@ async fn every_logger_records_every_dead_letter_and_redrive_goes_only_to_consume
                     if failing.load(Ordering::SeqCst) {
                         return Err(HandlerError::permanent("the ledger is closed"));
                     }
-                    handled.lock().expect("lock").push(incoming.meta.id);
+                    handled.lock().expect("lock").push(incoming.meta.id());
                     Ok(())
                 }
             })
@@ -504,8 +514,11 @@ async fn every_logger_records_every_dead_letter_and_redrive_goes_only_to_consume
     let mut emitted = HashSet::new();
     for n in 0..TOTAL {
         emitted.insert(
-            shop.emit_json("order.placed", &serde_json::json!({ "order": n }))
-                .await?,
+            shop.emit_outgoing(mesh::Outgoing::json(
+                "order.placed",
+                &serde_json::json!({ "order": n }),
+            )?)
+            .await?,
         );
     }
 
@@ -736,7 +749,10 @@ async fn the_publisher_is_recorded_and_with_identity_enforced_checked() -> anyho
     let store = temp.open().await?;
     let logger = RunningLogger::start(&url, store.clone(), options()).await?;
     let believed = bus
-        .emit_json("site.created", &serde_json::json!({"n": 1}))
+        .emit_outgoing(mesh::Outgoing::json(
+            "site.created",
+            &serde_json::json!({"n": 1}),
+        )?)
         .await?;
     let stored = eventually(WAIT, "the event stored", || {
         let store = store.clone();
@@ -758,7 +774,10 @@ async fn the_publisher_is_recorded_and_with_identity_enforced_checked() -> anyho
     )
     .await?;
     let forged = bus
-        .emit_json("site.created", &serde_json::json!({"n": 2}))
+        .emit_outgoing(mesh::Outgoing::json(
+            "site.created",
+            &serde_json::json!({"n": 2}),
+        )?)
         .await?;
     let dead = eventually(WAIT, "the forged event dead-lettered", || {
         let store = store.clone();

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use mesh::core::{DeadReason, EventId};
+use mesh::raw::{DeadReason, EventId};
 use mesh_audit::{
     AuditOptions, AuditService, CausationNode, DeadLetterId, DeadLetterQuery, DeadLetterRecord,
     EventQuery, EventRecord, Order, Redrive, Store, StoreOptions,
@@ -89,7 +89,7 @@ async fn open(global: &Global, arg: &StoreArg) -> anyhow::Result<Store> {
 fn event_query(filter: &EventFilter) -> anyhow::Result<EventQuery> {
     let mut query = EventQuery::new();
     if let Some(key) = &filter.key {
-        mesh::core::TopicPattern::parse(key)
+        mesh::raw::TopicPattern::parse(key)
             .coded(Code::Usage, || format!("invalid --key pattern `{key}`"))?;
         query = query.pattern(key.clone());
     }
@@ -151,7 +151,7 @@ pub(crate) struct LoggerPlan {
     pub(crate) url: String,
     /// The store URL as given (or the default file's).
     pub(crate) store_url: String,
-    node: mesh::core::Name,
+    node: mesh::raw::Name,
     amqp: mesh_amqp::AmqpOptions,
     management: Option<mesh_amqp::management::ManagementOptions>,
     store: StoreOptions,

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use bytes::Bytes;
-use mesh::core::ToolKey;
+use mesh::raw::ToolKey;
 use mesh::Bus;
 use serde_json::json;
 

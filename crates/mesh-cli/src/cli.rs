@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use mesh::core::{DeadReason, Timestamp};
+use mesh::raw::{DeadReason, Timestamp};
 
 /// The mesh command-line tool: emit and watch events, call tools, and compare the broker's
 /// topology with the mesh contract.

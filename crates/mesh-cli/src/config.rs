@@ -45,8 +45,8 @@ use std::time::Duration;
 
 use mesh::amqp::management::{ManagementClient, ManagementOptions};
 use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
-use mesh::core::{Name, TransportErrorKind};
-use mesh::Transport;
+use mesh::raw::Transport;
+use mesh::raw::{Name, TransportErrorKind};
 
 use crate::cli::{Global, QueueTypeArg};
 use crate::exit::{fail, Code, WithCode};
@@ -96,7 +96,7 @@ fn with_password(
     options: AmqpOptions,
     password: &EnvPassword,
     password_file: Option<&Path>,
-) -> Result<AmqpOptions, mesh::core::TransportError> {
+) -> Result<AmqpOptions, mesh::raw::TransportError> {
     match (password_file, password.get()) {
         (Some(path), _) => {
             let options = options.password_file(path);

@@ -12,8 +12,9 @@ use anyhow::Context as _;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use indicatif::{ProgressBar, ProgressStyle};
-use mesh::core::{Name, Origin, RoutingKey};
-use mesh::{Bus, BusBuilder, Outgoing, Transport};
+use mesh::raw::Transport;
+use mesh::raw::{Name, Origin, RoutingKey};
+use mesh::{Bus, BusBuilder, Outgoing};
 use serde_json::json;
 
 use crate::cli::{EmitArgs, Global};

@@ -197,7 +197,7 @@ fn is_forbidden(error: &anyhow::Error) -> bool {
             .downcast_ref::<mesh::Error>()
             .is_some_and(|e| forbidden(e.transport_kind()))
             || cause
-                .downcast_ref::<mesh::core::TransportError>()
+                .downcast_ref::<mesh::raw::TransportError>()
                 .is_some_and(|e| forbidden(Some(e.kind())))
     })
 }
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn a_refusal_by_permissions_is_forbidden_whatever_code_surrounds_it() {
-        let refused = mesh::core::TransportError::new(
+        let refused = mesh::raw::TransportError::new(
             mesh::TransportErrorKind::Forbidden {
                 refused: "write access to topic 'module.billing.x' in exchange 'mesh.events' \
                           in vhost '/' refused for user 'module.umami'"
@@ -260,7 +260,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(classify(&error), Code::Forbidden);
         assert_eq!(Code::Forbidden.value(), 10);
-        let other = Err::<(), _>(mesh::core::TransportError::new(
+        let other = Err::<(), _>(mesh::raw::TransportError::new(
             mesh::TransportErrorKind::Nacked,
             "publishing",
         ))

@@ -3,6 +3,8 @@
 //! programs' entry points, so both share one definition of every option, the config file's
 //! contexts and the audit logger's command. See the `mesh` binary's docs for the command line.
 
+#![warn(missing_docs)]
+
 #[macro_use]
 mod exit;
 

@@ -16,7 +16,7 @@ pub(crate) async fn run(global: &Global, command: &LogsCommand) -> anyhow::Resul
 }
 
 async fn tail(global: &Global, args: &LogsTailArgs) -> anyhow::Result<Code> {
-    mesh::core::TopicPattern::parse(&args.pattern).coded(Code::Usage, || {
+    mesh::raw::TopicPattern::parse(&args.pattern).coded(Code::Usage, || {
         format!("invalid pattern `{}`", args.pattern)
     })?;
     let options = config::amqp_options(global)?;

@@ -3,7 +3,7 @@
 //! The connection is checked over AMQP (URL, credentials, vhost: what every service needs);
 //! queues, depths and consumers come from the management API, which AMQP cannot enumerate.
 
-use mesh::core::naming::{self, RETIRED_DEAD_QUEUE};
+use mesh::raw::naming::{self, RETIRED_DEAD_QUEUE};
 use serde_json::{json, Value};
 
 use crate::cli::{Global, StatusArgs};

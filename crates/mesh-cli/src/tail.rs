@@ -4,7 +4,7 @@
 //! nothing of it outlives the process; the bus is closed before exiting all the same.
 
 use bytes::Bytes;
-use mesh::core::TopicPattern;
+use mesh::raw::TopicPattern;
 use mesh::{Bus, Incoming};
 use serde_json::{json, Value};
 
@@ -89,7 +89,7 @@ async fn follow(global: &Global, args: &TailArgs, bus: &Bus) -> anyhow::Result<C
 }
 
 fn print(global: &Global, incoming: &Incoming<Bytes>) -> anyhow::Result<()> {
-    let meta = &incoming.meta;
+    let meta = incoming.meta.envelope();
     let body_text = String::from_utf8_lossy(&incoming.event);
     if global.json {
         let body: Value = serde_json::from_slice(&incoming.event)

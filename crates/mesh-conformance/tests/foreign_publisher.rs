@@ -124,12 +124,12 @@ async fn a_foreign_publish_reaches_the_handler_and_bad_ones_are_dead_lettered() 
     .await;
     consumer.drain().await.expect("drain");
     let handled = std::mem::take(&mut *handled.lock().expect("lock"));
-    let ids: Vec<String> = handled.iter().map(|i| i.meta.id.to_string()).collect();
+    let ids: Vec<String> = handled.iter().map(|i| i.meta.id().to_string()).collect();
     assert_eq!(ids, vec![first, last]);
-    assert_eq!(handled[0].meta.source, "foreign");
+    assert_eq!(handled[0].meta.source(), "foreign");
     assert_eq!(handled[0].event, Bytes::from_static(br#"{"n":1}"#));
     assert_eq!(
-        handled[0].meta.headers.get("x-from-the-future"),
+        handled[0].meta.headers().get("x-from-the-future"),
         Some(&HeaderValue::Str("kept, not refused".into()))
     );
     watcher.drain().await.expect("drain");

@@ -166,7 +166,7 @@ async fn a_module_speaks_only_as_itself_and_the_broker_refuses_the_rest() {
             .on_raw(["module.umami.#"], move |incoming: Incoming<Bytes>| {
                 let ledger = ledger.clone();
                 async move {
-                    ledger.handled(incoming.meta.id.to_string());
+                    ledger.handled(incoming.meta.id().to_string());
                     Ok::<(), HandlerError>(())
                 }
             })
@@ -224,7 +224,9 @@ async fn a_module_speaks_only_as_itself_and_the_broker_refuses_the_rest() {
         .await
         .expect("a publishing bus starts");
     let error = forced
-        .emit_json("invoice.paid", &serde_json::json!({}))
+        .emit_outgoing(
+            mesh::Outgoing::json("invoice.paid", &serde_json::json!({})).expect("a JSON payload"),
+        )
         .await
         .expect_err("the broker refuses billing's key from umami");
     assert!(error.transport_kind().is_some_and(forbidden), "{error}");
@@ -236,7 +238,10 @@ async fn a_module_speaks_only_as_itself_and_the_broker_refuses_the_rest() {
         .await
         .expect("umami's bus starts");
     let id = own
-        .emit_json("site.created", &serde_json::json!({"id": 1}))
+        .emit_outgoing(
+            mesh::Outgoing::json("site.created", &serde_json::json!({"id": 1}))
+                .expect("a JSON payload"),
+        )
         .await
         .expect("umami emits its own event after the refusals");
     ledger.attempted(id.to_string());
@@ -317,13 +322,16 @@ async fn with_identity_enforced_only_the_owner_s_user_is_believed() {
                 let handled = handled.clone();
                 let attempts = attempts.clone();
                 async move {
-                    attempts.lock().unwrap().push(incoming.meta.attempt);
+                    attempts.lock().unwrap().push(incoming.meta.attempt());
                     // The first try fails: the retry ladder runs on billing's planned
                     // permissions, and the copy keeps umami as its validated user.
-                    if incoming.meta.attempt == 1 {
+                    if incoming.meta.attempt() == 1 {
                         return Err(HandlerError::retry(std::io::Error::other("once")));
                     }
-                    handled.lock().unwrap().push(incoming.meta.key.to_string());
+                    handled
+                        .lock()
+                        .unwrap()
+                        .push(incoming.meta.key().to_string());
                     Ok(())
                 }
             })

@@ -79,7 +79,9 @@ async fn two_servers_share_a_thousand_concurrent_calls_and_events_see_none() {
 
     // A sentinel event proves the listener works; it must be the first thing it saw.
     let sentinel = client
-        .emit_json("audit.sentinel", &serde_json::json!({}))
+        .emit_outgoing(
+            mesh::Outgoing::json("audit.sentinel", &serde_json::json!({})).expect("a JSON payload"),
+        )
         .await
         .expect("emit");
     let first = tokio::time::timeout(WAIT, audit.next())
@@ -87,7 +89,7 @@ async fn two_servers_share_a_thousand_concurrent_calls_and_events_see_none() {
         .expect("the sentinel in time")
         .expect("open")
         .expect("valid");
-    assert_eq!(first.meta.id, sentinel, "no RPC message rode mesh.events");
+    assert_eq!(first.meta.id(), sentinel, "no RPC message rode mesh.events");
 
     client.drain().await.expect("drain");
     for server in servers {

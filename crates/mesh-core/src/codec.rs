@@ -877,6 +877,29 @@ pub struct RemoteError {
     pub message: String,
 }
 
+impl RemoteError {
+    /// The code a server answers with when a request's body does not fit the tool's
+    /// request type.
+    pub const INVALID_REQUEST: &'static str = "invalid-request";
+    /// The code a server answers with when its handler panicked or its reply could not be
+    /// serialized.
+    pub const INTERNAL: &'static str = "internal";
+
+    /// A remote error with code `code` and message `message`.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> RemoteError {
+        RemoteError {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for RemoteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
 /// Encodes a reply: a JSON payload on success, or a remote error with an empty JSON body.
 pub fn encode_reply(result: &Result<Bytes, RemoteError>) -> WireMessage {
     let mut headers = Headers::new();

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use mesh::core::backoff::Backoff;
+use mesh::raw::backoff::Backoff;
 use mesh::{Bus, EventId, Outgoing};
 use mesh_testkit::Ledger;
 use tokio::sync::{mpsc, watch};

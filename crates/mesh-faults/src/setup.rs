@@ -1,5 +1,5 @@
 //! Where a scenario runs: a vhost of its own on a private node or cluster, a broker user for
-//! each of its modules with exactly the access plan's permissions ([`access`],
+//! each of its modules with exactly the access plan's permissions ([`access()`],
 //! [`cluster_access`]), and transports connected as those users. The harness's `guest` only
 //! acts as the operator (vhosts, mesh's exchanges, `rabbitmqctl`), never as a module.
 
@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use mesh::amqp::access::{self, AccessSpec, Password, Passwords};
 use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
-use mesh::core::naming;
-use mesh::core::{Name, Origin, TopicPattern};
+use mesh::raw::naming;
+use mesh::raw::{Name, Origin, TopicPattern};
 use mesh_testkit::shared::percent_encode;
 use mesh_testkit::{Cluster, PrivateNode};
 
@@ -58,7 +58,7 @@ fn guest_cluster_options(cluster: &Cluster, vhost: &str) -> AmqpOptions {
 /// The node every scenario's modules run on.
 pub const NODE: &str = "faults";
 
-/// The scenarios' modules and the patterns each binds: the spec from which [`access`] and
+/// The scenarios' modules and the patterns each binds: the spec from which [`access()`] and
 /// [`cluster_access`] give each module its user. RPC servers are named after their tools'
 /// owner (`server` serves `server.answer`): a module's user serves only its own tools. The
 /// module `audit-logger` is the node's audit logger (as in [`AccessSpec::module`]): its user
@@ -126,7 +126,7 @@ impl std::fmt::Debug for Login {
     }
 }
 
-/// The users of a vhost's access plan ([`access`], [`cluster_access`]). `Debug` shows no
+/// The users of a vhost's access plan ([`access()`], [`cluster_access`]). `Debug` shows no
 /// password.
 pub struct Access {
     /// The node's address, or the cluster's nodes' in node order.
@@ -232,7 +232,7 @@ pub async fn access(node: &PrivateNode, vhost: &str) -> anyhow::Result<Access> {
     })
 }
 
-/// Like [`access`] on `vhost` of `cluster`: the definitions are imported on one running node
+/// Like [`access()`] on `vhost` of `cluster`: the definitions are imported on one running node
 /// (users and permissions are cluster-wide).
 pub async fn cluster_access(cluster: &Cluster, vhost: &str) -> anyhow::Result<Access> {
     let (prefix, passwords, definitions) = plan(vhost)?;

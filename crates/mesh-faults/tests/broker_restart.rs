@@ -109,7 +109,7 @@ async fn run(fault: Fault, queue_type: QueueType) {
             .module("sink")
             .prefetch(PREFETCH)
             .on_raw(["module.source.#"], move |incoming| {
-                ledger.handled(incoming.meta.id.to_string());
+                ledger.handled(incoming.meta.id().to_string());
                 handles.mark();
                 async { Ok::<(), HandlerError>(()) }
             })

@@ -75,7 +75,7 @@ async fn sink(
         .module("sink")
         .prefetch(128)
         .on_raw(["module.source.#"], move |incoming| {
-            ledger.handled(incoming.meta.id.to_string());
+            ledger.handled(incoming.meta.id().to_string());
             handles.mark();
             async { Ok::<(), HandlerError>(()) }
         })
@@ -671,10 +671,13 @@ async fn poison_is_dead_lettered_after_the_configured_attempts() {
             .retry(policy)
             .on_raw(["module.source.#"], move |incoming| {
                 let outcome = if seq_of(&incoming.event) == Some(POISON_SEQ) {
-                    poison_attempts.lock().unwrap().push(incoming.meta.attempt);
+                    poison_attempts
+                        .lock()
+                        .unwrap()
+                        .push(incoming.meta.attempt());
                     Err(HandlerError::retry("poison"))
                 } else {
-                    ledger.handled(incoming.meta.id.to_string());
+                    ledger.handled(incoming.meta.id().to_string());
                     Ok(())
                 };
                 async move { outcome }

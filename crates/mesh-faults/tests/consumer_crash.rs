@@ -123,12 +123,12 @@ async fn a_consumer_killed_mid_handler_has_its_events_redelivered() {
             .node("faults")
             .module("worker")
             .on_raw(["module.source.#"], move |incoming| {
-                let id = incoming.meta.id.to_string();
+                let id = incoming.meta.id().to_string();
                 redelivered
                     .lock()
                     .unwrap()
                     .entry(id.clone())
-                    .or_insert(incoming.meta.redelivered);
+                    .or_insert(incoming.meta.redelivered());
                 ledger.handled(id);
                 handles.mark();
                 async { Ok(()) }

@@ -70,7 +70,7 @@ async fn a_consumer_timed_out_by_the_broker_is_reattached_and_the_event_redelive
             .module("slow")
             .prefetch(8)
             .on_raw(["module.source.#"], move |incoming| {
-                let id = incoming.meta.id.to_string();
+                let id = incoming.meta.id().to_string();
                 let first_of_all = !slow_taken.swap(true, Ordering::SeqCst);
                 let (ledger, slow_started, slow_finished, handled) = (
                     ledger.clone(),
@@ -93,7 +93,7 @@ async fn a_consumer_timed_out_by_the_broker_is_reattached_and_the_event_redelive
                         .entry(id.clone())
                         .or_insert(Handled {
                             at: Instant::now(),
-                            redelivered: incoming.meta.redelivered,
+                            redelivered: incoming.meta.redelivered(),
                         });
                     ledger.handled(id);
                     Ok(())

@@ -72,7 +72,7 @@ async fn a_memory_alarm_blocks_publishers_within_their_deadline_and_not_consumer
                         // synchronisation).
                         tokio::time::sleep(WORK).await;
                     }
-                    ledger.handled(incoming.meta.id.to_string());
+                    ledger.handled(incoming.meta.id().to_string());
                     handles.mark();
                     Ok::<(), HandlerError>(())
                 }

@@ -78,8 +78,8 @@ async fn events_in_the_retry_ladder_survive_a_broker_crash() {
             .retry(policy)
             .on_raw(["module.source.#"], move |incoming| {
                 calls.fetch_add(1, Ordering::Relaxed);
-                let id = incoming.meta.id.to_string();
-                let attempt = incoming.meta.attempt;
+                let id = incoming.meta.id().to_string();
+                let attempt = incoming.meta.attempt();
                 let seq = seq_of(&incoming.event);
                 let outcome = match seq {
                     None => Err(HandlerError::permanent("no `seq` in the body")),

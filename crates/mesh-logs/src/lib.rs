@@ -62,6 +62,8 @@
 //! logged per record published, so shipping cannot feed itself, and the backoff bounds their
 //! rate.
 
+#![warn(missing_docs)]
+
 mod connect;
 mod error;
 mod layer;

@@ -13,7 +13,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mesh::{Bus, Event, HandlerError, Incoming, RemoteError, RetryPolicy, Transport};
+use mesh::raw::Transport;
+use mesh::{Bus, Event, HandlerError, Incoming, RemoteError, RetryPolicy};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -83,7 +84,9 @@ async fn run() -> anyhow::Result<()> {
             async move {
                 println!(
                     "   billing handled {} (id {}, from {})",
-                    incoming.meta.key, incoming.meta.id, incoming.meta.source
+                    incoming.meta.key(),
+                    incoming.meta.id(),
+                    incoming.meta.source()
                 );
                 let _ = done.send("billing".into());
                 Ok(())
@@ -116,9 +119,10 @@ async fn run() -> anyhow::Result<()> {
             async move {
                 println!(
                     "   mailer attempt {} for {} fails: mail server unreachable",
-                    incoming.meta.attempt, incoming.event.site
+                    incoming.meta.attempt(),
+                    incoming.event.site
                 );
-                if incoming.meta.attempt == 3 {
+                if incoming.meta.attempt() == 3 {
                     let _ = done.send("mailer".into());
                 }
                 Err(HandlerError::retry("mail server unreachable"))

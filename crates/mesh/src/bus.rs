@@ -56,6 +56,41 @@ enum IdentitySpec {
 /// All `on` handlers of a bus share its one consumer queue, bound to the union of their
 /// patterns; they are registered before [`start`](BusBuilder::start) so the queue's
 /// bindings are set once, completely (bindings no longer asked for are removed).
+///
+/// ```
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Serialize, Deserialize)]
+/// # struct SiteCreated { site: String }
+/// # impl mesh::Event for SiteCreated { const KEY: &'static str = "module.umami.site.created"; }
+/// # #[tokio::main] async fn main() -> Result<(), mesh::Error> {
+/// use std::sync::Arc;
+/// use mesh::{Bus, HandlerError, Incoming, RetryPolicy};
+///
+/// let broker = mesh::MemoryBroker::new();
+/// let (seen, mut sites) = tokio::sync::mpsc::unbounded_channel();
+/// let stats = Bus::builder()
+///     .node("anchor")
+///     .module("stats") // consumes on queue `anchor.stats.events`
+///     .prefetch(8)
+///     .retry(RetryPolicy::default())
+///     .on(move |e: Incoming<SiteCreated>| {
+///         let seen = seen.clone();
+///         async move {
+///             seen.send(e.event.site).map_err(HandlerError::permanent)?;
+///             Ok(())
+///         }
+///     })
+///     .start(Arc::new(broker.transport()))
+///     .await?;
+///
+/// let umami = Bus::builder().node("anchor").module("umami")
+///     .start(Arc::new(broker.transport()))
+///     .await?;
+/// umami.emit(&SiteCreated { site: "blog".into() }).await?;
+/// assert_eq!(sites.recv().await.as_deref(), Some("blog"));
+/// stats.drain().await?;
+/// # Ok(()) }
+/// ```
 pub struct BusBuilder {
     node: Option<String>,
     identity: Option<IdentitySpec>,
@@ -274,7 +309,6 @@ impl BusBuilder {
             retry: self.retry,
             emit_deadline: self.emit_deadline,
             stop: CancellationToken::new(),
-            handlers: TaskTracker::new(),
             confirms: TaskTracker::new(),
             loops: Mutex::new(Vec::new()),
         });
@@ -326,8 +360,6 @@ pub(crate) struct Inner {
     emit_deadline: Option<Duration>,
     /// Fired by drain and close: every consumer loop stops taking deliveries.
     pub(crate) stop: CancellationToken,
-    /// Handler and serve tasks in flight.
-    pub(crate) handlers: TaskTracker,
     /// Confirms of emits whose callers did not await them.
     confirms: TaskTracker,
     loops: Mutex<Vec<JoinHandle<()>>>,
@@ -336,7 +368,44 @@ pub(crate) struct Inner {
 /// A module's handle onto the mesh: emit events, call tools, and (through the
 /// [`BusBuilder`]) handle events and serve tools.
 ///
-/// Cheap to clone; every clone is the same bus.
+/// Cheap to clone; every clone is the same bus. `Bus` is `Send + Sync`, and every
+/// future its methods return.
+///
+/// There is one way to do each thing: [`emit`](Bus::emit) a typed event,
+/// [`emit_outgoing`](Bus::emit_outgoing) an [`Outgoing`] (a JSON payload under an event name,
+/// a full key, or options such as a causation id or headers), and
+/// [`emit_nowait`](Bus::emit_nowait) to pipeline many emits and await their confirms later.
+///
+/// ```
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Serialize, Deserialize)]
+/// # struct SiteCreated { site: String }
+/// # impl mesh::Event for SiteCreated { const KEY: &'static str = "module.umami.site.created"; }
+/// # #[tokio::main] async fn main() -> Result<(), mesh::Error> {
+/// use std::sync::Arc;
+/// use mesh::{Bus, Outgoing};
+///
+/// let broker = mesh::MemoryBroker::new();
+/// let umami = Bus::builder().node("anchor").module("umami")
+///     .start(Arc::new(broker.transport()))
+///     .await?;
+/// // Resolves once the broker confirmed the event.
+/// let id = umami.emit(&SiteCreated { site: "blog".into() }).await?;
+/// // A JSON payload under an event name of this bus, caused by the first event.
+/// umami
+///     .emit_outgoing(Outgoing::json("site.renamed", &"journal")?.causation_id(id.to_string()))
+///     .await?;
+/// // Pipelined: many emits in flight, their confirms awaited afterwards.
+/// let mut pending = Vec::new();
+/// for n in 0..10 {
+///     pending.push(umami.emit_nowait(Outgoing::json("site.visited", &n)?).await?);
+/// }
+/// for emit in pending {
+///     emit.await?;
+/// }
+/// umami.drain().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Bus {
     pub(crate) inner: Arc<Inner>,
@@ -467,6 +536,11 @@ impl Outgoing {
 ///
 /// The event is published whether this is awaited or not; [`Bus::drain`] waits for its
 /// confirm either way (dropped unresolved, it hands the wait to the bus).
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropping it, resolved or not, loses nothing; awaiting it again is not
+/// possible once it resolved.
 #[must_use = "an emit is confirmed only when this resolves to Ok"]
 pub struct PendingEmit {
     id: EventId,
@@ -559,20 +633,23 @@ impl Bus {
     }
 
     /// Emits a typed event and waits until the broker confirmed it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped before it resolves, the event may or may not have been
+    /// published, and the caller cannot tell which. One that was published is still
+    /// confirmed (and resent across reconnects) like any other, and [`Bus::drain`] waits for
+    /// it. To try again without doubling it, emit an [`Outgoing`] with the same
+    /// [`id`](Outgoing::id): consumers deduplicate by event id.
     pub async fn emit<E: Event>(&self, event: &E) -> Result<EventId, Error> {
         self.emit_outgoing(Outgoing::event(event)?).await
     }
 
-    /// Emits a JSON payload under event name `name` of this bus and waits for the confirm.
-    pub async fn emit_json<T: Serialize + ?Sized>(
-        &self,
-        name: &str,
-        payload: &T,
-    ) -> Result<EventId, Error> {
-        self.emit_outgoing(Outgoing::json(name, payload)?).await
-    }
-
-    /// Emits and waits for the confirm.
+    /// Emits an [`Outgoing`] and waits until the broker confirmed it.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Bus::emit`]: not cancel safe; a retry reuses the event's id.
     pub async fn emit_outgoing(&self, outgoing: Outgoing) -> Result<EventId, Error> {
         let span = emit_span();
         async {
@@ -589,6 +666,12 @@ impl Bus {
     /// Emits without waiting for the confirm: returns once the transport took the event
     /// (waiting only for room in its unconfirmed window), with a [`PendingEmit`] that
     /// resolves on the confirm. Many emits can be in flight this way.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe while it waits for room: dropped then, the event may or may not have
+    /// been taken. Once it returned, dropping the [`PendingEmit`] cancels nothing: the
+    /// event is confirmed all the same, and [`Bus::drain`] waits for it.
     pub async fn emit_nowait(&self, outgoing: Outgoing) -> Result<PendingEmit, Error> {
         let span = emit_span();
         let (id, confirm, since) = self
@@ -703,16 +786,10 @@ impl Bus {
     }
 
     pub(crate) async fn start_serving(&self, entry: ServeEntry) -> Result<(), Error> {
-        let subscription = rpc::subscribe(&self.inner, &entry).await?;
+        let subscription = rpc::subscribe(&self.inner, &entry, self.inner.prefetch).await?;
         let stop = self.inner.stop.child_token();
-        let tracker = self.inner.handlers.clone();
-        self.spawn_loop(rpc::serve_loop(
-            Arc::new(entry),
-            subscription,
-            stop,
-            tracker,
-        ))
-        .await;
+        self.spawn_loop(rpc::serve_loop(Arc::new(entry), subscription, stop))
+            .await;
         Ok(())
     }
 
@@ -730,14 +807,19 @@ impl Bus {
 
     /// Stops taking new deliveries, lets in-flight handlers finish (settling their
     /// deliveries), waits for every unconfirmed emit, then closes the transport.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped mid-way, the bus has stopped taking deliveries (a handler
+    /// that had not started is released to its queue), but confirms may still be pending and
+    /// the transport open. Calling `drain` again finishes the job; [`Bus::close`] closes at
+    /// once.
     pub async fn drain(&self) -> Result<(), Error> {
         self.inner.stop.cancel();
         let loops: Vec<JoinHandle<()>> = std::mem::take(&mut *self.inner.loops.lock().await);
         for handle in loops {
             let _ = handle.await;
         }
-        self.inner.handlers.close();
-        self.inner.handlers.wait().await;
         self.inner.confirms.close();
         self.inner.confirms.wait().await;
         // Emits whose `PendingEmit` is still held (not awaited, not dropped) are in the

@@ -114,6 +114,42 @@ impl DedupStore for MemoryDedup {
 
 /// Wraps `handler` so it runs at most once per event id known to `store`: a duplicate is
 /// acknowledged without calling it; a failure releases the claim so the retry runs it.
+///
+/// ```
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Serialize, Deserialize)]
+/// # struct SiteCreated { site: String }
+/// # impl mesh::Event for SiteCreated { const KEY: &'static str = "module.umami.site.created"; }
+/// # #[tokio::main] async fn main() -> Result<(), mesh::Error> {
+/// use std::sync::Arc;
+/// use mesh::{dedup, Bus, Incoming, MemoryDedup, Outgoing};
+///
+/// let broker = mesh::MemoryBroker::new();
+/// let (done, mut sites) = tokio::sync::mpsc::unbounded_channel();
+/// let store = Arc::new(MemoryDedup::default()); // ids kept for an hour, 100,000 at most
+/// let mailer = Bus::builder().node("anchor").module("mailer")
+///     .on(dedup(store, move |e: Incoming<SiteCreated>| {
+///         let done = done.clone();
+///         async move {
+///             let _ = done.send(e.event.site); // the effect, once per event id
+///             Ok(())
+///         }
+///     }))
+///     .start(Arc::new(broker.transport()))
+///     .await?;
+///
+/// let umami = Bus::builder().node("anchor").module("umami")
+///     .start(Arc::new(broker.transport()))
+///     .await?;
+/// let id = umami.emit(&SiteCreated { site: "blog".into() }).await?;
+/// // The same event again (a publisher's resend): handled once.
+/// umami.emit_outgoing(Outgoing::event(&SiteCreated { site: "blog".into() })?.id(id)).await?;
+/// umami.emit(&SiteCreated { site: "shop".into() }).await?;
+/// assert_eq!(sites.recv().await.as_deref(), Some("blog"));
+/// assert_eq!(sites.recv().await.as_deref(), Some("shop"));
+/// mailer.drain().await?;
+/// # Ok(()) }
+/// ```
 pub fn dedup<T, F, Fut>(
     store: Arc<dyn DedupStore>,
     handler: F,
@@ -128,7 +164,7 @@ where
         let store = Arc::clone(&store);
         let handler = Arc::clone(&handler);
         Box::pin(async move {
-            let id = incoming.meta.id;
+            let id = incoming.meta.id();
             if !store.claim(id).await {
                 tracing::debug!(%id, "duplicate event skipped");
                 return Ok(());

@@ -192,14 +192,14 @@ impl Dispatcher {
             self.settle_ack(delivery).await;
             return;
         }
-        let meta = Meta::new(&envelope, attempt, delivery.redelivered);
         let cause = envelope.id.to_string();
+        let meta = Meta::new(Arc::new(envelope), attempt, delivery.redelivered);
         let run = async {
             let mut worst = Outcome::Done;
             if let [only] = matching.as_slice() {
-                worst = call(only, &envelope, meta).await;
+                worst = call(only, meta).await;
             } else {
-                let calls = matching.iter().map(|h| call(h, &envelope, meta.clone()));
+                let calls = matching.iter().map(|h| call(h, meta.clone()));
                 for outcome in futures::future::join_all(calls).await {
                     worst = worse(worst, outcome);
                 }
@@ -262,11 +262,8 @@ impl Dispatcher {
 }
 
 /// Calls one handler, turning a panic into a retryable failure.
-async fn call(handler: &HandlerEntry, envelope: &mesh_core::Envelope, meta: Meta) -> Outcome {
-    match AssertUnwindSafe((handler.call)(envelope, meta))
-        .catch_unwind()
-        .await
-    {
+async fn call(handler: &HandlerEntry, meta: Meta) -> Outcome {
+    match AssertUnwindSafe((handler.call)(meta)).catch_unwind().await {
         Ok(outcome) => outcome,
         Err(panic) => {
             let text = panic

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use mesh_core::{DeadReason, Envelope, TopicPattern};
+use mesh_core::{DeadReason, TopicPattern};
 
 use crate::error::HandlerError;
 use crate::event::Event;
@@ -22,8 +22,7 @@ pub(crate) enum Outcome {
     GiveUp(DeadReason, String),
 }
 
-pub(crate) type ErasedHandler =
-    Arc<dyn Fn(&Envelope, Meta) -> BoxFuture<'static, Outcome> + Send + Sync>;
+pub(crate) type ErasedHandler = Arc<dyn Fn(Meta) -> BoxFuture<'static, Outcome> + Send + Sync>;
 
 /// A registered `on` handler: its patterns and the function.
 #[derive(Clone)]
@@ -62,7 +61,8 @@ where
     Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
 {
     let handler = Arc::new(handler);
-    Arc::new(move |envelope: &Envelope, meta: Meta| {
+    Arc::new(move |meta: Meta| {
+        let envelope = meta.envelope();
         let version = envelope.schema_or_default();
         if !E::reads(version.0) {
             let reason = format!(
@@ -94,8 +94,8 @@ where
     Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
 {
     let handler = Arc::new(handler);
-    Arc::new(move |envelope: &Envelope, meta: Meta| {
-        let event = envelope.body.clone();
+    Arc::new(move |meta: Meta| {
+        let event = meta.envelope().body.clone();
         let handler = Arc::clone(&handler);
         Box::pin(async move { outcome(handler(Incoming { event, meta }).await) })
     })

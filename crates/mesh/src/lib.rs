@@ -4,7 +4,7 @@
 //! request/reply. The wire contract (ADR 42) is implemented here and in `mesh-core`; a
 //! module never sees an exchange or queue name.
 //!
-//! ```no_run
+//! ```
 //! use std::time::Duration;
 //! use serde::{Deserialize, Serialize};
 //!
@@ -14,7 +14,7 @@
 //!     const KEY: &'static str = "module.umami.site.created";
 //! }
 //!
-//! # async fn example() -> Result<(), mesh::Error> {
+//! # #[tokio::main] async fn main() -> Result<(), mesh::Error> {
 //! let broker = mesh::MemoryBroker::new();
 //! let bus = mesh::Bus::builder()
 //!     .node("anchor")
@@ -42,6 +42,8 @@
 //!
 //! Architecture invariant: no broker client's type appears in this crate's public API.
 
+#![warn(missing_docs)]
+
 mod bus;
 mod causation;
 mod dedup;
@@ -62,19 +64,45 @@ pub use event::Event;
 pub use identity::Identity;
 pub use incoming::{Incoming, Meta};
 pub use listen::{DeadLetters, DeadMessage, Listener};
-pub use rpc::{INTERNAL, INVALID_REQUEST};
 
 pub use mesh_core::{
     codec::DeadLetter, DeadReason, EventId, Health, RemoteError, RequestMeta, RetryPolicy,
-    RoutingKey, SchemaVersion, Timestamp, TopicPattern, Transport, TransportErrorKind,
+    RoutingKey, SchemaVersion, Timestamp, TopicPattern, TransportErrorKind,
 };
+#[cfg(feature = "memory")]
 pub use mesh_memory::MemoryBroker;
 
-/// The contract itself, for tools that need the lower layer.
-pub use mesh_core as core;
+/// The lower-level door: the wire contract and the [`Transport`](raw::Transport) seam
+/// beneath the SDK, for tools that speak to the broker directly (the `mesh` CLI, the audit
+/// logger) and for transports of one's own.
+///
+/// A module has no reason to come here: a [`Bus`] is the way to emit, handle, call and
+/// serve. A caller that publishes through a transport itself gives up every rule the bus
+/// keeps for it:
+///
+/// - its keys are not checked to be its own (the bus refuses a key outside its prefix);
+/// - its headers are not checked: it may set, or forget, the contract's headers
+///   (`x-event-id`, `x-source`, `x-time`, …) and the runtime's own (`x-mesh-*`), which
+///   consumers then judge as any other publisher's (a malformed event is dead-lettered
+///   `undecodable`, a foreign `x-source` `forged-source`);
+/// - no causation, trace context, metrics or `mesh.emit` span are recorded;
+/// - a delivery taken from a subscription is settled by the caller: nothing acks it only
+///   after a handler succeeded, retries it down the ladder or dead-letters it with a reason.
+///
+/// What the broker enforces still holds: with the access plan's users
+/// (`docs/SECURITY.md`), a connection writes only under its own prefix, and the broker
+/// stamps the validated user on every message.
+pub mod raw {
+    pub use mesh_core::*;
+}
 
 /// The RabbitMQ transport.
 #[cfg(feature = "amqp")]
 pub mod amqp {
     pub use mesh_amqp::*;
 }
+
+/// The README's tour of the API, compiled with the doctests so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeTour;

@@ -1,5 +1,7 @@
 //! Ephemeral listeners and the tap of dead letters.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use mesh_core::codec::{self, DeadLetter};
 use mesh_core::{
@@ -29,11 +31,9 @@ impl Listener {
         let delivery = self.subscription.next().await?;
         Some(match codec::decode(&delivery.message) {
             Ok(envelope) => {
-                let meta = Meta::new(&envelope, 1, delivery.redelivered);
-                Ok(Incoming {
-                    event: envelope.body,
-                    meta,
-                })
+                let event = envelope.body.clone();
+                let meta = Meta::new(Arc::new(envelope), 1, delivery.redelivered);
+                Ok(Incoming { event, meta })
             }
             Err(e) => Err(e.into()),
         })
@@ -102,6 +102,23 @@ impl DeadLetters {
 
 impl Bus {
     /// Listens to events matching `patterns` from now on, at most once each.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), mesh::Error> {
+    /// use std::sync::Arc;
+    /// use mesh::{Bus, Outgoing};
+    ///
+    /// let broker = mesh::MemoryBroker::new();
+    /// let umami = Bus::builder().node("anchor").module("umami")
+    ///     .start(Arc::new(broker.transport()))
+    ///     .await?;
+    /// let mut sites = umami.listen(["module.umami.site.*"]).await?;
+    /// umami.emit_outgoing(Outgoing::json("site.created", &"blog")?).await?;
+    /// let seen = sites.next().await.expect("the bus is open")?;
+    /// assert_eq!(seen.meta.key().as_str(), "module.umami.site.created");
+    /// assert_eq!(&seen.event[..], b"\"blog\"");
+    /// # Ok(()) }
+    /// ```
     pub async fn listen<I, S>(&self, patterns: I) -> Result<Listener, Error>
     where
         I: IntoIterator<Item = S>,

@@ -8,24 +8,19 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use futures::FutureExt;
+use futures::StreamExt;
 use mesh_core::codec::{self, RemoteError, RequestMeta};
 use mesh_core::{Delivery, EventId, ServeSpec, Subscription, Timestamp, ToolKey};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::{debug, warn, Instrument};
 
 use crate::bus::{Bus, Inner};
 use crate::error::{Error, ErrorKind};
 use crate::telemetry::{propagation, record};
-
-/// The code of the remote error a server sends when a request's body does not fit the
-/// tool's request type.
-pub const INVALID_REQUEST: &str = "invalid-request";
-/// The code of the remote error a server sends when its handler panicked.
-pub const INTERNAL: &str = "internal";
 
 type ErasedServe =
     Arc<dyn Fn(Bytes, RequestMeta) -> BoxFuture<'static, Result<Bytes, RemoteError>> + Send + Sync>;
@@ -48,66 +43,69 @@ impl ServeEntry {
             let request = match serde_json::from_slice::<Req>(&body) {
                 Ok(request) => request,
                 Err(e) => {
-                    return Box::pin(std::future::ready(Err(RemoteError {
-                        code: INVALID_REQUEST.to_owned(),
-                        message: e.to_string(),
-                    })))
+                    return Box::pin(std::future::ready(Err(RemoteError::new(
+                        RemoteError::INVALID_REQUEST,
+                        e.to_string(),
+                    ))))
                 }
             };
             let handler = Arc::clone(&handler);
             Box::pin(async move {
                 let response = handler(request, meta).await?;
-                serde_json::to_vec(&response)
-                    .map(Bytes::from)
-                    .map_err(|e| RemoteError {
-                        code: INTERNAL.to_owned(),
-                        message: format!("reply could not be serialized: {e}"),
-                    })
+                serde_json::to_vec(&response).map(Bytes::from).map_err(|e| {
+                    RemoteError::new(
+                        RemoteError::INTERNAL,
+                        format!("reply could not be serialized: {e}"),
+                    )
+                })
             })
         });
         ServeEntry { tool, call }
     }
 }
 
-pub(crate) async fn subscribe(inner: &Inner, entry: &ServeEntry) -> Result<Subscription, Error> {
+pub(crate) async fn subscribe(
+    inner: &Inner,
+    entry: &ServeEntry,
+    prefetch: u16,
+) -> Result<Subscription, Error> {
     let tool = ToolKey::parse(&entry.tool)?;
-    Ok(inner
-        .transport
-        .serve(ServeSpec {
-            tool,
-            prefetch: crate::bus::DEFAULT_PREFETCH,
-        })
-        .await?)
+    Ok(inner.transport.serve(ServeSpec { tool, prefetch }).await?)
 }
 
+/// Serves `subscription` until `stop` fires, as the event dispatcher consumes: requests are
+/// answered on this task, concurrently up to the prefetch (the subscription holds no more),
+/// with no task per request. On `stop`, requests not yet started are released and those
+/// started are answered before this returns.
 pub(crate) async fn serve_loop(
     entry: Arc<ServeEntry>,
     mut subscription: Subscription,
     stop: CancellationToken,
-    tracker: TaskTracker,
 ) {
-    loop {
+    let mut running = FuturesUnordered::new();
+    let mut open = true;
+    while open {
         tokio::select! {
             biased;
             () = stop.cancelled() => break,
+            Some(()) = running.next(), if !running.is_empty() => {}
             request = subscription.next() => match request {
-                Some(request) => {
-                    let entry = Arc::clone(&entry);
-                    tracker.spawn(async move { answer(&entry, request).await });
-                }
-                None => break,
+                Some(request) => running.push(answer(&entry, request)),
+                None => open = false,
             },
         }
     }
     subscription.cancel();
+    while running.next().await.is_some() {}
+    debug!(tool = %entry.tool, "server stopped");
 }
 
 async fn answer(entry: &ServeEntry, request: Delivery) {
     let result = match codec::decode_request(&request.message) {
-        Err(e) => Err(RemoteError {
-            code: INVALID_REQUEST.to_owned(),
-            message: e.to_string(),
-        }),
+        Err(e) => Err(RemoteError::new(
+            RemoteError::INVALID_REQUEST,
+            e.to_string(),
+        )),
         Ok(meta) => {
             let span = tracing::info_span!(
                 "mesh.serve",
@@ -126,10 +124,10 @@ async fn answer(entry: &ServeEntry, request: Delivery) {
                 .await
             {
                 Ok(result) => result,
-                Err(_) => Err(RemoteError {
-                    code: INTERNAL.to_owned(),
-                    message: "the tool's handler panicked".to_owned(),
-                }),
+                Err(_) => Err(RemoteError::new(
+                    RemoteError::INTERNAL,
+                    "the tool's handler panicked",
+                )),
             }
         }
     };
@@ -156,6 +154,47 @@ impl Bus {
     /// queue exists but no server is attached), and with [`ErrorKind::Remote`] when the
     /// tool answered with an error. A request the caller gave up on expires in the queue
     /// and is not executed later.
+    ///
+    /// The server side is [`BusBuilder::serve`](crate::BusBuilder::serve) (or
+    /// [`Bus::serve`] on a running bus); its requests are answered on its consumer's task,
+    /// up to the bus's prefetch at once, like events.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), mesh::Error> {
+    /// use std::{sync::Arc, time::Duration};
+    /// use mesh::{Bus, RemoteError, RequestMeta};
+    ///
+    /// let broker = mesh::MemoryBroker::new();
+    /// let billing = Bus::builder().node("anchor").module("billing")
+    ///     .serve("billing.quote", |plan: String, _meta: RequestMeta| async move {
+    ///         match plan.as_str() {
+    ///             "basic" => Ok(900_u64),
+    ///             _ => Err(RemoteError::new("unknown-plan", format!("no plan {plan}"))),
+    ///         }
+    ///     })
+    ///     .start(Arc::new(broker.transport()))
+    ///     .await?;
+    ///
+    /// let umami = Bus::builder().node("anchor").module("umami")
+    ///     .start(Arc::new(broker.transport()))
+    ///     .await?;
+    /// let cents: u64 = umami.call("billing.quote", "basic", Duration::from_secs(5)).await?;
+    /// assert_eq!(cents, 900);
+    /// let refused = umami.call::<_, u64>("billing.quote", "gold", Duration::from_secs(5)).await;
+    /// assert!(matches!(
+    ///     refused.unwrap_err().kind(),
+    ///     mesh::ErrorKind::Remote { code, .. } if code == "unknown-plan"
+    /// ));
+    /// billing.drain().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it abandons the call: a request already sent may still be executed by a
+    /// server (before it expires in the queue), and its reply is discarded. Tools are
+    /// called at least once, so a retried call may run twice: servers of tools with effects
+    /// deduplicate by the request id ([`RequestMeta::id`]).
     pub async fn call<Req, Resp>(
         &self,
         tool: &str,
@@ -173,6 +212,10 @@ impl Bus {
     }
 
     /// Calls a tool with a JSON body (checked to be JSON) and returns the JSON reply.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Bus::call`].
     pub async fn call_raw(
         &self,
         tool: &str,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mesh::core::codec::{self, DeadReason};
-use mesh::core::{PublishOptions, Transport, WireMessage};
+use mesh::raw::codec::{self, DeadReason};
+use mesh::raw::{PublishOptions, Transport, WireMessage};
 use mesh::{Bus, ErrorKind, Incoming, MemoryBroker, Outgoing};
 use tokio::sync::mpsc;
 
@@ -16,7 +16,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// A message as another client would publish it: the contract's headers, set by hand.
 fn raw_event(key: &str, source: &str, time: &str) -> (WireMessage, String) {
-    let id = mesh::core::EventId::new().to_string();
+    let id = mesh::raw::EventId::new().to_string();
     let mut message = WireMessage::new(key, Bytes::from_static(br#"{"n":1}"#));
     message.properties.content_type = Some(codec::CONTENT_TYPE_JSON.into());
     let headers = &mut message.properties.headers;
@@ -48,7 +48,7 @@ async fn a_forged_or_undecodable_event_is_dead_lettered_and_never_handled() {
         .on_raw(["module.billing.#"], move |e: Incoming<Bytes>| {
             let seen = seen.clone();
             async move {
-                let _ = seen.send(e.meta.id.to_string());
+                let _ = seen.send(e.meta.id().to_string());
                 Ok(())
             }
         })
@@ -180,7 +180,7 @@ async fn mesh_headers_from_a_publisher_are_not_believed() {
         .on_raw(["module.billing.#"], move |e: Incoming<Bytes>| {
             let seen = seen.clone();
             async move {
-                let _ = seen.send((e.meta.key.to_string(), e.meta.attempt));
+                let _ = seen.send((e.meta.key().to_string(), e.meta.attempt()));
                 Ok(())
             }
         })
@@ -193,7 +193,7 @@ async fn mesh_headers_from_a_publisher_are_not_believed() {
         "2026-09-03T12:00:00Z",
     );
     let headers = &mut forged.properties.headers;
-    headers.insert(codec::ATTEMPTS.into(), mesh::core::HeaderValue::UInt(99));
+    headers.insert(codec::ATTEMPTS.into(), mesh::raw::HeaderValue::UInt(99));
     headers.insert(
         codec::ROUTING_KEY.into(),
         "module.umami.site.created".into(),

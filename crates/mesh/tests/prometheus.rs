@@ -39,8 +39,8 @@ async fn the_endpoint_counts_known_traffic_exactly() {
             let to_test = to_test.clone();
             let failed_once = Arc::clone(&failed_once);
             async move {
-                let name = e.meta.key.as_str().rsplit('.').next().unwrap_or_default();
-                let _ = to_test.send((name.to_owned(), e.meta.attempt));
+                let name = e.meta.key().as_str().rsplit('.').next().unwrap_or_default();
+                let _ = to_test.send((name.to_owned(), e.meta.attempt()));
                 match name {
                     "flaky" if !failed_once.swap(true, Ordering::SeqCst) => {
                         Err(HandlerError::retry("not yet"))
@@ -63,9 +63,12 @@ async fn the_endpoint_counts_known_traffic_exactly() {
     let mut dead = shop.dead_letters().await.expect("dead letters");
 
     for name in ["ok", "ok", "ok", "flaky", "bad"] {
-        shop.emit_json(&format!("order.{name}"), &serde_json::json!({}))
-            .await
-            .expect("confirmed");
+        shop.emit_outgoing(
+            mesh::Outgoing::json(&format!("order.{name}"), &serde_json::json!({}))
+                .expect("a JSON payload"),
+        )
+        .await
+        .expect("confirmed");
     }
 
     // Wait on what the test can see by itself: six handler calls and one dead letter.

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mesh::amqp::{AmqpOptions, AmqpTransport};
-use mesh::{Bus, HandlerError, Incoming, Transport};
+use mesh::raw::Transport;
+use mesh::{Bus, HandlerError, Incoming};
 use mesh_testkit::http::must_get;
 use mesh_testkit::{eventually, TestVhost};
 use tokio::sync::mpsc;
@@ -53,7 +54,7 @@ async fn readiness_follows_the_consumers_connection() {
         .on_raw(["module.pinger.#"], move |e: Incoming<Bytes>| {
             let to_test = to_test.clone();
             async move {
-                let _ = to_test.send(e.meta.key.to_string());
+                let _ = to_test.send(e.meta.key().to_string());
                 Ok::<(), HandlerError>(())
             }
         })
@@ -100,7 +101,9 @@ async fn readiness_follows_the_consumers_connection() {
 
     // Re-attached for real: an event emitted now is handled.
     pinger
-        .emit_json("ping.sent", &serde_json::json!({}))
+        .emit_outgoing(
+            mesh::Outgoing::json("ping.sent", &serde_json::json!({})).expect("a JSON payload"),
+        )
         .await
         .expect("confirmed");
     let key = tokio::time::timeout(WAIT, handled.recv())

@@ -69,7 +69,9 @@ async fn a_handler_span_closes_after_the_buses_first_call() {
     bus_cell.set(billing.clone()).expect("set once");
 
     let id = billing
-        .emit_json("quote.asked", &serde_json::json!({}))
+        .emit_outgoing(
+            mesh::Outgoing::json("quote.asked", &serde_json::json!({})).expect("a JSON payload"),
+        )
         .await
         .expect("confirmed")
         .to_string();

@@ -138,8 +138,11 @@ async fn a_handlers_span_is_the_child_of_the_emitters_across_the_broker() {
             let bus = handle.get().cloned();
             async move {
                 let bus = bus.ok_or("billing's bus is not set yet")?;
-                bus.emit_json("invoice.opened", &serde_json::json!({"site": "blog"}))
-                    .await?;
+                bus.emit_outgoing(mesh::Outgoing::json(
+                    "invoice.opened",
+                    &serde_json::json!({"site": "blog"}),
+                )?)
+                .await?;
                 let _cents: u64 = bus
                     .call("quotes.price", "basic", std::time::Duration::from_secs(10))
                     .await?;
@@ -174,7 +177,10 @@ async fn a_handlers_span_is_the_child_of_the_emitters_across_the_broker() {
 
     let request = tracing::info_span!("test.request");
     let a_id = umami
-        .emit_json("site.created", &serde_json::json!({"site": "blog"}))
+        .emit_outgoing(
+            mesh::Outgoing::json("site.created", &serde_json::json!({"site": "blog"}))
+                .expect("a JSON payload"),
+        )
         .instrument(request.clone())
         .await
         .expect("A is confirmed");
@@ -190,8 +196,8 @@ async fn a_handlers_span_is_the_child_of_the_emitters_across_the_broker() {
         .expect("quotes' channel is open");
     // Causation, set by the runtime with no help from the handler.
     assert_eq!(
-        b.causation_id,
-        Some(a_id.to_string()),
+        b.causation_id(),
+        Some(a_id.to_string().as_str()),
         "B names A as its cause"
     );
     assert_eq!(
@@ -199,7 +205,7 @@ async fn a_handlers_span_is_the_child_of_the_emitters_across_the_broker() {
         Some(a_id.to_string()),
         "the call names A as its cause"
     );
-    let b_id = b.id.to_string();
+    let b_id = b.id().to_string();
     let call_id = call.id.to_string();
 
     // A span is exported when it closes: the consumers' spans close once they settled.

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mesh::core::codec;
-use mesh::core::{PublishOptions, Target, Transport, WireMessage};
+use mesh::raw::codec;
+use mesh::raw::{PublishOptions, Target, Transport, WireMessage};
 use mesh::telemetry::names;
 use mesh::{Bus, Incoming, MemoryBroker};
 use mesh_testkit::eventually;
@@ -32,7 +32,7 @@ async fn an_unmatched_delivery_is_acked_and_counted() {
         .on_raw(["module.billing.#"], move |e: Incoming<Bytes>| {
             let seen = seen.clone();
             async move {
-                let _ = seen.send(e.meta.key.to_string());
+                let _ = seen.send(e.meta.key().to_string());
                 Ok(())
             }
         })
@@ -47,7 +47,7 @@ async fn an_unmatched_delivery_is_acked_and_counted() {
         let headers = &mut message.properties.headers;
         headers.insert(
             codec::EVENT_ID.into(),
-            mesh::core::EventId::new().to_string().into(),
+            mesh::raw::EventId::new().to_string().into(),
         );
         headers.insert(codec::SOURCE.into(), "shop".into());
         headers.insert(codec::NODE.into(), "anchor".into());

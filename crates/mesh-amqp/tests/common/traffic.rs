@@ -27,7 +27,7 @@ pub(crate) async fn consuming_bus(transport: &AmqpTransport, module: &str, ledge
                 let ledger = ledger.clone();
                 async move {
                     tokio::time::sleep(Duration::from_millis(3)).await;
-                    ledger.handled(incoming.meta.id.to_string());
+                    ledger.handled(incoming.meta.id().to_string());
                     Ok(())
                 }
             },

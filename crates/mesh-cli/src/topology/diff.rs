@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
-use mesh::core::naming::{self, DEAD_EXCHANGE, RETIRED_DEAD_QUEUE};
+use mesh::raw::naming::{self, DEAD_EXCHANGE, RETIRED_DEAD_QUEUE};
 
 use super::spec::{Wanted, WantedQueue};
 use crate::management::{BindingRow, ExchangeRow, QueueRow};
@@ -476,7 +476,7 @@ mod tests {
     use super::*;
     use crate::topology::spec::{consumer_arguments, WantedExchange};
     use mesh::amqp::QueueType;
-    use mesh::core::Name;
+    use mesh::raw::Name;
 
     fn wanted() -> Wanted {
         Wanted {

@@ -15,11 +15,11 @@ use std::path::Path;
 use anyhow::Context as _;
 use mesh::amqp::access::AccessSpec;
 use mesh::amqp::{AmqpOptions, QueueType};
-use mesh::core::naming::{
+use mesh::raw::naming::{
     self, AUDIT_MODULE, DEAD_EXCHANGE, EVENTS_EXCHANGE, REPLY_EXCHANGE, RETRY_EXCHANGE,
     RPC_EXCHANGE,
 };
-use mesh::core::{Name, TopicPattern};
+use mesh::raw::{Name, TopicPattern};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 

@@ -2,7 +2,7 @@
 //! values and bodies reach `mesh tail`'s text output escaped, on one line.
 
 use bytes::Bytes;
-use mesh::core::{codec, EventId, PublishOptions, Transport, WireMessage};
+use mesh::raw::{codec, EventId, PublishOptions, Transport, WireMessage};
 
 use crate::{assert_code, finish, options, stdout, tail, transport, vhost, WAIT};
 

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use mesh::core::{codec, Envelope, EventId, Headers, PublishOptions, RoutingKey, Transport};
+use mesh::raw::{codec, Envelope, EventId, Headers, PublishOptions, RoutingKey, Transport};
 use mesh::{Bus, HandlerError};
 use mesh_testkit::http::{get, must_get};
 use mesh_testkit::prometheus::sample;
@@ -232,13 +232,13 @@ async fn audit_run_serves_exact_counts_and_health() {
 }
 
 /// An event of `module.shop` with this id and body, published raw.
-fn shop_event(id: EventId, name: &str, body: &'static str) -> mesh::core::WireMessage {
+fn shop_event(id: EventId, name: &str, body: &'static str) -> mesh::raw::WireMessage {
     codec::encode(&Envelope {
         id,
         key: RoutingKey::parse(&format!("module.shop.{name}")).expect("a valid key"),
         source: "shop".into(),
         node: NODE.into(),
-        time: mesh::core::Timestamp::now(),
+        time: mesh::raw::Timestamp::now(),
         causation_id: None,
         schema: None,
         extra_headers: Headers::new(),

@@ -238,7 +238,7 @@ async fn apply_creates_everything_on_an_empty_vhost_and_removes_unwanted_binding
 /// a spec module without patterns (it only emits) wants no queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_deletes_retired_delay_queues_once_empty_and_wants_no_queue_for_an_emitter() {
-    use mesh::core::{PublishOptions, QueueSpec, SubscriptionSpec, Target};
+    use mesh::raw::{PublishOptions, QueueSpec, SubscriptionSpec, Target};
 
     let vhost = vhost("cli-retired").await;
     let url = vhost.url();
@@ -265,7 +265,7 @@ async fn apply_deletes_retired_delay_queues_once_empty_and_wants_no_queue_for_an
     }
     transport
         .publish(
-            mesh::core::WireMessage::new("module.umami.x", "{}"),
+            mesh::raw::WireMessage::new("module.umami.x", "{}"),
             PublishOptions {
                 target: Target::Queue(holding.clone()),
                 mandatory: true,

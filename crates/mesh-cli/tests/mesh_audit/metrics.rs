@@ -98,8 +98,11 @@ async fn the_binary_serves_exact_counts_and_health() -> anyhow::Result<()> {
             .await?;
     }
     for n in 1..EVENTS {
-        bus.emit_json("order.checked", &serde_json::json!({ "n": n }))
-            .await?;
+        bus.emit_outgoing(mesh::Outgoing::json(
+            "order.checked",
+            &serde_json::json!({ "n": n }),
+        )?)
+        .await?;
     }
     let raw = transport(&url).await?;
     raw.publish(

@@ -62,7 +62,7 @@ fn run() -> anyhow::Result<ExitCode> {
             .module(module.as_str())
             .prefetch(prefetch)
             .on_raw([pattern.as_str()], |incoming| async move {
-                if say(&format!("handling {}", incoming.meta.id)).is_err() {
+                if say(&format!("handling {}", incoming.meta.id())).is_err() {
                     // The parent is gone; so should we be.
                     std::process::exit(0);
                 }

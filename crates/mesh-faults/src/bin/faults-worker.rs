@@ -124,7 +124,7 @@ fn run() -> anyhow::Result<ExitCode> {
                     // One delivery at a time: a crash returns only the event it was on.
                     .prefetch(1)
                     .on_raw([*pattern], move |incoming| async move {
-                        let id = incoming.meta.id;
+                        let id = incoming.meta.id();
                         if seq_of(&incoming.event) == Some(poison) {
                             say_or_exit(&format!("poison {id}"));
                             // The crash: the process ends here, no ack, no nack, no
@@ -153,7 +153,7 @@ fn run() -> anyhow::Result<ExitCode> {
                     .module(*module)
                     .prefetch(prefetch)
                     .on_raw([*pattern], |incoming| async move {
-                        say_or_exit(&format!("handled {}", incoming.meta.id));
+                        say_or_exit(&format!("handled {}", incoming.meta.id()));
                         Ok::<(), HandlerError>(())
                     })
                     .start(connect(options).await?)

@@ -6,12 +6,12 @@
 //! `mesh.serve`), metrics through the [`metrics`] facade (names in [`names`]). A binary
 //! chooses where they go:
 //!
-//! - `prometheus` feature: [`serve_prometheus`] installs a Prometheus recorder and serves
+//! - `prometheus` feature: `serve_prometheus` installs a Prometheus recorder and serves
 //!   `/metrics`, `/livez` and `/readyz` on one address;
 //! - `otel` feature: the context of the emitting span rides the message's `traceparent` and
 //!   `tracestate` headers, and the consumer's `mesh.handle` (or `mesh.serve`) span is its
 //!   child, once the binary installed a `tracing-opentelemetry` layer;
-//! - `otlp` feature: [`otlp_layer`] builds that layer with an OTLP/HTTP exporter.
+//! - `otlp` feature: `otlp_layer` builds that layer with an OTLP/HTTP exporter.
 //!
 //! Transport-level numbers (the unconfirmed window's depth, resends, reconnects, blocked
 //! time) belong to the transport, which records them through the same facade; the SDK

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mesh::amqp::{AmqpOptions, AmqpTransport};
-use mesh::Transport;
+use mesh::raw::Transport;
 use mesh_testkit::TestVhost;
 
 /// Every wait in these tests is bounded by this.
