@@ -8,7 +8,8 @@
 //! use mesh_testkit::TestVhost;
 //! let vhost = TestVhost::create("shop").await?;
 //! let bus = emitter(&vhost.url(), "n1", "shop").await?;
-//! bus.emit_json("order.placed", &serde_json::json!({"n": 1})).await?;
+//! bus.emit_outgoing(mesh::Outgoing::json("order.placed", &serde_json::json!({"n": 1}))?)
+//!     .await?;
 //! bus.drain().await?;
 //! # Ok(()) }
 //! ```
