@@ -18,7 +18,7 @@ use amqprs::Close;
 use mesh_core::{BoxFuture, TransportError, TransportErrorKind};
 
 use crate::error::from_client;
-use crate::lifecycle::{Lifecycle, Link, Shared};
+use crate::lifecycle::{Lifecycle, Link, TransportShared};
 use crate::options::AmqpOptions;
 use crate::tls::{verified_name, Attempt, TlsError, TlsVerify};
 
@@ -26,7 +26,7 @@ use crate::tls::{verified_name, Attempt, TlsError, TlsVerify};
 #[derive(Debug)]
 pub(crate) struct LinkState {
     link: Link,
-    shared: Arc<Shared>,
+    shared: Arc<TransportShared>,
     connected: AtomicBool,
     blocked: AtomicBool,
     /// Which connection of this link is current (bumped by its owner for each new one).
@@ -38,7 +38,7 @@ pub(crate) struct LinkState {
 }
 
 impl LinkState {
-    pub(crate) fn new(link: Link, shared: Arc<Shared>) -> LinkState {
+    pub(crate) fn new(link: Link, shared: Arc<TransportShared>) -> LinkState {
         LinkState {
             link,
             shared,

@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 
 use crate::convert::{check_short, to_field_table};
 use crate::error::{code, from_client, from_close, is_unknown_delivery_tag, BrokerClose};
-use crate::lifecycle::{Counters, Lifecycle, Link, Shared};
+use crate::lifecycle::{Counters, Lifecycle, Link, TransportShared};
 use crate::topology::{BindingDecl, ExchangeDecl, QueueDecl};
 
 /// How long one declaration may take before the broker is presumed unresponsive.
@@ -66,7 +66,7 @@ pub(crate) fn take_close(slot: &CloseSlot) -> Option<BrokerClose> {
 pub(crate) struct CloseCatcher {
     pub(crate) slot: CloseSlot,
     pub(crate) role: &'static str,
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<TransportShared>,
 }
 
 #[async_trait::async_trait]
@@ -161,7 +161,7 @@ impl ChannelCallback for CloseCatcher {
 pub(crate) async fn open_channel(
     connection: &Connection,
     role: &'static str,
-    shared: Arc<Shared>,
+    shared: Arc<TransportShared>,
 ) -> Result<(Channel, CloseSlot), TransportError> {
     let channel = within(connection.open_channel(None), "opening a channel")
         .await?

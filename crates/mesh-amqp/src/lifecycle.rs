@@ -154,13 +154,13 @@ impl Counters {
 /// What every task of one transport shares: the counters, the event channel, and the
 /// tasks that close channels of their own.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct TransportShared {
     pub(crate) counters: Counters,
     events: broadcast::Sender<Lifecycle>,
     /// Every task that may close a channel by itself, or hand one out: the consumers'
     /// pumps and ack trackers (until the closing transport made them close their channel),
     /// the reply queue's receiver, and the tasks opening channels for the consume link.
-    /// Closing a connection first waits for them (see [`Shared::channels_closed`]).
+    /// Closing a connection first waits for them (see [`TransportShared::channels_closed`]).
     ///
     /// Why: a channel close is a round trip whose answer (`channel.close-ok`) the client
     /// library hands to the task that asked, and it panics (an `unwrap` in its channel
@@ -171,9 +171,9 @@ pub(crate) struct Shared {
     pub(crate) channel_tasks: TaskTracker,
 }
 
-impl Default for Shared {
+impl Default for TransportShared {
     fn default() -> Self {
-        Shared {
+        TransportShared {
             counters: Counters::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
             channel_tasks: TaskTracker::new(),
@@ -181,13 +181,13 @@ impl Default for Shared {
     }
 }
 
-impl Shared {
+impl TransportShared {
     /// Sends `event` to whoever listens (nobody, often: that is fine).
     pub(crate) fn emit(&self, event: Lifecycle) {
         let _ = self.events.send(event);
     }
 
-    /// Resolves once every task of [`channel_tasks`](Shared::channel_tasks) is done with
+    /// Resolves once every task of [`channel_tasks`](TransportShared::channel_tasks) is done with
     /// its channel, or after [`CHANNELS_CLOSE_WAIT`] (a broker that stopped answering: its
     /// closes will never be acknowledged, so nothing can arrive late). Call it once the
     /// tasks were told to stop (the transport's shutdown signal).

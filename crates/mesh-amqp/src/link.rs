@@ -41,7 +41,7 @@ use tracing::Instrument;
 
 use crate::connection::LinkState;
 use crate::declare::{ensure_exchange, open_channel, within, CloseSlot, DeclareChannel};
-use crate::lifecycle::{Link, Shared};
+use crate::lifecycle::{Link, TransportShared};
 use crate::options::AmqpOptions;
 use crate::owner::{ConnectionOwner, LinkEvent, Prepare};
 use crate::topology::Topology;
@@ -71,7 +71,7 @@ pub(crate) struct ConsumeLink {
     commands: mpsc::Sender<LinkCommand>,
     status: watch::Receiver<LinkStatus>,
     state: Arc<LinkState>,
-    shared: Arc<Shared>,
+    shared: Arc<TransportShared>,
 }
 
 impl std::fmt::Debug for ConsumeLink {
@@ -87,7 +87,7 @@ impl ConsumeLink {
     /// after every reconnect.
     pub(crate) async fn start(
         options: &AmqpOptions,
-        shared: Arc<Shared>,
+        shared: Arc<TransportShared>,
         topology: Arc<Mutex<Topology>>,
     ) -> Result<ConsumeLink, TransportError> {
         let state = Arc::new(LinkState::new(Link::Consume, shared.clone()));
@@ -133,7 +133,7 @@ impl ConsumeLink {
     }
 
     /// What the transport's tasks share.
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
+    pub(crate) fn shared(&self) -> &Arc<TransportShared> {
         &self.shared
     }
 
@@ -180,7 +180,7 @@ fn closed() -> TransportError {
 
 /// The supervisor task; see the module docs.
 struct Supervisor {
-    shared: Arc<Shared>,
+    shared: Arc<TransportShared>,
     commands: mpsc::Receiver<LinkCommand>,
     status: watch::Sender<LinkStatus>,
     /// The connection, and its replacement (with the topology replayed) after a loss.
@@ -242,7 +242,7 @@ impl Supervisor {
                 let connection = connection.clone();
                 let shared = self.shared.clone();
                 // Tracked, and a channel nobody waits for any more is closed here rather
-                // than dropped open (see `Shared::channel_tasks`).
+                // than dropped open (see `TransportShared::channel_tasks`).
                 self.shared.channel_tasks.spawn(async move {
                     let opened = open_channel(&connection, role, shared).await;
                     if let Err(Ok((channel, _))) = reply.send(opened) {
@@ -291,7 +291,7 @@ where
 async fn replay(
     connection: &Connection,
     topology: &Topology,
-    shared: Arc<Shared>,
+    shared: Arc<TransportShared>,
 ) -> Result<(), TransportError> {
     enum Decl<'a> {
         Exchange(&'a crate::topology::ExchangeDecl),

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::connection::{self, lost_opt, opened_opt, sleep_opt, LinkState, Live};
-use crate::lifecycle::{Counters, Lifecycle, Link, Shared};
+use crate::lifecycle::{Counters, Lifecycle, Link, TransportShared};
 use crate::options::AmqpOptions;
 
 /// What a new connection must go through before it counts as up (the consume link's
@@ -57,7 +57,7 @@ pub(crate) enum LinkEvent {
 pub(crate) struct ConnectionOwner {
     options: AmqpOptions,
     state: Arc<LinkState>,
-    shared: Arc<Shared>,
+    shared: Arc<TransportShared>,
     prepare: Option<Prepare>,
     live: Option<Live>,
     /// A reconnect attempt in progress (connect, then prepare).
@@ -75,7 +75,7 @@ impl ConnectionOwner {
     pub(crate) async fn open(
         options: &AmqpOptions,
         state: Arc<LinkState>,
-        shared: Arc<Shared>,
+        shared: Arc<TransportShared>,
         prepare: Option<Prepare>,
     ) -> Result<ConnectionOwner, TransportError> {
         let (connection, address) = connection::open(options, state.clone(), 0).await?;

@@ -16,7 +16,7 @@ use crate::backoff::Backoff;
 use crate::consumer::{self, AttachSpec, ConsumerCounts, Env, Source};
 use crate::convert::check_short;
 use crate::declare;
-use crate::lifecycle::{Counters, Lifecycle, Shared};
+use crate::lifecycle::{Counters, Lifecycle, TransportShared};
 use crate::link::ConsumeLink;
 use crate::management::{ManagementOptions, TransportManagement};
 use crate::options::{AmqpOptions, QueueType};
@@ -81,7 +81,7 @@ struct Inner {
     topology: Arc<Mutex<Topology>>,
     counts: Arc<ConsumerCounts>,
     rpc: Rpc,
-    shared: Arc<Shared>,
+    shared: Arc<TransportShared>,
     shutdown: watch::Sender<bool>,
     closed: AtomicBool,
     /// Whether the warning that classic queues have no poison backstop was logged.
@@ -124,7 +124,7 @@ impl AmqpTransport {
     ) -> Result<AmqpTransport, TransportError> {
         options.validate()?;
         tracing::info!(broker = %options, "connecting");
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(TransportShared::default());
         let base = topology::base(&options);
         let topology = Arc::new(Mutex::new(base.clone()));
         let consume = ConsumeLink::start(&options, shared.clone(), topology.clone()).await?;
@@ -547,7 +547,7 @@ impl AmqpTransport {
         let _ = self.inner.shutdown.send(true);
         // Every consumer, ack tracker and the reply queue close their channels on the
         // shutdown signal; the connections go only once those closes are acknowledged, so
-        // none is still in flight when this returns (see `Shared::channel_tasks`).
+        // none is still in flight when this returns (see `TransportShared::channel_tasks`).
         self.inner.shared.channels_closed().await;
         self.inner.publisher.close().await;
         self.inner.consume.close().await;

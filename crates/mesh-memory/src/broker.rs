@@ -16,7 +16,7 @@ use crate::state::{
 
 /// What every handle onto one broker shares.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct BrokerShared {
     state: Mutex<State>,
     /// Taken before the state's lock is released and held while the effects of that
     /// transition are performed, so effects are performed in the order of the transitions
@@ -36,7 +36,7 @@ struct Aftermath {
     returned_now: Vec<DelayedCopy>,
 }
 
-impl Shared {
+impl BrokerShared {
     /// Runs the transition `f` under the state's lock, after sweeping ended consumers, and
     /// performs the effects it returned once the lock is released.
     fn with<R>(self: &Arc<Self>, f: impl FnOnce(&mut State, &mut Effects) -> R) -> R {
@@ -96,7 +96,7 @@ impl Shared {
     fn deliver(self: &Arc<Self>, handout: Handout) -> tokio::sync::mpsc::Sender<Delivery> {
         let acker: Box<dyn Acker> = match handout.ticket {
             Some(ticket) => {
-                let broker: Weak<Shared> = Arc::downgrade(self);
+                let broker: Weak<BrokerShared> = Arc::downgrade(self);
                 Box::new(MemoryAcker::new(broker, ticket))
             }
             None => Box::new(AutoAcker),
@@ -138,7 +138,7 @@ impl Shared {
     }
 }
 
-impl Settle for Shared {
+impl Settle for BrokerShared {
     fn settle(self: Arc<Self>, ticket: &Ticket, settlement: Settlement) -> Result<(), Fault> {
         self.with(|state, fx| {
             state.settle(&ticket.queue, ticket.tag, ticket.connection, settlement, fx)
@@ -148,7 +148,7 @@ impl Settle for Shared {
 
 /// The timer of a copy on the retry ladder. Holds the broker weakly, so a broker dropped
 /// meanwhile takes its delayed copies with it.
-async fn run_delayed(copy: DelayedCopy, broker: Weak<Shared>) {
+async fn run_delayed(copy: DelayedCopy, broker: Weak<BrokerShared>) {
     tokio::time::sleep(copy.delay).await;
     if let Some(broker) = broker.upgrade() {
         broker.with(|state, fx| state.return_delayed(&copy.queue, copy.copy, fx));
@@ -157,7 +157,7 @@ async fn run_delayed(copy: DelayedCopy, broker: Weak<Shared>) {
 
 /// Waits until a consumer's subscriber took a delivery out of its full channel (or went
 /// away), then lets the state dispatch again.
-async fn await_room(waiter: RoomWaiter, broker: Weak<Shared>) {
+async fn await_room(waiter: RoomWaiter, broker: Weak<BrokerShared>) {
     let RoomWaiter {
         queue,
         consumer,
@@ -190,14 +190,14 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// by [`with_retired_dead_queue`](MemoryBroker::with_retired_dead_queue)).
 #[derive(Clone)]
 pub struct MemoryBroker {
-    shared: Arc<Shared>,
+    shared: Arc<BrokerShared>,
 }
 
 impl MemoryBroker {
     /// A new, empty broker.
     pub fn new() -> MemoryBroker {
         MemoryBroker {
-            shared: Arc::new(Shared {
+            shared: Arc::new(BrokerShared {
                 state: Mutex::new(State::new()),
                 order: Mutex::new(()),
             }),

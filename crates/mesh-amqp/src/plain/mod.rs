@@ -23,7 +23,7 @@ use mesh_core::{TopicPattern, TransportError};
 use crate::backoff::Backoff;
 use crate::connection::sleep_opt;
 use crate::convert::check_short;
-use crate::lifecycle::Shared;
+use crate::lifecycle::TransportShared;
 use crate::link::{ConsumeLink, LinkStatus};
 use crate::options::AmqpOptions;
 use crate::topology::{ExchangeDecl, Topology};
@@ -62,7 +62,7 @@ impl PlainLink {
         topology.add_exchange(exchange.clone());
         let link = ConsumeLink::start(
             options,
-            Arc::new(Shared::default()),
+            Arc::new(TransportShared::default()),
             Arc::new(Mutex::new(topology)),
         )
         .await?;

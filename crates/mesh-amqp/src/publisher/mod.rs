@@ -123,7 +123,7 @@ use crate::connection::{sleep_opt, LinkState};
 use crate::convert::{check_short, from_delivery, to_properties};
 use crate::declare::{open_channel, within, DeclareChannel};
 use crate::error::{code, from_client, from_close, publish_refusal, BrokerClose, PublishRefusal};
-use crate::lifecycle::{Counters, Lifecycle, Link, Shared};
+use crate::lifecycle::{Counters, Lifecycle, Link, TransportShared};
 use crate::options::AmqpOptions;
 use crate::owner::{ConnectionOwner, LinkEvent};
 use crate::topology::Topology;
@@ -441,7 +441,7 @@ impl Publisher {
     /// Opens the publishing connection and starts its task.
     pub(crate) async fn start(
         options: &AmqpOptions,
-        shared: Arc<Shared>,
+        shared: Arc<TransportShared>,
         topology: Arc<Mutex<Topology>>,
     ) -> Result<Publisher, TransportError> {
         let state = Arc::new(LinkState::new(Link::Publish, shared.clone()));
@@ -782,7 +782,7 @@ impl ChannelCallback for PublishCallback {
 /// The task that owns the publishing connection; see the module docs.
 struct PublishTask {
     state: Arc<LinkState>,
-    shared: Arc<Shared>,
+    shared: Arc<TransportShared>,
     topology: Arc<Mutex<Topology>>,
     room: Arc<WindowRoom>,
     commands: mpsc::Receiver<Command>,
