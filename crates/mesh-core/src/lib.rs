@@ -13,6 +13,8 @@
 //!
 //! Architecture invariant: this crate performs no I/O and names no broker client's types.
 
+#![warn(missing_docs)]
+
 pub mod backoff;
 pub mod codec;
 pub mod envelope;
