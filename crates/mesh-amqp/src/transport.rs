@@ -20,7 +20,7 @@ use crate::lifecycle::{Counters, Lifecycle, TransportShared};
 use crate::link::ConsumeLink;
 use crate::management::{ManagementOptions, TransportManagement};
 use crate::options::{AmqpOptions, QueueType};
-use crate::publisher::{Attempt, Outgoing, Publisher};
+use crate::publisher::{Attempt, Publication, Publisher};
 use crate::rpc::Rpc;
 use crate::topology::{self, BindingDecl, QueueDecl, Topology};
 
@@ -268,7 +268,7 @@ impl AmqpTransport {
             Target::Events => (EVENTS_EXCHANGE.to_owned(), message.routing_key.clone()),
             Target::Queue(queue) => (String::new(), queue),
         };
-        let outgoing = Outgoing {
+        let outgoing = Publication {
             exchange,
             routing_key,
             message,
@@ -463,7 +463,7 @@ impl AmqpTransport {
         // At least a millisecond: an expiration of 0 means "now or never", which only a
         // consumer waiting at that very moment could meet.
         request.properties.expiration = Some(timeout.max(Duration::from_millis(1)));
-        let outgoing = Outgoing {
+        let outgoing = Publication {
             exchange: RPC_EXCHANGE.to_owned(),
             routing_key: tool.as_str().to_owned(),
             message: request,

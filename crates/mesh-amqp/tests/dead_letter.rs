@@ -8,7 +8,7 @@
 
 mod common;
 
-use mesh_core::codec::{self, DeadLetter, DeadReason};
+use mesh_core::codec::{self, DeadLetterNote, DeadReason};
 use mesh_core::{
     DeadQueue, HeaderValue, PublishOptions, QueueSpec, SubscriptionSpec, Target, Timestamp,
     TopicPattern,
@@ -72,7 +72,7 @@ async fn a_dead_letter_lands_in_every_queue_of_dead_letters_intact() {
     let mut copy = delivery.message.clone();
     codec::mark_dead(
         &mut copy,
-        &DeadLetter {
+        &DeadLetterNote {
             reason: DeadReason::Permanent,
             attempts: 1,
             last_error: Some("boom".to_owned()),

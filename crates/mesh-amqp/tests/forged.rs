@@ -131,7 +131,7 @@ async fn a_forged_counter_skips_no_retry_and_a_forged_key_changes_no_handler() {
         .await
         .expect("a dead letter in time")
         .expect("the dead letters stream is open");
-    let annotations = letter.dead.clone().expect("mesh's annotations");
+    let annotations = letter.note.clone().expect("mesh's annotations");
     assert_eq!(letter.message.routing_key, REAL_KEY);
     assert_eq!(annotations.reason, DeadReason::MaxAttempts);
     assert_eq!(annotations.attempts, 3);

@@ -148,7 +148,7 @@ async fn a_dead_letter_that_would_not_fit_is_trimmed_and_the_consumer_goes_on() 
     assert_eq!(near_letter.message.routing_key, "module.pad.near.fails");
     assert_eq!(small_letter.message.routing_key, "module.pad.small.fails");
 
-    let small = small_letter.dead.clone().unwrap();
+    let small = small_letter.note.clone().unwrap();
     assert_eq!(small.reason, DeadReason::Permanent);
     let error = small.last_error.unwrap();
     assert!(
@@ -159,7 +159,7 @@ async fn a_dead_letter_that_would_not_fit_is_trimmed_and_the_consumer_goes_on() 
     assert!(small_letter.message.header("x-pad").is_some());
     assert!(small_letter.message.header(codec::TRIMMED).is_none());
 
-    let near_dead = near_letter.dead.clone().unwrap();
+    let near_dead = near_letter.note.clone().unwrap();
     assert_eq!(near_dead.reason, DeadReason::Permanent);
     assert_eq!(near_dead.queue, "n1.pad.events");
     assert!(near_letter.message.header("x-pad").is_none());

@@ -391,7 +391,7 @@ mod tests {
 #[cfg(test)]
 mod hostile {
     use bytes::Bytes;
-    use mesh_core::codec::{self, DeadLetter};
+    use mesh_core::codec::{self, DeadLetterNote};
     use mesh_core::{HeaderValue, Headers, Properties, Timestamp, WireMessage};
     use proptest::prelude::*;
 
@@ -552,7 +552,7 @@ mod hostile {
                 Err(error) => {
                     // What the logger does with it: a dead-lettered copy, then its row.
                     let mut copy = message.clone();
-                    codec::mark_dead(&mut copy, &DeadLetter {
+                    codec::mark_dead(&mut copy, &DeadLetterNote {
                         reason: error.dead_reason(),
                         attempts: codec::attempts(&message).saturating_add(1),
                         last_error: Some(error.to_string()),

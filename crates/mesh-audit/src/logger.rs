@@ -84,8 +84,9 @@ use std::time::Duration;
 
 use mesh_core::backoff::Backoff;
 use mesh_core::{
-    codec, naming, BoxFuture, DeadLetter, DeadQueue, DeadReason, Delivery, QueueSpec, Subscription,
-    SubscriptionSpec, Timestamp, TopicPattern, Transport, TransportError, TransportErrorKind,
+    codec, naming, BoxFuture, DeadLetterNote, DeadQueue, DeadReason, Delivery, QueueSpec,
+    Subscription, SubscriptionSpec, Timestamp, TopicPattern, Transport, TransportError,
+    TransportErrorKind,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -534,7 +535,7 @@ impl AuditLogger {
         let mut copy = delivery.message.clone();
         codec::mark_dead(
             &mut copy,
-            &DeadLetter {
+            &DeadLetterNote {
                 reason,
                 attempts: codec::attempts(&delivery.message).saturating_add(1),
                 last_error: Some(problem),

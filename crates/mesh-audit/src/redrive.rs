@@ -328,7 +328,7 @@ fn redriven_message(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mesh_core::{DeadLetter, DeadReason, Timestamp};
+    use mesh_core::{DeadLetterNote, DeadReason, Timestamp};
 
     #[test]
     fn a_redriven_message_has_no_dead_letter_annotations() {
@@ -340,7 +340,7 @@ mod tests {
         codec::set_attempts(&mut message, 3);
         codec::mark_dead(
             &mut message,
-            &DeadLetter {
+            &DeadLetterNote {
                 reason: DeadReason::MaxAttempts,
                 attempts: 4,
                 last_error: Some("boom".into()),

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use common::{AuditStore, TempStore};
 use mesh_audit::{Backend, DeadLetterQuery, EventQuery, EventRecord, Order, Store, StoreOptions};
 use mesh_core::{
-    codec, topic_matches, DeadLetter, DeadReason, Envelope, EventId, Headers, RoutingKey,
+    codec, topic_matches, DeadLetterNote, DeadReason, Envelope, EventId, Headers, RoutingKey,
     Timestamp, WireMessage,
 };
 use rand::rngs::StdRng;
@@ -359,7 +359,7 @@ fn dead(message: &WireMessage, reason: DeadReason, queue: &str, time: Timestamp)
     let mut copy = message.clone();
     codec::mark_dead(
         &mut copy,
-        &DeadLetter {
+        &DeadLetterNote {
             reason,
             attempts: 5,
             last_error: Some("handler failed: upstream\u{0} down".into()),
@@ -394,7 +394,7 @@ async fn dead_letters_are_stored_once(backend: Backend) -> anyhow::Result<()> {
     );
     codec::mark_dead(
         &mut raw,
-        &DeadLetter {
+        &DeadLetterNote {
             reason: DeadReason::Undecodable,
             attempts: 1,
             last_error: Some("required field `x-event-id` is missing".into()),
@@ -856,7 +856,7 @@ async fn publishers_are_recorded(backend: Backend) -> anyhow::Result<()> {
     let mut dead = direct.clone();
     codec::mark_dead(
         &mut dead,
-        &DeadLetter {
+        &DeadLetterNote {
             reason: DeadReason::Permanent,
             attempts: 1,
             last_error: None,
@@ -868,7 +868,7 @@ async fn publishers_are_recorded(backend: Backend) -> anyhow::Result<()> {
     let mut unstamped = anonymous.clone();
     codec::mark_dead(
         &mut unstamped,
-        &DeadLetter {
+        &DeadLetterNote {
             reason: DeadReason::Permanent,
             attempts: 1,
             last_error: None,

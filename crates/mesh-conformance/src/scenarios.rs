@@ -333,7 +333,7 @@ pub async fn a_handler_that_always_fails_is_dead_lettered_after_max_attempts(
         .await
         .expect("a dead letter");
     assert_eq!(letter.event_id, Some(poison_id));
-    let info = letter.dead.clone().expect("dead-letter annotations");
+    let info = letter.note.clone().expect("dead-letter annotations");
     assert_eq!(info.reason, DeadReason::MaxAttempts);
     assert_eq!(info.attempts, 3);
     assert_eq!(info.queue, "n1.m.events");
@@ -392,7 +392,7 @@ pub async fn a_permanent_error_dead_letters_after_one_call(harness: &dyn Harness
         .await
         .expect("letter");
     assert_eq!(letter.event_id, Some(id));
-    let info = letter.dead.clone().expect("annotations");
+    let info = letter.note.clone().expect("annotations");
     assert_eq!(info.reason, DeadReason::Permanent);
     assert_eq!(info.attempts, 1);
     letter.ack().await.expect("ack");
@@ -438,7 +438,7 @@ pub async fn an_undecodable_message_is_dead_lettered(harness: &dyn Harness) {
     let mut fields = Vec::new();
     for _ in 0..2 {
         let letter = within("a dead letter", dead.next()).await.expect("letter");
-        let info = letter.dead.clone().expect("annotations");
+        let info = letter.note.clone().expect("annotations");
         assert_eq!(info.reason, DeadReason::Undecodable);
         assert_eq!(info.attempts, 1);
         fields.push(info.last_error.unwrap_or_default());
@@ -512,7 +512,7 @@ pub async fn an_unread_schema_version_is_dead_lettered(harness: &dyn Harness) {
         .await
         .expect("letter");
     assert_eq!(letter.event_id, Some(id));
-    let info = letter.dead.clone().expect("annotations");
+    let info = letter.note.clone().expect("annotations");
     assert_eq!(info.reason, DeadReason::UnreadSchema);
     assert!(info
         .last_error

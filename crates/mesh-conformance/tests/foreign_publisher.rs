@@ -107,7 +107,7 @@ async fn a_foreign_publish_reaches_the_handler_and_bad_ones_are_dead_lettered() 
             .await
             .expect("a dead letter in time")
             .expect("the stream is open");
-        let info = letter.dead.clone().expect("annotations");
+        let info = letter.note.clone().expect("annotations");
         assert_eq!(info.reason, DeadReason::Undecodable);
         assert_eq!(info.attempts, 1);
         assert_eq!(info.queue, "n1.m.events");

@@ -403,7 +403,7 @@ async fn with_identity_enforced_only_the_owner_s_user_is_believed() {
             .await
             .expect("a dead letter in time")
             .expect("the tap is open");
-        let annotations = letter.dead.clone().expect("mesh's annotations");
+        let annotations = letter.note.clone().expect("mesh's annotations");
         assert_eq!(annotations.reason, DeadReason::ForgedSource);
         forged.push(letter.message.routing_key.clone());
     }

@@ -620,9 +620,10 @@ impl std::fmt::Display for DeadReason {
     }
 }
 
-/// The annotations of a dead letter.
+/// The note a dead letter carries (its `x-mesh-dead-*` annotations): why it was set aside,
+/// after how many attempts, by which queue, and when.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeadLetter {
+pub struct DeadLetterNote {
     /// Why it was set aside.
     pub reason: DeadReason,
     /// How many times handlers were called on it.
@@ -638,7 +639,7 @@ pub struct DeadLetter {
 /// Annotates a message (keeping its headers and body) as a dead letter. The original's
 /// validated user moves to `x-mesh-user` ([`hand_over_user`]): the dead letter is published
 /// by whoever gave up, on the original publisher's behalf.
-pub fn mark_dead(message: &mut WireMessage, dead: &DeadLetter) {
+pub fn mark_dead(message: &mut WireMessage, dead: &DeadLetterNote) {
     hand_over_user(message);
     let headers = &mut message.properties.headers;
     headers.insert(DEAD_REASON.to_owned(), dead.reason.as_str().into());
@@ -732,7 +733,7 @@ pub fn trim_headers(message: &mut WireMessage) -> usize {
 ///
 /// A broker `delivery-limit` death reads as attempts 0 (unknown) here: the dead-lettered copy
 /// carries no count of the deliveries it had (see [`read_dead_letter_with_limit`]).
-pub fn read_dead_letter(message: &WireMessage) -> Option<DeadLetter> {
+pub fn read_dead_letter(message: &WireMessage) -> Option<DeadLetterNote> {
     read_dead_letter_with_limit(message, None)
 }
 
@@ -748,14 +749,14 @@ pub fn read_dead_letter(message: &WireMessage) -> Option<DeadLetter> {
 pub fn read_dead_letter_with_limit(
     message: &WireMessage,
     delivery_limit: Option<u32>,
-) -> Option<DeadLetter> {
+) -> Option<DeadLetterNote> {
     let headers = &message.properties.headers;
     if let Some(reason) = headers
         .get(DEAD_REASON)
         .and_then(HeaderValue::as_str)
         .and_then(DeadReason::parse)
     {
-        return Some(DeadLetter {
+        return Some(DeadLetterNote {
             reason,
             attempts: headers
                 .get(DEAD_ATTEMPTS)
@@ -799,7 +800,7 @@ pub fn read_dead_letter_with_limit(
         (DeadReason::DeliveryLimit, Some(limit)) => limit.saturating_add(1),
         _ => 0,
     };
-    Some(DeadLetter {
+    Some(DeadLetterNote {
         reason,
         attempts,
         last_error: None,
@@ -986,7 +987,7 @@ mod tests {
         let mut message = WireMessage::new("module.a.b", Bytes::new());
         mark_dead(
             &mut message,
-            &DeadLetter {
+            &DeadLetterNote {
                 reason: DeadReason::Permanent,
                 attempts: 1,
                 last_error: Some("x".repeat(1 << 20)),

@@ -13,6 +13,8 @@
 //!
 //! Architecture invariant: this crate performs no I/O and names no broker client's types.
 
+#![warn(missing_docs)]
+
 pub mod backoff;
 pub mod codec;
 pub mod envelope;
@@ -23,7 +25,7 @@ pub mod policy;
 pub mod transport;
 pub mod wire;
 
-pub use codec::{DeadLetter, DeadReason, DecodeError, RemoteError, RequestMeta};
+pub use codec::{DeadLetterNote, DeadReason, DecodeError, RemoteError, RequestMeta};
 pub use envelope::{Envelope, EventId, SchemaVersion, TimeError, Timestamp};
 pub use key::{EventName, KeyError, Name, Origin, RoutingKey, ToolKey};
 pub use pattern::{topic_matches, TopicPattern};

@@ -1,7 +1,7 @@
 //! Every malformed input has its own typed error; good input round-trips.
 
 use bytes::Bytes;
-use mesh_core::codec::{self, DeadLetter, DeadReason, DecodeError, RemoteError};
+use mesh_core::codec::{self, DeadLetterNote, DeadReason, DecodeError, RemoteError};
 use mesh_core::{
     Envelope, EventId, HeaderValue, Headers, KeyError, RoutingKey, SchemaVersion, Timestamp,
     ToolKey, WireMessage,
@@ -157,7 +157,7 @@ fn a_dead_letter_time_out_of_range_reads_as_now() {
     let before = Timestamp::now();
     codec::mark_dead(
         &mut message,
-        &DeadLetter {
+        &DeadLetterNote {
             reason: DeadReason::Permanent,
             attempts: 1,
             last_error: None,
@@ -375,7 +375,7 @@ fn attempts_and_dead_letters_round_trip() {
     assert_eq!(codec::attempts(&message), 0);
     codec::set_attempts(&mut message, 3);
     assert_eq!(codec::attempts(&message), 3);
-    let dead = DeadLetter {
+    let dead = DeadLetterNote {
         reason: DeadReason::MaxAttempts,
         attempts: 5,
         last_error: Some("db down".into()),

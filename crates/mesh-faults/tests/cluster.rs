@@ -634,7 +634,7 @@ async fn watch_dead_letters(
             let id = letter
                 .event_id
                 .map_or_else(|| "<no id>".to_owned(), |id| id.to_string());
-            let info = letter.dead.as_ref().map(|d| (d.reason, d.attempts));
+            let info = letter.note.as_ref().map(|d| (d.reason, d.attempts));
             dead.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(id.clone(), (info.map(|i| i.0), info.map(|i| i.1)));

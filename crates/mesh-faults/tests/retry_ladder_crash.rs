@@ -119,7 +119,7 @@ async fn events_in_the_retry_ladder_survive_a_broker_crash() {
                 let id = letter
                     .event_id
                     .map_or_else(|| "<no id>".to_owned(), |id| id.to_string());
-                let info = letter.dead.as_ref().map(|d| (d.reason, d.attempts));
+                let info = letter.note.as_ref().map(|d| (d.reason, d.attempts));
                 dead.lock()
                     .unwrap()
                     .insert(id.clone(), (info.map(|i| i.0), info.map(|i| i.1)));

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use mesh_core::codec::{self, DeadLetter, DeadReason};
+use mesh_core::codec::{self, DeadLetterNote, DeadReason};
 use mesh_core::transport::{DeadQueue, QueueSpec, SubscriptionSpec, Transport};
 use mesh_core::Timestamp;
 use mesh_memory::MemoryBroker;
@@ -102,7 +102,7 @@ async fn dead_letter_next(sub: &mut mesh_core::Subscription) {
     let mut copy = failed.message.clone();
     codec::mark_dead(
         &mut copy,
-        &DeadLetter {
+        &DeadLetterNote {
             reason: DeadReason::Permanent,
             attempts: 1,
             last_error: Some("boom".into()),

@@ -153,7 +153,7 @@ async fn run() -> anyhow::Result<()> {
     let letter = tokio::time::timeout(Duration::from_secs(30), dead.next())
         .await?
         .ok_or_else(|| anyhow::anyhow!("dead-letter stream ended"))?;
-    if let Some(info) = &letter.dead {
+    if let Some(info) = &letter.note {
         println!(
             "4. dead-lettered {} after {} attempts from {}: {} ({})",
             letter.event_id.map(|i| i.to_string()).unwrap_or_default(),

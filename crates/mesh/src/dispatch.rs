@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use mesh_core::codec::{self, DeadLetter, DeadReason};
+use mesh_core::codec::{self, DeadLetterNote, DeadReason};
 use mesh_core::{Delivery, RetryPolicy, Subscription, Timestamp};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn, Instrument, Span};
@@ -303,7 +303,7 @@ impl Dispatcher {
         let mut copy = delivery.message.clone();
         codec::mark_dead(
             &mut copy,
-            &DeadLetter {
+            &DeadLetterNote {
                 reason,
                 attempts,
                 last_error: Some(error),

@@ -63,10 +63,10 @@ pub use error::{Error, ErrorKind, HandlerError};
 pub use event::Event;
 pub use identity::Identity;
 pub use incoming::{Incoming, Meta};
-pub use listen::{DeadLetters, DeadMessage, Listener};
+pub use listen::{DeadLetter, DeadLetterTap, Listener};
 
 pub use mesh_core::{
-    codec::DeadLetter, DeadReason, EventId, Health, RemoteError, RequestMeta, RetryPolicy,
+    codec::DeadLetterNote, DeadReason, EventId, Health, RemoteError, RequestMeta, RetryPolicy,
     RoutingKey, SchemaVersion, Timestamp, TopicPattern, TransportErrorKind,
 };
 #[cfg(feature = "memory")]

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use mesh_core::codec::{self, DeadLetter};
+use mesh_core::codec::{self, DeadLetterNote};
 use mesh_core::{
     DeadQueue, Delivery, EventId, QueueSpec, Subscription, SubscriptionSpec, TopicPattern,
     WireMessage,
@@ -47,17 +47,17 @@ impl Listener {
 
 /// A dead letter: the message as it was set aside, and why.
 #[derive(Debug)]
-pub struct DeadMessage {
+pub struct DeadLetter {
     /// The original message with its headers and body, plus the dead-letter annotations.
     pub message: WireMessage,
-    /// Why and where it died, when the annotations are readable.
-    pub dead: Option<DeadLetter>,
+    /// Why, after how many attempts, where and when it died, when its note is readable.
+    pub note: Option<DeadLetterNote>,
     /// The event id, when the message carries a valid one.
     pub event_id: Option<EventId>,
     delivery: Delivery,
 }
 
-impl DeadMessage {
+impl DeadLetter {
     /// Settles it. A tap takes its dead letters with automatic acks, so this does nothing
     /// more than drop it: the dead letter stays in the audit trail whatever the tap does.
     pub async fn ack(self) -> Result<(), Error> {
@@ -74,20 +74,20 @@ impl DeadMessage {
 /// A tap of dead letters: every dead letter made while it lives, taken from nobody (see
 /// [`Bus::dead_letters`]).
 #[derive(Debug)]
-pub struct DeadLetters {
+pub struct DeadLetterTap {
     subscription: Subscription,
 }
 
-impl DeadLetters {
+impl DeadLetterTap {
     /// The next dead letter.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe.
-    pub async fn next(&mut self) -> Option<DeadMessage> {
+    pub async fn next(&mut self) -> Option<DeadLetter> {
         let delivery = self.subscription.next().await?;
-        Some(DeadMessage {
-            dead: codec::read_dead_letter(&delivery.message),
+        Some(DeadLetter {
+            note: codec::read_dead_letter(&delivery.message),
             event_id: codec::event_id(&delivery.message),
             message: delivery.message.clone(),
             delivery,
@@ -150,13 +150,13 @@ impl Bus {
     /// (`<node>.audit-logger.dead`), which is where dead letters are kept, listed and
     /// re-driven (`mesh dead list`, `mesh dead redrive`). Dead letters made before the tap
     /// started, or while it was not connected, are not shown to it; nothing remains when it
-    /// is dropped. [`DeadMessage::ack`] and [`DeadMessage::release`] settle nothing on the
+    /// is dropped. [`DeadLetter::ack`] and [`DeadLetter::release`] settle nothing on the
     /// broker.
     ///
     /// (Before, this consumed the shared durable queue `mesh.dead-letters` with manual
     /// acks, so a module reading dead letters took them away from the audit trail; that
     /// queue is retired.)
-    pub async fn dead_letters(&self) -> Result<DeadLetters, Error> {
+    pub async fn dead_letters(&self) -> Result<DeadLetterTap, Error> {
         let subscription = self
             .inner
             .transport
@@ -167,6 +167,6 @@ impl Bus {
                 retry_delays: Vec::new(),
             })
             .await?;
-        Ok(DeadLetters { subscription })
+        Ok(DeadLetterTap { subscription })
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mesh::{
-    Bus, BusBuilder, DeadLetters, DeadMessage, Error, HandlerError, Identity, Incoming, Listener,
+    Bus, BusBuilder, DeadLetter, DeadLetterTap, Error, HandlerError, Identity, Incoming, Listener,
     MemoryBroker, MemoryDedup, Meta, Outgoing, PendingEmit, RemoteError, RequestMeta,
 };
 use serde::{Deserialize, Serialize};
@@ -45,8 +45,8 @@ fn public_types_are_send_sync_and_static() {
     // shared.
     send_static::<PendingEmit>();
     send_static::<Listener>();
-    send_static::<DeadLetters>();
-    send_static::<DeadMessage>();
+    send_static::<DeadLetterTap>();
+    send_static::<DeadLetter>();
 }
 
 #[tokio::test]

@@ -86,7 +86,7 @@ async fn a_forged_or_undecodable_event_is_dead_lettered_and_never_handled() {
             .await
             .expect("a dead letter in time")
             .expect("the dead-letter stream is open");
-        let annotations = letter.dead.clone().expect("annotated");
+        let annotations = letter.note.clone().expect("annotated");
         reasons.push((
             letter.event_id.expect("an id").to_string(),
             annotations.reason,

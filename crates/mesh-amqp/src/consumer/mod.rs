@@ -91,7 +91,7 @@ use crate::declare::{take_close, within, CloseSlot, DeclareChannel};
 use crate::error::{from_client, from_close};
 use crate::lifecycle::{Counters, Lifecycle};
 use crate::link::ConsumeLink;
-use crate::publisher::{Outgoing, Publisher};
+use crate::publisher::{Publication, Publisher};
 use crate::topology::{BindingDecl, Topology};
 use ack::{AckTracker, Flush, Frame};
 
@@ -957,7 +957,7 @@ impl AmqpAcker {
     async fn publish_then_ack(
         ctx: Arc<SubscriptionCtx>,
         settle: Settle,
-        outgoing: Outgoing,
+        outgoing: Publication,
     ) -> Result<(), TransportError> {
         // Headers within AMQP's smallest frame fit every connection: only a copy that may
         // not fit is kept for the trimmed attempt. (The allowance covers the routing-key
@@ -1026,7 +1026,7 @@ impl Acker for AmqpAcker {
             };
             // Mandatory: if the retry queue is gone, the copy must not vanish while the
             // original is acked.
-            let outgoing = Outgoing {
+            let outgoing = Publication {
                 exchange: RETRY_EXCHANGE.to_owned(),
                 routing_key: delay_queue,
                 message: copy,
@@ -1047,7 +1047,7 @@ impl Acker for AmqpAcker {
             let Some(settle) = settle else {
                 return Ok(());
             };
-            let outgoing = Outgoing {
+            let outgoing = Publication {
                 exchange: DEAD_EXCHANGE.to_owned(),
                 routing_key: copy.routing_key.clone(),
                 message: copy,
@@ -1086,7 +1086,7 @@ impl Acker for AmqpAcker {
             reply.properties.correlation_id = correlation_id;
             // Not mandatory: a caller that gave up has no reply queue any more, and that is
             // not the server's failure.
-            let outgoing = Outgoing {
+            let outgoing = Publication {
                 exchange: REPLY_EXCHANGE.to_owned(),
                 routing_key: reply_to,
                 message: reply,

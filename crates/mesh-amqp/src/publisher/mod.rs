@@ -134,7 +134,7 @@ const COMMAND_BATCH: usize = 256;
 
 /// A message to publish, with where to.
 #[derive(Debug, Clone)]
-pub(crate) struct Outgoing {
+pub(crate) struct Publication {
     /// The exchange (`""` is the default exchange).
     pub(crate) exchange: String,
     /// The routing key used for this publish (a queue name on the default exchange).
@@ -157,7 +157,7 @@ type Room = (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>);
 
 /// One publish on its way to, or in, the window.
 struct Pending {
-    outgoing: Outgoing,
+    outgoing: Publication,
     /// Built once it is taken in, and handed to the client library by the first send; a
     /// resend builds them again from `outgoing` (`None` then).
     properties: Option<BasicProperties>,
@@ -192,7 +192,7 @@ impl Pending {
 
 /// A checked publish that did not find room at once (see [`Publisher::try_publish`]).
 pub(crate) struct Waiting {
-    outgoing: Outgoing,
+    outgoing: Publication,
     properties: BasicProperties,
     /// The size of its content-header frame.
     header_frame: usize,
@@ -522,7 +522,7 @@ impl Publisher {
     /// is published (and resent after failures) whatever happens to the `Confirm`.
     pub(crate) async fn publish(
         &self,
-        outgoing: Outgoing,
+        outgoing: Publication,
         deadline: Option<Duration>,
     ) -> Result<Confirm, TransportError> {
         match self.try_publish(outgoing, deadline)? {
@@ -538,7 +538,7 @@ impl Publisher {
     /// publish that finds room, the common case, never builds (nor boxes) a waiting future.
     pub(crate) fn try_publish(
         &self,
-        outgoing: Outgoing,
+        outgoing: Publication,
         deadline: Option<Duration>,
     ) -> Result<Attempt, TransportError> {
         let deadline = deadline

@@ -1,0 +1,84 @@
+//! [`Transport`]: the trait every transport implements.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::key::ToolKey;
+use crate::wire::WireMessage;
+
+use super::{
+    BoxFuture, Confirm, Health, PublishOptions, ServeSpec, Subscription, SubscriptionSpec,
+    TransportError, TransportStats,
+};
+#[cfg(doc)]
+use super::{DeadQueue, Delivery, TransportErrorKind};
+
+/// A transport: the mechanics of a broker.
+///
+/// Implementations are cheap handles onto a task that owns the connection; all methods
+/// take `&self`.
+pub trait Transport: Send + Sync + fmt::Debug + 'static {
+    /// Publishes a message. Resolves once the transport accepted it into its unconfirmed
+    /// window (waiting for room there is the backpressure); the returned [`Confirm`]
+    /// resolves once the broker confirmed it.
+    fn publish(
+        &self,
+        message: WireMessage,
+        options: PublishOptions,
+    ) -> BoxFuture<'_, Result<Confirm, TransportError>>;
+
+    /// Declares the subscription's queue and bindings and starts consuming.
+    fn subscribe(
+        &self,
+        spec: SubscriptionSpec,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>>;
+
+    /// Sends a request to a tool and waits for its reply: the reply message, or
+    /// [`TransportErrorKind::NoServer`] when no serve queue exists for the tool, or
+    /// [`TransportErrorKind::Timeout`].
+    fn call(
+        &self,
+        tool: &ToolKey,
+        request: WireMessage,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<WireMessage, TransportError>>;
+
+    /// Declares `serve.<key>` and starts consuming requests; settle each with
+    /// [`Delivery::reply`].
+    fn serve(&self, spec: ServeSpec) -> BoxFuture<'_, Result<Subscription, TransportError>>;
+
+    /// The health of the transport now.
+    fn health(&self) -> Health;
+
+    /// Its counters and gauges now (all zero for a transport that keeps none).
+    fn stats(&self) -> TransportStats {
+        TransportStats::default()
+    }
+
+    /// Resolves once every publish accepted before the call is settled: confirmed, nacked,
+    /// returned or failed (a publish waiting to be resent after a lost connection is not
+    /// settled yet). Under a steady stream of other publishes it may wait for a moment with
+    /// none in flight, so callers bound the wait. The SDK's drain waits for this, bounded by
+    /// its emit deadline, before it closes the transport: an emit whose [`Confirm`] nobody
+    /// awaits is confirmed all the same.
+    fn flush(&self) -> BoxFuture<'_, ()>;
+
+    /// Closes every connection; what is unconfirmed stays unconfirmed. The SDK's drain
+    /// waits for confirms first.
+    fn close(&self) -> BoxFuture<'_, ()>;
+
+    /// The first step of retiring [`RETIRED_DEAD_QUEUE`](crate::naming::RETIRED_DEAD_QUEUE):
+    /// if the queue exists, removes its binding to `mesh.events.dead` on `#`, so no new dead
+    /// letter reaches it, and returns `true`; returns `false` when there is no such queue.
+    /// Its messages stay; drain them with [`DeadQueue::Retired`], then
+    /// [`delete_retired_dead_queue`](Transport::delete_retired_dead_queue).
+    fn unbind_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>>;
+
+    /// Deletes [`RETIRED_DEAD_QUEUE`](crate::naming::RETIRED_DEAD_QUEUE) only if it holds no
+    /// message and has no consumer (so none holds an unacked one): `true` once it is gone
+    /// (deleted now, or absent), `false` when it still holds messages or another consumer
+    /// reads it. Call it only once the queue is unbound and while a queue of dead letters of
+    /// the caller's own is bound: then a dead letter that reached the retired queue between
+    /// the check and the delete (an older mesh binding it again) reached that one too.
+    fn delete_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>>;
+}
