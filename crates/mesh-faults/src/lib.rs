@@ -46,14 +46,6 @@ pub fn opt_secs(d: Option<Duration>) -> String {
     d.map_or_else(|| "-".to_owned(), secs)
 }
 
-/// An error and its `source()` chain on one line, for the scenarios' reports.
-pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut next = error.source();
-    while let Some(cause) = next {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    text
-}
+/// An error and its `source()` chain on one line, for the scenarios' reports: the test
+/// kit's, under the name the scenarios use.
+pub use mesh_testkit::error_chain as chain;
