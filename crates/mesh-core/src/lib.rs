@@ -17,6 +17,7 @@
 
 pub mod backoff;
 pub mod codec;
+pub mod contract;
 pub mod envelope;
 pub mod key;
 pub mod naming;
