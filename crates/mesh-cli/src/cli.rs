@@ -639,6 +639,8 @@ pub(crate) enum ReasonArg {
     Expired,
     /// A module or node event whose x-source is not the owner of its key
     ForgedSource,
+    /// The body does not match the JSON Schema of the handler that reads it
+    SchemaInvalid,
 }
 
 impl From<ReasonArg> for DeadReason {
@@ -652,6 +654,7 @@ impl From<ReasonArg> for DeadReason {
             ReasonArg::Rejected => DeadReason::Rejected,
             ReasonArg::Expired => DeadReason::Expired,
             ReasonArg::ForgedSource => DeadReason::ForgedSource,
+            ReasonArg::SchemaInvalid => DeadReason::SchemaInvalid,
         }
     }
 }

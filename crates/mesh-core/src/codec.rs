@@ -569,11 +569,14 @@ pub enum DeadReason {
     /// A `module` or `node` event whose `x-source` is not the owner of its key
     /// ([`DecodeError::ForgedSource`]).
     ForgedSource,
+    /// The body does not match the JSON Schema of the handler that reads it (checked only
+    /// by a consumer that validates schemas).
+    SchemaInvalid,
 }
 
 impl DeadReason {
     /// Every reason, in the order they are documented (a command line lists them from it).
-    pub const ALL: [DeadReason; 8] = [
+    pub const ALL: [DeadReason; 9] = [
         DeadReason::MaxAttempts,
         DeadReason::Permanent,
         DeadReason::Undecodable,
@@ -582,6 +585,7 @@ impl DeadReason {
         DeadReason::Rejected,
         DeadReason::Expired,
         DeadReason::ForgedSource,
+        DeadReason::SchemaInvalid,
     ];
 
     /// The reason as written in `x-mesh-dead-reason`.
@@ -595,6 +599,7 @@ impl DeadReason {
             DeadReason::Rejected => "rejected",
             DeadReason::Expired => "expired",
             DeadReason::ForgedSource => "forged-source",
+            DeadReason::SchemaInvalid => "schema-invalid",
         }
     }
 
@@ -609,6 +614,7 @@ impl DeadReason {
             "rejected" => DeadReason::Rejected,
             "expired" => DeadReason::Expired,
             "forged-source" => DeadReason::ForgedSource,
+            "schema-invalid" => DeadReason::SchemaInvalid,
             _ => return None,
         })
     }
@@ -965,6 +971,7 @@ mod tests {
             DeadReason::Rejected => 5,
             DeadReason::Expired => 6,
             DeadReason::ForgedSource => 7,
+            DeadReason::SchemaInvalid => 8,
         };
         for (i, reason) in DeadReason::ALL.into_iter().enumerate() {
             assert_eq!(index(reason), i);

@@ -8,10 +8,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mesh_core::codec;
+use mesh_core::contract::{
+    HandlerContract, MessageContract, ModuleContract, ToolContract, ANNOUNCED_EVENT,
+    CONTRACT_FORMAT,
+};
 use mesh_core::naming;
 use mesh_core::{
     Envelope, EventId, EventName, HeaderValue, Headers, Health, Name, PublishOptions, QueueSpec,
-    RetryPolicy, RoutingKey, SchemaVersion, SubscriptionSpec, Timestamp, TopicPattern, Transport,
+    RetryPolicy, RoutingKey, SchemaVersion, SubscriptionSpec, Timestamp, ToolKey, TopicPattern,
+    Transport,
 };
 use serde::Serialize;
 use tokio::sync::Mutex;
@@ -23,10 +28,11 @@ use tracing::{debug, info, warn, Instrument, Span};
 use crate::dispatch::Dispatcher;
 use crate::error::{Error, ErrorKind, HandlerError};
 use crate::event::Event;
-use crate::handler::{self, HandlerEntry};
+use crate::handler::{HandlerDecl, HandlerEntry};
 use crate::identity::Identity;
 use crate::incoming::Incoming;
 use crate::rpc::{self, ServeEntry};
+use crate::schema::{self, Schema};
 use crate::telemetry::propagation;
 use crate::telemetry::record::{self, Label, Source};
 
@@ -100,8 +106,25 @@ pub struct BusBuilder {
     emit_deadline: Option<Duration>,
     enforce_identity: bool,
     user_prefix: String,
-    handlers: Vec<(Vec<String>, handler::ErasedHandler)>,
+    handlers: Vec<HandlerDecl>,
     serves: Vec<ServeEntry>,
+    emits: Vec<EmitDecl>,
+    calls: Vec<ToolContract>,
+    announce: bool,
+    validate: bool,
+}
+
+/// An emit declared on the builder: a full key (typed) or an event name under the bus's
+/// prefix, its version and schema.
+struct EmitDecl {
+    key: KeySpecText,
+    version: u32,
+    schema: Option<Schema>,
+}
+
+enum KeySpecText {
+    Full(&'static str),
+    Event(String),
 }
 
 impl std::fmt::Debug for BusBuilder {
@@ -113,6 +136,8 @@ impl std::fmt::Debug for BusBuilder {
             .field("shared", &self.shared)
             .field("enforce_identity", &self.enforce_identity)
             .field("handlers", &self.handlers.len())
+            .field("announce", &self.announce)
+            .field("validate", &self.validate)
             .finish_non_exhaustive()
     }
 }
@@ -130,6 +155,10 @@ impl Default for BusBuilder {
             user_prefix: String::new(),
             handlers: Vec::new(),
             serves: Vec::new(),
+            emits: Vec::new(),
+            calls: Vec::new(),
+            announce: true,
+            validate: false,
         }
     }
 }
@@ -208,17 +237,16 @@ impl BusBuilder {
         self
     }
 
-    /// Handles events of type `E` (its key is the pattern).
+    /// Handles events of type `E` (its key is the pattern). The bus's contract lists the
+    /// key with `E`'s version and, when `E` declares one, its JSON Schema
+    /// ([`Event::json_schema`]).
     pub fn on<E, F, Fut>(mut self, handler: F) -> Self
     where
         E: Event,
         F: Fn(Incoming<E>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     {
-        self.handlers.push((
-            vec![E::KEY.to_owned()],
-            handler::typed::<E, F, Fut>(handler),
-        ));
+        self.handlers.push(HandlerDecl::typed::<E, F, Fut>(handler));
         self
     }
 
@@ -231,9 +259,33 @@ impl BusBuilder {
         F: Fn(Incoming<Bytes>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     {
-        self.handlers.push((
+        self.handlers.push(HandlerDecl::raw(
             patterns.into_iter().map(Into::into).collect(),
-            handler::raw(handler),
+            None,
+            handler,
+        ));
+        self
+    }
+
+    /// As [`on_raw`](BusBuilder::on_raw), declaring the JSON Schema of the bodies the
+    /// handler reads: announced in the bus's contract for each pattern, and checked before
+    /// the handler runs when [`validate_schemas`](BusBuilder::validate_schemas) is on.
+    pub fn on_raw_with_schema<I, S, F, Fut>(
+        mut self,
+        patterns: I,
+        schema: Schema,
+        handler: F,
+    ) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+        F: Fn(Incoming<Bytes>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        self.handlers.push(HandlerDecl::raw(
+            patterns.into_iter().map(Into::into).collect(),
+            Some(schema),
+            handler,
         ));
         self
     }
@@ -248,6 +300,120 @@ impl BusBuilder {
         Fut: Future<Output = Result<Resp, mesh_core::RemoteError>> + Send + 'static,
     {
         self.serves.push(ServeEntry::new(tool.into(), handler));
+        self
+    }
+
+    /// As [`serve`](BusBuilder::serve), declaring the JSON Schemas of `Req` and `Resp` (their
+    /// `schemars` derives) in the bus's contract.
+    #[cfg(feature = "schemas")]
+    pub fn serve_with_schemas<Req, Resp, F, Fut>(
+        mut self,
+        tool: impl Into<String>,
+        handler: F,
+    ) -> Self
+    where
+        Req: serde::de::DeserializeOwned + schemars::JsonSchema + Send + 'static,
+        Resp: Serialize + schemars::JsonSchema + Send + 'static,
+        F: Fn(Req, mesh_core::RequestMeta) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Resp, mesh_core::RemoteError>> + Send + 'static,
+    {
+        self.serves.push(
+            ServeEntry::new(tool.into(), handler)
+                .with_schemas(Some(Schema::of::<Req>()), Some(Schema::of::<Resp>())),
+        );
+        self
+    }
+
+    /// Declares that this bus emits events of type `E` (announced in its contract with `E`'s
+    /// key, version and schema). `E`'s key must be one this bus owns, or
+    /// [`start`](BusBuilder::start) fails.
+    ///
+    /// What a bus emits is known only when it emits; declaring it makes the contract
+    /// complete. A bus may emit what it did not declare.
+    pub fn emits<E: Event>(mut self) -> Self {
+        self.emits.push(EmitDecl {
+            key: KeySpecText::Full(E::KEY),
+            version: E::SCHEMA,
+            schema: E::json_schema(),
+        });
+        self
+    }
+
+    /// Declares that this bus emits JSON events under event name `name` (as
+    /// [`Outgoing::json`] does: the key is the bus's prefix and `name`), of schema version
+    /// `version`, with the JSON Schema `schema` when given.
+    pub fn emits_json(
+        mut self,
+        name: impl Into<String>,
+        version: u32,
+        schema: Option<Schema>,
+    ) -> Self {
+        self.emits.push(EmitDecl {
+            key: KeySpecText::Event(name.into()),
+            version,
+            schema,
+        });
+        self
+    }
+
+    /// Declares that this bus calls tool `tool` with requests of type `Req` and replies of
+    /// type `Resp` (their JSON Schemas, in its contract).
+    #[cfg(feature = "schemas")]
+    pub fn calls<Req, Resp>(self, tool: impl Into<String>) -> Self
+    where
+        Req: schemars::JsonSchema + ?Sized,
+        Resp: schemars::JsonSchema,
+    {
+        self.calls_json(tool, Some(Schema::of::<Req>()), Some(Schema::of::<Resp>()))
+    }
+
+    /// Declares that this bus calls tool `tool`, with the JSON Schemas of its request and
+    /// reply when given.
+    pub fn calls_json(
+        mut self,
+        tool: impl Into<String>,
+        request: Option<Schema>,
+        reply: Option<Schema>,
+    ) -> Self {
+        self.calls.push(ToolContract {
+            tool: tool.into(),
+            request: request.map(Schema::into_json),
+            reply: reply.map(Schema::into_json),
+        });
+        self
+    }
+
+    /// Whether the bus announces its contract when it starts (default: on).
+    ///
+    /// The announcement is the event `<prefix>contract.announced` (for a module
+    /// `module.<m>.contract.announced`), body the bus's [`ModuleContract`] as JSON,
+    /// `x-schema` [`CONTRACT_FORMAT`], emitted under the bus's own identity like any of its
+    /// events. A bus whose contract is empty (no handler, tool, declared emit or call)
+    /// announces nothing. [`start`](BusBuilder::start) hands the announcement to the
+    /// transport before it returns (so it precedes every event the bus emits) but does not
+    /// wait for the broker's confirm: the contract is informative, so a refused or
+    /// unconfirmed announcement is logged as a warning and the bus runs on.
+    pub fn announce(mut self, announce: bool) -> Self {
+        self.announce = announce;
+        self
+    }
+
+    /// Checks every incoming body against the JSON Schema of the handler that reads it,
+    /// before it is deserialized (default: off).
+    ///
+    /// A typed handler's schema ([`Event::json_schema`]) describes the version its type
+    /// writes, so only bodies of that `x-schema` are checked (an older version it also
+    /// reads has another shape, and its deserializer judges it); a raw handler's declared
+    /// schema ([`on_raw_with_schema`](BusBuilder::on_raw_with_schema)) checks every body.
+    /// A handler without a schema is not checked. A body that does not match is
+    /// dead-lettered with reason `schema-invalid`, the first violation (its path and what
+    /// is wrong, never the body's values; at most 1 KiB) as its last error, and the handler
+    /// is not called. Schemas are compiled once, by [`start`](BusBuilder::start), which fails
+    /// with [`ErrorKind::InvalidSchema`] on one that does not compile; no remote reference
+    /// is ever fetched.
+    #[cfg(feature = "schemas")]
+    pub fn validate_schemas(mut self, validate: bool) -> Self {
+        self.validate = validate;
         self
     }
 
@@ -276,16 +442,99 @@ impl BusBuilder {
         if self.prefetch == 0 {
             return Err(Error::options("prefetch must be at least 1"));
         }
+        let prefix = identity.prefix(&node);
+        let mut contract = ModuleContract {
+            owner: contract_owner(&identity, &node),
+            node: node.to_string(),
+            emits: Vec::new(),
+            handles: Vec::new(),
+            serves: Vec::new(),
+            calls: Vec::new(),
+        };
         let mut handlers = Vec::with_capacity(self.handlers.len());
-        for (patterns, call) in self.handlers {
-            let patterns = patterns
+        for declared in self.handlers {
+            let patterns = declared
+                .patterns
                 .iter()
                 .map(|p| TopicPattern::parse(p))
                 .collect::<Result<Vec<_>, _>>()?;
             if patterns.is_empty() {
                 return Err(Error::options("a handler needs at least one pattern"));
             }
-            handlers.push(HandlerEntry { patterns, call });
+            if let Some(schema) = &declared.schema {
+                refuse_defs(schema, &declared.subject)?;
+            }
+            #[cfg(feature = "schemas")]
+            let check = match (&declared.schema, self.validate) {
+                (Some(schema), true) => Some(Arc::new(
+                    schema::Check::compile(schema, declared.version, declared.subject.clone())
+                        .map_err(|problem| {
+                            Error::new(ErrorKind::InvalidSchema {
+                                subject: declared.subject.clone(),
+                                problem,
+                            })
+                        })?,
+                )),
+                _ => None,
+            };
+            for pattern in &patterns {
+                contract.handles.push(HandlerContract {
+                    pattern: pattern.to_string(),
+                    version: declared.version,
+                    schema: declared.schema.as_ref().map(|s| s.as_json().clone()),
+                });
+            }
+            handlers.push(HandlerEntry {
+                patterns,
+                call: declared.call,
+                #[cfg(feature = "schemas")]
+                check,
+            });
+        }
+        for emit in self.emits {
+            let key = match emit.key {
+                KeySpecText::Full(key) => {
+                    let key = RoutingKey::parse(key)?;
+                    if !identity.owns(&node, &key) {
+                        return Err(Error::new(ErrorKind::ForeignKey {
+                            key: key.to_string(),
+                            allowed: format!("{prefix}…"),
+                        }));
+                    }
+                    key
+                }
+                KeySpecText::Event(name) => {
+                    let name = EventName::parse(&name)?;
+                    RoutingKey::try_from(format!("{prefix}{}", name.as_str()))?
+                }
+            };
+            if let Some(schema) = &emit.schema {
+                refuse_defs(schema, &format!("the emit of `{key}`"))?;
+            }
+            contract.emits.push(MessageContract {
+                key: key.to_string(),
+                version: emit.version,
+                schema: emit.schema.map(Schema::into_json),
+            });
+        }
+        for serve in &self.serves {
+            ToolKey::parse(&serve.tool)?;
+            contract.serves.push(ToolContract {
+                tool: serve.tool.clone(),
+                request: serve.request.as_ref().map(|s| s.as_json().clone()),
+                reply: serve.reply.as_ref().map(|s| s.as_json().clone()),
+            });
+        }
+        for call in self.calls {
+            ToolKey::parse(&call.tool)?;
+            contract.calls.push(call);
+        }
+        for tool in contract.serves.iter().chain(&contract.calls) {
+            for schema in tool.request.iter().chain(&tool.reply) {
+                if schema::uses_defs(schema) {
+                    return Err(defs_error(&format!("tool `{}`", tool.tool)));
+                }
+            }
         }
         let queue = match (&identity, self.shared) {
             (Identity::Module(module), false) => Some(naming::consumer_queue(&node, module)),
@@ -299,7 +548,8 @@ impl BusBuilder {
         }
 
         let inner = Arc::new(Inner {
-            prefix: identity.prefix(&node),
+            prefix,
+            contract,
             source: identity.owner(&node).to_string(),
             source_label: Source::new(&identity.owner(&node).to_string()),
             transport,
@@ -342,8 +592,37 @@ impl BusBuilder {
         for entry in self.serves {
             bus.start_serving(entry).await?;
         }
+        if self.announce && !bus.inner.contract.is_empty() {
+            bus.announce().await;
+        }
         Ok(bus)
     }
+}
+
+/// The owner of a bus's keys as its contract names it: `module.<m>`, `node.<n>` or
+/// `context.<c>`.
+fn contract_owner(identity: &Identity, node: &Name) -> String {
+    match identity {
+        Identity::Module(module) => format!("module.{module}"),
+        Identity::Context(context) => format!("context.{context}"),
+        Identity::Node => format!("node.{node}"),
+    }
+}
+
+fn defs_error(subject: &str) -> Error {
+    Error::new(ErrorKind::InvalidSchema {
+        subject: subject.to_owned(),
+        problem: "it uses `$defs`: shared parts go under `definitions`, referenced as \
+                  `#/definitions/<Name>` (draft-07 style)"
+            .to_owned(),
+    })
+}
+
+fn refuse_defs(schema: &Schema, subject: &str) -> Result<(), Error> {
+    if schema::uses_defs(schema.as_json()) {
+        return Err(defs_error(subject));
+    }
+    Ok(())
 }
 
 pub(crate) struct Inner {
@@ -358,6 +637,8 @@ pub(crate) struct Inner {
     prefetch: u16,
     retry: RetryPolicy,
     emit_deadline: Option<Duration>,
+    /// What it announced (or would have): its handlers, tools and declared emits and calls.
+    contract: ModuleContract,
     /// Fired by drain and close: every consumer loop stops taking deliveries.
     pub(crate) stop: CancellationToken,
     /// Confirms of emits whose callers did not await them.
@@ -466,6 +747,19 @@ impl Outgoing {
             serde_json::to_vec(payload).map_err(|e| Error::with_source(ErrorKind::Payload, e))?;
         Ok(Outgoing {
             key: KeySpec::Event(name),
+            body: body.into(),
+            schema: None,
+            causation_id: None,
+            id: None,
+            headers: Headers::new(),
+            reserved: None,
+        })
+    }
+
+    /// Serialized JSON under event name `name`.
+    fn json_bytes(name: &str, body: Vec<u8>) -> Result<Outgoing, Error> {
+        Ok(Outgoing {
+            key: KeySpec::Event(EventName::parse(name)?),
             body: body.into(),
             schema: None,
             causation_id: None,
@@ -630,6 +924,57 @@ impl Bus {
     /// Its identity.
     pub fn identity(&self) -> &Identity {
         &self.inner.identity
+    }
+
+    /// Its contract, as [`start`](BusBuilder::start) built it: what it declared it emits and
+    /// calls, the patterns it handles and the tools it serves, with their versions and
+    /// JSON Schemas. It is what the bus announces (see [`BusBuilder::announce`]); a tool
+    /// served later with [`Bus::serve`] is not in it.
+    pub fn contract(&self) -> &ModuleContract {
+        &self.inner.contract
+    }
+
+    /// Hands the announcement of its contract to the transport; its confirm is awaited on
+    /// the side (and by [`Bus::drain`]). Never fails the bus: a failure is logged.
+    async fn announce(&self) {
+        let body = match serde_json::to_vec(&self.inner.contract) {
+            Ok(body) => body,
+            Err(e) => {
+                warn!("the contract could not be serialized, not announced: {e}");
+                return;
+            }
+        };
+        let outgoing = match Outgoing::json_bytes(ANNOUNCED_EVENT, body) {
+            Ok(outgoing) => outgoing.schema(CONTRACT_FORMAT),
+            Err(e) => {
+                warn!("the contract could not be announced: {e}");
+                return;
+            }
+        };
+        let span = emit_span();
+        let published = self.publish(outgoing, &span).instrument(span.clone()).await;
+        let (id, confirm, since) = match published {
+            Ok(published) => published,
+            Err(e) => {
+                warn!("the contract announcement was refused; the bus runs on: {e}");
+                return;
+            }
+        };
+        let source = self.inner.source_label.clone();
+        self.inner.confirms.spawn(
+            async move {
+                let confirmed = confirm.await;
+                record::confirmed(&source, since, &confirmed);
+                match confirmed {
+                    Ok(()) => debug!(%id, "contract announced"),
+                    Err(e) => warn!(
+                        %id,
+                        "the contract announcement was not confirmed; the bus runs on: {e}"
+                    ),
+                }
+            }
+            .instrument(span),
+        );
     }
 
     /// Emits a typed event and waits until the broker confirmed it.

@@ -19,7 +19,7 @@ use mesh_core::{Delivery, RetryPolicy, Subscription, Timestamp};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn, Instrument, Span};
 
-use crate::handler::{HandlerEntry, Outcome};
+use crate::handler::{HandlerEntry, Outcome, ParsedBody};
 use crate::incoming::Meta;
 use crate::telemetry::propagation;
 use crate::telemetry::record::{self, Label};
@@ -192,14 +192,25 @@ impl Dispatcher {
             self.settle_ack(delivery).await;
             return;
         }
+        // With validation on, a body is checked against each handler's schema before that
+        // handler deserializes it (parsed once for all of them).
+        let mut parsed = ParsedBody::default();
+        let refusals: Vec<Option<String>> = matching
+            .iter()
+            .map(|h| h.refusal(&envelope, &mut parsed))
+            .collect();
+        drop(parsed);
         let cause = envelope.id.to_string();
         let meta = Meta::new(Arc::new(envelope), attempt, delivery.redelivered);
         let run = async {
             let mut worst = Outcome::Done;
-            if let [only] = matching.as_slice() {
-                worst = call(only, meta).await;
+            if let ([only], [refusal]) = (matching.as_slice(), refusals.as_slice()) {
+                worst = checked_call(only, refusal.as_deref(), meta).await;
             } else {
-                let calls = matching.iter().map(|h| call(h, meta.clone()));
+                let calls = matching
+                    .iter()
+                    .zip(&refusals)
+                    .map(|(h, refusal)| checked_call(h, refusal.as_deref(), meta.clone()));
                 for outcome in futures::future::join_all(calls).await {
                     worst = worse(worst, outcome);
                 }
@@ -258,6 +269,15 @@ impl Dispatcher {
                 }
             },
         }
+    }
+}
+
+/// Calls one handler unless its schema refused the body (dead-lettered `schema-invalid`,
+/// the validation error kept).
+async fn checked_call(handler: &HandlerEntry, refusal: Option<&str>, meta: Meta) -> Outcome {
+    match refusal {
+        Some(error) => Outcome::GiveUp(DeadReason::SchemaInvalid, error.to_owned()),
+        None => call(handler, meta).await,
     }
 }
 

@@ -25,6 +25,15 @@ pub enum ErrorKind {
     },
     /// The bus's options cannot work.
     InvalidOptions,
+    /// A declared JSON Schema cannot be used: it does not compile (with
+    /// [`validate_schemas`](crate::BusBuilder::validate_schemas) on), or it uses `$defs`
+    /// instead of the draft-07 `definitions`.
+    InvalidSchema {
+        /// What the schema describes: an event type, a handler's patterns, a tool.
+        subject: String,
+        /// Why it cannot be used.
+        problem: String,
+    },
     /// A payload could not be serialized, or a reply deserialized, as JSON.
     Payload,
     /// A message from the wire breaks the contract.
@@ -135,6 +144,9 @@ impl fmt::Display for Error {
                 "may not set header `{name}`: the runtime sets it (use the setter, if any)"
             ),
             ErrorKind::InvalidOptions => f.write_str("invalid options"),
+            ErrorKind::InvalidSchema { subject, problem } => {
+                write!(f, "the schema of {subject} cannot be used: {problem}")
+            }
             ErrorKind::Payload => f.write_str("payload is not valid JSON for its type"),
             ErrorKind::Decode => f.write_str("message breaks the contract"),
             ErrorKind::Remote { code, message } => {

@@ -55,6 +55,7 @@ mod identity;
 mod incoming;
 mod listen;
 mod rpc;
+mod schema;
 pub mod telemetry;
 
 pub use bus::{Bus, BusBuilder, Outgoing, PendingEmit, DEFAULT_PREFETCH};
@@ -64,6 +65,17 @@ pub use event::Event;
 pub use identity::Identity;
 pub use incoming::{Incoming, Meta};
 pub use listen::{DeadLetter, DeadLetterTap, Listener};
+pub use schema::Schema;
+
+// A module's contract, as a bus announces it (`Bus::contract`, `BusBuilder::announce`).
+pub use mesh_core::contract::{
+    HandlerContract, MessageContract, ModuleContract, ToolContract, ANNOUNCED_EVENT,
+    CONTRACT_FORMAT,
+};
+/// The `schemars` this crate derives schemas with (feature `schemas`): its `JsonSchema`
+/// derive is what [`Schema::of`] reads.
+#[cfg(feature = "schemas")]
+pub use schemars;
 
 pub use mesh_core::{
     codec::DeadLetterNote, DeadReason, EventId, Health, RemoteError, RequestMeta, RetryPolicy,

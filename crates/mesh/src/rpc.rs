@@ -20,14 +20,18 @@ use tracing::{debug, warn, Instrument};
 
 use crate::bus::{Bus, Inner};
 use crate::error::{Error, ErrorKind};
+use crate::schema::Schema;
 use crate::telemetry::{propagation, record};
 
 type ErasedServe =
     Arc<dyn Fn(Bytes, RequestMeta) -> BoxFuture<'static, Result<Bytes, RemoteError>> + Send + Sync>;
 
 pub(crate) struct ServeEntry {
-    tool: String,
+    pub(crate) tool: String,
     call: ErasedServe,
+    /// The JSON Schemas of its request and reply, when declared.
+    pub(crate) request: Option<Schema>,
+    pub(crate) reply: Option<Schema>,
 }
 
 impl ServeEntry {
@@ -60,7 +64,20 @@ impl ServeEntry {
                 })
             })
         });
-        ServeEntry { tool, call }
+        ServeEntry {
+            tool,
+            call,
+            request: None,
+            reply: None,
+        }
+    }
+
+    /// Declares the JSON Schemas of its request and reply.
+    #[cfg(feature = "schemas")]
+    pub(crate) fn with_schemas(mut self, request: Option<Schema>, reply: Option<Schema>) -> Self {
+        self.request = request;
+        self.reply = reply;
+        self
     }
 }
 

@@ -9,7 +9,7 @@ use crate::{assert_code, finish, json, run, stderr, stdout, vhost, NODE};
 const UNREACHABLE: &str = "amqp://127.0.0.1:1";
 
 /// Every dead reason `--reason` accepts.
-const REASONS: [&str; 8] = [
+const REASONS: [&str; 9] = [
     "max-attempts",
     "permanent",
     "undecodable",
@@ -18,6 +18,7 @@ const REASONS: [&str; 8] = [
     "rejected",
     "expired",
     "forged-source",
+    "schema-invalid",
 ];
 
 #[tokio::test]
