@@ -119,10 +119,14 @@ impl Check {
     pub(crate) fn check(&self, body: &Value) -> Result<(), String> {
         match self.validator.validate(body) {
             Ok(()) => Ok(()),
+            // What is wrong first, then where (the end of a deep path, the telling part).
             Err(error) => Err(self.describe(&format!(
-                "at `{}`: {}",
-                error.instance_path(),
-                error.masked()
+                "{} (at `{}`)",
+                crate::raw::codec::cut(&error.masked().to_string(), MAX_VALIDATION_ERROR_BYTES / 2),
+                tail(
+                    &error.instance_path().to_string(),
+                    MAX_VALIDATION_ERROR_BYTES / 4
+                ),
             ))),
         }
     }
@@ -147,6 +151,20 @@ impl Check {
     }
 }
 
+/// The end of `text` in at most `max` bytes (`…` marking a cut): the deepest part of a
+/// path is the telling one.
+#[cfg(feature = "schemas")]
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &text[start..])
+}
+
 /// Parses a body for its check (serde_json's nesting limit bounds the depth).
 #[cfg(feature = "schemas")]
 pub(crate) fn parse(body: &[u8]) -> Result<Value, String> {
@@ -164,5 +182,189 @@ pub(crate) fn uses_defs(value: &Value) -> bool {
                 || uses_defs(v)
         }),
         _ => false,
+    }
+}
+
+#[cfg(all(test, feature = "schemas"))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde::{Deserialize, Serialize};
+
+    /// A type with what schemas of real events hold: constraints, an enum, an option, a
+    /// list, a map and a recursive part (a `$ref` to itself under `definitions`).
+    #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+    struct Order {
+        #[schemars(length(min = 1, max = 40), regex(pattern = r"^[a-z][a-z0-9-]*$"))]
+        id: String,
+        #[schemars(range(min = 1, max = 1000))]
+        quantity: u32,
+        kind: Kind,
+        note: Option<String>,
+        tags: Vec<String>,
+        extra: std::collections::BTreeMap<String, f64>,
+        parts: Vec<Part>,
+    }
+
+    #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+    #[serde(tag = "type", rename_all = "kebab-case")]
+    enum Kind {
+        Plain,
+        Gift { to: String },
+    }
+
+    #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+    struct Part {
+        name: String,
+        parts: Vec<Part>,
+    }
+
+    fn order_check() -> &'static Check {
+        static CHECK: std::sync::LazyLock<Check> = std::sync::LazyLock::new(|| {
+            Check::compile(&Schema::of::<Order>(), Some(1), "`Order`".into()).expect("compiles")
+        });
+        &CHECK
+    }
+
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_filter_map("finite", |f| {
+                serde_json::Number::from_f64(f).map(Value::Number)
+            }),
+            "\\PC{0,50}".prop_map(Value::String),
+            "[a-z][a-z0-9-]{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(8, 256, 8, |inner| {
+            let names = prop_oneof![
+                Just("id".to_owned()),
+                Just("quantity".to_owned()),
+                Just("kind".to_owned()),
+                Just("type".to_owned()),
+                Just("to".to_owned()),
+                Just("tags".to_owned()),
+                Just("extra".to_owned()),
+                Just("parts".to_owned()),
+                Just("name".to_owned()),
+                "\\PC{0,12}",
+            ];
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+                proptest::collection::btree_map(names, inner, 0..8)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Any JSON: an answer, never a panic, and an error bounded whatever the body.
+        #[test]
+        fn any_json_gets_a_bounded_verdict(value in json()) {
+            let check = order_check();
+            if let Err(error) = check.check(&value) {
+                prop_assert!(error.len() <= MAX_VALIDATION_ERROR_BYTES, "{}", error.len());
+            }
+            let bytes = serde_json::to_vec(&value).expect("serialises");
+            prop_assert_eq!(check.check_bytes(&bytes).is_ok(), check.check(&value).is_ok());
+        }
+
+        /// Any bytes, JSON or not.
+        #[test]
+        fn any_bytes_get_a_bounded_verdict(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            if let Err(error) = order_check().check_bytes(&bytes) {
+                prop_assert!(error.len() <= MAX_VALIDATION_ERROR_BYTES, "{}", error.len());
+            }
+        }
+
+        /// What the type writes, its schema accepts (the schema is the reader's contract).
+        #[test]
+        fn what_the_type_writes_passes(
+            id in "[a-z][a-z0-9-]{0,39}",
+            quantity in 1u32..=1000,
+            gift in proptest::option::of("\\PC{0,10}"),
+            depth in 0usize..6,
+        ) {
+            let mut part = Part { name: "leaf".into(), parts: Vec::new() };
+            for _ in 0..depth {
+                part = Part { name: "node".into(), parts: vec![part] };
+            }
+            let order = Order {
+                id,
+                quantity,
+                kind: gift.map_or(Kind::Plain, |to| Kind::Gift { to }),
+                note: None,
+                tags: vec!["a".into()],
+                extra: [("x".to_owned(), 1.5)].into_iter().collect(),
+                parts: vec![part],
+            };
+            let value = serde_json::to_value(&order).expect("serialises");
+            prop_assert_eq!(order_check().check(&value), Ok(()));
+        }
+    }
+
+    #[test]
+    fn hostile_shapes_are_refused_without_panicking() {
+        let check = order_check();
+        // Nested far deeper than serde_json parses: refused as not JSON, not a stack overflow.
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let error = check.check_bytes(deep.as_bytes()).expect_err("too deep");
+        assert!(error.contains("not JSON"), "{error}");
+        // Deep through the recursive part, within serde's limit.
+        let mut part = serde_json::json!({"name": "leaf", "parts": [{"name": 1, "parts": []}]});
+        for _ in 0..60 {
+            part = serde_json::json!({"name": "node", "parts": [part]});
+        }
+        let order = serde_json::json!({
+            "id": "a", "quantity": 1, "kind": {"type": "plain"}, "tags": [], "extra": {},
+            "parts": [part]
+        });
+        let error = check
+            .check(&order)
+            .expect_err("a part without a string name");
+        assert!(error.contains("/name"), "{error}");
+        // A huge value is never quoted; a huge key is cut with the rest.
+        let huge = "y".repeat(1 << 20);
+        let order = serde_json::json!({
+            "id": huge, "quantity": 1, "kind": {"type": "plain"}, "tags": [], "extra": {},
+            "parts": []
+        });
+        let error = check.check(&order).expect_err("too long");
+        assert!(!error.contains("yyyy") && error.len() <= MAX_VALIDATION_ERROR_BYTES);
+        let mut extra = serde_json::Map::new();
+        extra.insert(huge.clone(), Value::String("not a number".into()));
+        let order = serde_json::json!({
+            "id": "a", "quantity": 1, "kind": {"type": "plain"}, "tags": [], "extra": extra,
+            "parts": []
+        });
+        let error = check.check(&order).expect_err("not a number");
+        assert!(error.len() <= MAX_VALIDATION_ERROR_BYTES, "{}", error.len());
+        // A body the pattern's regular expression would take exponential time on with
+        // backtracking: linear here.
+        let order = serde_json::json!({
+            "id": format!("a{}!", "-".repeat(50_000)),
+            "quantity": 1, "kind": {"type": "plain"}, "tags": [], "extra": {}, "parts": []
+        });
+        assert!(check.check(&order).is_err());
+    }
+
+    #[test]
+    fn schemas_of_types_are_draft_07_with_definitions() {
+        let schema = Schema::of::<Order>();
+        let json = schema.as_json();
+        assert_eq!(json["$schema"], "http://json-schema.org/draft-07/schema#");
+        assert!(json["definitions"]["Part"].is_object(), "{json}");
+        assert!(!uses_defs(json), "{json}");
+        assert!(uses_defs(
+            &serde_json::json!({"items": {"$ref": "#/$defs/X"}})
+        ));
+        assert!(uses_defs(&serde_json::json!({"$defs": {}})));
+        assert!(!uses_defs(
+            &serde_json::json!({"description": "no $defs here"})
+        ));
     }
 }
