@@ -1,5 +1,6 @@
 //! The main job of mesh in one program: two modules exchange events with `emit`/`on`, a
-//! failing handler is retried and then dead-lettered, and a tool is called over RPC.
+//! failing handler is retried and then dead-lettered, and a tool is called over RPC. The
+//! modules are defined in `modules.rs`, with the schemas of their events and tools.
 //!
 //! Runs on the embedded in-memory transport by default; with `MESH_URL=amqp://…` it runs
 //! on RabbitMQ.
@@ -9,28 +10,15 @@
 //! MESH_URL=amqp://guest:guest@127.0.0.1:5672/%2F cargo run -p meshbus --example demo
 //! ```
 
+mod modules;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mesh::raw::Transport;
-use mesh::{Bus, Event, HandlerError, Incoming, RemoteError, RetryPolicy};
-use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Serialize, Deserialize)]
-struct SiteCreated {
-    site: String,
-    owner: String,
-}
-
-impl Event for SiteCreated {
-    const KEY: &'static str = "module.umami.site.created";
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct QuoteRequest {
-    plan: String,
-}
+use modules::{QuoteRequest, SiteCreated, QUOTE};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -68,74 +56,16 @@ async fn transport() -> anyhow::Result<(Vec<Arc<dyn Transport>>, &'static str)> 
 async fn run() -> anyhow::Result<()> {
     let (mut transports, name) = transport().await?;
     println!("1. mesh demo on {name}");
-    let quick_retries = RetryPolicy::new(
-        3,
-        vec![Duration::from_millis(200), Duration::from_millis(400)],
-    )?;
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
 
-    // billing: handles site.created, emits invoice.opened, serves quotes.
-    let billing_done = done_tx.clone();
-    let billing = Bus::builder()
-        .node("demo")
-        .module("billing")
-        .on(move |incoming: Incoming<SiteCreated>| {
-            let done = billing_done.clone();
-            async move {
-                println!(
-                    "   billing handled {} (id {}, from {})",
-                    incoming.meta.key(),
-                    incoming.meta.id(),
-                    incoming.meta.source()
-                );
-                let _ = done.send("billing".into());
-                Ok(())
-            }
-        })
-        .serve("billing.quote", |request: QuoteRequest, meta| async move {
-            println!(
-                "   billing serves a quote for plan `{}` asked by {}",
-                request.plan, meta.source
-            );
-            match request.plan.as_str() {
-                "basic" => Ok(900_u64),
-                other => Err(RemoteError {
-                    code: "unknown-plan".into(),
-                    message: format!("no plan named `{other}`"),
-                }),
-            }
-        })
+    // Each module announces its contract as it starts (`module.<m>.contract.announced`).
+    let billing = modules::billing(done_tx.clone())
         .start(transports.remove(0))
         .await?;
-
-    // mailer: its mail server is down, so every attempt fails.
-    let mailer_done = done_tx.clone();
-    let mailer = Bus::builder()
-        .node("demo")
-        .module("mailer")
-        .retry(quick_retries)
-        .on(move |incoming: Incoming<SiteCreated>| {
-            let done = mailer_done.clone();
-            async move {
-                println!(
-                    "   mailer attempt {} for {} fails: mail server unreachable",
-                    incoming.meta.attempt(),
-                    incoming.event.site
-                );
-                if incoming.meta.attempt() == 3 {
-                    let _ = done.send("mailer".into());
-                }
-                Err(HandlerError::retry("mail server unreachable"))
-            }
-        })
+    let mailer = modules::mailer(done_tx.clone())?
         .start(transports.remove(0))
         .await?;
-
-    let umami = Bus::builder()
-        .node("demo")
-        .module("umami")
-        .start(transports.remove(0))
-        .await?;
+    let umami = modules::umami().start(transports.remove(0)).await?;
     let mut dead = umami.dead_letters().await?;
 
     let id = umami
@@ -167,7 +97,7 @@ async fn run() -> anyhow::Result<()> {
 
     let cents: u64 = umami
         .call(
-            "billing.quote",
+            QUOTE,
             &QuoteRequest {
                 plan: "basic".into(),
             },
@@ -177,7 +107,7 @@ async fn run() -> anyhow::Result<()> {
     println!("5. umami called billing.quote: {cents} cents");
     match umami
         .call::<_, u64>(
-            "billing.quote",
+            QUOTE,
             &QuoteRequest {
                 plan: "gold".into(),
             },
