@@ -117,12 +117,13 @@ pub struct BusBuilder {
 /// An emit declared on the builder: a full key (typed) or an event name under the bus's
 /// prefix, its version and schema.
 struct EmitDecl {
-    key: KeySpecText,
+    key: EmitKey,
     version: u32,
     schema: Option<Schema>,
 }
 
-enum KeySpecText {
+/// The key of a declared emit, as declared.
+enum EmitKey {
     Full(&'static str),
     Event(String),
 }
@@ -332,7 +333,7 @@ impl BusBuilder {
     /// complete. A bus may emit what it did not declare.
     pub fn emits<E: Event>(mut self) -> Self {
         self.emits.push(EmitDecl {
-            key: KeySpecText::Full(E::KEY),
+            key: EmitKey::Full(E::KEY),
             version: E::SCHEMA,
             schema: E::json_schema(),
         });
@@ -349,7 +350,7 @@ impl BusBuilder {
         schema: Option<Schema>,
     ) -> Self {
         self.emits.push(EmitDecl {
-            key: KeySpecText::Event(name.into()),
+            key: EmitKey::Event(name.into()),
             version,
             schema,
         });
@@ -408,9 +409,9 @@ impl BusBuilder {
     /// A handler without a schema is not checked. A body that does not match is
     /// dead-lettered with reason `schema-invalid`, the first violation (its path and what
     /// is wrong, never the body's values; at most 1 KiB) as its last error, and the handler
-    /// is not called. Schemas are compiled once, by [`start`](BusBuilder::start), which fails
-    /// with [`ErrorKind::InvalidSchema`] on one that does not compile; no remote reference
-    /// is ever fetched.
+    /// is not called. Schemas are compiled once, by [`start`](BusBuilder::start) (which,
+    /// validating or not, fails with [`ErrorKind::InvalidSchema`] on a declared schema that
+    /// does not compile or uses `$defs`); no remote reference is ever fetched.
     #[cfg(feature = "schemas")]
     pub fn validate_schemas(mut self, validate: bool) -> Self {
         self.validate = validate;
@@ -461,22 +462,29 @@ impl BusBuilder {
             if patterns.is_empty() {
                 return Err(Error::options("a handler needs at least one pattern"));
             }
-            if let Some(schema) = &declared.schema {
-                refuse_defs(schema, &declared.subject)?;
-            }
             #[cfg(feature = "schemas")]
             let check = match (&declared.schema, self.validate) {
-                (Some(schema), true) => Some(Arc::new(
-                    schema::Check::compile(schema, declared.version, declared.subject.clone())
-                        .map_err(|problem| {
-                            Error::new(ErrorKind::InvalidSchema {
-                                subject: declared.subject.clone(),
-                                problem,
-                            })
-                        })?,
-                )),
-                _ => None,
+                (Some(schema), true) => {
+                    refuse_defs(schema.as_json(), &declared.subject)?;
+                    Some(Arc::new(
+                        schema::Check::compile(
+                            schema.as_json(),
+                            declared.version,
+                            declared.subject.clone(),
+                        )
+                        .map_err(|problem| invalid_schema(&declared.subject, problem))?,
+                    ))
+                }
+                (Some(schema), false) => {
+                    vet(schema.as_json(), &declared.subject)?;
+                    None
+                }
+                (None, _) => None,
             };
+            #[cfg(not(feature = "schemas"))]
+            if let Some(schema) = &declared.schema {
+                vet(schema.as_json(), &declared.subject)?;
+            }
             for pattern in &patterns {
                 contract.handles.push(HandlerContract {
                     pattern: pattern.to_string(),
@@ -493,7 +501,7 @@ impl BusBuilder {
         }
         for emit in self.emits {
             let key = match emit.key {
-                KeySpecText::Full(key) => {
+                EmitKey::Full(key) => {
                     let key = RoutingKey::parse(key)?;
                     if !identity.owns(&node, &key) {
                         return Err(Error::new(ErrorKind::ForeignKey {
@@ -503,13 +511,13 @@ impl BusBuilder {
                     }
                     key
                 }
-                KeySpecText::Event(name) => {
+                EmitKey::Event(name) => {
                     let name = EventName::parse(&name)?;
                     RoutingKey::try_from(format!("{prefix}{}", name.as_str()))?
                 }
             };
             if let Some(schema) = &emit.schema {
-                refuse_defs(schema, &format!("the emit of `{key}`"))?;
+                vet(schema.as_json(), &format!("the emit of `{key}`"))?;
             }
             contract.emits.push(MessageContract {
                 key: key.to_string(),
@@ -531,9 +539,7 @@ impl BusBuilder {
         }
         for tool in contract.serves.iter().chain(&contract.calls) {
             for schema in tool.request.iter().chain(&tool.reply) {
-                if schema::uses_defs(schema) {
-                    return Err(defs_error(&format!("tool `{}`", tool.tool)));
-                }
+                vet(schema, &format!("tool `{}`", tool.tool))?;
             }
         }
         let queue = match (&identity, self.shared) {
@@ -609,19 +615,34 @@ fn contract_owner(identity: &Identity, node: &Name) -> String {
     }
 }
 
-fn defs_error(subject: &str) -> Error {
+fn invalid_schema(subject: &str, problem: String) -> Error {
     Error::new(ErrorKind::InvalidSchema {
         subject: subject.to_owned(),
-        problem: "it uses `$defs`: shared parts go under `definitions`, referenced as \
-                  `#/definitions/<Name>` (draft-07 style)"
-            .to_owned(),
+        problem,
     })
 }
 
-fn refuse_defs(schema: &Schema, subject: &str) -> Result<(), Error> {
-    if schema::uses_defs(schema.as_json()) {
-        return Err(defs_error(subject));
+/// Refuses a declared schema that uses `$defs` (it would dangle once an exporter moves
+/// `definitions`).
+fn refuse_defs(schema: &serde_json::Value, subject: &str) -> Result<(), Error> {
+    if schema::uses_defs(schema) {
+        return Err(invalid_schema(
+            subject,
+            "it uses `$defs`: shared parts go under `definitions`, referenced as \
+             `#/definitions/<Name>` (draft-07 style)"
+                .to_owned(),
+        ));
     }
+    Ok(())
+}
+
+/// Refuses a declared schema that cannot be used: one with `$defs`, or (feature `schemas`)
+/// one that does not compile, so a contract announces only schemas a reader can use.
+fn vet(schema: &serde_json::Value, subject: &str) -> Result<(), Error> {
+    refuse_defs(schema, subject)?;
+    #[cfg(feature = "schemas")]
+    schema::Check::compile(schema, None, subject.to_owned())
+        .map_err(|problem| invalid_schema(subject, problem))?;
     Ok(())
 }
 

@@ -25,9 +25,8 @@ pub enum ErrorKind {
     },
     /// The bus's options cannot work.
     InvalidOptions,
-    /// A declared JSON Schema cannot be used: it does not compile (with
-    /// [`validate_schemas`](crate::BusBuilder::validate_schemas) on), or it uses `$defs`
-    /// instead of the draft-07 `definitions`.
+    /// A declared JSON Schema cannot be used: it does not compile as draft 7 (checked with
+    /// the feature `schemas`), or it uses `$defs` instead of the draft-07 `definitions`.
     InvalidSchema {
         /// What the schema describes: an event type, a handler's patterns, a tool.
         subject: String,

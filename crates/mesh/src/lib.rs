@@ -35,6 +35,12 @@
 //! the retry ladder; a permanent error (or exhausted attempts, or a message that breaks
 //! the contract) dead-letters it with the reason.
 //!
+//! Contracts: each bus announces what it emits, handles, serves and calls, with the JSON
+//! Schemas of their bodies ([`BusBuilder::announce`], [`Bus::contract`]); an event type
+//! declares its schema in one line ([`Event::json_schema`], [`Schema::of`]), and a bus may
+//! check incoming bodies against them ([`BusBuilder::validate_schemas`], dead letter
+//! `schema-invalid`).
+//!
 //! Observability ([`telemetry`]): spans `mesh.emit`, `mesh.handle`, `mesh.call` and
 //! `mesh.serve` through `tracing`, metrics through the `metrics` facade, and, behind
 //! features, W3C trace context across the broker (`otel`), an OTLP exporter (`otlp`) and a

@@ -40,8 +40,8 @@ impl Schema {
 
     /// A schema written by hand (for a raw handler or a JSON emit), in the draft-07 style:
     /// shared parts under `definitions`, referenced as `#/definitions/<Name>`. It is
-    /// compiled when a bus starts (an invalid one fails
-    /// [`BusBuilder::start`](crate::BusBuilder::start) when validation is on).
+    /// checked when a bus starts: one that uses `$defs` or (feature `schemas`) does not
+    /// compile fails [`BusBuilder::start`](crate::BusBuilder::start).
     pub fn from_json(schema: Value) -> Schema {
         Schema(schema)
     }
@@ -94,13 +94,13 @@ impl Check {
     /// Compiles `schema` (draft 7, no remote references, linear-time regular expressions:
     /// a `pattern` never backtracks on a hostile body).
     pub(crate) fn compile(
-        schema: &Schema,
+        schema: &Value,
         version: Option<u32>,
         subject: String,
     ) -> Result<Check, String> {
         let validator = jsonschema::draft7::options()
             .with_pattern_options(jsonschema::PatternOptions::regex())
-            .build(schema.as_json())
+            .build(schema)
             .map_err(|e| crate::raw::codec::cut(&e.to_string(), MAX_VALIDATION_ERROR_BYTES))?;
         Ok(Check {
             validator,
@@ -221,7 +221,8 @@ mod tests {
 
     fn order_check() -> &'static Check {
         static CHECK: std::sync::LazyLock<Check> = std::sync::LazyLock::new(|| {
-            Check::compile(&Schema::of::<Order>(), Some(1), "`Order`".into()).expect("compiles")
+            Check::compile(Schema::of::<Order>().as_json(), Some(1), "`Order`".into())
+                .expect("compiles")
         });
         &CHECK
     }

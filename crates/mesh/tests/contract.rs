@@ -267,6 +267,22 @@ async fn a_schema_that_does_not_compile_or_uses_defs_fails_start() -> anyhow::Re
         matches!(broken.kind(), ErrorKind::InvalidSchema { subject, .. } if subject.contains("module.crm.#")),
         "{broken}"
     );
+    // Validating or not: a contract announces only schemas a reader can use.
+    let broken = Bus::builder()
+        .node("anchor")
+        .module("billing")
+        .calls_json(
+            "tax.rate",
+            Some(Schema::from_json(json!({"minimum": "zero"}))),
+            None,
+        )
+        .start(transport(&broker))
+        .await
+        .expect_err("`minimum` must be a number");
+    assert!(
+        matches!(broken.kind(), ErrorKind::InvalidSchema { subject, .. } if subject.contains("tax.rate")),
+        "{broken}"
+    );
     let defs = Bus::builder()
         .node("anchor")
         .module("billing")

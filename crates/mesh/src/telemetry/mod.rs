@@ -56,7 +56,7 @@ pub mod names {
     /// Counter `{queue}`: retry copies scheduled down the ladder.
     pub const RETRIED: &str = "mesh_retried_total";
     /// Counter `{queue, reason}`: events dead-lettered by this consumer (`max-attempts`,
-    /// `permanent`, `undecodable`, `forged-source`, `unread-schema`).
+    /// `permanent`, `undecodable`, `forged-source`, `unread-schema`, `schema-invalid`).
     pub const DEAD_LETTERED: &str = "mesh_dead_lettered_total";
     /// Counter `{queue}`: events no handler of the queue matches (a stale binding, a
     /// forgery), acked without running a handler.
