@@ -19,8 +19,9 @@
 //!   a handler, `<owner>.serve.<t>` (`receive`, with a `reply`) and `<owner>.call.<t>`
 //!   (`send`, with a `reply`) for tools.
 //!
-//! The document also carries the system itself under [`ASYNCAPI_EXTENSION`], so
-//! [`System::from_document`] reads it back exactly.
+//! The document also carries the system itself, as the JSON text of its system document,
+//! under [`ASYNCAPI_EXTENSION`], so [`System::from_document`] reads it back exactly (as text,
+//! because the contracts' own `#/definitions/…` references would dangle in the document).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -58,7 +59,13 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
     for module in system.modules() {
         for emit in &module.emits {
             let id = format!("{}.v{}", emit.key, emit.version);
-            doc.message(&emit.key, &id, &emit.key, Some(emit.version), emit.schema.as_ref());
+            doc.message(
+                &emit.key,
+                &id,
+                &id,
+                Some(emit.version),
+                emit.schema.as_ref(),
+            );
         }
     }
     let keys: Vec<String> = doc.channels.keys().cloned().collect();
@@ -70,7 +77,7 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
                 format!("{owner}.send.{}", emit.key),
                 "send",
                 &emit.key,
-                vec![id],
+                &[id],
                 None,
                 None,
             );
@@ -89,7 +96,7 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
                     format!("{owner}.receive.{channel}"),
                     "receive",
                     &channel,
-                    messages,
+                    &messages,
                     None,
                     (!plain).then(|| handler.pattern.clone()),
                 );
@@ -101,7 +108,7 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
                     format!("{owner}.receive.{key}"),
                     "receive",
                     key,
-                    messages,
+                    &messages,
                     None,
                     Some(handler.pattern.clone()),
                 );
@@ -113,10 +120,13 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
             }
         }
     }
-    let title = options.title.clone().unwrap_or_else(|| match &options.module {
-        Some(owner) => owner.clone(),
-        None => "mesh system".to_owned(),
-    });
+    let title = options
+        .title
+        .clone()
+        .unwrap_or_else(|| match &options.module {
+            Some(owner) => owner.clone(),
+            None => "mesh system".to_owned(),
+        });
     let mut document = Map::new();
     document.insert("asyncapi".into(), json!(ASYNCAPI_VERSION));
     document.insert(
@@ -136,7 +146,12 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
     components.insert("schemas".into(), sorted(doc.schemas));
     components.insert("messages".into(), sorted(doc.messages));
     document.insert("components".into(), Value::Object(components));
-    document.insert(ASYNCAPI_EXTENSION.into(), carried.to_document());
+    // As JSON text: the contracts' schemas hold `#/definitions/…` references, which would
+    // dangle for a tool resolving every reference of the document.
+    document.insert(
+        ASYNCAPI_EXTENSION.into(),
+        Value::String(carried.to_document().to_string()),
+    );
     Ok(Value::Object(document))
 }
 
@@ -161,7 +176,14 @@ impl Doc {
     }
 
     /// Adds message `id` on channel `channel` (once).
-    fn message(&mut self, channel: &str, id: &str, name: &str, version: Option<u32>, schema: Option<&Value>) {
+    fn message(
+        &mut self,
+        channel: &str,
+        id: &str,
+        name: &str,
+        version: Option<u32>,
+        schema: Option<&Value>,
+    ) {
         self.channel(channel, false);
         if let Some((_, _, messages)) = self.channels.get_mut(channel) {
             messages.insert(id.to_owned());
@@ -212,7 +234,7 @@ impl Doc {
             return vec![id];
         }
         if handler.schema.is_none() && emitted.is_empty() {
-            self.message(channel, &id, channel, Some(version), None);
+            self.message(channel, &id, &id, Some(version), None);
             return vec![id];
         }
         let word = module.owner.rsplit('.').next().unwrap_or_default();
@@ -257,7 +279,14 @@ impl Doc {
         } else {
             (format!("{owner}.call.{}", tool.tool), "send")
         };
-        self.operation(id, action, &channel, vec![request], Some((reply_channel, reply)), None);
+        self.operation(
+            id,
+            action,
+            &channel,
+            &[request],
+            Some((reply_channel, reply)),
+            None,
+        );
     }
 
     fn operation(
@@ -265,14 +294,12 @@ impl Doc {
         id: String,
         action: &str,
         channel: &str,
-        messages: Vec<String>,
+        messages: &[String],
         reply: Option<(String, String)>,
         pattern: Option<String>,
     ) {
         let channel_ref = |c: &str| json!({"$ref": format!("#/channels/{}", pointer_token(c))});
-        let message_ref = |c: &str, m: &str| {
-            json!({"$ref": format!("#/channels/{}/messages/{}", pointer_token(c), pointer_token(m))})
-        };
+        let message_ref = |c: &str, m: &str| json!({"$ref": format!("#/channels/{}/messages/{}", pointer_token(c), pointer_token(m))});
         let mut operation = Map::new();
         operation.insert("action".into(), json!(action));
         operation.insert("channel".into(), channel_ref(channel));
@@ -351,9 +378,20 @@ impl Doc {
             let mut names = BTreeMap::new();
             let mut taken: BTreeSet<String> = self.schemas.keys().cloned().collect();
             for (name, target) in &plain {
+                // A definition that refers to nothing local has one rewritten form: it may
+                // share a name already holding that same form.
+                let def = definitions[name];
+                let alone = if refers_locally(def, 0) {
+                    None
+                } else {
+                    Some(rewrite(def, &names, &root_name, 0))
+                };
+                let reusable = |doc: &Doc, candidate: &str| {
+                    alone.is_some() && doc.schemas.get(candidate) == alone.as_ref()
+                };
                 let mut chosen = target.clone();
                 let mut n = 2;
-                while taken.contains(&chosen) {
+                while taken.contains(&chosen) && !reusable(self, &chosen) {
                     chosen = format!("{target}_{n}");
                     n += 1;
                 }
@@ -409,14 +447,21 @@ fn rewrite(value: &Value, names: &BTreeMap<String, String>, root: &str, depth: u
             for key in keys {
                 let item = &map[key];
                 let new = match (key.as_str(), item) {
-                    ("$ref", Value::String(reference)) => Value::String(rewrite_ref(reference, names, root)),
+                    ("$ref", Value::String(reference)) => {
+                        Value::String(rewrite_ref(reference, names, root))
+                    }
                     _ => rewrite(item, names, root, depth + 1),
                 };
                 out.insert(key.clone(), new);
             }
             Value::Object(out)
         }
-        Value::Array(items) => Value::Array(items.iter().map(|v| rewrite(v, names, root, depth + 1)).collect()),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|v| rewrite(v, names, root, depth + 1))
+                .collect(),
+        ),
         other => other.clone(),
     }
 }
@@ -431,11 +476,30 @@ fn rewrite_ref(reference: &str, names: &BTreeMap<String, String>, root: &str) ->
         };
         let (token, tail) = rest.split_once('/').map_or((rest, ""), |(t, r)| (t, r));
         if let Some(target) = names.get(&unescape_token(token)) {
-            let tail = if tail.is_empty() { String::new() } else { format!("/{tail}") };
+            let tail = if tail.is_empty() {
+                String::new()
+            } else {
+                format!("/{tail}")
+            };
             return format!("#/components/schemas/{}{tail}", pointer_token(target));
         }
     }
     reference.to_owned()
+}
+
+/// Whether `value` holds a local reference (`#…`).
+fn refers_locally(value: &Value, depth: usize) -> bool {
+    if depth > MAX_SCHEMA_DEPTH {
+        return false;
+    }
+    match value {
+        Value::Object(map) => map.iter().any(|(k, v)| {
+            (k == "$ref" && v.as_str().is_some_and(|r| r.starts_with('#')))
+                || refers_locally(v, depth + 1)
+        }),
+        Value::Array(items) => items.iter().any(|v| refers_locally(v, depth + 1)),
+        _ => false,
+    }
 }
 
 fn refers_to_root(value: &Value, depth: usize) -> bool {
@@ -443,9 +507,9 @@ fn refers_to_root(value: &Value, depth: usize) -> bool {
         return false;
     }
     match value {
-        Value::Object(map) => map.iter().any(|(k, v)| {
-            (k == "$ref" && v.as_str() == Some("#")) || refers_to_root(v, depth + 1)
-        }),
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, v)| (k == "$ref" && v.as_str() == Some("#")) || refers_to_root(v, depth + 1)),
         Value::Array(items) => items.iter().any(|v| refers_to_root(v, depth + 1)),
         _ => false,
     }
@@ -460,7 +524,11 @@ mod tests {
         ModuleContract {
             owner: owner.into(),
             node: "n".into(),
-            emits: vec![MessageContract { key: key.into(), version: 1, schema: Some(schema) }],
+            emits: vec![MessageContract {
+                key: key.into(),
+                version: 1,
+                schema: Some(schema),
+            }],
             handles: Vec::new(),
             serves: Vec::new(),
             calls: Vec::new(),
@@ -482,10 +550,20 @@ mod tests {
         let schemas = &doc["components"]["schemas"];
         assert_eq!(schemas["Money"], json!({"type": "integer"}));
         assert_eq!(schemas["Money_2"], json!({"type": "string"}));
-        assert_eq!(schemas.as_object().unwrap().len(), 2, "the same shape is shared: {schemas}");
+        assert_eq!(
+            schemas.as_object().unwrap().len(),
+            2,
+            "the same shape is shared: {schemas}"
+        );
         let messages = &doc["components"]["messages"];
-        assert_eq!(messages["module.b.paid.x.v1"]["payload"]["properties"]["m"]["$ref"], "#/components/schemas/Money_2");
-        assert_eq!(messages["module.c.paid.x.v1"]["payload"]["properties"]["m"]["$ref"], "#/components/schemas/Money");
+        assert_eq!(
+            messages["module.b.paid.x.v1"]["payload"]["properties"]["m"]["$ref"],
+            "#/components/schemas/Money_2"
+        );
+        assert_eq!(
+            messages["module.c.paid.x.v1"]["payload"]["properties"]["m"]["$ref"],
+            "#/components/schemas/Money"
+        );
         assert_eq!(export(&system, &ExportOptions::default()).unwrap(), doc);
         assert_eq!(System::from_document(&doc).unwrap(), system);
     }
@@ -497,8 +575,14 @@ mod tests {
         system.insert(emitter("module.a", "module.a.tree.grown", tree));
         let doc = export(&system, &ExportOptions::default()).unwrap();
         let payload = &doc["components"]["messages"]["module.a.tree.grown.v1"]["payload"];
-        assert_eq!(payload["$ref"], "#/components/schemas/module.a.tree.grown.v1");
+        assert_eq!(
+            payload["$ref"],
+            "#/components/schemas/module.a.tree.grown.v1"
+        );
         let component = &doc["components"]["schemas"]["module.a.tree.grown.v1"];
-        assert_eq!(component["properties"]["children"]["items"]["$ref"], "#/components/schemas/module.a.tree.grown.v1");
+        assert_eq!(
+            component["properties"]["children"]["items"]["$ref"],
+            "#/components/schemas/module.a.tree.grown.v1"
+        );
     }
 }

@@ -204,7 +204,11 @@ fn gone(old: &System, new: &System, findings: &mut BTreeSet<Finding>) {
         if readers.is_empty() {
             continue;
         }
-        let emitters = owners(old.modules().filter(|m| m.emits.iter().any(|e| e.key == *key)).map(|m| m.owner.clone()));
+        let emitters = owners(
+            old.modules()
+                .filter(|m| m.emits.iter().any(|e| e.key == *key))
+                .map(|m| m.owner.clone()),
+        );
         findings.insert(Finding {
             subject: Subject::Event((*key).to_owned()),
             path: String::new(),
@@ -216,15 +220,26 @@ fn gone(old: &System, new: &System, findings: &mut BTreeSet<Finding>) {
         });
     }
     let served = |system: &System| -> BTreeSet<String> {
-        system.modules().flat_map(|m| m.serves.iter().map(|t| t.tool.clone())).collect()
+        system
+            .modules()
+            .flat_map(|m| m.serves.iter().map(|t| t.tool.clone()))
+            .collect()
     };
     let (was, is) = (served(old), served(new));
     for tool in was.difference(&is) {
-        let callers = owners(new.modules().filter(|m| m.calls.iter().any(|t| t.tool == *tool)).map(|m| m.owner.clone()));
+        let callers = owners(
+            new.modules()
+                .filter(|m| m.calls.iter().any(|t| t.tool == *tool))
+                .map(|m| m.owner.clone()),
+        );
         if callers.is_empty() {
             continue;
         }
-        let servers = owners(old.modules().filter(|m| m.serves.iter().any(|t| t.tool == *tool)).map(|m| m.owner.clone()));
+        let servers = owners(
+            old.modules()
+                .filter(|m| m.serves.iter().any(|t| t.tool == *tool))
+                .map(|m| m.owner.clone()),
+        );
         findings.insert(Finding {
             subject: Subject::Request(tool.clone()),
             path: String::new(),
@@ -242,12 +257,22 @@ fn owners(iter: impl Iterator<Item = String>) -> Vec<String> {
     iter.collect::<BTreeSet<_>>().into_iter().collect()
 }
 
-fn emits(old: &ModuleContract, new: &ModuleContract, system: &System, findings: &mut BTreeSet<Finding>) {
+fn emits(
+    old: &ModuleContract,
+    new: &ModuleContract,
+    system: &System,
+    findings: &mut BTreeSet<Finding>,
+) {
     for after in &new.emits {
         let Some(before) = old.emits.iter().find(|e| e.key == after.key) else {
             continue;
         };
-        let readers = owners(system.handlers_of(&after.key).into_iter().map(|(o, _, _)| o));
+        let readers = owners(
+            system
+                .handlers_of(&after.key)
+                .into_iter()
+                .map(|(o, _, _)| o),
+        );
         let context = Context {
             subject: Subject::Event(after.key.clone()),
             changed_by: new.owner.clone(),
@@ -262,7 +287,12 @@ fn emits(old: &ModuleContract, new: &ModuleContract, system: &System, findings: 
     }
 }
 
-fn handlers(old: &ModuleContract, new: &ModuleContract, system: &System, findings: &mut BTreeSet<Finding>) {
+fn handlers(
+    old: &ModuleContract,
+    new: &ModuleContract,
+    system: &System,
+    findings: &mut BTreeSet<Finding>,
+) {
     for after in &new.handles {
         let Some(before) = old.handles.iter().find(|h| h.pattern == after.pattern) else {
             continue;
@@ -270,7 +300,11 @@ fn handlers(old: &ModuleContract, new: &ModuleContract, system: &System, finding
         let writers = owners(
             system
                 .modules()
-                .filter(|m| m.emits.iter().any(|e| topic_matches(&after.pattern, &e.key)))
+                .filter(|m| {
+                    m.emits
+                        .iter()
+                        .any(|e| topic_matches(&after.pattern, &e.key))
+                })
                 .map(|m| m.owner.clone()),
         );
         let context = Context {
@@ -290,29 +324,61 @@ fn handlers(old: &ModuleContract, new: &ModuleContract, system: &System, finding
     }
 }
 
-fn tools(old: &ModuleContract, new: &ModuleContract, system: &System, findings: &mut BTreeSet<Finding>) {
+fn tools(
+    old: &ModuleContract,
+    new: &ModuleContract,
+    system: &System,
+    findings: &mut BTreeSet<Finding>,
+) {
     let callers_of = |tool: &str| {
-        owners(system.modules().filter(|m| m.calls.iter().any(|t| t.tool == tool)).map(|m| m.owner.clone()))
+        owners(
+            system
+                .modules()
+                .filter(|m| m.calls.iter().any(|t| t.tool == tool))
+                .map(|m| m.owner.clone()),
+        )
     };
     let servers_of = |tool: &str| {
-        owners(system.modules().filter(|m| m.serves.iter().any(|t| t.tool == tool)).map(|m| m.owner.clone()))
+        owners(
+            system
+                .modules()
+                .filter(|m| m.serves.iter().any(|t| t.tool == tool))
+                .map(|m| m.owner.clone()),
+        )
     };
     // (old list, new list, serving): a server reads the request and writes the reply; a
     // caller the other way round.
-    for (before_list, after_list, serving) in [(&old.serves, &new.serves, true), (&old.calls, &new.calls, false)] {
+    for (before_list, after_list, serving) in [
+        (&old.serves, &new.serves, true),
+        (&old.calls, &new.calls, false),
+    ] {
         for after in after_list {
             let Some(before) = before_list.iter().find(|t| t.tool == after.tool) else {
                 continue;
             };
-            let others = if serving { callers_of(&after.tool) } else { servers_of(&after.tool) };
+            let others = if serving {
+                callers_of(&after.tool)
+            } else {
+                servers_of(&after.tool)
+            };
             let (request_role, reply_role) = if serving {
                 (Role::Reader, Role::Writer)
             } else {
                 (Role::Writer, Role::Reader)
             };
             for (subject, role, b, a) in [
-                (Subject::Request(after.tool.clone()), request_role, &before.request, &after.request),
-                (Subject::Reply(after.tool.clone()), reply_role, &before.reply, &after.reply),
+                (
+                    Subject::Request(after.tool.clone()),
+                    request_role,
+                    &before.request,
+                    &after.request,
+                ),
+                (
+                    Subject::Reply(after.tool.clone()),
+                    reply_role,
+                    &before.reply,
+                    &after.reply,
+                ),
             ] {
                 let context = Context {
                     subject,
@@ -376,21 +442,33 @@ impl Context {
 
     /// A versioned body: the same version must keep its shape exactly; any version must
     /// keep the rules.
-    fn compare_versions(&self, (v, before): (u32, Option<&Value>), (w, after): (u32, Option<&Value>), findings: &mut BTreeSet<Finding>) {
+    fn compare_versions(
+        &self,
+        (v, before): (u32, Option<&Value>),
+        (w, after): (u32, Option<&Value>),
+        findings: &mut BTreeSet<Finding>,
+    ) {
         if let (Some(b), Some(a)) = (before, after) {
             if v == w && shape(b) != shape(a) {
                 self.report(
                     findings,
                     Rule::ShapeChangedSameVersion,
                     "",
-                    format!("the schema of version {v} changed shape; a new shape needs a new version"),
+                    format!(
+                        "the schema of version {v} changed shape; a new shape needs a new version"
+                    ),
                 );
             }
         }
         self.compare(before, after, findings);
     }
 
-    fn compare(&self, before: Option<&Value>, after: Option<&Value>, findings: &mut BTreeSet<Finding>) {
+    fn compare(
+        &self,
+        before: Option<&Value>,
+        after: Option<&Value>,
+        findings: &mut BTreeSet<Finding>,
+    ) {
         let (Some(before), Some(after)) = (before, after) else {
             // A schema declared on one side only: nothing to compare.
             return;
@@ -401,7 +479,7 @@ impl Context {
             seen: HashSet::new(),
             steps: 0,
         };
-        self.node(&mut walk, before, after, String::new(), 0, findings);
+        self.node(&mut walk, before, after, "", 0, findings);
     }
 
     fn node<'a>(
@@ -409,7 +487,7 @@ impl Context {
         walk: &mut Walk<'a>,
         before: &'a Value,
         after: &'a Value,
-        path: String,
+        path: &str,
         depth: usize,
         findings: &mut BTreeSet<Finding>,
     ) {
@@ -417,9 +495,10 @@ impl Context {
         if depth > MAX_SCHEMA_DEPTH || walk.steps > MAX_STEPS {
             return;
         }
-        let (Some((before, via_old)), Some((after, via_new))) =
-            (resolve(walk.old_root, before), resolve(walk.new_root, after))
-        else {
+        let (Some((before, via_old)), Some((after, via_new))) = (
+            resolve(walk.old_root, before),
+            resolve(walk.new_root, after),
+        ) else {
             return;
         };
         if (via_old.is_some() || via_new.is_some()) && !walk.seen.insert((via_old, via_new)) {
@@ -428,7 +507,10 @@ impl Context {
         let (before, null_before) = unwrap_nullable(before);
         let (after, null_after) = unwrap_nullable(after);
         // A nullable wrapper may itself wrap a reference.
-        let (Some((before, _)), Some((after, _))) = (resolve(walk.old_root, before), resolve(walk.new_root, after)) else {
+        let (Some((before, _)), Some((after, _))) = (
+            resolve(walk.old_root, before),
+            resolve(walk.new_root, after),
+        ) else {
             return;
         };
         let with_null = |types: Option<Types>, null: bool| {
@@ -454,45 +536,72 @@ impl Context {
             self.report(
                 findings,
                 Rule::FieldRetyped,
-                &path,
+                path,
                 format!("type {} became {}", show(&types_before), show(&types_after)),
             );
             return;
         }
-        self.enums(before, after, &path, findings);
-        self.objects(walk, before, after, &path, depth, findings);
+        self.enums(before, after, path, findings);
+        self.objects(walk, before, after, path, depth, findings);
         if let (Some(b), Some(a)) = (before.get("items"), after.get("items")) {
             if b.is_object() && a.is_object() {
-                self.node(walk, b, a, format!("{path}/[]"), depth + 1, findings);
+                self.node(walk, b, a, &format!("{path}/[]"), depth + 1, findings);
             }
         }
     }
 
     fn enums(&self, before: &Value, after: &Value, path: &str, findings: &mut BTreeSet<Finding>) {
         let (b, a) = (enum_values(before), enum_values(after));
-        let show = |values: &[&Value]| values.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+        let show = |values: &[&Value]| {
+            values
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         match self.role {
             Role::Writer => match (b, a) {
                 (Some(b), Some(a)) => {
                     let added: Vec<&Value> = a.iter().copied().filter(|v| !b.contains(v)).collect();
                     if !added.is_empty() {
-                        self.report(findings, Rule::EnumWidened, path, format!("now also writes {}", show(&added)));
+                        self.report(
+                            findings,
+                            Rule::EnumWidened,
+                            path,
+                            format!("now also writes {}", show(&added)),
+                        );
                     }
                 }
                 (Some(_), None) => {
-                    self.report(findings, Rule::EnumWidened, path, "no longer limited to its enum".into());
+                    self.report(
+                        findings,
+                        Rule::EnumWidened,
+                        path,
+                        "no longer limited to its enum".into(),
+                    );
                 }
                 _ => {}
             },
             Role::Reader => match (b, a) {
                 (Some(b), Some(a)) => {
-                    let removed: Vec<&Value> = b.iter().copied().filter(|v| !a.contains(v)).collect();
+                    let removed: Vec<&Value> =
+                        b.iter().copied().filter(|v| !a.contains(v)).collect();
                     if !removed.is_empty() {
-                        self.report(findings, Rule::EnumNarrowed, path, format!("no longer reads {}", show(&removed)));
+                        self.report(
+                            findings,
+                            Rule::EnumNarrowed,
+                            path,
+                            format!("no longer reads {}", show(&removed)),
+                        );
                     }
                 }
                 (None, Some(a)) => {
-                    self.report(findings, Rule::EnumNarrowed, path, format!("now reads only {}", show(&a)));
+                    self.report(
+                        findings,
+                        Rule::EnumNarrowed,
+                        path,
+                        format!("now reads only {}", show(&a)),
+                    );
                 }
                 _ => {}
             },
@@ -508,7 +617,8 @@ impl Context {
         depth: usize,
         findings: &mut BTreeSet<Finding>,
     ) {
-        static EMPTY: std::sync::OnceLock<serde_json::Map<String, Value>> = std::sync::OnceLock::new();
+        static EMPTY: std::sync::OnceLock<serde_json::Map<String, Value>> =
+            std::sync::OnceLock::new();
         let empty = EMPTY.get_or_init(serde_json::Map::new);
         let props_before = properties(before).unwrap_or(empty);
         let props_after = properties(after).unwrap_or(empty);
@@ -518,25 +628,45 @@ impl Context {
             Role::Writer => {
                 for name in props_before.keys() {
                     if !props_after.contains_key(name) {
-                        self.report(findings, Rule::FieldRemoved, &field(name), "removed from the schema".into());
-                    } else if req_before.contains(name.as_str()) && !req_after.contains(name.as_str()) {
-                        self.report(findings, Rule::RequiredDropped, &field(name), "no longer required: it may be missing".into());
+                        self.report(
+                            findings,
+                            Rule::FieldRemoved,
+                            &field(name),
+                            "removed from the schema".into(),
+                        );
+                    } else if req_before.contains(name.as_str())
+                        && !req_after.contains(name.as_str())
+                    {
+                        self.report(
+                            findings,
+                            Rule::RequiredDropped,
+                            &field(name),
+                            "no longer required: it may be missing".into(),
+                        );
                     }
                 }
             }
             Role::Reader => {
                 for name in req_after.difference(&req_before) {
-                    self.report(findings, Rule::RequiredAdded, &field(name), "now required".into());
+                    self.report(
+                        findings,
+                        Rule::RequiredAdded,
+                        &field(name),
+                        "now required".into(),
+                    );
                 }
             }
         }
         // Walked in name order, so that what is seen first (and reported once) is the same
         // in every run.
-        let mut names: Vec<&String> = props_before.keys().filter(|n| props_after.contains_key(*n)).collect();
+        let mut names: Vec<&String> = props_before
+            .keys()
+            .filter(|n| props_after.contains_key(*n))
+            .collect();
         names.sort();
         for name in names {
             if let (Some(b), Some(a)) = (props_before.get(name), props_after.get(name)) {
-                self.node(walk, b, a, field(name), depth + 1, findings);
+                self.node(walk, b, a, &field(name), depth + 1, findings);
             }
         }
     }

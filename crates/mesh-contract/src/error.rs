@@ -84,7 +84,10 @@ impl fmt::Display for Error {
                 write!(f, "invalid contract of `{owner}`: {reason}")
             }
             ErrorKind::UnsupportedFormat { version } => {
-                write!(f, "a system document of format {version}, this version reads 1")
+                write!(
+                    f,
+                    "a system document of format {version}, this version reads 1"
+                )
             }
             ErrorKind::UnknownModule { owner } => write!(f, "no contract of `{owner}`"),
         }

@@ -39,7 +39,10 @@ pub(crate) fn depth_exceeds(value: &Value, limit: usize) -> bool {
 /// pointers; anything else is left as is). Returns the schema reached and the last local
 /// reference followed (`None` when `schema` was no reference), or `None` for a reference
 /// that dangles or loops.
-pub(crate) fn resolve<'a>(root: &'a Value, schema: &'a Value) -> Option<(&'a Value, Option<&'a str>)> {
+pub(crate) fn resolve<'a>(
+    root: &'a Value,
+    schema: &'a Value,
+) -> Option<(&'a Value, Option<&'a str>)> {
     let mut current = schema;
     let mut via = None;
     for _ in 0..MAX_REF_HOPS {
@@ -84,9 +87,9 @@ impl Types {
 
     /// Whether every value of these types is of one of `other`'s.
     pub(crate) fn within(&self, other: &Types) -> bool {
-        self.0.iter().all(|t| {
-            other.0.contains(t) || (t == "integer" && other.0.contains("number"))
-        })
+        self.0
+            .iter()
+            .all(|t| other.0.contains(t) || (t == "integer" && other.0.contains("number")))
     }
 
     /// As written: `string`, or `[integer, null]`.

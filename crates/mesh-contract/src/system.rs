@@ -16,8 +16,8 @@ pub const SYSTEM_FORMAT_KEY: &str = "mesh_contract_system";
 /// The version of the system document's shape that this crate writes and reads.
 pub const SYSTEM_FORMAT: u64 = 1;
 
-/// The extension of an exported AsyncAPI document that holds the system it was made from (a
-/// system document), so that the document reads back as exactly that system.
+/// The extension of an exported AsyncAPI document that holds the system it was made from (the
+/// JSON text of its system document), so that the document reads back as exactly that system.
 pub const ASYNCAPI_EXTENSION: &str = "x-mesh-system";
 
 /// The current contracts of a set of modules, one per owner (the newest announced wins).
@@ -40,7 +40,9 @@ impl System {
 
     /// The newest contract of each owner, whatever the order they come in (ties: the later
     /// one given).
-    pub fn from_timed<T: Ord>(announcements: impl IntoIterator<Item = (T, ModuleContract)>) -> System {
+    pub fn from_timed<T: Ord>(
+        announcements: impl IntoIterator<Item = (T, ModuleContract)>,
+    ) -> System {
         let mut newest: BTreeMap<String, (T, ModuleContract)> = BTreeMap::new();
         for (time, contract) in announcements {
             match newest.get(&contract.owner) {
@@ -51,7 +53,10 @@ impl System {
             }
         }
         System {
-            modules: newest.into_iter().map(|(owner, (_, c))| (owner, c)).collect(),
+            modules: newest
+                .into_iter()
+                .map(|(owner, (_, c))| (owner, c))
+                .collect(),
         }
     }
 
@@ -150,7 +155,15 @@ impl System {
                     Ok(())
                 } else if map.contains_key("asyncapi") {
                     match map.get(ASYNCAPI_EXTENSION) {
-                        Some(system) if nesting == 0 => self.read(system, 1),
+                        Some(Value::String(text)) if nesting == 0 => {
+                            let system: Value = serde_json::from_str(text).map_err(Error::json)?;
+                            if system.get(SYSTEM_FORMAT_KEY).is_none() {
+                                return Err(unknown(
+                                    "an AsyncAPI document whose extension is no system",
+                                ));
+                            }
+                            self.read(&system, 1)
+                        }
                         _ => Err(unknown(&format!(
                             "an AsyncAPI document without the `{ASYNCAPI_EXTENSION}` extension"
                         ))),
@@ -158,7 +171,9 @@ impl System {
                 } else if map.contains_key("owner") {
                     self.insert(read_contract(value)?);
                     Ok(())
-                } else if let (Some(Value::String(key)), Some(body)) = (map.get("key"), map.get("body")) {
+                } else if let (Some(Value::String(key)), Some(body)) =
+                    (map.get("key"), map.get("body"))
+                {
                     if !is_announcement_key(key) {
                         return Err(unknown("an event that is not a contract announcement"));
                     }
@@ -213,12 +228,17 @@ impl DeserializeFrom for ModuleContract {
 
 fn check_announcer(key: &str, contract: &ModuleContract) -> Result<(), Error> {
     let mut words = key.split('.');
-    let (origin, name) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+    let (origin, name) = (
+        words.next().unwrap_or_default(),
+        words.next().unwrap_or_default(),
+    );
     let owner_origin = match origin {
         "mesh" => "context",
         other => other,
     };
-    if contract.owner != format!("{owner_origin}.{name}") && contract.owner != format!("{origin}.{name}") {
+    if contract.owner != format!("{owner_origin}.{name}")
+        && contract.owner != format!("{origin}.{name}")
+    {
         return Err(Error::invalid(
             &contract.owner,
             format!("announced under `{key}`, which is another owner's"),
@@ -240,7 +260,11 @@ pub fn check_contract(contract: &ModuleContract) -> Result<(), Error> {
     let schema_ok = |schema: &Option<Value>, what: &str| -> Result<(), Error> {
         match schema {
             None => Ok(()),
-            Some(Value::Object(_) | Value::Bool(_)) if !depth_exceeds(schema.as_ref().unwrap_or(&Value::Null), MAX_SCHEMA_DEPTH) => Ok(()),
+            Some(Value::Object(_) | Value::Bool(_))
+                if !depth_exceeds(schema.as_ref().unwrap_or(&Value::Null), MAX_SCHEMA_DEPTH) =>
+            {
+                Ok(())
+            }
             Some(Value::Object(_) | Value::Bool(_)) => Err(Error::invalid(
                 owner,
                 format!("the schema of {what} is nested deeper than {MAX_SCHEMA_DEPTH}"),
@@ -339,8 +363,11 @@ impl System {
                         emitters: Vec::new(),
                         handlers: Vec::new(),
                     });
-                row.handlers
-                    .push((module.owner.clone(), handler.pattern.clone(), handler.version));
+                row.handlers.push((
+                    module.owner.clone(),
+                    handler.pattern.clone(),
+                    handler.version,
+                ));
             }
         }
         rows.into_values()
@@ -431,7 +458,11 @@ mod tests {
     fn the_newest_announcement_of_an_owner_wins_in_any_order() {
         let old = module("module.a", &["module.a.x.y"], &[]);
         let new = module("module.a", &["module.a.x.z"], &[]);
-        let system = System::from_timed([(2, new.clone()), (1, old.clone()), (0, module("module.b", &[], &[]))]);
+        let system = System::from_timed([
+            (2, new.clone()),
+            (1, old.clone()),
+            (0, module("module.b", &[], &[])),
+        ]);
         assert_eq!(system.module("module.a"), Some(&new));
         assert_eq!(system.len(), 2);
         let back = System::from_document(&system.to_document()).unwrap();
@@ -441,21 +472,41 @@ mod tests {
     #[test]
     fn hostile_contracts_are_refused_with_a_reason() {
         for (value, words) in [
-            (json!({"owner": "module.a", "node": "n", "emits": [{"key": "module.a.*", "version": 1}]}), "invalid key"),
+            (
+                json!({"owner": "module.a", "node": "n", "emits": [{"key": "module.a.*", "version": 1}]}),
+                "invalid key",
+            ),
             (json!({"owner": "bogus", "node": "n"}), "owner"),
-            (json!({"owner": "module.a", "node": "n", "handles": [{"pattern": ""}]}), "invalid pattern"),
-            (json!({"owner": "module.a", "node": "n", "emits": [{"key": "module.a.b", "version": 1, "schema": 3}]}), "neither"),
+            (
+                json!({"owner": "module.a", "node": "n", "handles": [{"pattern": ""}]}),
+                "invalid pattern",
+            ),
+            (
+                json!({"owner": "module.a", "node": "n", "emits": [{"key": "module.a.b", "version": 1, "schema": 3}]}),
+                "neither",
+            ),
             (json!({"owner": 5}), "JSON"),
-            (json!({"owner": "module.a", "node": "n", "emits": [{"key": "module.a.b", "version": -1}]}), "JSON"),
+            (
+                json!({"owner": "module.a", "node": "n", "emits": [{"key": "module.a.b", "version": -1}]}),
+                "JSON",
+            ),
         ] {
             let error = System::from_document(&value).unwrap_err();
-            let text = format!("{error}: {:?}", std::error::Error::source(&error).map(ToString::to_string));
+            let text = format!(
+                "{error}: {:?}",
+                std::error::Error::source(&error).map(ToString::to_string)
+            );
             assert!(text.contains(words), "{value}: {text}");
         }
         let forged = json!({"key": "module.b.contract.announced", "body": {"owner": "module.a", "node": "n"}});
-        assert!(System::from_document(&forged).unwrap_err().is_invalid_contract());
+        assert!(System::from_document(&forged)
+            .unwrap_err()
+            .is_invalid_contract());
         let asyncapi = json!({"asyncapi": "3.0.0", "info": {}});
-        assert!(matches!(System::from_document(&asyncapi).unwrap_err().kind(), ErrorKind::UnknownDocument { .. }));
+        assert!(matches!(
+            System::from_document(&asyncapi).unwrap_err().kind(),
+            ErrorKind::UnknownDocument { .. }
+        ));
     }
 
     #[test]
@@ -468,7 +519,10 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].key, "module.a.x.y");
         assert_eq!(rows[0].emitters, [("module.a".to_owned(), 1)]);
-        assert_eq!(rows[0].handlers, [("module.b".to_owned(), "module.a.#".to_owned(), None)]);
+        assert_eq!(
+            rows[0].handlers,
+            [("module.b".to_owned(), "module.a.#".to_owned(), None)]
+        );
         assert!(rows[1].unmatched_pattern && rows[1].key == "module.c.*");
     }
 }

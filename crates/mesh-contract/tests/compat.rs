@@ -123,7 +123,13 @@ fn order_with(change: impl FnOnce(&mut Value)) -> Value {
 }
 
 /// An expected finding: rule, subject name, path, side, broken modules.
-type Expected = (Rule, &'static str, &'static str, Side, &'static [&'static str]);
+type Expected = (
+    Rule,
+    &'static str,
+    &'static str,
+    Side,
+    &'static [&'static str],
+);
 
 struct Case {
     name: &'static str,
@@ -136,38 +142,78 @@ fn cases() -> Vec<Case> {
     let b = base;
     let mut cases = Vec::new();
     let mut case = |name, before: Parts, after: Parts, expected: Vec<Expected>| {
-        cases.push(Case { name, before, after, expected });
+        cases.push(Case {
+            name,
+            before,
+            after,
+            expected,
+        });
     };
     // key-no-longer-emitted
     case(
         "a key still handled is no longer emitted",
         b(),
         Parts { emit: None, ..b() },
-        vec![(Rule::KeyNoLongerEmitted, KEY, "", Side::Readers, &["module.billing"])],
+        vec![(
+            Rule::KeyNoLongerEmitted,
+            KEY,
+            "",
+            Side::Readers,
+            &["module.billing"],
+        )],
     );
     case(
         "a key no longer emitted that nobody handles any more",
         b(),
-        Parts { emit: None, handle: None, ..b() },
+        Parts {
+            emit: None,
+            handle: None,
+            ..b()
+        },
         vec![],
     );
     case(
         "a key no longer emitted is still matched by a pattern",
-        Parts { mailer: true, handle: None, ..b() },
-        Parts { mailer: true, handle: None, emit: None, ..b() },
-        vec![(Rule::KeyNoLongerEmitted, KEY, "", Side::Readers, &["module.mailer"])],
+        Parts {
+            mailer: true,
+            handle: None,
+            ..b()
+        },
+        Parts {
+            mailer: true,
+            handle: None,
+            emit: None,
+            ..b()
+        },
+        vec![(
+            Rule::KeyNoLongerEmitted,
+            KEY,
+            "",
+            Side::Readers,
+            &["module.mailer"],
+        )],
     );
     // tool-no-longer-served
     case(
         "a tool still called is no longer served",
         b(),
         Parts { serve: None, ..b() },
-        vec![(Rule::ToolNoLongerServed, TOOL, "", Side::Writers, &["module.billing"])],
+        vec![(
+            Rule::ToolNoLongerServed,
+            TOOL,
+            "",
+            Side::Writers,
+            &["module.billing"],
+        )],
     );
     case(
         "a tool no longer served that nobody calls any more",
         b(),
-        Parts { serve: None, call: false, ..b() },
+        Parts {
+            serve: None,
+            call: false,
+            ..b()
+        },
         vec![],
     );
     // field-removed
@@ -175,21 +221,39 @@ fn cases() -> Vec<Case> {
         "a field removed from an emitted schema",
         b(),
         Parts {
-            emit: Some((2, order_with(|s| {
-                s["properties"].as_object_mut().unwrap().remove("note");
-            }))),
+            emit: Some((
+                2,
+                order_with(|s| {
+                    s["properties"]
+                        .as_object_mut()
+                        .expect("properties")
+                        .remove("note");
+                }),
+            )),
             mailer: true,
             ..b()
         },
-        vec![(Rule::FieldRemoved, KEY, "/note", Side::Readers, &["module.billing", "module.mailer"])],
+        vec![(
+            Rule::FieldRemoved,
+            KEY,
+            "/note",
+            Side::Readers,
+            &["module.billing", "module.mailer"],
+        )],
     );
     case(
         "a field removed from a handler's schema",
         b(),
         Parts {
-            handle: Some((2, order_with(|s| {
-                s["properties"].as_object_mut().unwrap().remove("note");
-            }))),
+            handle: Some((
+                2,
+                order_with(|s| {
+                    s["properties"]
+                        .as_object_mut()
+                        .expect("properties")
+                        .remove("note");
+                }),
+            )),
             ..b()
         },
         vec![],
@@ -198,34 +262,70 @@ fn cases() -> Vec<Case> {
     case(
         "an emitted schema no longer requires a field",
         b(),
-        Parts { emit: Some((2, order_with(|s| s["required"] = json!(["id", "status"])))), ..b() },
-        vec![(Rule::RequiredDropped, KEY, "/total", Side::Readers, &["module.billing"])],
+        Parts {
+            emit: Some((2, order_with(|s| s["required"] = json!(["id", "status"])))),
+            ..b()
+        },
+        vec![(
+            Rule::RequiredDropped,
+            KEY,
+            "/total",
+            Side::Readers,
+            &["module.billing"],
+        )],
     );
     case(
         "a handler no longer requires a field",
         b(),
-        Parts { handle: Some((2, order_with(|s| s["required"] = json!(["id", "status"])))), ..b() },
+        Parts {
+            handle: Some((2, order_with(|s| s["required"] = json!(["id", "status"])))),
+            ..b()
+        },
         vec![],
     );
     // required-added
     case(
         "a handler requires a field it did not",
         b(),
-        Parts { handle: Some((2, order_with(|s| s["required"] = json!(["id", "total", "status", "note"])))), ..b() },
-        vec![(Rule::RequiredAdded, KEY, "/note", Side::Writers, &["module.shop"])],
+        Parts {
+            handle: Some((
+                2,
+                order_with(|s| s["required"] = json!(["id", "total", "status", "note"])),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::RequiredAdded,
+            KEY,
+            "/note",
+            Side::Writers,
+            &["module.shop"],
+        )],
     );
     case(
         "an emitted schema requires a field it did not",
         b(),
-        Parts { emit: Some((2, order_with(|s| s["required"] = json!(["id", "total", "status", "note"])))), ..b() },
+        Parts {
+            emit: Some((
+                2,
+                order_with(|s| s["required"] = json!(["id", "total", "status", "note"])),
+            )),
+            ..b()
+        },
         vec![],
     );
     case(
         "an optional field added on both sides",
         b(),
         Parts {
-            emit: Some((2, order_with(|s| s["properties"]["coupon"] = json!({"type": "string"})))),
-            handle: Some((2, order_with(|s| s["properties"]["coupon"] = json!({"type": "string"})))),
+            emit: Some((
+                2,
+                order_with(|s| s["properties"]["coupon"] = json!({"type": "string"})),
+            )),
+            handle: Some((
+                2,
+                order_with(|s| s["properties"]["coupon"] = json!({"type": "string"})),
+            )),
             ..b()
         },
         vec![],
@@ -234,21 +334,51 @@ fn cases() -> Vec<Case> {
     case(
         "an emitted field retyped",
         b(),
-        Parts { emit: Some((2, order_with(|s| s["properties"]["total"] = json!({"type": "string"})))), ..b() },
-        vec![(Rule::FieldRetyped, KEY, "/total", Side::Readers, &["module.billing"])],
+        Parts {
+            emit: Some((
+                2,
+                order_with(|s| s["properties"]["total"] = json!({"type": "string"})),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::FieldRetyped,
+            KEY,
+            "/total",
+            Side::Readers,
+            &["module.billing"],
+        )],
     );
     case(
         "a handler's field retyped",
         b(),
-        Parts { handle: Some((2, order_with(|s| s["properties"]["total"] = json!({"type": "string"})))), ..b() },
-        vec![(Rule::FieldRetyped, KEY, "/total", Side::Writers, &["module.shop"])],
+        Parts {
+            handle: Some((
+                2,
+                order_with(|s| s["properties"]["total"] = json!({"type": "string"})),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::FieldRetyped,
+            KEY,
+            "/total",
+            Side::Writers,
+            &["module.shop"],
+        )],
     );
     case(
         "an emitted field narrowed to fewer types, a handler's widened to more",
         b(),
         Parts {
-            emit: Some((2, order_with(|s| s["properties"]["note"] = json!({"type": "string"})))),
-            handle: Some((2, order_with(|s| s["properties"]["total"] = json!({"type": "number"})))),
+            emit: Some((
+                2,
+                order_with(|s| s["properties"]["note"] = json!({"type": "string"})),
+            )),
+            handle: Some((
+                2,
+                order_with(|s| s["properties"]["total"] = json!({"type": "number"})),
+            )),
             ..b()
         },
         vec![],
@@ -257,53 +387,120 @@ fn cases() -> Vec<Case> {
     case(
         "an emitted enum widened",
         b(),
-        Parts { emit: Some((2, order_with(|s| s["properties"]["status"]["enum"] = json!(["new", "paid", "refunded"])))), ..b() },
-        vec![(Rule::EnumWidened, KEY, "/status", Side::Readers, &["module.billing"])],
+        Parts {
+            emit: Some((
+                2,
+                order_with(|s| {
+                    s["properties"]["status"]["enum"] = json!(["new", "paid", "refunded"])
+                }),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::EnumWidened,
+            KEY,
+            "/status",
+            Side::Readers,
+            &["module.billing"],
+        )],
     );
     case(
         "an emitted enum narrowed",
         b(),
-        Parts { emit: Some((2, order_with(|s| s["properties"]["status"]["enum"] = json!(["paid"])))), ..b() },
+        Parts {
+            emit: Some((
+                2,
+                order_with(|s| s["properties"]["status"]["enum"] = json!(["paid"])),
+            )),
+            ..b()
+        },
         vec![],
     );
     case(
         "a handler's enum narrowed",
         b(),
-        Parts { handle: Some((2, order_with(|s| s["properties"]["status"]["enum"] = json!(["paid"])))), ..b() },
-        vec![(Rule::EnumNarrowed, KEY, "/status", Side::Writers, &["module.shop"])],
+        Parts {
+            handle: Some((
+                2,
+                order_with(|s| s["properties"]["status"]["enum"] = json!(["paid"])),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::EnumNarrowed,
+            KEY,
+            "/status",
+            Side::Writers,
+            &["module.shop"],
+        )],
     );
     case(
         "a handler's enum widened",
         b(),
-        Parts { handle: Some((2, order_with(|s| s["properties"]["status"]["enum"] = json!(["new", "paid", "refunded"])))), ..b() },
+        Parts {
+            handle: Some((
+                2,
+                order_with(|s| {
+                    s["properties"]["status"]["enum"] = json!(["new", "paid", "refunded"])
+                }),
+            )),
+            ..b()
+        },
         vec![],
     );
     // shape-changed-same-version
     case(
         "an emitted schema changed shape under the same version",
         b(),
-        Parts { emit: Some((1, order_with(|s| s["properties"]["coupon"] = json!({"type": "string"})))), ..b() },
-        vec![(Rule::ShapeChangedSameVersion, KEY, "", Side::Readers, &["module.billing"])],
+        Parts {
+            emit: Some((
+                1,
+                order_with(|s| s["properties"]["coupon"] = json!({"type": "string"})),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::ShapeChangedSameVersion,
+            KEY,
+            "",
+            Side::Readers,
+            &["module.billing"],
+        )],
     );
     case(
         "a handler's schema changed shape under the same version",
         b(),
         Parts {
-            handle: Some((1, order_with(|s| {
-                s["properties"].as_object_mut().unwrap().remove("note");
-            }))),
+            handle: Some((
+                1,
+                order_with(|s| {
+                    s["properties"]
+                        .as_object_mut()
+                        .expect("properties")
+                        .remove("note");
+                }),
+            )),
             ..b()
         },
-        vec![(Rule::ShapeChangedSameVersion, KEY, "", Side::Writers, &["module.shop"])],
+        vec![(
+            Rule::ShapeChangedSameVersion,
+            KEY,
+            "",
+            Side::Writers,
+            &["module.shop"],
+        )],
     );
     case(
         "only descriptions changed under the same version",
         b(),
         Parts {
-            emit: Some((1, order_with(|s| {
-                s["description"] = json!("An order was placed.");
-                s["properties"]["total"]["description"] = json!("In cents.");
-            }))),
+            emit: Some((
+                1,
+                order_with(|s| {
+                    s["description"] = json!("An order was placed.");
+                    s["properties"]["total"]["description"] = json!("In cents.");
+                }),
+            )),
             ..b()
         },
         vec![],
@@ -320,17 +517,32 @@ fn cases() -> Vec<Case> {
             )),
             ..b()
         },
-        vec![(Rule::RequiredAdded, TOOL, "/seats", Side::Writers, &["module.billing"])],
+        vec![(
+            Rule::RequiredAdded,
+            TOOL,
+            "/seats",
+            Side::Writers,
+            &["module.billing"],
+        )],
     );
     case(
         "a tool's server removes a reply field",
         b(),
         Parts {
-            serve: Some((quote_request(), json!({"type": "object", "required": ["price"],
-                                                 "properties": {"price": {"type": "integer"}}}))),
+            serve: Some((
+                quote_request(),
+                json!({"type": "object", "required": ["price"],
+                                                 "properties": {"price": {"type": "integer"}}}),
+            )),
             ..b()
         },
-        vec![(Rule::FieldRemoved, TOOL, "/currency", Side::Readers, &["module.billing"])],
+        vec![(
+            Rule::FieldRemoved,
+            TOOL,
+            "/currency",
+            Side::Readers,
+            &["module.billing"],
+        )],
     );
     case(
         "a tool's server reads an optional request field and writes a new reply field",
@@ -360,7 +572,15 @@ fn every_rule_breaks_its_side_and_its_counterpart_is_compatible() {
         let findings = check(&system(&case.before), &system(&case.after));
         let got: Vec<(Rule, String, String, Side, Vec<String>)> = findings
             .iter()
-            .map(|f| (f.rule, f.subject.name().to_owned(), f.path.clone(), f.breaks, f.broken.clone()))
+            .map(|f| {
+                (
+                    f.rule,
+                    f.subject.name().to_owned(),
+                    f.path.clone(),
+                    f.breaks,
+                    f.broken.clone(),
+                )
+            })
             .collect();
         let want: Vec<(Rule, String, String, Side, Vec<String>)> = case
             .expected
@@ -379,7 +599,10 @@ fn every_rule_breaks_its_side_and_its_counterpart_is_compatible() {
         assert_eq!(got, want, "{}: {findings:#?}", case.name);
         for finding in &findings {
             let text = finding.to_string();
-            assert!(text.contains(finding.rule.as_str()) && text.contains(&finding.broken.join(", ")), "{text}");
+            assert!(
+                text.contains(finding.rule.as_str()) && text.contains(&finding.broken.join(", ")),
+                "{text}"
+            );
         }
     }
     assert_eq!(rules_seen.len(), 9, "every rule is covered: {rules_seen:?}");
@@ -400,8 +623,14 @@ fn fields_are_followed_through_definitions_and_cycles() {
             },
         })
     };
-    let before = Parts { emit: Some((1, schema(json!({"type": "string"})))), ..base() };
-    let after = Parts { emit: Some((2, schema(json!({"type": "integer"})))), ..base() };
+    let before = Parts {
+        emit: Some((1, schema(json!({"type": "string"})))),
+        ..base()
+    };
+    let after = Parts {
+        emit: Some((2, schema(json!({"type": "integer"})))),
+        ..base()
+    };
     let findings = check(&system(&before), &system(&after));
     assert_eq!(findings.len(), 1, "{findings:#?}");
     assert_eq!(findings[0].rule, Rule::FieldRetyped);
