@@ -75,7 +75,7 @@ pub(crate) async fn pending_dead_letters(store: &Store, queue: &str) -> anyhow::
         .with_context(|| format!("counting the dead letters of {queue}"))
 }
 
-async fn open(global: &Global, arg: &StoreArg) -> anyhow::Result<Store> {
+pub(crate) async fn open(global: &Global, arg: &StoreArg) -> anyhow::Result<Store> {
     let url = store_url(global, arg, false)?;
     let options: StoreOptions = url
         .parse()

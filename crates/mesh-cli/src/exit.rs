@@ -37,6 +37,8 @@ pub(crate) enum Code {
     /// 10: the broker refused this user the operation (a permission: a key it may not
     /// publish, a queue it may not read, the default exchange; see docs/SECURITY.md).
     Forbidden,
+    /// 11: `contract check`: the newer contract breaks a module (a breaking change).
+    Incompatible,
 }
 
 impl Code {
@@ -54,6 +56,7 @@ impl Code {
             Code::NoManagement => 8,
             Code::Drift => 9,
             Code::Forbidden => 10,
+            Code::Incompatible => 11,
         }
     }
 
@@ -71,6 +74,7 @@ impl Code {
             Code::NoManagement => "no-management",
             Code::Drift => "drift",
             Code::Forbidden => "forbidden",
+            Code::Incompatible => "incompatible",
         }
     }
 }
@@ -97,7 +101,8 @@ Exit codes:
   8  the RabbitMQ management API is unreachable (topology, status)
   9  topology plan --check, access plan --check: the broker differs from the contract
      or the access plan
-  10  forbidden: the broker refused this user the operation (its permissions)"
+  10  forbidden: the broker refused this user the operation (its permissions)
+  11  contract check: a breaking change (the newer contract breaks a module)"
     };
 }
 
@@ -283,6 +288,7 @@ mod tests {
             Code::NoManagement,
             Code::Drift,
             Code::Forbidden,
+            Code::Incompatible,
         ];
         for (i, a) in all.iter().enumerate() {
             assert!(exit_table!().contains(&format!("  {}  ", a.value())));

@@ -13,6 +13,7 @@ mod audit;
 mod call;
 mod cli;
 mod config;
+mod contract;
 mod emit;
 mod generate;
 mod logs;
@@ -199,6 +200,7 @@ fn run(mut cli: Cli) -> anyhow::Result<Code> {
                     Command::Audit(command) => audit::run(global, command).await,
                     Command::Dead(command) => audit::run_dead(global, command).await,
                     Command::Logs(command) => logs::run(global, command).await,
+                    Command::Contract(command) => contract::run(global, command).await,
                     Command::Topology(command) => topology::run(global, command),
                     Command::Access(command) => access::run(global, command),
                     Command::Completions(args) => generate::completions(args),

@@ -16,6 +16,9 @@
 //! mesh dead redrive <ID…> | --all | -q QUEUE   [--dry-run]
 //! mesh dead purge [-q QUEUE] [-r REASON] [--redriven] | --all   [--dry-run]
 //! mesh logs tail [PATTERN] [-n COUNT]
+//! mesh contract export [-m OWNER] [-o FILE] [--format asyncapi|system] [--from FILE…]
+//! mesh contract show [--from FILE…]
+//! mesh contract check --against OLD [NEW]
 //! mesh completions bash | zsh | fish | elvish | powershell
 //! mesh man [-o DIR]
 //! ```
@@ -37,7 +40,7 @@
 //! | `--connect-timeout 5s` | `MESH_CONNECT_TIMEOUT` | `connect-timeout` | `5s` (1ms to 24h) |
 //! | `--management-url URL` | `MESH_MANAGEMENT_URL` | `management-url` | `http://<host>:15672` |
 //! | `--management-ca-file PEM` | `MESH_MANAGEMENT_CA_FILE` | `management-ca-file` | the URL's `cacertfile`, else the system's roots |
-//! | `--store URL` (audit and dead commands, status) | `MESH_AUDIT_STORE` | `store` | `$XDG_DATA_HOME/mesh/audit.db` (`~/.local/share/mesh/audit.db`) |
+//! | `--store URL` (audit, dead and contract commands, status) | `MESH_AUDIT_STORE` | `store` | `$XDG_DATA_HOME/mesh/audit.db` (`~/.local/share/mesh/audit.db`) |
 //! | `--management-allow-http`, `--json`, `--color auto\|always\|never` | | | off, off, auto |
 //!
 //! The config file is `MESH_CONFIG`, else `$XDG_CONFIG_HOME/mesh/config.toml`, else
@@ -62,8 +65,8 @@
 //! | `-t` | `--timeout` | `call` |
 //! | `-q` | `--queue` | `dead list`, `dead redrive`, `dead purge` |
 //! | `-r` | `--reason` | `dead list`, `dead purge` |
-//! | `-m` / `-p` / `-b` | `--module` / `--pattern` / `--bind` | `topology show`, `plan`, `apply` |
-//! | `-o` | `--out` | `man` |
+//! | `-m` / `-p` / `-b` | `--module` / `--pattern` / `--bind` | `topology show`, `plan`, `apply` (`-m` also `contract export`) |
+//! | `-o` | `--out` | `man`, `contract export` |
 //!
 //! Durations have one syntax (`500ms`, `5s`, `1m30s`, `2h`, `1day`) in `--timeout`,
 //! `--connect-timeout` and the "ago" form of `--since`/`--until`. `--reason` takes the dead
@@ -88,6 +91,7 @@
 //! | 8 | the RabbitMQ management API is unreachable (`topology`, `access`, `status`) |
 //! | 9 | `topology plan --check`, `access plan --check`: the broker differs from the contract or the access plan |
 //! | 10 | forbidden: the broker refused this user the operation (its permissions: a key it may not publish, a queue it may not read, the default exchange) |
+//! | 11 | `contract check`: a breaking change (the newer contract breaks a module: see docs/CONTRACT.md, "Compatibility rules") |
 //!
 //! Errors are printed on one line to stderr with their cause chain
 //! (`error: cannot emit `x.y`: invalid key: unknown origin `x`, …`), followed by a line

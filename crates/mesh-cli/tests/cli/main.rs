@@ -5,6 +5,7 @@ mod access;
 mod audit;
 mod audit_run;
 mod call;
+mod contract;
 mod dry_run;
 mod emit_tail;
 mod errors;

@@ -1,0 +1,298 @@
+//! `mesh contract export | show | check`: the modules' announced contracts, from the audit
+//! store (the newest `<origin>.<owner>.contract.announced` of each owner) or from files, on
+//! top of the `mesh-contract` library (which does the export and the check without I/O).
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use mesh_audit::{EventQuery, EventRecord, Order, Store};
+use mesh_contract::asyncapi::{export, ExportOptions};
+use mesh_contract::{check, read_announcement, System};
+use serde_json::json;
+
+use crate::audit;
+use crate::cli::{
+    ContractCheckArgs, ContractCommand, ContractExportArgs, ContractFormat, ContractSource, Global,
+    StoreArg,
+};
+use crate::exit::{Code, WithCode};
+use crate::output::{self, escape, paint, BAD, DIM, GOOD, NAME, WARN};
+
+/// The announcement keys, whoever announces: `module.<m>.contract.announced`,
+/// `node.<n>.…`, `mesh.<c>.…`.
+const ANNOUNCEMENTS: &str = "*.*.contract.announced";
+
+/// How many of an owner's newest announcements are tried before giving up on it (each bad
+/// one is skipped with a warning).
+const TRIED_PER_OWNER: usize = 20;
+
+/// Runs one `contract` command.
+pub(crate) async fn run(global: &Global, command: &ContractCommand) -> anyhow::Result<Code> {
+    match command {
+        ContractCommand::Export(args) => run_export(global, args).await,
+        ContractCommand::Show { source } => {
+            let system = load(global, source).await?;
+            show(global, &system)?;
+            Ok(Code::Ok)
+        }
+        ContractCommand::Check(args) => run_check(global, args).await,
+    }
+}
+
+/// The system of `--from FILE…`, else of the audit store.
+async fn load(global: &Global, source: &ContractSource) -> anyhow::Result<System> {
+    if source.from.is_empty() {
+        from_store(global, &source.store).await
+    } else {
+        let mut system = System::new();
+        for path in &source.from {
+            for contract in read_file(path)?.modules() {
+                system.insert(contract.clone());
+            }
+        }
+        Ok(system)
+    }
+}
+
+/// A file of any form `mesh_contract::System::from_document` reads.
+fn read_file(path: &Path) -> anyhow::Result<System> {
+    let text = std::fs::read_to_string(path)
+        .coded(Code::Usage, || format!("cannot read {}", path.display()))?;
+    System::from_json(&text).coded(Code::Usage, || {
+        format!("cannot read the contracts of {}", path.display())
+    })
+}
+
+/// The newest readable announcement of every owner in the store; an unreadable one is
+/// skipped with a warning naming its event id.
+async fn from_store(global: &Global, arg: &StoreArg) -> anyhow::Result<System> {
+    let store = audit::open(global, arg).await?;
+    let result = newest_announcements(&store).await;
+    store.close().await;
+    Ok(System::from_timed(result?))
+}
+
+async fn newest_announcements(
+    store: &Store,
+) -> anyhow::Result<Vec<(mesh::raw::Timestamp, mesh_core::contract::ModuleContract)>> {
+    let keys = store
+        .event_counts_by_key(&EventQuery::new().pattern(ANNOUNCEMENTS))
+        .await
+        .context("listing the contract announcements")?;
+    let mut found = Vec::new();
+    for (key, _) in keys {
+        let events = store
+            .events(
+                &EventQuery::new()
+                    .pattern(key.clone())
+                    .order(Order::Desc)
+                    .limit(TRIED_PER_OWNER),
+            )
+            .await
+            .with_context(|| format!("reading the announcements {key}"))?;
+        let newest = events.iter().find_map(|event| match announcement(event) {
+            Ok(contract) => Some((event.time, contract)),
+            Err(error) => {
+                output::note(paint(
+                    WARN,
+                    format!(
+                        "warning: skipping the announcement {} ({}): {error:#}",
+                        event.id,
+                        escape(&event.routing_key)
+                    ),
+                ));
+                None
+            }
+        });
+        match newest {
+            Some(newest) => found.push(newest),
+            None => output::note(paint(
+                WARN,
+                format!(
+                    "warning: no readable announcement among the newest {} of {}",
+                    events.len(),
+                    escape(&key)
+                ),
+            )),
+        }
+    }
+    Ok(found)
+}
+
+fn announcement(event: &EventRecord) -> anyhow::Result<mesh_core::contract::ModuleContract> {
+    let body = event.body_json().context("the body is not JSON")?;
+    Ok(read_announcement(&event.routing_key, &body)?)
+}
+
+async fn run_export(global: &Global, args: &ContractExportArgs) -> anyhow::Result<Code> {
+    let system = load(global, &args.source).await?;
+    if system.is_empty() {
+        output::note(paint(
+            WARN,
+            "warning: no contract announced: the document lists nothing",
+        ));
+    }
+    let document = match args.format {
+        ContractFormat::Asyncapi => {
+            let options = ExportOptions {
+                module: args.module.clone(),
+                ..ExportOptions::default()
+            };
+            export(&system, &options).coded(Code::Usage, || "cannot export".to_owned())?
+        }
+        ContractFormat::System => match &args.module {
+            Some(owner) => system
+                .only(owner)
+                .coded(Code::Usage, || "cannot export".to_owned())?,
+            None => system,
+        }
+        .to_document(),
+    };
+    let mut text = serde_json::to_string_pretty(&document).context("writing the document")?;
+    text.push('\n');
+    match &args.out {
+        Some(path) => {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+            output::note(paint(DIM, format!("wrote {}", path.display())));
+        }
+        None => output::raw(text.as_bytes())?,
+    }
+    Ok(Code::Ok)
+}
+
+async fn run_check(global: &Global, args: &ContractCheckArgs) -> anyhow::Result<Code> {
+    let old = read_file(&args.against)?;
+    let new = match &args.new {
+        Some(path) => read_file(path)?,
+        None => from_store(global, &args.store).await?,
+    };
+    let findings = check(&old, &new);
+    for finding in &findings {
+        if global.json {
+            output::json(&finding.to_json())?;
+        } else {
+            output::line(format!(
+                "{} {} {}{}: {} (changed by {}); breaks its {}: {}",
+                paint(BAD, "breaking"),
+                paint(WARN, finding.rule.as_str()),
+                paint(NAME, escape(&finding.subject.to_string())),
+                if finding.path.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", escape(&finding.path))
+                },
+                escape(&finding.detail),
+                escape(&finding.changed_by),
+                finding.breaks.as_str(),
+                escape(&finding.broken.join(", ")),
+            ))?;
+        }
+    }
+    if global.json {
+        output::json(&json!({"breaking": findings.len(), "compatible": findings.is_empty()}))?;
+    } else if findings.is_empty() {
+        output::line(paint(
+            GOOD,
+            format!(
+                "compatible: no breaking change across {} modules",
+                new.len()
+            ),
+        ))?;
+    } else {
+        let n = findings.len();
+        let plural = if n == 1 { "" } else { "s" };
+        output::line(paint(BAD, format!("{n} breaking change{plural}")))?;
+    }
+    Ok(if findings.is_empty() {
+        Code::Ok
+    } else {
+        Code::Incompatible
+    })
+}
+
+/// Who emits each key and who handles it, who serves each tool and who calls it.
+fn show(global: &Global, system: &System) -> anyhow::Result<()> {
+    let keys = system.key_table();
+    let tools = system.tool_table();
+    if global.json {
+        for row in &keys {
+            output::json(&json!({
+                "key": row.key,
+                "pattern": row.unmatched_pattern,
+                "emitters": row.emitters.iter().map(|(o, v)| json!({"owner": o, "version": v})).collect::<Vec<_>>(),
+                "handlers": row.handlers.iter().map(|(o, p, v)| json!({"owner": o, "pattern": p, "version": v})).collect::<Vec<_>>(),
+            }))?;
+        }
+        for row in &tools {
+            output::json(
+                &json!({"tool": row.tool, "servers": row.servers, "callers": row.callers}),
+            )?;
+        }
+        return Ok(());
+    }
+    if system.is_empty() {
+        output::line(paint(DIM, "no contract announced"))?;
+        return Ok(());
+    }
+    let none = || paint(DIM, "none");
+    let list = |items: Vec<String>| {
+        if items.is_empty() {
+            none()
+        } else {
+            items.join(", ")
+        }
+    };
+    for row in &keys {
+        let title = if row.unmatched_pattern {
+            format!(
+                "{} {}",
+                paint(NAME, escape(&row.key)),
+                paint(DIM, "(a pattern no emitted key matches)")
+            )
+        } else {
+            paint(NAME, escape(&row.key)).to_string()
+        };
+        output::line(title)?;
+        output::line(format!(
+            "  emitted by  {}",
+            list(
+                row.emitters
+                    .iter()
+                    .map(|(o, v)| format!("{} (v{v})", escape(o)))
+                    .collect()
+            )
+        ))?;
+        output::line(format!(
+            "  handled by  {}",
+            list(
+                row.handlers
+                    .iter()
+                    .map(|(o, p, v)| {
+                        let version = v.map(|v| format!(" v{v}")).unwrap_or_default();
+                        if *p == row.key {
+                            format!("{}{version}", escape(o))
+                        } else {
+                            format!("{} ({}{version})", escape(o), escape(p))
+                        }
+                    })
+                    .collect()
+            )
+        ))?;
+    }
+    for row in &tools {
+        output::line(format!(
+            "{} {}",
+            paint(DIM, "tool"),
+            paint(NAME, escape(&row.tool))
+        ))?;
+        output::line(format!(
+            "  served by   {}",
+            list(row.servers.iter().map(|o| escape(o).into_owned()).collect())
+        ))?;
+        output::line(format!(
+            "  called by   {}",
+            list(row.callers.iter().map(|o| escape(o).into_owned()).collect())
+        ))?;
+    }
+    Ok(())
+}

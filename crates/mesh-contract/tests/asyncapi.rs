@@ -1,0 +1,302 @@
+//! The export of a realistic system (three modules: events with nested and shared
+//! definitions, typed and pattern handlers, a tool with request and reply) is a valid
+//! AsyncAPI 3.0.0 document, checked against the official JSON Schema, and lists every key,
+//! message schema and operation.
+
+use mesh_contract::asyncapi::{export, ExportOptions};
+use mesh_contract::System;
+use serde_json::{json, Value};
+
+/// The official AsyncAPI 3.0.0 JSON Schema (see tests/data/README.md).
+fn asyncapi_schema() -> Value {
+    let text = include_str!("data/asyncapi-3.0.0.json");
+    serde_json::from_str(text).expect("the vendored schema is JSON")
+}
+
+/// Asserts `document` is valid AsyncAPI 3.0.0 and every local reference in it resolves.
+pub fn assert_valid_asyncapi(document: &Value) {
+    let validator = jsonschema::validator_for(&asyncapi_schema()).expect("the schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(document)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "not valid AsyncAPI 3.0.0:\n{}",
+        errors.join("\n")
+    );
+    let mut stack = vec![document];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(reference)) = map.get("$ref") {
+                    let pointer = reference.strip_prefix('#').expect("only local references");
+                    assert!(document.pointer(pointer).is_some(), "{reference} dangles");
+                }
+                stack.extend(map.values());
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+}
+
+fn money(kind: &str) -> Value {
+    json!({"type": "object", "required": ["amount", "currency"],
+           "properties": {"amount": {"type": kind}, "currency": {"type": "string"}}})
+}
+
+/// A shop, billing and a mailer, as their buses would announce them.
+pub fn realistic_system() -> System {
+    let order = json!({
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "OrderPlaced",
+        "type": "object",
+        "required": ["id", "customer", "lines", "total"],
+        "properties": {
+            "id": {"type": "string", "format": "uuid"},
+            "customer": {"$ref": "#/definitions/Customer"},
+            "lines": {"type": "array", "items": {"$ref": "#/definitions/Line"}},
+            "total": {"$ref": "#/definitions/Money"},
+        },
+        "definitions": {
+            "Customer": {"type": "object", "required": ["name"], "properties": {
+                "name": {"type": "string"},
+                "address": {"anyOf": [{"$ref": "#/definitions/Address"}, {"type": "null"}]},
+            }},
+            "Address": {"type": "object", "properties": {
+                "city": {"type": "string"}, "country": {"type": "string", "enum": ["FR", "DE", "NL"]},
+            }},
+            "Line": {"type": "object", "properties": {
+                "sku": {"type": "string"}, "price": {"$ref": "#/definitions/Money"},
+            }},
+            "Money": money("integer"),
+        },
+    });
+    let paid = json!({
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "required": ["invoice", "amount"],
+        "properties": {"invoice": {"type": "string"}, "amount": {"$ref": "#/definitions/Money"}},
+        // Another `Money`: a decimal string, not cents.
+        "definitions": {"Money": money("string")},
+    });
+    let cancelled = json!({"type": "object", "properties": {
+        "id": {"type": "string"}, "reason": {"type": "string", "enum": ["customer", "stock"]}}});
+    let request = json!({"type": "object", "required": ["plan"], "properties": {
+        "plan": {"$ref": "#/definitions/Plan"}, "seats": {"type": "integer", "minimum": 1}},
+        "definitions": {"Plan": {"type": "string", "enum": ["basic", "pro"]}}});
+    let reply = json!({"type": "object", "required": ["price"],
+        "properties": {"price": {"$ref": "#/definitions/Money"}},
+        "definitions": {"Money": money("integer")}});
+    let contracts = json!([
+        {"owner": "module.shop", "node": "anchor",
+         "emits": [
+            {"key": "module.shop.order.placed", "version": 2, "schema": order},
+            {"key": "module.shop.order.cancelled", "version": 1, "schema": cancelled}],
+         "handles": [{"pattern": "module.billing.invoice.paid", "version": 1, "schema": paid}],
+         "serves": [{"tool": "shop.quote", "request": request, "reply": reply}]},
+        {"owner": "module.billing", "node": "anchor",
+         "emits": [{"key": "module.billing.invoice.paid", "version": 1, "schema": paid}],
+         "handles": [{"pattern": "module.shop.order.placed", "version": 2, "schema": order}],
+         "calls": [{"tool": "shop.quote", "request": request, "reply": reply}]},
+        {"owner": "module.mailer", "node": "relay",
+         "handles": [{"pattern": "module.shop.#"}, {"pattern": "module.*.invoice.paid"},
+                     {"pattern": "node.*.joined"}]},
+    ]);
+    System::from_document(&contracts).expect("the contracts read")
+}
+
+#[test]
+fn the_export_of_a_system_is_valid_asyncapi_and_lists_everything() {
+    let system = realistic_system();
+    let document = export(&system, &ExportOptions::default()).expect("exported");
+    assert_valid_asyncapi(&document);
+
+    for key in [
+        "module.shop.order.placed",
+        "module.shop.order.cancelled",
+        "module.billing.invoice.paid",
+    ] {
+        assert_eq!(document["channels"][key]["address"], key, "channel {key}");
+    }
+    assert_eq!(
+        document["channels"]["node.*.joined"]["x-mesh-pattern"],
+        true
+    );
+    assert_eq!(
+        document["channels"]["tool.shop.quote"]["address"],
+        "shop.quote"
+    );
+    assert_eq!(
+        document["channels"]["tool.shop.quote.reply"]["address"],
+        Value::Null
+    );
+
+    let messages = &document["components"]["messages"];
+    let placed = &messages["module.shop.order.placed.v2"];
+    assert_eq!(placed["name"], "module.shop.order.placed.v2");
+    assert_eq!(placed["headers"]["properties"]["x-schema"]["const"], 2);
+    assert_eq!(
+        placed["payload"]["properties"]["customer"]["$ref"],
+        "#/components/schemas/Customer"
+    );
+    assert!(placed["payload"].get("definitions").is_none());
+    assert_eq!(
+        messages["module.shop.order.cancelled.v1"]["payload"]["properties"]["reason"]["enum"],
+        json!(["customer", "stock"])
+    );
+    // Two `Money`s: billing's (written first, modules go by owner) keeps the name.
+    assert_eq!(
+        messages["module.billing.invoice.paid.v1"]["payload"]["properties"]["amount"]["$ref"],
+        "#/components/schemas/Money"
+    );
+    assert_eq!(
+        placed["payload"]["properties"]["total"]["$ref"],
+        "#/components/schemas/Money_2"
+    );
+    assert_eq!(
+        messages["shop.quote.request"]["payload"]["properties"]["plan"]["$ref"],
+        "#/components/schemas/Plan"
+    );
+    // The reply's `Money` is the order's: shared.
+    assert_eq!(
+        messages["shop.quote.reply"]["payload"]["properties"]["price"]["$ref"],
+        "#/components/schemas/Money_2"
+    );
+
+    let schemas = &document["components"]["schemas"];
+    assert_eq!(schemas["Money"]["properties"]["amount"]["type"], "string");
+    assert_eq!(
+        schemas["Money_2"]["properties"]["amount"]["type"],
+        "integer"
+    );
+    assert!(
+        schemas.get("Money_3").is_none(),
+        "one name per shape: {schemas:#}"
+    );
+    assert_eq!(
+        schemas["Customer"]["properties"]["address"]["anyOf"][0]["$ref"],
+        "#/components/schemas/Address"
+    );
+
+    let operations = &document["operations"];
+    let expect = [
+        (
+            "module.shop.send.module.shop.order.placed",
+            "send",
+            "module.shop.order.placed",
+        ),
+        (
+            "module.shop.send.module.shop.order.cancelled",
+            "send",
+            "module.shop.order.cancelled",
+        ),
+        (
+            "module.shop.receive.module.billing.invoice.paid",
+            "receive",
+            "module.billing.invoice.paid",
+        ),
+        ("module.shop.serve.shop.quote", "receive", "tool.shop.quote"),
+        (
+            "module.billing.send.module.billing.invoice.paid",
+            "send",
+            "module.billing.invoice.paid",
+        ),
+        (
+            "module.billing.receive.module.shop.order.placed",
+            "receive",
+            "module.shop.order.placed",
+        ),
+        ("module.billing.call.shop.quote", "send", "tool.shop.quote"),
+        (
+            "module.mailer.receive.module.shop.order.placed",
+            "receive",
+            "module.shop.order.placed",
+        ),
+        (
+            "module.mailer.receive.module.shop.order.cancelled",
+            "receive",
+            "module.shop.order.cancelled",
+        ),
+        (
+            "module.mailer.receive.module.billing.invoice.paid",
+            "receive",
+            "module.billing.invoice.paid",
+        ),
+        (
+            "module.mailer.receive.node.*.joined",
+            "receive",
+            "node.*.joined",
+        ),
+    ];
+    assert_eq!(
+        operations.as_object().expect("operations").len(),
+        expect.len(),
+        "{operations:#}"
+    );
+    for (id, action, channel) in expect {
+        let operation = &operations[id];
+        assert_eq!(operation["action"], action, "{id}");
+        assert_eq!(
+            operation["channel"]["$ref"],
+            format!("#/channels/{channel}"),
+            "{id}"
+        );
+    }
+    assert_eq!(
+        operations["module.mailer.receive.module.shop.order.placed"]["x-mesh-pattern"],
+        "module.shop.#"
+    );
+    for id in [
+        "module.shop.serve.shop.quote",
+        "module.billing.call.shop.quote",
+    ] {
+        assert_eq!(
+            operations[id]["reply"]["messages"][0]["$ref"],
+            "#/channels/tool.shop.quote.reply/messages/shop.quote.reply"
+        );
+    }
+
+    // Deterministic to the byte, and read back as the same system.
+    let again = export(&system, &ExportOptions::default()).expect("exported");
+    assert_eq!(
+        serde_json::to_string(&again).ok(),
+        serde_json::to_string(&document).ok()
+    );
+    assert_eq!(
+        System::from_document(&document).expect("reads back"),
+        system
+    );
+}
+
+#[test]
+fn the_export_of_each_module_is_valid_asyncapi_too() {
+    let system = realistic_system();
+    for owner in ["module.shop", "module.billing", "module.mailer"] {
+        let options = ExportOptions {
+            module: Some(owner.into()),
+            ..ExportOptions::default()
+        };
+        let document = export(&system, &options).expect("exported");
+        assert_valid_asyncapi(&document);
+        assert_eq!(document["info"]["title"], owner);
+        let operations = document["operations"].as_object().expect("operations");
+        assert!(
+            !operations.is_empty()
+                && operations
+                    .keys()
+                    .all(|id| id.starts_with(&format!("{owner}."))),
+            "{owner}"
+        );
+        assert_eq!(
+            System::from_document(&document).expect("reads back").len(),
+            1
+        );
+    }
+    let unknown = ExportOptions {
+        module: Some("module.nobody".into()),
+        ..ExportOptions::default()
+    };
+    assert!(export(&system, &unknown).is_err());
+}

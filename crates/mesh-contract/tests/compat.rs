@@ -1,0 +1,640 @@
+//! The compatibility rules on a table of before/after pairs: each rule in its breaking form
+//! and its compatible counterpart, with the verdict, the side and modules it breaks and the
+//! field path.
+
+use mesh_contract::{check, Rule, Side, System};
+use mesh_core::contract::{HandlerContract, MessageContract, ModuleContract, ToolContract};
+use serde_json::{json, Value};
+
+const KEY: &str = "module.shop.order.placed";
+const TOOL: &str = "shop.quote";
+
+/// The order schema both sides start from.
+fn order() -> Value {
+    json!({
+        "type": "object",
+        "required": ["id", "total", "status"],
+        "properties": {
+            "id": {"type": "string"},
+            "total": {"type": "integer"},
+            "status": {"type": "string", "enum": ["new", "paid"]},
+            "note": {"type": ["string", "null"]},
+        },
+    })
+}
+
+fn quote_request() -> Value {
+    json!({"type": "object", "required": ["plan"], "properties": {"plan": {"type": "string"}}})
+}
+
+fn quote_reply() -> Value {
+    json!({"type": "object", "required": ["price"],
+           "properties": {"price": {"type": "integer"}, "currency": {"type": "string"}}})
+}
+
+/// What one side of a pair is made of.
+#[derive(Clone)]
+struct Parts {
+    emit: Option<(u32, Value)>,
+    handle: Option<(u32, Value)>,
+    serve: Option<(Value, Value)>,
+    call: bool,
+    mailer: bool,
+}
+
+fn base() -> Parts {
+    Parts {
+        emit: Some((1, order())),
+        handle: Some((1, order())),
+        serve: Some((quote_request(), quote_reply())),
+        call: true,
+        mailer: false,
+    }
+}
+
+/// module.shop emits KEY and serves TOOL; module.billing handles KEY (typed) and calls
+/// TOOL; module.mailer (when asked for) handles `module.shop.#` untyped.
+fn system(parts: &Parts) -> System {
+    let mut shop = ModuleContract {
+        owner: "module.shop".into(),
+        node: "n1".into(),
+        emits: Vec::new(),
+        handles: Vec::new(),
+        serves: Vec::new(),
+        calls: Vec::new(),
+    };
+    let mut billing = ModuleContract {
+        owner: "module.billing".into(),
+        ..shop.clone()
+    };
+    if let Some((version, schema)) = &parts.emit {
+        shop.emits.push(MessageContract {
+            key: KEY.into(),
+            version: *version,
+            schema: Some(schema.clone()),
+        });
+    }
+    if let Some((version, schema)) = &parts.handle {
+        billing.handles.push(HandlerContract {
+            pattern: KEY.into(),
+            version: Some(*version),
+            schema: Some(schema.clone()),
+        });
+    }
+    if let Some((request, reply)) = &parts.serve {
+        shop.serves.push(ToolContract {
+            tool: TOOL.into(),
+            request: Some(request.clone()),
+            reply: Some(reply.clone()),
+        });
+    }
+    if parts.call {
+        billing.calls.push(ToolContract {
+            tool: TOOL.into(),
+            request: Some(quote_request()),
+            reply: Some(quote_reply()),
+        });
+    }
+    let mut system = System::new();
+    system.insert(shop);
+    system.insert(billing);
+    if parts.mailer {
+        system.insert(ModuleContract {
+            owner: "module.mailer".into(),
+            node: "n2".into(),
+            emits: Vec::new(),
+            handles: vec![HandlerContract {
+                pattern: "module.shop.#".into(),
+                version: None,
+                schema: None,
+            }],
+            serves: Vec::new(),
+            calls: Vec::new(),
+        });
+    }
+    system
+}
+
+/// `order()` changed by `change`.
+fn order_with(change: impl FnOnce(&mut Value)) -> Value {
+    let mut schema = order();
+    change(&mut schema);
+    schema
+}
+
+/// An expected finding: rule, subject name, path, side, broken modules.
+type Expected = (
+    Rule,
+    &'static str,
+    &'static str,
+    Side,
+    &'static [&'static str],
+);
+
+struct Case {
+    name: &'static str,
+    before: Parts,
+    after: Parts,
+    expected: Vec<Expected>,
+}
+
+fn cases() -> Vec<Case> {
+    let b = base;
+    let mut cases = Vec::new();
+    let mut case = |name, before: Parts, after: Parts, expected: Vec<Expected>| {
+        cases.push(Case {
+            name,
+            before,
+            after,
+            expected,
+        });
+    };
+    // key-no-longer-emitted
+    case(
+        "a key still handled is no longer emitted",
+        b(),
+        Parts { emit: None, ..b() },
+        vec![(
+            Rule::KeyNoLongerEmitted,
+            KEY,
+            "",
+            Side::Readers,
+            &["module.billing"],
+        )],
+    );
+    case(
+        "a key no longer emitted that nobody handles any more",
+        b(),
+        Parts {
+            emit: None,
+            handle: None,
+            ..b()
+        },
+        vec![],
+    );
+    case(
+        "a key no longer emitted is still matched by a pattern",
+        Parts {
+            mailer: true,
+            handle: None,
+            ..b()
+        },
+        Parts {
+            mailer: true,
+            handle: None,
+            emit: None,
+            ..b()
+        },
+        vec![(
+            Rule::KeyNoLongerEmitted,
+            KEY,
+            "",
+            Side::Readers,
+            &["module.mailer"],
+        )],
+    );
+    // tool-no-longer-served
+    case(
+        "a tool still called is no longer served",
+        b(),
+        Parts { serve: None, ..b() },
+        vec![(
+            Rule::ToolNoLongerServed,
+            TOOL,
+            "",
+            Side::Writers,
+            &["module.billing"],
+        )],
+    );
+    case(
+        "a tool no longer served that nobody calls any more",
+        b(),
+        Parts {
+            serve: None,
+            call: false,
+            ..b()
+        },
+        vec![],
+    );
+    // field-removed
+    case(
+        "a field removed from an emitted schema",
+        b(),
+        Parts {
+            emit: Some((
+                2,
+                order_with(|s| {
+                    s["properties"]
+                        .as_object_mut()
+                        .expect("properties")
+                        .remove("note");
+                }),
+            )),
+            mailer: true,
+            ..b()
+        },
+        vec![(
+            Rule::FieldRemoved,
+            KEY,
+            "/note",
+            Side::Readers,
+            &["module.billing", "module.mailer"],
+        )],
+    );
+    case(
+        "a field removed from a handler's schema",
+        b(),
+        Parts {
+            handle: Some((
+                2,
+                order_with(|s| {
+                    s["properties"]
+                        .as_object_mut()
+                        .expect("properties")
+                        .remove("note");
+                }),
+            )),
+            ..b()
+        },
+        vec![],
+    );
+    // required-dropped
+    case(
+        "an emitted schema no longer requires a field",
+        b(),
+        Parts {
+            emit: Some((2, order_with(|s| s["required"] = json!(["id", "status"])))),
+            ..b()
+        },
+        vec![(
+            Rule::RequiredDropped,
+            KEY,
+            "/total",
+            Side::Readers,
+            &["module.billing"],
+        )],
+    );
+    case(
+        "a handler no longer requires a field",
+        b(),
+        Parts {
+            handle: Some((2, order_with(|s| s["required"] = json!(["id", "status"])))),
+            ..b()
+        },
+        vec![],
+    );
+    // required-added
+    case(
+        "a handler requires a field it did not",
+        b(),
+        Parts {
+            handle: Some((
+                2,
+                order_with(|s| s["required"] = json!(["id", "total", "status", "note"])),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::RequiredAdded,
+            KEY,
+            "/note",
+            Side::Writers,
+            &["module.shop"],
+        )],
+    );
+    case(
+        "an emitted schema requires a field it did not",
+        b(),
+        Parts {
+            emit: Some((
+                2,
+                order_with(|s| s["required"] = json!(["id", "total", "status", "note"])),
+            )),
+            ..b()
+        },
+        vec![],
+    );
+    case(
+        "an optional field added on both sides",
+        b(),
+        Parts {
+            emit: Some((
+                2,
+                order_with(|s| s["properties"]["coupon"] = json!({"type": "string"})),
+            )),
+            handle: Some((
+                2,
+                order_with(|s| s["properties"]["coupon"] = json!({"type": "string"})),
+            )),
+            ..b()
+        },
+        vec![],
+    );
+    // field-retyped
+    case(
+        "an emitted field retyped",
+        b(),
+        Parts {
+            emit: Some((
+                2,
+                order_with(|s| s["properties"]["total"] = json!({"type": "string"})),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::FieldRetyped,
+            KEY,
+            "/total",
+            Side::Readers,
+            &["module.billing"],
+        )],
+    );
+    case(
+        "a handler's field retyped",
+        b(),
+        Parts {
+            handle: Some((
+                2,
+                order_with(|s| s["properties"]["total"] = json!({"type": "string"})),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::FieldRetyped,
+            KEY,
+            "/total",
+            Side::Writers,
+            &["module.shop"],
+        )],
+    );
+    case(
+        "an emitted field narrowed to fewer types, a handler's widened to more",
+        b(),
+        Parts {
+            emit: Some((
+                2,
+                order_with(|s| s["properties"]["note"] = json!({"type": "string"})),
+            )),
+            handle: Some((
+                2,
+                order_with(|s| s["properties"]["total"] = json!({"type": "number"})),
+            )),
+            ..b()
+        },
+        vec![],
+    );
+    // enum-widened / enum-narrowed
+    case(
+        "an emitted enum widened",
+        b(),
+        Parts {
+            emit: Some((
+                2,
+                order_with(|s| {
+                    s["properties"]["status"]["enum"] = json!(["new", "paid", "refunded"])
+                }),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::EnumWidened,
+            KEY,
+            "/status",
+            Side::Readers,
+            &["module.billing"],
+        )],
+    );
+    case(
+        "an emitted enum narrowed",
+        b(),
+        Parts {
+            emit: Some((
+                2,
+                order_with(|s| s["properties"]["status"]["enum"] = json!(["paid"])),
+            )),
+            ..b()
+        },
+        vec![],
+    );
+    case(
+        "a handler's enum narrowed",
+        b(),
+        Parts {
+            handle: Some((
+                2,
+                order_with(|s| s["properties"]["status"]["enum"] = json!(["paid"])),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::EnumNarrowed,
+            KEY,
+            "/status",
+            Side::Writers,
+            &["module.shop"],
+        )],
+    );
+    case(
+        "a handler's enum widened",
+        b(),
+        Parts {
+            handle: Some((
+                2,
+                order_with(|s| {
+                    s["properties"]["status"]["enum"] = json!(["new", "paid", "refunded"])
+                }),
+            )),
+            ..b()
+        },
+        vec![],
+    );
+    // shape-changed-same-version
+    case(
+        "an emitted schema changed shape under the same version",
+        b(),
+        Parts {
+            emit: Some((
+                1,
+                order_with(|s| s["properties"]["coupon"] = json!({"type": "string"})),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::ShapeChangedSameVersion,
+            KEY,
+            "",
+            Side::Readers,
+            &["module.billing"],
+        )],
+    );
+    case(
+        "a handler's schema changed shape under the same version",
+        b(),
+        Parts {
+            handle: Some((
+                1,
+                order_with(|s| {
+                    s["properties"]
+                        .as_object_mut()
+                        .expect("properties")
+                        .remove("note");
+                }),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::ShapeChangedSameVersion,
+            KEY,
+            "",
+            Side::Writers,
+            &["module.shop"],
+        )],
+    );
+    case(
+        "only descriptions changed under the same version",
+        b(),
+        Parts {
+            emit: Some((
+                1,
+                order_with(|s| {
+                    s["description"] = json!("An order was placed.");
+                    s["properties"]["total"]["description"] = json!("In cents.");
+                }),
+            )),
+            ..b()
+        },
+        vec![],
+    );
+    // Tools: the server reads the request and writes the reply.
+    case(
+        "a tool's server requires a request field its callers do not send",
+        b(),
+        Parts {
+            serve: Some((
+                json!({"type": "object", "required": ["plan", "seats"],
+                       "properties": {"plan": {"type": "string"}, "seats": {"type": "integer"}}}),
+                quote_reply(),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::RequiredAdded,
+            TOOL,
+            "/seats",
+            Side::Writers,
+            &["module.billing"],
+        )],
+    );
+    case(
+        "a tool's server removes a reply field",
+        b(),
+        Parts {
+            serve: Some((
+                quote_request(),
+                json!({"type": "object", "required": ["price"],
+                                                 "properties": {"price": {"type": "integer"}}}),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::FieldRemoved,
+            TOOL,
+            "/currency",
+            Side::Readers,
+            &["module.billing"],
+        )],
+    );
+    case(
+        "a tool's server reads an optional request field and writes a new reply field",
+        b(),
+        Parts {
+            serve: Some((
+                json!({"type": "object", "required": ["plan"],
+                       "properties": {"plan": {"type": "string"}, "seats": {"type": "integer"}}}),
+                json!({"type": "object", "required": ["price"],
+                       "properties": {"price": {"type": "integer"}, "currency": {"type": "string"},
+                                      "valid_until": {"type": "string"}}}),
+            )),
+            ..b()
+        },
+        vec![],
+    );
+    case("nothing changed", b(), b(), vec![]);
+    cases
+}
+
+#[test]
+fn every_rule_breaks_its_side_and_its_counterpart_is_compatible() {
+    let cases = cases();
+    assert!(cases.len() >= 15);
+    let mut rules_seen = std::collections::BTreeSet::new();
+    for case in &cases {
+        let findings = check(&system(&case.before), &system(&case.after));
+        let got: Vec<(Rule, String, String, Side, Vec<String>)> = findings
+            .iter()
+            .map(|f| {
+                (
+                    f.rule,
+                    f.subject.name().to_owned(),
+                    f.path.clone(),
+                    f.breaks,
+                    f.broken.clone(),
+                )
+            })
+            .collect();
+        let want: Vec<(Rule, String, String, Side, Vec<String>)> = case
+            .expected
+            .iter()
+            .map(|(rule, subject, path, side, broken)| {
+                rules_seen.insert(*rule);
+                (
+                    *rule,
+                    (*subject).to_owned(),
+                    (*path).to_owned(),
+                    *side,
+                    broken.iter().map(|s| (*s).to_owned()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(got, want, "{}: {findings:#?}", case.name);
+        for finding in &findings {
+            let text = finding.to_string();
+            assert!(
+                text.contains(finding.rule.as_str()) && text.contains(&finding.broken.join(", ")),
+                "{text}"
+            );
+        }
+    }
+    assert_eq!(rules_seen.len(), 9, "every rule is covered: {rules_seen:?}");
+}
+
+#[test]
+fn fields_are_followed_through_definitions_and_cycles() {
+    let schema = |city: Value| {
+        json!({
+            "type": "object",
+            "properties": {"customer": {"$ref": "#/definitions/Customer"}},
+            "definitions": {
+                "Customer": {"type": "object", "properties": {
+                    "address": {"anyOf": [{"$ref": "#/definitions/Address"}, {"type": "null"}]},
+                    "referrer": {"$ref": "#/definitions/Customer"},
+                }},
+                "Address": {"type": "object", "properties": {"city": city}},
+            },
+        })
+    };
+    let before = Parts {
+        emit: Some((1, schema(json!({"type": "string"})))),
+        ..base()
+    };
+    let after = Parts {
+        emit: Some((2, schema(json!({"type": "integer"})))),
+        ..base()
+    };
+    let findings = check(&system(&before), &system(&after));
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert_eq!(findings[0].rule, Rule::FieldRetyped);
+    assert_eq!(findings[0].path, "/customer/address/city");
+    assert_eq!(findings[0].broken, ["module.billing"]);
+    assert!(check(&system(&before), &system(&before)).is_empty());
+}
