@@ -37,7 +37,7 @@ fn program(name: &str, url: &str) -> Command {
 }
 
 /// Starts a logger (`name` with `args` and `extra`) and waits until it consumes both queues.
-async fn start(vhost: &TestVhost, name: &str, extra: &[&str], env: &[(&str, &Path)]) -> Child {
+pub(crate) async fn start(vhost: &TestVhost, name: &str, extra: &[&str], env: &[(&str, &Path)]) -> Child {
     let (_, args) = LOGGERS
         .iter()
         .find(|(program, _)| *program == name)
@@ -60,7 +60,7 @@ async fn start(vhost: &TestVhost, name: &str, extra: &[&str], env: &[(&str, &Pat
 }
 
 /// Stops a logger gracefully (SIGTERM) and checks it exited 0.
-async fn stop(child: Child) {
+pub(crate) async fn stop(child: Child) {
     let pid = child.id().expect("the logger runs");
     kill(
         Pid::from_raw(i32::try_from(pid).expect("a pid")),

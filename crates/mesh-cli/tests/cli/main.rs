@@ -6,6 +6,7 @@ mod audit;
 mod audit_run;
 mod call;
 mod contract;
+mod contract_live;
 mod dry_run;
 mod emit_tail;
 mod errors;
