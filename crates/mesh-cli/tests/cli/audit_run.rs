@@ -37,7 +37,12 @@ fn program(name: &str, url: &str) -> Command {
 }
 
 /// Starts a logger (`name` with `args` and `extra`) and waits until it consumes both queues.
-pub(crate) async fn start(vhost: &TestVhost, name: &str, extra: &[&str], env: &[(&str, &Path)]) -> Child {
+pub(crate) async fn start(
+    vhost: &TestVhost,
+    name: &str,
+    extra: &[&str],
+    env: &[(&str, &Path)],
+) -> Child {
     let (_, args) = LOGGERS
         .iter()
         .find(|(program, _)| *program == name)

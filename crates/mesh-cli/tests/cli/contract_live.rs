@@ -122,36 +122,63 @@ async fn the_store_shows_the_running_system_and_check_names_a_retyped_field() {
         "module.billing.invoice.paid",
         QUOTE,
     ] {
-        assert!(shown.contains(expected), "{expected} missing from:\n{shown}");
+        assert!(
+            shown.contains(expected),
+            "{expected} missing from:\n{shown}"
+        );
     }
-    // Who emits each key, who handles it; who serves the tool, who calls it.
-    let block = |key: &str| -> String {
-        shown
-            .split("\n\n")
-            .find(|block| block.contains(key))
-            .unwrap_or_else(|| panic!("no block for {key} in:\n{shown}"))
-            .to_owned()
+    // Who emits each key, who handles it; who serves the tool, who calls it: a block is a
+    // heading line and the indented lines under it.
+    let block = |heading: &str| -> String {
+        let mut lines = shown.lines().skip_while(|line| line.trim_end() != heading);
+        let first = lines
+            .next()
+            .unwrap_or_else(|| panic!("no block `{heading}` in:\n{shown}"));
+        std::iter::once(first)
+            .chain(lines.take_while(|line| line.starts_with(' ')))
+            .collect::<Vec<_>>()
+            .join("\n")
     };
     let order = block("module.shop.order.placed");
-    assert!(order.contains("module.shop") && order.contains("module.billing"), "{order}");
+    assert!(
+        order.contains("module.shop") && order.contains("module.billing"),
+        "{order}"
+    );
     assert!(!order.contains("module.mailer"), "{order}");
     let paid = block("module.billing.invoice.paid");
     assert!(paid.contains("module.mailer"), "{paid}");
-    let quote = block(QUOTE);
-    assert!(quote.contains("module.shop") && quote.contains("module.billing"), "{quote}");
+    let quote = block(&format!("tool {QUOTE}"));
+    assert!(
+        quote.contains("module.shop") && quote.contains("module.billing"),
+        "{quote}"
+    );
 
     let before_file = dir.join("before.json");
     let before_path = before_file.display().to_string();
     let output = run(
         Some(&url),
-        &["contract", "export", "--store", &store, "--out", &before_path],
+        &[
+            "contract",
+            "export",
+            "--store",
+            &store,
+            "--out",
+            &before_path,
+        ],
     )
     .await;
     assert_code(&output, 0);
     // Nothing changed yet: compatible.
     let output = run(
         Some(&url),
-        &["contract", "check", "--against", &before_path, "--store", &store],
+        &[
+            "contract",
+            "check",
+            "--against",
+            &before_path,
+            "--store",
+            &store,
+        ],
     )
     .await;
     assert_code(&output, 0);
@@ -162,13 +189,23 @@ async fn the_store_shows_the_running_system_and_check_names_a_retyped_field() {
     let report = eventually(WAIT, "check to see the restarted shop", || async {
         let output = run(
             Some(&url),
-            &["contract", "check", "--against", &before_path, "--store", &store],
+            &[
+                "contract",
+                "check",
+                "--against",
+                &before_path,
+                "--store",
+                &store,
+            ],
         )
         .await;
         (output.status.code() == Some(11)).then(|| stdout(&output))
     })
     .await;
-    assert!(report.contains("total"), "the field is not named:\n{report}");
+    assert!(
+        report.contains("total"),
+        "the field is not named:\n{report}"
+    );
     assert!(
         report.contains("module.shop.order.placed"),
         "the key is not named:\n{report}"
