@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use mesh_audit::{EventQuery, EventRecord, Order, Store};
 use mesh_contract::asyncapi::{export, ExportOptions};
 use mesh_contract::{check, read_announcement, System};
+use mesh_core::contract::CONTRACT_FORMAT;
 use serde_json::json;
 
 use crate::audit;
@@ -120,6 +121,11 @@ async fn newest_announcements(
 }
 
 fn announcement(event: &EventRecord) -> anyhow::Result<mesh_core::contract::ModuleContract> {
+    // `x-schema` is the announcement's format; absent means 1.
+    let format = event.schema.unwrap_or(1);
+    if format != CONTRACT_FORMAT {
+        anyhow::bail!("an announcement of format {format}, this version reads {CONTRACT_FORMAT}");
+    }
     let body = event.body_json().context("the body is not JSON")?;
     Ok(read_announcement(&event.routing_key, &body)?)
 }
