@@ -16,7 +16,7 @@ use crate::cli::{
     ContractCheckArgs, ContractCommand, ContractExportArgs, ContractFormat, ContractSource, Global,
     StoreArg,
 };
-use crate::exit::{Code, WithCode};
+use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, escape, paint, BAD, DIM, GOOD, NAME, WARN};
 
 /// The announcement keys, whoever announces: `module.<m>.contract.announced`,
@@ -172,6 +172,13 @@ async fn run_check(global: &Global, args: &ContractCheckArgs) -> anyhow::Result<
         Some(path) => read_file(path)?,
         None => from_store(global, &args.store).await?,
     };
+    if new.is_empty() && !old.is_empty() {
+        // Most likely the wrong store or file: "compatible" would be a lie a CI job believes.
+        return Err(fail(
+            Code::Error,
+            "the newer contract has no module: nothing announced there (the wrong --store or file?)",
+        ));
+    }
     let findings = check(&old, &new);
     for finding in &findings {
         if global.json {

@@ -143,6 +143,15 @@ async fn check_exits_11_on_a_breaking_change_and_0_when_compatible() {
     )
     .await;
     assert_code(&output, 0);
+    // An empty newer contract is an error, not "compatible".
+    let empty = write(&dir, "empty.json", &json!([]));
+    let output = run(None, &["contract", "check", "--against", &before, &empty]).await;
+    assert_code(&output, 1);
+    assert!(
+        stderr(&output).contains("the newer contract has no module"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[tokio::test]
