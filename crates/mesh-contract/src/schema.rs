@@ -85,6 +85,16 @@ impl Types {
         Some(Types(set))
     }
 
+    /// The `type` of a schema, or, when it says none but lists its values, their types.
+    pub(crate) fn of_values(schema: &Value) -> Option<Types> {
+        Types::of(schema).or_else(|| {
+            let values = enum_values(schema)?;
+            Some(Types(
+                values.iter().map(|v| json_type(v).to_owned()).collect(),
+            ))
+        })
+    }
+
     /// Whether every value of these types is of one of `other`'s.
     pub(crate) fn within(&self, other: &Types) -> bool {
         self.0
@@ -102,8 +112,41 @@ impl Types {
     }
 }
 
-/// The values a schema allows when it lists them (`enum`, or `const` as one value).
+/// The values a schema allows when it lists them: `enum`, `const` as one value, or a
+/// `oneOf`/`anyOf` whose every branch lists values (how an enum with documented variants is
+/// derived).
 pub(crate) fn enum_values(schema: &Value) -> Option<Vec<&Value>> {
+    if let Some(values) = listed(schema) {
+        return Some(values);
+    }
+    for keyword in ["oneOf", "anyOf"] {
+        if let Some(Value::Array(branches)) = schema.get(keyword) {
+            let mut all = Vec::new();
+            for branch in branches {
+                all.extend(listed(branch)?);
+            }
+            if !all.is_empty() {
+                return Some(all);
+            }
+        }
+    }
+    None
+}
+
+/// The JSON Schema type of a value.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn listed(schema: &Value) -> Option<Vec<&Value>> {
     if let Some(Value::Array(values)) = schema.get("enum") {
         return Some(values.iter().collect());
     }
