@@ -244,6 +244,33 @@ fn shape_names(keyword: &str, value: &Value, depth: usize) -> Value {
     }
 }
 
+/// `value` with every object's keys in order, whatever order it was built or read in (a
+/// bound on the depth keeps the rest as is: a checked contract never reaches it).
+pub(crate) fn sorted_keys(value: &Value) -> Value {
+    sorted_at(value, 0)
+}
+
+fn sorted_at(value: &Value, depth: usize) -> Value {
+    if depth > MAX_SCHEMA_DEPTH * 2 {
+        return value.clone();
+    }
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sorted_at(&map[k], depth + 1)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| sorted_at(v, depth + 1)).collect())
+        }
+        other => other.clone(),
+    }
+}
+
 /// A component name as AsyncAPI wants them (`^[\w\d.\-_]+$`): every other character `_`.
 pub(crate) fn component_name(name: &str) -> String {
     let cleaned: String = name

@@ -8,7 +8,7 @@ use mesh_core::{topic_matches, Name, RoutingKey, ToolKey, TopicPattern};
 use serde_json::{json, Value};
 
 use crate::error::{Error, ErrorKind};
-use crate::schema::{depth_exceeds, MAX_SCHEMA_DEPTH};
+use crate::schema::{depth_exceeds, sorted_keys, MAX_SCHEMA_DEPTH};
 
 /// The key of a system document that says what it is: its value is the format version.
 pub const SYSTEM_FORMAT_KEY: &str = "mesh_contract_system";
@@ -99,13 +99,14 @@ impl System {
             .collect()
     }
 
-    /// The system document: `{"mesh_contract_system": 1, "modules": [...]}`, modules by owner.
+    /// The system document: `{"mesh_contract_system": 1, "modules": [...]}`, modules by owner,
+    /// every object's keys sorted.
     pub fn to_document(&self) -> Value {
         let modules: Vec<Value> = self
             .modules()
             .map(|m| serde_json::to_value(m).unwrap_or(Value::Null))
             .collect();
-        json!({ SYSTEM_FORMAT_KEY: SYSTEM_FORMAT, "modules": modules })
+        sorted_keys(&json!({ SYSTEM_FORMAT_KEY: SYSTEM_FORMAT, "modules": modules }))
     }
 
     /// Reads a system from JSON text (see [`System::from_document`]).
