@@ -424,7 +424,8 @@ const CONTRACT_CHECK_HELP: &str = "\
 Prints each breaking change: its rule, the key or tool, the field, the module that changed it
 and whom it breaks (the readers of an event whose emitter changed, the emitters of an event
 whose handler changed; the same for a tool's request and reply). Exit code 11 when there is
-any, 0 when the newer contract is compatible. The rules are in docs/CONTRACT.md, section
+any, 0 when the newer contract is compatible (an empty newer contract is an error, exit
+1). The rules are in docs/CONTRACT.md, section
 \"Compatibility rules\".
 
 Examples:

@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use mesh_audit::{EventQuery, EventRecord, Order, Store};
 use mesh_contract::asyncapi::{export, ExportOptions};
 use mesh_contract::{check, read_announcement, System};
+use mesh_core::contract::CONTRACT_FORMAT;
 use serde_json::json;
 
 use crate::audit;
@@ -15,7 +16,7 @@ use crate::cli::{
     ContractCheckArgs, ContractCommand, ContractExportArgs, ContractFormat, ContractSource, Global,
     StoreArg,
 };
-use crate::exit::{Code, WithCode};
+use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, escape, paint, BAD, DIM, GOOD, NAME, WARN};
 
 /// The announcement keys, whoever announces: `module.<m>.contract.announced`,
@@ -120,6 +121,11 @@ async fn newest_announcements(
 }
 
 fn announcement(event: &EventRecord) -> anyhow::Result<mesh_core::contract::ModuleContract> {
+    // `x-schema` is the announcement's format; absent means 1.
+    let format = event.schema.unwrap_or(1);
+    if format != CONTRACT_FORMAT {
+        anyhow::bail!("an announcement of format {format}, this version reads {CONTRACT_FORMAT}");
+    }
     let body = event.body_json().context("the body is not JSON")?;
     Ok(read_announcement(&event.routing_key, &body)?)
 }
@@ -166,6 +172,13 @@ async fn run_check(global: &Global, args: &ContractCheckArgs) -> anyhow::Result<
         Some(path) => read_file(path)?,
         None => from_store(global, &args.store).await?,
     };
+    if new.is_empty() && !old.is_empty() {
+        // Most likely the wrong store or file: "compatible" would be a lie a CI job believes.
+        return Err(fail(
+            Code::Error,
+            "the newer contract has no module: nothing announced there (the wrong --store or file?)",
+        ));
+    }
     let findings = check(&old, &new);
     for finding in &findings {
         if global.json {

@@ -411,7 +411,10 @@ impl Doc {
             for key in DEFINITION_KEYS {
                 map.remove(key);
             }
+            // A payload is a schema inside the document: its own dialect and base URI would
+            // change how AsyncAPI tools resolve it.
             map.remove("$schema");
+            map.remove("$id");
         }
         if refers_to_root(schema, 0) {
             // The payload refers to itself (`#`): it becomes a component of its own.

@@ -521,8 +521,8 @@ impl Context {
                 t
             })
         };
-        let types_before = with_null(Types::of(before), null_before);
-        let types_after = with_null(Types::of(after), null_after);
+        let types_before = with_null(Types::of_values(before), null_before);
+        let types_after = with_null(Types::of_values(after), null_after);
         let retyped = match (&types_before, &types_after, self.role) {
             (Some(b), Some(a), Role::Writer) => !a.within(b),
             (Some(b), Some(a), Role::Reader) => !b.within(a),

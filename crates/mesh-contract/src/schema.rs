@@ -85,6 +85,16 @@ impl Types {
         Some(Types(set))
     }
 
+    /// The `type` of a schema, or, when it says none but lists its values, their types.
+    pub(crate) fn of_values(schema: &Value) -> Option<Types> {
+        Types::of(schema).or_else(|| {
+            let values = enum_values(schema)?;
+            Some(Types(
+                values.iter().map(|v| json_type(v).to_owned()).collect(),
+            ))
+        })
+    }
+
     /// Whether every value of these types is of one of `other`'s.
     pub(crate) fn within(&self, other: &Types) -> bool {
         self.0
@@ -102,8 +112,41 @@ impl Types {
     }
 }
 
-/// The values a schema allows when it lists them (`enum`, or `const` as one value).
+/// The values a schema allows when it lists them: `enum`, `const` as one value, or a
+/// `oneOf`/`anyOf` whose every branch lists values (how an enum with documented variants is
+/// derived).
 pub(crate) fn enum_values(schema: &Value) -> Option<Vec<&Value>> {
+    if let Some(values) = listed(schema) {
+        return Some(values);
+    }
+    for keyword in ["oneOf", "anyOf"] {
+        if let Some(Value::Array(branches)) = schema.get(keyword) {
+            let mut all = Vec::new();
+            for branch in branches {
+                all.extend(listed(branch)?);
+            }
+            if !all.is_empty() {
+                return Some(all);
+            }
+        }
+    }
+    None
+}
+
+/// The JSON Schema type of a value.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn listed(schema: &Value) -> Option<Vec<&Value>> {
     if let Some(Value::Array(values)) = schema.get("enum") {
         return Some(values.iter().collect());
     }
@@ -198,6 +241,33 @@ fn shape_names(keyword: &str, value: &Value, depth: usize) -> Value {
             )
         }
         other => shape_at(other, depth),
+    }
+}
+
+/// `value` with every object's keys in order, whatever order it was built or read in (a
+/// bound on the depth keeps the rest as is: a checked contract never reaches it).
+pub(crate) fn sorted_keys(value: &Value) -> Value {
+    sorted_at(value, 0)
+}
+
+fn sorted_at(value: &Value, depth: usize) -> Value {
+    if depth > MAX_SCHEMA_DEPTH * 2 {
+        return value.clone();
+    }
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sorted_at(&map[k], depth + 1)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| sorted_at(v, depth + 1)).collect())
+        }
+        other => other.clone(),
     }
 }
 

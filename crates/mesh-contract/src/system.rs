@@ -8,7 +8,7 @@ use mesh_core::{topic_matches, Name, RoutingKey, ToolKey, TopicPattern};
 use serde_json::{json, Value};
 
 use crate::error::{Error, ErrorKind};
-use crate::schema::{depth_exceeds, MAX_SCHEMA_DEPTH};
+use crate::schema::{depth_exceeds, sorted_keys, MAX_SCHEMA_DEPTH};
 
 /// The key of a system document that says what it is: its value is the format version.
 pub const SYSTEM_FORMAT_KEY: &str = "mesh_contract_system";
@@ -99,13 +99,14 @@ impl System {
             .collect()
     }
 
-    /// The system document: `{"mesh_contract_system": 1, "modules": [...]}`, modules by owner.
+    /// The system document: `{"mesh_contract_system": 1, "modules": [...]}`, modules by owner,
+    /// every object's keys sorted.
     pub fn to_document(&self) -> Value {
         let modules: Vec<Value> = self
             .modules()
             .map(|m| serde_json::to_value(m).unwrap_or(Value::Null))
             .collect();
-        json!({ SYSTEM_FORMAT_KEY: SYSTEM_FORMAT, "modules": modules })
+        sorted_keys(&json!({ SYSTEM_FORMAT_KEY: SYSTEM_FORMAT, "modules": modules }))
     }
 
     /// Reads a system from JSON text (see [`System::from_document`]).
@@ -202,7 +203,8 @@ pub fn is_announcement_key(key: &str) -> bool {
 
 /// Reads one module's contract (an announcement's body) and checks it.
 pub fn read_contract(value: &Value) -> Result<ModuleContract, Error> {
-    let contract = ModuleContract::deserialize_from(value)?;
+    let contract =
+        <ModuleContract as serde::Deserialize>::deserialize(value).map_err(Error::json)?;
     check_contract(&contract)?;
     Ok(contract)
 }
@@ -213,17 +215,6 @@ pub fn read_announcement(key: &str, body: &Value) -> Result<ModuleContract, Erro
     let contract = read_contract(body)?;
     check_announcer(key, &contract)?;
     Ok(contract)
-}
-
-/// Deserialises without trusting the value (errors, never panics).
-trait DeserializeFrom: Sized {
-    fn deserialize_from(value: &Value) -> Result<Self, Error>;
-}
-
-impl DeserializeFrom for ModuleContract {
-    fn deserialize_from(value: &Value) -> Result<ModuleContract, Error> {
-        <ModuleContract as serde::Deserialize>::deserialize(value).map_err(Error::json)
-    }
 }
 
 fn check_announcer(key: &str, contract: &ModuleContract) -> Result<(), Error> {
@@ -260,15 +251,16 @@ pub fn check_contract(contract: &ModuleContract) -> Result<(), Error> {
     let schema_ok = |schema: &Option<Value>, what: &str| -> Result<(), Error> {
         match schema {
             None => Ok(()),
-            Some(Value::Object(_) | Value::Bool(_))
-                if !depth_exceeds(schema.as_ref().unwrap_or(&Value::Null), MAX_SCHEMA_DEPTH) =>
-            {
-                Ok(())
+            Some(schema @ (Value::Object(_) | Value::Bool(_))) => {
+                if depth_exceeds(schema, MAX_SCHEMA_DEPTH) {
+                    Err(Error::invalid(
+                        owner,
+                        format!("the schema of {what} is nested deeper than {MAX_SCHEMA_DEPTH}"),
+                    ))
+                } else {
+                    Ok(())
+                }
             }
-            Some(Value::Object(_) | Value::Bool(_)) => Err(Error::invalid(
-                owner,
-                format!("the schema of {what} is nested deeper than {MAX_SCHEMA_DEPTH}"),
-            )),
             Some(_) => Err(Error::invalid(
                 owner,
                 format!("the schema of {what} is neither an object nor a boolean"),

@@ -3,43 +3,12 @@
 //! AsyncAPI 3.0.0 document, checked against the official JSON Schema, and lists every key,
 //! message schema and operation.
 
+mod support;
+
 use mesh_contract::asyncapi::{export, ExportOptions};
 use mesh_contract::System;
 use serde_json::{json, Value};
-
-/// The official AsyncAPI 3.0.0 JSON Schema (see tests/data/README.md).
-fn asyncapi_schema() -> Value {
-    let text = include_str!("data/asyncapi-3.0.0.json");
-    serde_json::from_str(text).expect("the vendored schema is JSON")
-}
-
-/// Asserts `document` is valid AsyncAPI 3.0.0 and every local reference in it resolves.
-pub fn assert_valid_asyncapi(document: &Value) {
-    let validator = jsonschema::validator_for(&asyncapi_schema()).expect("the schema compiles");
-    let errors: Vec<String> = validator
-        .iter_errors(document)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "not valid AsyncAPI 3.0.0:\n{}",
-        errors.join("\n")
-    );
-    let mut stack = vec![document];
-    while let Some(value) = stack.pop() {
-        match value {
-            Value::Object(map) => {
-                if let Some(Value::String(reference)) = map.get("$ref") {
-                    let pointer = reference.strip_prefix('#').expect("only local references");
-                    assert!(document.pointer(pointer).is_some(), "{reference} dangles");
-                }
-                stack.extend(map.values());
-            }
-            Value::Array(items) => stack.extend(items),
-            _ => {}
-        }
-    }
-}
+use support::assert_valid_asyncapi;
 
 fn money(kind: &str) -> Value {
     json!({"type": "object", "required": ["amount", "currency"],

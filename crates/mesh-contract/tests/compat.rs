@@ -448,6 +448,30 @@ fn cases() -> Vec<Case> {
         },
         vec![],
     );
+    case(
+        "an emitted enum of documented variants (oneOf of consts) widened",
+        b(),
+        Parts {
+            emit: Some((
+                2,
+                order_with(|s| {
+                    s["properties"]["status"] = json!({"oneOf": [
+                        {"const": "new", "description": "Just placed."},
+                        {"const": "paid", "description": "Paid in full."},
+                        {"const": "refunded", "description": "Money returned."},
+                    ]});
+                }),
+            )),
+            ..b()
+        },
+        vec![(
+            Rule::EnumWidened,
+            KEY,
+            "/status",
+            Side::Readers,
+            &["module.billing"],
+        )],
+    );
     // shape-changed-same-version
     case(
         "an emitted schema changed shape under the same version",

@@ -143,6 +143,15 @@ async fn check_exits_11_on_a_breaking_change_and_0_when_compatible() {
     )
     .await;
     assert_code(&output, 0);
+    // An empty newer contract is an error, not "compatible".
+    let empty = write(&dir, "empty.json", &json!([]));
+    let output = run(None, &["contract", "check", "--against", &before, &empty]).await;
+    assert_code(&output, 1);
+    assert!(
+        stderr(&output).contains("the newer contract has no module"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[tokio::test]
@@ -225,6 +234,19 @@ async fn show_export_and_check_read_the_newest_announcements_from_the_store() {
         r#"{"owner": 7}"#.to_owned(),
         minute,
     );
+    // A billing announcement of a format this version does not read: skipped too.
+    let future_id = EventId::new();
+    let mut future = body_event(
+        future_id,
+        "module.billing",
+        "billing",
+        billing().to_string(),
+        minute,
+    );
+    future
+        .properties
+        .headers
+        .insert(codec::SCHEMA.to_owned(), mesh_core::HeaderValue::UInt(2));
     store
         .record_events(&[
             announcement(&older_shop, minute * 10),
@@ -232,6 +254,7 @@ async fn show_export_and_check_read_the_newest_announcements_from_the_store() {
             announcement(&billing(), minute * 5),
             announcement(&mailer(), minute * 5),
             bad,
+            future,
         ])
         .await
         .expect("recorded");
@@ -255,6 +278,13 @@ async fn show_export_and_check_read_the_newest_announcements_from_the_store() {
     assert!(
         warning.contains(&format!(
             "skipping the announcement {bad_id} (module.mailer.contract.announced)"
+        )),
+        "{warning}"
+    );
+    assert!(
+        warning.contains(&format!(
+            "skipping the announcement {future_id} (module.billing.contract.announced): \
+             an announcement of format 2"
         )),
         "{warning}"
     );
