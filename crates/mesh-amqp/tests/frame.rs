@@ -103,6 +103,9 @@ async fn a_dead_letter_that_would_not_fit_is_trimmed_and_the_consumer_goes_on() 
     let bus = Bus::builder()
         .node("n1")
         .module("pad")
+        // Its handler takes its own prefix: the contract announcement would be one more
+        // event there, which this test does not expect.
+        .announce(false)
         .retry(RetryPolicy::new(1, vec![Duration::from_secs(1)]).unwrap())
         .on_raw(["module.pad.#"], move |incoming: Incoming<Bytes>| {
             let seen = seen.clone();

@@ -161,7 +161,9 @@ async fn audit_run_serves_exact_counts_and_health() {
     let output = run(Some(&url), &["emit", "module.shop.order.placed"]).await;
     assert_code(&output, 0);
 
-    let total = EVENTS + 1;
+    // The ticks, the order, and the mailer's contract announcement (a bus with a handler
+    // announces what it handles when it starts; the logger stores it like any event).
+    let total = EVENTS + 2;
     let text = eventually(WAIT, "the audit counters reaching the traffic", || async {
         let (status, text) = get(addr, "/metrics").await?;
         let stored = sample(&text, "mesh_audit_events_stored_total", &[])?;
