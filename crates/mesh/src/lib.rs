@@ -54,6 +54,7 @@ mod handler;
 mod identity;
 mod incoming;
 mod listen;
+mod prepared;
 mod rpc;
 pub mod telemetry;
 
@@ -64,6 +65,7 @@ pub use event::Event;
 pub use identity::Identity;
 pub use incoming::{Incoming, Meta};
 pub use listen::{DeadLetter, DeadLetterTap, Listener};
+pub use prepared::{Prepared, PreparedConfirm};
 
 pub use mesh_core::{
     codec::DeadLetterNote, DeadReason, EventId, Health, RemoteError, RequestMeta, RetryPolicy,
