@@ -155,7 +155,10 @@ impl Bus {
             })
         };
         let key = mesh_core::RoutingKey::parse(&prepared.message.routing_key)?;
-        let source = prepared.message.header(codec::SOURCE).and_then(|v| v.as_str());
+        let source = prepared
+            .message
+            .header(codec::SOURCE)
+            .and_then(|v| v.as_str());
         if !inner.identity.owns(&inner.node, &key) || source != Some(inner.source.as_str()) {
             return Err(foreign());
         }
