@@ -140,3 +140,18 @@ async fn an_event_written_while_handling_one_names_it_as_its_cause() -> anyhow::
     }
     Ok(())
 }
+
+/// The seam's types and the outbox's handles cross tasks and threads.
+#[test]
+fn the_types_are_send_and_sync() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    fn send<T: Send + 'static>() {}
+    send_sync::<mesh::Prepared>();
+    send::<mesh::PreparedConfirm>();
+    send_sync::<Outbox<sqlx::Postgres>>();
+    send_sync::<Outbox<sqlx::Sqlite>>();
+    send_sync::<mesh_outbox::Inbox<sqlx::Postgres>>();
+    send_sync::<mesh_outbox::SqlDedup<sqlx::Sqlite>>();
+    send_sync::<mesh_outbox::Relay>();
+    send_sync::<mesh_outbox::Error>();
+}
