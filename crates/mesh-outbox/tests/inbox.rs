@@ -100,8 +100,13 @@ macro_rules! on_both_backends {
                 let inbox = Inbox::new(pool.clone()).await?;
                 let tries = Arc::new(AtomicU32::new(0));
                 let counted = Arc::clone(&tries);
+                // The retry waits for the test to have looked at the inbox after the
+                // failed try.
+                let gate = Arc::new(tokio::sync::Semaphore::new(0));
+                let opened = Arc::clone(&gate);
                 let handler = inbox.handler("count", move |_e: Incoming<Bytes>, mut tx| {
                     let tries = Arc::clone(&counted);
+                    let gate = Arc::clone(&opened);
                     async move {
                         sqlx::query("UPDATE counter SET n = n + 1")
                             .execute(&mut *tx)
@@ -110,6 +115,7 @@ macro_rules! on_both_backends {
                         if tries.fetch_add(1, Ordering::SeqCst) == 0 {
                             return Err(HandlerError::retry("the first try fails"));
                         }
+                        gate.acquire().await.map_err(HandlerError::retry)?.forget();
                         Ok(tx)
                     }
                 });
@@ -139,6 +145,7 @@ macro_rules! on_both_backends {
                 let first = tokio::time::timeout(PATIENCE, finished.recv()).await?;
                 assert_eq!(first, Some(false));
                 assert!(!inbox.processed("count", id).await?, "no record of a failed try");
+                gate.add_permits(1);
                 let second = tokio::time::timeout(PATIENCE, finished.recv()).await?;
                 assert_eq!(second, Some(true));
                 sink.drain().await?;
