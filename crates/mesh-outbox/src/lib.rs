@@ -104,7 +104,8 @@ impl<DB: Backend> Outbox<DB> {
     }
 
     /// Starts a relay publishing the committed rows of each bus's source through that bus
-    /// (see [`Relay`]).
+    /// (see [`Relay`]). On PostgreSQL the relay keeps one of the pool's connections for
+    /// `LISTEN` as long as it runs.
     pub async fn start_relay(
         &self,
         buses: impl IntoIterator<Item = Bus>,

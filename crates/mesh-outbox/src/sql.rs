@@ -556,6 +556,9 @@ impl Sql for Postgres {
                     // The connection was lost (and is re-established on the next call):
                     // what was notified meanwhile is gone, so every source looks.
                     Ok(None) => None,
+                    // The application closed its pool: no more wake-ups (the relay's polls
+                    // fail alike, and its owner stops it).
+                    Err(sqlx::Error::PoolClosed) => return None,
                     Err(e) => {
                         tracing::warn!(error = %e, "outbox: listening for commits failed");
                         tokio::time::sleep(Duration::from_secs(1)).await;
