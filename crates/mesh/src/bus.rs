@@ -1074,7 +1074,7 @@ impl Bus {
         }
     }
 
-    fn prepare(
+    pub(crate) fn prepare(
         &self,
         outgoing: Outgoing,
         span: &Span,

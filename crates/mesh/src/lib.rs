@@ -60,6 +60,7 @@ mod handler;
 mod identity;
 mod incoming;
 mod listen;
+mod prepared;
 mod rpc;
 mod schema;
 pub mod telemetry;
@@ -71,6 +72,7 @@ pub use event::Event;
 pub use identity::Identity;
 pub use incoming::{Incoming, Meta};
 pub use listen::{DeadLetter, DeadLetterTap, Listener};
+pub use prepared::{Prepared, PreparedConfirm};
 pub use schema::Schema;
 
 // A module's contract, as a bus announces it (`Bus::contract`, `BusBuilder::announce`).

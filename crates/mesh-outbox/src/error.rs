@@ -1,0 +1,113 @@
+//! The crate's one error type.
+
+use std::fmt;
+
+/// What kind of failure an [`Error`] is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The database failed (a connection, a statement, a commit).
+    Database,
+    /// The outbox's tables are of a newer version than this library knows.
+    SchemaTooNew {
+        /// The version found in the database.
+        found: i64,
+        /// The newest version this library knows.
+        known: i64,
+    },
+    /// The bus refused the event (a foreign key, a reserved header, a closed bus, …).
+    Bus,
+    /// A stored row is not a message this library wrote.
+    Corrupt,
+    /// The options cannot work.
+    InvalidOptions,
+}
+
+/// An error of the outbox or the inbox: a kind and the cause.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    message: Option<String>,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind) -> Error {
+        Error {
+            kind,
+            message: None,
+            source: None,
+        }
+    }
+
+    pub(crate) fn database(context: impl Into<String>, source: sqlx::Error) -> Error {
+        Error {
+            kind: ErrorKind::Database,
+            message: Some(context.into()),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    pub(crate) fn corrupt(message: impl Into<String>) -> Error {
+        Error {
+            kind: ErrorKind::Corrupt,
+            message: Some(message.into()),
+            source: None,
+        }
+    }
+
+    pub(crate) fn options(message: impl Into<String>) -> Error {
+        Error {
+            kind: ErrorKind::InvalidOptions,
+            message: Some(message.into()),
+            source: None,
+        }
+    }
+
+    /// What kind of failure it is.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+
+    /// The bus's error, when the bus refused the event.
+    pub fn bus_error(&self) -> Option<&mesh::Error> {
+        self.source.as_deref()?.downcast_ref()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ErrorKind::Database => f.write_str("database error")?,
+            ErrorKind::SchemaTooNew { found, known } => write!(
+                f,
+                "the outbox schema is at version {found}, newer than this library's {known}"
+            )?,
+            ErrorKind::Bus => f.write_str("the bus refused the event")?,
+            ErrorKind::Corrupt => f.write_str("a stored outbox row is corrupt")?,
+            ErrorKind::InvalidOptions => f.write_str("invalid options")?,
+        }
+        if let Some(message) = &self.message {
+            write!(f, ": {message}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<mesh::Error> for Error {
+    fn from(error: mesh::Error) -> Self {
+        Error {
+            kind: ErrorKind::Bus,
+            message: None,
+            source: Some(Box::new(error)),
+        }
+    }
+}

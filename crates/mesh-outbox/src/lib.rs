@@ -1,0 +1,229 @@
+//! mesh_outbox: a transactional outbox and an inbox for mesh, on sqlx (PostgreSQL and
+//! SQLite).
+//!
+//! A service that changes its database and emits an event has two writes to make; a crash
+//! between them loses the event, or emits one for a change that was rolled back. With the
+//! outbox the event is a row written in the service's own transaction
+//! ([`EmitIn::emit_in`]): nothing is published unless the transaction commits, and a
+//! [`Relay`] publishes every committed row with the broker's confirm, in order per source,
+//! marking it sent only after the confirm. The inbox ([`Inbox`]) closes the other end: a
+//! handler's database work and the record of the event's id commit in one transaction, so a
+//! redelivered event has no second effect, even across crashes.
+//!
+//! ```no_run
+//! # use serde::{Deserialize, Serialize};
+//! # #[derive(Serialize, Deserialize)]
+//! # struct OrderPlaced { order: u64 }
+//! # impl mesh::Event for OrderPlaced { const KEY: &'static str = "module.shop.order.placed"; }
+//! # async fn demo(bus: mesh::Bus) -> Result<(), Box<dyn std::error::Error>> {
+//! use mesh_outbox::{EmitIn, Outbox, RelayOptions};
+//!
+//! let pool = sqlx::PgPool::connect("postgres://localhost/shop").await?;
+//! let outbox = Outbox::new(pool.clone()).await?; // creates schema `mesh_outbox`
+//! let relay = outbox.start_relay([bus.clone()], RelayOptions::default()).await?;
+//!
+//! let mut tx = pool.begin().await?;
+//! sqlx::query("INSERT INTO orders (id) VALUES (42)").execute(&mut *tx).await?;
+//! bus.emit_in(&mut tx, &OrderPlaced { order: 42 }).await?;
+//! tx.commit().await?; // only now can the relay see (and publish) the event
+//!
+//! relay.stop().await;
+//! bus.drain().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Which to use: a direct `emit` when losing the event in a crash is acceptable or the
+//! emit has no database change to agree with; the outbox when the event states a database
+//! change (it is published if and only if the change commits); the inbox when a handler's
+//! effect is a database change that must happen once per event.
+//!
+//! The library's tables never collide with the application's: PostgreSQL schema
+//! `mesh_outbox`, SQLite tables named `mesh_*`, versions in a table of their own (see
+//! `ARCHITECTURE.md` for the relay's design: leases per source, order, crash behaviour).
+//!
+//! Architecture invariant: the SDK (`mesh`) never names a sqlx type; everything that does
+//! lives here, on the SDK's [`Bus::prepare_emit`] and [`Bus::publish_prepared`].
+
+#![warn(missing_docs)]
+
+mod error;
+mod inbox;
+mod relay;
+mod row;
+mod sql;
+pub mod telemetry;
+
+use std::future::Future;
+use std::time::Duration;
+
+use mesh::{Bus, Event, EventId, Outgoing};
+use sqlx::{Pool, Transaction};
+
+pub use error::{Error, ErrorKind};
+pub use inbox::{Inbox, InboxCleanup, SqlDedup};
+pub use relay::{Relay, RelayOptions};
+pub use sql::Counts;
+
+use row::MessageColumns;
+use sql::{NewRow, Sql};
+
+/// A database the outbox and the inbox run on: [`sqlx::Postgres`] or [`sqlx::Sqlite`]
+/// (sealed).
+pub trait Backend: Sql {}
+
+impl Backend for sqlx::Postgres {}
+impl Backend for sqlx::Sqlite {}
+
+/// The outbox of one database: its tables, installed on [`Outbox::new`], and the relays
+/// started from it. Cheap to clone.
+#[derive(Debug)]
+pub struct Outbox<DB: Backend> {
+    pool: Pool<DB>,
+}
+
+impl<DB: Backend> Clone for Outbox<DB> {
+    fn clone(&self) -> Self {
+        Outbox {
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+impl<DB: Backend> Outbox<DB> {
+    /// The outbox on `pool`'s database: creates or upgrades the library's tables (safe from
+    /// several processes at once), in their own schema (PostgreSQL `mesh_outbox`) or under
+    /// their own names (SQLite `mesh_*`), with their own version table.
+    pub async fn new(pool: Pool<DB>) -> Result<Outbox<DB>, Error> {
+        DB::install(&pool).await?;
+        Ok(Outbox { pool })
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+
+    /// Starts a relay publishing the committed rows of each bus's source through that bus
+    /// (see [`Relay`]). On PostgreSQL the relay keeps one of the pool's connections for
+    /// `LISTEN` as long as it runs.
+    pub async fn start_relay(
+        &self,
+        buses: impl IntoIterator<Item = Bus>,
+        options: RelayOptions,
+    ) -> Result<Relay, Error> {
+        relay::start(self.pool.clone(), buses.into_iter().collect(), options).await
+    }
+
+    /// Deletes rows sent more than `older_than` ago (a relay does it on its schedule,
+    /// [`RelayOptions::retention`]); returns how many.
+    pub async fn cleanup(&self, older_than: Duration) -> Result<u64, Error> {
+        relay::cleanup(&self.pool, older_than).await
+    }
+
+    /// The table's size now.
+    pub async fn counts(&self) -> Result<Counts, Error> {
+        DB::counts(&self.pool)
+            .await
+            .map_err(|e| Error::database("counting outbox rows", e))
+    }
+}
+
+/// Emits into the outbox, in the caller's transaction: [`Bus`] implements it.
+///
+/// The event is made exactly as an emit makes it ([`Bus::prepare_emit`]: its final id, key,
+/// headers and causation) and written as a row of the outbox table in `tx`. Nothing is
+/// published unless `tx` commits; a relay then publishes it, through a bus of the same
+/// identity, with the id it has now.
+pub trait EmitIn {
+    /// Writes a typed event into the outbox in `tx`; returns its id.
+    fn emit_in<'a, DB: Backend, E: Event>(
+        &'a self,
+        tx: &'a mut Transaction<'_, DB>,
+        event: &E,
+    ) -> impl Future<Output = Result<EventId, Error>> + Send + 'a;
+
+    /// Writes an [`Outgoing`] into the outbox in `tx`; returns its id.
+    fn emit_outgoing_in<'a, DB: Backend>(
+        &'a self,
+        tx: &'a mut Transaction<'_, DB>,
+        outgoing: Outgoing,
+    ) -> impl Future<Output = Result<EventId, Error>> + Send + 'a;
+
+    /// Writes several events into the outbox in `tx`, in order, with one statement per
+    /// thousand; returns their ids.
+    fn emit_all_in<'a, DB: Backend>(
+        &'a self,
+        tx: &'a mut Transaction<'_, DB>,
+        outgoing: impl IntoIterator<Item = Outgoing>,
+    ) -> impl Future<Output = Result<Vec<EventId>, Error>> + Send + 'a;
+}
+
+impl EmitIn for Bus {
+    fn emit_in<'a, DB: Backend, E: Event>(
+        &'a self,
+        tx: &'a mut Transaction<'_, DB>,
+        event: &E,
+    ) -> impl Future<Output = Result<EventId, Error>> + Send + 'a {
+        let outgoing = Outgoing::event(event);
+        async move { self.emit_outgoing_in(tx, outgoing?).await }
+    }
+
+    fn emit_outgoing_in<'a, DB: Backend>(
+        &'a self,
+        tx: &'a mut Transaction<'_, DB>,
+        outgoing: Outgoing,
+    ) -> impl Future<Output = Result<EventId, Error>> + Send + 'a {
+        let rows = self.prepare_rows([outgoing]);
+        async move {
+            let (ids, rows) = rows?;
+            DB::insert(&mut **tx, &rows)
+                .await
+                .map_err(|e| Error::database("writing to the outbox", e))?;
+            Ok(ids[0])
+        }
+    }
+
+    fn emit_all_in<'a, DB: Backend>(
+        &'a self,
+        tx: &'a mut Transaction<'_, DB>,
+        outgoing: impl IntoIterator<Item = Outgoing>,
+    ) -> impl Future<Output = Result<Vec<EventId>, Error>> + Send + 'a {
+        let rows = self.prepare_rows(outgoing);
+        async move {
+            let (ids, rows) = rows?;
+            DB::insert(&mut **tx, &rows)
+                .await
+                .map_err(|e| Error::database("writing to the outbox", e))?;
+            Ok(ids)
+        }
+    }
+}
+
+/// Makes the rows of events, before anything is awaited (so the futures hold no event).
+trait PrepareRows {
+    fn prepare_rows(
+        &self,
+        outgoing: impl IntoIterator<Item = Outgoing>,
+    ) -> Result<(Vec<EventId>, Vec<NewRow>), Error>;
+}
+
+impl PrepareRows for Bus {
+    fn prepare_rows(
+        &self,
+        outgoing: impl IntoIterator<Item = Outgoing>,
+    ) -> Result<(Vec<EventId>, Vec<NewRow>), Error> {
+        let source = self.identity().owner(self.node()).to_string();
+        let mut ids = Vec::new();
+        let mut rows = Vec::new();
+        for outgoing in outgoing {
+            let prepared = self.prepare_emit(outgoing)?;
+            ids.push(prepared.id());
+            rows.push(NewRow {
+                source: source.clone(),
+                event_id: prepared.id().to_string(),
+                columns: MessageColumns::from_message(prepared.message()),
+            });
+        }
+        Ok((ids, rows))
+    }
+}
