@@ -21,12 +21,14 @@ const CLIENT_CRATES: [&str; 2] = ["amqprs", "lapin"];
 const BINDING: &str = "mesh-amqp";
 
 /// The crates a user builds on or runs: no exception may ever name one of them.
-const SHIPPED: [&str; 6] = [
+const SHIPPED: [&str; 8] = [
     "mesh",
     "mesh-core",
     "mesh-memory",
     "mesh-logs",
     "mesh-audit",
+    "mesh-contract",
+    "mesh-outbox",
     "mesh-cli",
 ];
 
