@@ -7,6 +7,7 @@ mod audit_run;
 mod call;
 mod contract;
 mod contract_live;
+mod contract_pairs;
 mod dry_run;
 mod emit_tail;
 mod errors;
