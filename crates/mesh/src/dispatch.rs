@@ -194,12 +194,13 @@ impl Dispatcher {
         }
         // With validation on, a body is checked against each handler's schema before that
         // handler deserializes it (parsed once for all of them).
-        let mut parsed = ParsedBody::default();
-        let refusals: Vec<Option<String>> = matching
-            .iter()
-            .map(|h| h.refusal(&envelope, &mut parsed))
-            .collect();
-        drop(parsed);
+        let refusals: Vec<Option<String>> = {
+            let mut parsed = ParsedBody::default();
+            matching
+                .iter()
+                .map(|h| h.refusal(&envelope, &mut parsed))
+                .collect()
+        };
         let cause = envelope.id.to_string();
         let meta = Meta::new(Arc::new(envelope), attempt, delivery.redelivered);
         let run = async {
