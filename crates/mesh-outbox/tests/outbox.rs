@@ -208,7 +208,18 @@ async fn two_relays_on_one_postgres_outbox_deliver_50000_events_without_duplicat
         }
     }
     let report = ledger.wait_all_handled(Duration::from_secs(300)).await;
-    let relayed = (a.relayed(), b.relayed());
+    // A relay counts a batch once it has marked it sent, which may come after the consumer
+    // handled its events: wait for the counts to cover every event (more would be a double send,
+    // refused below).
+    let relayed = mesh_testkit::eventually(
+        Duration::from_secs(60),
+        "the relays to count every event they marked sent",
+        || async {
+            let relayed = (a.relayed(), b.relayed());
+            (relayed.0 + relayed.1 >= EVENTS as u64).then_some(relayed)
+        },
+    )
+    .await;
     a.stop().await;
     b.stop().await;
     sink.drain().await?;
