@@ -55,9 +55,10 @@ async fn load(global: &Global, source: &ContractSource) -> anyhow::Result<System
     }
 }
 
-/// A file of any form `mesh_contract::System::from_document` reads.
+/// A file of any form `mesh_contract::System::from_document` reads, of at most
+/// [`MAX_SETTINGS_FILE`](crate::config::MAX_SETTINGS_FILE) bytes.
 fn read_file(path: &Path) -> anyhow::Result<System> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::config::read_settings_file(path)
         .coded(Code::Usage, || format!("cannot read {}", path.display()))?;
     System::from_json(&text).coded(Code::Usage, || {
         format!("cannot read the contracts of {}", path.display())
