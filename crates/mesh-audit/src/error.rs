@@ -26,7 +26,8 @@ pub enum ErrorKind {
     NotRedrivable,
     /// A dead letter names a queue that is not a mesh consumer queue (`<node>.<module>.events`
     /// or `shared.<module>.events`): a serve queue, a retry queue, one of mesh's own or any
-    /// other. It is never re-driven there, whatever its headers say.
+    /// other. It is never re-driven there, whatever its headers say. A replay asked to go
+    /// to such a queue fails with it too, before anything is published.
     ForeignQueue,
     /// A stored row holds a value this version cannot read (a timestamp, an id).
     Corrupt,
@@ -135,7 +136,7 @@ impl fmt::Display for Error {
             ErrorKind::Transport => "transport error",
             ErrorKind::NotFound => "not found",
             ErrorKind::NotRedrivable => "cannot re-drive",
-            ErrorKind::ForeignQueue => "refused to re-drive",
+            ErrorKind::ForeignQueue => "not a mesh consumer queue",
             ErrorKind::Corrupt => "stored row is unreadable",
         };
         f.write_str(what)?;

@@ -64,6 +64,7 @@ pub mod logger;
 mod options;
 mod record;
 pub mod redrive;
+pub mod replay;
 mod service;
 mod store;
 pub mod telemetry;
@@ -79,6 +80,7 @@ pub use record::{
     DeadLetterRecord, EventQuery, EventRecord, Order, DEFAULT_LIMIT, MAX_TREE_NODES,
 };
 pub use redrive::{Redrive, RedrivePlan, RedriveReport};
+pub use replay::{Replay, ReplayPlan, ReplayReport};
 pub use service::AuditService;
 pub use store::Store;
 

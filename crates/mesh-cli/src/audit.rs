@@ -8,13 +8,13 @@ use anyhow::Context as _;
 use mesh::raw::{DeadReason, EventId};
 use mesh_audit::{
     AuditOptions, AuditService, CausationNode, DeadLetterId, DeadLetterQuery, DeadLetterRecord,
-    EventQuery, EventRecord, Order, Redrive, Store, StoreOptions,
+    EventQuery, EventRecord, Order, Redrive, Replay, Store, StoreOptions,
 };
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{
-    AuditCommand, AuditRunArgs, DeadCommand, EventFilter, Global, RedriveArgs, StoreArg,
+    AuditCommand, AuditRunArgs, DeadCommand, EventFilter, Global, RedriveArgs, ReplayArgs, StoreArg,
 };
 use crate::config;
 use crate::exit::{fail, Code, WithCode};
@@ -357,6 +357,7 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
             store.close().await;
             result
         }
+        AuditCommand::Replay(args) => replay(global, args).await,
         AuditCommand::Trace { store, id } => {
             let id: EventId = id
                 .parse()
@@ -397,6 +398,103 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
             }
             Ok(Code::Ok)
         }
+    }
+}
+
+/// `mesh audit replay`: the matching stored events into one consumer queue only.
+async fn replay(global: &Global, args: &ReplayArgs) -> anyhow::Result<Code> {
+    let filter = EventFilter {
+        key: Some(args.key.clone()),
+        source: args.source.clone(),
+        event_node: None,
+        since: Some(args.since),
+        until: args.until,
+    };
+    let query = event_query(&filter)?.limit(usize::MAX);
+    let queue = format!("{}.events", args.to);
+    if !mesh::raw::naming::is_consumer_queue(&queue) {
+        return Err(fail(
+            Code::Usage,
+            format!(
+                "--to `{}` is not <node>.<module> or shared.<module>",
+                escape(&args.to)
+            ),
+        ));
+    }
+    let replay = Replay::new(query, queue).rate(args.rate);
+    let store = open(global, &args.store).await?;
+    if args.dry_run {
+        let plan = store
+            .replay_plan(&replay)
+            .await
+            .context("planning the replay");
+        store.close().await;
+        let plan = plan?;
+        if global.json {
+            output::json(&json!({
+                "dry_run": true,
+                "queue": plan.queue,
+                "events": plan.events,
+                "by_key": plan.by_key.iter().map(|(key, n)| json!({"key": key, "events": n})).collect::<Vec<_>>(),
+            }))?;
+        } else {
+            for (key, n) in &plan.by_key {
+                output::line(format!("{n:>10} {}", paint(NAME, escape(key))))?;
+            }
+            output::line(format!(
+                "dry run: {} event(s) would be replayed to {} at most {}/s; nothing was published",
+                plan.events,
+                escape(&plan.queue),
+                args.rate
+            ))?;
+        }
+        return Ok(Code::Ok);
+    }
+    let transport = match config::connect(config::amqp_options(global)?).await {
+        Ok(transport) => transport,
+        Err(e) => {
+            store.close().await;
+            return Err(e);
+        }
+    };
+    let report = store.replay(&*transport, &replay).await;
+    transport.close().await;
+    store.close().await;
+    let report = report.context("replaying")?;
+    let last = report
+        .last
+        .map(|(id, time)| json!({"id": id.to_string(), "time": time.to_string()}));
+    let failed = report
+        .failed
+        .map(|(id, time, e)| (id, time, format!("{:#}", anyhow::Error::new(e))));
+    if global.json {
+        output::json(&json!({
+            "queue": replay.queue(),
+            "replayed": report.replayed,
+            "last": last,
+            "failed": failed.as_ref().map(|(id, time, error)| json!({
+                "id": id.to_string(),
+                "time": time.to_string(),
+                "error": error,
+            })),
+        }))?;
+    } else {
+        output::line(format!(
+            "{} {} event(s) to {}",
+            paint(GOOD, "replayed"),
+            report.replayed,
+            escape(replay.queue())
+        ))?;
+    }
+    match failed {
+        None => Ok(Code::Ok),
+        Some((id, time, error)) => Err(fail(
+            Code::Error,
+            format!(
+                "the replay stopped at event {id} (emitted {time}): {error}; run it again \
+                 with --since {time} to resume"
+            ),
+        )),
     }
 }
 

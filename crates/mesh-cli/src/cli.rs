@@ -468,6 +468,9 @@ pub(crate) enum AuditCommand {
         #[arg(long)]
         by_key: bool,
     },
+    /// Re-publish stored events into one module's queue only, so it can catch up
+    #[command(after_help = AUDIT_REPLAY_HELP)]
+    Replay(ReplayArgs),
     /// Draw the causation tree of an event: its causes and everything it caused
     #[command(after_help = AUDIT_TRACE_HELP)]
     Trace {
@@ -476,6 +479,41 @@ pub(crate) enum AuditCommand {
         /// The event id
         id: String,
     },
+}
+
+/// `mesh audit replay`.
+#[derive(Debug, Args)]
+pub(crate) struct ReplayArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArg,
+    /// The keys to replay: a topic pattern (`*` one word, `#` zero or more)
+    #[arg(short, long, value_name = "PATTERN")]
+    pub(crate) key: String,
+    /// Events emitted at or after T: RFC 3339, or a duration ago (30m, 2h, 1day)
+    #[arg(long, value_name = "T", value_parser = parse_time)]
+    pub(crate) since: Timestamp,
+    /// Events emitted before T: RFC 3339, or a duration ago
+    #[arg(long, value_name = "T", value_parser = parse_time)]
+    pub(crate) until: Option<Timestamp>,
+    /// Only events from this source (module, context or node)
+    #[arg(short, long, value_name = "S")]
+    pub(crate) source: Option<String>,
+    /// The module whose queue receives them: <node>.<module> (its queue
+    /// <node>.<module>.events), or shared.<module>
+    #[arg(long, value_name = "NODE.MODULE")]
+    pub(crate) to: String,
+    /// At most N events a second (1 to 100000)
+    #[arg(long, value_name = "N", default_value = "1000", value_parser = parse_replay_rate)]
+    pub(crate) rate: std::num::NonZeroU32,
+    /// Print how many events would be replayed, by key, and where; publish nothing
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+}
+
+/// `--rate` of a replay: events a second, 1 to 100,000.
+fn parse_replay_rate(text: &str) -> Result<std::num::NonZeroU32, String> {
+    let rate: u32 = parse_within(text, 1, 100_000)?;
+    std::num::NonZeroU32::new(rate).ok_or_else(|| "expected at least 1".to_owned())
 }
 
 /// `mesh audit run`, and `mesh-audit run`: one definition for both.
@@ -654,6 +692,20 @@ and dead letters; --json gives {\"events\", \"conflicts\", \"dead_letters\",
 Examples:
   mesh audit count
   mesh audit count --key 'module.umami.#' --by-key --json";
+
+const AUDIT_REPLAY_HELP: &str = "\
+The matching stored events, oldest first, are published with their ids, keys, bodies and
+headers straight into the one queue of --to (through the default exchange, never to
+mesh.events: no other module, and no audit logger, receives them). Each carries
+x-mesh-replayed, which its handlers read as Meta::replayed (and Meta::redelivered is true);
+a consumer deduplicating by event id drops those it already handled. Only a mesh consumer
+queue is a target. The replay stops at the first event the broker does not confirm (a queue
+that does not exist, a lost connection) and exits 1 naming it: run it again with --since
+that event's time to resume (at-least-once).
+
+Examples:
+  mesh audit replay --key 'module.shop.order.*' --since 2h --to anchor.billing --dry-run
+  mesh audit replay --key 'module.shop.#' --since 2026-12-01T00:00:00Z --to anchor.billing --rate 200";
 
 const AUDIT_TRACE_HELP: &str = "\
 Example:

@@ -11,6 +11,8 @@
 //! mesh status
 //! mesh audit run [--store URL] [--batch-size N] [--batch-wait 50ms] [--metrics-addr ADDR]
 //! mesh audit trace <ID>
+//! mesh audit replay -k PATTERN --since T [--until T] [-s SOURCE] --to NODE.MODULE
+//!                   [--rate N] [--dry-run]
 //! mesh audit query | count [-k PATTERN] [-s SOURCE] [--since T] [--until T] [-n LIMIT]
 //! mesh dead list [-q QUEUE] [-r REASON] [--pending] [--since T] [-n LIMIT]
 //! mesh dead redrive <ID…> | --all | -q QUEUE   [--dry-run]

@@ -33,6 +33,11 @@ pub const ATTEMPTS: &str = "x-mesh-attempts";
 /// dead letter, a re-driven dead letter), the broker-validated user of the original, since
 /// the copy's own `user-id` must be its publisher's ([`hand_over_user`], [`validated_user`]).
 pub const USER: &str = "x-mesh-user";
+/// `x-mesh-replayed`: on a stored event the audit store replays into one consumer's queue
+/// (`mesh audit replay`), when it was replayed (RFC 3339). Believed only on a delivery
+/// through the default exchange, like every `x-mesh-*` header ([`mesh_headers_trusted_from`]);
+/// read with [`replayed_at`].
+pub const REPLAYED: &str = "x-mesh-replayed";
 /// `x-mesh-dead-reason`: why the event was dead-lettered.
 pub const DEAD_REASON: &str = "x-mesh-dead-reason";
 /// `x-mesh-dead-attempts`: how many attempts were made.
@@ -324,6 +329,16 @@ pub fn validated_user(message: &WireMessage) -> Option<&str> {
         Some(value) => value.as_str(),
         None => message.properties.user_id.as_deref(),
     }
+}
+
+/// When a delivered event was replayed from the audit store ([`REPLAYED`]), from the headers
+/// a transport kept ([`remove_unearned_mesh_headers`] removed a forged one); `None` for a
+/// live event, and for a value that is not an RFC 3339 time.
+pub fn replayed_at(headers: &Headers) -> Option<Timestamp> {
+    headers
+        .get(REPLAYED)
+        .and_then(HeaderValue::as_str)
+        .and_then(|text| Timestamp::parse(text).ok())
 }
 
 /// Prepares a copy the runtime publishes on the original publisher's behalf (a retry copy, a

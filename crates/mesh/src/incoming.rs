@@ -67,9 +67,20 @@ impl Meta {
         self.attempt
     }
 
-    /// Whether the broker delivered this copy before (a crash or a requeue).
+    /// Whether this event may have been handled before: the broker delivered this copy
+    /// before (a crash or a requeue), or it is stored history replayed into this module's
+    /// queue ([`Meta::replayed`]).
     pub fn redelivered(&self) -> bool {
-        self.redelivered
+        self.redelivered || self.replayed().is_some()
+    }
+
+    /// When this event was replayed from the audit store into this module's queue only
+    /// (`mesh audit replay`): `None` for a live event. The marker is the runtime's
+    /// (`x-mesh-replayed`), believed only on a delivery the broker routed straight to the
+    /// queue, where no module may publish under the access plan; on an event published to
+    /// `mesh.events` a transport removes it before a handler sees it.
+    pub fn replayed(&self) -> Option<Timestamp> {
+        mesh_core::codec::replayed_at(&self.envelope.extra_headers)
     }
 
     /// The whole envelope, body included (the JSON bytes as emitted).

@@ -401,6 +401,40 @@ impl Store {
         Ok(walk.found)
     }
 
+    /// One page of a keyset walk over events, oldest first: at most `page` rows after
+    /// `cursor` are read, and those whose key the query's pattern matches are returned with
+    /// the cursor after the last row read, or `None` once the rows ran out (the query's limit
+    /// and order aside).
+    pub(crate) async fn event_page(
+        &self,
+        query: &EventQuery,
+        cursor: Option<&Cursor>,
+        page: usize,
+    ) -> Result<(Vec<EventRecord>, Option<Cursor>), Error> {
+        let rows: Vec<EventTuple> = with_pool!(self, |pool, d| {
+            let mut qb = QueryBuilder::new(format!("SELECT {} FROM events", d.event_columns));
+            sql::push_event_filters(&mut qb, d, query)?;
+            sql::push_page(&mut qb, d, "time", crate::record::Order::Asc, cursor, page);
+            qb.build_query_as()
+                .fetch_all(pool)
+                .await
+                .map_err(|e| Error::database("listing events", e))?
+        });
+        let next = (rows.len() == page)
+            .then(|| rows.last())
+            .flatten()
+            .map(|row| Cursor {
+                time: row.4.clone(),
+                id: row.0.clone(),
+            });
+        let found = rows
+            .into_iter()
+            .filter(|row| sql::key_passes(query.pattern.as_deref(), &row.1))
+            .map(event_record)
+            .collect::<Result<_, _>>()?;
+        Ok((found, next))
+    }
+
     /// The event with this id.
     pub async fn event(&self, id: EventId) -> Result<Option<EventRecord>, Error> {
         let row: Option<EventTuple> = with_pool!(self, |pool, d| {

@@ -17,6 +17,7 @@ mod logs;
 mod management;
 mod metrics;
 mod profiles;
+mod replay;
 mod secrets;
 mod shutdown;
 mod status;
