@@ -911,11 +911,11 @@ pub(crate) struct EmitArgs {
     /// The routing key: <origin>.<name>.<event…>, origin module, mesh or node
     pub(crate) key: String,
 
-    /// The JSON body [default: stdin when it is not a terminal, else {}]
+    /// The JSON body [default: stdin (at most 16 MiB) when it is not a terminal, else {}]
     #[arg(short, long, conflicts_with = "data_file")]
     pub(crate) data: Option<String>,
 
-    /// Read the JSON body from a file (`-` is stdin)
+    /// Read the JSON body from a file (`-` is stdin), at most 16 MiB
     #[arg(short = 'f', long, value_name = "FILE")]
     pub(crate) data_file: Option<PathBuf>,
 

@@ -61,6 +61,10 @@ pub(crate) const CONFIG_ENV: &str = "MESH_CONFIG";
 /// The largest settings file read (the config file, a spec, a passwords file): far above
 /// any real one, and a bound on what a wrong path (a device, a log) can make the tool hold.
 pub(crate) const MAX_SETTINGS_FILE: u64 = 4 * 1024 * 1024;
+/// The largest event body `mesh emit` reads from a file or stdin: far above any sensible
+/// event, and a bound on what a wrong path (a device, a log, an endless pipe) can make the
+/// tool hold.
+pub(crate) const MAX_BODY_FILE: u64 = 16 * 1024 * 1024;
 /// The environment variable holding the broker password.
 pub(crate) const PASSWORD_ENV: &str = "MESH_PASSWORD";
 
@@ -304,15 +308,21 @@ fn fill<T>(slot: &mut Option<T>, value: Option<T>) {
 /// The text of a settings file, refused (`InvalidData`) beyond [`MAX_SETTINGS_FILE`] bytes
 /// or when it is not UTF-8.
 pub(crate) fn read_settings_file(path: &Path) -> std::io::Result<String> {
+    read_bounded(std::fs::File::open(path)?, MAX_SETTINGS_FILE)
+}
+
+/// All of `reader` as text, refused (`InvalidData`) beyond `max` bytes (at most `max + 1`
+/// are read) or when it is not UTF-8.
+pub(crate) fn read_bounded(reader: impl std::io::Read, max: u64) -> std::io::Result<String> {
     use std::io::Read as _;
     let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(MAX_SETTINGS_FILE + 1)
+    reader
+        .take(max.saturating_add(1))
         .read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_SETTINGS_FILE {
+    if text.len() as u64 > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("larger than {} MiB", MAX_SETTINGS_FILE / (1024 * 1024)),
+            format!("larger than {} MiB", max / (1024 * 1024)),
         ));
     }
     Ok(text)

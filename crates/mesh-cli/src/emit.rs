@@ -4,7 +4,7 @@
 //! names, and an emitter that does not own the key (checked by the SDK itself, on a bus over
 //! the in-memory transport with the same identity, so the error is the SDK's `ForeignKey`).
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -136,8 +136,11 @@ fn read_data(args: &EmitArgs) -> anyhow::Result<String> {
         if path.as_os_str() == "-" {
             read_stdin()?
         } else {
-            std::fs::read_to_string(path)
-                .with_context(|| format!("reading --data-file {}", path.display()))?
+            std::fs::File::open(path)
+                .and_then(|file| config::read_bounded(file, config::MAX_BODY_FILE))
+                .coded(Code::Usage, || {
+                    format!("cannot read --data-file {}", path.display())
+                })?
         }
     } else if std::io::stdin().is_terminal() {
         String::new()
@@ -158,11 +161,8 @@ fn read_data(args: &EmitArgs) -> anyhow::Result<String> {
 }
 
 fn read_stdin() -> anyhow::Result<String> {
-    let mut text = String::new();
-    std::io::stdin()
-        .read_to_string(&mut text)
-        .context("reading the body from stdin")?;
-    Ok(text)
+    config::read_bounded(std::io::stdin().lock(), config::MAX_BODY_FILE)
+        .coded(Code::Usage, || "cannot read the body from stdin".to_owned())
 }
 
 async fn emit_one(

@@ -177,3 +177,52 @@ async fn the_extreme_accepted_values_run_without_a_panic() {
     assert_code(&output, 0);
     vhost.delete().await.expect("the vhost is deleted");
 }
+
+/// A body larger than 16 MiB, from a file or from stdin, is a usage error, read no further
+/// than the bound and refused before connecting; so is a file that is not there.
+#[tokio::test]
+async fn an_oversized_or_missing_body_file_is_a_usage_error() {
+    let dir = mesh_testkit::TempDir::new("mesh-cli-body").expect("a temp dir");
+    let big = dir.path().join("big.json");
+    let mut body = vec![b' '; 16 * 1024 * 1024];
+    body.extend_from_slice(b"{}");
+    std::fs::write(&big, &body).expect("written");
+    let big_arg = big.to_str().expect("a UTF-8 path");
+    refused(
+        &["emit", "module.a.b", "--data-file", big_arg],
+        "larger than 16 MiB",
+    )
+    .await;
+    let missing = dir.path().join("missing.json");
+    refused(
+        &[
+            "emit",
+            "module.a.b",
+            "--data-file",
+            missing.to_str().expect("a UTF-8 path"),
+        ],
+        "cannot read --data-file",
+    )
+    .await;
+
+    // The same bound on stdin, fed more than it will read.
+    let mut child = crate::mesh(Some(UNREACHABLE))
+        .args(["emit", "module.a.b", "--data-file", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mesh starts");
+    let mut stdin = child.stdin.take().expect("piped");
+    let feeder = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt as _;
+        // The tool stops reading past the bound and exits: the pipe then breaks.
+        let _ = stdin.write_all(&body).await;
+    });
+    let output = crate::finish(child).await;
+    feeder.await.expect("the feeder ends");
+    assert_code(&output, 2);
+    let err = stderr(&output);
+    assert!(err.contains("larger than 16 MiB"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
