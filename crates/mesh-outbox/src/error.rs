@@ -48,6 +48,18 @@ impl Error {
         }
     }
 
+    /// A database failure several callers share (a spool's group commit).
+    pub(crate) fn shared_database(
+        context: impl Into<String>,
+        source: std::sync::Arc<sqlx::Error>,
+    ) -> Error {
+        Error {
+            kind: ErrorKind::Database,
+            message: Some(context.into()),
+            source: Some(Box::new(source)),
+        }
+    }
+
     pub(crate) fn corrupt(message: impl Into<String>) -> Error {
         Error {
             kind: ErrorKind::Corrupt,

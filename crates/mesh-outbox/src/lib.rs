@@ -1,5 +1,5 @@
-//! mesh_outbox: a transactional outbox and an inbox for mesh, on sqlx (PostgreSQL and
-//! SQLite).
+//! mesh_outbox: a transactional outbox, an emit spool and an inbox for mesh, on sqlx
+//! (PostgreSQL and SQLite).
 //!
 //! A service that changes its database and emits an event has two writes to make; a crash
 //! between them loses the event, or emits one for a change that was rolled back. With the
@@ -33,9 +33,11 @@
 //! ```
 //!
 //! Which to use: a direct `emit` when losing the event in a crash is acceptable or the
-//! emit has no database change to agree with; the outbox when the event states a database
-//! change (it is published if and only if the change commits); the inbox when a handler's
-//! effect is a database change that must happen once per event.
+//! emit has no database change to agree with; a bus with a [`Spool`] when emits must succeed
+//! while the broker is unreachable and survive a crash or restart of the process (they are
+//! kept in a SQLite file and published from it, by the same relay); the outbox when the
+//! event states a database change (it is published if and only if the change commits); the
+//! inbox when a handler's effect is a database change that must happen once per event.
 //!
 //! The library's tables never collide with the application's: PostgreSQL schema
 //! `mesh_outbox`, SQLite tables named `mesh_*`, versions in a table of their own (see
@@ -50,6 +52,7 @@ mod error;
 mod inbox;
 mod relay;
 mod row;
+mod spool;
 mod sql;
 pub mod telemetry;
 
@@ -62,6 +65,7 @@ use sqlx::{Pool, Transaction};
 pub use error::{Error, ErrorKind};
 pub use inbox::{Inbox, InboxCleanup, SqlDedup};
 pub use relay::{Relay, RelayOptions};
+pub use spool::{Spool, SpoolOptions};
 pub use sql::Counts;
 
 use row::MessageColumns;
@@ -111,7 +115,13 @@ impl<DB: Backend> Outbox<DB> {
         buses: impl IntoIterator<Item = Bus>,
         options: RelayOptions,
     ) -> Result<Relay, Error> {
-        relay::start(self.pool.clone(), buses.into_iter().collect(), options).await
+        relay::start(
+            self.pool.clone(),
+            buses.into_iter().collect(),
+            options,
+            relay::Hooks::default(),
+        )
+        .await
     }
 
     /// Deletes rows sent more than `older_than` ago (a relay does it on its schedule,

@@ -4,8 +4,8 @@
 //! # Design
 //!
 //! One task per source (a bus given to the relay; the source is the bus's `x-source`), one
-//! task that turns PostgreSQL's notifications into wake-ups, and one that cleans up and
-//! records the table's size. A source's task, in rounds:
+//! task that turns PostgreSQL's notifications (or a spool's commits) into wake-ups, and one
+//! that cleans up and records the table's size. A source's task, in rounds:
 //!
 //! 1. takes (or renews) the source's **lease**, a row `(source, owner, expires_at)`: one
 //!    relay at a time publishes a source's rows, whatever number of relays share the
@@ -49,6 +49,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::error::Error;
+use crate::spool::Pending;
 use crate::sql::StoredRow;
 use crate::{telemetry, Backend};
 
@@ -65,7 +66,7 @@ pub struct RelayOptions {
     retry_delay: Duration,
     cleanup_interval: Duration,
     retention: Duration,
-    owner: Option<String>,
+    pub(crate) owner: Option<String>,
 }
 
 impl Default for RelayOptions {
@@ -189,11 +190,16 @@ impl Drop for Relay {
     }
 }
 
-pub(crate) async fn start<DB: Backend>(
-    pool: Pool<DB>,
-    buses: Vec<Bus>,
-    options: RelayOptions,
-) -> Result<Relay, Error> {
+/// What a spool adds to a relay: the count of its pending bytes, lowered as rows are marked,
+/// and a wake-up on each of its commits.
+#[derive(Default)]
+pub(crate) struct Hooks {
+    pub(crate) pending: Option<Arc<Pending>>,
+    pub(crate) committed: Option<Arc<Notify>>,
+}
+
+/// Refuses options a relay cannot work with.
+pub(crate) fn check(options: &RelayOptions) -> Result<(), Error> {
     if options.batch == 0 {
         return Err(Error::options("a relay's batch must be at least 1"));
     }
@@ -205,6 +211,16 @@ pub(crate) async fn start<DB: Backend>(
             "a relay's lease must outlast its publish deadline",
         ));
     }
+    Ok(())
+}
+
+pub(crate) async fn start<DB: Backend>(
+    pool: Pool<DB>,
+    buses: Vec<Bus>,
+    options: RelayOptions,
+    hooks: Hooks,
+) -> Result<Relay, Error> {
+    check(&options)?;
     let owner: Arc<str> = options
         .owner
         .clone()
@@ -254,6 +270,18 @@ pub(crate) async fn start<DB: Backend>(
             }
         }));
     }
+    if let Some(committed) = hooks.committed {
+        let wakes = Arc::clone(&wakes);
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = committed.notified() => wakes.values().for_each(|w| w.notify_one()),
+                    () = stop.cancelled() => break,
+                }
+            }
+        }));
+    }
     for (source, bus) in by_source {
         let worker = SourceWorker {
             pool: pool.clone(),
@@ -263,6 +291,7 @@ pub(crate) async fn start<DB: Backend>(
             options: Arc::clone(&options),
             owner: Arc::clone(&owner),
             relayed: Arc::clone(&relayed),
+            pending: hooks.pending.clone(),
             holding: false,
         };
         tasks.push(tokio::spawn(worker.run(stop.clone())));
@@ -365,6 +394,8 @@ struct SourceWorker<DB: Backend> {
     options: Arc<RelayOptions>,
     owner: Arc<str>,
     relayed: Arc<AtomicU64>,
+    /// A spool's pending bytes, lowered by the size of each row marked.
+    pending: Option<Arc<Pending>>,
     /// Whether this relay holds the source's lease (as far as it knows).
     holding: bool,
 }
@@ -449,6 +480,15 @@ impl<DB: Backend> SourceWorker<DB> {
             return Ok(Round::Empty);
         }
         let full = rows.len() == options.batch;
+        // Only a spool counts its rows' bytes.
+        let sizes: HashMap<i64, u64> = match self.pending {
+            Some(_) => rows
+                .iter()
+                .map(|r| (r.seq, r.columns.stored_size()))
+                .collect(),
+            None => HashMap::new(),
+        };
+        let size_of = |seqs: &[i64]| seqs.iter().filter_map(|s| sizes.get(s)).sum::<u64>();
         let fates = self.publish(rows).await;
 
         // The confirmed prefix is marked sent; the first other fate decides the rest.
@@ -472,6 +512,9 @@ impl<DB: Backend> SourceWorker<DB> {
         }
         if !sent.is_empty() {
             DB::mark_sent(&self.pool, &sent, None).await?;
+            if let Some(pending) = &self.pending {
+                pending.release(size_of(&sent));
+            }
             self.relayed.fetch_add(sent.len() as u64, Ordering::Relaxed);
             telemetry::relayed(&self.source, sent.len(), lags.into_iter());
         }
@@ -480,6 +523,9 @@ impl<DB: Backend> SourceWorker<DB> {
             Some((seq, Fate::Poison(reason, detail))) => {
                 error!(source = %self.source, seq, reason, %detail, "outbox row given up");
                 DB::mark_sent(&self.pool, &[seq], Some(&format!("{reason}: {detail}"))).await?;
+                if let Some(pending) = &self.pending {
+                    pending.release(size_of(&[seq]));
+                }
                 telemetry::given_up(&self.source, reason);
                 Ok(Round::Full)
             }

@@ -20,7 +20,17 @@ pub(crate) struct MessageColumns {
     pub(crate) body: Vec<u8>,
 }
 
+/// What a stored row is counted beyond its routing key, headers and body (its other
+/// columns, and SQLite's own bookkeeping, roughly).
+pub(crate) const ROW_OVERHEAD: u64 = 128;
+
 impl MessageColumns {
+    /// The bytes a spool counts for the row: routing key, headers and body, plus
+    /// [`ROW_OVERHEAD`]. The spool's SQL sums the same (`sql::PENDING_BYTES`).
+    pub(crate) fn stored_size(&self) -> u64 {
+        (self.routing_key.len() + self.headers.len() + self.body.len()) as u64 + ROW_OVERHEAD
+    }
+
     pub(crate) fn from_message(message: &WireMessage) -> MessageColumns {
         let p = &message.properties;
         MessageColumns {

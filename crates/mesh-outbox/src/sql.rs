@@ -233,6 +233,16 @@ CREATE INDEX IF NOT EXISTS mesh_inbox_by_time ON mesh_inbox (processed_at);
 "#,
 )];
 
+/// The bytes a spool counts for its unsent rows on SQLite: the sum of
+/// `MessageColumns::stored_size` (routing key and headers in bytes, not characters).
+pub(crate) fn sqlite_pending_bytes() -> String {
+    format!(
+        "SELECT coalesce(sum(length(CAST(routing_key AS BLOB)) + length(CAST(headers AS BLOB)) \
+         + length(body) + {}), 0) FROM mesh_outbox WHERE sent_at IS NULL",
+        crate::row::ROW_OVERHEAD
+    )
+}
+
 /// The newest version this library knows (the same on both backends).
 pub(crate) const VERSION: i64 = 1;
 

@@ -38,6 +38,11 @@ pub mod names {
     pub const INBOX_DUPLICATES: &str = "mesh_inbox_duplicates_total";
     /// Counter `{consumer}`: events whose work the inbox committed.
     pub const INBOX_PROCESSED: &str = "mesh_inbox_processed_total";
+    /// Gauge: the bytes of the unsent events an emit spool holds, as counted against its
+    /// bound.
+    pub const SPOOL_PENDING_BYTES: &str = "mesh_spool_pending_bytes";
+    /// Counter: emits an emit spool refused because it was full (`SpoolFull`).
+    pub const SPOOL_FULL: &str = "mesh_spool_full_total";
 }
 
 pub(crate) fn relayed(source: &str, count: usize, lags: impl Iterator<Item = Duration>) {
@@ -61,6 +66,14 @@ pub(crate) fn table(counts: &Counts, cleaned: u64) {
     gauge!(names::SENT).set(counts.sent as f64);
     gauge!(names::OLDEST_PENDING).set(counts.oldest_pending_seconds);
     counter!(names::CLEANED).increment(cleaned);
+}
+
+pub(crate) fn spool_pending(bytes: u64) {
+    gauge!(names::SPOOL_PENDING_BYTES).set(bytes as f64);
+}
+
+pub(crate) fn spool_full() {
+    counter!(names::SPOOL_FULL).increment(1);
 }
 
 pub(crate) fn inbox(consumer: &str, duplicate: bool) {

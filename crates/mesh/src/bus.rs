@@ -31,8 +31,10 @@ use crate::event::Event;
 use crate::handler::{HandlerDecl, HandlerEntry};
 use crate::identity::Identity;
 use crate::incoming::Incoming;
+use crate::prepared::Prepared;
 use crate::rpc::{self, ServeEntry};
 use crate::schema::{self, Schema};
+use crate::spool::EmitSpool;
 use crate::telemetry::propagation;
 use crate::telemetry::record::{self, Label, Source};
 
@@ -112,6 +114,7 @@ pub struct BusBuilder {
     calls: Vec<ToolContract>,
     announce: bool,
     validate: bool,
+    spool: Option<Arc<dyn EmitSpool>>,
 }
 
 /// An emit declared on the builder: a full key (typed) or an event name under the bus's
@@ -139,6 +142,7 @@ impl std::fmt::Debug for BusBuilder {
             .field("handlers", &self.handlers.len())
             .field("announce", &self.announce)
             .field("validate", &self.validate)
+            .field("spool", &self.spool.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -160,6 +164,7 @@ impl Default for BusBuilder {
             calls: Vec::new(),
             announce: true,
             validate: false,
+            spool: None,
         }
     }
 }
@@ -215,6 +220,26 @@ impl BusBuilder {
     /// forever).
     pub fn emit_deadline(mut self, deadline: Option<Duration>) -> Self {
         self.emit_deadline = deadline;
+        self
+    }
+
+    /// Emits through `spool`, a durable store (default: none; the SDK's seam, implemented by
+    /// `mesh_outbox::Spool` on a SQLite file).
+    ///
+    /// With a spool, [`Bus::emit`], [`Bus::emit_outgoing`] and [`Bus::emit_nowait`] make the
+    /// event as always and resolve once the spool **kept** it (durably: it survives a crash
+    /// of the process), not on the broker's confirm; the spool publishes it through the bus
+    /// with confirms, in the order kept, with its id, and forgets it only once confirmed,
+    /// after a restart if need be. An emit made while the broker is unreachable therefore
+    /// succeeds and is published once the broker is back. A full spool fails the emit with
+    /// [`ErrorKind::SpoolFull`], a failing one with [`ErrorKind::Spool`]; nothing of the
+    /// event is kept then. [`Bus::drain`] lets the spool publish what it can within the emit
+    /// deadline before the bus closes; what is left stays kept for the next start. The
+    /// contract announcement does not go through the spool. Events published by the spool
+    /// are confirmed at least once: after a crash between a confirm and the spool's record
+    /// of it, the event is published again (consumers deduplicate by id).
+    pub fn spool(mut self, spool: impl EmitSpool) -> Self {
+        self.spool = Some(Arc::new(spool));
         self
     }
 
@@ -565,8 +590,10 @@ impl BusBuilder {
             retry: self.retry,
             emit_deadline: self.emit_deadline,
             stop: CancellationToken::new(),
+            closed: CancellationToken::new(),
             confirms: TaskTracker::new(),
             loops: Mutex::new(Vec::new()),
+            spool: self.spool,
         });
         let bus = Bus { inner };
 
@@ -600,6 +627,12 @@ impl BusBuilder {
         }
         if self.announce && !bus.inner.contract.is_empty() {
             bus.announce().await;
+        }
+        if let Some(spool) = &bus.inner.spool {
+            if let Err(e) = spool.start(bus.clone()).await {
+                bus.close().await;
+                return Err(e);
+            }
         }
         Ok(bus)
     }
@@ -660,8 +693,14 @@ pub(crate) struct Inner {
     emit_deadline: Option<Duration>,
     /// What it announced (or would have): its handlers, tools and declared emits and calls.
     contract: ModuleContract,
-    /// Fired by drain and close: every consumer loop stops taking deliveries.
+    /// Fired by drain and close: every consumer loop stops taking deliveries, and emits are
+    /// refused.
     pub(crate) stop: CancellationToken,
+    /// Fired by drain once the handlers finished and the spool was drained, and by close:
+    /// prepared events are refused from then on.
+    pub(crate) closed: CancellationToken,
+    /// Where emits go, when the bus has a spool.
+    spool: Option<Arc<dyn EmitSpool>>,
     /// Confirms of emits whose callers did not await them.
     confirms: TaskTracker,
     loops: Mutex<Vec<JoinHandle<()>>>,
@@ -850,7 +889,9 @@ impl Outgoing {
 /// has.
 ///
 /// The event is published whether this is awaited or not; [`Bus::drain`] waits for its
-/// confirm either way (dropped unresolved, it hands the wait to the bus).
+/// confirm either way (dropped unresolved, it hands the wait to the bus). On a bus with a
+/// spool ([`BusBuilder::spool`]) the event was kept by the spool when this was returned, and
+/// it resolves to `Ok` at once.
 ///
 /// # Cancel safety
 ///
@@ -859,8 +900,17 @@ impl Outgoing {
 #[must_use = "an emit is confirmed only when this resolves to Ok"]
 pub struct PendingEmit {
     id: EventId,
-    /// `None` once resolved.
-    waiting: Option<Waiting>,
+    state: State,
+}
+
+/// Where a [`PendingEmit`] stands.
+enum State {
+    /// Handed to the transport; the confirm is awaited.
+    Waiting(Waiting),
+    /// Kept by the bus's spool: resolves to `Ok` at once.
+    Kept,
+    /// Resolved.
+    Done,
 }
 
 /// What an unresolved [`PendingEmit`] holds.
@@ -884,7 +934,7 @@ impl std::fmt::Debug for PendingEmit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PendingEmit")
             .field("id", &self.id)
-            .field("resolved", &self.waiting.is_none())
+            .field("resolved", &matches!(self.state, State::Done))
             .finish()
     }
 }
@@ -901,11 +951,16 @@ impl Future for PendingEmit {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let id = self.id;
-        let Some(waiting) = self.waiting.as_mut() else {
-            return Poll::Ready(Err(Error::new(ErrorKind::Closed)));
+        let waiting = match &mut self.state {
+            State::Waiting(waiting) => waiting,
+            State::Kept => {
+                self.state = State::Done;
+                return Poll::Ready(Ok(id));
+            }
+            State::Done => return Poll::Ready(Err(Error::new(ErrorKind::Closed))),
         };
         let confirmed = std::task::ready!(Pin::new(&mut waiting.confirm).poll(cx));
-        if let Some(waiting) = self.waiting.take() {
+        if let State::Waiting(waiting) = std::mem::replace(&mut self.state, State::Done) {
             waiting.finish(&confirmed);
         }
         Poll::Ready(confirmed.map(|()| id).map_err(Error::from))
@@ -915,7 +970,7 @@ impl Future for PendingEmit {
 impl Drop for PendingEmit {
     /// Nobody will await the confirm: the bus does, so it is counted and `drain` waits.
     fn drop(&mut self) {
-        let Some(waiting) = self.waiting.take() else {
+        let State::Waiting(waiting) = std::mem::replace(&mut self.state, State::Done) else {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -998,7 +1053,8 @@ impl Bus {
         );
     }
 
-    /// Emits a typed event and waits until the broker confirmed it.
+    /// Emits a typed event and waits until the broker confirmed it (on a bus with a spool:
+    /// until the spool kept it, see [`BusBuilder::spool`]).
     ///
     /// # Cancel safety
     ///
@@ -1011,7 +1067,8 @@ impl Bus {
         self.emit_outgoing(Outgoing::event(event)?).await
     }
 
-    /// Emits an [`Outgoing`] and waits until the broker confirmed it.
+    /// Emits an [`Outgoing`] and waits until the broker confirmed it (on a bus with a
+    /// spool: until the spool kept it).
     ///
     /// # Cancel safety
     ///
@@ -1019,6 +1076,9 @@ impl Bus {
     pub async fn emit_outgoing(&self, outgoing: Outgoing) -> Result<EventId, Error> {
         let span = emit_span();
         async {
+            if let Some(spool) = &self.inner.spool {
+                return self.keep(spool.as_ref(), outgoing, &span).await;
+            }
             let (id, confirm, since) = self.publish(outgoing, &span).await?;
             let confirmed = confirm.await;
             record::confirmed(&self.inner.source_label, since, &confirmed);
@@ -1031,7 +1091,8 @@ impl Bus {
 
     /// Emits without waiting for the confirm: returns once the transport took the event
     /// (waiting only for room in its unconfirmed window), with a [`PendingEmit`] that
-    /// resolves on the confirm. Many emits can be in flight this way.
+    /// resolves on the confirm. Many emits can be in flight this way. On a bus with a spool
+    /// it returns once the spool kept the event, and the [`PendingEmit`] resolves at once.
     ///
     /// # Cancel safety
     ///
@@ -1040,19 +1101,41 @@ impl Bus {
     /// event is confirmed all the same, and [`Bus::drain`] waits for it.
     pub async fn emit_nowait(&self, outgoing: Outgoing) -> Result<PendingEmit, Error> {
         let span = emit_span();
+        if let Some(spool) = &self.inner.spool {
+            let id = self
+                .keep(spool.as_ref(), outgoing, &span)
+                .instrument(span.clone())
+                .await?;
+            return Ok(PendingEmit {
+                id,
+                state: State::Kept,
+            });
+        }
         let (id, confirm, since) = self
             .publish(outgoing, &span)
             .instrument(span.clone())
             .await?;
         Ok(PendingEmit {
             id,
-            waiting: Some(Waiting {
+            state: State::Waiting(Waiting {
                 confirm,
                 since,
                 source: self.inner.source_label.clone(),
                 confirms: self.inner.confirms.clone(),
             }),
         })
+    }
+
+    /// Hands the event to the spool; resolves once the spool kept it.
+    async fn keep(
+        &self,
+        spool: &dyn EmitSpool,
+        outgoing: Outgoing,
+        span: &Span,
+    ) -> Result<EventId, Error> {
+        let (id, message, _) = self.prepare(outgoing, span)?;
+        spool.keep(Prepared::made(id, message)).await?;
+        Ok(id)
     }
 
     /// Hands the event to the transport; the confirm is pending from the returned instant.
@@ -1171,8 +1254,9 @@ impl Bus {
             .await
     }
 
-    /// Stops taking new deliveries, lets in-flight handlers finish (settling their
-    /// deliveries), waits for every unconfirmed emit, then closes the transport.
+    /// Stops taking new deliveries and emits, lets in-flight handlers finish (settling their
+    /// deliveries), lets the spool (if any) publish what it holds within the emit deadline
+    /// and stop, waits for every unconfirmed emit, then closes the transport.
     ///
     /// # Cancel safety
     ///
@@ -1186,6 +1270,12 @@ impl Bus {
         for handle in loops {
             let _ = handle.await;
         }
+        // No emit is taken any more: the spool publishes what it can, as long as an emit
+        // may wait, and lets the bus go.
+        if let Some(spool) = &self.inner.spool {
+            spool.drain(self.inner.emit_deadline).await;
+        }
+        self.inner.closed.cancel();
         self.inner.confirms.close();
         self.inner.confirms.wait().await;
         // Emits whose `PendingEmit` is still held (not awaited, not dropped) are in the
@@ -1207,12 +1297,17 @@ impl Bus {
         Ok(())
     }
 
-    /// Closes now: consumers stop, the transport closes. Deliveries whose handlers have not
-    /// finished are released back to their queues by the broker.
+    /// Closes now: consumers stop, the spool (if any) stops publishing, the transport closes.
+    /// Deliveries whose handlers have not finished are released back to their queues by the
+    /// broker; what the spool kept stays kept.
     pub async fn close(&self) {
         self.inner.stop.cancel();
+        self.inner.closed.cancel();
         for handle in std::mem::take(&mut *self.inner.loops.lock().await) {
             handle.abort();
+        }
+        if let Some(spool) = &self.inner.spool {
+            spool.stop().await;
         }
         self.inner.transport.close().await;
     }

@@ -51,6 +51,15 @@ pub enum ErrorKind {
     /// A telemetry endpoint or exporter could not start (an address in use, another
     /// metrics recorder installed).
     Telemetry,
+    /// The bus's emit spool is full: keeping the event would exceed its bound. Nothing of
+    /// the event was kept; it may succeed once the spool published some of what it holds.
+    SpoolFull {
+        /// The spool's bound, in bytes.
+        limit_bytes: u64,
+    },
+    /// The bus's emit spool could not keep the event (its store failed); nothing of it was
+    /// kept. The cause is the error's source.
+    Spool,
 }
 
 /// An error of the mesh SDK: a kind and the cause.
@@ -76,6 +85,18 @@ impl Error {
         Error::with_source(ErrorKind::InvalidOptions, message.into())
     }
 
+    /// A spool's bound would be exceeded ([`ErrorKind::SpoolFull`]): for implementations
+    /// of [`EmitSpool`](crate::EmitSpool).
+    pub fn spool_full(limit_bytes: u64) -> Error {
+        Error::new(ErrorKind::SpoolFull { limit_bytes })
+    }
+
+    /// A spool's store failed ([`ErrorKind::Spool`]), for `source`: for implementations of
+    /// [`EmitSpool`](crate::EmitSpool).
+    pub fn spool(source: impl Into<BoxError>) -> Error {
+        Error::with_source(ErrorKind::Spool, source)
+    }
+
     /// The kind.
     pub fn kind(&self) -> &ErrorKind {
         &self.kind
@@ -89,9 +110,11 @@ impl Error {
         }
     }
 
-    /// Whether the same operation may succeed if tried again later.
+    /// Whether the same operation may succeed if tried again later (a full spool may have
+    /// room later).
     pub fn is_retryable(&self) -> bool {
         match &self.kind {
+            ErrorKind::SpoolFull { .. } => true,
             ErrorKind::Transport(_) => self
                 .source
                 .as_deref()
@@ -154,6 +177,10 @@ impl fmt::Display for Error {
             ErrorKind::Transport(_) => f.write_str("transport failed"),
             ErrorKind::Closed => f.write_str("bus is closed"),
             ErrorKind::Telemetry => f.write_str("telemetry could not start"),
+            ErrorKind::SpoolFull { limit_bytes } => {
+                write!(f, "the emit spool is full ({limit_bytes} bytes)")
+            }
+            ErrorKind::Spool => f.write_str("the emit spool could not keep the event"),
         }
     }
 }

@@ -35,6 +35,10 @@
 //! the retry ladder; a permanent error (or exhausted attempts, or a message that breaks
 //! the contract) dead-letters it with the reason.
 //!
+//! An emit resolves on the broker's confirm; given an [`EmitSpool`] ([`BusBuilder::spool`];
+//! `meshbus-outbox` has one on a SQLite file), it resolves once the spool kept the event
+//! durably instead, and the spool publishes it, after a crash or restart if need be.
+//!
 //! Contracts: each bus announces what it emits, handles, serves and calls, with the JSON
 //! Schemas of their bodies ([`BusBuilder::announce`], [`Bus::contract`]); an event type
 //! declares its schema in one line ([`Event::json_schema`], [`Schema::of`]), and a bus may
@@ -63,6 +67,7 @@ mod listen;
 mod prepared;
 mod rpc;
 mod schema;
+mod spool;
 pub mod telemetry;
 
 pub use bus::{Bus, BusBuilder, Outgoing, PendingEmit, DEFAULT_PREFETCH};
@@ -74,6 +79,7 @@ pub use incoming::{Incoming, Meta};
 pub use listen::{DeadLetter, DeadLetterTap, Listener};
 pub use prepared::{Prepared, PreparedConfirm};
 pub use schema::Schema;
+pub use spool::{EmitSpool, SpoolFuture};
 
 // A module's contract, as a bus announces it (`Bus::contract`, `BusBuilder::announce`).
 pub use mesh_core::contract::{

@@ -40,6 +40,16 @@ impl Prepared {
         })
     }
 
+    /// A message [`Bus::prepare`] just made, with its id.
+    pub(crate) fn made(id: EventId, message: WireMessage) -> Prepared {
+        let time = message
+            .header(codec::TIME)
+            .and_then(|v| v.as_str())
+            .and_then(|t| Timestamp::parse(t).ok())
+            .unwrap_or_else(Timestamp::now);
+        Prepared { id, time, message }
+    }
+
     /// The event's id (`x-event-id`).
     pub fn id(&self) -> EventId {
         self.id
@@ -119,12 +129,7 @@ impl Bus {
         );
         let _entered = span.enter();
         let (id, message, _) = self.prepare(outgoing, &span)?;
-        let time = message
-            .header(codec::TIME)
-            .and_then(|v| v.as_str())
-            .and_then(|t| Timestamp::parse(t).ok())
-            .unwrap_or_else(Timestamp::now);
-        Ok(Prepared { id, time, message })
+        Ok(Prepared::made(id, message))
     }
 
     /// Publishes a prepared event (made by [`Bus::prepare_emit`] of a bus with this identity,
@@ -133,7 +138,9 @@ impl Bus {
     /// future resolving on the confirm; emit metrics are recorded as for an emit.
     ///
     /// Only this bus's own events are published: a key outside its prefix, or an
-    /// `x-source` other than its own, fails with [`ErrorKind::ForeignKey`].
+    /// `x-source` other than its own, fails with [`ErrorKind::ForeignKey`]. A bus being
+    /// drained publishes prepared events until its handlers finished and its spool (if any)
+    /// was drained, then fails them with [`ErrorKind::Closed`], as a closed bus does.
     ///
     /// # Cancel safety
     ///
@@ -145,7 +152,7 @@ impl Bus {
         deadline: Option<Duration>,
     ) -> Result<PreparedConfirm, Error> {
         let inner = &self.inner;
-        if inner.stop.is_cancelled() {
+        if inner.closed.is_cancelled() {
             return Err(Error::new(ErrorKind::Closed));
         }
         let foreign = || {

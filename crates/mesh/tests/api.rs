@@ -41,6 +41,7 @@ fn public_types_are_send_sync_and_static() {
     send_sync::<MemoryBroker>();
     send_sync::<MemoryDedup>();
     send_sync::<Arc<dyn mesh::DedupStore>>();
+    send_sync::<Arc<dyn mesh::EmitSpool>>();
     // Handles on one consumer, taken with `&mut self`: they move between tasks, and are not
     // shared.
     send_static::<PendingEmit>();
