@@ -252,14 +252,14 @@ async fn serve_logger_metrics(
 }
 
 #[cfg(unix)]
-struct Signals {
+pub(crate) struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
 }
 
 #[cfg(unix)]
 impl Signals {
-    fn register() -> anyhow::Result<Signals> {
+    pub(crate) fn register() -> anyhow::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(Signals {
             term: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
@@ -270,7 +270,7 @@ impl Signals {
 
 /// Cancels `shutdown` on SIGTERM or Ctrl-C (SIGINT).
 #[cfg(unix)]
-async fn cancel_on_signal(mut signals: Signals, shutdown: CancellationToken) {
+pub(crate) async fn cancel_on_signal(mut signals: Signals, shutdown: CancellationToken) {
     tokio::select! {
         _ = signals.term.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = signals.int.recv() => tracing::info!("Ctrl-C: shutting down"),
@@ -279,18 +279,18 @@ async fn cancel_on_signal(mut signals: Signals, shutdown: CancellationToken) {
 }
 
 #[cfg(not(unix))]
-struct Signals;
+pub(crate) struct Signals;
 
 #[cfg(not(unix))]
 impl Signals {
-    fn register() -> anyhow::Result<Signals> {
+    pub(crate) fn register() -> anyhow::Result<Signals> {
         Ok(Signals)
     }
 }
 
 /// Cancels `shutdown` on Ctrl-C.
 #[cfg(not(unix))]
-async fn cancel_on_signal(_signals: Signals, shutdown: CancellationToken) {
+pub(crate) async fn cancel_on_signal(_signals: Signals, shutdown: CancellationToken) {
     if tokio::signal::ctrl_c().await.is_ok() {
         shutdown.cancel();
     }
@@ -584,7 +584,7 @@ fn draw(
 }
 
 /// `audit run` is a service: it logs (to stderr, `RUST_LOG` or `info`).
-fn install_logging() {
+pub(crate) fn install_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()

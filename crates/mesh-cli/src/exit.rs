@@ -164,6 +164,11 @@ pub(crate) fn classify(error: &anyhow::Error) -> Code {
                 return Code::Usage;
             }
         }
+        if let Some(e) = cause.downcast_ref::<mesh_outbox::Error>() {
+            if matches!(e.kind(), mesh_outbox::ErrorKind::InvalidOptions) {
+                return Code::Usage;
+            }
+        }
     }
     for cause in error.chain() {
         if let Some(e) = cause.downcast_ref::<mesh::Error>() {

@@ -19,6 +19,7 @@ mod generate;
 mod logs;
 mod management;
 mod metrics;
+mod outbox;
 mod output;
 mod status;
 mod tail;
@@ -201,6 +202,7 @@ fn run(mut cli: Cli) -> anyhow::Result<Code> {
                     Command::Dead(command) => audit::run_dead(global, command).await,
                     Command::Logs(command) => logs::run(global, command).await,
                     Command::Contract(command) => contract::run(global, command).await,
+                    Command::Outbox(command) => outbox::run(global, command).await,
                     Command::Topology(command) => topology::run(global, command),
                     Command::Access(command) => access::run(global, command),
                     Command::Completions(args) => generate::completions(args),

@@ -21,6 +21,10 @@
 //! mesh contract export [-m OWNER] [-o FILE] [--format asyncapi|system] [--from FILE…]
 //! mesh contract show [--from FILE…]
 //! mesh contract check --against OLD [NEW]
+//! mesh outbox relay --database URL -s ORIGIN.OWNER… [--batch N] [--poll-interval 1s]
+//!                   [--lease-ttl 60s] [--publish-deadline 30s] [--retention 1h]
+//!                   [--owner NAME] [--metrics-addr ADDR]
+//! mesh outbox status --database URL
 //! mesh completions bash | zsh | fish | elvish | powershell
 //! mesh man [-o DIR]
 //! ```
@@ -62,7 +66,7 @@
 //! | `-d` | `--data` | `emit`, `call` |
 //! | `-f` | the input file: `--data-file` / `--spec` | `emit` / `topology`, `access` |
 //! | `-n` | how many: `--count` / `--limit` | `emit`, `tail`, `logs tail` / `audit query`, `dead list` |
-//! | `-s` | `--source` | `emit`, `audit query`, `audit count` |
+//! | `-s` | `--source` | `emit`, `audit query`, `audit count`, `outbox relay` |
 //! | `-k` | `--key` | `audit query`, `audit count` |
 //! | `-t` | `--timeout` | `call` |
 //! | `-q` | `--queue` | `dead list`, `dead redrive`, `dead purge` |

@@ -16,6 +16,7 @@ mod limits;
 mod logs;
 mod management;
 mod metrics;
+mod outbox;
 mod profiles;
 mod replay;
 mod secrets;

@@ -105,6 +105,8 @@ async fn man_pages_are_written_and_render() {
         "mesh-dead.1",
         "mesh-dead-redrive.1",
         "mesh-dead-purge.1",
+        "mesh-outbox-relay.1",
+        "mesh-outbox-status.1",
         "mesh-completions.1",
     ] {
         assert!(pages.contains(&wanted), "{wanted} not in {pages:?}");
