@@ -547,8 +547,8 @@ it with the broker's confirms, in order per source, and marks them sent only aft
 confirm. Relays on one database share the work: one relay at a time holds a source's lease,
 so this process may run beside others and beside the services' own relays.
 
-Sources are never discovered from the table: it keeps a source's owner word only, not its
-origin, and each source is published as a broker user the operator chooses. Under
+Sources are never discovered from the table: each source is published as a broker user the
+operator chooses. Under
 broker-enforced identity (mesh access apply, consumers with enforce_identity, the audit logger
 with --enforce-identity) an event counts only when published by its key's owner: run one relay
 per source, connected as that source's own user (module.shop's relay with the user

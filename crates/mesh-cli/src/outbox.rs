@@ -5,9 +5,9 @@
 //! The relay is `mesh_outbox`'s, unchanged: one emit-only bus per `--source` (no handler, no
 //! contract announcement) on the broker of the usual settings, rounds under the source's
 //! lease, so it may run beside the services' own relays and other `mesh outbox relay`
-//! processes on the same database. Sources are named, never discovered: the table keeps only
-//! a source's owner word (its `x-source`), not its origin, and each source must be published
-//! as its own broker user under broker-enforced identity, which only the operator knows.
+//! processes on the same database. Sources are named, never discovered: each source must be
+//! published as its own broker user under broker-enforced identity, which only the operator
+//! knows.
 //!
 //! The database URL may hold a password: it is shown only with its user information
 //! redacted, and no message quotes it.
@@ -150,20 +150,6 @@ struct RelayPlan {
 }
 
 fn plan_relay(global: &Global, args: &OutboxRelayArgs) -> anyhow::Result<RelayPlan> {
-    // Two sources of one owner word would share the table's `source` column: refused, as
-    // the relay refuses two buses of one source.
-    for (i, source) in args.sources.iter().enumerate() {
-        if let Some(other) = args.sources[..i].iter().find(|s| s.owner == source.owner) {
-            return Err(fail(
-                Code::Usage,
-                format!(
-                    "--source {source} and --source {other} share the owner `{}`, which is \
-                     all the outbox table keeps of a source: run one relay for each",
-                    source.owner
-                ),
-            ));
-        }
-    }
     if args.publish_deadline >= args.lease_ttl {
         return Err(fail(
             Code::Usage,

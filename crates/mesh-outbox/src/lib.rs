@@ -209,6 +209,14 @@ impl EmitIn for Bus {
     }
 }
 
+/// A bus's source in the outbox table, the unit of order and of leases: `<origin>.<owner>`
+/// (`module.shop`, `mesh.billing`, `node.n1`), the prefix of every key it may emit, so a
+/// module and a context of the same name never share rows or a lease.
+pub(crate) fn source_of(bus: &Bus) -> String {
+    let identity = bus.identity();
+    format!("{}.{}", identity.origin(), identity.owner(bus.node()))
+}
+
 /// Makes the rows of events, before anything is awaited (so the futures hold no event).
 trait PrepareRows {
     fn prepare_rows(
@@ -222,7 +230,7 @@ impl PrepareRows for Bus {
         &self,
         outgoing: impl IntoIterator<Item = Outgoing>,
     ) -> Result<(Vec<EventId>, Vec<NewRow>), Error> {
-        let source = self.identity().owner(self.node()).to_string();
+        let source = source_of(self);
         let mut ids = Vec::new();
         let mut rows = Vec::new();
         for outgoing in outgoing {

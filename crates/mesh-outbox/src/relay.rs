@@ -3,7 +3,7 @@
 //!
 //! # Design
 //!
-//! One task per source (a bus given to the relay; the source is the bus's `x-source`), one
+//! One task per source (a bus given to the relay; the source is the bus's `<origin>.<owner>`), one
 //! task that turns PostgreSQL's notifications (or a spool's commits) into wake-ups, and one
 //! that cleans up and records the table's size. A source's task, in rounds:
 //!
@@ -228,7 +228,7 @@ pub(crate) async fn start<DB: Backend>(
         .into();
     let mut by_source: HashMap<String, Bus> = HashMap::new();
     for bus in buses {
-        let source = bus.identity().owner(bus.node()).to_string();
+        let source = crate::source_of(&bus);
         if by_source.insert(source.clone(), bus).is_some() {
             return Err(Error::options(format!(
                 "two buses of the relay speak for source `{source}`"

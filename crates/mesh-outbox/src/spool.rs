@@ -38,7 +38,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use mesh::{Bus, EmitSpool, Prepared, SpoolFuture};
-use mesh_core::codec;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -300,11 +299,12 @@ impl Spool {
 
     async fn keep_row(&self, event: Prepared) -> Result<(), mesh::Error> {
         let message = event.message();
-        let Some(source) = message.header(codec::SOURCE).and_then(|v| v.as_str()) else {
-            return Err(mesh::Error::spool("the event has no x-source"));
-        };
+        // The source is the key's `<origin>.<owner>`, as `source_of` gives the relay's bus
+        // (a prepared event's key is its bus's own).
+        let key = mesh_core::RoutingKey::parse(&message.routing_key)
+            .map_err(|_| mesh::Error::spool("the event's routing key is not a contract key"))?;
         let row = NewRow {
-            source: source.to_owned(),
+            source: format!("{}.{}", key.origin().as_str(), key.name()),
             event_id: event.id().to_string(),
             columns: MessageColumns::from_message(message),
         };
@@ -351,7 +351,7 @@ impl EmitSpool for Spool {
                 }
                 *state = RelayState::Starting;
             }
-            let source = bus.identity().owner(bus.node()).to_string();
+            let source = crate::source_of(&bus);
             let foreign: Result<i64, _> = sqlx::query_scalar(
                 "SELECT count(*) FROM mesh_outbox WHERE sent_at IS NULL AND source <> ?",
             )

@@ -152,7 +152,7 @@ const POSTGRES_VERSIONS: &[(i64, &str)] = &[(
     r#"
 CREATE TABLE mesh_outbox.outbox (
     seq            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    source         text        NOT NULL,            -- x-source: the unit of order and of leases
+    source         text        NOT NULL,            -- <origin>.<owner>: the unit of order and of leases
     event_id       uuid        NOT NULL,            -- x-event-id
     routing_key    text        NOT NULL,
     content_type   text,

@@ -57,7 +57,7 @@ async fn the_relay_records_what_it_relayed_its_lag_and_the_tables_size() -> anyh
     .await;
     relay.stop().await;
     shop.drain().await?;
-    let shop_label = [("source", "shop")];
+    let shop_label = [("source", "module.shop")];
     assert_eq!(
         sample(&text, names::RELAYED, &shop_label),
         Some(10.0),

@@ -143,6 +143,53 @@ macro_rules! on_both_backends {
                 assert_eq!(relayed.0 + relayed.1, total);
                 Ok(())
             }
+
+            /// A module and a context of one name are two sources (`module.shop`,
+            /// `mesh.shop`): one relay publishes both, each through its own bus.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_module_and_a_context_of_one_name_are_two_sources() -> anyhow::Result<()> {
+                let (_store, pool) = common::$backend().await?;
+                let vhost = TestVhost::create("outbox-origins").await?;
+                let (sink, received) = consumer(&vhost, &["module.shop.#", "mesh.shop.#"]).await?;
+                let outbox = Outbox::new(pool.clone()).await?;
+                let module = emitter(&vhost, "shop").await?;
+                let context = mesh::Bus::builder()
+                    .node("n1")
+                    .context("shop")
+                    .start(mesh_testkit::sdk::transport(&vhost.url()).await?)
+                    .await?;
+                let relay = outbox
+                    .start_relay([module.clone(), context.clone()], quick())
+                    .await?;
+                let mut tx = pool.begin().await?;
+                let from_module = module
+                    .emit_outgoing_in(&mut tx, Outgoing::json("order.placed", &serde_json::json!({}))?)
+                    .await?;
+                let from_context = context
+                    .emit_outgoing_in(&mut tx, Outgoing::json("price.changed", &serde_json::json!({}))?)
+                    .await?;
+                tx.commit().await?;
+                eventually(PATIENCE, "both events delivered", || async {
+                    (received.len() >= 2).then_some(())
+                })
+                .await;
+                relay.stop().await;
+                sink.drain().await?;
+                let mut keys: Vec<(String, String)> = received
+                    .all()
+                    .into_iter()
+                    .map(|s| (s.id, s.key))
+                    .collect();
+                keys.sort();
+                let mut expected = vec![
+                    (from_module.to_string(), "module.shop.order.placed".to_owned()),
+                    (from_context.to_string(), "mesh.shop.price.changed".to_owned()),
+                ];
+                expected.sort();
+                assert_eq!(keys, expected);
+                assert_eq!(outbox.counts().await?.pending, 0);
+                Ok(())
+            }
         }
     };
 }

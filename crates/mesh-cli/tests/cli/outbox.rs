@@ -215,11 +215,6 @@ async fn bad_input_is_refused_and_the_database_password_never_shown() {
         ),
         (relay(&good, &[]), 2, "--source"),
         (
-            relay(&good, &["-s", "module.shop", "-s", "mesh.shop"]),
-            2,
-            "share the owner `shop`",
-        ),
-        (
             relay(
                 &good,
                 &[
