@@ -9,10 +9,7 @@
 //!
 //! 1. takes (or renews) the source's **lease**, a row `(source, owner, expires_at)`: one
 //!    relay at a time publishes a source's rows, whatever number of relays share the
-//!    database. A relay that cannot take it leaves the source to the one holding it. A
-//!    holder renews it only once half the margin between the lease and the publish
-//!    deadline has passed since its last renewal (every 15 s by default), so a round starts
-//!    with more than a publish deadline left on the lease without writing it each round;
+//!    database. A relay that cannot take it leaves the source to the one holding it;
 //! 2. reads the oldest `batch` unsent rows of the source, by `seq`;
 //! 3. publishes them in that order (pipelined: the transport keeps the order on its one
 //!    confirm channel), then awaits their confirms in order;
@@ -89,16 +86,6 @@ impl Default for RelayOptions {
 }
 
 impl RelayOptions {
-    /// How long after a renewal the lease is renewed again: half the margin between the lease
-    /// and the publish deadline, so every round starts with more than a publish deadline
-    /// left (`(ttl + deadline) / 2`); without a deadline, every round.
-    fn renew_after(&self) -> Duration {
-        match self.publish_deadline {
-            Some(deadline) => self.lease_ttl.saturating_sub(deadline) / 2,
-            None => Duration::ZERO,
-        }
-    }
-
     /// Rows read and published per round (default 500).
     pub fn batch(mut self, batch: usize) -> Self {
         self.batch = batch;
@@ -269,7 +256,6 @@ pub(crate) async fn start<DB: Backend>(
     }
     for (source, bus) in by_source {
         let worker = SourceWorker {
-            renewed: None,
             pool: pool.clone(),
             wake: Arc::clone(&wakes[&source]),
             source,
@@ -381,9 +367,6 @@ struct SourceWorker<DB: Backend> {
     relayed: Arc<AtomicU64>,
     /// Whether this relay holds the source's lease (as far as it knows).
     holding: bool,
-    /// When the last successful take or renewal was asked for (before the database's clock
-    /// set the expiry), while holding.
-    renewed: Option<Instant>,
 }
 
 impl<DB: Backend> SourceWorker<DB> {
@@ -444,7 +427,6 @@ impl<DB: Backend> SourceWorker<DB> {
             return;
         }
         self.holding = false;
-        self.renewed = None;
         if let Err(e) = DB::release_lease(&self.pool, &self.source, &self.owner).await {
             // It expires by itself.
             warn!(source = %self.source, error = %e, "giving an outbox lease up failed");
@@ -453,20 +435,9 @@ impl<DB: Backend> SourceWorker<DB> {
 
     async fn round(&mut self) -> Result<Round, RoundError> {
         let options = Arc::clone(&self.options);
-        // The lease runs on the database's clock from a moment after `asked`, so it has at
-        // least `lease_ttl - asked.elapsed()` left.
-        let fresh = self.holding
-            && self
-                .renewed
-                .is_some_and(|asked| asked.elapsed() < options.renew_after());
-        if !fresh {
-            let asked = Instant::now();
-            if !DB::acquire_lease(&self.pool, &self.source, &self.owner, options.lease_ttl).await? {
-                self.holding = false;
-                self.renewed = None;
-                return Ok(Round::Taken);
-            }
-            self.renewed = Some(asked);
+        if !DB::acquire_lease(&self.pool, &self.source, &self.owner, options.lease_ttl).await? {
+            self.holding = false;
+            return Ok(Round::Taken);
         }
         if !self.holding {
             debug!(source = %self.source, owner = %self.owner, "outbox lease taken");
@@ -587,25 +558,4 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         next = cause.source();
     }
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lease_is_renewed_while_it_still_outlasts_a_publish_deadline() {
-        let defaults = RelayOptions::default();
-        assert_eq!(defaults.renew_after(), Duration::from_secs(15));
-        // Left at the start of any round: at least the lease less the renewal period.
-        for (ttl, deadline) in [(60, 30), (2, 1), (10, 9), (60, 0)] {
-            let options = RelayOptions::default()
-                .lease_ttl(Duration::from_secs(ttl))
-                .publish_deadline(Some(Duration::from_secs(deadline)));
-            let left = options.lease_ttl - options.renew_after();
-            assert!(left > Duration::from_secs(deadline), "{ttl} {deadline}");
-        }
-        let forever = RelayOptions::default().publish_deadline(None);
-        assert_eq!(forever.renew_after(), Duration::ZERO);
-    }
 }

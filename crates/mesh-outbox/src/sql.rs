@@ -425,22 +425,14 @@ impl Sql for Postgres {
         error: Option<&'a str>,
     ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
-            // The mark need not wait for its WAL flush: a mark lost with the server's crash
-            // leaves its rows unsent, to be published again, as a relay's crash between the
-            // confirm and the mark does; visibility to other relays is the commit's, as ever.
-            let mut tx = pool.begin().await?;
-            sqlx::query("SET LOCAL synchronous_commit = off")
-                .execute(&mut *tx)
-                .await?;
             sqlx::query(
                 "UPDATE mesh_outbox.outbox SET sent_at = clock_timestamp(), error = $2
                  WHERE seq = ANY($1)",
             )
             .bind(seqs)
             .bind(error)
-            .execute(&mut *tx)
+            .execute(pool)
             .await?;
-            tx.commit().await?;
             Ok(())
         })
     }
