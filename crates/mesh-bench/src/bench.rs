@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::broker::{self, Broker};
 use crate::cli::{Plan, QueueKind, Scenario};
 use crate::report::Results;
+use crate::scenarios::outbox::{self, Db};
 use crate::scenarios::{audit, consume, emit, latency, rpc, Ctx, Run};
 
 /// Runs the plan, adding every run to `results`; `notes` collects what the reader should
@@ -24,6 +25,28 @@ pub(crate) async fn run(
              acking each",
             mesh_audit::DEFAULT_PREFETCH
         ));
+    }
+    if plan.scenarios.contains(&Scenario::Outbox) {
+        if plan.mesh {
+            notes.push(format!(
+                "outbox: each run on a new database (PostgreSQL, or a SQLite file in WAL mode, \
+                 synchronous full) with a relay of default options (SQLite: a poll every {} \
+                 ms); throughput from the first transaction ({} events each, or one) until \
+                 the relay marked every event sent after its confirm, against pipelined \
+                 direct emits of as many events; lag at {}/s, one event per transaction: the \
+                 relay's mesh_outbox_relay_lag_seconds (x-time, set before the insert and the \
+                 commit, to the confirms of its round), against direct emits at the same \
+                 rate timed from the call to the confirm",
+                plan.sqlite_poll.as_millis(),
+                outbox::PER_TX,
+                plan.outbox_rate
+            ));
+            if !crate::recorder::install() {
+                anyhow::bail!("the outbox's lag recorder could not be installed");
+            }
+        } else {
+            notes.push("outbox: skipped, it has no raw side".to_owned());
+        }
     }
     if crate::measure::reset_peak_rss() {
         notes.push(
@@ -87,6 +110,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
             Scenario::Consume => consume::setup(ctx).await?,
             Scenario::Latency => latency::setup(ctx).await?,
             Scenario::Rpc => rpc::setup(ctx).await?,
+            Scenario::Outbox => outbox::setup(ctx).await?,
             Scenario::Audit => {}
         }
     }
@@ -153,13 +177,43 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                         add("audit ingest", "mesh-audit", audit::mesh(ctx).await?);
                     }
                 }
+                Scenario::Outbox if mesh => {
+                    let side = "mesh-outbox";
+                    add("outbox direct emit", "mesh", outbox::direct(ctx).await?);
+                    for (name, db, per_tx) in [
+                        ("outbox postgres 100/tx", Db::Postgres, outbox::PER_TX),
+                        ("outbox postgres 1/tx", Db::Postgres, 1),
+                        ("outbox sqlite 100/tx", Db::Sqlite, outbox::PER_TX),
+                        ("outbox sqlite 1/tx", Db::Sqlite, 1),
+                    ] {
+                        add(name, side, outbox::throughput(ctx, db, per_tx).await?);
+                    }
+                    add("outbox direct lag", "mesh", outbox::direct_lag(ctx).await?);
+                    add(
+                        "outbox postgres lag",
+                        side,
+                        outbox::lag(ctx, Db::Postgres).await?,
+                    );
+                    add(
+                        "outbox sqlite lag",
+                        side,
+                        outbox::lag(ctx, Db::Sqlite).await?,
+                    );
+                }
+                Scenario::Outbox => {}
             }
             // Let the broker settle (fsyncs, GC of deleted segments) between scenarios.
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
     // The vhost's deletion takes the rest (exchanges, delay queues).
-    for queue in [emit::SINK, consume::QUEUE, latency::QUEUE, rpc::QUEUE] {
+    for queue in [
+        emit::SINK,
+        consume::QUEUE,
+        latency::QUEUE,
+        rpc::QUEUE,
+        outbox::SINK,
+    ] {
         let _ = broker::delete(&ctx.admin, queue).await;
     }
     Ok(())

@@ -43,6 +43,30 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) audit_backlog: Option<u64>,
 
+    /// Events per outbox throughput run with 100 events per transaction, and per pipelined
+    /// direct emit run it is compared with (default 20,000; 1,000 with --short).
+    #[arg(long)]
+    pub(crate) outbox_events: Option<u64>,
+
+    /// Events per outbox throughput run with one event per transaction (default 5,000; 100
+    /// with --short).
+    #[arg(long)]
+    pub(crate) outbox_single_events: Option<u64>,
+
+    /// Events per outbox lag run at --outbox-rate (default 5,000, i.e. 5 s at 1,000/s; 500
+    /// with --short).
+    #[arg(long)]
+    pub(crate) outbox_lag_events: Option<u64>,
+
+    /// The steady rate of the outbox lag runs, transactions (of one event) per second.
+    #[arg(long, default_value_t = 1_000)]
+    pub(crate) outbox_rate: u64,
+
+    /// The SQLite relay's poll interval in milliseconds (SQLite cannot wake a relay on a
+    /// commit; the library's default is 1,000).
+    #[arg(long, default_value_t = 10)]
+    pub(crate) sqlite_poll_ms: u64,
+
     /// The fixed rate of the latency scenario, events per second.
     #[arg(long, default_value_t = 2_000)]
     pub(crate) rate: u64,
@@ -67,7 +91,7 @@ pub(crate) struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "emit,consume,latency,rpc,audit"
+        default_value = "emit,consume,latency,rpc,audit,outbox"
     )]
     pub(crate) scenarios: Vec<Scenario>,
 
@@ -113,6 +137,9 @@ pub(crate) enum Scenario {
     Rpc,
     /// The audit logger's ingest into SQLite, against raw consume.
     Audit,
+    /// The transactional outbox on PostgreSQL and SQLite (throughput to the confirm, the
+    /// relay's lag), against mesh's direct emit.
+    Outbox,
 }
 
 /// `--sides`.
@@ -164,6 +191,11 @@ pub(crate) struct Plan {
     pub(crate) backlog: u64,
     pub(crate) audit_backlog: u64,
     pub(crate) latency_events: u64,
+    pub(crate) outbox_events: u64,
+    pub(crate) outbox_single_events: u64,
+    pub(crate) outbox_lag_events: u64,
+    pub(crate) outbox_rate: u64,
+    pub(crate) sqlite_poll: Duration,
     pub(crate) rate: u64,
     pub(crate) rpc_time: Duration,
     pub(crate) rpc_callers: Vec<usize>,
@@ -191,6 +223,11 @@ impl Args {
         anyhow::ensure!(self.prefetch >= 1, "--prefetch must be at least 1");
         anyhow::ensure!(self.coalesce >= 1, "--coalesce must be at least 1");
         anyhow::ensure!(self.rate >= 1, "--rate must be at least 1");
+        anyhow::ensure!(self.outbox_rate >= 1, "--outbox-rate must be at least 1");
+        anyhow::ensure!(
+            self.sqlite_poll_ms >= 1,
+            "--sqlite-poll-ms must be at least 1"
+        );
         let rpc_seconds = self
             .rpc_seconds
             .unwrap_or(if self.short { 0.5 } else { 2.0 });
@@ -209,6 +246,11 @@ impl Args {
             backlog: pick(self.backlog, 2_000, 200_000),
             audit_backlog: pick(self.audit_backlog, 2_000, 50_000),
             latency_events: pick(self.latency_events, 1_000, 10_000),
+            outbox_events: pick(self.outbox_events, 1_000, 20_000),
+            outbox_single_events: pick(self.outbox_single_events, 100, 5_000),
+            outbox_lag_events: pick(self.outbox_lag_events, 500, 5_000),
+            outbox_rate: self.outbox_rate,
+            sqlite_poll: Duration::from_millis(self.sqlite_poll_ms),
             rate: self.rate,
             rpc_time: Duration::from_secs_f64(rpc_seconds),
             rpc_callers: vec![1, 64],
@@ -233,6 +275,9 @@ impl Args {
             ("--backlog", plan.backlog),
             ("--audit-backlog", plan.audit_backlog),
             ("--latency-events", plan.latency_events),
+            ("--outbox-events", plan.outbox_events),
+            ("--outbox-single-events", plan.outbox_single_events),
+            ("--outbox-lag-events", plan.outbox_lag_events),
         ] {
             anyhow::ensure!(count >= 2, "{name} must be at least 2");
         }

@@ -16,6 +16,7 @@ mod cli;
 mod measure;
 mod payload;
 mod raw;
+mod recorder;
 mod report;
 mod scenarios;
 mod tls;

@@ -111,7 +111,8 @@ pub(crate) struct Row {
     pub(crate) queue: &'static str,
     pub(crate) scenario: &'static str,
     pub(crate) metric: &'static str,
-    /// The raw side compared against (`raw`, or `raw-multiple` for the ceiling).
+    /// The side compared against (`raw`, `raw-multiple` for the consume ceiling, `direct
+    /// emit` for the outbox), whose figures are in `raw`.
     pub(crate) baseline: &'static str,
     pub(crate) higher_is_better: bool,
     pub(crate) raw: Spread,
@@ -126,16 +127,60 @@ pub(crate) struct Row {
     pub(crate) mesh_peak_rss_mb: f64,
 }
 
-/// The comparisons: (scenario, baseline side, candidate side).
-const COMPARISONS: [(&str, &str, &str); 8] = [
-    ("emit pipelined", "raw", "mesh"),
-    ("emit one at a time", "raw", "mesh"),
-    ("consume ack each", "raw", "mesh"),
-    ("consume ack each", "raw-multiple", "mesh"),
-    ("latency", "raw", "mesh"),
-    ("rpc 1 caller", "raw", "mesh"),
-    ("rpc 64 callers", "raw", "mesh"),
-    ("audit ingest", "raw", "mesh-audit"),
+/// One comparison: a row per metric of the baseline's runs, named `name`, comparing the
+/// candidate's runs (scenario, side) with the baseline's.
+struct Comparison {
+    name: &'static str,
+    /// The baseline's label in the table and the JSON.
+    label: &'static str,
+    baseline: (&'static str, &'static str),
+    candidate: (&'static str, &'static str),
+}
+
+/// A comparison of two sides of one scenario.
+const fn sides(
+    scenario: &'static str,
+    baseline: &'static str,
+    candidate: &'static str,
+) -> Comparison {
+    Comparison {
+        name: scenario,
+        label: baseline,
+        baseline: (scenario, baseline),
+        candidate: (scenario, candidate),
+    }
+}
+
+/// An outbox run against mesh's direct emit (`reference`, a scenario of its own).
+const fn outbox(scenario: &'static str, reference: &'static str) -> Comparison {
+    Comparison {
+        name: scenario,
+        label: "direct emit",
+        baseline: (reference, "mesh"),
+        candidate: (scenario, "mesh-outbox"),
+    }
+}
+
+const COMPARISONS: [Comparison; 14] = [
+    sides("emit pipelined", "raw", "mesh"),
+    sides("emit one at a time", "raw", "mesh"),
+    sides("consume ack each", "raw", "mesh"),
+    Comparison {
+        name: "consume vs ceiling",
+        label: "raw-multiple",
+        baseline: ("consume ack each", "raw-multiple"),
+        candidate: ("consume ack each", "mesh"),
+    },
+    sides("latency", "raw", "mesh"),
+    sides("rpc 1 caller", "raw", "mesh"),
+    sides("rpc 64 callers", "raw", "mesh"),
+    sides("audit ingest", "raw", "mesh-audit"),
+    outbox("outbox postgres 100/tx", "outbox direct emit"),
+    outbox("outbox postgres 1/tx", "outbox direct emit"),
+    outbox("outbox sqlite 100/tx", "outbox direct emit"),
+    outbox("outbox sqlite 1/tx", "outbox direct emit"),
+    outbox("outbox postgres lag", "outbox direct lag"),
+    outbox("outbox sqlite lag", "outbox direct lag"),
 ];
 
 pub(crate) fn rows(results: &Results) -> Vec<Row> {
@@ -143,9 +188,13 @@ pub(crate) fn rows(results: &Results) -> Vec<Row> {
     queues.dedup();
     let mut rows = Vec::new();
     for queue in queues {
-        for (scenario, baseline, candidate) in COMPARISONS {
-            let raw: Vec<&Record> = results.of(queue, scenario, baseline).collect();
-            let mesh: Vec<&Record> = results.of(queue, scenario, candidate).collect();
+        for comparison in &COMPARISONS {
+            let raw: Vec<&Record> = results
+                .of(queue, comparison.baseline.0, comparison.baseline.1)
+                .collect();
+            let mesh: Vec<&Record> = results
+                .of(queue, comparison.candidate.0, comparison.candidate.1)
+                .collect();
             let (Some(first_raw), false) = (raw.first(), mesh.is_empty()) else {
                 continue;
             };
@@ -157,15 +206,11 @@ pub(crate) fn rows(results: &Results) -> Vec<Row> {
                     continue;
                 };
                 let latency = metric.ends_with(" ms");
-                let scenario_name = match (scenario, baseline) {
-                    ("consume ack each", "raw-multiple") => "consume vs ceiling",
-                    _ => scenario,
-                };
                 rows.push(Row {
                     queue,
-                    scenario: scenario_name,
+                    scenario: comparison.name,
                     metric,
-                    baseline,
+                    baseline: comparison.label,
                     higher_is_better: !latency,
                     raw: raw_spread,
                     mesh: mesh_spread,
@@ -207,6 +252,16 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
             ("emit pipelined" | "emit one at a time", "raw", _) => targets.push(ratio(0.9)),
             ("consume ack each", "raw", _) => targets.push(ratio(0.9)),
             ("audit ingest", "raw", _) => targets.push(ratio(0.8)),
+            ("outbox postgres 100/tx", _, "events/s") => targets.push(Target {
+                wanted: "outbox/direct emit >= 0.50".to_owned(),
+                ..ratio(0.5)
+            }),
+            ("outbox postgres lag", _, "p99 ms") => targets.push(Target {
+                name: format!("{} outbox relay lag at p99 (PostgreSQL)", row.queue),
+                wanted: "< 50 ms".to_owned(),
+                actual: format!("{:.3} ms", row.mesh.median),
+                met: row.mesh.median < 50.0,
+            }),
             ("latency", "raw", metric @ ("p50 ms" | "p99 ms")) => {
                 let limit = if metric == "p50 ms" { 0.1 } else { 0.3 };
                 let added = row.added.unwrap_or(f64::INFINITY);
@@ -220,11 +275,11 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
             _ => {}
         }
     }
-    // The audit logger is a mesh client too.
+    // The audit logger and the outbox's relay are mesh clients too.
     let mesh_rss = results
         .records
         .iter()
-        .filter(|r| matches!(r.side, "mesh" | "mesh-audit"))
+        .filter(|r| matches!(r.side, "mesh" | "mesh-audit" | "mesh-outbox"))
         .map(|r| r.peak_rss_mb)
         .fold(None, |acc: Option<f64>, v| {
             Some(acc.map_or(v, |a| a.max(v)))
@@ -270,7 +325,7 @@ pub(crate) fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| queue | scenario | metric | baseline | raw median [min–max] | mesh median [min–max] | mesh/raw | CPU s/100k raw → mesh | peak RSS MB raw / mesh |"
+        "| queue | scenario | metric | baseline | baseline median [min–max] | mesh median [min–max] | mesh/baseline | CPU s/100k baseline → mesh | peak RSS MB baseline / mesh |"
     );
     let _ = writeln!(out, "|---|---|---|---|---:|---:|---:|---:|---:|");
     for row in rows {
@@ -280,10 +335,9 @@ pub(crate) fn table(rows: &[Row]) -> String {
             None => format!("{:.2}", row.ratio),
         };
         let cpu = |s: &Option<Spread>| s.map_or("–".to_owned(), |s| format!("{:.2}", s.median));
-        let candidate = if row.baseline == "raw-multiple" {
-            "raw multiple"
-        } else {
-            "raw"
+        let candidate = match row.baseline {
+            "raw-multiple" => "raw multiple",
+            other => other,
         };
         let _ = writeln!(
             out,
@@ -427,6 +481,43 @@ mod tests {
             verdict(790.0, 130.0),
             (Some((false, wanted)), Some((false, "< 100 MB".to_owned())))
         );
+    }
+
+    #[test]
+    fn the_outbox_is_held_to_half_the_direct_emit_and_a_50_ms_p99() {
+        let verdict = |outbox_rate: f64, p99: f64| {
+            let lag = |scenario, side, p99| Record {
+                metrics: BTreeMap::from([("p50 ms", 1.0), ("p99 ms", p99)]),
+                ..record(scenario, side, 0.0, 20.0)
+            };
+            let results = Results {
+                records: vec![
+                    record("outbox direct emit", "mesh", 1_000.0, 20.0),
+                    record("outbox postgres 100/tx", "mesh-outbox", outbox_rate, 20.0),
+                    record("outbox sqlite 100/tx", "mesh-outbox", 1.0, 20.0),
+                    lag("outbox direct lag", "mesh", 2.0),
+                    lag("outbox postgres lag", "mesh-outbox", p99),
+                ],
+            };
+            let rows = rows(&results);
+            assert!(rows
+                .iter()
+                .any(|r| r.scenario == "outbox sqlite 100/tx" && r.baseline == "direct emit"));
+            let targets = targets(&rows, &results);
+            let met = |name: &str| {
+                targets
+                    .iter()
+                    .find(|t| t.name.contains(name))
+                    .map(|t| t.met)
+            };
+            (
+                met("outbox postgres 100/tx"),
+                met("relay lag"),
+                met("sqlite"),
+            )
+        };
+        assert_eq!(verdict(500.0, 49.9), (Some(true), Some(true), None));
+        assert_eq!(verdict(499.0, 50.0), (Some(false), Some(false), None));
     }
 
     #[test]

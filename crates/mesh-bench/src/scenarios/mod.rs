@@ -9,6 +9,7 @@ pub(crate) mod audit;
 pub(crate) mod consume;
 pub(crate) mod emit;
 pub(crate) mod latency;
+pub(crate) mod outbox;
 pub(crate) mod rpc;
 
 use std::collections::BTreeMap;
