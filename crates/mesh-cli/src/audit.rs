@@ -486,7 +486,7 @@ fn draw(
 }
 
 /// `audit run` is a service: it logs (to stderr, `RUST_LOG` or `info`).
-fn install_logging() {
+pub(crate) fn install_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
