@@ -40,7 +40,7 @@ pub(crate) async fn style() -> Response {
     ([(header::CONTENT_TYPE, "text/css")], STYLE).into_response()
 }
 
-fn layout(title: &str, body: Markup) -> Markup {
+fn layout(title: &str, body: &Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -56,14 +56,15 @@ fn layout(title: &str, body: Markup) -> Markup {
                     a href="/events" { "Events" }
                     a href="/dead" { "Dead letters" }
                 }
-                main { (body) }
+                main { (*body) }
             }
         }
     }
 }
 
+#[allow(clippy::needless_pass_by_value)] // Every page hands its markup over.
 fn page(title: &str, body: Markup) -> Page {
-    Ok(Html(layout(title, body).into_string()).into_response())
+    Ok(Html(layout(title, &body).into_string()).into_response())
 }
 
 /// A page that did not render: its status and a message that says why.
@@ -80,7 +81,7 @@ impl IntoResponse for Fail {
             h1 { (self.status.as_u16()) " " (title) }
             p.error { (self.message) }
         };
-        (self.status, Html(layout(title, body).into_string())).into_response()
+        (self.status, Html(layout(title, &body).into_string())).into_response()
     }
 }
 
@@ -609,9 +610,12 @@ pub(crate) async fn dead_letter(State(c): Shared, Path(id): Path<String>) -> Pag
 /// The most dead letters one selection names.
 const MAX_SELECTION: usize = 1000;
 
+/// Form pairs that name the dead letters of an action again.
+type Pairs = Vec<(String, String)>;
+
 /// Which dead letters a re-drive names: ids (one or more), or a group (a queue, and maybe a
 /// reason); with the pairs that name them again in the confirmation's form.
-fn redrive_which(p: &Params) -> Result<(Vec<Redrive>, Vec<(String, String)>), Fail> {
+fn redrive_which(p: &Params) -> Result<(Vec<Redrive>, Pairs), Fail> {
     let ids = p.all("id");
     if !ids.is_empty() {
         if ids.len() > MAX_SELECTION {
@@ -633,7 +637,7 @@ fn redrive_which(p: &Params) -> Result<(Vec<Redrive>, Vec<(String, String)>), Fa
 }
 
 /// A group of dead letters: `queue` (required), `reason` (optional).
-fn group(p: &Params) -> Result<(DeadLetterQuery, Vec<(String, String)>), Fail> {
+fn group(p: &Params) -> Result<(DeadLetterQuery, Pairs), Fail> {
     let queue = p.get("queue").ok_or_else(|| {
         bad("say which dead letters: id=… (one or more), or queue=Q (and reason=R)")
     })?;
