@@ -24,6 +24,10 @@
 //!    `token`, which the confirmation page asks the operator to type (the page never holds
 //!    it).
 //!
+//! Every request, reads included, must name one of those origins' hosts in its `Host` header
+//! (else 421), so a page on another site whose name resolves to the console's address (DNS
+//! rebinding) reads nothing.
+//!
 //! Every action is logged (`tracing`, info) with the token's name and what it did. Pages and
 //! errors never show a token. Every stored value is rendered escaped (the templates escape
 //! whatever they interpolate). Bad input is a 400 or 404 page, never a 500.
@@ -140,6 +144,7 @@ impl Console {
 
     /// The application.
     pub fn router(self) -> Router {
+        let state = Arc::new(self);
         Router::new()
             .route("/", get(pages::overview))
             .route("/style.css", get(pages::style))
@@ -153,7 +158,11 @@ impl Console {
             .route("/dead/purge", get(pages::purge_confirm).post(pages::purge))
             .route("/dead/{id}", get(pages::dead_letter))
             .fallback(pages::not_found)
-            .with_state(Arc::new(self))
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                pages::known_host,
+            ))
+            .with_state(state)
     }
 }
 

@@ -173,6 +173,35 @@ fn reason(text: &str) -> Result<DeadReason, Fail> {
     })
 }
 
+/// Refuses a request whose `Host` is none of the allowed origins' (421).
+pub(crate) async fn known_host(
+    State(c): Shared,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    let known = c.origins.iter().any(|origin| {
+        origin
+            .split_once("://")
+            .is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host))
+    });
+    if known {
+        return next.run(request).await;
+    }
+    warn!("request refused: unknown Host");
+    Fail {
+        status: StatusCode::MISDIRECTED_REQUEST,
+        message: "this console does not answer to that host name (start it with --origin \
+                  http://HOST:PORT to allow one)"
+            .into(),
+    }
+    .into_response()
+}
+
 pub(crate) async fn not_found() -> Fail {
     missing("no such page")
 }

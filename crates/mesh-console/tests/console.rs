@@ -326,6 +326,19 @@ async fn a_read_only_console_offers_and_accepts_no_action() -> anyhow::Result<()
     }
     assert_eq!(seed.store.counts().await?.dead_letters_pending, 5);
 
+    // A page of another site resolving to the console's address (DNS rebinding) reads
+    // nothing: the Host must be one of the console's own.
+    let (status, html) = {
+        let response = common::client()
+            .get(format!("{base}/events"))
+            .header("host", format!("rebound.example:{}", served.addr.port()))
+            .send()
+            .await?;
+        (response.status().as_u16(), response.text().await?)
+    };
+    assert_eq!(status, 421, "{html}");
+    assert!(!html.contains("module.shop"), "{html}");
+
     // Without any token, actions are not offered either.
     let plain = serve(Console::new(seed.store.clone())).await?;
     let (status, html) = get(&format!("{}/dead/purge?queue=n1.mailer.events", plain.base)).await?;
