@@ -76,8 +76,9 @@ pub use options::{
     DEFAULT_STORE_URL, MAX_BATCH_SIZE, MAX_BATCH_WAIT, MAX_USER_PREFIX_LEN,
 };
 pub use record::{
-    CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterId, DeadLetterQuery,
-    DeadLetterRecord, EventQuery, EventRecord, Order, DEFAULT_LIMIT, MAX_TREE_NODES,
+    CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterGroup, DeadLetterId,
+    DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, Order, DEFAULT_LIMIT,
+    MAX_TREE_NODES,
 };
 pub use redrive::{Redrive, RedrivePlan, RedriveReport};
 pub use replay::{Replay, ReplayPlan, ReplayReport};

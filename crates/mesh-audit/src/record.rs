@@ -162,6 +162,7 @@ pub struct EventQuery {
     pub(crate) until: Option<Timestamp>,
     pub(crate) limit: usize,
     pub(crate) order: Order,
+    pub(crate) after: Option<(Timestamp, EventId)>,
 }
 
 impl Default for EventQuery {
@@ -174,6 +175,7 @@ impl Default for EventQuery {
             until: None,
             limit: DEFAULT_LIMIT,
             order: Order::Desc,
+            after: None,
         }
     }
 }
@@ -226,6 +228,35 @@ impl EventQuery {
         self.order = order;
         self
     }
+
+    /// Only the events after the one emitted at `time` with id `id`, in the query's order
+    /// (by time, then id): the keyset cursor of the next page is the last event of the page
+    /// before, so paging never skips or repeats an event, whatever is stored meanwhile
+    /// (ignored by counts).
+    ///
+    /// ```
+    /// # use mesh_audit::{EventQuery, Order};
+    /// # fn next(last: &mesh_audit::EventRecord) -> EventQuery {
+    /// EventQuery::new().order(Order::Asc).limit(50).after(last.time, last.id)
+    /// # }
+    /// ```
+    pub fn after(mut self, time: Timestamp, id: EventId) -> Self {
+        self.after = Some((time, id));
+        self
+    }
+}
+
+/// The dead letters of one queue and reason ([`crate::Store::dead_letter_groups`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterGroup {
+    /// The queue of the consumer that gave up (`None`: none recorded).
+    pub queue: Option<String>,
+    /// Why they were set aside (`None`: no annotation mesh or the broker knows).
+    pub reason: Option<DeadReason>,
+    /// How many dead letters.
+    pub count: u64,
+    /// How many of them were never re-driven.
+    pub pending: u64,
 }
 
 /// Which dead letters to list, count or re-drive. Filters combine with AND; `since` is

@@ -207,6 +207,9 @@ pub(crate) enum Command {
     /// Relay a transactional outbox's committed events to the broker, and count its rows
     #[command(subcommand)]
     Outbox(OutboxCommand),
+    /// Serve the operator's console: a web view of the audit store, with re-drive and purge
+    #[command(after_help = CONSOLE_HELP)]
+    Console(ConsoleArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell
     #[command(after_help = COMPLETIONS_HELP)]
     Completions(CompletionsArgs),
@@ -214,6 +217,41 @@ pub(crate) enum Command {
     #[command(after_help = MAN_HELP)]
     Man(ManArgs),
 }
+
+/// `mesh console`.
+#[derive(Debug, Args)]
+pub(crate) struct ConsoleArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArg,
+
+    /// The address to listen on (loopback unless told otherwise)
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8642")]
+    pub(crate) addr: std::net::SocketAddr,
+
+    /// The tokens that may re-drive and purge: one a line, `TOKEN` or `NAME TOKEN` (actions
+    /// are logged under NAME, else `operator`) [also: MESH_CONSOLE_TOKEN, one token]
+    #[arg(long, value_name = "FILE")]
+    pub(crate) token_file: Option<PathBuf>,
+
+    /// Hide and refuse every action (no broker connection)
+    #[arg(long)]
+    pub(crate) read_only: bool,
+
+    /// Another origin actions may come from, as browsers send it (http://host:port), when
+    /// operators reach the console by another name than the address it listens on
+    #[arg(long, value_name = "URL")]
+    pub(crate) origin: Vec<String>,
+}
+
+const CONSOLE_HELP: &str = "\
+Pages: / (overview), /events (search), /events/ID, /dead (groups), /dead/ID. A re-drive or a
+purge asks for confirmation, then for the token; it is refused (403) without a valid token, or
+from another origin than the console's own. Without a token, no action is offered.
+
+Examples:
+  mesh console --read-only
+  MESH_CONSOLE_TOKEN=$(cat ~/.config/mesh/console-token) mesh console
+  mesh console --store postgres://audit@db/audit --token-file /etc/mesh/console-tokens";
 
 /// `mesh completions`.
 #[derive(Debug, Args)]

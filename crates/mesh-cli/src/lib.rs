@@ -13,6 +13,7 @@ mod audit;
 mod call;
 mod cli;
 mod config;
+mod console;
 mod contract;
 mod emit;
 mod generate;
@@ -203,6 +204,7 @@ fn run(mut cli: Cli) -> anyhow::Result<Code> {
                     Command::Logs(command) => logs::run(global, command).await,
                     Command::Contract(command) => contract::run(global, command).await,
                     Command::Outbox(command) => outbox::run(global, command).await,
+                    Command::Console(args) => console::run(global, args).await,
                     Command::Topology(command) => topology::run(global, command),
                     Command::Access(command) => access::run(global, command),
                     Command::Completions(args) => generate::completions(args),

@@ -21,7 +21,7 @@ const CLIENT_CRATES: [&str; 2] = ["amqprs", "lapin"];
 const BINDING: &str = "mesh-amqp";
 
 /// The crates a user builds on or runs: no exception may ever name one of them.
-const SHIPPED: [&str; 8] = [
+const SHIPPED: [&str; 9] = [
     "mesh",
     "mesh-core",
     "mesh-memory",
@@ -29,6 +29,7 @@ const SHIPPED: [&str; 8] = [
     "mesh-audit",
     "mesh-contract",
     "mesh-outbox",
+    "mesh-console",
     "mesh-cli",
 ];
 

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::time::Duration;
 
-use mesh_core::{codec, EventId, WireMessage};
+use mesh_core::{codec, DeadReason, EventId, WireMessage};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
@@ -25,8 +25,8 @@ use tracing::{debug, info};
 use crate::error::{Error, ErrorKind};
 use crate::options::{Backend, StoreOptions, STORE_URL_HINT};
 use crate::record::{
-    CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterId, DeadLetterQuery,
-    DeadLetterRecord, EventQuery, EventRecord, MAX_TREE_NODES,
+    CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterGroup, DeadLetterId,
+    DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, MAX_TREE_NODES,
 };
 
 use rows::{
@@ -384,7 +384,7 @@ impl Store {
     /// pattern's literal prefix, the core matcher decides, and pages are fetched until the
     /// limit is filled or the rows run out, so the limit counts matching events only.
     pub async fn events(&self, query: &EventQuery) -> Result<Vec<EventRecord>, Error> {
-        let mut walk = Walk::new(query);
+        let mut walk = Walk::new(query)?;
         while walk.more() {
             let (cursor, page) = (walk.cursor.clone(), walk.page);
             let rows: Vec<EventTuple> = with_pool!(self, |pool, d| {
@@ -496,11 +496,40 @@ impl Store {
             .collect())
     }
 
+    /// How many events match `query`, per source, by source.
+    pub async fn event_counts_by_source(
+        &self,
+        query: &EventQuery,
+    ) -> Result<Vec<(String, u64)>, Error> {
+        let rows: Vec<(String, String, i64)> = with_pool!(self, |pool, d| {
+            let mut qb = QueryBuilder::new("SELECT source, routing_key, count(*) FROM events");
+            sql::push_event_filters(&mut qb, d, query)?;
+            qb.push(" GROUP BY source, routing_key ORDER BY source");
+            qb.build_query_as()
+                .fetch_all(pool)
+                .await
+                .map_err(|e| Error::database("counting events by source", e))?
+        });
+        let pattern = query.pattern.as_deref();
+        let mut counts: Vec<(String, u64)> = Vec::new();
+        for (source, key, n) in rows {
+            if !sql::key_passes(pattern, &key) {
+                continue;
+            }
+            let n = u64::try_from(n).unwrap_or(0);
+            match counts.last_mut() {
+                Some((last, total)) if *last == source => *total += n,
+                _ => counts.push((source, n)),
+            }
+        }
+        Ok(counts)
+    }
+
     /// Events that reused the id of a different stored event (see [`ConflictRecord`]),
     /// matching `query` as [`Store::events`] does (its filters apply to the conflicting
     /// event), in its order, at most its limit.
     pub async fn conflicts(&self, query: &EventQuery) -> Result<Vec<ConflictRecord>, Error> {
-        let mut walk = Walk::new(query);
+        let mut walk = Walk::new(query)?;
         while walk.more() {
             let (cursor, page) = (walk.cursor.clone(), walk.page);
             let rows: Vec<ConflictTuple> = with_pool!(self, |pool, d| {
@@ -664,6 +693,35 @@ impl Store {
             .collect())
     }
 
+    /// The dead letters matching `query` (its limit and order aside), counted per queue and
+    /// reason, by queue then reason.
+    pub async fn dead_letter_groups(
+        &self,
+        query: &DeadLetterQuery,
+    ) -> Result<Vec<DeadLetterGroup>, Error> {
+        let rows: Vec<(Option<String>, Option<String>, i64, i64)> = with_pool!(self, |pool, d| {
+            let mut qb = QueryBuilder::new(
+                "SELECT queue, reason, count(*), \
+                     count(CASE WHEN redriven_at IS NULL THEN 1 END) FROM dead_letters",
+            );
+            sql::push_dead_filters(&mut qb, d, query)?;
+            qb.push(" GROUP BY queue, reason ORDER BY queue, reason");
+            qb.build_query_as()
+                .fetch_all(pool)
+                .await
+                .map_err(|e| Error::database("counting dead letters by group", e))?
+        });
+        Ok(rows
+            .into_iter()
+            .map(|(queue, reason, count, pending)| DeadLetterGroup {
+                queue,
+                reason: reason.as_deref().and_then(DeadReason::parse),
+                count: u64::try_from(count).unwrap_or(0),
+                pending: u64::try_from(pending).unwrap_or(0),
+            })
+            .collect())
+    }
+
     /// The dead letter with this id.
     pub async fn dead_letter(&self, id: DeadLetterId) -> Result<Option<DeadLetterRecord>, Error> {
         Ok(self
@@ -790,22 +848,32 @@ struct Walk<'q, R> {
 }
 
 impl<'q, R> Walk<'q, R> {
-    fn new(query: &'q EventQuery) -> Walk<'q, R> {
+    fn new(query: &'q EventQuery) -> Result<Walk<'q, R>, Error> {
         let exact = query
             .pattern
             .as_deref()
             .is_none_or(|p| sql::key_prefilter(p).is_exact());
-        Walk {
+        // The page before ended on this event: start after it.
+        let cursor = query
+            .after
+            .map(|(time, id)| -> Result<Cursor, Error> {
+                Ok(Cursor {
+                    time: crate::convert::time_to_text(time)?,
+                    id: id.to_string(),
+                })
+            })
+            .transpose()?;
+        Ok(Walk {
             query,
             page: if exact {
                 query.limit
             } else {
                 query.limit.saturating_mul(2).clamp(200, 5000)
             },
-            cursor: None,
+            cursor,
             found: Vec::new(),
             done: query.limit == 0,
-        }
+        })
     }
 
     /// Whether another page is wanted.

@@ -5,6 +5,7 @@ mod access;
 mod audit;
 mod audit_run;
 mod call;
+mod console;
 mod contract;
 mod contract_live;
 mod contract_pairs;

@@ -1,0 +1,873 @@
+//! The pages: each handler checks its input (400 or 404 pages), reads the store, and renders
+//! HTML in which the template escapes every interpolated value.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use maud::{html, Markup, DOCTYPE};
+use mesh_audit::{DeadLetterId, DeadLetterQuery, EventQuery, EventRecord, Order, Redrive};
+use mesh_core::{DeadReason, EventId, Timestamp, TopicPattern};
+use tracing::{info, warn};
+
+use crate::auth::{given_token, same_origin};
+use crate::params::{link, Params};
+use crate::{svg, Console};
+
+type Shared = State<Arc<Console>>;
+type Page = Result<Response, Fail>;
+
+const STYLE: &str = "\
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d232b;background:#f6f7f9}\
+header{background:#1d232b;padding:.6em 1.2em}header a{color:#fff;margin-right:1.4em;text-decoration:none;font-weight:600}\
+main{padding:1em 1.4em;max-width:1200px}h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}\
+table{border-collapse:collapse;background:#fff}td,th{padding:.3em .7em;border-bottom:1px solid #e3e6ea;text-align:left;vertical-align:top}\
+th{background:#eef0f3}pre{background:#fff;border:1px solid #e3e6ea;padding:.7em;overflow:auto;max-height:40em}\
+.error{color:#a4161a;font-weight:600}.note{color:#5b6470}.num{text-align:right}\
+form.search input{margin-right:.5em}a{color:#1f5fbf}\
+.chart rect{fill:#3b7dd8}.chart text{font-size:12px;fill:#1d232b}\
+.tree rect.node{fill:#fff;stroke:#3b7dd8}.tree rect.focus{fill:#fff3bf;stroke:#c27c0e;stroke-width:2}\
+.tree text{font-size:12px;fill:#1d232b}.tree .edge{fill:none;stroke:#8a94a3}\
+button.danger{background:#a4161a;color:#fff;border:0;padding:.4em 1em}";
+
+/// The stylesheet (also inlined in every page, so a page needs no second request).
+pub(crate) async fn style() -> Response {
+    ([(header::CONTENT_TYPE, "text/css")], STYLE).into_response()
+}
+
+fn layout(title: &str, body: &Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · mesh console" }
+                style { (maud::PreEscaped(STYLE)) }
+            }
+            body {
+                header {
+                    a href="/" { "Overview" }
+                    a href="/events" { "Events" }
+                    a href="/dead" { "Dead letters" }
+                }
+                main { (*body) }
+            }
+        }
+    }
+}
+
+#[allow(clippy::needless_pass_by_value)] // Every page hands its markup over.
+fn page(title: &str, body: Markup) -> Page {
+    Ok(Html(layout(title, &body).into_string()).into_response())
+}
+
+/// A page that did not render: its status and a message that says why.
+#[derive(Debug)]
+pub(crate) struct Fail {
+    status: StatusCode,
+    message: String,
+}
+
+impl IntoResponse for Fail {
+    fn into_response(self) -> Response {
+        let title = self.status.canonical_reason().unwrap_or("Error");
+        let body = html! {
+            h1 { (self.status.as_u16()) " " (title) }
+            p.error { (self.message) }
+        };
+        (self.status, Html(layout(title, &body).into_string())).into_response()
+    }
+}
+
+fn bad(message: impl Into<String>) -> Fail {
+    Fail {
+        status: StatusCode::BAD_REQUEST,
+        message: message.into(),
+    }
+}
+
+fn missing(message: impl Into<String>) -> Fail {
+    Fail {
+        status: StatusCode::NOT_FOUND,
+        message: message.into(),
+    }
+}
+
+fn forbidden(message: impl Into<String>) -> Fail {
+    Fail {
+        status: StatusCode::FORBIDDEN,
+        message: message.into(),
+    }
+}
+
+/// A store that failed: logged, and shown without its details.
+fn unavailable(what: &str, error: &mesh_audit::Error) -> Fail {
+    warn!(%error, "{what} failed");
+    Fail {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        message: format!("{what} failed: the audit store did not answer (see the console's log)"),
+    }
+}
+
+/// User input shown back: at most 100 characters (the template escapes it).
+fn shown(text: &str) -> String {
+    let mut out: String = text.chars().take(100).collect();
+    if out.len() < text.len() {
+        out.push('…');
+    }
+    out
+}
+
+fn pattern(text: &str) -> Result<String, Fail> {
+    TopicPattern::parse(text)
+        .map(|_| text.to_owned())
+        .map_err(|e| {
+            bad(format!(
+                "key: `{}` is not a topic pattern: {e}",
+                shown(text)
+            ))
+        })
+}
+
+fn time(name: &str, text: &str) -> Result<Timestamp, Fail> {
+    Timestamp::parse(text).map_err(|_| {
+        bad(format!(
+            "{name}: `{}` is not an RFC 3339 time (as 2026-01-31T12:00:00Z)",
+            shown(text)
+        ))
+    })
+}
+
+fn event_id(name: &str, text: &str) -> Result<EventId, Fail> {
+    EventId::from_str(text).map_err(|_| {
+        bad(format!(
+            "{name}: `{}` is not an event id (a UUID)",
+            shown(text)
+        ))
+    })
+}
+
+fn dead_id(text: &str) -> Result<DeadLetterId, Fail> {
+    DeadLetterId::from_str(text).map_err(|_| {
+        bad(format!(
+            "`{}` is not a dead-letter id (a UUID)",
+            shown(text)
+        ))
+    })
+}
+
+fn reason(text: &str) -> Result<DeadReason, Fail> {
+    DeadReason::parse(text).ok_or_else(|| {
+        let known: Vec<&str> = DeadReason::ALL.iter().map(|r| r.as_str()).collect();
+        bad(format!(
+            "reason: `{}` is not one of {}",
+            shown(text),
+            known.join(", ")
+        ))
+    })
+}
+
+/// Refuses a request whose `Host` is none of the allowed origins' (421).
+pub(crate) async fn known_host(
+    State(c): Shared,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    let known = c.origins.iter().any(|origin| {
+        origin
+            .split_once("://")
+            .is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host))
+    });
+    if known {
+        return next.run(request).await;
+    }
+    warn!("request refused: unknown Host");
+    Fail {
+        status: StatusCode::MISDIRECTED_REQUEST,
+        message: "this console does not answer to that host name (start it with --origin \
+                  http://HOST:PORT to allow one)"
+            .into(),
+    }
+    .into_response()
+}
+
+pub(crate) async fn not_found() -> Fail {
+    missing("no such page")
+}
+
+/// The first two words of a key: `module.billing` of `module.billing.invoice.paid`.
+fn key_prefix(key: &str) -> String {
+    key.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+pub(crate) async fn overview(State(c): Shared) -> Page {
+    let store = &c.store;
+    let counts = store
+        .counts()
+        .await
+        .map_err(|e| unavailable("counting", &e))?;
+    let since = Timestamp::now()
+        .checked_sub(Duration::from_secs(3600))
+        .unwrap_or_else(Timestamp::now);
+    let since_text = since.to_string();
+    let hour = EventQuery::new().since(since);
+    let by_key = store
+        .event_counts_by_key(&hour)
+        .await
+        .map_err(|e| unavailable("counting events by key", &e))?;
+    let mut prefixes: BTreeMap<String, u64> = BTreeMap::new();
+    for (key, n) in by_key {
+        *prefixes.entry(key_prefix(&key)).or_default() += n;
+    }
+    let prefix_bars: Vec<(String, String, u64)> = prefixes
+        .into_iter()
+        .map(|(prefix, n)| {
+            let pattern = format!("{prefix}.#");
+            let href = link(
+                "/events",
+                [("key", pattern.as_str()), ("since", since_text.as_str())],
+            );
+            (prefix, href, n)
+        })
+        .collect();
+    let source_bars: Vec<(String, String, u64)> = store
+        .event_counts_by_source(&hour)
+        .await
+        .map_err(|e| unavailable("counting events by source", &e))?
+        .into_iter()
+        .map(|(source, n)| {
+            let href = link(
+                "/events",
+                [("source", source.as_str()), ("since", since_text.as_str())],
+            );
+            (source, href, n)
+        })
+        .collect();
+    let groups = store
+        .dead_letter_groups(&DeadLetterQuery::new().redriven(false))
+        .await
+        .map_err(|e| unavailable("counting dead letters", &e))?;
+    let mut pending: BTreeMap<Option<String>, u64> = BTreeMap::new();
+    for group in groups {
+        *pending.entry(group.queue).or_default() += group.pending;
+    }
+    page(
+        "Overview",
+        html! {
+            h1 { "Overview" }
+            table {
+                tr { th { "Events" } td.num { (counts.events) } }
+                tr { th { "Dead letters" } td.num { (counts.dead_letters) } }
+                tr { th { "Dead letters pending" } td.num { (counts.dead_letters_pending) } }
+                tr { th { "Id conflicts" } td.num { (counts.conflicts) } }
+            }
+            h2 { "Events of the last hour, by key prefix" }
+            @if prefix_bars.is_empty() { p.note { "None." } } @else { (svg::bars(&prefix_bars)) }
+            h2 { "Events of the last hour, by source" }
+            @if source_bars.is_empty() { p.note { "None." } } @else { (svg::bars(&source_bars)) }
+            h2 { "Dead letters pending, by queue" }
+            @if pending.is_empty() { p.note { "None." } } @else {
+                table {
+                    tr { th { "Queue" } th { "Pending" } }
+                    @for (queue, n) in &pending {
+                        tr {
+                            td {
+                                @if let Some(queue) = queue {
+                                    a href=(link("/dead", [("queue", queue.as_str())])) { (queue) }
+                                } @else { span.note { "(no queue recorded)" } }
+                            }
+                            td.num { (n) }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// The most events a page of search results holds.
+const MAX_PAGE: usize = 500;
+const DEFAULT_PAGE: usize = 50;
+
+pub(crate) async fn events(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
+    let p = Params::parse(raw.as_deref());
+    let mut query = EventQuery::new();
+    if let Some(key) = p.get("key") {
+        query = query.pattern(pattern(key)?);
+    }
+    if let Some(source) = p.get("source") {
+        query = query.source(source);
+    }
+    if let Some(since) = p.get("since") {
+        query = query.since(time("since", since)?);
+    }
+    if let Some(until) = p.get("until") {
+        query = query.until(time("until", until)?);
+    }
+    let order = match p.get("order") {
+        None | Some("desc") => Order::Desc,
+        Some("asc") => Order::Asc,
+        Some(other) => {
+            return Err(bad(format!(
+                "order: `{}` is neither `asc` nor `desc`",
+                shown(other)
+            )))
+        }
+    };
+    let limit = match p.get("limit") {
+        None => DEFAULT_PAGE,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| bad(format!("limit: `{}` is not 1 to {MAX_PAGE}", shown(text))))?,
+    };
+    query = query.order(order).limit(limit + 1);
+    let id = p.get("id").map(|id| event_id("id", id)).transpose()?;
+    if let Some(after) = p.get("after") {
+        let after = event_id("after", after)?;
+        let last = c
+            .store
+            .event(after)
+            .await
+            .map_err(|e| unavailable("reading the cursor's event", &e))?
+            .ok_or_else(|| bad("after: the cursor names no stored event"))?;
+        query = query.after(last.time, last.id);
+    }
+    let mut found: Vec<EventRecord> = match id {
+        Some(id) => c
+            .store
+            .event(id)
+            .await
+            .map_err(|e| unavailable("reading an event", &e))?
+            .into_iter()
+            .collect(),
+        None => c
+            .store
+            .events(&query)
+            .await
+            .map_err(|e| unavailable("searching events", &e))?,
+    };
+    let more = found.len() > limit;
+    found.truncate(limit);
+    let next = match (more, found.last()) {
+        (true, Some(last)) => {
+            let last_id = last.id.to_string();
+            let mut pairs: Vec<(&str, &str)> =
+                ["key", "source", "since", "until", "order", "limit"]
+                    .into_iter()
+                    .filter_map(|k| p.get(k).map(|v| (k, v)))
+                    .collect();
+            pairs.push(("after", &last_id));
+            Some(link("/events", pairs))
+        }
+        _ => None,
+    };
+    let value = |name: &str| p.get(name).unwrap_or_default().to_owned();
+    page(
+        "Events",
+        html! {
+            h1 { "Events" }
+            form.search method="get" action="/events" {
+                input name="key" placeholder="key pattern (module.billing.#)" value=(value("key"));
+                input name="source" placeholder="source" value=(value("source"));
+                input name="since" placeholder="since (RFC 3339)" value=(value("since"));
+                input name="until" placeholder="until (RFC 3339)" value=(value("until"));
+                input name="id" placeholder="event id" value=(value("id"));
+                select name="order" {
+                    option value="desc" selected[order == Order::Desc] { "newest first" }
+                    option value="asc" selected[order == Order::Asc] { "oldest first" }
+                }
+                button type="submit" { "Search" }
+            }
+            @if found.is_empty() {
+                p.note { "No event matches." }
+            } @else {
+                table.events {
+                    tr { th { "Time" } th { "Key" } th { "Source" } th { "Node" } th { "Id" } }
+                    @for event in &found {
+                        tr {
+                            td { (event.time) }
+                            td { (event.routing_key) }
+                            td { (event.source) }
+                            td { (event.node) }
+                            td { a.event href=(format!("/events/{}", event.id)) { (event.id) } }
+                        }
+                    }
+                }
+            }
+            @if let Some(next) = &next {
+                p { a.next rel="next" href=(next) { "Next page →" } }
+            }
+        },
+    )
+}
+
+fn pretty_json(text: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| text.to_owned())
+}
+
+pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
+    let id = event_id("id", &id)?;
+    let tree = c
+        .store
+        .causation_tree(id)
+        .await
+        .map_err(|e| unavailable("reading an event", &e))?
+        .ok_or_else(|| missing(format!("no event `{id}` is stored")))?;
+    let event = tree
+        .find(id)
+        .map(|node| node.event.clone())
+        .ok_or_else(|| missing(format!("no event `{id}` is stored")))?;
+    let headers = serde_json::to_string_pretty(&event.headers).unwrap_or_default();
+    page(
+        &event.routing_key,
+        html! {
+            h1 { (event.routing_key) }
+            table {
+                tr { th { "Id" } td { (event.id) } }
+                tr { th { "Source" } td { (event.source) } }
+                tr { th { "Node" } td { (event.node) } }
+                tr { th { "Time" } td { (event.time) } }
+                tr { th { "Received" } td { (event.received_at) } }
+                tr { th { "Schema" } td { (event.schema.unwrap_or(1)) } }
+                tr { th { "Publisher" } td { (event.publisher.as_deref().unwrap_or("—")) } }
+                tr { th { "Caused by" } td {
+                    @match &event.causation_id {
+                        Some(cause) => @match EventId::from_str(cause) {
+                            Ok(cause) => a href=(format!("/events/{cause}")) { (cause) },
+                            Err(_) => (cause),
+                        },
+                        None => "—",
+                    }
+                } }
+            }
+            h2 { "Body" }
+            pre.body { (pretty_json(&event.body)) }
+            h2 { "Headers" }
+            pre.headers { (headers) }
+            h2 { "Causation tree (" (tree.len()) " events)" }
+            @if let Some(missing) = &tree.missing_cause {
+                p.note { "Its first cause, " (missing) ", is not stored." }
+            }
+            @if tree.truncated { p.note { "The tree was cut at its size limit." } }
+            (svg::tree(&tree))
+        },
+    )
+}
+
+/// The most dead letters a group's list shows.
+const MAX_LIST: usize = 200;
+
+pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
+    let p = Params::parse(raw.as_deref());
+    let queue = p.get("queue");
+    let reason = p.get("reason").map(reason).transpose()?;
+    if queue.is_none() && reason.is_none() {
+        return dead_groups(&c).await;
+    }
+    let mut query = DeadLetterQuery::new();
+    if let Some(queue) = queue {
+        query = query.queue(queue);
+    }
+    if let Some(reason) = reason {
+        query = query.reason(reason);
+    }
+    let total = c
+        .store
+        .count_dead_letters(&query)
+        .await
+        .map_err(|e| unavailable("counting dead letters", &e))?;
+    let list = c
+        .store
+        .dead_letters(&query.clone().limit(MAX_LIST))
+        .await
+        .map_err(|e| unavailable("listing dead letters", &e))?;
+    let reason_text = reason.map(|r| r.as_str()).unwrap_or_default();
+    let mut group: Vec<(&str, &str)> = Vec::new();
+    if let Some(queue) = queue {
+        group.push(("queue", queue));
+    }
+    if reason.is_some() {
+        group.push(("reason", reason_text));
+    }
+    let title = format!(
+        "Dead letters of {} ({})",
+        queue.unwrap_or("every queue"),
+        reason.map_or("every reason", |r| r.as_str())
+    );
+    page(
+        "Dead letters",
+        html! {
+            h1 { (title) }
+            p { (total) " dead letter(s)"
+                @if total > list.len() as u64 { ", the newest " (list.len()) " shown" } "." }
+            @if c.actions() && queue.is_some() {
+                p {
+                    a.action href=(link("/dead/redrive", group.clone())) { "Re-drive this group…" }
+                    " · "
+                    a.action href=(link("/dead/purge", group.clone())) { "Purge this group…" }
+                }
+            }
+            form method="get" action="/dead/redrive" {
+                table {
+                    tr {
+                        @if c.actions() { th {} }
+                        th { "Dead at" } th { "Key" } th { "Reason" } th { "Attempts" }
+                        th { "Re-driven" } th { "Id" }
+                    }
+                    @for dead in &list {
+                        tr {
+                            @if c.actions() {
+                                td { input type="checkbox" name="id" value=(dead.id); }
+                            }
+                            td { (dead.dead_at) }
+                            td { (dead.routing_key) }
+                            td { (dead.reason.map_or("—", |r| r.as_str())) }
+                            td.num { (dead.attempts) }
+                            td.num { (dead.redrive_count) }
+                            td { a.dead href=(format!("/dead/{}", dead.id)) { (dead.id) } }
+                        }
+                    }
+                }
+                @if c.actions() && !list.is_empty() {
+                    p { button type="submit" { "Re-drive the selected…" } }
+                }
+            }
+        },
+    )
+}
+
+async fn dead_groups(c: &Console) -> Page {
+    let groups = c
+        .store
+        .dead_letter_groups(&DeadLetterQuery::new())
+        .await
+        .map_err(|e| unavailable("counting dead letters", &e))?;
+    page(
+        "Dead letters",
+        html! {
+            h1 { "Dead letters" }
+            @if groups.is_empty() { p.note { "None recorded." } } @else {
+                table.groups {
+                    tr { th { "Queue" } th { "Reason" } th { "Count" } th { "Pending" } th {} }
+                    @for group in &groups {
+                        @let queue = group.queue.as_deref().unwrap_or_default();
+                        @let reason = group.reason.map(|r| r.as_str()).unwrap_or_default();
+                        @let pairs: Vec<(&str, &str)> = [("queue", queue), ("reason", reason)]
+                            .into_iter().filter(|(_, v)| !v.is_empty()).collect();
+                        tr {
+                            td { @if queue.is_empty() { span.note { "(none recorded)" } } @else { (queue) } }
+                            td { @if reason.is_empty() { span.note { "(none recorded)" } } @else { (reason) } }
+                            td.num { (group.count) }
+                            td.num { (group.pending) }
+                            td {
+                                @if !pairs.is_empty() {
+                                    a.group href=(link("/dead", pairs.clone())) { "list" }
+                                }
+                                @if c.actions() && !queue.is_empty() && !reason.is_empty() {
+                                    " · " a href=(link("/dead/redrive", pairs.clone())) { "re-drive…" }
+                                    " · " a href=(link("/dead/purge", pairs.clone())) { "purge…" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+pub(crate) async fn dead_letter(State(c): Shared, Path(id): Path<String>) -> Page {
+    let id = dead_id(&id)?;
+    let dead = c
+        .store
+        .dead_letter(id)
+        .await
+        .map_err(|e| unavailable("reading a dead letter", &e))?
+        .ok_or_else(|| missing(format!("no dead letter `{id}` is recorded")))?;
+    let headers = serde_json::to_string_pretty(&dead.headers).unwrap_or_default();
+    let body = pretty_json(&String::from_utf8_lossy(&dead.body));
+    let id_text = id.to_string();
+    page(
+        "Dead letter",
+        html! {
+            h1 { "Dead letter " (dead.id) }
+            table {
+                tr { th { "Key" } td { (dead.routing_key) } }
+                tr { th { "Event" } td {
+                    @if let Some(event) = dead.event_id {
+                        a href=(format!("/events/{event}")) { (event) }
+                    } @else { "—" }
+                } }
+                tr { th { "Queue" } td { (dead.queue.as_deref().unwrap_or("—")) } }
+                tr { th { "Reason" } td { (dead.reason.map_or("—", |r| r.as_str())) } }
+                tr { th { "Attempts" } td { (dead.attempts) } }
+                tr { th { "Last error" } td { pre { (dead.last_error.as_deref().unwrap_or("—")) } } }
+                tr { th { "Dead at" } td { (dead.dead_at) } }
+                tr { th { "Re-driven" } td {
+                    (dead.redrive_count) " time(s)"
+                    @if let Some(at) = dead.redriven_at { ", last " (at) }
+                } }
+                tr { th { "Publisher" } td { (dead.user_id.as_deref().unwrap_or("—")) } }
+            }
+            @if c.actions() {
+                p { a.action href=(link("/dead/redrive", [("id", id_text.as_str())])) { "Re-drive…" } }
+            }
+            h2 { "Body" }
+            pre.body { (body) }
+            h2 { "Headers" }
+            pre.headers { (headers) }
+        },
+    )
+}
+
+/// The most dead letters one selection names.
+const MAX_SELECTION: usize = 1000;
+
+/// Form pairs that name the dead letters of an action again.
+type Pairs = Vec<(String, String)>;
+
+/// Which dead letters a re-drive names: ids (one or more), or a group (a queue, and maybe a
+/// reason); with the pairs that name them again in the confirmation's form.
+fn redrive_which(p: &Params) -> Result<(Vec<Redrive>, Pairs), Fail> {
+    let ids = p.all("id");
+    if !ids.is_empty() {
+        if ids.len() > MAX_SELECTION {
+            return Err(bad(format!(
+                "at most {MAX_SELECTION} dead letters at once: re-drive their group instead"
+            )));
+        }
+        let mut which = Vec::with_capacity(ids.len());
+        let mut pairs = Vec::with_capacity(ids.len());
+        for id in ids {
+            let id = dead_id(id)?;
+            which.push(Redrive::One(id));
+            pairs.push(("id".to_owned(), id.to_string()));
+        }
+        return Ok((which, pairs));
+    }
+    let (query, pairs) = group(p)?;
+    Ok((vec![Redrive::Matching(query.limit(usize::MAX))], pairs))
+}
+
+/// A group of dead letters: `queue` (required), `reason` (optional).
+fn group(p: &Params) -> Result<(DeadLetterQuery, Pairs), Fail> {
+    let queue = p.get("queue").ok_or_else(|| {
+        bad("say which dead letters: id=… (one or more), or queue=Q (and reason=R)")
+    })?;
+    let mut query = DeadLetterQuery::new().queue(queue);
+    let mut pairs = vec![("queue".to_owned(), queue.to_owned())];
+    if let Some(text) = p.get("reason") {
+        let reason = reason(text)?;
+        query = query.reason(reason);
+        pairs.push(("reason".to_owned(), reason.as_str().to_owned()));
+    }
+    Ok((query, pairs))
+}
+
+/// Why actions are not offered, if they are not.
+fn actions_refused(c: &Console) -> Option<Fail> {
+    if c.read_only {
+        return Some(forbidden("the console is read-only: no action is offered"));
+    }
+    if c.tokens.is_empty() {
+        return Some(forbidden(
+            "no token is configured (--token-file or MESH_CONSOLE_TOKEN): actions are disabled",
+        ));
+    }
+    None
+}
+
+/// The checks of every action: offered, from the console's own page, with a valid token.
+/// Returns the token's name, who the action is logged as.
+fn guard(c: &Console, action: &str, headers: &HeaderMap, form: &Params) -> Result<String, Fail> {
+    if let Some(refused) = actions_refused(c) {
+        warn!(action, "action refused: not offered");
+        return Err(refused);
+    }
+    if !same_origin(headers, &c.origins) {
+        warn!(action, "action refused: not from the console's own origin");
+        return Err(forbidden(
+            "refused: the request does not come from the console's own page (its Origin, \
+             or Referer, is another site's or missing)",
+        ));
+    }
+    let Some(given) = given_token(headers, form.get("token")) else {
+        warn!(action, "action refused: no token");
+        return Err(forbidden("refused: a token is required"));
+    };
+    match c.tokens.check(given) {
+        Some(name) => Ok(name.to_owned()),
+        None => {
+            warn!(action, "action refused: the token is not valid");
+            Err(forbidden("refused: the token is not valid"))
+        }
+    }
+}
+
+fn confirm_form(action: &str, pairs: &[(String, String)], button: &str) -> Markup {
+    html! {
+        form method="post" action=(action) {
+            @for (name, value) in pairs {
+                input type="hidden" name=(name) value=(value);
+            }
+            p {
+                label { "Token " input type="password" name="token" autocomplete="current-password" required; }
+                " "
+                button.danger type="submit" { (button) }
+            }
+        }
+    }
+}
+
+pub(crate) async fn redrive_confirm(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
+    if let Some(refused) = actions_refused(&c) {
+        return Err(refused);
+    }
+    let p = Params::parse(raw.as_deref());
+    let (which, pairs) = redrive_which(&p)?;
+    let mut to: BTreeMap<String, u64> = BTreeMap::new();
+    let mut refused: Vec<(DeadLetterId, String)> = Vec::new();
+    for which in which {
+        let plan = match c.store.redrive_plan(which).await {
+            Ok(plan) => plan,
+            Err(e) if e.is_not_found() => return Err(missing(e.to_string())),
+            Err(e) => return Err(unavailable("planning a re-drive", &e)),
+        };
+        for (_, queue) in plan.redrive {
+            *to.entry(queue).or_default() += 1;
+        }
+        refused.extend(plan.refused.into_iter().map(|(id, e)| (id, e.to_string())));
+    }
+    let total: u64 = to.values().sum();
+    page(
+        "Re-drive",
+        html! {
+            h1 { "Re-drive " (total) " dead letter(s)?" }
+            @if c.transport.is_none() {
+                p.error { "The console has no broker connection: a re-drive would fail." }
+            }
+            table.plan {
+                tr { th { "To queue" } th { "Dead letters" } }
+                @for (queue, n) in &to { tr { td { (queue) } td.num { (n) } } }
+            }
+            @if !refused.is_empty() {
+                h2 { (refused.len()) " would be refused" }
+                ul { @for (id, why) in &refused { li { (id) ": " (why) } } }
+            }
+            @if total > 0 { (confirm_form("/dead/redrive", &pairs, "Re-drive")) }
+        },
+    )
+}
+
+pub(crate) async fn redrive(State(c): Shared, headers: HeaderMap, body: Bytes) -> Page {
+    let form = Params::from_bytes(&body);
+    let who = guard(&c, "redrive", &headers, &form)?;
+    let (which, pairs) = redrive_which(&form)?;
+    let Some(transport) = c.transport.clone() else {
+        return Err(Fail {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: "the console has no broker connection to re-drive through".into(),
+        });
+    };
+    let target: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let target = target.join(" ");
+    let mut redriven: Vec<DeadLetterId> = Vec::new();
+    let mut failed: Vec<(String, String)> = Vec::new();
+    for which in which {
+        let label = match &which {
+            Redrive::One(id) => id.to_string(),
+            _ => "group".to_owned(),
+        };
+        match c.store.redrive(transport.as_ref(), which).await {
+            Ok(report) => {
+                redriven.extend(report.redriven);
+                failed.extend(
+                    report
+                        .failed
+                        .into_iter()
+                        .map(|(id, e)| (id.to_string(), e.to_string())),
+                );
+            }
+            Err(e) => failed.push((label, e.to_string())),
+        }
+    }
+    info!(
+        who = %who,
+        action = "redrive",
+        target = %target,
+        redriven = redriven.len(),
+        failed = failed.len(),
+        "console action"
+    );
+    page(
+        "Re-driven",
+        html! {
+            h1 { "Re-driven: " (redriven.len()) }
+            ul.redriven { @for id in &redriven { li { a href=(format!("/dead/{id}")) { (id) } } } }
+            @if !failed.is_empty() {
+                h2 { "Failed: " (failed.len()) }
+                ul { @for (id, why) in &failed { li { (id) ": " (why) } } }
+            }
+            p { a href="/dead" { "Back to the dead letters" } }
+        },
+    )
+}
+
+pub(crate) async fn purge_confirm(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
+    if let Some(refused) = actions_refused(&c) {
+        return Err(refused);
+    }
+    let p = Params::parse(raw.as_deref());
+    let (query, pairs) = group(&p)?;
+    let n = c
+        .store
+        .count_dead_letters(&query)
+        .await
+        .map_err(|e| unavailable("counting dead letters", &e))?;
+    let what: Vec<String> = pairs.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    page(
+        "Purge",
+        html! {
+            h1 { "Purge " (n) " dead letter(s)?" }
+            p { "Deletes the store's records of the dead letters of " (what.join(", "))
+                " (re-driven or not). No queue on the broker is touched." }
+            @if n > 0 { (confirm_form("/dead/purge", &pairs, "Purge")) }
+        },
+    )
+}
+
+pub(crate) async fn purge(State(c): Shared, headers: HeaderMap, body: Bytes) -> Page {
+    let form = Params::from_bytes(&body);
+    let who = guard(&c, "purge", &headers, &form)?;
+    let (query, pairs) = group(&form)?;
+    let purged = c
+        .store
+        .purge_dead_letters(&query)
+        .await
+        .map_err(|e| unavailable("purging dead letters", &e))?;
+    let target: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    info!(who = %who, action = "purge", target = %target.join(" "), purged, "console action");
+    page(
+        "Purged",
+        html! {
+            h1 { "Purged: " span.purged { (purged) } }
+            p { a href="/dead" { "Back to the dead letters" } }
+        },
+    )
+}
