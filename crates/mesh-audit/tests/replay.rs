@@ -44,6 +44,15 @@ async fn module(url: &str, name: &str, seen: Shared) -> anyhow::Result<Bus> {
         .await?)
 }
 
+/// Waits until the module that records into `seen` has handled event `id`.
+async fn handled(seen: &Shared, id: EventId, what: &str) {
+    eventually(WAIT, what, || {
+        let handled = seen.lock().expect("lock").times.contains_key(&id);
+        async move { handled.then_some(()) }
+    })
+    .await;
+}
+
 /// `total` stored events of module `shop`, made as its emits make them (never published).
 async fn seed(store: &Store, shop: &Bus, total: usize) -> anyhow::Result<Vec<EventId>> {
     let mut ids = Vec::with_capacity(total);
@@ -114,23 +123,17 @@ async fn replay_reaches_one_module_only(backend: Backend, total: usize) -> anyho
             &serde_json::json!({"n": -1}),
         )?)
         .await?;
-    eventually(WAIT, "the mailer handling the live sentinel", || {
-        let seen = mailer_seen
-            .lock()
-            .expect("lock")
-            .times
-            .contains_key(&sentinel);
-        async move { seen.then_some(()) }
-    })
+    handled(
+        &mailer_seen,
+        sentinel,
+        "the mailer handling the live sentinel",
+    )
     .await;
-    eventually(WAIT, "billing handling the live sentinel", || {
-        let seen = billing_seen
-            .lock()
-            .expect("lock")
-            .times
-            .contains_key(&sentinel);
-        async move { seen.then_some(()) }
-    })
+    handled(
+        &billing_seen,
+        sentinel,
+        "billing handling the live sentinel",
+    )
     .await;
 
     {
@@ -201,11 +204,7 @@ async fn a_forged_marker_is_not_believed_and_foreign_targets_are_refused() -> an
     raw.publish(forged, PublishOptions::default())
         .await?
         .await?;
-    eventually(WAIT, "billing handling the forged event", || {
-        let handled = seen.lock().expect("lock").times.contains_key(&id);
-        async move { handled.then_some(()) }
-    })
-    .await;
+    handled(&seen, id, "billing handling the forged event").await;
     {
         let seen = seen.lock().expect("lock");
         assert_eq!(

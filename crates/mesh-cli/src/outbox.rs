@@ -313,31 +313,33 @@ async fn serve_metrics(
     Ok(telemetry)
 }
 
+/// The outbox's counts, its pool closed after.
+async fn count<DB: Backend>(outbox: Outbox<DB>) -> Result<mesh_outbox::Counts, mesh_outbox::Error> {
+    let counts = outbox.counts().await;
+    outbox.pool().close().await;
+    counts
+}
+
 /// Runs `mesh outbox status`: the table's pending and sent rows, and the oldest pending age.
 async fn status(global: &Global, arg: &OutboxDatabaseArg) -> anyhow::Result<Code> {
     let url = arg.database.trim();
+    let timeout = config::connect_timeout(global);
     let counts = match parse_database(url)? {
         Database::Postgres(options) => {
             let pool = PgPoolOptions::new()
                 .max_connections(1)
-                .acquire_timeout(config::connect_timeout(global))
+                .acquire_timeout(timeout)
                 .connect_with(options)
                 .await;
-            let outbox = open(pool, url).await?;
-            let counts = outbox.counts().await;
-            outbox.pool().close().await;
-            counts
+            count(open(pool, url).await?).await
         }
         Database::Sqlite(options) => {
             let pool = SqlitePoolOptions::new()
                 .max_connections(1)
-                .acquire_timeout(config::connect_timeout(global))
+                .acquire_timeout(timeout)
                 .connect_with(options)
                 .await;
-            let outbox = open(pool, url).await?;
-            let counts = outbox.counts().await;
-            outbox.pool().close().await;
-            counts
+            count(open(pool, url).await?).await
         }
     }
     .with_context(|| format!("cannot count the outbox rows of {}", shown(url)))?;
