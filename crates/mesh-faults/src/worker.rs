@@ -81,6 +81,26 @@ impl Worker {
         }
     }
 
+    /// Waits for the line `ready`, returning the lines it said before: for a consumer
+    /// started on a backlog, whose handlers may report events before its `start` returned.
+    pub async fn ready_after_lines(&mut self, timeout: Duration) -> anyhow::Result<Vec<String>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut before = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next_line(left).await? {
+                Some(line) if line == "ready" => return Ok(before),
+                Some(line) => before.push(line),
+                None => {
+                    return Err(anyhow::anyhow!(
+                        "the child exited before it was ready ({:?})",
+                        self.child.try_wait()
+                    ))
+                }
+            }
+        }
+    }
+
     /// SIGKILLs it and waits for it to be gone.
     pub async fn kill(&mut self) -> anyhow::Result<ExitStatus> {
         self.child.start_kill()?;
