@@ -356,6 +356,17 @@ pub struct Counts {
     pub conflicts: u64,
 }
 
+/// How many events one source emitted under one routing key ([`crate::Store::event_flows`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flow {
+    /// The `x-source` of the events.
+    pub source: String,
+    /// Their routing key.
+    pub key: String,
+    /// How many.
+    pub events: u64,
+}
+
 /// An event and what it caused.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CausationNode {

@@ -207,7 +207,8 @@ pub(crate) enum Command {
     /// Relay a transactional outbox's committed events to the broker, and count its rows
     #[command(subcommand)]
     Outbox(OutboxCommand),
-    /// Serve the operator's console: a web view of the audit store, with re-drive and purge
+    /// Serve the operator's console: events, dead letters, a live tail and the system map, with
+    /// re-drive, replay and purge
     #[command(after_help = CONSOLE_HELP)]
     Console(ConsoleArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell
@@ -228,12 +229,12 @@ pub(crate) struct ConsoleArgs {
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8642")]
     pub(crate) addr: std::net::SocketAddr,
 
-    /// The tokens that may re-drive and purge: one a line, `TOKEN` or `NAME TOKEN` (actions
+    /// The tokens that may re-drive, replay and purge: one a line, `TOKEN` or `NAME TOKEN` (actions
     /// are logged under NAME, else `operator`) [also: MESH_CONSOLE_TOKEN, one token]
     #[arg(long, value_name = "FILE")]
     pub(crate) token_file: Option<PathBuf>,
 
-    /// Hide and refuse every action (no broker connection)
+    /// Hide and refuse every action (re-drive, replay, purge)
     #[arg(long)]
     pub(crate) read_only: bool,
 
@@ -244,9 +245,13 @@ pub(crate) struct ConsoleArgs {
 }
 
 const CONSOLE_HELP: &str = "\
-Pages: / (overview), /events (search), /events/ID, /dead (groups), /dead/ID. A re-drive or a
-purge asks for confirmation, then for the token; it is refused (403) without a valid token, or
-from another origin than the console's own. Without a token, no action is offered.
+Pages: / (overview), /events (search), /events/ID, /dead (groups), /dead/ID, /live (a live
+tail), /map (the system map), /modules/QUEUE (a module queue, and its replay). A re-drive, a
+replay or a purge asks for confirmation, then for the token; it is refused (403) without a
+valid token, or from another origin than the console's own. Without a token, no action is
+offered. The broker (--url) serves re-drive, replay and the live tail; its management API
+(--management-url, else the broker's first host on port 15672) the queues and the map's
+receivers: a console that reaches neither still shows the store.
 
 Examples:
   mesh console --read-only

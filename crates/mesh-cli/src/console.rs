@@ -1,5 +1,6 @@
 //! `mesh console`: the operator's console (the `mesh-console` library) over the audit store,
-//! re-driving through the broker of the global settings.
+//! the broker of the global settings (re-drive, replay, the live tail) and its management API
+//! (queues, bindings).
 
 use anyhow::Context as _;
 use mesh_console::{Console, Tokens};
@@ -45,17 +46,30 @@ pub(crate) async fn run(global: &Global, args: &ConsoleArgs) -> anyhow::Result<C
     for origin in &args.origin {
         console = console.allow_origin(origin.clone());
     }
-    // Only a console that may act needs the broker; one that cannot reach it still shows
-    // the store.
+    // The broker: re-drives, replays and the live tail go through it. A console that
+    // cannot reach it still shows the store.
     let mut transport = None;
-    if !args.read_only && !tokens.is_empty() {
-        match config::connect(config::amqp_options(global)?).await {
-            Ok(connected) => {
-                console = console.transport(connected.clone());
-                transport = Some(connected);
-            }
-            Err(e) => output::note(paint(WARN, format!("re-drive unavailable: {e:#}"))),
+    match config::connect(config::amqp_options(global)?).await {
+        Ok(connected) => {
+            console = console.transport(connected.clone());
+            transport = Some(connected);
         }
+        Err(e) => output::note(paint(
+            WARN,
+            format!("no broker: re-drive, replay and the live tail are unavailable: {e:#}"),
+        )),
+    }
+    // The management API: queue depths, consumers and bindings (overview, system map).
+    match config::management(global) {
+        Ok(management) => {
+            console = console.management(management.client().clone(), management.vhost());
+        }
+        Err(e) => output::note(paint(
+            WARN,
+            format!(
+                "no management API: queues and the system map's receivers are not shown: {e:#}"
+            ),
+        )),
     }
     if args.read_only {
         output::note(paint(DIM, "read-only: no action is offered"));

@@ -1,22 +1,32 @@
-//! The operator's console: a web application over the audit store ([`mesh_audit::Store`]).
+//! The operator's console: a web application over the audit store ([`mesh_audit::Store`]), the
+//! broker (a [`Transport`]: re-drive, replay, the live tail) and its management API
+//! ([`Console::management`]: queues and bindings).
 //!
-//! Server-rendered HTML with a small embedded stylesheet, no script and no front-end build:
+//! Server-rendered HTML with a small embedded stylesheet, one small inline script (the live
+//! page's) and no front-end build:
 //!
 //! - `/`: the store's counts, events of the last hour by key prefix and by source (bar
-//!   charts in inline SVG), and the dead letters pending per queue;
+//!   charts in inline SVG), the module queues (depth, consumers, retrying, pending dead
+//!   letters) and the audit loggers' readiness, and the dead letters pending per queue;
 //! - `/events?key=&source=&since=&until=&id=&order=&after=`: the event search, a keyset
 //!   pagination (`after` is the id of the last event of the page before);
 //! - `/events/{id}`: an event's headers, body, and its causation tree as an SVG graph;
 //! - `/dead`, `/dead?queue=&reason=`, `/dead/{id}`: dead letters grouped by queue and
 //!   reason, a group's list, one dead letter;
 //! - `/dead/redrive` and `/dead/purge`: a confirmation page on `GET` (how many, to where,
-//!   from [`Store::redrive_plan`] and the counts), the action on `POST`.
+//!   from [`Store::redrive_plan`] and the counts), the action on `POST`;
+//! - `/live?key=`: a live tail, fed by `/live/stream` (Server-Sent Events from an ephemeral
+//!   queue of the console's own; at most 16 open at once);
+//! - `/map?since=&until=`: the system map, emitters → keys → receiving module queues;
+//! - `/modules/{queue}`: a module queue, and `/replay` (confirmation on `GET`, the action on
+//!   `POST`): stored events re-published into that queue only ([`Store::replay`]).
 //!
 //! # Safe by default
 //!
 //! Every `POST` is refused with 403, and changes nothing, unless
 //!
-//! 1. the console is not read-only ([`Console::read_only`]: actions are hidden and refused),
+//! 1. the console is not read-only ([`Console::read_only`]: actions are hidden and refused;
+//!    the live tail, a read, stays),
 //! 2. the request comes from the console's own origin: its `Origin` header, or when it has
 //!    none its `Referer`, is one of [`Console::allow_origin`]'s (by default those of the
 //!    address it listens on, as `http://127.0.0.1:PORT` and `http://localhost:PORT`),
@@ -34,10 +44,14 @@
 //!
 //! # Architecture invariant
 //!
-//! The console publishes nothing itself: a re-drive goes through [`Store::redrive`], which
-//! publishes only to a mesh consumer queue; a purge is [`Store::purge_dead_letters`].
+//! The console publishes nothing itself: a re-drive goes through [`Store::redrive`] and a
+//! replay through [`Store::replay`], which publish only to a mesh consumer queue; a purge is
+//! [`Store::purge_dead_letters`]. The management API is only read.
 
 mod auth;
+mod broker;
+mod live;
+mod map;
 mod pages;
 mod params;
 mod svg;
@@ -48,9 +62,11 @@ use std::sync::Arc;
 
 use axum::routing::get;
 use axum::Router;
+use mesh_amqp::management::ManagementClient;
 use mesh_audit::Store;
 use mesh_core::Transport;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{TokenError, Tokens, MIN_TOKEN_LEN};
@@ -66,6 +82,9 @@ pub struct Console {
     pub(crate) tokens: Tokens,
     pub(crate) read_only: bool,
     pub(crate) origins: Vec<String>,
+    pub(crate) broker: Option<broker::Broker>,
+    pub(crate) live_slots: Arc<Semaphore>,
+    pub(crate) shutdown: CancellationToken,
 }
 
 impl fmt::Debug for Console {
@@ -76,6 +95,7 @@ impl fmt::Debug for Console {
             .field("tokens", &self.tokens)
             .field("read_only", &self.read_only)
             .field("origins", &self.origins)
+            .field("broker", &self.broker.as_ref().map(|b| b.client.url()))
             .finish()
     }
 }
@@ -90,10 +110,25 @@ impl Console {
             tokens: Tokens::none(),
             read_only: false,
             origins: Vec::new(),
+            broker: None,
+            live_slots: live::slots(),
+            shutdown: CancellationToken::new(),
         }
     }
 
-    /// The transport re-drives publish through (the broker).
+    /// The management API of the broker's vhost `vhost`: the overview's module queues and
+    /// audit loggers, the system map's receiving queues, a module queue's page. Without it
+    /// those parts say they are not known.
+    pub fn management(mut self, client: ManagementClient, vhost: impl Into<String>) -> Console {
+        self.broker = Some(broker::Broker {
+            client,
+            vhost: vhost.into(),
+        });
+        self
+    }
+
+    /// The transport re-drives and replays publish through, and the live tail follows
+    /// events on (the broker).
     pub fn transport(mut self, transport: Arc<dyn Transport>) -> Console {
         self.transport = Some(transport);
         self
@@ -157,6 +192,11 @@ impl Console {
             )
             .route("/dead/purge", get(pages::purge_confirm).post(pages::purge))
             .route("/dead/{id}", get(pages::dead_letter))
+            .route("/live", get(live::live))
+            .route("/live/stream", get(live::stream))
+            .route("/map", get(map::map))
+            .route("/modules/{queue}", get(map::module))
+            .route("/replay", get(map::replay_confirm).post(map::replay))
             .fallback(pages::not_found)
             .layer(axum::middleware::from_fn_with_state(
                 state.clone(),
@@ -174,7 +214,10 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
-    let app = console.allow_own_origins(addr).router();
+    let mut console = console.allow_own_origins(addr);
+    // Live streams end with the console, so the graceful shutdown does not wait for them.
+    console.shutdown = shutdown.clone();
+    let app = console.router();
     tracing::info!(%addr, "console listening");
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })

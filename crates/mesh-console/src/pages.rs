@@ -19,8 +19,8 @@ use crate::auth::{given_token, same_origin};
 use crate::params::{link, Params};
 use crate::{svg, Console};
 
-type Shared = State<Arc<Console>>;
-type Page = Result<Response, Fail>;
+pub(crate) type Shared = State<Arc<Console>>;
+pub(crate) type Page = Result<Response, Fail>;
 
 const STYLE: &str = "\
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d232b;background:#f6f7f9}\
@@ -28,12 +28,16 @@ header{background:#1d232b;padding:.6em 1.2em}header a{color:#fff;margin-right:1.
 main{padding:1em 1.4em;max-width:1200px}h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}\
 table{border-collapse:collapse;background:#fff}td,th{padding:.3em .7em;border-bottom:1px solid #e3e6ea;text-align:left;vertical-align:top}\
 th{background:#eef0f3}pre{background:#fff;border:1px solid #e3e6ea;padding:.7em;overflow:auto;max-height:40em}\
-.error{color:#a4161a;font-weight:600}.note{color:#5b6470}.num{text-align:right}\
+.error{color:#a4161a;font-weight:600}.ok{color:#2b7a0b;font-weight:600}.note{color:#5b6470}.num{text-align:right}\
 form.search input{margin-right:.5em}a{color:#1f5fbf}\
 .chart rect{fill:#3b7dd8}.chart text{font-size:12px;fill:#1d232b}\
 .tree rect.node{fill:#fff;stroke:#3b7dd8}.tree rect.focus{fill:#fff3bf;stroke:#c27c0e;stroke-width:2}\
 .tree text{font-size:12px;fill:#1d232b}.tree .edge{fill:none;stroke:#8a94a3}\
-button.danger{background:#a4161a;color:#fff;border:0;padding:.4em 1em}";
+button.danger{background:#a4161a;color:#fff;border:0;padding:.4em 1em}\
+.map rect.node{fill:#fff;stroke:#3b7dd8}.map rect.key{stroke:#8a94a3}.map rect.queue{stroke:#2b7a0b}\
+.map text{font-size:12px;fill:#1d232b}.map text.column{font-weight:600}\
+.map .edge{fill:none;stroke:#8a94a3;stroke-width:1.5}.map a:hover .edge{stroke:#c27c0e;stroke-width:3}\
+#live td.body{font-family:monospace;font-size:12px;color:#5b6470}";
 
 /// The stylesheet (also inlined in every page, so a page needs no second request).
 pub(crate) async fn style() -> Response {
@@ -55,6 +59,8 @@ fn layout(title: &str, body: &Markup) -> Markup {
                     a href="/" { "Overview" }
                     a href="/events" { "Events" }
                     a href="/dead" { "Dead letters" }
+                    a href="/live" { "Live" }
+                    a href="/map" { "System map" }
                 }
                 main { (*body) }
             }
@@ -63,7 +69,7 @@ fn layout(title: &str, body: &Markup) -> Markup {
 }
 
 #[allow(clippy::needless_pass_by_value)] // Every page hands its markup over.
-fn page(title: &str, body: Markup) -> Page {
+pub(crate) fn page(title: &str, body: Markup) -> Page {
     Ok(Html(layout(title, &body).into_string()).into_response())
 }
 
@@ -72,6 +78,19 @@ fn page(title: &str, body: Markup) -> Page {
 pub(crate) struct Fail {
     status: StatusCode,
     message: String,
+}
+
+impl Fail {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Fail {
+        Fail {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 impl IntoResponse for Fail {
@@ -85,14 +104,14 @@ impl IntoResponse for Fail {
     }
 }
 
-fn bad(message: impl Into<String>) -> Fail {
+pub(crate) fn bad(message: impl Into<String>) -> Fail {
     Fail {
         status: StatusCode::BAD_REQUEST,
         message: message.into(),
     }
 }
 
-fn missing(message: impl Into<String>) -> Fail {
+pub(crate) fn missing(message: impl Into<String>) -> Fail {
     Fail {
         status: StatusCode::NOT_FOUND,
         message: message.into(),
@@ -107,7 +126,7 @@ fn forbidden(message: impl Into<String>) -> Fail {
 }
 
 /// A store that failed: logged, and shown without its details.
-fn unavailable(what: &str, error: &mesh_audit::Error) -> Fail {
+pub(crate) fn unavailable(what: &str, error: &mesh_audit::Error) -> Fail {
     warn!(%error, "{what} failed");
     Fail {
         status: StatusCode::SERVICE_UNAVAILABLE,
@@ -116,7 +135,7 @@ fn unavailable(what: &str, error: &mesh_audit::Error) -> Fail {
 }
 
 /// User input shown back: at most 100 characters (the template escapes it).
-fn shown(text: &str) -> String {
+pub(crate) fn shown(text: &str) -> String {
     let mut out: String = text.chars().take(100).collect();
     if out.len() < text.len() {
         out.push('…');
@@ -124,7 +143,7 @@ fn shown(text: &str) -> String {
     out
 }
 
-fn pattern(text: &str) -> Result<String, Fail> {
+pub(crate) fn pattern(text: &str) -> Result<String, Fail> {
     TopicPattern::parse(text)
         .map(|_| text.to_owned())
         .map_err(|e| {
@@ -135,7 +154,7 @@ fn pattern(text: &str) -> Result<String, Fail> {
         })
 }
 
-fn time(name: &str, text: &str) -> Result<Timestamp, Fail> {
+pub(crate) fn time(name: &str, text: &str) -> Result<Timestamp, Fail> {
     Timestamp::parse(text).map_err(|_| {
         bad(format!(
             "{name}: `{}` is not an RFC 3339 time (as 2026-01-31T12:00:00Z)",
@@ -211,6 +230,14 @@ fn key_prefix(key: &str) -> String {
     key.split('.').take(2).collect::<Vec<_>>().join(".")
 }
 
+/// How many dead letters of `queue` were never re-driven.
+pub(crate) async fn pending_dead_letters(c: &Console, queue: &str) -> Result<u64, Fail> {
+    c.store
+        .count_dead_letters(&DeadLetterQuery::new().queue(queue).redriven(false))
+        .await
+        .map_err(|e| unavailable("counting dead letters", &e))
+}
+
 pub(crate) async fn overview(State(c): Shared) -> Page {
     let store = &c.store;
     let counts = store
@@ -262,6 +289,7 @@ pub(crate) async fn overview(State(c): Shared) -> Page {
     for group in groups {
         *pending.entry(group.queue).or_default() += group.pending;
     }
+    let broker = crate::map::broker_overview(&c, &pending).await;
     page(
         "Overview",
         html! {
@@ -276,6 +304,7 @@ pub(crate) async fn overview(State(c): Shared) -> Page {
             @if prefix_bars.is_empty() { p.note { "None." } } @else { (svg::bars(&prefix_bars)) }
             h2 { "Events of the last hour, by source" }
             @if source_bars.is_empty() { p.note { "None." } } @else { (svg::bars(&source_bars)) }
+            (broker)
             h2 { "Dead letters pending, by queue" }
             @if pending.is_empty() { p.note { "None." } } @else {
                 table {
@@ -640,7 +669,7 @@ pub(crate) async fn dead_letter(State(c): Shared, Path(id): Path<String>) -> Pag
 const MAX_SELECTION: usize = 1000;
 
 /// Form pairs that name the dead letters of an action again.
-type Pairs = Vec<(String, String)>;
+pub(crate) type Pairs = Vec<(String, String)>;
 
 /// Which dead letters a re-drive names: ids (one or more), or a group (a queue, and maybe a
 /// reason); with the pairs that name them again in the confirmation's form.
@@ -681,7 +710,7 @@ fn group(p: &Params) -> Result<(DeadLetterQuery, Pairs), Fail> {
 }
 
 /// Why actions are not offered, if they are not.
-fn actions_refused(c: &Console) -> Option<Fail> {
+pub(crate) fn actions_refused(c: &Console) -> Option<Fail> {
     if c.read_only {
         return Some(forbidden("the console is read-only: no action is offered"));
     }
@@ -695,7 +724,12 @@ fn actions_refused(c: &Console) -> Option<Fail> {
 
 /// The checks of every action: offered, from the console's own page, with a valid token.
 /// Returns the token's name, who the action is logged as.
-fn guard(c: &Console, action: &str, headers: &HeaderMap, form: &Params) -> Result<String, Fail> {
+pub(crate) fn guard(
+    c: &Console,
+    action: &str,
+    headers: &HeaderMap,
+    form: &Params,
+) -> Result<String, Fail> {
     if let Some(refused) = actions_refused(c) {
         warn!(action, "action refused: not offered");
         return Err(refused);
@@ -720,7 +754,7 @@ fn guard(c: &Console, action: &str, headers: &HeaderMap, form: &Params) -> Resul
     }
 }
 
-fn confirm_form(action: &str, pairs: &[(String, String)], button: &str) -> Markup {
+pub(crate) fn confirm_form(action: &str, pairs: &[(String, String)], button: &str) -> Markup {
     html! {
         form method="post" action=(action) {
             @for (name, value) in pairs {

@@ -1,7 +1,12 @@
-//! Inline SVG: bar charts and the causation tree. Every label is escaped by the template.
+//! Inline SVG: bar charts, the causation tree and the system map. Every label is escaped by the template.
+
+use std::collections::BTreeSet;
 
 use maud::{html, Markup};
 use mesh_audit::{CausationNode, CausationTree};
+
+use crate::map::SystemMap;
+use crate::params::link;
 
 /// A horizontal bar chart: one bar a row, each a link.
 pub(crate) fn bars(rows: &[(String, String, u64)]) -> Markup {
@@ -82,6 +87,109 @@ pub(crate) fn tree(tree: &CausationTree) -> Markup {
         }
         @if laid.len() == MAX_DRAWN && tree.len() > MAX_DRAWN {
             p.note { "Only the first " (MAX_DRAWN) " of " (tree.len()) " events are drawn." }
+        }
+    }
+}
+
+/// The most nodes a column of the map draws; the rest are listed in the flows table only.
+const MAX_COLUMN: usize = 200;
+
+/// The system map: emitters, keys and receiving queues in three columns, an edge from each
+/// source to each key it emitted and from each key to each queue bound to it; every node
+/// and edge links to the events behind it (`window`: the query pairs of the map's window).
+pub(crate) fn map(map: &SystemMap, window: &[(&str, &str)]) -> Markup {
+    const ROW: usize = 28;
+    const BOX: usize = 250;
+    const GAP: usize = 130;
+    let sources: Vec<&str> = map
+        .flows
+        .iter()
+        .map(|f| f.source.as_str())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .take(MAX_COLUMN)
+        .collect();
+    let keys: Vec<&str> = map
+        .flows
+        .iter()
+        .map(|f| f.key.as_str())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .take(MAX_COLUMN)
+        .collect();
+    let queues: Vec<&str> = map
+        .receivers
+        .keys()
+        .map(String::as_str)
+        .chain(map.routes.values().flatten().map(|(q, _)| q.as_str()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .take(MAX_COLUMN)
+        .collect();
+    let row_of = |column: &[&str], name: &str| column.iter().position(|n| *n == name);
+    let x = [0, BOX + GAP, 2 * (BOX + GAP)];
+    let rows = sources.len().max(keys.len()).max(queues.len());
+    let width = 3 * BOX + 2 * GAP + 4;
+    let height = rows * ROW + 30;
+    let y = |row: usize| 26 + row * ROW;
+    let curve = |from_x: usize, from_row: usize, to_x: usize, to_row: usize| {
+        let (x1, y1, x2, y2) = (from_x + BOX, y(from_row) + 11, to_x, y(to_row) + 11);
+        let mid = (x1 + x2) / 2;
+        format!("M{x1},{y1} C{mid},{y1} {mid},{y2} {x2},{y2}")
+    };
+    let with = |pairs: Vec<(&str, &str)>| {
+        let mut pairs = pairs;
+        pairs.extend_from_slice(window);
+        link("/events", pairs)
+    };
+    html! {
+        svg.map xmlns="http://www.w3.org/2000/svg" width=(width) height=(height) role="img" {
+            text.column x=(x[0]) y="14" { "Emitters" }
+            text.column x=(x[1]) y="14" { "Keys" }
+            text.column x=(x[2]) y="14" { "Receiving queues" }
+            @for flow in &map.flows {
+                @if let (Some(from), Some(to)) = (row_of(&sources, &flow.source), row_of(&keys, &flow.key)) {
+                    a href=(with(vec![("source", flow.source.as_str()), ("key", flow.key.as_str())])) {
+                        path.edge.emits data-from=(flow.source) data-to=(flow.key)
+                            d=(curve(x[0], from, x[1], to)) {
+                            title { (flow.source) " emitted " (flow.key) ": " (flow.events) }
+                        }
+                    }
+                }
+            }
+            @for (key, to) in &map.routes {
+                @for (queue, via) in to {
+                    @if let (Some(from), Some(row)) = (row_of(&keys, key), row_of(&queues, queue)) {
+                        a href=(with(vec![("key", key.as_str())])) {
+                            path.edge.receives data-from=(key) data-to=(queue)
+                                d=(curve(x[1], from, x[2], row)) {
+                                title { (queue) " receives " (key) " (bound on " (via) ")" }
+                            }
+                        }
+                    }
+                }
+            }
+            @for (row, source) in sources.iter().enumerate() {
+                a href=(with(vec![("source", source)])) {
+                    rect.node.emitter x=(x[0]) y=(y(row)) width=(BOX) height="22" rx="4" {}
+                    text x=(x[0] + 8) y=(y(row) + 15) { (source) }
+                }
+            }
+            @for (row, key) in keys.iter().enumerate() {
+                a href=(with(vec![("key", key)])) {
+                    rect.node.key x=(x[1]) y=(y(row)) width=(BOX) height="22" rx="4" {}
+                    text x=(x[1] + 8) y=(y(row) + 15) { (key) }
+                }
+            }
+            @for (row, queue) in queues.iter().enumerate() {
+                a href=(format!("/modules/{queue}")) {
+                    rect.node.queue x=(x[2]) y=(y(row)) width=(BOX) height="22" rx="4" {}
+                    text x=(x[2] + 8) y=(y(row) + 15) { (queue) }
+                }
+            }
+        }
+        @if sources.len() == MAX_COLUMN || keys.len() == MAX_COLUMN || queues.len() == MAX_COLUMN {
+            p.note { "A column was cut at " (MAX_COLUMN) " nodes: the table below lists every flow." }
         }
     }
 }

@@ -223,6 +223,46 @@ async fn bad_input_is_a_clear_400_or_404() -> anyhow::Result<()> {
             400,
             "say which dead letters",
         ),
+        ("/map?since=yesterday", 400, "is not an RFC 3339 time"),
+        (
+            "/map?until=2026-13-01T00:00:00Z",
+            400,
+            "is not an RFC 3339 time",
+        ),
+        ("/modules/not-a-queue", 404, "is not a module queue"),
+        ("/modules/serve.x.events", 404, "is not a module queue"),
+        ("/replay", 400, "queue: required"),
+        (
+            "/replay?queue=n1.billing.events",
+            400,
+            "key: a pattern is required",
+        ),
+        (
+            "/replay?queue=n1.billing.events&key=module.shop.%23",
+            400,
+            "since: a start time is required",
+        ),
+        (
+            "/replay?queue=mesh.x.events&key=a&since=2026-01-01T00:00:00Z",
+            400,
+            "is not a module queue",
+        ),
+        (
+            "/replay?queue=n1.billing.events&key=a..b&since=2026-01-01T00:00:00Z",
+            400,
+            "is not a topic pattern",
+        ),
+        (
+            "/replay?queue=n1.billing.events&key=a&since=2026-01-01T00:00:00Z&rate=0",
+            400,
+            "rate: `0` is not 1 to 100000",
+        ),
+        (
+            "/replay?queue=n1.billing.events&key=a&since=2026-01-01T00:00:00Z&rate=1e9",
+            400,
+            "rate:",
+        ),
+        ("/live?key=module..x", 400, "is not a topic pattern"),
         ("/nowhere", 404, "no such page"),
     ] {
         let (got, html) = get(&format!("{base}{path}")).await?;
@@ -314,10 +354,24 @@ async fn a_read_only_console_offers_and_accepts_no_action() -> anyhow::Result<()
     let (status, html) = get(&format!("{base}/dead/redrive?queue=n1.billing.events")).await?;
     assert_eq!(status, 403, "{html}");
     assert!(html.contains("read-only"));
-    for action in ["redrive", "purge"] {
+    let (status, html) = get(&format!(
+        "{base}/replay?queue=n1.billing.events&key=%23&since=2026-01-01T00:00:00Z"
+    ))
+    .await?;
+    assert_eq!(status, 403, "{html}");
+    assert!(html.contains("read-only"));
+    let (status, html) = get(&format!("{base}/modules/n1.billing.events")).await?;
+    assert_eq!(status, 200, "{html}");
+    assert!(!html.contains("Replay…"), "no replay offered: {html}");
+    for action in ["/dead/redrive", "/dead/purge", "/replay"] {
         let (status, html) = post(
-            &format!("{base}/dead/{action}"),
-            &[("queue", "n1.mailer.events"), ("token", TOKEN)],
+            &format!("{base}{action}"),
+            &[
+                ("queue", "n1.mailer.events"),
+                ("key", "#"),
+                ("since", "2026-01-01T00:00:00Z"),
+                ("token", TOKEN),
+            ],
             &[("origin", base.as_str())],
         )
         .await?;

@@ -6,8 +6,13 @@ use common::{seeded, serve};
 use mesh_console::{Console, Tokens};
 use proptest::prelude::*;
 
-const PATHS: [&str; 7] = [
+const PATHS: [&str; 12] = [
     "/",
+    "/live",
+    "/map",
+    "/modules/n1.billing.events",
+    "/modules/x",
+    "/replay",
     "/events",
     "/dead",
     "/dead/redrive",
@@ -16,8 +21,9 @@ const PATHS: [&str; 7] = [
     "/dead/0190a1f2-0000-7000-8000-000000000001",
 ];
 
-const NAMES: [&str; 11] = [
-    "key", "source", "since", "until", "id", "after", "order", "limit", "queue", "reason", "x",
+const NAMES: [&str; 12] = [
+    "key", "source", "since", "until", "id", "after", "order", "limit", "queue", "reason", "rate",
+    "x",
 ];
 
 fn query() -> impl Strategy<Value = String> {
@@ -30,6 +36,7 @@ fn query() -> impl Strategy<Value = String> {
                 "\\PC{0,30}",
                 Just("2026-01-31T12:00:00Z".to_owned()),
                 Just("0190a1f2-0000-7000-8000-000000000001".to_owned()),
+                Just("n1.billing.events".to_owned()),
             ],
         ),
         0..5,
@@ -50,9 +57,13 @@ fn no_query_string_yields_a_500() {
     let (served, _seed) = runtime.block_on(async {
         let seed = seeded().await.expect("a seeded store");
         let tokens = Tokens::single("alice", common::TOKEN).expect("a token");
-        let served = serve(Console::new(seed.store.clone()).tokens(tokens))
-            .await
-            .expect("served");
+        // A broker for the live page and the replay's plan (the live stream itself, which
+        // stays open, is tried in tests/live.rs).
+        let broker = mesh::MemoryBroker::new();
+        let console = Console::new(seed.store.clone())
+            .tokens(tokens)
+            .transport(std::sync::Arc::new(broker.transport()));
+        let served = serve(console).await.expect("served");
         (served, seed)
     });
     let client = common::client();

@@ -26,7 +26,7 @@ use crate::error::{Error, ErrorKind};
 use crate::options::{Backend, StoreOptions, STORE_URL_HINT};
 use crate::record::{
     CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterGroup, DeadLetterId,
-    DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, MAX_TREE_NODES,
+    DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, Flow, MAX_TREE_NODES,
 };
 
 use rows::{
@@ -501,28 +501,38 @@ impl Store {
         &self,
         query: &EventQuery,
     ) -> Result<Vec<(String, u64)>, Error> {
-        let rows: Vec<(String, String, i64)> = with_pool!(self, |pool, d| {
-            let mut qb = QueryBuilder::new("SELECT source, routing_key, count(*) FROM events");
-            sql::push_event_filters(&mut qb, d, query)?;
-            qb.push(" GROUP BY source, routing_key ORDER BY source");
-            qb.build_query_as()
-                .fetch_all(pool)
-                .await
-                .map_err(|e| Error::database("counting events by source", e))?
-        });
-        let pattern = query.pattern.as_deref();
         let mut counts: Vec<(String, u64)> = Vec::new();
-        for (source, key, n) in rows {
-            if !sql::key_passes(pattern, &key) {
-                continue;
-            }
-            let n = u64::try_from(n).unwrap_or(0);
+        for flow in self.event_flows(query).await? {
             match counts.last_mut() {
-                Some((last, total)) if *last == source => *total += n,
-                _ => counts.push((source, n)),
+                Some((last, total)) if *last == flow.source => *total += flow.events,
+                _ => counts.push((flow.source, flow.events)),
             }
         }
         Ok(counts)
+    }
+
+    /// How many events match `query`, per source and routing key: who emits what (the
+    /// console's system map), by source, then key.
+    pub async fn event_flows(&self, query: &EventQuery) -> Result<Vec<Flow>, Error> {
+        let rows: Vec<(String, String, i64)> = with_pool!(self, |pool, d| {
+            let mut qb = QueryBuilder::new("SELECT source, routing_key, count(*) FROM events");
+            sql::push_event_filters(&mut qb, d, query)?;
+            qb.push(" GROUP BY source, routing_key ORDER BY source, routing_key");
+            qb.build_query_as()
+                .fetch_all(pool)
+                .await
+                .map_err(|e| Error::database("counting events by source and key", e))?
+        });
+        let pattern = query.pattern.as_deref();
+        Ok(rows
+            .into_iter()
+            .filter(|(_, key, _)| sql::key_passes(pattern, key))
+            .map(|(source, key, n)| Flow {
+                source,
+                key,
+                events: u64::try_from(n).unwrap_or(0),
+            })
+            .collect())
     }
 
     /// Events that reused the id of a different stored event (see [`ConflictRecord`]),
