@@ -749,6 +749,7 @@ async fn an_older_store_is_upgraded(backend: Backend) -> anyhow::Result<()> {
     // Back to the first schema: no conflicts table, no publisher columns, and their
     // migrations not applied.
     let undo = [
+        "DROP TABLE event_rollups",
         "DROP TABLE event_conflicts",
         "ALTER TABLE events DROP COLUMN publisher",
         "ALTER TABLE dead_letters DROP COLUMN user_id",
@@ -923,6 +924,7 @@ async fn a_store_without_publishers_is_upgraded(backend: Backend) -> anyhow::Res
     }
     // Back to the schema of version 2: no publisher columns, their migration not applied.
     let undo = [
+        "DROP TABLE event_rollups",
         "ALTER TABLE events DROP COLUMN publisher",
         "ALTER TABLE event_conflicts DROP COLUMN publisher",
         "ALTER TABLE dead_letters DROP COLUMN user_id",

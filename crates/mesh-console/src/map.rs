@@ -92,14 +92,6 @@ fn window(p: &Params) -> Result<(Timestamp, Option<Timestamp>), Fail> {
     Ok((since, until))
 }
 
-fn window_query(since: Timestamp, until: Option<Timestamp>) -> EventQuery {
-    let query = EventQuery::new().since(since);
-    match until {
-        Some(until) => query.until(until),
-        None => query,
-    }
-}
-
 /// The bindings, or why they are not known (shown on the page).
 async fn bindings(c: &Console) -> (Vec<Binding>, Option<String>) {
     let Some(broker) = &c.broker else {
@@ -129,9 +121,9 @@ pub(crate) async fn map(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
     let (since, until) = window(&p)?;
     let flows = c
         .store
-        .event_flows(&window_query(since, until))
+        .rolled_up_flows(since, until)
         .await
-        .map_err(|e| unavailable("counting events by source and key", &e))?;
+        .map_err(|e| unavailable("reading the rollups", &e))?;
     let (bindings, note) = bindings(&c).await;
     let map = SystemMap::new(flows, &bindings);
     let since_text = since.to_string();
@@ -145,9 +137,10 @@ pub(crate) async fn map(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
         html! {
             h1 { "System map" }
             p.note {
-                "Who emitted which keys from " (since_text) " to "
+                "Who emitted which keys in the minutes from " (since_text) " to "
                 (until_text.as_deref().unwrap_or("now"))
-                " (the audit store), and which module queues receive them (their bindings). "
+                " (the audit store's rollups), and which module queues receive them (their \
+                 bindings). "
                 "Audit loggers, bound to every key, are left out."
             }
             @if let Some(note) = &note { p.error { (note) } }

@@ -248,14 +248,20 @@ pub(crate) async fn overview(State(c): Shared) -> Page {
         .checked_sub(Duration::from_secs(3600))
         .unwrap_or_else(Timestamp::now);
     let since_text = since.to_string();
-    let hour = EventQuery::new().since(since);
-    let by_key = store
-        .event_counts_by_key(&hour)
+    // From the rollups (events per minute, key and source), never a scan of the events.
+    let flows = store
+        .rolled_up_flows(since, None)
         .await
-        .map_err(|e| unavailable("counting events by key", &e))?;
+        .map_err(|e| unavailable("reading the rollups", &e))?;
+    let per_minute = store
+        .events_per_minute(since, None)
+        .await
+        .map_err(|e| unavailable("reading the rollups", &e))?;
     let mut prefixes: BTreeMap<String, u64> = BTreeMap::new();
-    for (key, n) in by_key {
-        *prefixes.entry(key_prefix(&key)).or_default() += n;
+    let mut sources: BTreeMap<String, u64> = BTreeMap::new();
+    for flow in flows {
+        *prefixes.entry(key_prefix(&flow.key)).or_default() += flow.events;
+        *sources.entry(flow.source).or_default() += flow.events;
     }
     let prefix_bars: Vec<(String, String, u64)> = prefixes
         .into_iter()
@@ -268,10 +274,7 @@ pub(crate) async fn overview(State(c): Shared) -> Page {
             (prefix, href, n)
         })
         .collect();
-    let source_bars: Vec<(String, String, u64)> = store
-        .event_counts_by_source(&hour)
-        .await
-        .map_err(|e| unavailable("counting events by source", &e))?
+    let source_bars: Vec<(String, String, u64)> = sources
         .into_iter()
         .map(|(source, n)| {
             let href = link(
@@ -300,6 +303,8 @@ pub(crate) async fn overview(State(c): Shared) -> Page {
                 tr { th { "Dead letters pending" } td.num { (counts.dead_letters_pending) } }
                 tr { th { "Id conflicts" } td.num { (counts.conflicts) } }
             }
+            h2 { "Events per minute, the last hour" }
+            @if per_minute.is_empty() { p.note { "None." } } @else { (svg::per_minute(&per_minute, since)) }
             h2 { "Events of the last hour, by key prefix" }
             @if prefix_bars.is_empty() { p.note { "None." } } @else { (svg::bars(&prefix_bars)) }
             h2 { "Events of the last hour, by source" }

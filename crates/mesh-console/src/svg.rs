@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 
 use maud::{html, Markup};
 use mesh_audit::{CausationNode, CausationTree};
+use mesh_core::Timestamp;
 
 use crate::map::SystemMap;
 use crate::params::link;
@@ -26,6 +27,34 @@ pub(crate) fn bars(rows: &[(String, String, u64)]) -> Markup {
                     text x=(LABEL + (WIDTH * n / max).max(1) + 6) y=(y + 15) { (n) }
                 }
             }
+        }
+    }
+}
+
+/// Events per minute over the hour from `since`: one column a minute (from the rollups),
+/// each a link to that minute's events, its height and title saying how many and at what
+/// rate.
+pub(crate) fn per_minute(minutes: &[(Timestamp, u64)], since: Timestamp) -> Markup {
+    const COLUMN: i64 = 12;
+    const HEIGHT: u64 = 120;
+    let max = minutes.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
+    let first = since.unix_seconds() / 60;
+    html! {
+        svg.chart.minutes xmlns="http://www.w3.org/2000/svg" width=(COLUMN * 61 + 60)
+            height=(HEIGHT + 20) role="img" {
+            text x="0" y="12" { (max) "/min" }
+            @for (minute, n) in minutes {
+                @let column = (minute.unix_seconds() / 60 - first).clamp(0, 60);
+                @let h = (HEIGHT * n / max).max(1);
+                @let until = Timestamp::from_unix_seconds(minute.unix_seconds() + 59).unwrap_or(*minute);
+                a href=(link("/events", [("since", minute.to_string().as_str()), ("until", until.to_string().as_str())])) {
+                    rect x=(60 + column * COLUMN) y=(HEIGHT + 4 - h) width=(COLUMN - 2) height=(h) {
+                        title { (minute) ": " (n) " events (" (format!("{:.1}", *n as f64 / 60.0)) "/s)" }
+                    }
+                }
+            }
+            text x="60" y=(HEIGHT + 18) { "−60 min" }
+            text x=(COLUMN * 61 + 20) y=(HEIGHT + 18) { "now" }
         }
     }
 }

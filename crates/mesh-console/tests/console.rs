@@ -35,6 +35,18 @@ async fn every_page_shows_the_seeded_data() -> anyhow::Result<()> {
         html.contains("<td class=\"num\">64</td>"),
         "64 events: {html}"
     );
+    // The per-minute chart (from the rollups) holds the 64 events of the last hour.
+    let chart = html
+        .split("<svg class=\"chart minutes\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</svg>").next())
+        .expect("the per-minute chart");
+    let per_minute: u64 = chart
+        .split("<title>")
+        .skip(1)
+        .filter_map(|t| t.split(": ").nth(1)?.split(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(per_minute, 64, "{chart}");
 
     let (status, html) = get(&format!("{base}/events")).await?;
     assert_eq!(status, 200);

@@ -9,11 +9,11 @@ mod hint;
 mod rows;
 mod sql;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
 use std::time::Duration;
 
-use mesh_core::{codec, DeadReason, EventId, WireMessage};
+use mesh_core::{codec, DeadReason, EventId, Timestamp, WireMessage};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
@@ -22,6 +22,7 @@ use sqlx::sqlite::{
 use sqlx::QueryBuilder;
 use tracing::{debug, info};
 
+use crate::convert::{time_from_text, time_to_text};
 use crate::error::{Error, ErrorKind};
 use crate::options::{Backend, StoreOptions, STORE_URL_HINT};
 use crate::record::{
@@ -344,6 +345,27 @@ impl Store {
                 }
             }
 
+            // Each inserted event into its minute's rollup, after the inserts: a transaction
+            // takes rollup rows only once it waits for no event row any more, and in one
+            // order (sorted), so two writers never wait for each other in a cycle.
+            let rollups = rollups(events, &inserted);
+            for chunk in rollups.chunks(ROWS_PER_STATEMENT) {
+                let mut qb = QueryBuilder::new(
+                    "INSERT INTO event_rollups (minute, routing_key, source, events) ",
+                );
+                qb.push_values(chunk, |mut b, ((minute, key, source), n)| {
+                    b.push_bind(minute.as_str()).push_unseparated(d.time);
+                    b.push_bind(key.as_str());
+                    b.push_bind(source.as_str());
+                    b.push_bind(*n);
+                });
+                qb.push(
+                    " ON CONFLICT (minute, routing_key, source) \
+                     DO UPDATE SET events = event_rollups.events + excluded.events",
+                );
+                qb.build().execute(&mut *tx).await?;
+            }
+
             for chunk in dead.chunks(ROWS_PER_STATEMENT) {
                 let mut qb = QueryBuilder::new(
                     "INSERT INTO dead_letters (id, event_id, routing_key, reason, attempts, \
@@ -496,6 +518,60 @@ impl Store {
             .collect())
     }
 
+    /// Events per source and routing key from the rollups (by source, then key): those of the
+    /// whole minutes from the one holding `since` to the one holding `until` (now when
+    /// `None`), by their `x-time`. Reads at most one row per minute, key and source, never
+    /// the events; [`Store::event_flows`] counts the events themselves, to the microsecond.
+    pub async fn rolled_up_flows(
+        &self,
+        since: Timestamp,
+        until: Option<Timestamp>,
+    ) -> Result<Vec<Flow>, Error> {
+        let rows: Vec<(String, String, i64)> = with_pool!(self, |pool, d| {
+            let mut qb = QueryBuilder::new(
+                "SELECT source, routing_key, CAST(sum(events) AS BIGINT) FROM event_rollups",
+            );
+            push_minutes(&mut qb, d, since, until)?;
+            qb.push(" GROUP BY source, routing_key ORDER BY source, routing_key");
+            qb.build_query_as()
+                .fetch_all(pool)
+                .await
+                .map_err(|e| Error::database("reading the rollups", e))?
+        });
+        Ok(rows
+            .into_iter()
+            .map(|(source, key, n)| Flow {
+                source,
+                key,
+                events: u64::try_from(n).unwrap_or(0),
+            })
+            .collect())
+    }
+
+    /// Events per minute from the rollups, oldest first: the minutes from the one holding
+    /// `since` to the one holding `until` (now when `None`) that hold any event.
+    pub async fn events_per_minute(
+        &self,
+        since: Timestamp,
+        until: Option<Timestamp>,
+    ) -> Result<Vec<(Timestamp, u64)>, Error> {
+        let rows: Vec<(String, i64)> = with_pool!(self, |pool, d| {
+            let mut qb = QueryBuilder::new(format!(
+                "SELECT {}, CAST(sum(events) AS BIGINT) FROM event_rollups",
+                d.minute
+            ));
+            push_minutes(&mut qb, d, since, until)?;
+            qb.push(" GROUP BY minute ORDER BY minute");
+            qb.build_query_as()
+                .fetch_all(pool)
+                .await
+                .map_err(|e| Error::database("reading the rollups", e))?
+        });
+        rows.into_iter()
+            .map(|(minute, n)| Ok((time_from_text(&minute)?, u64::try_from(n).unwrap_or(0))))
+            .collect()
+    }
+
     /// How many events match `query`, per source, by source.
     pub async fn event_counts_by_source(
         &self,
@@ -564,7 +640,8 @@ impl Store {
         let (events, dead_letters, pending, conflicts): (i64, i64, i64, i64) =
             with_pool!(self, |pool, _d| {
                 sqlx::query_as(
-                    "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM dead_letters), \
+                    "SELECT (SELECT CAST(coalesce(sum(events), 0) AS BIGINT) FROM event_rollups), \
+                     (SELECT count(*) FROM dead_letters), \
                      (SELECT count(*) FROM dead_letters WHERE redriven_at IS NULL), \
                      (SELECT count(*) FROM event_conflicts)",
                 )
@@ -916,4 +993,57 @@ impl<'q, R> Walk<'q, R> {
         }
         Ok(())
     }
+}
+
+/// What the inserted events add to the rollups: per (minute, key, source), sorted. An id the
+/// batch holds more than once counts once (its first row is the one inserted).
+fn rollups(
+    events: &[EventRow],
+    inserted: &HashSet<String>,
+) -> Vec<((String, String, String), i64)> {
+    let mut counted: HashSet<&str> = HashSet::new();
+    let mut rollups: BTreeMap<(String, String, String), i64> = BTreeMap::new();
+    for row in events {
+        if !inserted.contains(&row.id) || !counted.insert(row.id.as_str()) {
+            continue;
+        }
+        // The stored time form is fixed-width: its first 16 characters name the minute.
+        let Some(minute) = row.time.get(..16) else {
+            continue;
+        };
+        *rollups
+            .entry((
+                format!("{minute}:00.000000Z"),
+                row.routing_key.clone(),
+                row.source.clone(),
+            ))
+            .or_default() += 1;
+    }
+    rollups.into_iter().collect()
+}
+
+/// ` WHERE` the rollup's minute is from the one holding `since` to the one holding `until`.
+fn push_minutes<'a, DB>(
+    qb: &mut QueryBuilder<'a, DB>,
+    d: &Dialect,
+    since: Timestamp,
+    until: Option<Timestamp>,
+) -> Result<(), Error>
+where
+    DB: sqlx::Database,
+    String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    let minute_of = |time: Timestamp| -> Result<String, Error> {
+        let text = time_to_text(time)?;
+        Ok(format!("{}:00.000000Z", text.get(..16).unwrap_or(&text)))
+    };
+    qb.push(" WHERE minute >= ")
+        .push_bind(minute_of(since)?)
+        .push(d.time);
+    if let Some(until) = until {
+        qb.push(" AND minute <= ")
+            .push_bind(minute_of(until)?)
+            .push(d.time);
+    }
+    Ok(())
 }

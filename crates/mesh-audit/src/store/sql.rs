@@ -32,6 +32,8 @@ pub(crate) struct Dialect {
     pub(crate) id_text: &'static str,
     /// What tells stored events with one id apart: id, routing key, source, body as text.
     pub(crate) identity_columns: &'static str,
+    /// A rollup's minute as stored time text.
+    pub(crate) minute: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -48,6 +50,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
                        received_at, headers, body, publisher",
     id_text: "id",
     identity_columns: "id, routing_key, source, body",
+    minute: "minute",
 };
 
 /// `to_char` in the stored time format, in UTC whatever the session's time zone.
@@ -92,6 +95,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     id_text: "id::text",
     // `json` keeps the text as it came, so this is the body byte for byte.
     identity_columns: "id::text, routing_key, source, body::text",
+    minute: pg_time!("minute"),
 };
 
 /// What SQL can decide about a routing key from a topic pattern, always a superset of what
