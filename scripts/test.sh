@@ -5,7 +5,8 @@
 # 127.0.0.1:5432 (trust auth, database `test`) for the audit store's tests. Each is
 # installed (Debian packages) and started only if it is missing; a running one is used as
 # it is and never restarted. The tests of deploy/ need docker compose (or Debian's
-# docker-compose) and systemd-analyze, installed the same way.
+# docker-compose) and systemd-analyze, and the console's browser tests Chromium and
+# chromedriver, installed the same way.
 #
 # Extra arguments go to `cargo test` (e.g. `bash scripts/test.sh -p meshbus-amqp`).
 set -euo pipefail
@@ -70,6 +71,12 @@ if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev
   apt_install --no-install-recommends docker-compose
 fi
 command -v systemd-analyze >/dev/null 2>&1 || apt_install systemd
+
+# The console's browser tests (crates/mesh-console/tests/browser.rs) drive a headless
+# Chromium through chromedriver.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  apt_install chromium chromium-driver
+fi
 
 log "cargo test --workspace $*"
 cargo test --workspace "$@"

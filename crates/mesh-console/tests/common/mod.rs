@@ -1,5 +1,8 @@
-//! The console served on an ephemeral port over a seeded store, and an HTTP client.
+//! The console served on an ephemeral port over a seeded store, an HTTP client, and a
+//! headless browser ([`browser`]).
 #![allow(dead_code)]
+
+pub(crate) mod browser;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
