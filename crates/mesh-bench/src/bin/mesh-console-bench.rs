@@ -161,7 +161,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "events, wildcard `*.*.thing2.#` (no index)",
             format!("/events?{}", encode(&[("key", "*.*.thing2.#")])),
         ),
-        ("an event, with its causation tree", format!("/events/{}", probes.caused)),
+        (
+            "an event, with its causation tree",
+            format!("/events/{}", probes.caused),
+        ),
         ("dead letters, grouped", "/dead".to_owned()),
         (
             "dead letters, a group's list",
@@ -172,9 +175,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ),
         ("system map, last day", "/map".to_owned()),
     ];
-    println!(
-        "| page | median | p95 | slowest |\n|---|---:|---:|---:|"
-    );
+    println!("| page | median | p95 | slowest |\n|---|---:|---:|---:|");
     for (name, path) in pages {
         let url = format!("{base}{path}");
         let mut times = Vec::with_capacity(args.requests);
@@ -224,10 +225,8 @@ async fn seed(store: &Store, args: &Args) -> anyhow::Result<Probes> {
     let span = i128::from(args.hours.max(1)) * 3_600_000_000_000;
     let mut batch: Vec<WireMessage> = Vec::with_capacity(BATCH);
     let mut previous: Option<EventId> = None;
-    let mut probes = Probes {
-        id: EventId::new(),
-        caused: EventId::new(),
-    };
+    let mut id_probe = None;
+    let mut caused_probe = None;
     let mut dead_messages = Vec::new();
     for n in 0..args.events {
         let (key, source) = key(n);
@@ -241,10 +240,10 @@ async fn seed(store: &Store, args: &Args) -> anyhow::Result<Probes> {
         // Chains of three: every third event caused by the one before it.
         let cause = previous.filter(|_| n % 3 != 0);
         if n == args.events / 2 {
-            probes.id = id;
+            id_probe = Some(id);
         }
-        if n % 3 == 1 && n >= args.events / 2 && probes.caused == probes.id {
-            probes.caused = id;
+        if n % 3 == 1 && n >= args.events / 2 && caused_probe.is_none() {
+            caused_probe = Some(id);
         }
         let message = codec::encode(&Envelope {
             id,
@@ -257,7 +256,9 @@ async fn seed(store: &Store, args: &Args) -> anyhow::Result<Probes> {
             extra_headers: Headers::new(),
             body: Bytes::from(format!(r#"{{"n":{n},"note":"seeded"}}"#)),
         });
-        if (dead_messages.len() as u64) < args.dead && n % (args.events / args.dead.max(1)).max(1) == 0 {
+        if (dead_messages.len() as u64) < args.dead
+            && n % (args.events / args.dead.max(1)).max(1) == 0
+        {
             dead_messages.push(message.clone());
         }
         previous = Some(id);
@@ -270,7 +271,11 @@ async fn seed(store: &Store, args: &Args) -> anyhow::Result<Probes> {
     if !batch.is_empty() {
         store.record_events(&batch).await?;
     }
-    let reasons = [DeadReason::Permanent, DeadReason::MaxAttempts, DeadReason::Malformed];
+    let reasons = [
+        DeadReason::Permanent,
+        DeadReason::MaxAttempts,
+        DeadReason::Undecodable,
+    ];
     for chunk in dead_messages.chunks(BATCH) {
         let dead: Vec<WireMessage> = chunk
             .iter()
@@ -292,5 +297,8 @@ async fn seed(store: &Store, args: &Args) -> anyhow::Result<Probes> {
             .collect();
         store.record_dead_letters(&dead).await?;
     }
-    Ok(probes)
+    Ok(Probes {
+        id: id_probe.context("--events must be at least 3")?,
+        caused: caused_probe.context("--events must be at least 3")?,
+    })
 }
