@@ -306,13 +306,13 @@ pub(crate) async fn overview(State(c): Shared) -> Page {
             h2 { "Events per minute, the last hour" }
             @if per_minute.is_empty() { p.note { "None." } } @else { (svg::per_minute(&per_minute, since)) }
             h2 { "Events of the last hour, by key prefix" }
-            @if prefix_bars.is_empty() { p.note { "None." } } @else { (svg::bars(&prefix_bars)) }
+            @if prefix_bars.is_empty() { p.note { "None." } } @else { (svg::bars("prefixes", &prefix_bars)) }
             h2 { "Events of the last hour, by source" }
-            @if source_bars.is_empty() { p.note { "None." } } @else { (svg::bars(&source_bars)) }
+            @if source_bars.is_empty() { p.note { "None." } } @else { (svg::bars("sources", &source_bars)) }
             (broker)
             h2 { "Dead letters pending, by queue" }
             @if pending.is_empty() { p.note { "None." } } @else {
-                table {
+                table.pending {
                     tr { th { "Queue" } th { "Pending" } }
                     @for (queue, n) in &pending {
                         tr {

@@ -9,15 +9,15 @@ use mesh_core::Timestamp;
 use crate::map::SystemMap;
 use crate::params::link;
 
-/// A horizontal bar chart: one bar a row, each a link.
-pub(crate) fn bars(rows: &[(String, String, u64)]) -> Markup {
+/// A horizontal bar chart of class `chart <class>`: one bar a row, each a link.
+pub(crate) fn bars(class: &str, rows: &[(String, String, u64)]) -> Markup {
     const ROW: u64 = 22;
     const LABEL: u64 = 260;
     const WIDTH: u64 = 420;
     let max = rows.iter().map(|(_, _, n)| *n).max().unwrap_or(0).max(1);
     let height = ROW * rows.len() as u64 + 4;
     html! {
-        svg.chart xmlns="http://www.w3.org/2000/svg" width=(LABEL + WIDTH + 80) height=(height)
+        svg class=(format!("chart {class}")) xmlns="http://www.w3.org/2000/svg" width=(LABEL + WIDTH + 80) height=(height)
             role="img" {
             @for (i, (label, href, n)) in rows.iter().enumerate() {
                 @let y = ROW * i as u64;

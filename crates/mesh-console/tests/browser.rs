@@ -1,7 +1,8 @@
 //! The console in a real browser (headless Chromium over WebDriver): every page shows the
 //! seeded store's data as an operator sees it, a search typed into the form finds exactly the
-//! matching events, and a re-drive clicked through its confirmation reaches a consumer on a
-//! real broker. Each test saves screenshots of its pages into `docs/console/`.
+//! matching events, a re-drive clicked through its confirmation reaches a consumer on a real
+//! broker, a new event appears on the live page, and the system map draws a three-module
+//! system. Each test saves screenshots of its pages into `docs/console/`.
 //!
 //! Chromium and chromedriver must be installed (`bash scripts/test.sh` installs them); each
 //! test starts its own ([`Browser::start`]).
@@ -14,7 +15,9 @@ use std::time::Duration;
 
 use common::browser::{Browser, WAIT};
 use common::{dead, event, seeded, serve, Seeded, TOKEN};
-use mesh::Bus;
+use mesh::amqp::management::{ManagementClient, ManagementOptions};
+use mesh::amqp::AmqpOptions;
+use mesh::{Bus, Outgoing};
 use mesh_audit::{DeadLetterQuery, Store, StoreOptions};
 use mesh_console::{Console, Tokens};
 use mesh_core::{topic_matches, DeadReason, EventId};
@@ -40,9 +43,9 @@ fn counted(seed: &Seeded, label: impl Fn(&str, &str) -> String) -> BTreeMap<Stri
         .collect()
 }
 
-/// A bar chart's bars as `(label, count)`: the `nth` chart of the page (from 1).
-async fn bars(browser: &Browser, nth: usize) -> anyhow::Result<BTreeMap<String, String>> {
-    let chart = format!("svg.chart:nth-of-type({nth})");
+/// A bar chart's bars as `(label, count)`: the chart of class `class`.
+async fn bars(browser: &Browser, class: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let chart = format!("svg.chart.{class}");
     let labels = browser.texts(&format!("{chart} text.label")).await?;
     let counts = browser.texts(&format!("{chart} text:not(.label)")).await?;
     anyhow::ensure!(
@@ -75,12 +78,19 @@ async fn the_overview_charts_the_seeded_prefixes_and_sources() -> anyhow::Result
     let by_source = counted(&seed, |_, source| source.to_owned());
     assert_eq!(by_prefix.len(), 3, "{by_prefix:?}");
     assert_eq!(
-        bars(&browser, 1).await?,
+        bars(&browser, "prefixes").await?,
         by_prefix,
         "the chart by key prefix"
     );
-    assert_eq!(bars(&browser, 2).await?, by_source, "the chart by source");
-    let pending = browser.texts("main table:last-of-type td").await?;
+    assert_eq!(
+        bars(&browser, "sources").await?,
+        by_source,
+        "the chart by source"
+    );
+    // The per-minute chart (from the rollups) has a column for each minute with events.
+    let columns = browser.find_all("svg.chart.minutes rect").await?;
+    assert!(!columns.is_empty(), "a column a minute");
+    let pending = browser.texts("table.pending td").await?;
     assert_eq!(
         pending,
         ["n1.billing.events", "3", "n1.mailer.events", "2"],
@@ -90,7 +100,7 @@ async fn the_overview_charts_the_seeded_prefixes_and_sources() -> anyhow::Result
 
     // A bar links to its events.
     browser
-        .click("svg.chart:nth-of-type(1) a:first-of-type rect")
+        .click("svg.chart.prefixes a:first-of-type rect")
         .await?;
     browser
         .wait_for_url("the events of the bar", WAIT, |url| url.contains("key="))
@@ -426,4 +436,181 @@ async fn a_redrive_clicked_through_its_confirmation_reaches_the_consumer() -> an
     assert_eq!(*handled.lock().expect("lock"), vec![id]);
     billing.close().await;
     Ok(())
+}
+
+/// A module on `n1` of the broker at `url` whose handler does nothing.
+async fn consumer(url: &str, name: &str, patterns: &[&str]) -> anyhow::Result<Bus> {
+    Ok(Bus::builder()
+        .node("n1")
+        .module(name)
+        .on_raw(patterns.to_vec(), |_| async { Ok(()) })
+        .start(transport(url).await?)
+        .await?)
+}
+
+#[tokio::test]
+async fn a_new_event_appears_on_the_live_page() -> anyhow::Result<()> {
+    let vhost = TestVhost::create("console-live-browser").await?;
+    let url = vhost.url();
+    let temp = TempStore::sqlite();
+    let store = Store::open(temp.url().parse::<StoreOptions>()?).await?;
+    let served = serve(Console::new(store).transport(transport(&url).await?)).await?;
+    let shop = mesh_testkit::sdk::emitter(&url, "n1", "shop").await?;
+    let billing = mesh_testkit::sdk::emitter(&url, "n1", "billing").await?;
+    let browser = Browser::start().await?;
+    browser
+        .open(&format!("{}/live?key=module.shop.%23", served.base))
+        .await?;
+    browser.wait_for_text("#status", "listening", WAIT).await?;
+
+    // Billing's event does not match the page's pattern; shop's does.
+    billing
+        .emit_outgoing(Outgoing::json(
+            "invoice.paid",
+            &serde_json::json!({"n": 1}),
+        )?)
+        .await?;
+    let emitted = std::time::Instant::now();
+    let id = shop
+        .emit_outgoing(Outgoing::json(
+            "order.placed",
+            &serde_json::json!({"note": "<script>alert(1)</script>"}),
+        )?)
+        .await?;
+    browser
+        .wait_for_text("#rows tr.event a", &id.to_string(), Duration::from_secs(6))
+        .await?;
+    let delay = emitted.elapsed();
+    eprintln!("the live page showed the event {delay:?} after its emit was called");
+    let rows = browser.find_all("#rows tr").await?;
+    assert_eq!(rows.len(), 1, "only shop's event");
+    let cells = browser.texts("#rows tr.event td").await?;
+    assert_eq!(cells[1], "module.shop.order.placed", "{cells:?}");
+    assert_eq!(cells[2], "shop", "{cells:?}");
+    // The body is shown as text: its markup is not a script on the page.
+    assert!(cells[5].contains("<script>alert(1)</script>"), "{cells:?}");
+    assert!(browser.find_all("#rows script").await?.is_empty());
+    assert_eq!(browser.text("#seen").await?, "1");
+    browser.screenshot("live").await?;
+
+    // A row links to its event's page.
+    assert_eq!(
+        browser.attrs("#rows tr.event a", "href").await?,
+        [format!("/events/{id}")]
+    );
+    shop.close().await;
+    billing.close().await;
+    browser.close().await
+}
+
+#[tokio::test]
+async fn the_system_map_draws_a_three_module_system() -> anyhow::Result<()> {
+    let vhost = TestVhost::create("console-map-browser").await?;
+    let url = vhost.url();
+    let temp = TempStore::sqlite();
+    let store = Store::open(temp.url().parse::<StoreOptions>()?).await?;
+    // shop emits orders, billing invoices; billing reads orders, mailer reads invoices.
+    let mut messages = Vec::new();
+    let mut shop_events = HashSet::new();
+    for n in 0..3 {
+        let (id, message) = event(
+            "module.shop.order.placed",
+            "shop",
+            common::at(300 - n),
+            None,
+            b"{}",
+        );
+        shop_events.insert(id.to_string());
+        messages.push(message);
+    }
+    for n in 0..2 {
+        let (_, message) = event(
+            "module.billing.invoice.paid",
+            "billing",
+            common::at(200 - n),
+            None,
+            b"{}",
+        );
+        messages.push(message);
+    }
+    store.record_events(&messages).await?;
+    let billing = consumer(&url, "billing", &["module.shop.order.placed"]).await?;
+    let mailer = consumer(&url, "mailer", &["module.billing.#"]).await?;
+    let management = ManagementOptions::from_amqp(&url.parse::<AmqpOptions>()?)
+        .expect("an address to derive the API from");
+    let served = serve(
+        Console::new(store)
+            .transport(transport(&url).await?)
+            .tokens(tokens())
+            .management(ManagementClient::new(&management)?, vhost.name()),
+    )
+    .await?;
+    let browser = Browser::start().await?;
+    browser.open(&format!("{}/map", served.base)).await?;
+    assert_eq!(browser.text("h1").await?, "System map");
+
+    let from = browser.attrs("svg.map path.edge", "data-from").await?;
+    let to = browser.attrs("svg.map path.edge", "data-to").await?;
+    let edges: HashSet<(String, String)> = from.into_iter().zip(to).collect();
+    let expected: HashSet<(String, String)> = [
+        ("shop", "module.shop.order.placed"),
+        ("billing", "module.billing.invoice.paid"),
+        ("module.shop.order.placed", "n1.billing.events"),
+        ("module.billing.invoice.paid", "n1.mailer.events"),
+    ]
+    .into_iter()
+    .map(|(a, b)| (a.to_owned(), b.to_owned()))
+    .collect();
+    assert_eq!(edges, expected, "the edges of the three modules");
+    let mut queues = browser.texts("svg.map rect.queue + text").await?;
+    queues.sort();
+    assert_eq!(queues, ["n1.billing.events", "n1.mailer.events"]);
+    browser.screenshot("map").await?;
+
+    // An emitter's node links to its events.
+    browser
+        .click("svg.map a[href*='source=shop'] rect.emitter")
+        .await?;
+    browser
+        .wait_for_url("shop's events", WAIT, |url| url.contains("source=shop"))
+        .await?;
+    let shown: HashSet<String> = listed_events(&browser).await?.into_iter().collect();
+    assert_eq!(shown, shop_events);
+
+    // A receiving queue's node opens its page, which offers a replay.
+    browser.open(&format!("{}/map", served.base)).await?;
+    browser
+        .click("svg.map a[href='/modules/n1.billing.events'] rect")
+        .await?;
+    browser
+        .wait_for_text("h1", "Module queue n1.billing.events", WAIT)
+        .await?;
+    assert_eq!(
+        browser.texts("ul.bindings li").await?,
+        ["module.shop.order.placed"]
+    );
+    assert!(!browser.find_all("form[action='/replay']").await?.is_empty());
+    browser.screenshot("module").await?;
+
+    // The overview lists both module queues with their consumer (the API's figures lag).
+    let overview = format!("{}/", served.base);
+    let b = &browser;
+    eventually(DELIVERY, "the overview shows both queues' consumer", || {
+        let overview = overview.clone();
+        async move {
+            b.open(&overview).await.ok()?;
+            let cells = b.texts("table.queues td").await.ok()?;
+            // Queue, messages, unacked, consumers, retrying, pending, flag: one consumer each.
+            let consumers: Vec<String> = cells
+                .chunks(7)
+                .map(|row| row.get(3).cloned().unwrap_or_default())
+                .collect();
+            (consumers == ["1", "1"]).then_some(())
+        }
+    })
+    .await;
+    browser.screenshot("overview-queues").await?;
+    billing.close().await;
+    mailer.close().await;
+    browser.close().await
 }
