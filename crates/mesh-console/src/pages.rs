@@ -579,7 +579,11 @@ pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                     }
                 }
                 @if c.actions() && !list.is_empty() {
-                    p { button type="submit" { "Re-drive the selected…" } }
+                    p {
+                        button type="submit" { "Re-drive the selected…" }
+                        " "
+                        button type="submit" formaction="/dead/purge" { "Purge the selected…" }
+                    }
                 }
             }
         },
@@ -868,23 +872,68 @@ pub(crate) async fn redrive(State(c): Shared, headers: HeaderMap, body: Bytes) -
     )
 }
 
+/// Which dead letters a purge names: ids (one or more, at most [`MAX_SELECTION`]), or a
+/// group; with the pairs that name them again in the confirmation's form.
+enum Purge {
+    Ids(Vec<DeadLetterId>),
+    Group(DeadLetterQuery),
+}
+
+fn purge_which(p: &Params) -> Result<(Purge, Pairs), Fail> {
+    let ids = p.all("id");
+    if ids.is_empty() {
+        let (query, pairs) = group(p)?;
+        return Ok((Purge::Group(query), pairs));
+    }
+    if ids.len() > MAX_SELECTION {
+        return Err(bad(format!(
+            "at most {MAX_SELECTION} dead letters at once: purge their group instead"
+        )));
+    }
+    let ids = ids
+        .into_iter()
+        .map(dead_id)
+        .collect::<Result<Vec<_>, _>>()?;
+    let pairs = ids
+        .iter()
+        .map(|id| ("id".to_owned(), id.to_string()))
+        .collect();
+    Ok((Purge::Ids(ids), pairs))
+}
+
 pub(crate) async fn purge_confirm(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
     if let Some(refused) = actions_refused(&c) {
         return Err(refused);
     }
     let p = Params::parse(raw.as_deref());
-    let (query, pairs) = group(&p)?;
-    let n = c
-        .store
-        .count_dead_letters(&query)
-        .await
-        .map_err(|e| unavailable("counting dead letters", &e))?;
-    let what: Vec<String> = pairs.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let (which, pairs) = purge_which(&p)?;
+    let (n, what) = match &which {
+        Purge::Group(query) => {
+            let what: Vec<String> = pairs.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let n = c
+                .store
+                .count_dead_letters(query)
+                .await
+                .map_err(|e| unavailable("counting dead letters", &e))?;
+            (n, format!("the dead letters of {}", what.join(", ")))
+        }
+        Purge::Ids(ids) => {
+            let n = c
+                .store
+                .count_dead_letter_ids(ids)
+                .await
+                .map_err(|e| unavailable("counting dead letters", &e))?;
+            if n == 0 {
+                return Err(missing("none of the selected dead letters is recorded"));
+            }
+            (n, format!("the {} selected dead letter(s)", ids.len()))
+        }
+    };
     page(
         "Purge",
         html! {
             h1 { "Purge " (n) " dead letter(s)?" }
-            p { "Deletes the store's records of the dead letters of " (what.join(", "))
+            p { "Deletes the store's records of " (what)
                 " (re-driven or not). No queue on the broker is touched." }
             @if n > 0 { (confirm_form("/dead/purge", &pairs, "Purge")) }
         },
@@ -894,12 +943,12 @@ pub(crate) async fn purge_confirm(State(c): Shared, RawQuery(raw): RawQuery) -> 
 pub(crate) async fn purge(State(c): Shared, headers: HeaderMap, body: Bytes) -> Page {
     let form = Params::from_bytes(&body);
     let who = guard(&c, "purge", &headers, &form)?;
-    let (query, pairs) = group(&form)?;
-    let purged = c
-        .store
-        .purge_dead_letters(&query)
-        .await
-        .map_err(|e| unavailable("purging dead letters", &e))?;
+    let (which, pairs) = purge_which(&form)?;
+    let purged = match &which {
+        Purge::Group(query) => c.store.purge_dead_letters(query).await,
+        Purge::Ids(ids) => c.store.purge_dead_letter_ids(ids).await,
+    }
+    .map_err(|e| unavailable("purging dead letters", &e))?;
     let target: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
     info!(who = %who, action = "purge", target = %target.join(" "), purged, "console action");
     page(

@@ -412,3 +412,63 @@ async fn a_read_only_console_offers_and_accepts_no_action() -> anyhow::Result<()
     assert!(html.contains("no token is configured"), "{html}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_selection_of_dead_letters_is_purged_and_nothing_else() -> anyhow::Result<()> {
+    let seed = seeded().await?;
+    let served = serve(Console::new(seed.store.clone()).tokens(tokens())).await?;
+    let base = &served.base;
+    let billing = seed
+        .store
+        .dead_letters(&DeadLetterQuery::new().queue("n1.billing.events"))
+        .await?;
+    assert_eq!(billing.len(), 3);
+    let chosen: Vec<String> = billing[..2].iter().map(|d| d.id.to_string()).collect();
+
+    // The group's list offers the selection's purge.
+    let (status, html) = get(&format!("{base}/dead?queue=n1.billing.events")).await?;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains(r#"formaction="/dead/purge""#), "{html}");
+
+    let query: String = chosen
+        .iter()
+        .map(|id| format!("id={id}"))
+        .collect::<Vec<_>>()
+        .join("&");
+    let (status, html) = get(&format!("{base}/dead/purge?{query}")).await?;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("Purge 2 dead letter(s)?"), "{html}");
+    assert!(html.contains("the 2 selected dead letter(s)"), "{html}");
+
+    let mut form: Vec<(&str, &str)> = chosen.iter().map(|id| ("id", id.as_str())).collect();
+    let (status, html) = post(
+        &format!("{base}/dead/purge"),
+        &form,
+        &[("origin", base.as_str())],
+    )
+    .await?;
+    assert_eq!(status, 403, "no token: {html}");
+    assert_eq!(seed.store.counts().await?.dead_letters, 5, "nothing purged");
+
+    form.push(("token", TOKEN));
+    let (status, html) = post(
+        &format!("{base}/dead/purge"),
+        &form,
+        &[("origin", base.as_str())],
+    )
+    .await?;
+    assert_eq!(status, 200, "{html}");
+    assert!(
+        html.contains(r#"Purged: <span class="purged">2</span>"#),
+        "{html}"
+    );
+    let left = seed.store.dead_letters(&DeadLetterQuery::new()).await?;
+    assert_eq!(left.len(), 3, "the other three stay");
+    assert!(left.iter().all(|d| !chosen.contains(&d.id.to_string())));
+
+    // Ids no longer (or never) recorded: a clear 404, nothing purged.
+    let (status, html) = get(&format!("{base}/dead/purge?{query}")).await?;
+    assert_eq!(status, 404, "{html}");
+    assert!(html.contains("none of the selected dead letters is recorded"));
+    Ok(())
+}

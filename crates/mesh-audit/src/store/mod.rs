@@ -846,6 +846,41 @@ impl Store {
         Ok(deleted)
     }
 
+    /// Deletes the dead letters of `ids` (those recorded; unknown ids are skipped). Returns how
+    /// many were deleted.
+    pub async fn purge_dead_letter_ids(&self, ids: &[DeadLetterId]) -> Result<u64, Error> {
+        let mut deleted = 0;
+        for chunk in ids.chunks(IDS_PER_STATEMENT) {
+            deleted += with_pool!(self, |pool, d| {
+                let mut qb = QueryBuilder::new("DELETE FROM dead_letters WHERE id IN (");
+                push_id_list(&mut qb, d, chunk);
+                qb.build()
+                    .execute(pool)
+                    .await
+                    .map_err(|e| Error::database("purging dead letters", e))?
+                    .rows_affected()
+            });
+        }
+        Ok(deleted)
+    }
+
+    /// How many of `ids` are recorded dead letters.
+    pub async fn count_dead_letter_ids(&self, ids: &[DeadLetterId]) -> Result<u64, Error> {
+        let mut found = 0;
+        for chunk in ids.chunks(IDS_PER_STATEMENT) {
+            let n: i64 = with_pool!(self, |pool, d| {
+                let mut qb = QueryBuilder::new("SELECT count(*) FROM dead_letters WHERE id IN (");
+                push_id_list(&mut qb, d, chunk);
+                qb.build_query_scalar()
+                    .fetch_one(pool)
+                    .await
+                    .map_err(|e| Error::database("counting dead letters", e))?
+            });
+            found += u64::try_from(n).unwrap_or(0);
+        }
+        Ok(found)
+    }
+
     /// A dead letter with the properties re-drive needs.
     pub(crate) async fn dead_letter_full(
         &self,
@@ -1046,4 +1081,18 @@ where
             .push(d.time);
     }
     Ok(())
+}
+
+/// `id, id, …)`: the ids bound, each cast as the dialect's id (the list's `(` is the
+/// caller's).
+fn push_id_list<'a, DB>(qb: &mut QueryBuilder<'a, DB>, d: &Dialect, ids: &[DeadLetterId])
+where
+    DB: sqlx::Database,
+    String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    let mut list = qb.separated(", ");
+    for id in ids {
+        list.push_bind(id.to_string()).push_unseparated(d.uuid);
+    }
+    qb.push(")");
 }
