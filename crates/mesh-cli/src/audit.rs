@@ -213,6 +213,7 @@ pub(crate) async fn run_logger(global: &Global, args: &AuditRunArgs) -> anyhow::
             store.redacted_url()
         ),
     ));
+    let console_store = store.clone();
     let service = AuditService::new(amqp, store, audit).management(management);
     let telemetry = match args.metrics.metrics_addr {
         Some(addr) => Some(serve_logger_metrics(addr, &service).await?),
@@ -222,14 +223,50 @@ pub(crate) async fn run_logger(global: &Global, args: &AuditRunArgs) -> anyhow::
     // Registered before the service starts, so a SIGTERM from then on is never missed (the
     // default action would kill the process mid-batch).
     let signals = tokio::spawn(cancel_on_signal(Signals::register()?, shutdown.clone()));
+    let console = match args.console_addr {
+        Some(addr) => Some(serve_console(global, addr, console_store, shutdown.clone()).await?),
+        None => None,
+    };
     let outcome = service.run(shutdown.clone()).await;
+    // The logger stopped (a signal, or a failure): the console goes with it.
+    shutdown.cancel();
     signals.abort();
     if let Some(telemetry) = telemetry {
         telemetry.shutdown();
     }
+    if let Some(console) = console {
+        console.await.context("the console task")??;
+    }
     let stats = outcome.context("the audit logger failed")?;
     tracing::info!(?stats, "mesh-audit stopped");
     Ok(Code::Ok)
+}
+
+/// Serves the console on `addr` over the logger's store (its own pool) until `shutdown`,
+/// as `mesh console` does; actions need `MESH_CONSOLE_TOKEN`. The task closes what it opened.
+async fn serve_console(
+    global: &Global,
+    addr: SocketAddr,
+    store: StoreOptions,
+    shutdown: CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    let tokens = crate::console::env_tokens()?;
+    let listener = crate::console::listen(addr).await?;
+    let bound = listener.local_addr()?;
+    let store = Store::open(store).await.coded(Code::Error, || {
+        "cannot open the audit store for the console".to_owned()
+    })?;
+    let (console, transport) =
+        crate::console::build(global, store.clone(), tokens, false, &[]).await?;
+    output::note(format!("console on http://{bound}/"));
+    Ok(tokio::spawn(async move {
+        let outcome = mesh_console::serve(listener, console, shutdown).await;
+        if let Some(transport) = transport {
+            transport.close().await;
+        }
+        store.close().await;
+        outcome.context("the console failed")
+    }))
 }
 
 /// Serves `/metrics`, `/livez` and `/readyz` on `addr`, readiness following `service`, and

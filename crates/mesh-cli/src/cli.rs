@@ -751,6 +751,10 @@ pub(crate) struct AuditRunArgs {
     pub(crate) user_prefix: Option<String>,
     #[command(flatten)]
     pub(crate) metrics: MetricsArg,
+    /// Also serve the operator's console (as `mesh console`) on this address, over the
+    /// logger's store; actions need MESH_CONSOLE_TOKEN [default: no console]
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) console_addr: Option<std::net::SocketAddr>,
 }
 
 /// The `mesh-audit` binary: `mesh audit run` as a program of its own, with the same global

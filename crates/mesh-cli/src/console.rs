@@ -2,7 +2,12 @@
 //! the broker of the global settings (re-drive, replay, the live tail) and its management API
 //! (queues, bindings).
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
 use anyhow::Context as _;
+use mesh::raw::Transport;
+use mesh_audit::Store;
 use mesh_console::{Console, Tokens};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -18,7 +23,11 @@ const TOKEN_VAR: &str = "MESH_CONSOLE_TOKEN";
 /// The tokens: `--token-file`, else `MESH_CONSOLE_TOKEN`, else none (no action offered).
 /// Errors never show a token.
 fn tokens(args: &ConsoleArgs) -> anyhow::Result<Tokens> {
-    if let Some(path) = &args.token_file {
+    tokens_from(args.token_file.as_deref())
+}
+
+fn tokens_from(file: Option<&std::path::Path>) -> anyhow::Result<Tokens> {
+    if let Some(path) = file {
         let text = config::read_settings_file(path).coded(Code::Usage, || {
             format!("cannot read --token-file {}", path.display())
         })?;
@@ -32,18 +41,20 @@ fn tokens(args: &ConsoleArgs) -> anyhow::Result<Tokens> {
     }
 }
 
-pub(crate) async fn run(global: &Global, args: &ConsoleArgs) -> anyhow::Result<Code> {
-    let tokens = tokens(args)?;
-    let store = audit::open(global, &args.store).await?;
-    audit::install_logging();
-    let listener = TcpListener::bind(args.addr)
-        .await
-        .coded(Code::Error, || format!("cannot listen on {}", args.addr))?;
-    let addr = listener.local_addr()?;
-    let mut console = Console::new(store.clone())
+/// A console over `store` with the broker and management API of the global settings (each
+/// optional: a part that lacks one says so), noting on stderr what is not offered. Returns
+/// the transport to close when the console stops.
+pub(crate) async fn build(
+    global: &Global,
+    store: Store,
+    tokens: Tokens,
+    read_only: bool,
+    origins: &[String],
+) -> anyhow::Result<(Console, Option<Arc<dyn Transport>>)> {
+    let mut console = Console::new(store)
         .tokens(tokens.clone())
-        .read_only(args.read_only);
-    for origin in &args.origin {
+        .read_only(read_only);
+    for origin in origins {
         console = console.allow_origin(origin.clone());
     }
     // The broker: re-drives, replays and the live tail go through it. A console that
@@ -71,7 +82,7 @@ pub(crate) async fn run(global: &Global, args: &ConsoleArgs) -> anyhow::Result<C
             ),
         )),
     }
-    if args.read_only {
+    if read_only {
         output::note(paint(DIM, "read-only: no action is offered"));
     } else if tokens.is_empty() {
         output::note(paint(
@@ -79,12 +90,39 @@ pub(crate) async fn run(global: &Global, args: &ConsoleArgs) -> anyhow::Result<C
             format!("no token (--token-file or {TOKEN_VAR}): no action is offered"),
         ));
     }
-    if !addr.ip().is_loopback() {
+    Ok((console, transport))
+}
+
+/// Binds the console's address, warning when it is not loopback.
+pub(crate) async fn listen(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .coded(Code::Error, || format!("cannot listen on {addr}"))?;
+    let bound = listener.local_addr()?;
+    if !bound.ip().is_loopback() {
         output::note(paint(
             WARN,
-            format!("listening on {addr}, beyond this machine: anyone who reaches it can read the store"),
+            format!(
+                "console on {bound}, beyond this machine: anyone who reaches it can read the store"
+            ),
         ));
     }
+    Ok(listener)
+}
+
+/// The console's tokens for `mesh-audit run --console-addr`: `MESH_CONSOLE_TOKEN`, else none.
+pub(crate) fn env_tokens() -> anyhow::Result<Tokens> {
+    tokens_from(None)
+}
+
+pub(crate) async fn run(global: &Global, args: &ConsoleArgs) -> anyhow::Result<Code> {
+    let tokens = tokens(args)?;
+    let store = audit::open(global, &args.store).await?;
+    audit::install_logging();
+    let listener = listen(args.addr).await?;
+    let addr = listener.local_addr()?;
+    let (console, transport) =
+        build(global, store.clone(), tokens, args.read_only, &args.origin).await?;
     output::note(format!(
         "console on http://{addr}/ over {} (Ctrl-C stops)",
         store.options().redacted_url()

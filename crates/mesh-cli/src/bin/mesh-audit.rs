@@ -3,7 +3,7 @@
 //! ```text
 //! mesh-audit run [--store URL] [--batch-size N] [--batch-wait 50ms] [--prefetch N]
 //!                [--delivery-limit N] [--enforce-identity [--user-prefix P]]
-//!                [--metrics-addr ADDR]
+//!                [--metrics-addr ADDR] [--console-addr ADDR]
 //! ```
 //!
 //! It is `mesh audit run` under another name: the same options (every global one of `mesh`:
@@ -13,7 +13,9 @@
 //! `~/.local/share/mesh/audit.db`, which `mesh audit query` and `mesh dead list` read) and
 //! the same exit codes (0 after a graceful shutdown on SIGTERM or Ctrl-C, 2 on a usage
 //! error: an unknown option, a number or duration outside its bounds, an invalid URL, node
-//! name or store, a bad config file). See the `mesh` binary's docs and the README.
+//! name or store, a bad config file). `--console-addr` serves the operator's console (as
+//! `mesh console`, actions with `MESH_CONSOLE_TOKEN`) over the logger's store, and stops with
+//! the logger. See the `mesh` binary's docs and the README.
 
 use std::process::ExitCode;
 

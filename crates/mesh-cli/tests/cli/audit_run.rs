@@ -262,3 +262,76 @@ async fn a_store_that_cannot_be_opened_says_what_to_do() {
         );
     }
 }
+
+/// `mesh-audit run --console-addr`: the console is served beside the logger, over its store,
+/// shows the events the logger records, and stops with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_logger_serves_the_console_over_its_store() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let vhost = vhost("cli-audit-console").await;
+    let url = vhost.url();
+    let dir = TempDir::new("mesh-audit-console").expect("a temp dir");
+    let store = format!("sqlite://{}", dir.path().join("audit.db").display());
+    let mut child = program("mesh-audit", &url)
+        .args(["run", "--store", &store, "--console-addr", "127.0.0.1:0"])
+        .spawn()
+        .expect("mesh-audit starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
+    let mut seen = Vec::new();
+    let addr: std::net::SocketAddr = tokio::time::timeout(WAIT, async {
+        while let Some(line) = lines.next_line().await.expect("stderr readable") {
+            seen.push(line.clone());
+            if let Some(rest) = line.split("console on http://").nth(1) {
+                return rest.split('/').next().and_then(|a| a.parse().ok());
+            }
+        }
+        None
+    })
+    .await
+    .expect("the console says where it listens in time")
+    .unwrap_or_else(|| panic!("no console address on stderr: {seen:?}"));
+    let drained = tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.push(line);
+        }
+        seen
+    });
+    let events = format!("{NODE}.audit-logger.events");
+    eventually(WAIT, "the audit logger consuming", || async {
+        let queues = vhost.list_queues().await.ok()?;
+        queues
+            .iter()
+            .any(|q| q.name == events && q.consumers == 1)
+            .then_some(())
+    })
+    .await;
+
+    let id = emit(&url, r#"{"site": "console"}"#).await;
+    let page = format!("/events/{id}");
+    let html = eventually(WAIT, "the console shows the recorded event", || async {
+        let (status, html) = mesh_testkit::http::must_get(addr, &page).await;
+        (status == 200).then_some(html)
+    })
+    .await;
+    assert!(html.contains("module.umami.site.created"), "{html}");
+    let (status, html) = mesh_testkit::http::must_get(addr, "/").await;
+    assert_eq!(status, 200, "{html}");
+    // Its own queue is a module queue the overview lists, with its consumer: the logger.
+    assert!(html.contains("Audit loggers"), "{html}");
+
+    let pid = child.id().expect("the logger runs");
+    kill(
+        Pid::from_raw(i32::try_from(pid).expect("a pid")),
+        Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let output = finish(child).await;
+    let seen = drained.await.expect("the reader ran");
+    assert_eq!(output.status.code(), Some(0), "{}", seen.join("\n"));
+    // Gone with the logger.
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "the console stopped with the logger"
+    );
+}
