@@ -17,10 +17,12 @@ const KEYS: [(&str, &str); 3] = [
     ("module.billing.invoice.paid", "billing"),
 ];
 
+/// The start of a minute (1,800,000,000 is a multiple of 60).
+const MINUTE: i64 = 1_800_000_000;
+
 /// Seconds after a fixed minute.
 fn at(seconds: i64) -> Timestamp {
-    let base = time::OffsetDateTime::from_unix_timestamp(1_800_000_000 - 1_800_000_000 % 60)
-        .expect("a valid time");
+    let base = time::OffsetDateTime::from_unix_timestamp(MINUTE).expect("a valid time");
     Timestamp::from(base + time::Duration::seconds(seconds))
 }
 
