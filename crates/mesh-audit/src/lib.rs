@@ -77,7 +77,7 @@ pub use options::{
 };
 pub use record::{
     CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterGroup, DeadLetterId,
-    DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, Flow, Order, DEFAULT_LIMIT,
+    DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, Flow, Found, Order, DEFAULT_LIMIT,
     MAX_TREE_NODES,
 };
 pub use redrive::{Redrive, RedrivePlan, RedriveReport};

@@ -163,6 +163,7 @@ pub struct EventQuery {
     pub(crate) limit: usize,
     pub(crate) order: Order,
     pub(crate) after: Option<(Timestamp, EventId)>,
+    pub(crate) read_limit: Option<usize>,
 }
 
 impl Default for EventQuery {
@@ -176,6 +177,7 @@ impl Default for EventQuery {
             limit: DEFAULT_LIMIT,
             order: Order::Desc,
             after: None,
+            read_limit: None,
         }
     }
 }
@@ -244,6 +246,28 @@ impl EventQuery {
         self.after = Some((time, id));
         self
     }
+
+    /// Reads at most `rows` stored events to answer (ignored by counts). A pattern no index
+    /// serves (a wildcard before its last literal word) is matched on each row read, so one
+    /// that matches few events would otherwise read every row; with a read limit the search
+    /// stops there and [`crate::Store::search`] says after which event to go on.
+    pub fn read_limit(mut self, rows: usize) -> Self {
+        self.read_limit = Some(rows);
+        self
+    }
+}
+
+/// What [`crate::Store::search`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    /// The matching events, in the query's order, at most its limit.
+    pub events: Vec<EventRecord>,
+    /// How many stored events were read to find them.
+    pub read: u64,
+    /// Set when the query's read limit stopped the search before it filled its limit or ran
+    /// out of events: the last event read, whose time and id are the cursor
+    /// ([`EventQuery::after`]) that goes on where this search stopped.
+    pub stopped_after: Option<(Timestamp, EventId)>,
 }
 
 /// The dead letters of one queue and reason ([`crate::Store::dead_letter_groups`]).

@@ -230,6 +230,53 @@ async fn the_limit_is_filled_past_many_prefiltered_rows(backend: Backend) -> any
             .await?,
         12
     );
+
+    // With a read limit, each search reads at most that many rows and says where it stopped;
+    // going on from there, in either order, finds each match exactly once.
+    for order in [Order::Asc, Order::Desc] {
+        let query = EventQuery::new()
+            .pattern("module.a.#.y")
+            .limit(10)
+            .order(order)
+            .read_limit(250);
+        let first = store.search(&query).await?;
+        assert_eq!(first.read, 250, "{order:?}");
+        // Oldest first, the first 250 rows hold 3 matches (rows 0, 100, 200); newest first, 2
+        // (rows 1100, 1000).
+        let matches = if order == Order::Asc { 3 } else { 2 };
+        assert_eq!(first.events.len(), matches, "{order:?}");
+        let stopped = first
+            .stopped_after
+            .expect("the read limit stopped the search");
+        let expected_stop = if order == Order::Asc {
+            &messages[249]
+        } else {
+            &messages[950]
+        };
+        assert_eq!(Some(stopped.1), codec::event_id(expected_stop), "{order:?}");
+
+        let mut found = ids(&first.events);
+        let mut next = Some(stopped);
+        let mut searches = 1;
+        while let Some((time, id)) = next {
+            let page = store.search(&query.clone().after(time, id)).await?;
+            assert!(page.read <= 250, "{order:?}: read {}", page.read);
+            found.extend(ids(&page.events));
+            next = page.stopped_after;
+            searches += 1;
+            assert!(searches <= 10, "{order:?}: the search does not end");
+        }
+        let mut expected: Vec<EventId> = messages
+            .iter()
+            .filter(|m| m.routing_key == "module.a.x.y")
+            .map(|m| codec::event_id(m).expect("an id"))
+            .collect();
+        if order == Order::Desc {
+            expected.reverse();
+        }
+        assert_eq!(found, expected, "{order:?}");
+        assert_eq!(searches, 5, "{order:?}: 1,200 rows, 250 a search");
+    }
     store.close().await;
     Ok(())
 }

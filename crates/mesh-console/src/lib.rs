@@ -9,7 +9,9 @@
 //!   charts in inline SVG), the module queues (depth, consumers, retrying, pending dead
 //!   letters) and the audit loggers' readiness, and the dead letters pending per queue;
 //! - `/events?key=&source=&since=&until=&id=&order=&after=`: the event search, a keyset
-//!   pagination (`after` is the id of the last event of the page before);
+//!   pagination (`after` is the id of the last event of the page before); a page reads at
+//!   most [`Console::search_reads`] stored events, so a pattern no index serves (`*.*.paid`)
+//!   pages through the store a bounded walk at a time instead of scanning it whole;
 //! - `/events/{id}`: an event's headers, body, and its causation tree as an SVG graph;
 //! - `/dead`, `/dead?queue=&reason=`, `/dead/{id}`: dead letters grouped by queue and
 //!   reason, a group's list, one dead letter;
@@ -84,6 +86,7 @@ pub struct Console {
     pub(crate) origins: Vec<String>,
     pub(crate) broker: Option<broker::Broker>,
     pub(crate) live_slots: Arc<Semaphore>,
+    pub(crate) search_reads: usize,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -100,6 +103,10 @@ impl fmt::Debug for Console {
     }
 }
 
+/// The most stored events one page of event search reads by default
+/// ([`Console::search_reads`]).
+pub const DEFAULT_SEARCH_READS: usize = 10_000;
+
 impl Console {
     /// A console over `store`: no transport (re-drive unavailable), no token (every action
     /// refused), not read-only, no origin allowed but those [`serve`] adds.
@@ -112,6 +119,7 @@ impl Console {
             origins: Vec::new(),
             broker: None,
             live_slots: live::slots(),
+            search_reads: DEFAULT_SEARCH_READS,
             shutdown: CancellationToken::new(),
         }
     }
@@ -137,6 +145,16 @@ impl Console {
     /// The tokens that may act.
     pub fn tokens(mut self, tokens: Tokens) -> Console {
         self.tokens = tokens;
+        self
+    }
+
+    /// The most stored events one page of event search reads (default
+    /// [`DEFAULT_SEARCH_READS`], at least 1). A key pattern no index serves, such as
+    /// `*.*.shipped`, is matched on each event read, so one that matches few events would read
+    /// the whole store for a page; the page instead stops after this many, shows what it
+    /// found, and links to the search going on from there.
+    pub fn search_reads(mut self, rows: usize) -> Console {
+        self.search_reads = rows.max(1);
         self
     }
 

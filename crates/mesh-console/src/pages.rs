@@ -379,34 +379,49 @@ pub(crate) async fn events(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
             .ok_or_else(|| bad("after: the cursor names no stored event"))?;
         query = query.after(last.time, last.id);
     }
-    let mut found: Vec<EventRecord> = match id {
-        Some(id) => c
-            .store
-            .event(id)
-            .await
-            .map_err(|e| unavailable("reading an event", &e))?
-            .into_iter()
-            .collect(),
-        None => c
-            .store
-            .events(&query)
-            .await
-            .map_err(|e| unavailable("searching events", &e))?,
+    query = query.read_limit(c.search_reads);
+    let (mut found, stopped): (Vec<EventRecord>, Option<(u64, EventId)>) = match id {
+        Some(id) => (
+            c.store
+                .event(id)
+                .await
+                .map_err(|e| unavailable("reading an event", &e))?
+                .into_iter()
+                .collect(),
+            None,
+        ),
+        None => {
+            let found = c
+                .store
+                .search(&query)
+                .await
+                .map_err(|e| unavailable("searching events", &e))?;
+            let stopped = found.stopped_after.map(|(_, id)| (found.read, id));
+            (found.events, stopped)
+        }
     };
     let more = found.len() > limit;
     found.truncate(limit);
-    let next = match (more, found.last()) {
-        (true, Some(last)) => {
-            let last_id = last.id.to_string();
-            let mut pairs: Vec<(&str, &str)> =
-                ["key", "source", "since", "until", "order", "limit"]
-                    .into_iter()
-                    .filter_map(|k| p.get(k).map(|v| (k, v)))
-                    .collect();
-            pairs.push(("after", &last_id));
-            Some(link("/events", pairs))
-        }
+    // The next page starts after this page's last event, or, when the read limit stopped
+    // the search before the page filled, after the last event it read.
+    let after = match (more, found.last(), stopped) {
+        (true, Some(last), _) => Some(last.id),
+        (false, _, Some((_, last_read))) => Some(last_read),
         _ => None,
+    };
+    let next = after.map(|after| {
+        let after = after.to_string();
+        let mut pairs: Vec<(&str, &str)> = ["key", "source", "since", "until", "order", "limit"]
+            .into_iter()
+            .filter_map(|k| p.get(k).map(|v| (k, v)))
+            .collect();
+        pairs.push(("after", &after));
+        link("/events", pairs)
+    });
+    let stopped_reading = if more {
+        None
+    } else {
+        stopped.map(|(read, _)| read)
     };
     let value = |name: &str| p.get(name).unwrap_or_default().to_owned();
     page(
@@ -425,9 +440,16 @@ pub(crate) async fn events(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                 }
                 button type="submit" { "Search" }
             }
-            @if found.is_empty() {
+            @if let Some(read) = stopped_reading {
+                p.note.partial {
+                    "Read " (read) " stored events without filling this page (a pattern no "
+                    "index serves is matched on each event). The search goes on after the "
+                    "last event read."
+                }
+            } @else if found.is_empty() {
                 p.note { "No event matches." }
-            } @else {
+            }
+            @if !found.is_empty() {
                 table.events {
                     tr { th { "Time" } th { "Key" } th { "Source" } th { "Node" } th { "Id" } }
                     @for event in &found {
@@ -442,7 +464,11 @@ pub(crate) async fn events(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                 }
             }
             @if let Some(next) = &next {
-                p { a.next rel="next" href=(next) { "Next page →" } }
+                @if stopped_reading.is_some() {
+                    p { a.next rel="next" href=(next) { "Search on →" } }
+                } @else {
+                    p { a.next rel="next" href=(next) { "Next page →" } }
+                }
             }
         },
     )

@@ -152,13 +152,28 @@ async fn walk(base: &str, query: &str) -> anyhow::Result<Vec<String>> {
 async fn a_search_returns_exactly_the_matching_events_page_by_page() -> anyhow::Result<()> {
     let seed = seeded().await?;
     let served = serve(Console::new(seed.store.clone())).await?;
-    for pattern in [
+    // Pages that stop reading after 5 stored events each, however few of them match, and
+    // link to the search going on from there.
+    let reading_5 = serve(Console::new(seed.store.clone()).search_reads(5)).await?;
+    let (status, html) =
+        common::get(&format!("{}/events?key=%2A.%2A.nobody.%23", reading_5.base)).await?;
+    assert_eq!(status, 200, "{html}");
+    assert!(
+        html.contains("Read 5 stored events without filling this page"),
+        "{html}"
+    );
+    assert!(html.contains("Search on"), "{html}");
+    for (pattern, base) in [
         "#",
         "module.shop.#",
         "module.*.order.*",
         "*.*.invoice.paid",
+        "*.*.nobody.#",
         "module.nobody.#",
-    ] {
+    ]
+    .into_iter()
+    .flat_map(|pattern| [(pattern, &served.base), (pattern, &reading_5.base)])
+    {
         let expected: HashSet<String> = seed
             .events
             .iter()
@@ -171,12 +186,12 @@ async fn a_search_returns_exactly_the_matching_events_page_by_page() -> anyhow::
                 .append_pair("order", order)
                 .append_pair("limit", "7")
                 .finish();
-            let ids = walk(&served.base, &query).await?;
-            assert!(unique(&ids), "{pattern} {order}: an event repeated");
+            let ids = walk(base, &query).await?;
+            assert!(unique(&ids), "{pattern} {order} {base}: an event repeated");
             assert_eq!(
                 ids.iter().cloned().collect::<HashSet<_>>(),
                 expected,
-                "{pattern} {order}"
+                "{pattern} {order} {base}"
             );
         }
     }

@@ -27,7 +27,7 @@ use crate::error::{Error, ErrorKind};
 use crate::options::{Backend, StoreOptions, STORE_URL_HINT};
 use crate::record::{
     CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterGroup, DeadLetterId,
-    DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, Flow, MAX_TREE_NODES,
+    DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, Flow, Found, MAX_TREE_NODES,
 };
 
 use rows::{
@@ -400,15 +400,24 @@ impl Store {
         Ok(written)
     }
 
-    /// Events matching `query`, in its order, at most its limit.
+    /// Events matching `query`, in its order, at most its limit (and, with a
+    /// [`EventQuery::read_limit`], only those found among that many events read).
     ///
     /// A pattern is matched exactly as the broker routes: SQL narrows the rows by the
     /// pattern's literal prefix, the core matcher decides, and pages are fetched until the
     /// limit is filled or the rows run out, so the limit counts matching events only.
     pub async fn events(&self, query: &EventQuery) -> Result<Vec<EventRecord>, Error> {
+        Ok(self.search(query).await?.events)
+    }
+
+    /// Events matching `query`, as [`Store::events`] finds them, with how many stored events
+    /// were read and, when the query's [`EventQuery::read_limit`] stopped the search early,
+    /// the cursor to go on from: a search page whose pattern no index serves reads a bounded
+    /// number of rows, however few of them match.
+    pub async fn search(&self, query: &EventQuery) -> Result<Found, Error> {
         let mut walk = Walk::new(query)?;
         while walk.more() {
-            let (cursor, page) = (walk.cursor.clone(), walk.page);
+            let (cursor, page) = (walk.cursor.clone(), walk.page_size());
             let rows: Vec<EventTuple> = with_pool!(self, |pool, d| {
                 let mut qb = QueryBuilder::new(format!("SELECT {} FROM events", d.event_columns));
                 sql::push_event_filters(&mut qb, d, query)?;
@@ -420,7 +429,12 @@ impl Store {
             });
             walk.take(rows, |row| (&row.4, &row.0, &row.1), event_record)?;
         }
-        Ok(walk.found)
+        let (events, read, stopped_after) = walk.finish()?;
+        Ok(Found {
+            events,
+            read,
+            stopped_after,
+        })
     }
 
     /// One page of a keyset walk over events, oldest first: at most `page` rows after
@@ -617,7 +631,7 @@ impl Store {
     pub async fn conflicts(&self, query: &EventQuery) -> Result<Vec<ConflictRecord>, Error> {
         let mut walk = Walk::new(query)?;
         while walk.more() {
-            let (cursor, page) = (walk.cursor.clone(), walk.page);
+            let (cursor, page) = (walk.cursor.clone(), walk.page_size());
             let rows: Vec<ConflictTuple> = with_pool!(self, |pool, d| {
                 let mut qb = QueryBuilder::new(format!(
                     "SELECT {} FROM event_conflicts",
@@ -632,7 +646,7 @@ impl Store {
             });
             walk.take(rows, |row| (&row.5, &row.0, &row.2), conflict_record)?;
         }
-        Ok(walk.found)
+        Ok(walk.finish()?.0)
     }
 
     /// How many events, id conflicts and dead letters the store holds.
@@ -956,8 +970,9 @@ impl Store {
 }
 
 /// A keyset walk over rows ordered by time, then id, for a query whose pattern the SQL only
-/// narrows: pages are fetched until the limit is filled with matching rows or the rows run
-/// out (shared by [`Store::events`] and [`Store::conflicts`]).
+/// narrows: pages are fetched until the limit is filled with matching rows, the rows run out,
+/// or the query's read limit is reached (shared by [`Store::search`] and
+/// [`Store::conflicts`]).
 struct Walk<'q, R> {
     query: &'q EventQuery,
     /// Rows per page: when the matcher may drop rows, over-fetched so one page usually
@@ -966,6 +981,9 @@ struct Walk<'q, R> {
     /// The last row seen.
     cursor: Option<Cursor>,
     found: Vec<R>,
+    /// Rows read so far.
+    read: usize,
+    /// The limit is filled or the rows ran out.
     done: bool,
 }
 
@@ -994,25 +1012,40 @@ impl<'q, R> Walk<'q, R> {
             },
             cursor,
             found: Vec::new(),
+            read: 0,
             done: query.limit == 0,
         })
     }
 
-    /// Whether another page is wanted.
-    fn more(&self) -> bool {
-        !self.done
+    /// The rows the read limit still allows.
+    fn readable(&self) -> usize {
+        self.query
+            .read_limit
+            .map_or(usize::MAX, |limit| limit.saturating_sub(self.read))
     }
 
-    /// Takes a fetched page: each row's `(time, id, routing key)` moves the cursor, and a
-    /// row whose key the pattern matches becomes a record, until the limit.
+    /// Whether another page is wanted.
+    fn more(&self) -> bool {
+        !self.done && self.readable() > 0
+    }
+
+    /// Rows to fetch for the next page.
+    fn page_size(&self) -> usize {
+        self.page.min(self.readable())
+    }
+
+    /// Takes a fetched page of [`Walk::page_size`] rows at most: each row's `(time, id,
+    /// routing key)` moves the cursor, and a row whose key the pattern matches becomes a
+    /// record, until the limit.
     fn take<T>(
         &mut self,
         rows: Vec<T>,
         key: impl Fn(&T) -> (&String, &String, &String),
         record: impl Fn(T) -> Result<R, Error>,
     ) -> Result<(), Error> {
-        self.done = rows.len() < self.page;
+        self.done = rows.len() < self.page_size();
         for row in rows {
+            self.read += 1;
             let (time, id, routing_key) = key(&row);
             self.cursor = Some(Cursor {
                 time: time.clone(),
@@ -1027,6 +1060,22 @@ impl<'q, R> Walk<'q, R> {
             }
         }
         Ok(())
+    }
+
+    /// What was found, how many rows were read, and where the read limit stopped the walk,
+    /// if it did.
+    fn finish(self) -> Result<(Vec<R>, u64, Option<(Timestamp, EventId)>), Error> {
+        let stopped_after = match (&self.cursor, self.done) {
+            (Some(cursor), false) => Some((
+                time_from_text(&cursor.time)?,
+                EventId::from_str(&cursor.id).map_err(|e| {
+                    Error::corrupt(format!("stored id `{}`", cursor.id)).with_source(e)
+                })?,
+            )),
+            _ => None,
+        };
+        let read = u64::try_from(self.read).unwrap_or(u64::MAX);
+        Ok((self.found, read, stopped_after))
     }
 }
 

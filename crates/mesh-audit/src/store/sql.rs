@@ -279,16 +279,16 @@ pub(crate) fn push_page<'a, DB>(
         Order::Desc => ("<", "DESC"),
     };
     if let Some(cursor) = cursor {
-        qb.push(format!(" AND ({time_column} {op} "))
+        // A row-value comparison: both PostgreSQL and SQLite seek an index on (time, id) to
+        // it, so a page deep into the rows reads only its own rows (an equivalent OR of
+        // comparisons is a filter, and the pages before it would be scanned again).
+        qb.push(format!(" AND ({time_column}, id) {op} ("))
             .push_bind(cursor.time.clone())
             .push(d.time)
-            .push(format!(" OR ({time_column} = "))
-            .push_bind(cursor.time.clone())
-            .push(d.time)
-            .push(format!(" AND id {op} "))
+            .push(", ")
             .push_bind(cursor.id.clone())
             .push(d.uuid)
-            .push("))");
+            .push(")");
     }
     qb.push(format!(
         " ORDER BY {time_column} {direction}, id {direction} LIMIT "

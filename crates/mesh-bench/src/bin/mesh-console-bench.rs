@@ -162,6 +162,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
             format!("/events?{}", encode(&[("key", "*.*.thing2.#")])),
         ),
         (
+            "events, wildcard matching none (one page: 10,000 rows read)",
+            format!("/events?{}", encode(&[("key", "*.*.nothing.#")])),
+        ),
+        (
+            "events, newest first, a page nine tenths down (keyset)",
+            format!("/events?{}", encode(&[("after", &probes.deep.to_string())])),
+        ),
+        (
             "an event, with its causation tree",
             format!("/events/{}", probes.caused),
         ),
@@ -218,6 +226,8 @@ struct Probes {
     id: EventId,
     /// An event with a cause and an effect.
     caused: EventId,
+    /// An event a tenth of the way from the oldest.
+    deep: EventId,
 }
 
 async fn seed(store: &Store, args: &Args) -> anyhow::Result<Probes> {
@@ -227,6 +237,7 @@ async fn seed(store: &Store, args: &Args) -> anyhow::Result<Probes> {
     let mut previous: Option<EventId> = None;
     let mut id_probe = None;
     let mut caused_probe = None;
+    let mut deep_probe = None;
     let mut dead_messages = Vec::new();
     for n in 0..args.events {
         let (key, source) = key(n);
@@ -241,6 +252,9 @@ async fn seed(store: &Store, args: &Args) -> anyhow::Result<Probes> {
         let cause = previous.filter(|_| n % 3 != 0);
         if n == args.events / 2 {
             id_probe = Some(id);
+        }
+        if n == args.events / 10 {
+            deep_probe = Some(id);
         }
         if n % 3 == 1 && n >= args.events / 2 && caused_probe.is_none() {
             caused_probe = Some(id);
@@ -300,5 +314,6 @@ async fn seed(store: &Store, args: &Args) -> anyhow::Result<Probes> {
     Ok(Probes {
         id: id_probe.context("--events must be at least 3")?,
         caused: caused_probe.context("--events must be at least 3")?,
+        deep: deep_probe.context("--events must be at least 3")?,
     })
 }
