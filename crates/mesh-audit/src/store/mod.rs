@@ -429,11 +429,11 @@ impl Store {
             });
             walk.take(rows, |row| (&row.4, &row.0, &row.1), event_record)?;
         }
-        let (events, read, stopped_after) = walk.finish()?;
+        let walked = walk.finish()?;
         Ok(Found {
-            events,
-            read,
-            stopped_after,
+            events: walked.found,
+            read: walked.read,
+            stopped_after: walked.stopped_after,
         })
     }
 
@@ -646,7 +646,7 @@ impl Store {
             });
             walk.take(rows, |row| (&row.5, &row.0, &row.2), conflict_record)?;
         }
-        Ok(walk.finish()?.0)
+        Ok(walk.finish()?.found)
     }
 
     /// How many events, id conflicts and dead letters the store holds.
@@ -969,6 +969,15 @@ impl Store {
     }
 }
 
+/// What a [`Walk`] ended with.
+struct Walked<R> {
+    found: Vec<R>,
+    /// Rows read.
+    read: u64,
+    /// The last row read, when the read limit stopped the walk.
+    stopped_after: Option<(Timestamp, EventId)>,
+}
+
 /// A keyset walk over rows ordered by time, then id, for a query whose pattern the SQL only
 /// narrows: pages are fetched until the limit is filled with matching rows, the rows run out,
 /// or the query's read limit is reached (shared by [`Store::search`] and
@@ -1064,7 +1073,7 @@ impl<'q, R> Walk<'q, R> {
 
     /// What was found, how many rows were read, and where the read limit stopped the walk,
     /// if it did.
-    fn finish(self) -> Result<(Vec<R>, u64, Option<(Timestamp, EventId)>), Error> {
+    fn finish(self) -> Result<Walked<R>, Error> {
         let stopped_after = match (&self.cursor, self.done) {
             (Some(cursor), false) => Some((
                 time_from_text(&cursor.time)?,
@@ -1074,8 +1083,11 @@ impl<'q, R> Walk<'q, R> {
             )),
             _ => None,
         };
-        let read = u64::try_from(self.read).unwrap_or(u64::MAX);
-        Ok((self.found, read, stopped_after))
+        Ok(Walked {
+            found: self.found,
+            read: u64::try_from(self.read).unwrap_or(u64::MAX),
+            stopped_after,
+        })
     }
 }
 
