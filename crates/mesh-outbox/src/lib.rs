@@ -55,6 +55,7 @@ mod row;
 mod spool;
 mod sql;
 pub mod telemetry;
+mod window;
 
 use std::future::Future;
 use std::time::Duration;

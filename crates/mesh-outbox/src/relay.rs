@@ -5,20 +5,35 @@
 //!
 //! One task per source (a bus given to the relay; the source is the bus's `<origin>.<owner>`), one
 //! task that turns PostgreSQL's notifications (or a spool's commits) into wake-ups, and one
-//! that cleans up and records the table's size. A source's task, in rounds:
+//! that cleans up and records the table's size. A source's task:
 //!
-//! 1. takes (or renews) the source's **lease**, a row `(source, owner, expires_at)`: one
-//!    relay at a time publishes a source's rows, whatever number of relays share the
-//!    database. A relay that cannot take it leaves the source to the one holding it;
-//! 2. reads the oldest `batch` unsent rows of the source, by `seq`;
-//! 3. publishes them in that order (pipelined: the transport keeps the order on its one
-//!    confirm channel), then awaits their confirms in order;
-//! 4. marks sent the rows of the confirmed prefix only: a row after one that failed stays
-//!    unsent even if confirmed, so the next round publishes it again after the failed one
-//!    (a duplicate, which consumers deduplicate by event id, rather than a reordering);
-//! 5. with a full batch, goes on; otherwise waits for a wake-up (a notification, or the
-//!    poll interval), and lets the lease go once the source stayed empty for a poll
-//!    interval, so another relay may take it without waiting for its expiry.
+//! 1. holds the source's **lease**, a row `(source, owner, expires_at)`: one relay at a time
+//!    publishes a source's rows, whatever number of relays share the database. It takes it
+//!    before its first read and renews it only once half the margin between the lease and
+//!    the publish deadline passed (checked before every publish), so a row is published only
+//!    while the lease outlasts its deadline. A relay that cannot take it leaves the source
+//!    to the one holding it;
+//! 2. reads the oldest `batch` unsent rows of the source by `seq`, **skipping the rows in
+//!    flight** by their seqs (not by a high-water mark: see below), and publishes them in
+//!    that order, pipelined (the transport keeps the order on its one confirm channel);
+//! 3. reads and publishes the next batch while the previous one's confirms are awaited,
+//!    with at most two batches awaiting confirms (`MAX_BATCHES`); with nothing to read, it waits
+//!    for a wake-up (a notification, or the poll interval);
+//! 4. takes the confirms in publish order and hands the confirmed **prefix** to a marking
+//!    task of its own, which marks rows sent in that order, one statement for all the rows
+//!    queued meanwhile, so a read or a publish never waits for a mark's commit. A row
+//!    confirmed after one that failed is never marked: it stays unsent and is published
+//!    again after the failed one (a duplicate, which consumers deduplicate by event id,
+//!    rather than a reordering);
+//! 5. on a failed publish (refused, timed out, nacked), a failed mark or a lost lease,
+//!    stops: forgets the rows still unconfirmed (they are read and published again, at
+//!    least once), lets the marks already handed out finish, gives the lease up and tries
+//!    again after the retry delay. With nothing in flight and nothing to read for a poll
+//!    interval it lets the lease go, so another relay may take it without waiting for its
+//!    expiry.
+//!
+//! The bookkeeping of the rows in flight (which to skip, which to mark, what a failure
+//! forgets) is an I/O-free state machine, `Window` (`window.rs`).
 //!
 //! Why the order holds: if an event B of a source was written after the transaction of its
 //! event A committed, B's `seq` is larger (sequences only grow) and A is visible to any
@@ -39,10 +54,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use futures::stream::FuturesOrdered;
 use futures::StreamExt;
 use mesh::{Bus, Prepared, Timestamp, TransportErrorKind};
 use sqlx::Pool;
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -50,7 +67,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::error::Error;
 use crate::spool::Pending;
-use crate::sql::StoredRow;
+use crate::window::{Batch, Mark, Window};
 use crate::{telemetry, Backend};
 
 /// Rows the cleanup deletes per statement.
@@ -87,7 +104,7 @@ impl Default for RelayOptions {
 }
 
 impl RelayOptions {
-    /// Rows read and published per round (default 500).
+    /// Rows read and published at once (default 500).
     pub fn batch(mut self, batch: usize) -> Self {
         self.batch = batch;
         self
@@ -116,7 +133,7 @@ impl RelayOptions {
         self
     }
 
-    /// How long a source waits after a failed round (default 1 s).
+    /// How long a source waits after a failure (default 1 s).
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
         self
@@ -174,8 +191,8 @@ impl Relay {
         self.relayed.load(Ordering::Relaxed)
     }
 
-    /// Stops: each source finishes its round (its confirms awaited, its rows marked),
-    /// gives its lease up, and the tasks end.
+    /// Stops: each source reads nothing more, awaits the confirms of the rows in flight,
+    /// marks the confirmed ones, gives its lease up, and the tasks end.
     pub async fn stop(mut self) {
         self.stop.cancel();
         for task in std::mem::take(&mut self.tasks) {
@@ -292,7 +309,7 @@ pub(crate) async fn start<DB: Backend>(
             owner: Arc::clone(&owner),
             relayed: Arc::clone(&relayed),
             pending: hooks.pending.clone(),
-            holding: false,
+            renew_at: None,
         };
         tasks.push(tokio::spawn(worker.run(stop.clone())));
     }
@@ -350,40 +367,128 @@ async fn cleanup_loop<DB: Backend>(
     }
 }
 
-/// What one round did.
-enum Round {
-    /// Published a full batch: there may be more.
-    Full,
-    /// Published what there was.
-    Drained,
-    /// Nothing to publish.
-    Empty,
+/// Batches a source publishes before the confirms of the first are in: the next batch is
+/// read and published while the previous one's confirms are awaited.
+const MAX_BATCHES: usize = 2;
+
+/// Why a source's session (its work while holding the lease) ended.
+enum Stop {
+    /// The relay was stopped: the confirms are awaited, the confirmed rows marked.
+    Stopped,
     /// Another relay holds the source's lease.
     Taken,
-}
-
-/// Why a round failed.
-enum RoundError {
     /// The bus is closed: the source's task ends.
     Closed,
-    /// The database or the broker failed: tried again after the retry delay.
+    /// The database or the broker failed: tried again after the retry delay, lease given up.
     Failed(String),
 }
 
-impl From<sqlx::Error> for RoundError {
+impl From<sqlx::Error> for Stop {
     fn from(error: sqlx::Error) -> Self {
-        RoundError::Failed(format!("database: {error}"))
+        Stop::Failed(format!("database: {error}"))
     }
 }
 
-/// What became of one row of a round.
+/// What a read of the source's rows found.
+enum Read {
+    /// No unsent row outside the window.
+    Empty,
+    /// Rows, published; `more` when there may be others to read at once.
+    Rows { more: bool },
+}
+
+/// What a bus's refusal means for a row.
 enum Fate {
-    Confirmed(Timestamp),
     /// Never to be published: given up with this reason.
     Poison(&'static str, String),
-    /// Failed now; the next round tries again.
+    /// Failed now; published again later.
     Failed(String),
     Closed,
+}
+
+/// A row's confirm: its seq, its `x-time`, and the broker's answer.
+type Confirming = BoxFuture<'static, (i64, Timestamp, Result<(), mesh::Error>)>;
+
+/// A committed mark, as the marking task reports it.
+struct Marked {
+    seqs: Vec<i64>,
+    given_up: bool,
+}
+
+/// The task that marks a source's rows, so reading and publishing never wait for a mark's
+/// commit. It marks in the order it is given, all the sent rows queued meanwhile in one
+/// statement, and stops at the first failure: a mark after a failed one would let a later
+/// row be sent while an earlier one is published again after it.
+struct Marker {
+    jobs: mpsc::UnboundedSender<Mark>,
+    done: mpsc::UnboundedReceiver<Result<Marked, String>>,
+}
+
+impl Marker {
+    fn spawn<DB: Backend>(pool: Pool<DB>) -> Marker {
+        let (jobs, queue) = mpsc::unbounded_channel();
+        let (report, done) = mpsc::unbounded_channel();
+        tokio::spawn(mark_loop(pool, queue, report));
+        Marker { jobs, done }
+    }
+}
+
+async fn mark_loop<DB: Backend>(
+    pool: Pool<DB>,
+    mut queue: mpsc::UnboundedReceiver<Mark>,
+    report: mpsc::UnboundedSender<Result<Marked, String>>,
+) {
+    let mut held: Option<Mark> = None;
+    loop {
+        let mut mark = match held.take() {
+            Some(mark) => mark,
+            None => match queue.recv().await {
+                Some(mark) => mark,
+                // The source's task is done with this session.
+                None => return,
+            },
+        };
+        if mark.error.is_none() {
+            while let Ok(next) = queue.try_recv() {
+                if next.error.is_none() {
+                    mark.seqs.extend(next.seqs);
+                } else {
+                    held = Some(next);
+                    break;
+                }
+            }
+        }
+        let result = DB::mark_sent(&pool, &mark.seqs, mark.error.as_deref()).await;
+        let failed = result.is_err();
+        let _ = report.send(
+            result
+                .map(|()| Marked {
+                    given_up: mark.error.is_some(),
+                    seqs: mark.seqs,
+                })
+                .map_err(|e| format!("database: marking outbox rows sent: {e}")),
+        );
+        if failed {
+            return;
+        }
+    }
+}
+
+/// A source's work while it holds the lease: its rows in flight, their confirms in publish
+/// order, and the marking task (started at the first mark).
+struct Session {
+    window: Window<u64>,
+    confirms: FuturesOrdered<Confirming>,
+    marker: Option<Marker>,
+    lag: metrics::Histogram,
+}
+
+/// The next report of a session's marking task (never, without one).
+async fn next_marked(marker: &mut Option<Marker>) -> Option<Result<Marked, String>> {
+    match marker {
+        Some(marker) => marker.done.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 struct SourceWorker<DB: Backend> {
@@ -396,185 +501,320 @@ struct SourceWorker<DB: Backend> {
     relayed: Arc<AtomicU64>,
     /// A spool's pending bytes, lowered by the size of each row marked.
     pending: Option<Arc<Pending>>,
-    /// Whether this relay holds the source's lease (as far as it knows).
-    holding: bool,
+    /// When this relay, holding the source's lease as far as it knows, renews it: `None`
+    /// when it does not hold it.
+    renew_at: Option<Instant>,
 }
 
 impl<DB: Backend> SourceWorker<DB> {
     async fn run(mut self, stop: CancellationToken) {
-        let mut empty_since: Option<Instant> = None;
         loop {
             if stop.is_cancelled() {
                 break;
             }
-            let wait = match self.round().await {
-                Ok(Round::Full) => {
-                    empty_since = None;
-                    continue;
-                }
-                Ok(Round::Drained) => {
-                    empty_since = None;
-                    self.options.poll_interval
-                }
-                Ok(Round::Empty) => {
-                    let since = *empty_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= self.options.poll_interval {
-                        self.release().await;
-                        empty_since = None;
-                    }
-                    self.options.poll_interval
-                }
-                Ok(Round::Taken) => {
-                    empty_since = None;
-                    self.options.poll_interval
-                }
-                Err(RoundError::Closed) => {
+            match self.session(&stop).await {
+                Stop::Stopped => break,
+                Stop::Closed => {
                     debug!(source = %self.source, "the relay's bus is closed");
                     break;
                 }
-                Err(RoundError::Failed(reason)) => {
+                Stop::Taken => {
+                    tokio::select! {
+                        () = self.wake.notified() => {}
+                        () = tokio::time::sleep(self.options.poll_interval) => {}
+                        () = stop.cancelled() => break,
+                    }
+                }
+                Stop::Failed(reason) => {
                     telemetry::relay_failed(&self.source);
-                    warn!(source = %self.source, %reason, "outbox relay round failed; trying again");
+                    warn!(source = %self.source, %reason, "outbox relay failed; trying again");
                     self.release().await;
-                    empty_since = None;
                     tokio::select! {
                         () = tokio::time::sleep(self.options.retry_delay) => {}
                         () = stop.cancelled() => break,
                     }
-                    continue;
                 }
-            };
-            tokio::select! {
-                () = self.wake.notified() => {}
-                () = tokio::time::sleep(wait) => {}
-                () = stop.cancelled() => break,
             }
         }
         self.release().await;
     }
 
     async fn release(&mut self) {
-        if !self.holding {
+        if self.renew_at.take().is_none() {
             return;
         }
-        self.holding = false;
         if let Err(e) = DB::release_lease(&self.pool, &self.source, &self.owner).await {
             // It expires by itself.
             warn!(source = %self.source, error = %e, "giving an outbox lease up failed");
         }
     }
 
-    async fn round(&mut self) -> Result<Round, RoundError> {
-        let options = Arc::clone(&self.options);
-        if !DB::acquire_lease(&self.pool, &self.source, &self.owner, options.lease_ttl).await? {
-            self.holding = false;
-            return Ok(Round::Taken);
+    /// Takes or renews the lease when it must: `false` when another relay holds it.
+    ///
+    /// A lease taken at `t` lasts until `t + lease_ttl` on the database's clock (which
+    /// starts later than this one's `t`). It is renewed once half the margin between the
+    /// lease and the publish deadline passed, and checked before every publish, so a row is
+    /// only published while the lease outlasts its deadline by half that margin at least:
+    /// its confirm (or its timeout) comes while the lease holds, without renewing it on
+    /// every read.
+    async fn hold_lease(&mut self) -> Result<bool, Stop> {
+        let now = Instant::now();
+        if self.renew_at.is_some_and(|at| now < at) {
+            return Ok(true);
         }
-        if !self.holding {
+        let ttl = self.options.lease_ttl;
+        if !DB::acquire_lease(&self.pool, &self.source, &self.owner, ttl).await? {
+            self.renew_at = None;
+            return Ok(false);
+        }
+        if self.renew_at.is_none() {
             debug!(source = %self.source, owner = %self.owner, "outbox lease taken");
         }
-        self.holding = true;
-        let limit = i64::try_from(options.batch).unwrap_or(i64::MAX);
-        let rows = DB::fetch(&self.pool, &self.source, limit).await?;
-        if rows.is_empty() {
-            return Ok(Round::Empty);
-        }
-        let full = rows.len() == options.batch;
-        // Only a spool counts its rows' bytes.
-        let sizes: HashMap<i64, u64> = match self.pending {
-            Some(_) => rows
-                .iter()
-                .map(|r| (r.seq, r.columns.stored_size()))
-                .collect(),
-            None => HashMap::new(),
-        };
-        let size_of = |seqs: &[i64]| seqs.iter().filter_map(|s| sizes.get(s)).sum::<u64>();
-        let fates = self.publish(rows).await;
+        let margin = ttl.saturating_sub(self.options.publish_deadline.unwrap_or(ttl / 2));
+        self.renew_at = Some(now + margin / 2);
+        Ok(true)
+    }
 
-        // The confirmed prefix is marked sent; the first other fate decides the rest.
-        let mut sent = Vec::new();
-        let mut lags = Vec::new();
-        let now = Timestamp::now();
-        let mut rest = fates.into_iter();
-        let mut stopped = None;
-        for (seq, fate) in rest.by_ref() {
-            match fate {
-                Fate::Confirmed(time) => {
-                    sent.push(seq);
-                    let lag = now.unix_nanos() - time.unix_nanos();
-                    lags.push(Duration::from_nanos(u64::try_from(lag).unwrap_or(0)));
+    /// Publishes the source's rows until the relay stops, the bus closes, the lease is lost
+    /// or something fails; then forgets the rows still unconfirmed (after awaiting them,
+    /// when stopped) and waits for the marks of the confirmed ones.
+    async fn session(&mut self, stop: &CancellationToken) -> Stop {
+        let mut session = Session {
+            window: Window::new(MAX_BATCHES),
+            confirms: FuturesOrdered::new(),
+            marker: None,
+            lag: telemetry::lag(&self.source),
+        };
+        let ended = self.pump(&mut session, stop).await;
+        self.settle(&mut session, ended).await
+    }
+
+    /// The session's loop: reads and publishes a batch whenever there may be rows and fewer
+    /// than [`MAX_BATCHES`] batches await confirms, and meanwhile takes the confirms in
+    /// publish order and hands the confirmed prefix to the marking task.
+    async fn pump(&mut self, s: &mut Session, stop: &CancellationToken) -> Stop {
+        let interval = self.options.poll_interval;
+        let mut look = true;
+        let mut empty_since: Option<Instant> = None;
+        let poll = tokio::time::sleep(interval);
+        tokio::pin!(poll);
+        loop {
+            if look && s.window.can_open() {
+                look = false;
+                poll.as_mut().reset(Instant::now() + interval);
+                match self.read(s).await {
+                    Ok(Read::Rows { more }) => {
+                        empty_since = None;
+                        look = more;
+                    }
+                    Ok(Read::Empty) => {
+                        // Nothing in flight and nothing to read for a poll interval: the
+                        // lease goes, so another relay need not wait for its expiry.
+                        if s.window.is_empty() {
+                            let since = *empty_since.get_or_insert_with(Instant::now);
+                            if since.elapsed() >= interval {
+                                self.release().await;
+                                empty_since = None;
+                            }
+                        }
+                    }
+                    Err(stop) => return stop,
                 }
-                other => {
-                    stopped = Some((seq, other));
+            }
+            self.send_marks(s);
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return Stop::Stopped,
+                Some((seq, time, result)) = s.confirms.next() => {
+                    if let Err(stop) = self.confirmed(s, seq, time, result) {
+                        return stop;
+                    }
+                }
+                Some(done) = next_marked(&mut s.marker) => {
+                    if let Err(stop) = self.marked(s, done) {
+                        return stop;
+                    }
+                }
+                () = self.wake.notified() => look = true,
+                () = &mut poll => {
+                    look = true;
+                    poll.as_mut().reset(Instant::now() + interval);
+                }
+            }
+        }
+    }
+
+    /// Ends a session: awaits the confirms when stopped, forgets the unconfirmed rows
+    /// otherwise (they are read and published again: at-least-once), lets the marks of the
+    /// confirmed ones finish, and says why it ended.
+    async fn settle(&mut self, s: &mut Session, mut ended: Stop) -> Stop {
+        if matches!(ended, Stop::Stopped) {
+            while let Some((seq, time, result)) = s.confirms.next().await {
+                if let Err(stop) = self.confirmed(s, seq, time, result) {
+                    ended = stop;
                     break;
                 }
             }
         }
-        if !sent.is_empty() {
-            DB::mark_sent(&self.pool, &sent, None).await?;
-            if let Some(pending) = &self.pending {
-                pending.release(size_of(&sent));
-            }
-            self.relayed.fetch_add(sent.len() as u64, Ordering::Relaxed);
-            telemetry::relayed(&self.source, sent.len(), lags.into_iter());
+        s.confirms = FuturesOrdered::new();
+        let forgotten = s.window.fail();
+        if !forgotten.is_empty() {
+            debug!(source = %self.source, rows = forgotten.len(), "unconfirmed outbox rows left unsent");
         }
-        match stopped {
-            None => Ok(if full { Round::Full } else { Round::Drained }),
-            Some((seq, Fate::Poison(reason, detail))) => {
-                error!(source = %self.source, seq, reason, %detail, "outbox row given up");
-                DB::mark_sent(&self.pool, &[seq], Some(&format!("{reason}: {detail}"))).await?;
-                if let Some(pending) = &self.pending {
-                    pending.release(size_of(&[seq]));
+        self.send_marks(s);
+        if let Some(Marker { jobs, mut done }) = s.marker.take() {
+            drop(jobs);
+            while let Some(report) = done.recv().await {
+                if let Err(stop) = self.marked(s, report) {
+                    if !matches!(ended, Stop::Failed(_)) {
+                        ended = stop;
+                    }
                 }
-                telemetry::given_up(&self.source, reason);
-                Ok(Round::Full)
             }
-            Some((_, Fate::Failed(reason))) => Err(RoundError::Failed(reason)),
-            Some((_, Fate::Closed)) => Err(RoundError::Closed),
-            Some((_, Fate::Confirmed(_))) => Ok(Round::Full),
+        }
+        ended
+    }
+
+    /// Hands the marks the window has ready to the marking task.
+    fn send_marks(&self, s: &mut Session) {
+        for mark in s.window.take_marks() {
+            let marker = s
+                .marker
+                .get_or_insert_with(|| Marker::spawn(self.pool.clone()));
+            // A marking task that stopped has reported why; the session ends on it.
+            let _ = marker.jobs.send(mark);
         }
     }
 
-    /// Publishes the rows in order, pipelined, and awaits their confirms: each row's fate,
-    /// in order; rows after the first that could not be published are not tried.
-    async fn publish(&self, rows: Vec<StoredRow>) -> Vec<(i64, Fate)> {
+    /// Reads the oldest unsent rows outside the window and publishes them in order,
+    /// pipelined (the transport keeps the order on its one confirm channel); their confirms
+    /// are awaited by the session's loop.
+    async fn read(&mut self, s: &mut Session) -> Result<Read, Stop> {
+        if !self.hold_lease().await? {
+            return Err(Stop::Taken);
+        }
+        let Some(batch) = s.window.open_batch() else {
+            return Ok(Read::Rows { more: true });
+        };
+        let limit = i64::try_from(self.options.batch).unwrap_or(i64::MAX);
+        let skip = s.window.in_flight();
+        let rows = DB::fetch(&self.pool, &self.source, limit, &skip).await?;
+        if rows.is_empty() {
+            return Ok(Read::Empty);
+        }
+        let more = rows.len() == self.options.batch;
         let deadline = self.options.publish_deadline;
-        let mut pending = Vec::with_capacity(rows.len());
-        let mut last = None;
         for row in rows {
+            if !self.hold_lease().await? {
+                return Err(Stop::Taken);
+            }
             let seq = row.seq;
+            // Only a spool counts its rows' bytes.
+            let size = match self.pending {
+                Some(_) => row.columns.stored_size(),
+                None => 0,
+            };
             let prepared = match row.columns.into_message() {
                 Ok(message) => match Prepared::from_message(message) {
                     Ok(prepared) => prepared,
                     Err(e) => {
-                        last = Some((seq, Fate::Poison("undecodable", e.to_string())));
-                        break;
+                        self.give_up(s, batch, seq, size, "undecodable", &e.to_string());
+                        // The rest of the batch is read again, after this row.
+                        return Ok(Read::Rows { more: true });
                     }
                 },
                 Err(e) => {
-                    last = Some((seq, Fate::Poison("corrupt", e.to_string())));
-                    break;
+                    self.give_up(s, batch, seq, size, "corrupt", &e.to_string());
+                    return Ok(Read::Rows { more: true });
                 }
             };
             let time = prepared.time();
             match self.bus.publish_prepared(prepared, deadline).await {
-                Ok(confirm) => pending.push((seq, time, confirm)),
-                Err(e) => {
-                    last = Some((seq, fate_of(&e)));
-                    break;
+                Ok(confirm) => {
+                    s.window.published(batch, seq, size);
+                    s.confirms.push_back(Box::pin(async move {
+                        (seq, time, confirm.await.map(|_| ()))
+                    }));
                 }
+                Err(e) => match fate_of(&e) {
+                    Fate::Poison(reason, detail) => {
+                        self.give_up(s, batch, seq, size, reason, &detail);
+                        return Ok(Read::Rows { more: true });
+                    }
+                    Fate::Failed(reason) => return Err(Stop::Failed(reason)),
+                    Fate::Closed => return Err(Stop::Closed),
+                },
             }
         }
-        let mut fates = Vec::with_capacity(pending.len() + 1);
-        for (seq, time, confirm) in pending {
-            let fate = match confirm.await {
-                Ok(_) => Fate::Confirmed(time),
-                Err(e) => fate_of(&e),
-            };
-            fates.push((seq, fate));
+        Ok(Read::Rows { more })
+    }
+
+    /// A row never to be published: given up in its place, marked with its reason.
+    fn give_up(
+        &self,
+        s: &mut Session,
+        batch: Batch,
+        seq: i64,
+        size: u64,
+        reason: &'static str,
+        detail: &str,
+    ) {
+        error!(source = %self.source, seq, reason, %detail, "outbox row given up");
+        telemetry::given_up(&self.source, reason);
+        s.window
+            .given_up(batch, seq, size, format!("{reason}: {detail}"));
+    }
+
+    /// A row's confirm (or refusal), in publish order.
+    fn confirmed(
+        &self,
+        s: &mut Session,
+        seq: i64,
+        time: Timestamp,
+        result: Result<(), mesh::Error>,
+    ) -> Result<(), Stop> {
+        match result {
+            Ok(()) => {
+                s.window.confirmed(seq);
+                let lag = Timestamp::now().unix_nanos() - time.unix_nanos();
+                s.lag
+                    .record(Duration::from_nanos(u64::try_from(lag).unwrap_or(0)).as_secs_f64());
+                Ok(())
+            }
+            Err(e) => match fate_of(&e) {
+                Fate::Poison(reason, detail) => {
+                    error!(source = %self.source, seq, reason, %detail, "outbox row given up");
+                    telemetry::given_up(&self.source, reason);
+                    s.window.refused(seq, format!("{reason}: {detail}"));
+                    Ok(())
+                }
+                Fate::Failed(reason) => Err(Stop::Failed(reason)),
+                Fate::Closed => Err(Stop::Closed),
+            },
         }
-        fates.extend(last);
-        fates
+    }
+
+    /// A mark committed (its rows leave the window) or failed (every row still in the
+    /// window is forgotten, and the session ends).
+    fn marked(&self, s: &mut Session, report: Result<Marked, String>) -> Result<(), Stop> {
+        match report {
+            Ok(marked) => {
+                let sizes = s.window.marked(&marked.seqs);
+                if let Some(pending) = &self.pending {
+                    pending.release(sizes.iter().sum());
+                }
+                if !marked.given_up {
+                    self.relayed
+                        .fetch_add(sizes.len() as u64, Ordering::Relaxed);
+                    telemetry::relayed(&self.source, sizes.len());
+                }
+                Ok(())
+            }
+            Err(reason) => {
+                s.window.mark_failed();
+                Err(Stop::Failed(reason))
+            }
+        }
     }
 }
 

@@ -83,11 +83,13 @@ pub trait Sql: sqlx::Database + Sized {
         owner: &'a str,
     ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
 
-    /// The oldest `limit` unsent rows of `source`, in order.
+    /// The oldest `limit` unsent rows of `source` whose seq is not in `skip` (the relay's
+    /// rows in flight), in order.
     fn fetch<'a>(
         pool: &'a Pool<Self>,
         source: &'a str,
         limit: i64,
+        skip: &'a [i64],
     ) -> BoxFuture<'a, Result<Vec<StoredRow>, sqlx::Error>>;
 
     /// Marks rows sent (or, with an error, given up).
@@ -408,14 +410,17 @@ impl Sql for Postgres {
         pool: &'a PgPool,
         source: &'a str,
         limit: i64,
+        skip: &'a [i64],
     ) -> BoxFuture<'a, Result<Vec<StoredRow>, sqlx::Error>> {
         Box::pin(async move {
             let rows = sqlx::query(&format!(
                 "SELECT {SELECT_COLUMNS} FROM mesh_outbox.outbox
-                 WHERE source = $1 AND sent_at IS NULL ORDER BY seq LIMIT $2"
+                 WHERE source = $1 AND sent_at IS NULL AND seq <> ALL($3)
+                 ORDER BY seq LIMIT $2"
             ))
             .bind(source)
             .bind(limit)
+            .bind(skip)
             .fetch_all(pool)
             .await?;
             rows.iter()
@@ -693,14 +698,20 @@ impl Sql for Sqlite {
         pool: &'a SqlitePool,
         source: &'a str,
         limit: i64,
+        skip: &'a [i64],
     ) -> BoxFuture<'a, Result<Vec<StoredRow>, sqlx::Error>> {
         Box::pin(async move {
+            // The seqs to skip as one JSON array parameter: no limit on their number.
+            let skip = serde_json::to_string(skip).map_err(|e| sqlx::Error::Encode(e.into()))?;
             let rows = sqlx::query(&format!(
                 "SELECT {SELECT_COLUMNS} FROM mesh_outbox
-                 WHERE source = ? AND sent_at IS NULL ORDER BY seq LIMIT ?"
+                 WHERE source = ?1 AND sent_at IS NULL
+                   AND seq NOT IN (SELECT value FROM json_each(?3))
+                 ORDER BY seq LIMIT ?2"
             ))
             .bind(source)
             .bind(limit)
+            .bind(skip)
             .fetch_all(pool)
             .await?;
             rows.iter()

@@ -2,8 +2,6 @@
 //! the SDK does (see `mesh::telemetry`): a binary's recorder gets them, and without one every
 //! call is a no-op.
 
-use std::time::Duration;
-
 use metrics::{counter, gauge, histogram};
 
 use crate::sql::Counts;
@@ -19,7 +17,7 @@ pub mod names {
     /// event of this library, a message larger than the broker takes), kept with the
     /// reason in the row's `error` until the cleanup.
     pub const GIVEN_UP: &str = "mesh_outbox_given_up_total";
-    /// Counter `{source}`: relay rounds that failed (the broker, the database) and are
+    /// Counter `{source}`: times a relay's source failed (the broker, the database) and was
     /// tried again after the relay's retry delay.
     pub const RELAY_FAILED: &str = "mesh_outbox_relay_failed_total";
     /// Histogram `{source}`: the relay's lag, from an event's `x-time` (its `emit_in`) to
@@ -45,12 +43,13 @@ pub mod names {
     pub const SPOOL_FULL: &str = "mesh_spool_full_total";
 }
 
-pub(crate) fn relayed(source: &str, count: usize, lags: impl Iterator<Item = Duration>) {
+pub(crate) fn relayed(source: &str, count: usize) {
     counter!(names::RELAYED, "source" => source.to_owned()).increment(count as u64);
-    let lag = histogram!(names::RELAY_LAG, "source" => source.to_owned());
-    for l in lags {
-        lag.record(l.as_secs_f64());
-    }
+}
+
+/// The lag histogram of `source`, recorded at each confirm.
+pub(crate) fn lag(source: &str) -> metrics::Histogram {
+    histogram!(names::RELAY_LAG, "source" => source.to_owned())
 }
 
 pub(crate) fn given_up(source: &str, reason: &'static str) {

@@ -21,14 +21,17 @@
 //!   a transaction took from its `emit_outgoing_in` to its commit's return. The lag is the relay's own histogram, `mesh_outbox_relay_lag_seconds`, read
 //!   through the bench's recorder: from the event's `x-time` (set when `emit_outgoing_in`
 //!   prepares it, before the insert and the commit) to the confirms of the relay's round, so
-//!   it includes the insert and the commit. The reference is a direct emit at the same rate,
-//!   timed from the call to `emit_nowait` to its confirm.
+//!   it includes the insert and the commit. `relay p50/p99 ms` is the relay's own part, per
+//!   event: from its writer's commit return to its delivery from the sink, which a consumer
+//!   without acks empties during the run (a quorum queue delivers an event once it committed
+//!   it, when its confirm goes out). The reference is a direct emit at the same rate, timed
+//!   from the call to `emit_nowait` to its confirm.
 //!
 //! Each outbox run has a database of its own: a new PostgreSQL database (created and dropped
 //! with `psql` through `mesh_testkit::TempStore`, on the server of `MESH_TEST_PG_URL`,
 //! default the local one) or a new SQLite file (WAL, synchronous full).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -47,7 +50,8 @@ use tokio::time::Instant;
 use super::{patience, Ctx, Pacer, Run, EVENTS};
 use crate::broker;
 use crate::measure::{now_ns, Meter};
-use crate::payload::Body;
+use crate::payload::{Body, Probe};
+use crate::raw::{self, RawConsumer};
 
 /// The sink every outboxed and directly emitted event lands in.
 pub(crate) const SINK: &str = "bench.outbox";
@@ -230,12 +234,13 @@ async fn start<DB: Backend>(
 }
 
 /// After the relay stopped: drains the bus, checks nothing is left unsent and the sink holds
-/// exactly `events`, and closes the pool.
+/// exactly `in_sink` events (those not consumed), and closes the pool.
 async fn finish<DB: Backend>(
     ctx: &Ctx,
     bus: Bus,
     outbox: Outbox<DB>,
     events: u64,
+    in_sink: u64,
 ) -> anyhow::Result<()> {
     bus.drain().await?;
     let counts = outbox.counts().await?;
@@ -246,7 +251,7 @@ async fn finish<DB: Backend>(
         counts.pending,
         counts.sent
     );
-    empty_sink(ctx, events).await
+    empty_sink(ctx, in_sink).await
 }
 
 /// Waits until the relay has marked `events` sent (checked every millisecond).
@@ -294,7 +299,7 @@ async fn throughput_on<DB: Backend>(
     let confirmed = relayed(&relay, events).await;
     let cost = meter.finish();
     relay.stop().await;
-    let checked = finish(ctx, bus, outbox, events).await;
+    let checked = finish(ctx, bus, outbox, events, events).await;
     confirmed?;
     checked?;
     let mut run = Run::rate("events/s", events, cost.wall.as_secs_f64(), cost);
@@ -310,6 +315,11 @@ async fn lag_on<DB: Backend>(
 ) -> anyhow::Result<Run> {
     let events = ctx.plan.outbox_lag_events;
     let (bus, outbox, relay) = start(ctx, &pool, options, "outbox-lag").await?;
+    // The relay's own part: each event's delivery from the sink (a consumer without acks),
+    // timed against its writer's commit return. A quorum queue delivers an event once it
+    // committed it, which is when its confirm goes out.
+    let tap_connection = ctx.raw("outbox-lag-tap").await?;
+    let tap = tap(raw::consume(&tap_connection, SINK, None).await?, events);
     // The throughput runs' lags, and this relay's first empty round, are not this run's.
     let _ = crate::recorder::take();
     let meter = Meter::start();
@@ -317,6 +327,7 @@ async fn lag_on<DB: Backend>(
     let mut writing = FuturesUnordered::new();
     let mut paced = true;
     let mut commits = lag_histogram()?;
+    let mut committed_at: HashMap<u64, u64> = HashMap::with_capacity(events as usize);
     let write = |seq: u64| {
         let (pool, bus) = (&pool, &bus);
         async move {
@@ -325,7 +336,7 @@ async fn lag_on<DB: Backend>(
             let started = Instant::now();
             bus.emit_outgoing_in(&mut tx, one).await?;
             tx.commit().await?;
-            anyhow::Ok(started.elapsed())
+            anyhow::Ok((seq, started.elapsed(), now_ns()))
         }
     };
     while paced || !writing.is_empty() {
@@ -335,7 +346,9 @@ async fn lag_on<DB: Backend>(
                 None => paced = false,
             },
             Some(done) = writing.next() => {
-                let _ = commits.record(nanos(done?));
+                let (seq, took, at) = done?;
+                let _ = commits.record(nanos(took));
+                committed_at.insert(seq, at);
             }
         }
     }
@@ -345,22 +358,69 @@ async fn lag_on<DB: Backend>(
     let cost = meter.finish();
     relay.stop().await;
     let lags = crate::recorder::take();
-    let checked = finish(ctx, bus, outbox, events).await;
+    let delivered = tokio::time::timeout(patience(events), tap)
+        .await
+        .map_err(|_| anyhow::anyhow!("the sink's consumer did not get every event"))
+        .and_then(|joined| joined.context("the sink's consumer panicked")?);
+    broker::close(tap_connection).await;
+    // Every event was consumed: the sink must be empty.
+    let checked = finish(ctx, bus, outbox, events, 0).await;
     confirmed?;
     checked?;
+    let delivered = delivered?;
     let lags = lags.context("the relay's lag histogram is not recorded in this process")?;
     anyhow::ensure!(
         lags.len() == events,
         "the relay recorded {} lags for {events} events",
         lags.len()
     );
+    let mut own = lag_histogram()?;
+    for (seq, at) in &committed_at {
+        let arrived = delivered
+            .get(seq)
+            .with_context(|| format!("event {seq} was committed and never delivered"))?;
+        let _ = own.record(nanos(Duration::from_nanos(arrived.saturating_sub(*at))));
+    }
     let mut run = lag_run(events, &lags, cost);
     run.metrics
         .insert("committed/s", events as f64 / written.as_secs_f64());
-    let ms = |q: f64| commits.value_at_quantile(q) as f64 / 1e6;
-    run.metrics.insert("commit p50 ms", ms(0.5));
-    run.metrics.insert("commit p99 ms", ms(0.99));
+    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1e6;
+    run.metrics.insert("commit p50 ms", ms(&commits, 0.5));
+    run.metrics.insert("commit p99 ms", ms(&commits, 0.99));
+    run.metrics.insert("relay p50 ms", ms(&own, 0.5));
+    run.metrics.insert("relay p99 ms", ms(&own, 0.99));
     Ok(run)
+}
+
+/// Consumes the sink until `events` events arrived: when each arrived, by its seq.
+fn tap(
+    mut consumer: RawConsumer,
+    events: u64,
+) -> tokio::task::JoinHandle<anyhow::Result<HashMap<u64, u64>>> {
+    tokio::spawn(async move {
+        let mut delivered = HashMap::with_capacity(events as usize);
+        while (delivered.len() as u64) < events {
+            let Some(message) = consumer.deliveries.recv().await else {
+                break;
+            };
+            let at = now_ns();
+            let Some(body) = message.content else {
+                continue;
+            };
+            let seq = Probe::read(&body)?.seq;
+            anyhow::ensure!(
+                delivered.insert(seq, at).is_none(),
+                "event {seq} was delivered twice"
+            );
+        }
+        let _ = consumer.channel.close().await;
+        anyhow::ensure!(
+            delivered.len() as u64 == events,
+            "the sink's consumer ended after {} of {events} events",
+            delivered.len()
+        );
+        Ok(delivered)
+    })
 }
 
 fn lag_histogram() -> anyhow::Result<Histogram<u64>> {
