@@ -1,14 +1,18 @@
 //! `mesh outbox relay | status`: rows a service commits into a PostgreSQL outbox (in a database
-//! of the test's own) are published by the relay process to a consumer on the test's vhost,
-//! none of a rolled-back transaction; SIGTERM stops it with exit code 0 and its leases given
-//! up; bad input is a usage error; the database password is never shown.
+//! of the test's own) or a SQLite one (a file of its own) are published by the relay process
+//! to a consumer on the test's vhost, each once and in order, none of a rolled-back
+//! transaction; SIGTERM stops it with exit code 0 and its leases given up; bad input is a
+//! usage error; the database password is never shown.
+
+use std::str::FromStr;
 
 use mesh::Outgoing;
-use mesh_outbox::{EmitIn, Outbox};
+use mesh_outbox::{Backend, EmitIn, Outbox};
 use mesh_testkit::{eventually, sdk, TempStore};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::{assert_code, code, finish, json, mesh, run, stderr, stdout, tail, vhost, WAIT};
@@ -26,8 +30,8 @@ fn with_password(url: &str) -> String {
 }
 
 /// Commits `count` events of module `shop` in one transaction (or rolls them back); their ids.
-async fn write(
-    pool: &sqlx::PgPool,
+async fn write<DB: Backend>(
+    pool: &sqlx::Pool<DB>,
     bus: &mesh::Bus,
     from: usize,
     count: usize,
@@ -45,6 +49,61 @@ async fn write(
         tx.rollback().await.expect("rollback");
     }
     ids.iter().map(ToString::to_string).collect()
+}
+
+/// SIGTERMs a relay process and waits for it: its exit, with its stderr (`before`, the
+/// lines already read, then the rest).
+async fn stop_relay(
+    relay: tokio::process::Child,
+    mut errors: tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+    before: Vec<String>,
+) -> std::process::Output {
+    let pid = relay.id().expect("the relay runs");
+    kill(
+        Pid::from_raw(i32::try_from(pid).expect("a pid")),
+        Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let mut stopped = finish(relay).await;
+    let mut lines = before;
+    while let Some(line) = tokio::time::timeout(WAIT, errors.next_line())
+        .await
+        .expect("the relay's stderr ends with the process")
+        .expect("stderr readable")
+    {
+        lines.push(line);
+    }
+    stopped.stderr = lines.join("\n").into_bytes();
+    stopped
+}
+
+/// Reads the relay's stderr until it says it relays; that line.
+async fn relaying(errors: &mut tokio::io::Lines<BufReader<tokio::process::ChildStderr>>) -> String {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let line = errors
+                .next_line()
+                .await
+                .expect("stderr readable")
+                .expect("the relay says it relays before anything else ends it");
+            if line.contains("relaying the outbox of") {
+                return line;
+            }
+        }
+    })
+    .await
+    .expect("the relay starts in time")
+}
+
+/// The ids of the events a `mesh tail --json` printed, in order.
+fn tailed_ids(tailed: &std::process::Output) -> Vec<String> {
+    stdout(tailed)
+        .lines()
+        .map(|line| {
+            let event: serde_json::Value = serde_json::from_str(line).expect("a JSON event");
+            event["id"].as_str().expect("an id").to_owned()
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,20 +141,7 @@ async fn the_relay_publishes_committed_rows_and_stops_cleanly_on_sigterm() {
         .spawn()
         .expect("the relay starts");
     let mut relay_errors = BufReader::new(relay.stderr.take().expect("stderr piped")).lines();
-    let started = tokio::time::timeout(WAIT, async {
-        loop {
-            let line = relay_errors
-                .next_line()
-                .await
-                .expect("stderr readable")
-                .expect("the relay says it relays before anything else ends it");
-            if line.contains("relaying the outbox of") {
-                return line;
-            }
-        }
-    })
-    .await
-    .expect("the relay starts in time");
+    let started = relaying(&mut relay_errors).await;
     assert!(!started.contains(PASSWORD), "{started}");
     assert!(
         started.contains("postgres://<redacted>@") && started.contains("module.shop"),
@@ -106,13 +152,7 @@ async fn the_relay_publishes_committed_rows_and_stops_cleanly_on_sigterm() {
 
     let tailed = finish(consumer).await;
     assert_code(&tailed, 0);
-    let mut delivered: Vec<String> = stdout(&tailed)
-        .lines()
-        .map(|line| {
-            let event: serde_json::Value = serde_json::from_str(line).expect("a JSON event");
-            event["id"].as_str().expect("an id").to_owned()
-        })
-        .collect();
+    let mut delivered = tailed_ids(&tailed);
     // The tail took the first 20: every committed event, in the order written, and nothing
     // of the rolled-back transaction among them.
     assert_eq!(delivered, committed);
@@ -137,22 +177,7 @@ async fn the_relay_publishes_committed_rows_and_stops_cleanly_on_sigterm() {
     assert_eq!(counts["pending"], 0, "{counts}");
     assert_eq!(counts["sent"], 20, "{counts}");
 
-    let pid = relay.id().expect("the relay runs");
-    kill(
-        Pid::from_raw(i32::try_from(pid).expect("a pid")),
-        Signal::SIGTERM,
-    )
-    .expect("SIGTERM");
-    let mut stopped = finish(relay).await;
-    let mut rest = vec![started];
-    while let Some(line) = tokio::time::timeout(WAIT, relay_errors.next_line())
-        .await
-        .expect("the relay's stderr ends with the process")
-        .expect("stderr readable")
-    {
-        rest.push(line);
-    }
-    stopped.stderr = rest.join("\n").into_bytes();
+    let stopped = stop_relay(relay, relay_errors, vec![started]).await;
     assert_code(&stopped, 0);
     let errors = stderr(&stopped);
     assert!(errors.contains("the relay stopped"), "{errors}");
@@ -162,6 +187,70 @@ async fn the_relay_publishes_committed_rows_and_stops_cleanly_on_sigterm() {
         .await
         .expect("the lease table");
     assert_eq!(leases, 0, "a clean stop gives its lease up");
+
+    shop.drain().await.expect("the service drains");
+    pool.close().await;
+    vhost.delete().await.expect("the vhost is deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_publishes_a_sqlite_outbox_each_event_once_in_order() {
+    let vhost = vhost("cli-outbox-sqlite").await;
+    let store = TempStore::sqlite();
+    let pool = SqlitePoolOptions::new()
+        .max_connections(2)
+        .connect_with(
+            SqliteConnectOptions::from_str(store.url())
+                .expect("a SQLite URL")
+                .journal_mode(SqliteJournalMode::Wal)
+                .busy_timeout(WAIT),
+        )
+        .await
+        .expect("the test opens its SQLite file");
+    let outbox = Outbox::new(pool.clone()).await.expect("the outbox tables");
+    let shop = sdk::emitter(&vhost.url(), "n1", "shop")
+        .await
+        .expect("the service's bus");
+    let mut committed = write(&pool, &shop, 0, 10, true).await;
+    let rolled_back = write(&pool, &shop, 10, 5, false).await;
+
+    let (consumer, _tail_errors) =
+        tail(&vhost.url(), "module.shop.#", &["--count", "20", "--json"]).await;
+    let mut relay = mesh(Some(&vhost.url()))
+        .args(["outbox", "relay", "--database", store.url()])
+        .args(["--source", "module.shop", "--poll-interval", "50ms"])
+        .spawn()
+        .expect("the relay starts");
+    let mut relay_errors = BufReader::new(relay.stderr.take().expect("stderr piped")).lines();
+    let started = relaying(&mut relay_errors).await;
+    // Written while the relay runs: SQLite cannot wake it, its poll finds them.
+    committed.extend(write(&pool, &shop, 15, 10, true).await);
+
+    let tailed = finish(consumer).await;
+    assert_code(&tailed, 0);
+    let mut delivered = tailed_ids(&tailed);
+    assert_eq!(delivered, committed, "every committed event once, in order");
+    delivered.sort();
+    assert!(rolled_back
+        .iter()
+        .all(|id| delivered.binary_search(id).is_err()));
+    eventually(WAIT, "every row marked sent", || async {
+        (outbox.counts().await.ok()?.pending == 0).then_some(())
+    })
+    .await;
+    let status = run(
+        Some(&vhost.url()),
+        &["outbox", "status", "--database", store.url(), "--json"],
+    )
+    .await;
+    assert_code(&status, 0);
+    let counts = json(&status);
+    assert_eq!(counts["pending"], 0, "{counts}");
+    assert_eq!(counts["sent"], 20, "{counts}");
+
+    let stopped = stop_relay(relay, relay_errors, vec![started]).await;
+    assert_code(&stopped, 0);
+    assert!(stderr(&stopped).contains("the relay stopped"));
 
     shop.drain().await.expect("the service drains");
     pool.close().await;
