@@ -401,6 +401,26 @@ async fn run(bus: Bus, shared: Arc<Shared>, plan: EmitPlan) {
     }
 }
 
+/// The longest emit as its caller saw it (first try to confirm, across retries) and the
+/// longest single try, among `tries`.
+pub fn longest_emits(tries: &[Try]) -> (Duration, Duration) {
+    let mut first: BTreeMap<usize, Instant> = BTreeMap::new();
+    let mut longest_emit = Duration::ZERO;
+    let mut longest_try = Duration::ZERO;
+    let mut sorted: Vec<&Try> = tries.iter().collect();
+    sorted.sort_by_key(|t| t.started);
+    for t in &sorted {
+        first.entry(t.index).or_insert(t.started);
+    }
+    for t in sorted {
+        longest_try = longest_try.max(t.waited());
+        if t.outcome == TryOutcome::Confirmed {
+            longest_emit = longest_emit.max(t.resolved - first[&t.index]);
+        }
+    }
+    (longest_emit, longest_try)
+}
+
 fn fatal_count(shared: &Shared) -> usize {
     lock(&shared.tries)
         .iter()

@@ -12,6 +12,8 @@
 //! - [`timeline`]: instants of confirms and handles, and a log of a bus's health, from which
 //!   the scenarios measure detection and recovery times.
 //!
+//! - [`soak`]: the soak, minutes of work under random, overlapping faults from a seeded
+//!   plan, and the books it closes (the binary `mesh-soak` and `tests/soak.rs` run it);
 //! - [`worker`]: a child process of a scenario and the lines it says (with the child side's
 //!   `child_main` and `say`), and the resident memory
 //!   of a process as the OS reports it.
@@ -27,6 +29,7 @@
 
 pub mod emitter;
 pub mod setup;
+pub mod soak;
 pub mod timeline;
 pub mod worker;
 

@@ -85,6 +85,15 @@ pub const MODULES: &[(&str, &[&str])] = &[
     ("watcher", &[]),
     // o: the audit logger.
     (naming::AUDIT_MODULE, &["#"]),
+    // The soak (`crate::soak`): two more emitting modules beside `source`, and the
+    // competing consumers of all three (`caller`, `server` and the audit logger above serve
+    // it too).
+    ("press", &[]),
+    ("mint", &[]),
+    (
+        "crowd",
+        &["module.source.#", "module.press.#", "module.mint.#"],
+    ),
 ];
 
 /// How a child process connects as one user of the access plan: a URL naming the user but
@@ -199,6 +208,14 @@ impl Access {
     /// the access plan gives it.
     pub fn options(&self, module: &str, queue_type: QueueType) -> AmqpOptions {
         self.login(module).options(module).queue_type(queue_type)
+    }
+
+    /// Options like [`Access::options`] connecting to `addrs` (tried in this order; e.g.
+    /// relays in front of a cluster's nodes), on quorum queues.
+    pub fn options_at(&self, addrs: &[SocketAddr], module: &str) -> AmqpOptions {
+        self.login_at(addrs, module)
+            .options(module)
+            .queue_type(QueueType::Quorum)
     }
 
     /// Options like [`Access::options`] on `cluster`, given all three nodes with node

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mesh::{Bus, DeadReason, HandlerError, RetryPolicy};
+use mesh_faults::emitter::longest_emits;
 use mesh_faults::setup::{self, connect, Access};
 use mesh_faults::{secs, worker, EmitPlan, Emitter, Timeline, Try, TryOutcome, Worker};
 use mesh_testkit::{
@@ -39,26 +40,6 @@ async fn cluster() -> Arc<Cluster> {
         .await
         .expect("restarting a node an earlier scenario left down");
     cluster
-}
-
-/// The longest emit as its caller saw it (first try to confirm, across retries) and the
-/// longest single try.
-fn longest_emits(tries: &[Try]) -> (Duration, Duration) {
-    let mut first: BTreeMap<usize, Instant> = BTreeMap::new();
-    let mut longest_emit = Duration::ZERO;
-    let mut longest_try = Duration::ZERO;
-    let mut sorted: Vec<&Try> = tries.iter().collect();
-    sorted.sort_by_key(|t| t.started);
-    for t in &sorted {
-        first.entry(t.index).or_insert(t.started);
-    }
-    for t in sorted {
-        longest_try = longest_try.max(t.waited());
-        if t.outcome == TryOutcome::Confirmed {
-            longest_emit = longest_emit.max(t.resolved - first[&t.index]);
-        }
-    }
-    (longest_emit, longest_try)
 }
 
 /// A consumer bus recording every handle in `ledger` and `handles`.

@@ -1,11 +1,14 @@
 //! `faults-worker`: the child processes of the cluster, poison, backlog and audit scenarios
-//! (`tests/cluster.rs`, `tests/backlog.rs`), which kill them, crash them, or measure them.
+//! and of the soak (`tests/cluster.rs`, `tests/backlog.rs`, `mesh_faults::soak`), which kill
+//! them, crash them, or measure them.
 //!
 //! ```text
 //! faults-worker serve <amqp-url> <node> <module> <tool>
 //! faults-worker crash-on-poison <amqp-url> <node> <module> <pattern> <poison-seq> <delivery-limit>
 //! faults-worker consume <amqp-url> <quorum|classic> <node> <module> <pattern> <prefetch>
 //! faults-worker audit <amqp-url> <node> <store-url>
+//! faults-worker soak-consume <amqp-url> <node> <module> <prefetch>
+//! faults-worker answer <amqp-url> <node> <module> <tool>
 //! ```
 //!
 //! - `serve`: serves `<tool>`; each request's handler says `serving <request id>` and then
@@ -19,6 +22,12 @@
 //! - `audit`: runs the audit logger (`mesh_audit::AuditService`) on node `<node>` into
 //!   `<store-url>`; when stdin closes it shuts down gracefully and says `stopped <events
 //!   stored> <duplicates absorbed>`.
+//! - `soak-consume`: one of the soak's competing consumers (`mesh_faults::soak`): handles the
+//!   soak's events on quorum queues with the soak's retry ladder, each event meeting the fate
+//!   [`mesh_faults::soak::fate`] gives its `seq` (handled; failing its first attempts;
+//!   poison, failing every attempt). Says `handled <id> <attempt>` when its handler succeeds
+//!   and `failed <id> <attempt>` when it fails (retryably) on purpose.
+//! - `answer`: serves `<tool>`, answering a number `n` with `2n + 1`; says `served <n>`.
 //!
 //! `<amqp-url>` names the user (a module's, or for `audit` the audit logger's, under the
 //! access plan: `mesh_faults::setup::Login`) and the password comes in `MESH_PASSWORD`
@@ -28,6 +37,7 @@
 //! never outlives a test. Exit codes: 0 when stdin closed or stdout is a broken pipe, 1 on an
 //! error (printed to stderr), 2 on bad arguments.
 
+use mesh_faults::soak::{self, Fate};
 use mesh_faults::worker::{child_main, child_options, say};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -44,7 +54,9 @@ const CRASH_EXIT: i32 = 70;
 const USAGE: &str = "usage: faults-worker serve <amqp-url> <node> <module> <tool>
        faults-worker crash-on-poison <amqp-url> <node> <module> <pattern> <poison-seq> <delivery-limit>
        faults-worker consume <amqp-url> <quorum|classic> <node> <module> <pattern> <prefetch>
-       faults-worker audit <amqp-url> <node> <store-url>";
+       faults-worker audit <amqp-url> <node> <store-url>
+       faults-worker soak-consume <amqp-url> <node> <module> <prefetch>
+       faults-worker answer <amqp-url> <node> <module> <tool>";
 
 fn main() -> ExitCode {
     child_main("faults-worker", run)
@@ -188,6 +200,51 @@ fn run() -> anyhow::Result<ExitCode> {
                 "stopped {} {}",
                 stats.events_stored, stats.duplicates
             ))?;
+            Ok(ExitCode::SUCCESS)
+        }),
+        ["soak-consume", url, node, module, prefetch] => {
+            let prefetch: u16 = prefetch.parse().context("the prefetch")?;
+            runtime.block_on(async {
+                let options =
+                    child_options(url, &format!("{module}-{pid}"))?.queue_type(QueueType::Quorum);
+                let _bus = Bus::builder()
+                    .node(*node)
+                    .module(*module)
+                    .prefetch(prefetch)
+                    .retry(soak::retry_policy())
+                    .on_raw(soak::PATTERNS, |incoming| async move {
+                        let id = incoming.meta.id();
+                        let attempt = incoming.meta.attempt();
+                        let fate = seq_of(&incoming.event).map_or(Fate::Handled, soak::fate);
+                        if fate.fails(attempt) {
+                            say_or_exit(&format!("failed {id} {attempt}"));
+                            return Err(HandlerError::retry("the soak's planned failure"));
+                        }
+                        say_or_exit(&format!("handled {id} {attempt}"));
+                        Ok(())
+                    })
+                    .start(connect(options).await?)
+                    .await
+                    .context("starting the bus")?;
+                say("ready")?;
+                until_stdin_closes().await?;
+                Ok(ExitCode::SUCCESS)
+            })
+        }
+        ["answer", url, node, module, tool] => runtime.block_on(async {
+            let transport = connect(child_options(url, &format!("{module}-{pid}"))?).await?;
+            let _bus = Bus::builder()
+                .node(*node)
+                .module(*module)
+                .serve(*tool, |n: u64, _meta| async move {
+                    say_or_exit(&format!("served {n}"));
+                    Ok::<u64, mesh::RemoteError>(soak::answer(n))
+                })
+                .start(transport)
+                .await
+                .context("starting the bus")?;
+            say("ready")?;
+            until_stdin_closes().await?;
             Ok(ExitCode::SUCCESS)
         }),
         _ => {
