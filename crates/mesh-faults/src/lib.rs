@@ -13,7 +13,7 @@
 //!   the scenarios measure detection and recovery times.
 //!
 //! - [`soak`]: the soak, minutes of work under random, overlapping faults from a seeded
-//!   plan, and the books it closes (the binary `mesh-soak` and `tests/soak.rs` run it);
+//!   plan, and the books it closes (the binary `mesh-soak` runs it);
 //! - [`worker`]: a child process of a scenario and the lines it says (with the child side's
 //!   `child_main` and `say`), and the resident memory
 //!   of a process as the OS reports it.

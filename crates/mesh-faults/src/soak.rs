@@ -3,7 +3,8 @@
 //!
 //! This module owns the soak's plan ([`plan`]: a fault timeline drawn from a seed, so a failed
 //! run is replayed with the same seed), its run ([`run`]) and its [`SoakReport`]. The binary
-//! `mesh-soak` and the test `tests/soak.rs` are thin shells around [`run`].
+//! `mesh-soak` is a thin shell around [`run`] (not yet a test of the suite:
+//! docs/RELIABILITY.md, "Soak").
 //!
 //! # The work
 //!
