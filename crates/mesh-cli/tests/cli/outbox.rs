@@ -106,6 +106,40 @@ fn tailed_ids(tailed: &std::process::Output) -> Vec<String> {
         .collect()
 }
 
+/// The tail took the first 20: every committed event, in the order written, and nothing of
+/// the rolled-back transaction among them; every row is then marked sent (after its
+/// confirm), as `mesh outbox status` reads back.
+async fn relayed_each_once<DB: Backend>(
+    consumer: tokio::process::Child,
+    committed: &[String],
+    rolled_back: &[String],
+    outbox: &Outbox<DB>,
+    broker: &str,
+    database: &str,
+) {
+    let tailed = finish(consumer).await;
+    assert_code(&tailed, 0);
+    let mut delivered = tailed_ids(&tailed);
+    assert_eq!(delivered, committed, "every committed event once, in order");
+    delivered.sort();
+    assert!(rolled_back
+        .iter()
+        .all(|id| delivered.binary_search(id).is_err()));
+    eventually(WAIT, "every row marked sent", || async {
+        (outbox.counts().await.ok()?.pending == 0).then_some(())
+    })
+    .await;
+    let status = run(
+        Some(broker),
+        &["outbox", "status", "--database", database, "--json"],
+    )
+    .await;
+    assert_code(&status, 0);
+    let counts = json(&status);
+    assert_eq!(counts["pending"], 0, "{counts}");
+    assert_eq!(counts["sent"], 20, "{counts}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_publishes_committed_rows_and_stops_cleanly_on_sigterm() {
     let vhost = vhost("cli-outbox").await;
@@ -150,32 +184,16 @@ async fn the_relay_publishes_committed_rows_and_stops_cleanly_on_sigterm() {
     // Written while the relay runs: woken by the commit.
     committed.extend(write(&pool, &shop, 15, 10, true).await);
 
-    let tailed = finish(consumer).await;
-    assert_code(&tailed, 0);
-    let mut delivered = tailed_ids(&tailed);
-    // The tail took the first 20: every committed event, in the order written, and nothing
-    // of the rolled-back transaction among them.
-    assert_eq!(delivered, committed);
-    delivered.sort();
-    assert!(rolled_back
-        .iter()
-        .all(|id| delivered.binary_search(id).is_err()));
-
     let outbox = Outbox::new(pool.clone()).await.expect("the outbox");
-    // Marked sent after the confirm: waited for, then read back by `mesh outbox status`.
-    eventually(WAIT, "every row marked sent", || async {
-        (outbox.counts().await.ok()?.pending == 0).then_some(())
-    })
-    .await;
-    let status = run(
-        Some(&vhost.url()),
-        &["outbox", "status", "--database", &database, "--json"],
+    relayed_each_once(
+        consumer,
+        &committed,
+        &rolled_back,
+        &outbox,
+        &vhost.url(),
+        &database,
     )
     .await;
-    assert_code(&status, 0);
-    let counts = json(&status);
-    assert_eq!(counts["pending"], 0, "{counts}");
-    assert_eq!(counts["sent"], 20, "{counts}");
 
     let stopped = stop_relay(relay, relay_errors, vec![started]).await;
     assert_code(&stopped, 0);
@@ -226,27 +244,15 @@ async fn the_relay_publishes_a_sqlite_outbox_each_event_once_in_order() {
     // Written while the relay runs: SQLite cannot wake it, its poll finds them.
     committed.extend(write(&pool, &shop, 15, 10, true).await);
 
-    let tailed = finish(consumer).await;
-    assert_code(&tailed, 0);
-    let mut delivered = tailed_ids(&tailed);
-    assert_eq!(delivered, committed, "every committed event once, in order");
-    delivered.sort();
-    assert!(rolled_back
-        .iter()
-        .all(|id| delivered.binary_search(id).is_err()));
-    eventually(WAIT, "every row marked sent", || async {
-        (outbox.counts().await.ok()?.pending == 0).then_some(())
-    })
-    .await;
-    let status = run(
-        Some(&vhost.url()),
-        &["outbox", "status", "--database", store.url(), "--json"],
+    relayed_each_once(
+        consumer,
+        &committed,
+        &rolled_back,
+        &outbox,
+        &vhost.url(),
+        store.url(),
     )
     .await;
-    assert_code(&status, 0);
-    let counts = json(&status);
-    assert_eq!(counts["pending"], 0, "{counts}");
-    assert_eq!(counts["sent"], 20, "{counts}");
 
     let stopped = stop_relay(relay, relay_errors, vec![started]).await;
     assert_code(&stopped, 0);
