@@ -236,3 +236,56 @@ async fn connecting_to_the_wrong_place_fails_with_a_kind() {
     transport.close().await;
     vhost.delete().await.unwrap();
 }
+
+/// Dropping a subscription makes two tasks act on its channel at once: the pump cancels
+/// the consumer while the ack tracker, its reader gone, closes the channel. A cancel sent
+/// after the close is a method on a closed channel, which the broker answers by closing
+/// the whole consume connection (`CHANNEL_ERROR - expected 'channel.open'`). Many
+/// subscribe-and-drop rounds on one transport must cost no connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_subscriptions_never_costs_the_consume_connection() {
+    let vhost = common::vhost("drop-subscriptions").await;
+    let transport = common::connect(&vhost, "drop-subscriptions").await;
+    let recorder = common::Recorder::start(&transport);
+    for round in 0..150 {
+        let queue = QueueSpec::Durable {
+            name: format!("n.drop{}.events", round % 3),
+        };
+        let subscription = transport
+            .subscribe(spec(queue, "module.a.#"))
+            .await
+            .unwrap_or_else(|e| panic!("subscribe in round {round}: {e}"));
+        drop(subscription);
+    }
+    // A last round trip: the consume connection still carries subscriptions.
+    let mut tail = transport
+        .subscribe(spec(
+            QueueSpec::Durable {
+                name: "n.drop0.events".to_owned(),
+            },
+            "module.a.#",
+        ))
+        .await
+        .unwrap();
+    transport
+        .publish(
+            common::event("module.a.done", "{}"),
+            PublishOptions::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let delivery = common::next(&mut tail).await;
+    assert_eq!(delivery.message.routing_key, "module.a.done");
+    delivery.ack().await.unwrap();
+    let lost: Vec<_> = recorder
+        .events()
+        .into_iter()
+        .filter(|(_, event)| matches!(event, mesh_amqp::Lifecycle::Disconnected { .. }))
+        .collect();
+    assert!(lost.is_empty(), "connections were lost: {lost:?}");
+    drop(tail);
+    transport.close().await;
+    vhost.delete().await.unwrap();
+}

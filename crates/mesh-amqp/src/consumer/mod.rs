@@ -348,7 +348,20 @@ struct Attachment {
     /// Resolves (with an error) once the attachment's [`Reader`] is gone: its stream ended,
     /// or the subscription was dropped.
     ended: oneshot::Receiver<()>,
+    /// Held by whoever cancels the consumer or closes the channel; see [`ChannelControl`].
+    control: ChannelControl,
 }
+
+/// Held while the pump cancels the consumer and while the ack tracker (or the pump) closes
+/// the channel, so the two never cross.
+///
+/// They would otherwise race when a subscription is dropped: the pump's `basic.cancel` and
+/// the tracker's `channel.close` leave at the same moment from two tasks, and the client
+/// library sends a method on a channel whose close already left without checking. The
+/// broker answers a method on a channel it has closed with a *connection* error (`504
+/// CHANNEL_ERROR - expected 'channel.open'`), which costs every channel of the consume
+/// connection. Under the lock each checks the channel is still open before sending.
+type ChannelControl = Arc<tokio::sync::Mutex<()>>;
 
 /// The subscription's side of one attached consumer: the client library's stream, read
 /// straight by whoever reads the subscription, and what makes its messages deliveries.
@@ -380,6 +393,7 @@ impl Attachment {
             stream,
             manual_ack,
         } = consumer;
+        let control = ChannelControl::default();
         let tracker = manual_ack.then(|| {
             let (commands, rx) = mpsc::unbounded_channel();
             let state = Arc::new(Mutex::new(AckTracker::default()));
@@ -392,7 +406,15 @@ impl Attachment {
                 token: env.link.shared().channel_tasks.token(),
             };
             tokio::spawn(
-                track(channel.clone(), closed.clone(), state.clone(), rx, closing).instrument(span),
+                track(
+                    channel.clone(),
+                    closed.clone(),
+                    control.clone(),
+                    state.clone(),
+                    rx,
+                    closing,
+                )
+                .instrument(span),
             );
             Tracker { commands, state }
         });
@@ -413,6 +435,7 @@ impl Attachment {
             manual_ack,
             generation,
             ended,
+            control,
         };
         (attachment, reader)
     }
@@ -533,9 +556,8 @@ impl Pump {
                     // A manual-ack channel is closed by its tracker once the reader and
                     // the ackers are gone; a no-ack one has none, and nothing can be
                     // settled on it.
-                    if !attachment.manual_ack && attachment.channel.is_open() {
-                        let _ =
-                            within(attachment.channel.close(), "closing a consumer channel").await;
+                    if !attachment.manual_ack {
+                        close_channel(&attachment.channel, &attachment.control).await;
                     }
                     break;
                 }
@@ -672,6 +694,7 @@ fn why_ended(attachment: &Attachment) -> End {
 }
 
 async fn cancel_consumer(attachment: &Attachment) {
+    let _control = attachment.control.lock().await;
     if !attachment.channel.is_open() {
         return;
     }
@@ -756,6 +779,7 @@ struct Closing {
 async fn track(
     channel: Channel,
     closed: CloseSlot,
+    control: ChannelControl,
     state: TrackerState,
     mut commands: mpsc::UnboundedReceiver<AckCommand>,
     transport: Closing,
@@ -773,9 +797,7 @@ async fn track(
                 None => break,
             },
             () = closing(&mut shutdown), if token.is_some() => {
-                if channel.is_open() {
-                    let _ = within(channel.clone().close(), "closing a consumer channel").await;
-                }
+                close_channel(&channel, &control).await;
                 token = None;
                 continue;
             }
@@ -804,10 +826,17 @@ async fn track(
         send(&channel, &closed, flush).await;
     }
     // The reader and the ackers are gone: nothing more can be settled here.
-    if channel.is_open() {
-        let _ = within(channel.close(), "closing a consumer channel").await;
-    }
+    close_channel(&channel, &control).await;
     drop(token);
+}
+
+/// Closes a consumer channel unless it is closed already, never while the pump cancels its
+/// consumer (see [`ChannelControl`]).
+async fn close_channel(channel: &Channel, control: &ChannelControl) {
+    let _control = control.lock().await;
+    if channel.is_open() {
+        let _ = within(channel.clone().close(), "closing a consumer channel").await;
+    }
 }
 
 /// Sends what the tracker decided and answers who waits for it.
