@@ -36,8 +36,9 @@
 //!
 //! # Settling a delivery
 //!
-//! `ack` is a `basic.ack` (coalesced with `multiple` when consecutive deliveries are done;
-//! `Delivery::ack_all` hands a channel's acks to it in one command);
+//! `ack` is a `basic.ack` (coalesced with `multiple` when consecutive deliveries are done,
+//! held back up to 1 ms for more while other deliveries of the channel are with their
+//! handlers; `Delivery::ack_all` hands a channel's acks to it in one command);
 //! `release`, or dropping the delivery undecided, is a `basic.nack` with requeue; `retry`
 //! publishes the copy to `mesh.retry` under the step's retry queue's name and `dead_letter` to
 //! `mesh.events.dead`, both persistent and mandatory, and ack the original only once the copy

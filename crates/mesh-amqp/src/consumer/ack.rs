@@ -97,6 +97,18 @@ impl<W> AckTracker<W> {
         self.releases.push(tag);
     }
 
+    /// Whether to hold the acks decided so far back for more to join them: only acks wait
+    /// (a release, or a channel known lost, goes at once), fewer than `linger_acks` of them,
+    /// and handlers still run on other deliveries (a consumer handling one delivery at a
+    /// time never waits). The shell bounds the wait.
+    pub(crate) fn should_linger(&self, linger_acks: usize) -> bool {
+        !self.lost
+            && self.releases.is_empty()
+            && !self.acks.is_empty()
+            && self.acks.len() < linger_acks
+            && !self.undecided.is_empty()
+    }
+
     /// Tags handed out and not yet decided.
     #[cfg(test)]
     pub(crate) fn undecided(&self) -> usize {
@@ -162,6 +174,38 @@ mod tests {
 
     fn ack(tag: u64, multiple: bool) -> Frame {
         Frame::Ack { tag, multiple }
+    }
+
+    #[test]
+    fn acks_linger_only_while_other_deliveries_are_with_their_handlers() {
+        let mut tracker = AckTracker::default();
+        assert!(!tracker.should_linger(2), "nothing decided, nothing to wait for");
+        for tag in 1..=4 {
+            tracker.delivered(tag);
+        }
+        tracker.ack(1, 'a');
+        assert!(tracker.should_linger(2), "2, 3 and 4 are still with their handlers");
+        tracker.ack(2, 'b');
+        assert!(!tracker.should_linger(2), "enough acks for one frame");
+        assert_eq!(tracker.flush(true).frames, [ack(2, true)]);
+        tracker.ack(3, 'c');
+        assert!(tracker.should_linger(2));
+        tracker.release(4);
+        assert!(!tracker.should_linger(2), "a release goes at once");
+        let flush = tracker.flush(true);
+        assert_eq!(flush.frames, [Frame::Release(4), ack(3, false)]);
+
+        // A consumer handling one delivery at a time never waits.
+        tracker.delivered(5);
+        tracker.ack(5, 'd');
+        assert!(!tracker.should_linger(16));
+
+        // Nor does a channel known lost.
+        tracker.delivered(6);
+        tracker.delivered(7);
+        assert!(tracker.flush(false).lost);
+        tracker.ack(6, 'e');
+        assert!(!tracker.should_linger(16));
     }
 
     #[test]

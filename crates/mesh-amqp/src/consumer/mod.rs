@@ -16,10 +16,14 @@
 //!   tags are handed out and not yet decided (the reader registers each in a set they share,
 //!   without waking it), and coalesces acks: after draining whatever commands are waiting,
 //!   it acks the decided tags below the oldest undecided one with one
-//!   `basic.ack(multiple)` and the rest one by one. So a delivery is never acked before its
-//!   handler finished, and a busy consumer sends few ack frames while an idle one acks at
-//!   once (no timers). Releases are `basic.nack(requeue)`, sent before the acks of the same
-//!   batch so a `multiple` ack never covers them. [`Delivery::ack_all`] sends the acks of
+//!   `basic.ack(multiple)` and the rest one by one. While handlers still run on other
+//!   deliveries of the channel and fewer than half the prefetch is decided, it first waits
+//!   up to [`ACK_LINGER`] (1 ms) for more decisions to join: a quorum queue applies every
+//!   ack frame as a command of its replicated log, so frames, not messages, are what an
+//!   ack costs the broker. So a delivery is never acked before its handler finished, a busy
+//!   consumer sends about two ack frames per prefetch window, and a consumer handling one
+//!   delivery at a time acks at once. Releases are `basic.nack(requeue)`, sent at once and
+//!   before the acks of the same batch so a `multiple` ack never covers them. [`Delivery::ack_all`] sends the acks of
 //!   one channel's deliveries as a single command (one wake of the tracker and one answer,
 //!   instead of one per delivery).
 //!
@@ -100,6 +104,11 @@ const DELIVERY_COUNT: &str = "x-delivery-count";
 
 /// How many commands the ack tracker handles before it sends what they decided.
 const ACK_BATCH: usize = 1024;
+
+/// How long the ack tracker holds decided acks back for more to join them in one frame,
+/// at most: only while handlers still run on other deliveries of the channel, and fewer
+/// than half the prefetch is decided (see [`AckTracker::should_linger`]).
+const ACK_LINGER: Duration = Duration::from_millis(1);
 
 /// A consumer attached this long is stable: the next re-attach starts its backoff over.
 const STABLE_AFTER: Duration = Duration::from_secs(5);
@@ -304,7 +313,7 @@ pub(crate) async fn subscribe(
     env.counts.expected.fetch_add(1, Ordering::AcqRel);
     env.counts.attached.fetch_add(1, Ordering::AcqRel);
     let queue = ctx.queue.clone();
-    let (attachment, reader) = Attachment::new(consumer, ctx, generation, &env);
+    let (attachment, reader) = Attachment::new(consumer, ctx, generation, spec.prefetch, &env);
     let span = tracing::info_span!(parent: None, "mesh_amqp.subscription", %queue);
     let pump = Pump {
         backoff: env.backoff.clone(),
@@ -383,6 +392,7 @@ impl Attachment {
         consumer: Consumer,
         ctx: Arc<SubscriptionCtx>,
         generation: u64,
+        prefetch: u16,
         env: &Env,
     ) -> (Attachment, Reader) {
         let Consumer {
@@ -411,6 +421,7 @@ impl Attachment {
                     closed.clone(),
                     control.clone(),
                     state.clone(),
+                    usize::from(prefetch / 2),
                     rx,
                     closing,
                 )
@@ -669,7 +680,7 @@ impl Pump {
             let generation = status.borrow().generation;
             match attach(&self.env, &self.spec, true).await {
                 Ok((consumer, ctx)) => {
-                    return Some(Attachment::new(consumer, ctx, generation, &self.env))
+                    return Some(Attachment::new(consumer, ctx, generation, self.spec.prefetch, &self.env))
                 }
                 Err(error) => tracing::warn!(
                     error = %error,
@@ -781,6 +792,7 @@ async fn track(
     closed: CloseSlot,
     control: ChannelControl,
     state: TrackerState,
+    linger_acks: usize,
     mut commands: mpsc::UnboundedReceiver<AckCommand>,
     transport: Closing,
 ) {
@@ -802,28 +814,48 @@ async fn track(
                 continue;
             }
         };
-        let flush = {
-            let mut tracker = lock(&state);
-            let mut next = Some(first);
-            let mut handled = 0;
-            while let Some(command) = next {
-                match command {
-                    AckCommand::Ack { tag, done } => tracker.ack(tag, done),
-                    AckCommand::AckMany { tags, done } => tracker.ack_many(tags, done),
-                    AckCommand::Release(tag) => tracker.release(tag),
+        let mut next = Some(first);
+        let mut linger_until = None;
+        let mut ended = false;
+        let flush = loop {
+            {
+                let mut tracker = lock(&state);
+                let mut handled = 0;
+                while let Some(command) = next.take() {
+                    match command {
+                        AckCommand::Ack { tag, done } => tracker.ack(tag, done),
+                        AckCommand::AckMany { tags, done } => tracker.ack_many(tags, done),
+                        AckCommand::Release(tag) => tracker.release(tag),
+                    }
+                    handled += 1;
+                    if handled < ACK_BATCH {
+                        next = commands.try_recv().ok();
+                    }
                 }
-                handled += 1;
-                next = if handled < ACK_BATCH {
-                    commands.try_recv().ok()
-                } else {
-                    None
-                };
+                let lingered = linger_until.is_some_and(|at| Instant::now() >= at);
+                if ended || lingered || !tracker.should_linger(linger_acks) {
+                    // A closed channel's tags died with it (the broker requeued them);
+                    // sending on it would reach whatever channel reuses its number, or
+                    // close the connection.
+                    break tracker.flush(channel.is_open());
+                }
             }
-            // A closed channel's tags died with it (the broker requeued them); sending on it
-            // would reach whatever channel reuses its number, or close the connection.
-            tracker.flush(channel.is_open())
+            // Handlers are still running on deliveries of this channel: their acks, due
+            // any moment, can join these in one frame.
+            let at = *linger_until.get_or_insert_with(|| Instant::now() + ACK_LINGER);
+            tokio::select! {
+                biased;
+                command = commands.recv() => match command {
+                    Some(command) => next = Some(command),
+                    None => ended = true,
+                },
+                () = tokio::time::sleep_until(at) => {}
+            }
         };
         send(&channel, &closed, flush).await;
+        if ended {
+            break;
+        }
     }
     // The reader and the ackers are gone: nothing more can be settled here.
     close_channel(&channel, &control).await;
