@@ -152,6 +152,9 @@
 
 pub mod access;
 mod backoff;
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub mod bench_internals;
 mod connection;
 mod consumer;
 mod convert;

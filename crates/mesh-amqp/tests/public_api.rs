@@ -23,13 +23,22 @@ fn no_client_library_type_is_public() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
     // `management` and `access` are the public modules: their items are checked below.
-    assert!(
-        !lib.lines().any(|l| {
-            let l = l.trim_start();
-            l.starts_with("pub mod") && l != "pub mod management;" && l != "pub mod access;"
-        }),
-        "lib.rs must keep every module private but `management` and `access`"
-    );
+    // `bench_internals` is no API: compiled only with a feature, hidden, and checked below.
+    let public = ["pub mod management;", "pub mod access;"];
+    let lines: Vec<&str> = lib.lines().map(str::trim_start).collect();
+    for (at, line) in lines.iter().enumerate() {
+        if !line.starts_with("pub mod") || public.contains(line) {
+            continue;
+        }
+        assert!(
+            *line == "pub mod bench_internals;"
+                && at >= 2
+                && lines[at - 2] == "#[cfg(feature = \"bench-internals\")]"
+                && lines[at - 1] == "#[doc(hidden)]",
+            "lib.rs must keep every module private but `management` and `access` \
+             (and `bench_internals`, behind its feature and hidden): {line}"
+        );
+    }
     let reexported: Vec<&str> = lib
         .lines()
         .filter_map(|l| l.trim_start().strip_prefix("pub use "))
@@ -78,6 +87,33 @@ fn no_http_library_type_is_public_in_management() {
                     !line.contains(library),
                     "{}: a public item names {library}: {line}",
                     path.display()
+                );
+            }
+        }
+    }
+}
+
+/// The benchmarks' hidden module keeps the client library's types out of its public items:
+/// only its private fields and imports name them.
+#[test]
+fn the_bench_internals_name_no_client_library_type_publicly() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bench_internals.rs");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let imported: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("use amqprs::"))
+        .map(|names| names.trim_end_matches(';'))
+        .collect();
+    assert!(!imported.is_empty(), "the opaque properties wrap amqprs's");
+    for line in text.lines().map(str::trim_start) {
+        if line.contains("amqprs") {
+            assert!(line.starts_with("use amqprs::"), "names amqprs: {line}");
+        }
+        if line.starts_with("pub ") {
+            for name in &imported {
+                assert!(
+                    !line.contains(name),
+                    "a public item names amqprs's {name}: {line}"
                 );
             }
         }

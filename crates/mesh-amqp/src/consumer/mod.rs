@@ -67,7 +67,8 @@
 //! the handlers' decisions, sends the frames it returns and answers who waits for them; the
 //! reader registers each delivery in it, under a lock held only for that.
 
-mod ack;
+// `pub(crate)`: the micro-benchmarks reach it through `crate::bench_internals`.
+pub(crate) mod ack;
 #[cfg(test)]
 mod props;
 

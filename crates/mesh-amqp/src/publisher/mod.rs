@@ -101,7 +101,8 @@
 
 #[cfg(test)]
 mod props;
-mod window;
+// `pub(crate)`: the micro-benchmarks reach it through `crate::bench_internals`.
+pub(crate) mod window;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
