@@ -8,8 +8,11 @@
 use std::time::Duration;
 
 use amqprs::{BasicProperties, FieldTable, FieldValue, ShortStr, DELIVERY_MODE_PERSISTENT};
+use mesh_core::codec::{
+    CAUSATION_ID, CONTENT_TYPE_JSON, CONTRACT_HEADERS, EVENT_ID, NODE, SCHEMA, SOURCE, TIME,
+};
 use mesh_core::{
-    HeaderValue, Headers, Properties, TransportError, TransportErrorKind, WireMessage,
+    Envelope, HeaderValue, Headers, Properties, TransportError, TransportErrorKind, WireMessage,
 };
 
 /// The longest AMQP short string (names, routing keys, most properties).
@@ -77,24 +80,10 @@ pub(crate) fn header_frame_bound(message: &WireMessage) -> usize {
     fn short(text: Option<&String>) -> usize {
         text.map_or(0, |t| 1 + t.len())
     }
-    fn field(v: &HeaderValue) -> usize {
-        1 + match v {
-            HeaderValue::Str(s) => 4 + s.len(),
-            HeaderValue::Bytes(b) => 4 + b.len(),
-            HeaderValue::UInt(_) => 24,
-            HeaderValue::Bool(_)
-            | HeaderValue::Int(_)
-            | HeaderValue::Float(_)
-            | HeaderValue::Timestamp(_)
-            | HeaderValue::Void => 8,
-            HeaderValue::Array(items) => 4 + items.iter().map(field).sum::<usize>(),
-            HeaderValue::Table(table) => 4 + entries(table),
-        }
-    }
     fn entries(table: &mesh_core::Headers) -> usize {
         table
             .iter()
-            .map(|(name, v)| 1 + name.len() + field(v))
+            .map(|(name, v)| 1 + name.len() + value_bound(v))
             .sum()
     }
     let p = &message.properties;
@@ -277,6 +266,113 @@ pub(crate) fn to_properties(
         props.with_headers(to_field_table(&p.headers)?);
     }
     Ok(props)
+}
+
+/// The basic properties of the event `envelope` published by `user_id`: exactly those of
+/// [`to_properties`] of [`mesh_core::codec::encode`]`(envelope)` with that `user-id`, built
+/// without the encoded message in between (no header table of mesh's own to build and
+/// free for every emit). A property test holds the two equal.
+pub(crate) fn event_properties(
+    envelope: &Envelope,
+    user_id: &str,
+) -> Result<BasicProperties, TransportError> {
+    check_short("the user id", user_id)?;
+    let too_long = || TransportError::new(TransportErrorKind::Protocol, "header value is too long");
+    let text = |value: &str| value.try_into().map(FieldValue::S).map_err(|_| too_long());
+    let mut table = FieldTable::new();
+    let mut insert = |name: &str, value: FieldValue| -> Result<(), TransportError> {
+        check_short("a header name", name)?;
+        let key = name.try_into().map_err(|_| {
+            TransportError::new(TransportErrorKind::Protocol, "header name is too long")
+        })?;
+        table.insert(key, value);
+        Ok(())
+    };
+    for (name, value) in &envelope.extra_headers {
+        if !CONTRACT_HEADERS.contains(&name.as_str()) {
+            insert(name, value_to_wire(value, 1)?)?;
+        }
+    }
+    let id = envelope.id.text();
+    insert(EVENT_ID, text(&id)?)?;
+    insert(SOURCE, text(&envelope.source)?)?;
+    insert(NODE, text(&envelope.node)?)?;
+    insert(TIME, text(&envelope.time.text())?)?;
+    if let Some(causation) = &envelope.causation_id {
+        insert(CAUSATION_ID, text(causation)?)?;
+    }
+    if let Some(schema) = envelope.schema {
+        insert(
+            SCHEMA,
+            value_to_wire(&HeaderValue::UInt(u64::from(schema.0)), 1)?,
+        )?;
+    }
+    let mut props = BasicProperties::default();
+    props
+        .with_content_type(CONTENT_TYPE_JSON)
+        .with_delivery_mode(DELIVERY_MODE_PERSISTENT)
+        .with_message_id(&id);
+    if let Ok(seconds) = u64::try_from(envelope.time.unix_seconds()) {
+        props.with_timestamp(seconds);
+    }
+    props.with_user_id(user_id).with_headers(table);
+    Ok(props)
+}
+
+/// [`header_frame_bound`] of the event `envelope` as [`event_properties`] carries it: the
+/// same bound, counted from the envelope.
+pub(crate) fn event_frame_bound(envelope: &Envelope, user_id: &str) -> usize {
+    // The contract's headers: a name, its length byte, and a string value's type octet
+    // and length prefix (or `x-schema`'s integer, counted as `header_frame_bound` does).
+    let string = |name: &str, len: usize| 1 + name.len() + 1 + 4 + len;
+    let extra: usize = envelope
+        .extra_headers
+        .iter()
+        .filter(|(name, _)| !CONTRACT_HEADERS.contains(&name.as_str()))
+        .map(|(name, value)| 1 + name.len() + value_bound(value))
+        .sum();
+    // RFC 3339 with nanoseconds is 30 bytes; the debug form of a time beyond year 9999, which
+    // `Timestamp` never holds from a parse or a clock, under 64.
+    let time_len = 96;
+    let contract = string(EVENT_ID, 36)
+        + string(SOURCE, envelope.source.len())
+        + string(NODE, envelope.node.len())
+        + string(TIME, time_len)
+        + envelope
+            .causation_id
+            .as_ref()
+            .map_or(0, |c| string(CAUSATION_ID, c.len()))
+        + envelope.schema.map_or(0, |_| 1 + SCHEMA.len() + 1 + 24);
+    HEADER_FRAME_OVERHEAD
+        + 2 // property flags
+        + 1 + CONTENT_TYPE_JSON.len()
+        + 1 // delivery mode
+        + 1 + 36 // message id
+        + 8 // timestamp
+        + 1 + user_id.len()
+        + 4 + extra + contract
+}
+
+/// A header value's share of [`header_frame_bound`]: its type octet and at most 8 bytes of
+/// a scalar, or its length prefix and bytes.
+fn value_bound(value: &HeaderValue) -> usize {
+    1 + match value {
+        HeaderValue::Str(s) => 4 + s.len(),
+        HeaderValue::Bytes(b) => 4 + b.len(),
+        HeaderValue::UInt(_) => 24,
+        HeaderValue::Bool(_)
+        | HeaderValue::Int(_)
+        | HeaderValue::Float(_)
+        | HeaderValue::Timestamp(_)
+        | HeaderValue::Void => 8,
+        HeaderValue::Array(items) => 4 + items.iter().map(value_bound).sum::<usize>(),
+        HeaderValue::Table(table) => {
+            4 + table
+                .iter()
+                .map(|(name, v)| 1 + name.len() + value_bound(v))
+                .sum::<usize>()
+        }
+    }
 }
 
 /// `expiration` is the TTL in whole milliseconds, as text.
@@ -520,6 +616,75 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
+
+        /// An event's properties built from its envelope are exactly those of its encoding
+        /// with the publisher's `user-id`, the same bytes on the wire, and the event's bound
+        /// is never below them.
+        #[test]
+        fn an_events_properties_are_its_encodings(
+            id in proptest::prelude::any::<u128>(),
+            key in "(module|mesh|node)\\.[a-z]{1,12}\\.[a-z]{1,10}(\\.[a-z]{1,10}){0,3}",
+            source in "[a-zé]{1,40}",
+            node in "[a-z0-9-]{1,40}",
+            nanos in -62_135_596_800_000_000_000i128..253_402_300_799_999_999_999i128,
+            causation in proptest::option::of("[0-9a-z:-]{0,80}"),
+            schema in proptest::option::of(proptest::prelude::any::<u32>()),
+            extra in proptest::collection::btree_map(
+                "(x-event-id|x-source|x-node|x-time|x-causation-id|x-schema|content-type|\
+                  traceparent|x-[a-z]{1,8}|[a-z]{1,8})",
+                header_value(),
+                0..6,
+            ),
+            user in "[a-z./-]{1,255}",
+        ) {
+            let time = time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+                .ok()
+                .and_then(mesh_core::Timestamp::checked);
+            let Some(time) = time else { return Ok(()); };
+            let envelope = Envelope {
+                id: uuid::Uuid::from_u128(id).into(),
+                key: mesh_core::RoutingKey::parse(&key).unwrap(),
+                source,
+                node,
+                time,
+                causation_id: causation,
+                schema: schema.map(mesh_core::SchemaVersion),
+                extra_headers: extra,
+                body: bytes::Bytes::from_static(b"{}"),
+            };
+            let mut encoded = mesh_core::codec::encode(&envelope);
+            encoded.properties.user_id = Some(user.clone());
+            let expected = to_properties(&encoded, false);
+            let built = event_properties(&envelope, &user);
+            match (built, expected) {
+                (Ok(built), Ok(expected)) => {
+                    proptest::prop_assert_eq!(built.content_type(), expected.content_type());
+                    proptest::prop_assert_eq!(built.delivery_mode(), expected.delivery_mode());
+                    proptest::prop_assert_eq!(built.message_id(), expected.message_id());
+                    proptest::prop_assert_eq!(built.timestamp(), expected.timestamp());
+                    proptest::prop_assert_eq!(built.user_id(), expected.user_id());
+                    proptest::prop_assert_eq!(built.expiration(), expected.expiration());
+                    proptest::prop_assert_eq!(built.correlation_id(), expected.correlation_id());
+                    proptest::prop_assert_eq!(built.reply_to(), expected.reply_to());
+                    proptest::prop_assert_eq!(built.headers(), expected.headers());
+                    let encoded_frame = amqp_serde::to_bytes(&built).unwrap().len()
+                        + HEADER_FRAME_OVERHEAD;
+                    proptest::prop_assert_eq!(
+                        amqp_serde::to_bytes(&expected).unwrap().len() + HEADER_FRAME_OVERHEAD,
+                        encoded_frame
+                    );
+                    proptest::prop_assert!(
+                        event_frame_bound(&envelope, &user) >= encoded_frame,
+                        "bound {} < encoded {}", event_frame_bound(&envelope, &user), encoded_frame
+                    );
+                }
+                (Err(_), Err(_)) => {}
+                (built, expected) => proptest::prop_assert!(
+                    false,
+                    "built {:?}, encoded {:?}", built.map(|_| ()), expected.map(|_| ())
+                ),
+            }
+        }
 
         /// The cheap bound is never below the frame the client library encodes.
         #[test]

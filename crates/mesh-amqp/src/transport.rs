@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use mesh_core::naming::{self, DEAD_EXCHANGE, EVENTS_EXCHANGE, RETIRED_DEAD_QUEUE, RPC_EXCHANGE};
 use mesh_core::{
-    BoxFuture, Confirm, DeadQueue, Health, PublishOptions, QueueSpec, ServeSpec, Subscription,
-    SubscriptionSpec, Target, ToolKey, Transport, TransportError, TransportErrorKind, WireMessage,
+    BoxFuture, Confirm, DeadQueue, Envelope, Health, PublishOptions, QueueSpec, ServeSpec,
+    Subscription, SubscriptionSpec, Target, ToolKey, Transport, TransportError, TransportErrorKind,
+    WireMessage,
 };
 use tokio::sync::{broadcast, watch};
 
@@ -20,7 +21,7 @@ use crate::lifecycle::{Counters, Lifecycle, TransportShared};
 use crate::link::ConsumeLink;
 use crate::management::{ManagementOptions, TransportManagement};
 use crate::options::{AmqpOptions, QueueType};
-use crate::publisher::{Attempt, Publication, Publisher};
+use crate::publisher::{Attempt, Payload, Publication, Publisher};
 use crate::rpc::Rpc;
 use crate::topology::{self, BindingDecl, QueueDecl, Topology};
 
@@ -257,6 +258,36 @@ impl AmqpTransport {
         }
     }
 
+    /// Publishes an event; see [`Transport::publish_event`]. The message on the wire is
+    /// the one [`publish`](Self::publish) of its encoding sends; the client's properties
+    /// are built from the envelope directly, which is also what is kept for a resend.
+    pub async fn publish_event(
+        &self,
+        envelope: Envelope,
+        options: PublishOptions,
+    ) -> Result<Confirm, TransportError> {
+        let attempt = match options.target {
+            Target::Events => {
+                self.check_open()?;
+                let outgoing = Publication {
+                    exchange: EVENTS_EXCHANGE,
+                    payload: Payload::Event(envelope),
+                    mandatory: options.mandatory,
+                    force_persistent: false,
+                    resend: true,
+                };
+                self.inner
+                    .publisher
+                    .try_publish(outgoing, options.deadline)?
+            }
+            Target::Queue(_) => self.try_publish(mesh_core::codec::encode(&envelope), options)?,
+        };
+        match attempt {
+            Attempt::Taken(confirm) => Ok(confirm),
+            Attempt::Wait(waiting) => Box::pin(self.inner.publisher.publish_waiting(waiting)).await,
+        }
+    }
+
     /// [`publish`](Self::publish) up to where it would wait.
     fn try_publish(
         &self,
@@ -265,13 +296,15 @@ impl AmqpTransport {
     ) -> Result<Attempt, TransportError> {
         self.check_open()?;
         let (exchange, routing_key) = match options.target {
-            Target::Events => (EVENTS_EXCHANGE.to_owned(), message.routing_key.clone()),
-            Target::Queue(queue) => (String::new(), queue),
+            Target::Events => (EVENTS_EXCHANGE, message.routing_key.clone()),
+            Target::Queue(queue) => ("", queue),
         };
         let outgoing = Publication {
             exchange,
-            routing_key,
-            message,
+            payload: Payload::Message {
+                routing_key,
+                message,
+            },
             mandatory: options.mandatory,
             force_persistent: false,
             resend: true,
@@ -464,9 +497,11 @@ impl AmqpTransport {
         // consumer waiting at that very moment could meet.
         request.properties.expiration = Some(timeout.max(Duration::from_millis(1)));
         let outgoing = Publication {
-            exchange: RPC_EXCHANGE.to_owned(),
-            routing_key: tool.as_str().to_owned(),
-            message: request,
+            exchange: RPC_EXCHANGE,
+            payload: Payload::Message {
+                routing_key: tool.as_str().to_owned(),
+                message: request,
+            },
             mandatory: true,
             force_persistent: false,
             // Its reply queue does not survive what loses the request.
@@ -774,6 +809,14 @@ impl Transport for AmqpTransport {
     ) -> BoxFuture<'_, Result<Confirm, TransportError>> {
         // Nothing happens before the first poll; the future is small (see `publish`).
         Box::pin(AmqpTransport::publish(self, message, options))
+    }
+
+    fn publish_event(
+        &self,
+        envelope: Envelope,
+        options: PublishOptions,
+    ) -> BoxFuture<'_, Result<Confirm, TransportError>> {
+        Box::pin(AmqpTransport::publish_event(self, envelope, options))
     }
 
     fn subscribe(

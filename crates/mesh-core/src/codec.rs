@@ -72,8 +72,9 @@ pub const TRACESTATE: &str = "tracestate";
 /// The W3C trace context headers, the only ones a trace propagator may write.
 pub const TRACE_CONTEXT_HEADERS: [&str; 2] = [TRACEPARENT, TRACESTATE];
 
-/// The header names ADR 42 defines; everything else lands in `extra_headers`.
-const CONTRACT_HEADERS: [&str; 7] = [
+/// The header names ADR 42 defines; everything else lands in `extra_headers`. [`encode`]
+/// writes them from the envelope, over any same-named extra header.
+pub const CONTRACT_HEADERS: [&str; 7] = [
     EVENT_ID,
     SOURCE,
     NODE,
@@ -431,11 +432,11 @@ pub fn encode(envelope: &Envelope) -> WireMessage {
         headers.remove(name);
     }
     // The id is formatted once: it is the header and the message id.
-    let id = envelope.id.to_string();
+    let id = envelope.id.text();
     headers.insert(EVENT_ID.to_owned(), id.clone().into());
     headers.insert(SOURCE.to_owned(), envelope.source.clone().into());
     headers.insert(NODE.to_owned(), envelope.node.clone().into());
-    headers.insert(TIME.to_owned(), envelope.time.to_string().into());
+    headers.insert(TIME.to_owned(), envelope.time.text().into());
     if let Some(causation) = &envelope.causation_id {
         headers.insert(CAUSATION_ID.to_owned(), causation.clone().into());
     }

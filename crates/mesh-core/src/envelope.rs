@@ -28,6 +28,13 @@ impl EventId {
     pub fn as_uuid(&self) -> Uuid {
         self.0
     }
+
+    /// The id as text, as [`Display`](fmt::Display) writes it (`x-event-id`), built in one
+    /// allocation of its exact size.
+    pub fn text(&self) -> String {
+        let mut buffer = uuid::Uuid::encode_buffer();
+        self.0.hyphenated().encode_lower(&mut buffer).to_owned()
+    }
 }
 
 impl Default for EventId {
@@ -141,6 +148,15 @@ impl Timestamp {
     pub fn unix_nanos(&self) -> i128 {
         self.0.unix_timestamp_nanos()
     }
+
+    /// The time as RFC 3339 text, as [`Display`](fmt::Display) writes it (`x-time`),
+    /// without formatting it twice.
+    pub fn text(&self) -> String {
+        match self.0.format(&Rfc3339) {
+            Ok(text) => text,
+            Err(_) => format!("{:?}", self.0),
+        }
+    }
 }
 
 /// Unchecked: for times the program computed itself. Times from outside go through
@@ -156,10 +172,7 @@ impl fmt::Display for Timestamp {
         // Formatting an OffsetDateTime as RFC 3339 fails only for years outside 0..=9999,
         // which `now()` and the parser never produce; fall back to the debug form rather
         // than panic.
-        match self.0.format(&Rfc3339) {
-            Ok(text) => f.write_str(&text),
-            Err(_) => write!(f, "{:?}", self.0),
-        }
+        f.write_str(&self.text())
     }
 }
 
@@ -206,5 +219,20 @@ impl Envelope {
     /// The schema version the body claims, [`SchemaVersion::DEFAULT`] when none was stated.
     pub fn schema_or_default(&self) -> SchemaVersion {
         self.schema.unwrap_or(SchemaVersion::DEFAULT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn an_ids_text_is_its_display(bits in any::<u128>()) {
+            let id = EventId::from(Uuid::from_u128(bits));
+            prop_assert_eq!(id.text(), id.to_string());
+            prop_assert_eq!(id.text().parse::<EventId>().ok(), Some(id));
+        }
     }
 }

@@ -149,8 +149,11 @@ fn words(text: &str, max: usize) -> Result<usize, KeyError> {
 }
 
 fn no_wildcards(text: &str) -> Result<(), KeyError> {
-    match text.chars().find(|c| *c == '*' || *c == '#') {
-        Some(wildcard) => Err(KeyError::Wildcard { wildcard }),
+    // Both are ASCII, so a byte of either is never inside a wider character.
+    match text.bytes().find(|b| *b == b'*' || *b == b'#') {
+        Some(wildcard) => Err(KeyError::Wildcard {
+            wildcard: char::from(wildcard),
+        }),
         None => Ok(()),
     }
 }
@@ -194,9 +197,28 @@ impl RoutingKey {
         Ok((origin, first.len() + 1 + second.len() + 1))
     }
 
-    /// Builds `<origin>.<name>.<event>` from its parts.
+    /// Builds `<origin>.<name>.<event>` from its parts. Each part is valid already, so
+    /// only the length of the whole is left to check.
     pub fn new(origin: Origin, name: &Name, event: &EventName) -> Result<RoutingKey, KeyError> {
-        RoutingKey::parse(&format!("{}.{}.{}", origin.as_str(), name, event))
+        let event_start = origin.as_str().len() + 1 + name.as_str().len() + 1;
+        let len = event_start + event.as_str().len();
+        if len > MAX_KEY_LEN {
+            return Err(KeyError::TooLong {
+                len,
+                max: MAX_KEY_LEN,
+            });
+        }
+        let mut text = String::with_capacity(len);
+        text.push_str(origin.as_str());
+        text.push('.');
+        text.push_str(name.as_str());
+        text.push('.');
+        text.push_str(event.as_str());
+        Ok(RoutingKey {
+            text,
+            origin,
+            event_start,
+        })
     }
 
     /// The whole key.
@@ -366,6 +388,25 @@ impl FromStr for ToolKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Built from its parts, a key is exactly the key its text parses to, or refused
+        /// for its length, as the parse would refuse it.
+        #[test]
+        fn a_key_built_from_parts_is_the_key_its_text_parses_to(
+            origin in prop_oneof![Just(Origin::Module), Just(Origin::Mesh), Just(Origin::Node)],
+            name in "[a-z0-9é_-]{1,64}",
+            event in "[a-zé0-9_-]{1,40}(\\.[a-z0-9-]{1,40}){0,6}",
+        ) {
+            let (Ok(name), Ok(event)) = (Name::parse(&name), EventName::parse(&event)) else {
+                // A name over 64 bytes or an event over 255: not parts to build from.
+                return Ok(());
+            };
+            let text = format!("{}.{}.{}", origin.as_str(), name, event);
+            prop_assert_eq!(RoutingKey::new(origin, &name, &event), RoutingKey::parse(&text));
+        }
+    }
 
     #[test]
     fn valid_keys_parse_into_their_parts() {

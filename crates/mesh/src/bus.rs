@@ -1133,8 +1133,10 @@ impl Bus {
         outgoing: Outgoing,
         span: &Span,
     ) -> Result<EventId, Error> {
-        let (id, message, _) = self.prepare(outgoing, span)?;
-        spool.keep(Prepared::made(id, message)).await?;
+        let (id, envelope, _) = self.prepare(outgoing, span)?;
+        spool
+            .keep(Prepared::made(id, codec::encode(&envelope)))
+            .await?;
         Ok(id)
     }
 
@@ -1144,8 +1146,8 @@ impl Bus {
         outgoing: Outgoing,
         span: &Span,
     ) -> Result<(EventId, mesh_core::Confirm, Instant), Error> {
-        let (id, message, options) = self.prepare(outgoing, span)?;
-        match self.inner.transport.publish(message, options).await {
+        let (id, envelope, options) = self.prepare(outgoing, span)?;
+        match self.inner.transport.publish_event(envelope, options).await {
             Ok(confirm) => {
                 record::emitted(&self.inner.source_label);
                 Ok((id, confirm, Instant::now()))
@@ -1161,7 +1163,7 @@ impl Bus {
         &self,
         outgoing: Outgoing,
         span: &Span,
-    ) -> Result<(EventId, mesh_core::WireMessage, PublishOptions), Error> {
+    ) -> Result<(EventId, Envelope, PublishOptions), Error> {
         if self.inner.stop.is_cancelled() {
             return Err(Error::new(ErrorKind::Closed));
         }
@@ -1178,13 +1180,11 @@ impl Bus {
                 }
                 key
             }
-            KeySpec::Event(name) => {
-                let prefix = &self.inner.prefix;
-                let mut text = String::with_capacity(prefix.len() + name.as_str().len());
-                text.push_str(prefix);
-                text.push_str(name.as_str());
-                RoutingKey::try_from(text)?
-            }
+            KeySpec::Event(name) => RoutingKey::new(
+                self.inner.identity.origin(),
+                self.inner.identity.owner(&self.inner.node),
+                &name,
+            )?,
         };
         let id = outgoing.id.unwrap_or_default();
         let causation_id = outgoing.causation_id.or_else(crate::causation::current);
@@ -1206,12 +1206,11 @@ impl Bus {
             extra_headers,
             body: outgoing.body,
         };
-        let message = codec::encode(&envelope);
         let options = PublishOptions {
             deadline: self.inner.emit_deadline,
             ..PublishOptions::default()
         };
-        Ok((id, message, options))
+        Ok((id, envelope, options))
     }
 
     /// The health of the bus's transport: connected, not blocked, consumers attached.

@@ -128,8 +128,8 @@ impl Bus {
             causation_id = tracing::field::Empty,
         );
         let _entered = span.enter();
-        let (id, message, _) = self.prepare(outgoing, &span)?;
-        Ok(Prepared::made(id, message))
+        let (id, envelope, _) = self.prepare(outgoing, &span)?;
+        Ok(Prepared::made(id, mesh_core::codec::encode(&envelope)))
     }
 
     /// Publishes a prepared event (made by [`Bus::prepare_emit`] of a bus with this identity,

@@ -179,12 +179,18 @@ mod tests {
     #[test]
     fn acks_linger_only_while_other_deliveries_are_with_their_handlers() {
         let mut tracker = AckTracker::default();
-        assert!(!tracker.should_linger(2), "nothing decided, nothing to wait for");
+        assert!(
+            !tracker.should_linger(2),
+            "nothing decided, nothing to wait for"
+        );
         for tag in 1..=4 {
             tracker.delivered(tag);
         }
         tracker.ack(1, 'a');
-        assert!(tracker.should_linger(2), "2, 3 and 4 are still with their handlers");
+        assert!(
+            tracker.should_linger(2),
+            "2, 3 and 4 are still with their handlers"
+        );
         tracker.ack(2, 'b');
         assert!(!tracker.should_linger(2), "enough acks for one frame");
         assert_eq!(tracker.flush(true).frames, [ack(2, true)]);

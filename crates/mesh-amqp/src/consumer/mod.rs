@@ -96,7 +96,7 @@ use crate::declare::{take_close, within, CloseSlot, DeclareChannel};
 use crate::error::{from_client, from_close};
 use crate::lifecycle::{Counters, Lifecycle};
 use crate::link::ConsumeLink;
-use crate::publisher::{Publication, Publisher};
+use crate::publisher::{Payload, Publication, Publisher};
 use crate::topology::{BindingDecl, Topology};
 use ack::{AckTracker, Flush, Frame};
 
@@ -681,7 +681,13 @@ impl Pump {
             let generation = status.borrow().generation;
             match attach(&self.env, &self.spec, true).await {
                 Ok((consumer, ctx)) => {
-                    return Some(Attachment::new(consumer, ctx, generation, self.spec.prefetch, &self.env))
+                    return Some(Attachment::new(
+                        consumer,
+                        ctx,
+                        generation,
+                        self.spec.prefetch,
+                        &self.env,
+                    ))
                 }
                 Err(error) => tracing::warn!(
                     error = %error,
@@ -1025,14 +1031,21 @@ impl AmqpAcker {
         // not fit is kept for the trimmed attempt. (The allowance covers the routing-key
         // header the publisher may still add: its name and a key of at most 255 bytes.)
         const STAMP_ALLOWANCE: usize = 512;
-        let fallback = (crate::convert::header_frame_bound(&outgoing.message) + STAMP_ALLOWANCE
-            > crate::convert::FRAME_MIN_SIZE)
-            .then(|| outgoing.clone());
+        let fallback = match &outgoing.payload {
+            Payload::Message { message, .. } => (crate::convert::header_frame_bound(message)
+                + STAMP_ALLOWANCE
+                > crate::convert::FRAME_MIN_SIZE)
+                .then(|| outgoing.clone()),
+            Payload::Event(_) => None,
+        };
         let confirm = match (ctx.publisher.publish(outgoing, None).await, fallback) {
             (Err(error), Some(mut outgoing))
                 if matches!(error.kind(), TransportErrorKind::HeadersTooLarge { .. }) =>
             {
-                let trimmed = mesh_core::codec::trim_headers(&mut outgoing.message);
+                let trimmed = match &mut outgoing.payload {
+                    Payload::Message { message, .. } => mesh_core::codec::trim_headers(message),
+                    Payload::Event(_) => 0,
+                };
                 tracing::warn!(
                     queue = %ctx.queue,
                     trimmed,
@@ -1089,9 +1102,11 @@ impl Acker for AmqpAcker {
             // Mandatory: if the retry queue is gone, the copy must not vanish while the
             // original is acked.
             let outgoing = Publication {
-                exchange: RETRY_EXCHANGE.to_owned(),
-                routing_key: delay_queue,
-                message: copy,
+                exchange: RETRY_EXCHANGE,
+                payload: Payload::Message {
+                    routing_key: delay_queue,
+                    message: copy,
+                },
                 mandatory: true,
                 force_persistent: true,
                 resend: true,
@@ -1110,9 +1125,11 @@ impl Acker for AmqpAcker {
                 return Ok(());
             };
             let outgoing = Publication {
-                exchange: DEAD_EXCHANGE.to_owned(),
-                routing_key: copy.routing_key.clone(),
-                message: copy,
+                exchange: DEAD_EXCHANGE,
+                payload: Payload::Message {
+                    routing_key: copy.routing_key.clone(),
+                    message: copy,
+                },
                 mandatory: true,
                 force_persistent: true,
                 resend: true,
@@ -1149,9 +1166,11 @@ impl Acker for AmqpAcker {
             // Not mandatory: a caller that gave up has no reply queue any more, and that is
             // not the server's failure.
             let outgoing = Publication {
-                exchange: REPLY_EXCHANGE.to_owned(),
-                routing_key: reply_to,
-                message: reply,
+                exchange: REPLY_EXCHANGE,
+                payload: Payload::Message {
+                    routing_key: reply_to,
+                    message: reply,
+                },
                 mandatory: false,
                 force_persistent: false,
                 resend: true,

@@ -105,15 +105,19 @@ mod props;
 pub(crate) mod window;
 
 use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use amqprs::callbacks::ChannelCallback;
 use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments};
 use amqprs::connection::Connection;
 use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
-use mesh_core::{Confirm, TransportError, TransportErrorKind, WireMessage};
+use bytes::Bytes;
+use mesh_core::{Confirm, Envelope, TransportError, TransportErrorKind, WireMessage};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::time::Instant;
@@ -137,11 +141,9 @@ const COMMAND_BATCH: usize = 256;
 #[derive(Debug, Clone)]
 pub(crate) struct Publication {
     /// The exchange (`""` is the default exchange).
-    pub(crate) exchange: String,
-    /// The routing key used for this publish (a queue name on the default exchange).
-    pub(crate) routing_key: String,
-    /// The message.
-    pub(crate) message: WireMessage,
+    pub(crate) exchange: &'static str,
+    /// What it carries, and under which routing key.
+    pub(crate) payload: Payload,
     /// Whether an unroutable message is returned.
     pub(crate) mandatory: bool,
     /// Send it persistent whatever it says (retry and dead-letter copies).
@@ -149,6 +151,77 @@ pub(crate) struct Publication {
     /// Publish it again after a lost channel or connection (events, copies, replies); if
     /// `false`, fail it with `ConnectionLost` instead (RPC requests).
     pub(crate) resend: bool,
+}
+
+/// What a publish carries.
+#[derive(Debug, Clone)]
+pub(crate) enum Payload {
+    /// A message, published under `routing_key` (its own key, or a queue's name: a retry
+    /// queue, a reply queue).
+    Message {
+        routing_key: String,
+        message: WireMessage,
+    },
+    /// An event, published under its own key. The client's properties are built from the
+    /// envelope directly (as its encoding would give them, see
+    /// [`convert::event_properties`](crate::convert::event_properties)), and the envelope,
+    /// lighter than its encoding, is what is kept for a resend.
+    Event(Envelope),
+}
+
+impl Payload {
+    /// The routing key it is published under.
+    pub(crate) fn routing_key(&self) -> &str {
+        match self {
+            Payload::Message { routing_key, .. } => routing_key,
+            Payload::Event(envelope) => envelope.key.as_str(),
+        }
+    }
+
+    /// The body.
+    pub(crate) fn body(&self) -> &Bytes {
+        match self {
+            Payload::Message { message, .. } => &message.body,
+            Payload::Event(envelope) => &envelope.body,
+        }
+    }
+
+    /// Whether a returned message is this one, by message id, correlation id and body.
+    fn is_returned(&self, returned: &WireMessage) -> bool {
+        let p = &returned.properties;
+        match self {
+            Payload::Message { message, .. } => {
+                message.properties.message_id == p.message_id
+                    && message.properties.correlation_id == p.correlation_id
+                    && message.body == returned.body
+            }
+            Payload::Event(envelope) => {
+                p.message_id.as_deref() == Some(envelope.id.text().as_str())
+                    && p.correlation_id.is_none()
+                    && envelope.body == returned.body
+            }
+        }
+    }
+
+    /// The client's properties, `user_id` named as the publisher.
+    fn properties(
+        &self,
+        force_persistent: bool,
+        user_id: &str,
+    ) -> Result<BasicProperties, TransportError> {
+        match self {
+            Payload::Message { message, .. } => to_properties(message, force_persistent),
+            Payload::Event(envelope) => crate::convert::event_properties(envelope, user_id),
+        }
+    }
+
+    /// A bound of its content-header frame (see [`crate::convert::header_frame_bound`]).
+    fn header_frame_bound(&self, user_id: &str) -> usize {
+        match self {
+            Payload::Message { message, .. } => crate::convert::header_frame_bound(message),
+            Payload::Event(envelope) => crate::convert::event_frame_bound(envelope, user_id),
+        }
+    }
 }
 
 type Responder = oneshot::Sender<Result<(), TransportError>>;
@@ -217,23 +290,45 @@ impl Waiting {
             _count: count,
             _bytes: bytes,
         })));
-        let deadline = self.deadline;
-        Confirm::new(async move {
-            let outcome = match deadline {
-                Some(at) => match tokio::time::timeout_at(at, outcome).await {
-                    Ok(outcome) => outcome,
-                    Err(_) => {
-                        return Err(TransportError::new(
-                            TransportErrorKind::Timeout,
-                            "no confirm from the broker before the deadline; the message \
-                             may still be delivered",
-                        ))
-                    }
-                },
-                None => outcome.await,
-            };
-            outcome.unwrap_or_else(|_| Err(closed()))
+        Confirm::new(ConfirmWait {
+            outcome,
+            deadline: self.deadline,
+            timer: None,
         })
+    }
+}
+
+/// The wait for a publish's outcome, until its deadline. The timer is set only once the
+/// outcome is not there at a poll: a caller with many publishes in flight mostly finds it
+/// there already when it gets to one.
+struct ConfirmWait {
+    outcome: oneshot::Receiver<Result<(), TransportError>>,
+    deadline: Option<Instant>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Future for ConfirmWait {
+    type Output = Result<(), TransportError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Poll::Ready(outcome) = Pin::new(&mut this.outcome).poll(cx) {
+            return Poll::Ready(outcome.unwrap_or_else(|_| Err(closed())));
+        }
+        let Some(at) = this.deadline else {
+            return Poll::Pending;
+        };
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(TransportError::new(
+                TransportErrorKind::Timeout,
+                "no confirm from the broker before the deadline; the message may still be \
+                 delivered",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 
@@ -297,15 +392,15 @@ impl window::Message for Box<Pending> {
     }
 
     fn exchange(&self) -> &str {
-        &self.outgoing.exchange
+        self.outgoing.exchange
     }
 
     fn routing_key(&self) -> &str {
-        &self.outgoing.routing_key
+        self.outgoing.payload.routing_key()
     }
 
     fn size(&self) -> usize {
-        self.outgoing.message.body.len()
+        self.outgoing.payload.body().len()
     }
 }
 
@@ -324,17 +419,18 @@ impl Pending {
                 TransportErrorKind::Unroutable,
                 format!(
                     "no queue took `{}` on `{}`",
-                    outgoing.routing_key, outgoing.exchange
+                    outgoing.payload.routing_key(),
+                    outgoing.exchange
                 ),
             )
             .with_source(close)),
             Outcome::Nacked => Err(TransportError::new(
                 TransportErrorKind::Nacked,
-                format!("publishing `{}`", outgoing.routing_key),
+                format!("publishing `{}`", outgoing.payload.routing_key()),
             )),
             Outcome::NotResent => Err(with_close(connection_lost())),
             Outcome::TooLarge => {
-                let size = outgoing.message.body.len();
+                let size = outgoing.payload.body().len();
                 let max = close.and_then(|close| match publish_refusal(close) {
                     PublishRefusal::TooLarge { max, .. } => Some(max),
                     _ => None,
@@ -342,12 +438,12 @@ impl Pending {
                 tracing::warn!(
                     size,
                     max,
-                    routing_key = %outgoing.routing_key,
+                    routing_key = %outgoing.payload.routing_key(),
                     "the broker refused a message as too large; not resent"
                 );
                 Err(with_close(TransportError::new(
                     TransportErrorKind::TooLarge { size, max },
-                    format!("publishing to `{}`", outgoing.routing_key),
+                    format!("publishing to `{}`", outgoing.payload.routing_key()),
                 )))
             }
             Outcome::Refused => {
@@ -459,6 +555,7 @@ impl Publisher {
         // window; the extra room is for `Close`.
         let (commands_tx, commands) = mpsc::channel(options.get_confirm_window() + 4);
         let (events_tx, events) = mpsc::unbounded_channel();
+        let user_id: Arc<str> = Arc::from(options.get_user());
         let task = PublishTask {
             state: state.clone(),
             shared,
@@ -475,6 +572,7 @@ impl Publisher {
             generation: 0,
             window: window::Window::new(now()),
             flushes: Vec::new(),
+            user_id: user_id.clone(),
         };
         let span = tracing::info_span!(
             parent: None,
@@ -484,7 +582,7 @@ impl Publisher {
         tokio::spawn(task.run().instrument(span));
         Ok(Publisher {
             commands: commands_tx,
-            user_id: Arc::from(options.get_user()),
+            user_id,
             window,
             max_message_size: options.get_max_message_size(),
             default_deadline: options.get_publish_deadline(),
@@ -547,7 +645,7 @@ impl Publisher {
             .and_then(|d| Instant::now().checked_add(d));
         // RabbitMQ counts the body against `max_message_size`; refuse here rather than have
         // the broker close the channel (which costs a resend of everything in flight).
-        let size = outgoing.message.body.len();
+        let size = outgoing.payload.body().len();
         let broker_max = self.window.broker_max.load(Ordering::Relaxed);
         let max = match broker_max {
             0 => self.max_message_size,
@@ -559,28 +657,37 @@ impl Publisher {
                     size,
                     max: Some(max),
                 },
-                format!("publishing to `{}`", outgoing.routing_key),
+                format!("publishing to `{}`", outgoing.payload.routing_key()),
             ));
         }
         let mut outgoing = outgoing;
-        crate::convert::stamp_routing_key(&mut outgoing.message, &outgoing.routing_key);
-        // Every message names its publisher, which the broker validates: a consumer
-        // enforcing identity believes the key's owner only from its own user.
-        outgoing.message.properties.user_id = Some(self.user_id.to_string());
-        check_short("an exchange name", &outgoing.exchange)?;
-        check_short("a routing key", &outgoing.routing_key)?;
-        let properties = to_properties(&outgoing.message, outgoing.force_persistent)?;
+        if let Payload::Message {
+            routing_key,
+            message,
+        } = &mut outgoing.payload
+        {
+            crate::convert::stamp_routing_key(message, routing_key);
+            // Every message names its publisher, which the broker validates: a consumer
+            // enforcing identity believes the key's owner only from its own user. (An
+            // event's properties are built with it.)
+            message.properties.user_id = Some(self.user_id.to_string());
+        }
+        check_short("an exchange name", outgoing.exchange)?;
+        check_short("a routing key", outgoing.payload.routing_key())?;
+        let properties = outgoing
+            .payload
+            .properties(outgoing.force_persistent, &self.user_id)?;
         // Every broker takes a frame of AMQP's minimum size: only a message whose bound is
         // above it needs measuring (an encoding of its properties, which costs about a tenth
         // of an emit).
-        let header_frame = match crate::convert::header_frame_bound(&outgoing.message) {
+        let header_frame = match outgoing.payload.header_frame_bound(&self.user_id) {
             bound if bound <= crate::convert::FRAME_MIN_SIZE => bound,
             _ => header_frame_size(&properties)?,
         };
         check_header_frame(
             header_frame,
             self.window.frame_max.load(Ordering::Relaxed),
-            &outgoing.routing_key,
+            outgoing.payload.routing_key(),
         )?;
         // A message larger than the byte bound takes all of it rather than never fitting.
         let charge = u32::try_from(size.min(self.window.max_bytes)).unwrap_or(u32::MAX);
@@ -806,6 +913,9 @@ struct PublishTask {
     window: window::Window<Box<Pending>>,
     /// Flushes waiting for the window and the backlog to empty.
     flushes: Vec<oneshot::Sender<()>>,
+    /// The connection's user, named as the publisher of every event (a resend builds an
+    /// event's properties again).
+    user_id: Arc<str>,
 }
 
 enum Step {
@@ -919,7 +1029,7 @@ impl PublishTask {
             if let Err(error) = check_header_frame(
                 queued.message.header_frame,
                 frame_max,
-                &queued.message.outgoing.routing_key,
+                queued.message.outgoing.payload.routing_key(),
             ) {
                 tracing::warn!(error = %error, "a message's headers do not fit in a frame; not sent");
                 queued.message.fail(error);
@@ -929,10 +1039,11 @@ impl PublishTask {
             let properties = match pending.properties.take() {
                 Some(properties) => properties,
                 // Sent before: the same message gives the same properties it gave then.
-                None => match to_properties(
-                    &pending.outgoing.message,
-                    pending.outgoing.force_persistent,
-                ) {
+                None => match pending
+                    .outgoing
+                    .payload
+                    .properties(pending.outgoing.force_persistent, &self.user_id)
+                {
                     Ok(properties) => properties,
                     Err(error) => {
                         queued.message.fail(error);
@@ -941,11 +1052,12 @@ impl PublishTask {
                 },
             };
             let outgoing = &pending.outgoing;
-            let args = BasicPublishArguments::new(&outgoing.exchange, &outgoing.routing_key)
-                .mandatory(outgoing.mandatory)
-                .finish();
+            let args =
+                BasicPublishArguments::new(outgoing.exchange, outgoing.payload.routing_key())
+                    .mandatory(outgoing.mandatory)
+                    .finish();
             let sent = within(
-                channel.basic_publish(properties, outgoing.message.body.to_vec(), args),
+                channel.basic_publish(properties, outgoing.payload.body().to_vec(), args),
                 "publishing",
             )
             .await
@@ -1127,12 +1239,9 @@ impl PublishTask {
     ) -> bool {
         let matches = |pending: &Pending| {
             let outgoing = &pending.outgoing;
-            let sent = &outgoing.message;
             outgoing.exchange == exchange
-                && outgoing.routing_key == returned.routing_key
-                && sent.properties.message_id == returned.properties.message_id
-                && sent.properties.correlation_id == returned.properties.correlation_id
-                && sent.body == returned.body
+                && outgoing.payload.routing_key() == returned.routing_key
+                && outgoing.payload.is_returned(returned)
         };
         match self
             .window

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::envelope::Envelope;
 use crate::key::ToolKey;
 use crate::wire::WireMessage;
 
@@ -26,6 +27,19 @@ pub trait Transport: Send + Sync + fmt::Debug + 'static {
         message: WireMessage,
         options: PublishOptions,
     ) -> BoxFuture<'_, Result<Confirm, TransportError>>;
+
+    /// Publishes an event: exactly [`publish`](Transport::publish) of
+    /// [`codec::encode(&envelope)`](crate::codec::encode), which is what the default does.
+    /// A transport may build its client's message from the envelope directly instead, and
+    /// keep the envelope rather than its encoding for a resend: the message on the wire must
+    /// be the same.
+    fn publish_event(
+        &self,
+        envelope: Envelope,
+        options: PublishOptions,
+    ) -> BoxFuture<'_, Result<Confirm, TransportError>> {
+        self.publish(crate::codec::encode(&envelope), options)
+    }
 
     /// Declares the subscription's queue and bindings and starts consuming.
     fn subscribe(
