@@ -10,47 +10,54 @@ use std::str::FromStr;
 
 use crate::key::{KeyError, MAX_KEY_LEN};
 
-/// Splits like RabbitMQ does: the empty text has no words; otherwise every `.` separates
-/// two words, which may be empty.
-fn split(text: &str) -> Vec<&str> {
+/// The word of `text` that starts at byte `at`, and where the next one starts; `None` past
+/// the last word. Words are split like RabbitMQ does: the empty text has no words; otherwise
+/// every `.` separates two words, which may be empty.
+fn word_at(text: &str, at: usize) -> Option<(&str, usize)> {
     if text.is_empty() {
-        Vec::new()
-    } else {
-        text.split('.').collect()
+        return None;
     }
+    let rest = text.get(at..)?;
+    Some(match rest.find('.') {
+        Some(dot) => (&rest[..dot], at + dot + 1),
+        None => (rest, text.len() + 1),
+    })
 }
 
 /// Whether routing key `key` matches binding pattern `pattern` on a RabbitMQ topic exchange.
+///
+/// Word by word, without allocating (it runs for every delivery and handler): on a mismatch
+/// the last `#` seen takes one more key word and matching resumes after it, which is enough
+/// because a `#` can absorb whatever an earlier one would have.
 pub fn topic_matches(pattern: &str, key: &str) -> bool {
-    words_match(&split(pattern), &split(key))
-}
-
-/// Dynamic programming over (pattern words, key words): `reach[j]` says whether the pattern
-/// consumed so far can have matched the first `j` key words.
-fn words_match(pattern: &[&str], key: &[&str]) -> bool {
-    let mut reach = vec![false; key.len() + 1];
-    reach[0] = true;
-    for word in pattern {
-        let mut next = vec![false; key.len() + 1];
-        match *word {
-            "#" => {
-                // `#` extends any reached prefix by zero or more words.
-                let mut any = false;
-                for j in 0..=key.len() {
-                    any |= reach[j];
-                    next[j] = any;
-                }
+    let (mut p, mut k) = (0, 0);
+    // After the last `#`: where the pattern resumes, and the key word it resumes at.
+    let mut resume: Option<(usize, usize)> = None;
+    loop {
+        match (word_at(pattern, p), word_at(key, k)) {
+            (None, None) => return true,
+            (Some(("#", next)), _) => {
+                resume = Some((next, k));
+                p = next;
+                continue;
             }
-            "*" => next[1..].copy_from_slice(&reach[..key.len()]),
-            literal => {
-                for j in 1..=key.len() {
-                    next[j] = reach[j - 1] && key[j - 1] == literal;
-                }
+            (Some((word, p_next)), Some((key_word, k_next))) if word == "*" || word == key_word => {
+                p = p_next;
+                k = k_next;
+                continue;
             }
+            _ => {}
         }
-        reach = next;
+        let Some((after_hash, from)) = resume else {
+            return false;
+        };
+        let Some((_, taken)) = word_at(key, from) else {
+            return false;
+        };
+        resume = Some((after_hash, taken));
+        p = after_hash;
+        k = taken;
     }
-    reach[key.len()]
 }
 
 /// A binding pattern a subscription asks for, such as `module.umami.#` or `node.*.joined`.
@@ -128,6 +135,55 @@ impl From<&crate::key::RoutingKey> for TopicPattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The matcher as first written, kept as the reference: dynamic programming over
+    /// (pattern words, key words).
+    fn reference(pattern: &str, key: &str) -> bool {
+        let split = |text: &str| -> Vec<String> {
+            if text.is_empty() {
+                Vec::new()
+            } else {
+                text.split('.').map(str::to_owned).collect()
+            }
+        };
+        let (pattern, key) = (split(pattern), split(key));
+        let mut reach = vec![false; key.len() + 1];
+        reach[0] = true;
+        for word in &pattern {
+            let mut next = vec![false; key.len() + 1];
+            match word.as_str() {
+                "#" => {
+                    let mut any = false;
+                    for j in 0..=key.len() {
+                        any |= reach[j];
+                        next[j] = any;
+                    }
+                }
+                "*" => next[1..].copy_from_slice(&reach[..key.len()]),
+                literal => {
+                    for j in 1..=key.len() {
+                        next[j] = reach[j - 1] && key[j - 1] == literal;
+                    }
+                }
+            }
+            reach = next;
+        }
+        reach[key.len()]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+        /// On any text (empty words included), the matcher agrees with the reference.
+        #[test]
+        fn the_matcher_agrees_with_the_reference(
+            pattern in "((#|\\*|a|b|)(\\.(#|\\*|a|b|)){0,7})?",
+            key in "((a|b|c|)(\\.(a|b|c|)){0,7})?",
+        ) {
+            prop_assert_eq!(topic_matches(&pattern, &key), reference(&pattern, &key));
+        }
+    }
 
     /// (pattern, key, matches) — the broker's behaviour, including edge cases.
     const CASES: &[(&str, &str, bool)] = &[
