@@ -251,6 +251,11 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
             }
             ("emit pipelined" | "emit one at a time", "raw", _) => targets.push(ratio(0.9)),
             ("consume ack each", "raw", _) => targets.push(ratio(0.9)),
+            // The broker's own limit: the raw client acking with `multiple` once per prefetch.
+            ("consume vs ceiling", _, _) => targets.push(Target {
+                wanted: "mesh/raw acking with multiple >= 0.90".to_owned(),
+                ..ratio(0.9)
+            }),
             ("audit ingest", "raw", _) => targets.push(ratio(0.8)),
             ("outbox postgres 100/tx", _, "events/s") => targets.push(Target {
                 wanted: "outbox/direct emit >= 0.50".to_owned(),
@@ -481,6 +486,29 @@ mod tests {
             verdict(790.0, 130.0),
             (Some((false, wanted)), Some((false, "< 100 MB".to_owned())))
         );
+    }
+
+    #[test]
+    fn consume_is_held_to_the_ceiling_as_well_as_to_acking_each() {
+        let verdict = |mesh_rate: f64| {
+            let results = Results {
+                records: vec![
+                    record("consume ack each", "raw", 500.0, 20.0),
+                    record("consume ack each", "raw-multiple", 1_000.0, 20.0),
+                    record("consume ack each", "mesh", mesh_rate, 20.0),
+                ],
+            };
+            let targets = targets(&rows(&results), &results);
+            let met = |name: &str| {
+                targets
+                    .iter()
+                    .find(|t| t.name.contains(name))
+                    .map(|t| t.met)
+            };
+            (met("consume ack each"), met("consume vs ceiling"))
+        };
+        assert_eq!(verdict(950.0), (Some(true), Some(true)));
+        assert_eq!(verdict(850.0), (Some(true), Some(false)));
     }
 
     #[test]
