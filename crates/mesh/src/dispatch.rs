@@ -201,7 +201,7 @@ impl Dispatcher {
                 .map(|h| h.refusal(&envelope, &mut parsed))
                 .collect()
         };
-        let cause = envelope.id.to_string();
+        let cause = envelope.id.text();
         let meta = Meta::new(Arc::new(envelope), attempt, delivery.redelivered);
         let run = async {
             let mut worst = Outcome::Done;
