@@ -47,15 +47,7 @@ async fn an_ephemeral_queue_is_gone_after_cancel() {
     assert!(queue.exclusive && queue.auto_delete && !queue.durable);
     assert!(!transport.topology().queues().any(|q| q.name == name));
 
-    transport
-        .publish(
-            common::event("node.anchor.joined", "{}"),
-            PublishOptions::default(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    common::publish_confirmed(&transport, common::event("node.anchor.joined", "{}")).await;
     let delivery = common::next(&mut tail).await;
     assert_eq!(delivery.message.routing_key, "node.anchor.joined");
     assert_eq!(delivery.delivery_count, None);
@@ -152,12 +144,7 @@ async fn a_delivery_of_a_lost_channel_cannot_be_acked_and_comes_again_on_the_new
         .unwrap();
     let sent = common::event("module.stale.x", "{}");
     let id = sent.properties.message_id.clone();
-    transport
-        .publish(sent, PublishOptions::default())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    common::publish_confirmed(&transport, sent).await;
     let delivery = common::next(&mut subscription).await;
     assert!(!delivery.redelivered);
     let closed = vhost
@@ -267,24 +254,16 @@ async fn dropping_subscriptions_never_costs_the_consume_connection() {
         ))
         .await
         .unwrap();
-    transport
-        .publish(
-            common::event("module.a.done", "{}"),
-            PublishOptions::default(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    common::publish_confirmed(&transport, common::event("module.a.done", "{}")).await;
     let delivery = common::next(&mut tail).await;
     assert_eq!(delivery.message.routing_key, "module.a.done");
     delivery.ack().await.unwrap();
-    let lost: Vec<_> = recorder
-        .events()
-        .into_iter()
-        .filter(|(_, event)| matches!(event, mesh_amqp::Lifecycle::Disconnected { .. }))
-        .collect();
-    assert!(lost.is_empty(), "connections were lost: {lost:?}");
+    assert_eq!(
+        recorder.count(|event| matches!(event, mesh_amqp::Lifecycle::Disconnected { .. })),
+        0,
+        "connections were lost: {:?}",
+        recorder.events()
+    );
     drop(tail);
     transport.close().await;
     vhost.delete().await.unwrap();

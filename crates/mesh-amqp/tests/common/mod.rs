@@ -65,6 +65,17 @@ pub(crate) fn event(key: &str, body: &str) -> WireMessage {
     message
 }
 
+/// Publishes `message` with default options and waits for its confirm; panics on a
+/// refusal or a nack.
+pub(crate) async fn publish_confirmed(transport: &AmqpTransport, message: WireMessage) {
+    transport
+        .publish(message, mesh_core::PublishOptions::default())
+        .await
+        .expect("the transport takes the publish")
+        .await
+        .expect("the broker confirms the publish");
+}
+
 /// The next delivery, within [`WAIT`].
 pub(crate) async fn next(subscription: &mut Subscription) -> Delivery {
     tokio::time::timeout(WAIT, subscription.next())
