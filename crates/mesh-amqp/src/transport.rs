@@ -266,7 +266,7 @@ impl AmqpTransport {
         envelope: Envelope,
         options: PublishOptions,
     ) -> Result<Confirm, TransportError> {
-        let attempt = match options.target {
+        match options.target {
             Target::Events => {
                 self.check_open()?;
                 let outgoing = Publication {
@@ -278,13 +278,13 @@ impl AmqpTransport {
                 };
                 self.inner
                     .publisher
-                    .try_publish(outgoing, options.deadline)?
+                    .publish(outgoing, options.deadline)
+                    .await
             }
-            Target::Queue(_) => self.try_publish(mesh_core::codec::encode(&envelope), options)?,
-        };
-        match attempt {
-            Attempt::Taken(confirm) => Ok(confirm),
-            Attempt::Wait(waiting) => Box::pin(self.inner.publisher.publish_waiting(waiting)).await,
+            Target::Queue(_) => {
+                self.publish(mesh_core::codec::encode(&envelope), options)
+                    .await
+            }
         }
     }
 
