@@ -30,8 +30,8 @@ pub(crate) async fn run(
         if plan.mesh {
             notes.push(format!(
                 "outbox: each run on a new database (PostgreSQL, or a SQLite file in WAL mode, \
-                 synchronous full) with a relay of default options (SQLite: a poll every {} \
-                 ms); throughput from the first transaction ({} events each, or one) until \
+                 synchronous full) with a relay of default options (a poll every {}); \
+                 throughput from the first transaction ({} events each, or one) until \
                  the relay marked every event sent after its confirm, against pipelined \
                  direct emits of as many events; lag at {}/s, one event per transaction: the \
                  relay's mesh_outbox_relay_lag_seconds (x-time, set before the insert and the \
@@ -39,7 +39,10 @@ pub(crate) async fn run(
                  commit return to the event's delivery from the sink, consumed during the \
                  run), against direct emits at the same rate timed from the call to the \
                  confirm",
-                plan.sqlite_poll.as_millis(),
+                match plan.relay_poll {
+                    Some(poll) => format!("{} ms", poll.as_millis()),
+                    None => "10 ms, the library's default".to_owned(),
+                },
                 outbox::PER_TX,
                 plan.outbox_rate
             ));

@@ -62,10 +62,10 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 1_000)]
     pub(crate) outbox_rate: u64,
 
-    /// The SQLite relay's poll interval in milliseconds (SQLite cannot wake a relay on a
-    /// commit; the library's default is 1,000).
-    #[arg(long, default_value_t = 10)]
-    pub(crate) sqlite_poll_ms: u64,
+    /// The relays' poll interval in milliseconds, on both databases (default: the
+    /// library's, 10).
+    #[arg(long)]
+    pub(crate) relay_poll_ms: Option<u64>,
 
     /// The fixed rate of the latency scenario, events per second.
     #[arg(long, default_value_t = 2_000)]
@@ -195,7 +195,7 @@ pub(crate) struct Plan {
     pub(crate) outbox_single_events: u64,
     pub(crate) outbox_lag_events: u64,
     pub(crate) outbox_rate: u64,
-    pub(crate) sqlite_poll: Duration,
+    pub(crate) relay_poll: Option<Duration>,
     pub(crate) rate: u64,
     pub(crate) rpc_time: Duration,
     pub(crate) rpc_callers: Vec<usize>,
@@ -225,8 +225,8 @@ impl Args {
         anyhow::ensure!(self.rate >= 1, "--rate must be at least 1");
         anyhow::ensure!(self.outbox_rate >= 1, "--outbox-rate must be at least 1");
         anyhow::ensure!(
-            self.sqlite_poll_ms >= 1,
-            "--sqlite-poll-ms must be at least 1"
+            self.relay_poll_ms != Some(0),
+            "--relay-poll-ms must be at least 1"
         );
         let rpc_seconds = self
             .rpc_seconds
@@ -250,7 +250,7 @@ impl Args {
             outbox_single_events: pick(self.outbox_single_events, 100, 5_000),
             outbox_lag_events: pick(self.outbox_lag_events, 500, 5_000),
             outbox_rate: self.outbox_rate,
-            sqlite_poll: Duration::from_millis(self.sqlite_poll_ms),
+            relay_poll: self.relay_poll_ms.map(Duration::from_millis),
             rate: self.rate,
             rpc_time: Duration::from_secs_f64(rpc_seconds),
             rpc_callers: vec![1, 64],

@@ -308,7 +308,7 @@ fn number(value: f64, latency: bool) -> String {
     let text = whole.to_string();
     let mut out = String::new();
     for (i, c) in text.chars().enumerate() {
-        if i > 0 && (text.len() - i) % 3 == 0 {
+        if i > 0 && (text.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

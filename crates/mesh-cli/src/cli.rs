@@ -541,9 +541,9 @@ pub(crate) struct OutboxRelayArgs {
     #[arg(long, value_name = "N", default_value_t = 500, value_parser = parse_relay_batch)]
     pub(crate) batch: usize,
 
-    /// How often a source is looked at without a wake-up (PostgreSQL wakes the relay at each
-    /// commit; on SQLite this is the relay's latency)
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    /// How often a source with nothing in flight looks for committed rows: at most this
+    /// much lag on top of a round. Idle, one read-only indexed query per source and interval
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration)]
     pub(crate) poll_interval: Duration,
 
     /// How long a source's lease lasts unrenewed: after this relay's crash, its sources wait

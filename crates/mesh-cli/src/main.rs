@@ -21,7 +21,7 @@
 //! mesh contract export [-m OWNER] [-o FILE] [--format asyncapi|system] [--from FILE…]
 //! mesh contract show [--from FILE…]
 //! mesh contract check --against OLD [NEW]
-//! mesh outbox relay --database URL -s ORIGIN.OWNER… [--batch N] [--poll-interval 1s]
+//! mesh outbox relay --database URL -s ORIGIN.OWNER… [--batch N] [--poll-interval 10ms]
 //!                   [--lease-ttl 60s] [--publish-deadline 30s] [--retention 1h]
 //!                   [--owner NAME] [--metrics-addr ADDR]
 //! mesh outbox status --database URL

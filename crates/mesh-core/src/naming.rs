@@ -135,11 +135,11 @@ pub fn is_retired_delay_queue(name: &str) -> bool {
 /// A short, exact label of a delay: `500ms`, `5s`, `2m`, `1h`.
 pub fn delay_label(delay: Duration) -> String {
     let ms = delay.as_millis();
-    if ms > 0 && ms % 3_600_000 == 0 {
+    if ms > 0 && ms.is_multiple_of(3_600_000) {
         format!("{}h", ms / 3_600_000)
-    } else if ms > 0 && ms % 60_000 == 0 {
+    } else if ms > 0 && ms.is_multiple_of(60_000) {
         format!("{}m", ms / 60_000)
-    } else if ms > 0 && ms % 1000 == 0 {
+    } else if ms > 0 && ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")

@@ -143,7 +143,7 @@ async fn events_in_the_retry_ladder_survive_a_broker_crash() {
         .ids()
         .iter()
         .enumerate()
-        .filter(|(seq, _)| *seq as u64 % POISON_EVERY == 0)
+        .filter(|(seq, _)| (*seq as u64).is_multiple_of(POISON_EVERY))
         .map(|(_, id)| id.to_string())
         .collect();
 

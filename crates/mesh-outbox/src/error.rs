@@ -21,6 +21,11 @@ pub enum ErrorKind {
     Corrupt,
     /// The options cannot work.
     InvalidOptions,
+    /// Another spool has the file open, in this process or another (its lock file,
+    /// `<file>.lock`, is held).
+    InUse,
+    /// The file system failed (a spool's lock file).
+    Io,
 }
 
 /// An error of the outbox or the inbox: a kind and the cause.
@@ -55,6 +60,22 @@ impl Error {
     ) -> Error {
         Error {
             kind: ErrorKind::Database,
+            message: Some(context.into()),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    pub(crate) fn in_use(message: impl Into<String>) -> Error {
+        Error {
+            kind: ErrorKind::InUse,
+            message: Some(message.into()),
+            source: None,
+        }
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Error {
+        Error {
+            kind: ErrorKind::Io,
             message: Some(context.into()),
             source: Some(Box::new(source)),
         }
@@ -98,6 +119,8 @@ impl fmt::Display for Error {
             ErrorKind::Bus => f.write_str("the bus refused the event")?,
             ErrorKind::Corrupt => f.write_str("a stored outbox row is corrupt")?,
             ErrorKind::InvalidOptions => f.write_str("invalid options")?,
+            ErrorKind::InUse => f.write_str("in use")?,
+            ErrorKind::Io => f.write_str("file system error")?,
         }
         if let Some(message) = &self.message {
             write!(f, ": {message}")?;

@@ -109,8 +109,8 @@ impl<DB: Backend> Outbox<DB> {
     }
 
     /// Starts a relay publishing the committed rows of each bus's source through that bus
-    /// (see [`Relay`]). On PostgreSQL the relay keeps one of the pool's connections for
-    /// `LISTEN` as long as it runs.
+    /// (see [`Relay`]). It polls each source every [`RelayOptions::poll_interval`]; no
+    /// commit notifies it.
     pub async fn start_relay(
         &self,
         buses: impl IntoIterator<Item = Bus>,

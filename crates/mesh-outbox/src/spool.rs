@@ -29,9 +29,15 @@
 //!   bus the spool: both end the cycle.
 //!
 //! One bus at a time, of one identity, uses a spool file: rows of another source stay in it
-//! unsent (and counted) until a bus of that source opens it.
+//! unsent (and counted) until a bus of that source opens it. One `Spool` at a time has the
+//! file open: [`Spool::open`] takes an exclusive lock on `<file>.lock` (an advisory
+//! `flock` on Unix, a `LockFileEx` lock on Windows, held by the open file and so released
+//! by the kernel when the process dies, however it dies) and refuses with
+//! [`ErrorKind::InUse`](crate::ErrorKind::InUse) while another holds it, in this process
+//! or another. Two relays on one file would publish its events twice.
 
 use std::fmt;
+use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -66,11 +72,11 @@ pub struct SpoolOptions {
 
 impl Default for SpoolOptions {
     /// A bound of 64 MiB, and the relay's defaults ([`RelayOptions::default`]) under the
-    /// owner `spool`.
+    /// owner `spool`, but a poll every second: the spool wakes its relay on each commit.
     fn default() -> Self {
         SpoolOptions {
             max_bytes: 64 * 1024 * 1024,
-            relay: RelayOptions::default(),
+            relay: RelayOptions::default().poll_interval(Duration::from_secs(1)),
         }
     }
 }
@@ -84,10 +90,10 @@ impl SpoolOptions {
         self
     }
 
-    /// How the spool's relay runs (default [`RelayOptions::default`]). The spool wakes it on
-    /// each commit, so its poll interval only bounds the delay after a failed round; its
-    /// owner, unless set, is `spool`, which lets a restarted process take the lease over at
-    /// once.
+    /// How the spool's relay runs (default [`RelayOptions::default`] with a poll every
+    /// second). The spool wakes it on each commit, so its poll interval only bounds the
+    /// delay after a failed round; its owner, unless set, is `spool`, which lets a
+    /// restarted process take the lease over at once.
     pub fn relay(mut self, relay: RelayOptions) -> Self {
         self.relay = relay;
         self
@@ -201,6 +207,8 @@ struct Shared {
     writer: mpsc::UnboundedSender<Keep>,
     relay_options: RelayOptions,
     relay: Mutex<RelayState>,
+    /// `<file>.lock`, locked as long as this spool lives.
+    _lock: File,
 }
 
 impl fmt::Debug for Spool {
@@ -217,6 +225,10 @@ impl Spool {
     /// Opens (or creates) the spool file at `path`: WAL, `synchronous = FULL`, the outbox's
     /// tables, and the count of the bytes it holds unsent. Its relay starts with the bus it
     /// is given to; what the file holds from before is published then, with its ids.
+    ///
+    /// The spool keeps `<path>.lock` locked until it is dropped: while another spool, in
+    /// this process or another, has the file open, this fails with
+    /// [`ErrorKind::InUse`](crate::ErrorKind::InUse) and touches nothing.
     pub async fn open(path: impl AsRef<Path>, options: SpoolOptions) -> Result<Spool, Error> {
         let path = path.as_ref().to_owned();
         if options.max_bytes == 0 {
@@ -227,6 +239,7 @@ impl Spool {
         if relay_options.owner.is_none() {
             relay_options.owner = Some(OWNER.to_owned());
         }
+        let lock = lock(&path)?;
         let connect = SqliteConnectOptions::new()
             .filename(&path)
             .create_if_missing(true)
@@ -263,6 +276,7 @@ impl Spool {
                 writer,
                 relay_options,
                 relay: Mutex::new(RelayState::Idle),
+                _lock: lock,
             }),
         })
     }
@@ -418,6 +432,37 @@ impl EmitSpool for Spool {
         // Dropped, the relay is cancelled without waiting for its round.
         drop(self.take_relay());
         Box::pin(std::future::ready(()))
+    }
+}
+
+/// Locks `<path>.lock` for this spool: a file of its own, so the lock never meets SQLite's
+/// locks on the database file.
+fn lock(path: &Path) -> Result<File, Error> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    let lock_path = PathBuf::from(name);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| {
+            Error::io(
+                format!("opening the spool's lock file {}", lock_path.display()),
+                e,
+            )
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(Error::in_use(format!(
+            "the spool file {} is open in another spool (this process or another): \
+             one process at a time may spool into a file",
+            path.display()
+        ))),
+        Err(TryLockError::Error(e)) => Err(Error::io(
+            format!("locking the spool's lock file {}", lock_path.display()),
+            e,
+        )),
     }
 }
 

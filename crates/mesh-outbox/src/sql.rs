@@ -14,9 +14,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
-use futures::stream::BoxStream;
-use futures::StreamExt;
-use sqlx::postgres::{PgListener, PgPool};
+use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
 use sqlx::{Executor, Pool, Postgres, QueryBuilder, Row, Sqlite};
 
@@ -52,10 +50,6 @@ pub struct Counts {
     pub oldest_pending_seconds: f64,
 }
 
-/// Wake-ups of a relay: `Some(source)` when rows of that source were committed, `None`
-/// when notifications may have been missed (a reconnect) and every source should look.
-pub type Wakeups = BoxStream<'static, Option<String>>;
-
 /// What each backend does; sealed.
 pub trait Sql: sqlx::Database + Sized {
     /// Creates or upgrades the library's tables (safe from several processes at once).
@@ -82,6 +76,12 @@ pub trait Sql: sqlx::Database + Sized {
         source: &'a str,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+
+    /// Whether `source` has an unsent row: the relay's look before it takes the lease.
+    fn has_unsent<'a>(
+        pool: &'a Pool<Self>,
+        source: &'a str,
+    ) -> BoxFuture<'a, Result<bool, sqlx::Error>>;
 
     /// The oldest `limit` unsent rows of `source` whose seq is not in `skip` (the relay's
     /// rows in flight), in order.
@@ -136,22 +136,16 @@ pub trait Sql: sqlx::Database + Sized {
         pool: &Pool<Self>,
         older_than: Duration,
     ) -> BoxFuture<'_, Result<u64, sqlx::Error>>;
-
-    /// Wake-ups on commits of outbox rows, when the backend can tell (PostgreSQL's
-    /// `LISTEN`); `None` when a relay must poll.
-    fn listen(pool: &Pool<Self>) -> BoxFuture<'_, Result<Option<Wakeups>, sqlx::Error>>;
 }
-
-/// The notification channel of outbox commits (PostgreSQL); the payload is the source.
-pub(crate) const CHANNEL: &str = "mesh_outbox";
 
 /// The advisory lock that serialises installs on one PostgreSQL database.
 const INSTALL_LOCK: i64 = 0x6d65_7368_6f75_7462; // "meshoutb"
 
 /// PostgreSQL's versions, in order: `(version, statements)`.
-const POSTGRES_VERSIONS: &[(i64, &str)] = &[(
-    1,
-    r#"
+const POSTGRES_VERSIONS: &[(i64, &str)] = &[
+    (
+        1,
+        r#"
 CREATE TABLE mesh_outbox.outbox (
     seq            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     source         text        NOT NULL,            -- <origin>.<owner>: the unit of order and of leases
@@ -194,7 +188,19 @@ $$;
 CREATE TRIGGER outbox_notify AFTER INSERT ON mesh_outbox.outbox
     FOR EACH ROW EXECUTE FUNCTION mesh_outbox.notify();
 "#,
-)];
+    ),
+    (
+        2,
+        // The commit notification goes: PostgreSQL serialises the commits of every
+        // transaction that notifies (they queue for one lock, held through the commit's WAL
+        // flush), so the trigger capped the application's emitting transactions at one WAL
+        // flush each, one after another. Relays poll instead (`RelayOptions::poll_interval`).
+        r#"
+DROP TRIGGER IF EXISTS outbox_notify ON mesh_outbox.outbox;
+DROP FUNCTION IF EXISTS mesh_outbox.notify();
+"#,
+    ),
+];
 
 /// SQLite's versions, in order. Every statement is idempotent, so two processes installing
 /// at once cannot fail on each other's tables.
@@ -245,14 +251,20 @@ pub(crate) fn sqlite_pending_bytes() -> String {
     )
 }
 
-/// The newest version this library knows (the same on both backends).
-pub(crate) const VERSION: i64 = 1;
+/// The newest version of each backend's tables this library knows.
+const POSTGRES_VERSION: i64 = latest(POSTGRES_VERSIONS);
+const SQLITE_VERSION: i64 = latest(SQLITE_VERSIONS);
 
-fn too_new(found: i64) -> Error {
-    Error::new(ErrorKind::SchemaTooNew {
-        found,
-        known: VERSION,
-    })
+/// The last version of a list in order.
+const fn latest(versions: &[(i64, &str)]) -> i64 {
+    match versions.last() {
+        Some((version, _)) => *version,
+        None => 0,
+    }
+}
+
+fn too_new(found: i64, known: i64) -> Error {
+    Error::new(ErrorKind::SchemaTooNew { found, known })
 }
 
 fn now_ms() -> i64 {
@@ -322,8 +334,8 @@ impl Sql for Postgres {
                     .fetch_one(&mut *tx)
                     .await
                     .map_err(failed)?;
-            if current > VERSION {
-                return Err(too_new(current));
+            if current > POSTGRES_VERSION {
+                return Err(too_new(current, POSTGRES_VERSION));
             }
             for (version, statements) in POSTGRES_VERSIONS.iter().filter(|(v, _)| *v > current) {
                 (&mut *tx).execute(*statements).await.map_err(failed)?;
@@ -403,6 +415,21 @@ impl Sql for Postgres {
                 .execute(pool)
                 .await?;
             Ok(())
+        })
+    }
+
+    fn has_unsent<'a>(
+        pool: &'a PgPool,
+        source: &'a str,
+    ) -> BoxFuture<'a, Result<bool, sqlx::Error>> {
+        Box::pin(async move {
+            sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM mesh_outbox.outbox
+                                WHERE source = $1 AND sent_at IS NULL)",
+            )
+            .bind(source)
+            .fetch_one(pool)
+            .await
         })
     }
 
@@ -560,31 +587,6 @@ impl Sql for Postgres {
             Ok(done.rows_affected())
         })
     }
-
-    fn listen(pool: &PgPool) -> BoxFuture<'_, Result<Option<Wakeups>, sqlx::Error>> {
-        Box::pin(async move {
-            let mut listener = PgListener::connect_with(pool).await?;
-            listener.listen(CHANNEL).await?;
-            let stream = futures::stream::unfold(listener, |mut listener| async move {
-                let item = match listener.try_recv().await {
-                    Ok(Some(notification)) => Some(notification.payload().to_owned()),
-                    // The connection was lost (and is re-established on the next call):
-                    // what was notified meanwhile is gone, so every source looks.
-                    Ok(None) => None,
-                    // The application closed its pool: no more wake-ups (the relay's polls
-                    // fail alike, and its owner stops it).
-                    Err(sqlx::Error::PoolClosed) => return None,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "outbox: listening for commits failed");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        None
-                    }
-                };
-                Some((item, listener))
-            });
-            Ok(Some(stream.boxed()))
-        })
-    }
 }
 
 impl Sql for Sqlite {
@@ -606,8 +608,8 @@ impl Sql for Sqlite {
                     .fetch_one(&mut *tx)
                     .await
                     .map_err(failed)?;
-            if current > VERSION {
-                return Err(too_new(current));
+            if current > SQLITE_VERSION {
+                return Err(too_new(current, SQLITE_VERSION));
             }
             for (version, statements) in SQLITE_VERSIONS.iter().filter(|(v, _)| *v > current) {
                 (&mut *tx).execute(*statements).await.map_err(failed)?;
@@ -691,6 +693,20 @@ impl Sql for Sqlite {
                 .execute(pool)
                 .await?;
             Ok(())
+        })
+    }
+
+    fn has_unsent<'a>(
+        pool: &'a SqlitePool,
+        source: &'a str,
+    ) -> BoxFuture<'a, Result<bool, sqlx::Error>> {
+        Box::pin(async move {
+            sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM mesh_outbox WHERE source = ? AND sent_at IS NULL)",
+            )
+            .bind(source)
+            .fetch_one(pool)
+            .await
         })
     }
 
@@ -844,9 +860,5 @@ impl Sql for Sqlite {
                 .await?;
             Ok(done.rows_affected())
         })
-    }
-
-    fn listen(_pool: &SqlitePool) -> BoxFuture<'_, Result<Option<Wakeups>, sqlx::Error>> {
-        Box::pin(std::future::ready(Ok(None)))
     }
 }

@@ -325,10 +325,26 @@ async fn the_outbox_tables_never_meet_the_applications() -> anyhow::Result<()> {
         .await?;
     Outbox::new(pool.clone()).await?;
     Outbox::new(pool.clone()).await?;
-    let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM mesh_outbox.versions")
-        .fetch_all(&pool)
-        .await?;
-    assert_eq!(versions, [1]);
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM mesh_outbox.versions ORDER BY version")
+            .fetch_all(&pool)
+            .await?;
+    assert_eq!(versions, [1, 2]);
+    // Version 2 dropped version 1's commit notification: no trigger makes the application's
+    // transactions notify (a notifying commit serialises the database's commits).
+    let triggers: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_trigger
+         WHERE tgrelid = 'mesh_outbox.outbox'::regclass AND NOT tgisinternal",
+    )
+    .fetch_one(&pool)
+    .await?;
+    assert_eq!(triggers, 0, "the outbox table has no trigger");
+    let functions: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_proc WHERE pronamespace = 'mesh_outbox'::regnamespace",
+    )
+    .fetch_one(&pool)
+    .await?;
+    assert_eq!(functions, 0, "no function is left in the schema");
     let app: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
         .fetch_all(&pool)
         .await?;

@@ -6,6 +6,9 @@
 //!   publishes. Every event must reach the consumer with the id its emit returned (lost 0);
 //!   duplicates are reported. The child is this test binary again, running this same test
 //!   with `CHILD_ENV` set; it talks to the parent over its stdin and stdout.
+//! - One spool at a time has a file open: another, in the same process (here) or another
+//!   (the ledger's parent while its child lives), is refused with `ErrorKind::InUse`; a
+//!   dropped or killed holder lets the next open it.
 //! - A full spool fails an emit with a typed error and keeps whole what it kept before; the
 //!   bound is read back from the file.
 //! - On the embedded broker: emits through a spool arrive in order with their ids, and
@@ -188,6 +191,11 @@ async fn parent() -> anyhow::Result<()> {
         kept, EVENTS,
         "every emit returned an id while the broker was down"
     );
+    // The child holds the file: another process's spool is refused, and touches nothing.
+    let refused = Spool::open(&file, SpoolOptions::default())
+        .await
+        .expect_err("the file is the living child's");
+    assert_eq!(refused.kind(), &mesh_outbox::ErrorKind::InUse, "{refused}");
     writer.start_kill()?;
     writer.wait().await?;
     assert_eq!(
@@ -428,5 +436,27 @@ async fn a_spool_serves_one_bus() -> anyhow::Result<()> {
             .is_err(),
         "a bound of 0 bytes"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_spool_file_is_open_in_one_spool_at_a_time() -> anyhow::Result<()> {
+    let dir = TempDir::new("spool-lock")?;
+    let file = dir.join("shop.spool");
+    let first = Spool::open(&file, SpoolOptions::default()).await?;
+    let second = Spool::open(&file, SpoolOptions::default())
+        .await
+        .expect_err("the file is open in the first spool");
+    assert_eq!(second.kind(), &mesh_outbox::ErrorKind::InUse);
+    assert!(
+        second.to_string().contains("shop.spool"),
+        "the error names the file: {second}"
+    );
+    // Another file is not locked by it.
+    let other = Spool::open(dir.join("other.spool"), SpoolOptions::default()).await?;
+    drop(first);
+    let again = Spool::open(&file, SpoolOptions::default()).await?;
+    assert_eq!(again.pending_bytes(), 0);
+    drop((other, again));
     Ok(())
 }

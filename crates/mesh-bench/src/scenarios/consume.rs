@@ -94,7 +94,7 @@ pub(crate) async fn raw(ctx: &Ctx, coalesce: Option<u64>) -> anyhow::Result<Run>
             let tag = deliver.delivery_tag();
             let ack = match coalesce {
                 None => Some(BasicAckArguments::new(tag, false)),
-                Some(every) if received % every == 0 || received == events => {
+                Some(every) if received.is_multiple_of(every) || received == events => {
                     Some(BasicAckArguments::new(tag, true))
                 }
                 Some(_) => None,

@@ -8,8 +8,8 @@
 //!
 //! - **Direct emit** (the reference): `emit_nowait` pipelined, `--in-flight` unconfirmed, as
 //!   the emit scenario does, `--outbox-events` events.
-//! - **Outbox throughput**: a relay (default options; on SQLite a poll every
-//!   `--sqlite-poll-ms`, since SQLite cannot wake it) runs on a fresh database; the clock
+//! - **Outbox throughput**: a relay (default options, a poll every 10 ms, or
+//!   `--relay-poll-ms`) runs on a fresh database; the clock
 //!   starts before the first transaction, which writes [`PER_TX`] events (`emit_all_in`) or
 //!   one (`emit_outgoing_in`) and commits, one transaction after another, and stops when the
 //!   relay has marked every event sent, which it does only after the broker confirmed it
@@ -160,11 +160,11 @@ pub(crate) async fn throughput(ctx: &Ctx, db: Db, per_tx: u64) -> anyhow::Result
     match db {
         Db::Postgres => {
             let pool = postgres_pool(store.url()).await?;
-            throughput_on(ctx, pool, relay_options(ctx, db), events, per_tx).await
+            throughput_on(ctx, pool, relay_options(ctx), events, per_tx).await
         }
         Db::Sqlite => {
             let pool = sqlite_pool(store.url()).await?;
-            throughput_on(ctx, pool, relay_options(ctx, db), events, per_tx).await
+            throughput_on(ctx, pool, relay_options(ctx), events, per_tx).await
         }
     }
 }
@@ -175,11 +175,11 @@ pub(crate) async fn lag(ctx: &Ctx, db: Db) -> anyhow::Result<Run> {
     match db {
         Db::Postgres => {
             let pool = postgres_pool(store.url()).await?;
-            lag_on(ctx, pool, relay_options(ctx, db)).await
+            lag_on(ctx, pool, relay_options(ctx)).await
         }
         Db::Sqlite => {
             let pool = sqlite_pool(store.url()).await?;
-            lag_on(ctx, pool, relay_options(ctx, db)).await
+            lag_on(ctx, pool, relay_options(ctx)).await
         }
     }
 }
@@ -193,11 +193,12 @@ async fn store(db: Db) -> anyhow::Result<TempStore> {
     }
 }
 
-fn relay_options(ctx: &Ctx, db: Db) -> RelayOptions {
-    match db {
-        Db::Postgres => RelayOptions::default(),
-        // No notifications on SQLite: the poll interval is the relay's only wake-up.
-        Db::Sqlite => RelayOptions::default().poll_interval(ctx.plan.sqlite_poll),
+/// The library's defaults, but the poll interval of `--relay-poll-ms`. The database does not
+/// matter: no commit wakes a relay, on either.
+fn relay_options(ctx: &Ctx) -> RelayOptions {
+    match ctx.plan.relay_poll {
+        Some(poll) => RelayOptions::default().poll_interval(poll),
+        None => RelayOptions::default(),
     }
 }
 
