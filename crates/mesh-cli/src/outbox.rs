@@ -30,8 +30,8 @@ use crate::config;
 use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, paint, DIM};
 
-/// Connections the relay's pool may open: one kept for `LISTEN` (PostgreSQL), one per
-/// source's round, one for the cleanup.
+/// Connections the relay's pool may open: a source's reads and its marks, and the
+/// cleanup.
 const POOL_CONNECTIONS: u32 = 8;
 /// How long a SQLite writer waits for another's lock before failing.
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);

@@ -72,7 +72,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .module("shop")
         .start(Arc::new(broker.transport()))
         .await?;
-    // SQLite has no notifications: the relay polls.
+    // No commit wakes a relay: it polls (every 10 ms by default).
     let relay = outbox
         .start_relay(
             [shop.clone()],
