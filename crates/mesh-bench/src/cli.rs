@@ -62,8 +62,8 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 1_000)]
     pub(crate) outbox_rate: u64,
 
-    /// The relays' poll interval in milliseconds, on both databases (default: the
-    /// library's, 10).
+    /// The relays' poll interval in milliseconds, 1 to 60,000, on both databases (default:
+    /// the library's, 10).
     #[arg(long)]
     pub(crate) relay_poll_ms: Option<u64>,
 
@@ -225,8 +225,9 @@ impl Args {
         anyhow::ensure!(self.rate >= 1, "--rate must be at least 1");
         anyhow::ensure!(self.outbox_rate >= 1, "--outbox-rate must be at least 1");
         anyhow::ensure!(
-            self.relay_poll_ms != Some(0),
-            "--relay-poll-ms must be at least 1"
+            self.relay_poll_ms
+                .is_none_or(|ms| (1..=60_000).contains(&ms)),
+            "--relay-poll-ms must be from 1 to 60000"
         );
         let rpc_seconds = self
             .rpc_seconds
