@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '== %s\n' "$*"; }
+log() { printf '== %s %s\n' "$(date +%T)" "$*"; }
 
 if ! command -v valgrind >/dev/null 2>&1; then
   if [ "$(id -u)" != 0 ]; then

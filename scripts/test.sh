@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '== %s\n' "$*"; }
+log() { printf '== %s %s\n' "$(date +%T)" "$*"; }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
