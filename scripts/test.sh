@@ -8,7 +8,8 @@
 # docker-compose) and systemd-analyze, and the console's browser tests Chromium and
 # chromedriver, installed the same way.
 #
-# Extra arguments go to `cargo test` (e.g. `bash scripts/test.sh -p meshbus-amqp`).
+# Without arguments, the test binaries run side by side (see below); extra arguments go to
+# `cargo test`, which runs them one at a time (e.g. `bash scripts/test.sh -p meshbus-amqp`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -78,5 +79,65 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   apt_install chromium chromium-driver
 fi
 
-log "cargo test --workspace $*"
-cargo test --workspace "$@"
+# With arguments: `cargo test --workspace` with them, as cargo runs it (one binary at a time).
+if [ $# -gt 0 ]; then
+  log "cargo test --workspace $*"
+  cargo test --workspace "$@"
+  exit
+fi
+
+# Without: the same tests, their binaries run MESH_TEST_JOBS at a time (3 by default). Every
+# test isolates itself (its own vhost, database, private node, temporary dir; ports drawn
+# for private nodes are locked across processes), and most of a binary's time is spent
+# waiting on brokers, so binaries run side by side. Each binary runs as cargo runs it, in its
+# package's directory; its output is printed whole when it ends. Then the doctests.
+command -v jq >/dev/null 2>&1 || apt_install jq
+jobs="${MESH_TEST_JOBS:-3}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+log "cargo test --workspace --no-run"
+cargo test --workspace --no-run --message-format=json-render-diagnostics |
+  jq -r 'select(.reason == "compiler-artifact" and .profile.test and .executable != null)
+    | [.executable, (.manifest_path | rtrimstr("/Cargo.toml")), .target.src_path] | @tsv' \
+  >"$work/binaries"
+
+# Runs one test binary; prints its output whole, under a line that says how it ended.
+run_binary() {
+  local index=$1 exe=$2 dir=$3 src=$4 out="$work/$1.out" started status
+  started=$(date +%s)
+  status=0
+  (cd "$dir" && "$exe") >"$out" 2>&1 || status=$?
+  local verdict="passed"
+  [ "$status" = 0 ] || verdict="FAILED (exit status $status)"
+  {
+    log "${src#"$PWD"/} ($(basename "$exe")): $verdict in $(($(date +%s) - started)) s"
+    cat "$out"
+  } | flock "$work/print" cat
+  return "$status"
+}
+
+log "running $(wc -l <"$work/binaries") test binaries, $jobs at a time"
+failed=0
+running=0
+index=0
+while IFS=$'\t' read -r exe dir src; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || failed=$((failed + 1))
+    running=$((running - 1))
+  fi
+  index=$((index + 1))
+  run_binary "$index" "$exe" "$dir" "$src" &
+  running=$((running + 1))
+done <"$work/binaries"
+while [ "$running" -gt 0 ]; do
+  wait -n || failed=$((failed + 1))
+  running=$((running - 1))
+done
+if [ "$failed" -gt 0 ]; then
+  log "$failed test binaries FAILED (see their lines above)"
+  exit 1
+fi
+
+log "cargo test --workspace --doc"
+cargo test --workspace --doc

@@ -41,7 +41,7 @@
 //! node's processes and removes its directory. A pipe rather than polling the parent pid: no
 //! latency, no pid-reuse race, no timer. `Drop` disarms the watchdog after cleaning up itself.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -265,13 +265,41 @@ impl NodeOptions {
 /// The names of a TLS listener's files in the node's directory: CA, certificate, key.
 const TLS_FILES: [&str; 3] = ["tls-ca.pem", "tls-server.pem", "tls-server.key"];
 
-/// Ports handed out by this process, so two nodes started at once never pick the same one.
-fn reserved_ports() -> MutexGuard<'static, HashSet<u16>> {
-    static RESERVED: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
+/// Ports handed out by this process, each with the locked file that reserves it from every
+/// other process (see [`reserve_across_processes`]), so two nodes started at once, in this
+/// test binary or in another running beside it, never pick the same one.
+fn reserved_ports() -> MutexGuard<'static, HashMap<u16, File>> {
+    static RESERVED: OnceLock<Mutex<HashMap<u16, File>>> = OnceLock::new();
     RESERVED
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reserves `port` for this process's lifetime against the other processes that draw ports
+/// here (test binaries run side by side): an exclusive lock on a file named after it, in a
+/// directory of the system's temporary dir, held until the process exits (the kernel lets
+/// it go even on SIGKILL). `None` when another process holds it.
+///
+/// A port checked free is not taken until the node that gets it binds it, seconds later; the
+/// lock closes that window between processes, as the map does within one.
+fn reserve_across_processes(port: u16) -> anyhow::Result<Option<File>> {
+    let dir = std::env::temp_dir().join("mesh-testkit-ports");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(port.to_string());
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("locking {}", path.display()))
+        }
+    }
 }
 
 /// A port no one listens on, for a listener a test configures itself (a private node's
@@ -287,19 +315,23 @@ pub fn free_port() -> u16 {
 }
 
 /// A port no one listens on (checked by binding it on loopback and on all interfaces), drawn
-/// at random from [`PORT_RANGE`] and reserved for this process's lifetime.
+/// at random from [`PORT_RANGE`] and reserved for this process's lifetime, against the other
+/// processes too.
 pub(crate) fn pick_port() -> anyhow::Result<u16> {
     let mut rng = rand::thread_rng();
     let mut reserved = reserved_ports();
     for _ in 0..500 {
         let port = rng.gen_range(PORT_RANGE);
-        if reserved.contains(&port) {
+        if reserved.contains_key(&port) {
             continue;
         }
+        let Some(lock) = reserve_across_processes(port)? else {
+            continue;
+        };
         let free = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
             && TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).is_ok();
         if free {
-            reserved.insert(port);
+            reserved.insert(port, lock);
             return Ok(port);
         }
     }
@@ -1046,6 +1078,10 @@ mod tests {
         assert_ne!(a, b);
         assert!(PORT_RANGE.contains(&a) && PORT_RANGE.contains(&b));
         TcpListener::bind((Ipv4Addr::LOCALHOST, a)).unwrap();
+        // Another process's draw opens the port's file again: the lock refuses it (a second
+        // open file takes flock's part of another process, even in this one).
+        assert!(reserve_across_processes(a).unwrap().is_none());
+        assert!(reserve_across_processes(b).unwrap().is_none());
     }
 
     /// The crash path without RabbitMQ: a marked process and a directory, the pipe closes as
