@@ -17,9 +17,11 @@
 //!   the sink exactly the events written.
 //! - **Lag**: one event per transaction, started at a steady `--outbox-rate` (up to 32
 //!   transactions at once, as an application's requests would), for `--outbox-lag-events`
-//!   events; `committed/s` says whether the rate was held, and `commit p50/p99 ms` how long
-//!   a transaction took from its `emit_outgoing_in` to its commit's return. The lag is the relay's own histogram, `mesh_outbox_relay_lag_seconds`, read
-//!   through the bench's recorder: from the event's `x-time` (set when `emit_outgoing_in`
+//!   events, once every connection of the pool is open (a service's steady state);
+//!   `committed/s` says whether the rate was held, and `commit p50/p99 ms` how long a
+//!   transaction took from its `emit_outgoing_in` to its commit's return. The lag is the
+//!   relay's own histogram, `mesh_outbox_relay_lag_seconds`, read through the bench's
+//!   recorder: from the event's `x-time` (set when `emit_outgoing_in`
 //!   prepares it, before the insert and the commit) to the confirms of the relay's round, so
 //!   it includes the insert and the commit. `relay p50/p99 ms` is the relay's own part, per
 //!   event: from its writer's commit return to its delivery from the sink, which a consumer
@@ -202,6 +204,19 @@ fn relay_options(ctx: &Ctx) -> RelayOptions {
     }
 }
 
+/// Opens every connection `pool` may hold, at once, then lets them go idle: the lag runs
+/// measure a service in its steady state, whose pool is open. From a cold pool, the first
+/// hundred milliseconds' transactions open their connections all at once, and the relay's
+/// reads wait behind them (about 150 ms for the first 100 events here, a p99 of their own).
+async fn warm<DB: Backend>(pool: &Pool<DB>) -> anyhow::Result<()> {
+    let size = pool.options().get_max_connections();
+    let held = futures::future::try_join_all((0..size).map(|_| pool.acquire()))
+        .await
+        .context("opening the pool's connections before the lag run")?;
+    drop(held);
+    Ok(())
+}
+
 async fn postgres_pool(url: &str) -> anyhow::Result<sqlx::PgPool> {
     PgPoolOptions::new()
         .max_connections(LAG_WRITERS as u32 + 8)
@@ -321,6 +336,7 @@ async fn lag_on<DB: Backend>(
     // committed it, which is when its confirm goes out.
     let tap_connection = ctx.raw("outbox-lag-tap").await?;
     let tap = tap(raw::consume(&tap_connection, SINK, None).await?, events);
+    warm(&pool).await?;
     // The throughput runs' lags, and this relay's first empty round, are not this run's.
     let _ = crate::recorder::take();
     let meter = Meter::start();
