@@ -304,8 +304,8 @@ fn reserve_across_processes(port: u16) -> anyhow::Result<Option<File>> {
 
 /// A port no one listens on, for a listener a test configures itself (a private node's
 /// `management.ssl.port`, a server of its own): checked free on loopback and on all
-/// interfaces, drawn at random from the range private nodes use and never handed out twice
-/// in this process (to the test or to a node).
+/// interfaces, drawn at random from the range private nodes use and never handed out twice,
+/// in this process (to the test or to a node) or in another test binary running beside it.
 ///
 /// # Panics
 ///
