@@ -91,8 +91,12 @@ fi
 # for private nodes are locked across processes), and most of a binary's time is spent
 # waiting on brokers, so binaries run side by side. Each binary runs as cargo runs it, in its
 # package's directory; its output is printed whole when it ends. Then the doctests.
-command -v jq >/dev/null 2>&1 || apt_install jq
 jobs="${MESH_TEST_JOBS:-3}"
+if ! [[ "$jobs" =~ ^[1-9][0-9]?$ ]]; then
+  echo "MESH_TEST_JOBS must be a whole number from 1 to 99, not '$jobs'" >&2
+  exit 2
+fi
+command -v jq >/dev/null 2>&1 || apt_install jq
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -104,7 +108,7 @@ cargo test --workspace --no-run --message-format=json-render-diagnostics |
 
 # Runs one test binary; prints its output whole, under a line that says how it ended.
 run_binary() {
-  local index=$1 exe=$2 dir=$3 src=$4 out="$work/$1.out" started status
+  local exe=$2 dir=$3 src=$4 out="$work/$1.out" started status
   started=$(date +%s)
   status=0
   (cd "$dir" && "$exe") >"$out" 2>&1 || status=$?

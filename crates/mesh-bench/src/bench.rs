@@ -34,7 +34,8 @@ pub(crate) async fn run(
                  throughput from the first transaction ({} events each, or one) until \
                  the relay marked every event sent after its confirm, against pipelined \
                  direct emits of as many events; lag at {}/s, one event per transaction, \
-                 every connection of the pool opened first: the relay's mesh_outbox_relay_lag_seconds (x-time, set before the insert and the \
+                 every connection of the pool opened first: the relay's \
+                 mesh_outbox_relay_lag_seconds (x-time, set before the insert and the \
                  commit, to the confirm), and its own part (relay p50/p99 ms: the writer's \
                  commit return to the event's delivery from the sink, consumed during the \
                  run), against direct emits at the same rate timed from the call to the \
