@@ -24,10 +24,11 @@ use mesh_testkit::{eventually, Ledger, NodeOptions, PrivateNode};
 const EVENTS: usize = 1_000;
 /// Every `POISON_EVERY`th event (by sequence number) fails on every attempt.
 const POISON_EVERY: u64 = 10;
-/// The ladder: 3 attempts, waiting 10 s then 2 s between them. The first step is long
-/// enough for every copy to be seen in its retry queue before the node is killed.
+/// The ladder: 3 attempts, waiting 30 s then 2 s between them. The first step is long
+/// enough for every copy to be seen in its retry queue before the node is killed, even with
+/// other test binaries loading the machine (10 s was not: listing the queues timed out).
 const MAX_ATTEMPTS: u32 = 3;
-const FIRST_DELAY: Duration = Duration::from_secs(10);
+const FIRST_DELAY: Duration = Duration::from_secs(30);
 const SECOND_DELAY: Duration = Duration::from_secs(2);
 /// The consumer queue, `<node>.<module>.events`, whose retry queues are
 /// `<queue>.retry.<step>`.
