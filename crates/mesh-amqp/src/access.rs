@@ -46,7 +46,7 @@
 //! |---|---|---|
 //! | `mesh.events` | `^o\.N\.` / `^(?:P1\|P2…)$`, its spec patterns exactly (`^$` without) | `^$` / `.*` |
 //! | `mesh.rpc` | `.*` / `^N\.` (it calls any tool, serves only its own) | `^$` / `^$` |
-//! | `mesh.retry` | `^[^.]+\.N\.events\.retry\.[^.]+$` / `^[^.]+\.N\.events(?:\.retry\.[^.]+)?$` (`^$` / `^$` for a context or the node) | `^X\.audit-logger\.(?:events\|dead)\.retry\.[^.]+$` / `^X\.audit-logger\.(?:events\|dead)(?:\.retry\.[^.]+)?$` |
+//! | `mesh.retry` | `^[^.]+\.N\.events(?:\.retry\.[^.]+)?$` / the same (`^$` / `^$` for a context or the node): its retry copies to its retry queues, and its retry forwarders' copies back to its queue | `^X\.audit-logger\.(?:events\|dead)(?:\.retry\.[^.]+)?$` / the same |
 //! | `mesh.events.dead` | `.*` / `.*` (a consumer dead-letters copies under other owners' keys) | `.*` / `.*` |
 //! | `mesh.logs` | `^[^.]+\.N\.` / `^$` | `^X\.audit-logger\.` / `^$` |
 //!
@@ -360,11 +360,10 @@ fn identity(
         ),
         _ => NOTHING.to_owned(),
     };
+    // Its retry copies go to its retry queues, and its retry forwarders bring them back to
+    // its queue, both through `mesh.retry` under the queue's name: its own queues only.
     let (retry_write, retry_read) = if consumer {
-        (
-            format!(r"^[^.]+\.{n}\.events\.retry\.[^.]+$"),
-            format!("^{own_queues}$"),
-        )
+        (format!("^{own_queues}$"), format!("^{own_queues}$"))
     } else {
         (NOTHING.to_owned(), NOTHING.to_owned())
     };
@@ -421,7 +420,7 @@ fn audit(prefix: &str, node: &Name) -> Grant {
             topic(RPC_EXCHANGE, NOTHING, NOTHING),
             topic(
                 RETRY_EXCHANGE,
-                format!(r"^{own}\.retry\.[^.]+$"),
+                format!(r"^{own}(?:\.retry\.[^.]+)?$"),
                 format!(r"^{own}(?:\.retry\.[^.]+)?$"),
             ),
             topic(DEAD_EXCHANGE, ANYTHING, ANYTHING),
@@ -1345,11 +1344,16 @@ mod tests {
         let retry = topic_of(umami, "mesh.retry");
         matches(
             &retry.write,
-            &["n1.umami.events.retry.5s", "shared.umami.events.retry.2m"],
             &[
+                "n1.umami.events.retry.5s",
+                "shared.umami.events.retry.2m",
                 "n1.umami.events",
+            ],
+            &[
+                "n1.billing.events",
                 "n1.billing.events.retry.5s",
                 "n1.umami.events.retry.5s.x",
+                "#",
             ],
         );
         matches(
@@ -1402,7 +1406,7 @@ mod tests {
                 ("mesh.logs", r"^[^.]+\.umami\.", "^$"),
                 (
                     "mesh.retry",
-                    r"^[^.]+\.umami\.events\.retry\.[^.]+$",
+                    r"^[^.]+\.umami\.events(?:\.retry\.[^.]+)?$",
                     r"^[^.]+\.umami\.events(?:\.retry\.[^.]+)?$"
                 ),
                 ("mesh.rpc", ".*", r"^umami\."),

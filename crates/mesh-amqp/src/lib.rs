@@ -23,7 +23,7 @@
 //! | queue | arguments | bindings |
 //! |---|---|---|
 //! | `QueueSpec::Durable { name }` | `x-queue-type` (quorum by default), `x-dead-letter-exchange = mesh.events.dead`, quorum: `x-delivery-limit` | exactly the spec's patterns on `mesh.events` (others are removed) |
-//! | `<name>.retry.<label>` per retry step | `x-message-ttl` = the step, `x-dead-letter-exchange = mesh.retry`, `x-dead-letter-routing-key = <name>`, quorum: `x-dead-letter-strategy = at-least-once`, `x-overflow = reject-publish` | its own name on `mesh.retry` (and `<name>` on `mesh.retry` on its own name, for the copies coming back) |
+//! | `<name>.retry.<label>` per retry step (at most 15 min) | `x-queue-type` only (one declared by an earlier version, with `x-message-ttl` and dead-lettering, is kept as it is) | its own name on `mesh.retry` (and `<name>` on `mesh.retry` on its own name, for the copies coming back) |
 //! | `serve.<key>` | `x-queue-type`, quorum: `x-delivery-limit` | `<key>` on `mesh.rpc` |
 //! | `QueueSpec::DeadLetters(DeadQueue::Durable { name })` | `x-queue-type` only: never dead-lettered, no delivery limit | `#` on `mesh.events.dead` |
 //! | ephemeral, RPC reply, `QueueSpec::DeadLetters(DeadQueue::Tap)` | exclusive, auto-delete, server-named | the patterns on `mesh.events` (ephemeral), its own name on `mesh.reply` (RPC reply), `#` on `mesh.events.dead` (tap) |
@@ -42,7 +42,10 @@
 //! `release`, or dropping the delivery undecided, is a `basic.nack` with requeue; `retry`
 //! publishes the copy to `mesh.retry` under the step's retry queue's name and `dead_letter` to
 //! `mesh.events.dead`, both persistent and mandatory, and ack the original only once the copy
-//! is confirmed; `reply` publishes to `mesh.reply` under the request's `reply_to` with its
+//! is confirmed (a subscription's **retry forwarders**, one consumer per retry queue, hold
+//! each copy for its step and then publish it back to `mesh.retry` under the queue's name,
+//! confirmed, before they ack it: the broker's TTL and dead-lettering play no part; see
+//! `docs/CONTRACT.md`, "Retry forwarders"); `reply` publishes to `mesh.reply` under the request's `reply_to` with its
 //! correlation id, then acks. Nothing mesh publishes goes through the default exchange but an
 //! operator's re-driven dead letter (`Target::Queue`). Quorum queues
 //! report `x-delivery-count` as [`Delivery::delivery_count`](mesh_core::Delivery); classic

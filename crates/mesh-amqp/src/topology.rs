@@ -230,15 +230,27 @@ pub(crate) fn consumer_queue(name: &str, options: &AmqpOptions) -> QueueDecl {
     durable_queue(name, arguments)
 }
 
-/// The retry queue of one retry step of `queue`: a copy waits there for `delay` and then
-/// expires, and the broker dead-letters it through `mesh.retry` under `queue`'s name, on
-/// which `queue` alone is bound ([`retry_bindings`]). Neither the copy's publisher nor the
-/// queue's declarer needs to write to the default exchange.
-///
-/// On quorum queues the expiry is dead-lettered at least once (`x-dead-letter-strategy =
-/// at-least-once`, which requires `x-overflow = reject-publish`). Classic queues only offer
-/// at-most-once broker dead-lettering: a copy can be lost if the broker fails while moving it.
+/// The retry queue of one retry step of `queue`: a copy waits there, held by one of the
+/// queue's retry forwarders for the step, which then publishes it through `mesh.retry`
+/// under `queue`'s name, on which `queue` alone is bound ([`retry_bindings`]); see
+/// `consumer::forward`. Only its queue type: no TTL and no dead-lettering, so no copy
+/// depends on the broker's dead-letter worker (nor, on classic queues, on its at-most-once
+/// dead-lettering).
 pub(crate) fn retry_queue(queue: &str, delay: Duration, options: &AmqpOptions) -> QueueDecl {
+    durable_queue(
+        &naming::retry_queue(queue, delay),
+        queue_type_argument(options),
+    )
+}
+
+/// A retry queue as versions before the forwarders declared it: the copy expires after
+/// `delay` (`x-message-ttl`) and the broker dead-letters it through `mesh.retry` under
+/// `queue`'s name, at least once on quorum queues (`x-dead-letter-strategy =
+/// at-least-once`, which requires `x-overflow = reject-publish`). Declared only where such
+/// a queue exists already (the broker refuses other arguments for an existing queue); its
+/// forwarders then take the copies before they expire, and the broker's expiry only brings
+/// back those left waiting while no forwarder is attached.
+pub(crate) fn legacy_retry_queue(queue: &str, delay: Duration, options: &AmqpOptions) -> QueueDecl {
     let mut arguments = queue_type_argument(options);
     let ttl = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
     arguments.insert(MESSAGE_TTL.to_owned(), HeaderValue::Int(ttl));
@@ -355,7 +367,23 @@ mod tests {
 
     #[test]
     fn retry_queues_return_to_their_queue_only() {
+        // A retry queue has its queue type only: its forwarders bring the copies back.
         let q = retry_queue(
+            "n.m.events",
+            Duration::from_secs(5),
+            &AmqpOptions::default(),
+        );
+        assert_eq!(q.name, "n.m.events.retry.5s");
+        assert_eq!(
+            q.arguments.keys().collect::<Vec<_>>(),
+            [QUEUE_TYPE],
+            "{:?}",
+            q.arguments
+        );
+        assert_eq!(q.arguments[QUEUE_TYPE], HeaderValue::Str("quorum".into()));
+
+        // One declared by an earlier version expires back through `mesh.retry`.
+        let q = legacy_retry_queue(
             "n.m.events",
             Duration::from_secs(5),
             &AmqpOptions::default(),
@@ -380,9 +408,11 @@ mod tests {
         );
 
         let classic = AmqpOptions::default().queue_type(QueueType::Classic);
+        let legacy = legacy_retry_queue("n.m.events", Duration::from_millis(1500), &classic);
+        assert!(!legacy.arguments.contains_key(DEAD_LETTER_STRATEGY));
         let q = retry_queue("n.m.events", Duration::from_millis(1500), &classic);
         assert_eq!(q.name, "n.m.events.retry.1500ms");
-        assert!(!q.arguments.contains_key(DEAD_LETTER_STRATEGY));
+        assert_eq!(q.arguments[QUEUE_TYPE], HeaderValue::Str("classic".into()));
 
         let bindings = retry_bindings("n.m.events", &[q]);
         assert_eq!(

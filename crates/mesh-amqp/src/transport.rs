@@ -14,9 +14,9 @@ use mesh_core::{
 use tokio::sync::{broadcast, watch};
 
 use crate::backoff::Backoff;
-use crate::consumer::{self, AttachSpec, ConsumerCounts, Env, Source};
+use crate::consumer::{self, forward, AttachSpec, ConsumerCounts, Env, Source};
 use crate::convert::check_short;
-use crate::declare;
+use crate::declare::{self, DeclareChannel};
 use crate::lifecycle::{Counters, Lifecycle, TransportShared};
 use crate::link::ConsumeLink;
 use crate::management::{ManagementOptions, TransportManagement};
@@ -53,9 +53,9 @@ pub struct AmqpStats {
     /// unless there is a bug.
     pub unknown_delivery_tag_closes: u64,
     /// Consumers that stopped without being asked to (cancelled by the broker, channel
-    /// closed, connection lost).
+    /// closed, connection lost); retry forwarders included.
     pub consumer_cancels: u64,
-    /// Consumers attached again after stopping.
+    /// Consumers attached again after stopping; retry forwarders included.
     pub reattached: u64,
     /// Publishing channels replaced because the broker had nacked every publish on them
     /// for a second (a quorum queue's channel tied to a dead leader; see the publisher's
@@ -338,14 +338,17 @@ impl AmqpTransport {
                 "a prefetch of 0 would be unbounded; give at least 1",
             ));
         }
+        let mut forwarders = Vec::new();
         let attach = match &spec.queue {
             QueueSpec::Durable { name } => {
-                let delay_queues = self.declare_consumer_queue(name, &spec).await?;
+                let retry_queues = self.declare_consumer_queue(name, &spec).await?;
+                forwarders =
+                    forward::start(&self.env(), name, &retry_queues, self.quorum()).await?;
                 AttachSpec {
                     source: Source::Named(name.clone()),
                     prefetch: spec.prefetch,
                     manual_ack: true,
-                    delay_queues,
+                    delay_queues: retry_queues.into_iter().map(|(queue, _)| queue).collect(),
                     counts_deliveries: self.quorum(),
                 }
             }
@@ -401,7 +404,7 @@ impl AmqpTransport {
                 counts_deliveries: false,
             },
         };
-        let subscription = consumer::subscribe(self.env(), attach, true).await?;
+        let subscription = consumer::subscribe(self.env(), attach, true, forwarders).await?;
         if matches!(
             spec.queue,
             QueueSpec::Ephemeral | QueueSpec::DeadLetters(DeadQueue::Tap)
@@ -450,7 +453,7 @@ impl AmqpTransport {
             delay_queues: Vec::new(),
             counts_deliveries: self.quorum(),
         };
-        consumer::subscribe(self.env(), attach, true).await
+        consumer::subscribe(self.env(), attach, true, Vec::new()).await
     }
 
     /// Calls a tool; see [`Transport::call`].
@@ -661,12 +664,12 @@ impl AmqpTransport {
     }
 
     /// Declares a consumer queue, its retry queues and exactly its bindings; returns the retry
-    /// queues' names by step.
+    /// queues' names with their steps, by step.
     async fn declare_consumer_queue(
         &self,
         name: &str,
         spec: &SubscriptionSpec,
-    ) -> Result<Vec<String>, TransportError> {
+    ) -> Result<Vec<(String, Duration)>, TransportError> {
         check_short("a queue name", name)?;
         if let Some(index) = spec.retry_delays.iter().position(|d| d.as_millis() == 0) {
             return Err(TransportError::new(
@@ -674,9 +677,24 @@ impl AmqpTransport {
                 format!("retry delay {index} is shorter than a millisecond"),
             ));
         }
+        if let Some(index) = spec
+            .retry_delays
+            .iter()
+            .position(|d| *d > forward::MAX_STEP)
+        {
+            return Err(TransportError::new(
+                TransportErrorKind::InvalidOptions,
+                format!(
+                    "retry delay {index} is longer than {} s: a retry copy is held unacked \
+                     for its step, and the broker takes back a delivery unacked for its \
+                     consumer timeout",
+                    forward::MAX_STEP.as_secs()
+                ),
+            ));
+        }
         let options = &self.inner.options;
         let queue = topology::consumer_queue(name, options);
-        let delays: Vec<_> = spec
+        let mut delays: Vec<_> = spec
             .retry_delays
             .iter()
             .map(|delay| topology::retry_queue(name, *delay, options))
@@ -691,11 +709,12 @@ impl AmqpTransport {
             .iter()
             .map(|p| BindingDecl::new(EVENTS_EXCHANGE, name, p.as_str()))
             .collect();
-        let declare = self.inner.consume.declare_channel().await?;
+        let mut declare = self.inner.consume.declare_channel().await?;
         let declared = async {
             declare.queue(&queue).await?;
-            for delay in &delays {
-                declare.queue(delay).await?;
+            for (delay, step) in delays.iter_mut().zip(&spec.retry_delays) {
+                self.declare_retry_queue(&mut declare, name, delay, *step)
+                    .await?;
             }
             for binding in wanted.iter().chain(&retry_bindings) {
                 declare.bind(binding).await?;
@@ -709,7 +728,11 @@ impl AmqpTransport {
         .await;
         declare.close().await;
         let stale = declared?;
-        let delay_names = delays.iter().map(|d| d.name.clone()).collect();
+        let delay_names = delays
+            .iter()
+            .map(|d| d.name.clone())
+            .zip(spec.retry_delays.iter().copied())
+            .collect();
         self.record(|t| {
             t.add_queue(queue);
             for delay in delays {
@@ -736,6 +759,39 @@ impl AmqpTransport {
             );
         }
         Ok(delay_names)
+    }
+
+    /// Declares the retry queue `decl` of `queue`'s step `step`. One that exists with the
+    /// arguments of an earlier version (TTL and dead-lettering, which the broker will not
+    /// change on an existing queue) is kept as it is: `decl` becomes its declaration, so
+    /// that declaring it again after a reconnect succeeds, and its forwarders serve it like
+    /// any other (see [`topology::legacy_retry_queue`]).
+    async fn declare_retry_queue(
+        &self,
+        declare: &mut DeclareChannel,
+        queue: &str,
+        decl: &mut QueueDecl,
+        step: Duration,
+    ) -> Result<(), TransportError> {
+        let error = match declare.queue(decl).await {
+            Ok(()) => return Ok(()),
+            Err(error) if matches!(error.kind(), TransportErrorKind::Incompatible { .. }) => error,
+            Err(error) => return Err(error),
+        };
+        // The broker closed the channel over the refused declaration.
+        *declare = self.inner.consume.declare_channel().await?;
+        let legacy = topology::legacy_retry_queue(queue, step, &self.inner.options);
+        if declare.queue(&legacy).await.is_err() {
+            *declare = self.inner.consume.declare_channel().await?;
+            return Err(error);
+        }
+        tracing::warn!(
+            queue = %decl.name,
+            "this retry queue has the arguments of an earlier mesh (a TTL and dead-lettering): \
+             kept as it is and forwarded; delete it while it is empty to have it declared anew"
+        );
+        *decl = legacy;
+        Ok(())
     }
 
     /// Bindings of `queue` on `mesh.events` that are not `wanted`: those the broker reports,

@@ -41,8 +41,14 @@ fn is_cancelled(e: &Lifecycle) -> bool {
     matches!(e, Lifecycle::ConsumerCancelled { .. })
 }
 
+/// The subscription's own consumer re-attached (the forwarder of its retry queue
+/// re-attaches too; see [`is_forwarder_reattached`]).
 fn is_reattached(e: &Lifecycle) -> bool {
-    matches!(e, Lifecycle::ConsumerReattached { .. })
+    matches!(e, Lifecycle::ConsumerReattached { queue } if !queue.contains(".retry."))
+}
+
+fn is_forwarder_reattached(e: &Lifecycle) -> bool {
+    matches!(e, Lifecycle::ConsumerReattached { queue } if queue.contains(".retry."))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,9 +121,10 @@ async fn a_forced_close_is_reported_as_lifecycle_events_in_order() {
     }
     let stats = transport.stats();
     assert_eq!(stats.reconnects, 2, "{stats:?}");
+    // The subscription's consumer and the forwarder of its retry queue, each once.
     assert_eq!(
         (stats.consumer_cancels, stats.reattached),
-        (1, 1),
+        (2, 2),
         "{stats:?}"
     );
 
@@ -321,6 +328,7 @@ async fn ten_forced_closes_mid_publish_and_mid_consume_lose_nothing() {
                 (events.count(is_reconnected(Link::Publish)) > round
                     && events.count(is_reconnected(Link::Consume)) > round
                     && events.count(is_reattached) > round
+                    && events.count(is_forwarder_reattached) > round
                     && transport.health().is_ready())
                 .then_some(())
             },
@@ -339,13 +347,15 @@ async fn ten_forced_closes_mid_publish_and_mid_consume_lose_nothing() {
                 - lost_publish,
             consumer_back: events.first_after(lost_consume, is_reattached).unwrap() - lost_consume,
         };
-        // The consumer is back with its prefetch, and only one of it.
-        let consumers = common::consumers(None, vhost.name()).await;
-        assert_eq!(
-            consumers,
-            [("n1.orders.events".to_owned(), u64::from(PREFETCH))],
-            "round {round}"
-        );
+        // The consumer is back with its prefetch, and only one of it; so is the forwarder
+        // of each of its retry queues (the default policy's four steps), with its own.
+        let mut consumers = common::consumers(None, vhost.name()).await;
+        consumers.sort();
+        let mut wanted = vec![("n1.orders.events".to_owned(), u64::from(PREFETCH))];
+        for step in ["1s", "25s", "2m", "5s"] {
+            wanted.push((format!("n1.orders.events.retry.{step}"), 1000));
+        }
+        assert_eq!(consumers, wanted, "round {round}");
         eprintln!("round {round}: {round_times:?}");
         rounds.push(round_times);
     }
@@ -368,7 +378,8 @@ async fn ten_forced_closes_mid_publish_and_mid_consume_lose_nothing() {
     assert_eq!(stats.unknown_delivery_tag_closes, 0, "{stats:?}");
     assert_eq!(stats.channel_closes, 0, "{stats:?}");
     assert_eq!(stats.reconnects, 2 * ROUNDS as u64, "{stats:?}");
-    assert_eq!(stats.reattached, ROUNDS as u64, "{stats:?}");
+    // Each round, the consumer and the forwarders of its four retry queues.
+    assert_eq!(stats.reattached, 5 * ROUNDS as u64, "{stats:?}");
 
     let worst = |f: fn(&Round) -> Duration| rounds.iter().map(f).max().unwrap();
     let mean = |f: fn(&Round) -> Duration| {

@@ -158,3 +158,123 @@ async fn quorum_queues_count_deliveries_and_release_requeues() {
     transport.close().await;
     vhost.delete().await.unwrap();
 }
+
+/// A copy held by a forwarder whose transport goes away is not lost and not dead-lettered
+/// by the broker: it waits in its retry queue (which has no TTL) until the next forwarder
+/// holds it for a whole step and brings it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_held_when_its_forwarder_goes_comes_back_through_the_next_one() {
+    const QUEUE: &str = "n.handover.events";
+    // Long enough for the copy to be seen held before the first transport goes.
+    const STEP: u64 = 20;
+    let vhost = common::vhost("forward-handover").await;
+    let first = common::connect(&vhost, "handover-1").await;
+    let mut subscription = first.subscribe(spec(QUEUE, &[STEP])).await.unwrap();
+    common::publish_confirmed(&first, common::event("module.ladder.held", "{}")).await;
+    let failed = common::next(&mut subscription).await;
+    let mut copy = failed.message.clone();
+    codec::set_attempts(&mut copy, 1);
+    failed.retry(copy, 0).await.unwrap();
+    // Held unacked by the first transport's forwarder, then released with its channel.
+    mesh_testkit::eventually(common::WAIT, "the copy held in its retry queue", || async {
+        let queues = vhost.list_queues().await.ok()?;
+        let retry = queues
+            .iter()
+            .find(|q| q.name == format!("{QUEUE}.retry.{STEP}s"))?;
+        (retry.messages == 1).then_some(())
+    })
+    .await;
+    drop(subscription);
+    first.close().await;
+
+    let second = common::connect(&vhost, "handover-2").await;
+    let attached = Instant::now();
+    let mut subscription = second.subscribe(spec(QUEUE, &[STEP])).await.unwrap();
+    let back = tokio::time::timeout(
+        Duration::from_secs(STEP) + common::WAIT,
+        subscription.next(),
+    )
+    .await
+    .expect("the copy back in time")
+    .expect("the subscription is open");
+    let after = attached.elapsed();
+    assert_eq!(back.message.routing_key, "module.ladder.held");
+    assert_eq!(codec::attempts(&back.message), 1);
+    // The new forwarder held it for its whole step.
+    assert!(
+        after >= Duration::from_secs(STEP) - Duration::from_millis(50),
+        "came back {after:?} after the second forwarder attached"
+    );
+    back.ack().await.unwrap();
+    common::measured("handed-over copy back after the second attach", after);
+    second.close().await;
+    vhost.delete().await.unwrap();
+}
+
+/// A retry queue declared by an earlier mesh (with a TTL and dead-lettering, which the
+/// broker will not change on an existing queue) is kept as it is, and forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_queue_of_an_earlier_version_is_kept_and_forwarded() {
+    use amqprs::channel::QueueDeclareArguments;
+    use amqprs::{FieldTable, FieldValue};
+
+    const QUEUE: &str = "n.legacy.events";
+    let vhost = common::vhost("forward-legacy").await;
+    let (connection, channel) = common::raw(&vhost).await;
+    let mut arguments = FieldTable::new();
+    for (name, value) in [
+        ("x-queue-type", FieldValue::S("quorum".try_into().unwrap())),
+        ("x-message-ttl", FieldValue::l(1000)),
+        (
+            "x-dead-letter-exchange",
+            FieldValue::S("mesh.retry".try_into().unwrap()),
+        ),
+        (
+            "x-dead-letter-routing-key",
+            FieldValue::S(QUEUE.try_into().unwrap()),
+        ),
+        (
+            "x-dead-letter-strategy",
+            FieldValue::S("at-least-once".try_into().unwrap()),
+        ),
+        (
+            "x-overflow",
+            FieldValue::S("reject-publish".try_into().unwrap()),
+        ),
+    ] {
+        arguments.insert(name.try_into().unwrap(), value);
+    }
+    channel
+        .queue_declare(
+            QueueDeclareArguments::durable_client_named(&format!("{QUEUE}.retry.1s"))
+                .arguments(arguments)
+                .finish(),
+        )
+        .await
+        .unwrap();
+    connection.close().await.unwrap();
+
+    let transport = common::connect(&vhost, "legacy").await;
+    let mut subscription = transport.subscribe(spec(QUEUE, &[1])).await.unwrap();
+    common::publish_confirmed(&transport, common::event("module.ladder.old", "{}")).await;
+    let failed = common::next(&mut subscription).await;
+    let mut copy = failed.message.clone();
+    codec::set_attempts(&mut copy, 1);
+    failed.retry(copy, 0).await.unwrap();
+    let back = common::next(&mut subscription).await;
+    assert_eq!(back.message.routing_key, "module.ladder.old");
+    assert_eq!(codec::attempts(&back.message), 1);
+    back.ack().await.unwrap();
+    let queues = vhost.list_queues().await.unwrap();
+    let retry = queues
+        .iter()
+        .find(|q| q.name == format!("{QUEUE}.retry.1s"))
+        .unwrap();
+    assert_eq!(
+        retry.arguments["x-message-ttl"], 1000,
+        "{:?}",
+        retry.arguments
+    );
+    transport.close().await;
+    vhost.delete().await.unwrap();
+}

@@ -107,17 +107,11 @@ async fn durable_subscription_declares_exactly_the_contract() {
             "x-delivery-limit": 20
         })
     );
-    for (step, ttl) in [("1s", 1000), ("3s", 3000)] {
+    // No TTL and no dead-lettering: the queue's forwarders bring the copies back.
+    for step in ["1s", "3s"] {
         assert_eq!(
             arguments(&format!("{queue}.retry.{step}")),
-            json!({
-                "x-queue-type": "quorum",
-                "x-message-ttl": ttl,
-                "x-dead-letter-exchange": "mesh.retry",
-                "x-dead-letter-routing-key": queue,
-                "x-dead-letter-strategy": "at-least-once",
-                "x-overflow": "reject-publish"
-            })
+            json!({"x-queue-type": "quorum"})
         );
     }
 
@@ -277,12 +271,7 @@ async fn classic_queues_carry_no_quorum_arguments() {
     );
     assert_eq!(
         arguments("n.c.events.retry.2s"),
-        json!({
-            "x-queue-type": "classic",
-            "x-message-ttl": 2000,
-            "x-dead-letter-exchange": "mesh.retry",
-            "x-dead-letter-routing-key": queue
-        })
+        json!({"x-queue-type": "classic"})
     );
     transport.close().await;
     vhost.delete().await.unwrap();

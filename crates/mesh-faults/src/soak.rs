@@ -2,9 +2,10 @@
 //! random schedule injects faults that overlap in time, and then books that must balance.
 //!
 //! This module owns the soak's plan ([`plan`]: a fault timeline drawn from a seed, so a failed
-//! run is replayed with the same seed), its run ([`run`]) and its [`SoakReport`]. The binary
-//! `mesh-soak` is a thin shell around [`run`] (not yet a test of the suite:
-//! docs/RELIABILITY.md, "Soak").
+//! run is replayed with the same seed), its run ([`run`]) and its [`SoakReport`]. The test
+//! `tests/soak.rs` runs it for three minutes with a fresh seed in the suite; the binary
+//! `mesh-soak` is a thin shell around [`run`] for replays and long soaks by hand
+//! (docs/RELIABILITY.md, "Soak").
 //!
 //! # The work
 //!

@@ -1,10 +1,10 @@
 //! Scenario f: events waiting in the retry ladder while the node is SIGKILLed and restarted.
 //!
 //! Every event's first attempt fails with a retryable error, so each one waits in the first
-//! retry queue (10 s) when the node is killed. After the restart the copies expire (the
-//! quorum retry queues dead-letter at least once, through `mesh.retry`, back to the consumer
-//! queue), the second
-//! attempt succeeds for ordinary events, and *poison* events (every tenth) fail again until
+//! retry queue (30 s), held there by the consumer's retry forwarder, when the node is killed.
+//! After the restart the re-attached forwarder holds the copies for the step again and sends
+//! them back through `mesh.retry` to the consumer queue, the second attempt succeeds for
+//! ordinary events, and *poison* events (every tenth) fail again until
 //! the policy gives up and dead-letters them. Every event must end handled or
 //! dead-lettered, none lost, and each in the right one of the two.
 

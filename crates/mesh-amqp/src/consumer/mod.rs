@@ -69,6 +69,7 @@
 
 // `pub(crate)`: the micro-benchmarks reach it through `crate::bench_internals`.
 pub(crate) mod ack;
+pub(crate) mod forward;
 #[cfg(test)]
 mod props;
 
@@ -88,6 +89,7 @@ use mesh_core::{
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
+use tokio_util::sync::DropGuard;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::Instrument;
 
@@ -300,11 +302,13 @@ async fn redeclare_queue(
 
 /// Attaches `spec` and starts the pump that keeps the returned subscription attached for as
 /// long as it is not cancelled, re-attaching whenever the consumer stops. `declared` says the
-/// queue was just declared (no need to again).
+/// queue was just declared (no need to again). `forwarders` stop its retry queues'
+/// forwarders ([`forward`]) when the subscription is dropped.
 pub(crate) async fn subscribe(
     env: Env,
     spec: AttachSpec,
     declared: bool,
+    forwarders: Vec<DropGuard>,
 ) -> Result<Subscription, TransportError> {
     let generation = env.link.status().borrow().generation;
     let (consumer, ctx) = attach(&env, &spec, !declared).await?;
@@ -328,6 +332,7 @@ pub(crate) async fn subscribe(
     let feed = Feed {
         readers,
         current: Some(reader),
+        _forwarders: forwarders,
     };
     Ok(Subscription::from_feed(queue, feed, cancel_tx))
 }
@@ -513,6 +518,8 @@ struct Feed {
     /// it can tell the subscription went with it.
     readers: mpsc::Receiver<Reader>,
     current: Option<Reader>,
+    /// Stop the forwarders of the queue's retry queues once the subscription is gone.
+    _forwarders: Vec<DropGuard>,
 }
 
 impl DeliveryFeed for Feed {

@@ -7,7 +7,8 @@ pub struct Health {
     pub connected: bool,
     /// The broker blocked publishing (a memory or disk alarm).
     pub blocked: bool,
-    /// Consumers the transport should have attached.
+    /// Consumers the transport should have attached: one per subscription (a transport's
+    /// helpers, like the RabbitMQ transport's retry forwarders, are not counted).
     pub consumers_expected: usize,
     /// Consumers attached now.
     pub consumers_attached: usize,

@@ -1,0 +1,138 @@
+//! Retry forwarders: mesh, not the broker, times a retry copy's wait and brings it back.
+//!
+//! A failed delivery's retry copy is published to its step's retry queue
+//! `<queue>.retry.<step>` (through `mesh.retry`). Every subscription with a retry ladder
+//! runs one forwarder per retry queue: a consumer of that queue (re-attached like any
+//! other) that holds each copy for the step, counted from when it took the copy, then
+//! publishes it through `mesh.retry` under `<queue>`'s name (mandatory, confirmed; on that
+//! key `<queue>` alone is bound) and only then acks it. A copy is always in a queue or held
+//! unacked: a forwarder that dies or loses its channel returns what it held, and another
+//! (or the same, re-attached) holds it again for a step. So a retry waits at least its step,
+//! and up to about twice that when its forwarder is lost mid-wait.
+//!
+//! # Why not the broker's TTL
+//!
+//! Retry queues used to expire their copies (`x-message-ttl`) and dead-letter them back
+//! (`x-dead-letter-exchange`, at least once on quorum queues). RabbitMQ's at-least-once
+//! dead-lettering runs in one worker process per source queue, started when the queue
+//! elects a leader; two elections in short succession (a node stopped, or a partition) can
+//! leave the queue with no live worker until its next election, and its expired copies then
+//! wait in the queue indefinitely, neither ready nor unacked (found by the soak, see
+//! docs/RELIABILITY.md; RabbitMQ fixed parts of it in later releases). Classic queues only
+//! dead-letter at most once: a copy expiring while a node fails could be lost. A forwarder
+//! needs neither: its publish is confirmed before its ack, like every copy mesh makes.
+//!
+//! Retry queues declared by earlier versions (with the TTL and the dead-letter arguments)
+//! are kept as they are and forwarded too; see `declare_retry_queue` in the transport.
+//!
+//! # Limits
+//!
+//! A forwarder holds at most [`FORWARD_PREFETCH`] copies: copies beyond that wait in the
+//! queue for their turn, so a burst of failures on a long step makes retries later than the
+//! step, never earlier. A held copy is never held longer than its step, and steps are at
+//! most [`MAX_STEP`], well below RabbitMQ's default consumer timeout (30 minutes), past
+//! which the broker would take the copy back and close the channel.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt as _};
+use mesh_core::{Delivery, Subscription};
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tracing::Instrument;
+
+use super::{subscribe, AttachSpec, ConsumerCounts, Env, Source};
+use mesh_core::TransportError;
+
+/// How many copies one forwarder holds at once, at most.
+pub(crate) const FORWARD_PREFETCH: u16 = 1000;
+
+/// The longest retry step: a forwarder holds a copy unacked for its step, and RabbitMQ
+/// takes back a delivery unacked for its consumer timeout (30 minutes by default).
+pub(crate) const MAX_STEP: Duration = Duration::from_secs(15 * 60);
+
+/// Starts a forwarder for each retry queue of `queue`, given with its step. The
+/// forwarders stop when the returned guards are dropped (with the subscription), or when
+/// the transport closes.
+pub(crate) async fn start(
+    env: &Env,
+    queue: &str,
+    retry_queues: &[(String, Duration)],
+    counts_deliveries: bool,
+) -> Result<Vec<DropGuard>, TransportError> {
+    let mut guards = Vec::with_capacity(retry_queues.len());
+    for (retry_queue, step) in retry_queues {
+        let spec = AttachSpec {
+            source: Source::Named(retry_queue.clone()),
+            prefetch: FORWARD_PREFETCH,
+            manual_ack: true,
+            // The one "step" of a forwarder's deliveries is the queue itself: a retry of a
+            // retry copy publishes it through `mesh.retry` under `queue`'s name, then acks.
+            delay_queues: vec![queue.to_owned()],
+            counts_deliveries,
+        };
+        // Not counted in the transport's health: a forwarder detached delays retries and
+        // loses nothing, while readiness is about consuming the queue.
+        let env = Env {
+            counts: Arc::new(ConsumerCounts::default()),
+            ..env.clone()
+        };
+        let copies = subscribe(env, spec, true, Vec::new()).await?;
+        let stop = CancellationToken::new();
+        let span = tracing::info_span!(parent: None, "mesh_amqp.forwarder", queue = %retry_queue);
+        tokio::spawn(run(copies, *step, stop.clone()).instrument(span));
+        guards.push(stop.drop_guard());
+    }
+    Ok(guards)
+}
+
+/// Holds each copy of `copies` for `step`, then forwards it; until `stop` or the end of
+/// the subscription. Copies still held then are released (back to their retry queue).
+async fn run(mut copies: Subscription, step: Duration, stop: CancellationToken) {
+    let mut held: VecDeque<(Instant, Delivery)> = VecDeque::new();
+    let mut sending = FuturesUnordered::new();
+    loop {
+        let due = held.front().map(|(at, _)| *at);
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => break,
+            Some(sent) = sending.next(), if !sending.is_empty() => {
+                if let Err(error) = sent {
+                    // The copy was released: its retry queue holds it again.
+                    tracing::warn!(error = %error, "forwarding a retry copy failed; it waits again");
+                }
+            }
+            () = sleep_until(due), if due.is_some() => {
+                if let Some((_, copy)) = held.pop_front() {
+                    sending.push(forward(copy));
+                }
+            }
+            next = copies.next() => match next {
+                Some(copy) => held.push_back((Instant::now() + step, copy)),
+                None => break,
+            },
+        }
+    }
+    // Let what was sent finish (its ack, or its release), then release what is held.
+    while let Some(sent) = sending.next().await {
+        if let Err(error) = sent {
+            tracing::debug!(error = %error, "forwarding a retry copy failed while stopping");
+        }
+    }
+    drop(held);
+}
+
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Publishes `copy` back to its queue, then acks it (see the module docs).
+async fn forward(copy: Delivery) -> Result<(), TransportError> {
+    let message = copy.message.clone();
+    copy.retry(message, 0).await
+}
