@@ -278,3 +278,35 @@ async fn a_retry_queue_of_an_earlier_version_is_kept_and_forwarded() {
     transport.close().await;
     vhost.delete().await.unwrap();
 }
+
+/// A forwarder holds a copy unacked for its step, and the broker takes back a delivery
+/// unacked for its consumer timeout: a step over 15 minutes is refused, and nothing is
+/// declared for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_longer_than_fifteen_minutes_is_refused() {
+    let vhost = common::vhost("long-step").await;
+    let transport = common::connect(&vhost, "long-step").await;
+    let error = transport
+        .subscribe(spec("n.long.events", &[1, 15 * 60 + 1]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error.kind(), mesh_core::TransportErrorKind::InvalidOptions),
+        "{error}"
+    );
+    assert!(error.to_string().contains("retry delay 1"), "{error}");
+    let queues = vhost.list_queues().await.unwrap();
+    assert!(
+        queues.iter().all(|q| !q.name.starts_with("n.long.")),
+        "{queues:?}"
+    );
+    // Fifteen minutes is allowed.
+    drop(
+        transport
+            .subscribe(spec("n.long.events", &[1, 15 * 60]))
+            .await
+            .unwrap(),
+    );
+    transport.close().await;
+    vhost.delete().await.unwrap();
+}

@@ -16,9 +16,9 @@ pub const RPC_EXCHANGE: &str = "mesh.rpc";
 /// The dead-letter exchange (topic): events set aside for inspection.
 pub const DEAD_EXCHANGE: &str = "mesh.events.dead";
 /// The retry exchange (topic): a consumer publishes a retry copy here under the name of its
-/// retry queue (`<queue>.retry.<step>`), each retry queue is bound on its own name, and a
-/// retry queue dead-letters an expired copy back through it under the consumer queue's name,
-/// on which that queue alone is bound. Routing retries through an exchange of mesh's own
+/// retry queue (`<queue>.retry.<step>`), each retry queue is bound on its own name, and the
+/// queue's retry forwarders publish a copy back through it, after its step, under the
+/// consumer queue's name, on which that queue alone is bound. Routing retries through an exchange of mesh's own
 /// (rather than the default exchange, which writes into any queue) lets the broker's topic
 /// permissions keep each module to its own retry queues.
 pub const RETRY_EXCHANGE: &str = "mesh.retry";

@@ -7,7 +7,9 @@ use std::time::Duration;
 /// `max_attempts` counts handler calls, the first one included: with 5, a handler that
 /// always fails is called 5 times and the event is then dead-lettered. The delay before
 /// retry `n` (1-based) is `delays[n - 1]`, or the last step once the list runs out, so the
-/// list is also the set of delay queues a broker-backed transport declares.
+/// list is also the set of retry queues a broker-backed transport declares. The RabbitMQ
+/// transport takes steps of at most 15 minutes (a retry forwarder holds a copy unacked for
+/// its step; see `docs/CONTRACT.md`, "Retry forwarders").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
     max_attempts: u32,
@@ -41,7 +43,7 @@ pub enum PolicyError {
 }
 
 impl RetryPolicy {
-    /// The most delay steps a policy may have: each becomes a delay queue.
+    /// The most delay steps a policy may have: each becomes a retry queue.
     pub const MAX_STEPS: usize = 16;
 
     /// A policy with the given attempts and delay steps.
