@@ -45,7 +45,9 @@
 //! is confirmed (a subscription's **retry forwarders**, one consumer per retry queue, hold
 //! each copy for its step and then publish it back to `mesh.retry` under the queue's name,
 //! confirmed, before they ack it: the broker's TTL and dead-lettering play no part; see
-//! `docs/CONTRACT.md`, "Retry forwarders"); `reply` publishes to `mesh.reply` under the request's `reply_to` with its
+//! `docs/CONTRACT.md`, "Retry forwarders"; a copy that fails to publish for a passing reason
+//! is sent again, its delivery held, for up to 30 s before the delivery is released, so a
+//! burst of quick failures cannot run down a quorum queue's delivery limit); `reply` publishes to `mesh.reply` under the request's `reply_to` with its
 //! correlation id, then acks. Nothing mesh publishes goes through the default exchange but an
 //! operator's re-driven dead letter (`Target::Queue`). Quorum queues
 //! report `x-delivery-count` as [`Delivery::delivery_count`](mesh_core::Delivery); classic

@@ -53,9 +53,9 @@ pub struct AmqpStats {
     /// unless there is a bug.
     pub unknown_delivery_tag_closes: u64,
     /// Consumers that stopped without being asked to (cancelled by the broker, channel
-    /// closed, connection lost); retry forwarders included.
+    /// closed, connection lost); retry forwarders are not counted.
     pub consumer_cancels: u64,
-    /// Consumers attached again after stopping; retry forwarders included.
+    /// Consumers attached again after stopping; retry forwarders are not counted.
     pub reattached: u64,
     /// Publishing channels replaced because the broker had nacked every publish on them
     /// for a second (a quorum queue's channel tied to a dead leader; see the publisher's
@@ -427,6 +427,7 @@ impl AmqpTransport {
             counts: self.inner.counts.clone(),
             shutdown: self.shutdown(),
             backoff: Backoff::from_options(&self.inner.options),
+            in_stats: true,
         }
     }
 

@@ -227,3 +227,43 @@ async fn a_consumer_timeout_closes_only_the_channel_and_the_consumer_is_reattach
     );
     transport.close().await;
 }
+
+/// A retry step longer than the broker's consumer timeout: the forwarder holding the copy
+/// loses it to the timeout twice, then sends it at once, so the retry still comes back
+/// (without that rule it would be held and taken back forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_longer_than_the_consumer_timeout_still_comes_back() {
+    let node = node().await;
+    let transport = AmqpTransport::connect(options(&node, "long-hold"))
+        .await
+        .unwrap();
+    let mut spec = durable("n.hold.events", "module.hold.#", 4);
+    spec.retry_delays = vec![Duration::from_secs(10)];
+    let mut subscription = transport.subscribe(spec).await.unwrap();
+    transport
+        .publish(
+            common::event("module.hold.x", "{}"),
+            PublishOptions::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let failed = common::next(&mut subscription).await;
+    let copy = failed.message.clone();
+    let sent = Instant::now();
+    failed.retry(copy, 0).await.unwrap();
+    // Held for 10 s against a 3 s timeout: taken back at about 3 s and 6 s, then sent.
+    let back = tokio::time::timeout(Duration::from_secs(60), subscription.next())
+        .await
+        .expect("the retry back within a minute")
+        .expect("the subscription is open");
+    let after = sent.elapsed();
+    assert_eq!(back.message.routing_key, "module.hold.x");
+    back.ack().await.unwrap();
+    common::measured(
+        "a 10 s retry step against a 3 s consumer timeout came back after",
+        after,
+    );
+    transport.close().await;
+}

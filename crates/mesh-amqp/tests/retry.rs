@@ -310,3 +310,45 @@ async fn a_step_longer_than_fifteen_minutes_is_refused() {
     transport.close().await;
     vhost.delete().await.unwrap();
 }
+
+/// A retry copy that cannot be published for a passing reason (here its retry queue was
+/// deleted: unroutable until the queue's forwarder re-attaches and declares it again) is
+/// sent again while its delivery is held, instead of releasing the delivery at once, which
+/// would have the broker deliver it again at once and run down a quorum queue's delivery
+/// limit in a burst of quick failures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_that_cannot_be_published_yet_is_sent_again_while_its_delivery_is_held() {
+    use amqprs::channel::QueueDeleteArguments;
+
+    const QUEUE: &str = "n.patient.events";
+    let vhost = common::vhost("copy-patience").await;
+    let transport = common::connect(&vhost, "copy-patience").await;
+    let events = common::Recorder::start(&transport);
+    let mut subscription = transport.subscribe(spec(QUEUE, &[1])).await.unwrap();
+    common::publish_confirmed(&transport, common::event("module.ladder.patient", "{}")).await;
+    let failed = common::next(&mut subscription).await;
+
+    let (connection, channel) = common::raw(&vhost).await;
+    channel
+        .queue_delete(QueueDeleteArguments::new(&format!("{QUEUE}.retry.1s")))
+        .await
+        .unwrap();
+    connection.close().await.unwrap();
+
+    let mut copy = failed.message.clone();
+    codec::set_attempts(&mut copy, 1);
+    let sent = Instant::now();
+    let retried = failed.retry(copy, 0).await;
+    for (at, event) in events.events() {
+        eprintln!("{:?} {event:?}", at.duration_since(sent));
+    }
+    retried.expect("the copy sent once its retry queue is back");
+    common::measured("the copy confirmed after", sent.elapsed());
+    let back = common::next(&mut subscription).await;
+    assert_eq!(back.message.routing_key, "module.ladder.patient");
+    assert_eq!(codec::attempts(&back.message), 1);
+    assert!(!back.redelivered, "the original was released instead");
+    back.ack().await.unwrap();
+    transport.close().await;
+    vhost.delete().await.unwrap();
+}

@@ -901,13 +901,27 @@ impl Stage {
                     Ok(format!("{cut} connections cut"))
                 }
                 FaultKind::CloseConnections => {
-                    // The planned node, or the next one running.
-                    let node = (0..3)
-                        .map(|i| (fault.target + i) % 3)
-                        .find(|&i| self.cluster.node(i).is_running())
-                        .ok_or_else(|| anyhow::anyhow!("no node is running"))?;
+                    // The planned node, or the next one that can: a node's process may run
+                    // while its broker is not (booting after a kill, or stopping), and then
+                    // cannot list its connections.
+                    let mut refused = Vec::new();
+                    let mut closed = None;
+                    for node in (0..3).map(|i| (fault.target + i) % 3) {
+                        if !self.cluster.node(node).is_running() {
+                            continue;
+                        }
+                        match self.cluster.node(node).close_connections(None).await {
+                            Ok(n) => {
+                                closed = Some((node, n));
+                                break;
+                            }
+                            Err(e) => refused.push(format!("node {node}: {e:#}")),
+                        }
+                    }
+                    let (node, closed) = closed.ok_or_else(|| {
+                        anyhow::anyhow!("no node could close its connections: {refused:?}")
+                    })?;
                     target = format!("node {node}");
-                    let closed = self.cluster.node(node).close_connections(None).await?;
                     Ok(format!("{closed} connections closed"))
                 }
                 FaultKind::ConsumerKill | FaultKind::ServerKill | FaultKind::AuditKill => {

@@ -31,7 +31,9 @@
 //! queue for their turn, so a burst of failures on a long step makes retries later than the
 //! step, never earlier. A held copy is never held longer than its step, and steps are at
 //! most [`MAX_STEP`], well below RabbitMQ's default consumer timeout (30 minutes), past
-//! which the broker would take the copy back and close the channel.
+//! which the broker would take the copy back and close the channel. A copy taken back from
+//! forwarders twice goes at once ([`hold_for`]), so even a broker with a shorter consumer
+//! timeout cannot keep a retry from coming back.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -73,10 +75,12 @@ pub(crate) async fn start(
             delay_queues: vec![queue.to_owned()],
             counts_deliveries,
         };
-        // Not counted in the transport's health: a forwarder detached delays retries and
-        // loses nothing, while readiness is about consuming the queue.
+        // Not counted in the transport's health or stats: a forwarder detached delays
+        // retries and loses nothing, while readiness is about consuming the queue. Its stops
+        // and re-attaches are still reported as lifecycle events, under its queue's name.
         let env = Env {
             counts: Arc::new(ConsumerCounts::default()),
+            in_stats: false,
             ..env.clone()
         };
         let copies = subscribe(env, spec, true, Vec::new()).await?;
@@ -110,7 +114,14 @@ async fn run(mut copies: Subscription, step: Duration, stop: CancellationToken) 
                 }
             }
             next = copies.next() => match next {
-                Some(copy) => held.push_back((Instant::now() + step, copy)),
+                Some(copy) => {
+                    let now = Instant::now();
+                    let hold = hold_for(copy.delivery_count, copy.redelivered, step);
+                    // In the queue's order: one that may go at once still goes after
+                    // those taken before it.
+                    let last = held.back().map_or(now, |(at, _)| *at);
+                    held.push_back(((now + hold).max(last), copy));
+                }
                 None => break,
             },
         }
@@ -124,6 +135,23 @@ async fn run(mut copies: Subscription, step: Duration, stop: CancellationToken) 
     drop(held);
 }
 
+/// How long to hold a copy: its step, unless it was taken back from forwarders twice already
+/// (its delivery count, on a quorum queue) or at all (on a classic queue, which does not
+/// count): it then goes at once. A broker whose consumer timeout is shorter than the step
+/// takes back every copy held for it; without this, such a copy would be held and taken back
+/// forever.
+fn hold_for(delivery_count: Option<u32>, redelivered: bool, step: Duration) -> Duration {
+    let taken_back_enough = match delivery_count {
+        Some(count) => count >= 2,
+        None => redelivered,
+    };
+    if taken_back_enough {
+        Duration::ZERO
+    } else {
+        step
+    }
+}
+
 async fn sleep_until(due: Option<Instant>) {
     match due {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -135,4 +163,22 @@ async fn sleep_until(due: Option<Instant>) {
 async fn forward(copy: Delivery) -> Result<(), TransportError> {
     let message = copy.message.clone();
     copy.retry(message, 0).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_is_held_for_its_step_until_taken_back_twice() {
+        let step = Duration::from_secs(5);
+        // Quorum queues count what the broker took back.
+        assert_eq!(hold_for(Some(0), false, step), step);
+        assert_eq!(hold_for(Some(1), true, step), step);
+        assert_eq!(hold_for(Some(2), true, step), Duration::ZERO);
+        assert_eq!(hold_for(Some(u32::MAX), true, step), Duration::ZERO);
+        // Classic queues only say it came before.
+        assert_eq!(hold_for(None, false, step), step);
+        assert_eq!(hold_for(None, true, step), Duration::ZERO);
+    }
 }

@@ -97,7 +97,7 @@ use crate::backoff::Backoff;
 use crate::declare::{take_close, within, CloseSlot, DeclareChannel};
 use crate::error::{from_client, from_close};
 use crate::lifecycle::{Counters, Lifecycle};
-use crate::link::ConsumeLink;
+use crate::link::{ConsumeLink, LinkStatus};
 use crate::publisher::{Payload, Publication, Publisher};
 use crate::topology::{BindingDecl, Topology};
 use ack::{AckTracker, Flush, Frame};
@@ -115,6 +115,18 @@ const ACK_LINGER: Duration = Duration::from_millis(1);
 
 /// A consumer attached this long is stable: the next re-attach starts its backoff over.
 const STABLE_AFTER: Duration = Duration::from_secs(5);
+
+/// How long a retry, dead-letter or forwarded copy that failed to publish for a passing
+/// reason (nacked, timed out, unroutable while a topology is declared again, the publisher
+/// reconnecting) is tried again, its delivery held, before the delivery is released.
+/// Releasing at once has the broker deliver it again at once, so a burst of quick failures
+/// (a queue electing its leader) would run a quorum queue's delivery limit down in a second
+/// and dead-letter a message nothing was wrong with.
+const COPY_PATIENCE: Duration = Duration::from_secs(30);
+
+/// The first pause between tries of a copy, doubled up to [`COPY_PAUSE_MAX`].
+const COPY_PAUSE: Duration = Duration::from_millis(100);
+const COPY_PAUSE_MAX: Duration = Duration::from_secs(5);
 
 /// Consumers the transport should have, and has, attached.
 #[derive(Debug, Default)]
@@ -168,6 +180,9 @@ pub(crate) struct Env {
     pub(crate) counts: Arc<ConsumerCounts>,
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) backoff: Backoff,
+    /// Whether its consumers' stops and re-attaches count in the transport's stats (a
+    /// subscription's do; retry forwarders' do not, like their health).
+    pub(crate) in_stats: bool,
 }
 
 /// A channel consuming one queue.
@@ -584,7 +599,9 @@ impl Pump {
             };
             let queue = attachment.queue.clone();
             let generation = attachment.generation;
-            Counters::bump(&self.env.link.shared().counters.consumer_cancels);
+            if self.env.in_stats {
+                Counters::bump(&self.env.link.shared().counters.consumer_cancels);
+            }
             tracing::warn!(%queue, %reason, "consumer stopped; re-attaching");
             self.env
                 .link
@@ -599,7 +616,9 @@ impl Pump {
             match self.reattach(after, &mut cancel, &mut shutdown).await {
                 Some((next, reader)) => {
                     attachment = next;
-                    Counters::bump(&self.env.link.shared().counters.reattached);
+                    if self.env.in_stats {
+                        Counters::bump(&self.env.link.shared().counters.reattached);
+                    }
                     let queue = attachment.queue.clone();
                     tracing::info!(%queue, prefetch = self.spec.prefetch, "consumer re-attached");
                     self.env
@@ -629,14 +648,15 @@ impl Pump {
         shutdown: &mut watch::Receiver<bool>,
     ) -> End {
         let generation = attachment.generation;
-        let mut status = self.env.link.status();
+        let link = self.env.link.clone();
+        let mut status = link.status();
         tokio::select! {
             biased;
             // Fires on `Subscription::cancel` and when the subscription is dropped.
             _ = &mut *cancel => {}
             () = self.readers.closed() => {}
             () = closing(shutdown) => {}
-            () = attachment.closed.stopped() => return why_ended(attachment),
+            () = attachment.closed.stopped() => return why_ended(attachment, &link.status()),
             up = status.wait_for(|s| !s.connected || s.generation > generation) => {
                 if up.is_ok() {
                     return End::Lost {
@@ -648,7 +668,7 @@ impl Pump {
             _ = &mut attachment.ended => {
                 // The reader went with its subscription, not with its stream.
                 if !self.readers.is_closed() {
-                    return why_ended(attachment);
+                    return why_ended(attachment, &link.status());
                 }
             }
         }
@@ -706,11 +726,19 @@ impl Pump {
     }
 }
 
-/// Why an attachment whose stream ended stopped.
-fn why_ended(attachment: &Attachment) -> End {
+/// Why an attachment whose stream ended stopped. A channel found closed with no close
+/// from the broker went with its connection only if the link says so: the ack tracker
+/// closes the channel itself once the reader and every acker are gone, which is what
+/// follows a broker's cancel on a consumer holding no delivery (a forwarder waiting for
+/// copies, say), and waiting for a new connection then would wait for good.
+fn why_ended(attachment: &Attachment, status: &watch::Receiver<LinkStatus>) -> End {
+    let link_up = {
+        let status = status.borrow();
+        status.connected && status.generation == attachment.generation
+    };
     let (reason, connection) = match take_close(&attachment.closed) {
         Some(close) => (close.to_string(), false),
-        None if attachment.channel.is_open() => {
+        None if attachment.channel.is_open() || link_up => {
             ("the broker cancelled the consumer".to_owned(), false)
         }
         None => ("the connection was lost".to_owned(), true),
@@ -945,6 +973,11 @@ struct Settle {
 }
 
 impl Settle {
+    /// Whether its channel may still be there: its ack tracker ends once the channel is gone.
+    fn is_live(&self) -> bool {
+        !self.tracker.is_closed()
+    }
+
     async fn ack(mut self) -> Result<(), TransportError> {
         self.done = true;
         let (done, outcome) = oneshot::channel();
@@ -1034,6 +1067,33 @@ impl AmqpAcker {
         settle: Settle,
         outgoing: Publication,
     ) -> Result<(), TransportError> {
+        let deadline = Instant::now() + COPY_PATIENCE;
+        let mut pause = COPY_PAUSE;
+        loop {
+            match Self::publish_copy(&ctx, outgoing.clone()).await {
+                Ok(()) => return settle.ack().await,
+                Err(error)
+                    if passing(&error) && settle.is_live() && Instant::now() + pause < deadline =>
+                {
+                    tracing::warn!(
+                        queue = %ctx.queue,
+                        retry_in = ?pause,
+                        "publishing a copy failed; the delivery is held and the copy sent again: {error}"
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(COPY_PAUSE_MAX);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Publishes `outgoing` and waits for its confirm (trimmed once if its headers do not
+    /// fit in a frame).
+    async fn publish_copy(
+        ctx: &SubscriptionCtx,
+        outgoing: Publication,
+    ) -> Result<(), TransportError> {
         // Headers within AMQP's smallest frame fit every connection: only a copy that may
         // not fit is kept for the trimmed attempt. (The allowance covers the routing-key
         // header the publisher may still add: its name and a key of at most 255 bytes.)
@@ -1062,9 +1122,13 @@ impl AmqpAcker {
             }
             (other, _) => other?,
         };
-        confirm.await?;
-        settle.ack().await
+        confirm.await
     }
+}
+
+/// Whether a copy's failure may pass if the copy is sent again a moment later.
+fn passing(error: &TransportError) -> bool {
+    error.is_retryable() || matches!(error.kind(), TransportErrorKind::Unroutable)
 }
 
 impl Acker for AmqpAcker {
