@@ -190,8 +190,8 @@ async fn the_clients_node_cut_into_the_minority_confirms_nothing_and_the_client_
 
     // The emitting clients start on the victim: the roaming one is given every node with the
     // victim first, the pinned one the victim only. The consumer starts on node 1, so its quorum
-    // queue's leader is on the majority (see "Known limits" in docs/RELIABILITY.md for a leader
-    // on the cut node). The control: a classic queue on the victim, fed by a pinned client of
+    // queue's leader is on the majority (see "Network partitions" in docs/RELIABILITY.md on a
+    // leader on the cut node). The control: a classic queue on the victim, fed by a pinned client of
     // module `press`.
     let ledger = Ledger::new();
     let sink = sink(&cluster, &[1, 2, 0], &access, &ledger).await;
@@ -263,8 +263,9 @@ async fn the_clients_node_cut_into_the_minority_confirms_nothing_and_the_client_
 
     // The cut. The majority's view is read through node 1 (about one `rabbitmqctl` a second).
     let confirmed_at_cut = roaming.confirmed();
-    let cut_at = Instant::now();
     cluster.cut(victim).unwrap();
+    // From here on the link is down: a try begun later cannot reach the majority.
+    let cut_at = Instant::now();
     let (paused_at, seen_down_at) = tokio::join!(
         cluster.await_paused(victim, PAUSE_LIMIT),
         seen_down_by(&cluster, 1, victim)
@@ -463,8 +464,9 @@ async fn a_partition_during_the_audit_loggers_batch_loses_and_doubles_nothing() 
         (n > 0).then_some(n)
     })
     .await;
-    let cut_at = Instant::now();
     cluster.cut(victim).unwrap();
+    // From here on the link is down: a try begun later cannot reach the majority.
+    let cut_at = Instant::now();
     let paused_at = cluster.await_paused(victim, PAUSE_LIMIT).await.unwrap();
     let logger_moved_to = moved_off(&cluster, "mesh-audit.consume", victim).await;
     let logger_moved_seen = Instant::now();
@@ -640,8 +642,8 @@ async fn a_flapping_partition_for_a_minute_then_the_ledger_balances() {
             if flapping_began.elapsed() >= FLAPPING_FOR {
                 break 'flap;
             }
-            let cut_at = Instant::now();
             cluster.cut(victim).unwrap();
+            let cut_at = Instant::now();
             tokio::time::sleep(cut_for).await;
             let heal_at = Instant::now();
             cluster.heal(victim).unwrap();
