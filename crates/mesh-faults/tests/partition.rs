@@ -110,6 +110,29 @@ async fn emitter_bus(
         .expect("starting an emitting bus")
 }
 
+/// Waits until node `victim` listens again after the heal; fails with what it says.
+async fn resumed(cluster: &NetnsCluster, victim: usize) -> Instant {
+    match cluster.await_listening(victim, WHOLE).await {
+        Ok(at) => at,
+        Err(e) => panic!(
+            "{e:#}\n{}\n{}",
+            cluster.diagnostics(victim, 40).await,
+            cluster.diagnostics((victim + 1) % 3, 15).await
+        ),
+    }
+}
+
+/// Waits until the cluster is whole again; fails with what the nodes say.
+async fn whole(cluster: &NetnsCluster, victim: usize) {
+    if let Err(e) = cluster.await_whole(WHOLE).await {
+        panic!(
+            "{e:#}\n{}\n{}",
+            cluster.diagnostics(victim, 40).await,
+            cluster.diagnostics((victim + 1) % 3, 15).await
+        );
+    }
+}
+
 /// The tries that began at or after `from` and were confirmed before `to`.
 fn confirmed_within(tries: &[Try], from: Instant, to: Instant) -> Vec<&Try> {
     tries
@@ -286,8 +309,8 @@ async fn the_clients_node_cut_into_the_minority_confirms_nothing_and_the_client_
     tokio::time::sleep(ISOLATION.saturating_sub(cut_at.elapsed())).await;
     let heal_at = Instant::now();
     cluster.heal(victim).unwrap();
-    let resumed_at = cluster.await_listening(victim, WHOLE).await.unwrap();
-    cluster.await_whole(WHOLE).await.unwrap();
+    let resumed_at = resumed(&cluster, victim).await;
+    whole(&cluster, victim).await;
     let whole_at = Instant::now();
 
     for (what, emitter) in [
@@ -473,8 +496,8 @@ async fn a_partition_during_the_audit_loggers_batch_loses_and_doubles_nothing() 
     tokio::time::sleep(ISOLATION.saturating_sub(cut_at.elapsed())).await;
     let heal_at = Instant::now();
     cluster.heal(victim).unwrap();
-    let resumed_at = cluster.await_listening(victim, WHOLE).await.unwrap();
-    cluster.await_whole(WHOLE).await.unwrap();
+    let resumed_at = resumed(&cluster, victim).await;
+    whole(&cluster, victim).await;
     let whole_at = Instant::now();
     for (what, emitter) in [("roaming", &roaming), ("pinned", &pinned)] {
         emitter
@@ -652,8 +675,8 @@ async fn a_flapping_partition_for_a_minute_then_the_ledger_balances() {
         }
     }
     let flapping_ended = Instant::now();
-    let resumed_at = cluster.await_listening(victim, WHOLE).await.unwrap();
-    cluster.await_whole(WHOLE).await.unwrap();
+    let resumed_at = resumed(&cluster, victim).await;
+    whole(&cluster, victim).await;
     let whole_at = Instant::now();
     for (what, emitter) in [("roaming", &roaming), ("pinned", &pinned)] {
         emitter
@@ -676,9 +699,22 @@ async fn a_flapping_partition_for_a_minute_then_the_ledger_balances() {
     let roaming_tries = roaming.tries();
     let (longest_emit, longest_try) = longest_emits(&roaming_tries);
     let cut_total: Duration = windows.iter().map(|(a, b)| *b - *a).sum();
+    // Each cut the victim paused in: how long after the cut, and how long after the heal it
+    // listened again.
+    let mut detected = Vec::new();
+    let mut resumed = Vec::new();
+    for &(cut_at, heal_at) in &windows {
+        if let Some(paused) = pauses.first_after(cut_at).filter(|p| *p < heal_at) {
+            detected.push(secs(paused - cut_at));
+            if let Some(back) = resumes.first_after(paused) {
+                resumed.push(secs(back.saturating_duration_since(heal_at)));
+            }
+        }
+    }
     eprintln!(
-        "[p3] {} cuts in {} (cut {} in all; schedule {FLAPS:?}); the victim paused {} times, \
-         resumed {} times; after the last heal: listening {} later, whole {} later",
+        "[p3] {} cuts in {} (cut {} in all; schedule {FLAPS:?}); the victim paused {} times \
+         ({detected:?} after the cut), resumed {} times ({resumed:?} after the heal); after the \
+         last heal: listening {} later, whole {} later",
         windows.len(),
         secs(flapping_ended - flapping_began),
         secs(cut_total),

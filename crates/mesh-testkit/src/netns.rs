@@ -932,6 +932,25 @@ impl NetnsCluster {
         self.nodes[i].log_file()
     }
 
+    /// What node `i` says about itself, for a failure report: the Erlang nodes it is connected
+    /// to, whether its app runs, and the last `lines` lines of its log.
+    pub async fn diagnostics(&self, i: usize, lines: usize) -> String {
+        let ask = |expr: &'static str| async move {
+            match self.rabbitmqctl(i, &["eval", expr]).await {
+                Ok(out) => out.trim().to_owned(),
+                Err(e) => format!("{e:#}"),
+            }
+        };
+        format!(
+            "node {i} ({}): nodes() = {}; rabbit running: {}\n--- {} (last lines) ---\n{}",
+            self.nodes[i].name,
+            ask("nodes().").await,
+            ask("rabbit:is_running().").await,
+            self.log_file(i).display(),
+            sys::tail(&self.log_file(i), lines)
+        )
+    }
+
     /// The index of the node named `name`.
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.nodes.iter().position(|n| n.name == name)
