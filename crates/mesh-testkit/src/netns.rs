@@ -1031,6 +1031,29 @@ impl NetnsCluster {
         )
     }
 
+    /// Kills node `i` (every process of its namespace, its `epmd` included) and boots it
+    /// again on its data, as an operator restarts a node: the way out of a node that does
+    /// not resume after a partition healed (RabbitMQ 3.10.8 on Erlang 25.1 and later,
+    /// rabbitmq-server#6034).
+    pub async fn restart(&self, i: usize) -> anyhow::Result<()> {
+        let ns = self.nodes[i].namespace.clone();
+        let left =
+            tokio::task::spawn_blocking(move || kill_namespace(&ns, Duration::from_secs(10)))
+                .await?;
+        if !left.is_empty() {
+            bail!(
+                "processes {left:?} of {} outlived SIGKILL",
+                self.nodes[i].namespace
+            );
+        }
+        let child = lock(&self.nodes[i].process).take();
+        if let Some(mut child) = child {
+            // Killed above: this only reaps it.
+            let _ = child.try_wait();
+        }
+        self.boot(i).await
+    }
+
     /// Whether node `i`'s server process runs (paused or not).
     pub fn is_running(&self, i: usize) -> bool {
         self.nodes[i].exit_status().is_none() && lock(&self.nodes[i].process).is_some()
