@@ -11,6 +11,7 @@ use mesh::amqp::access::{self, AccessSpec, Password, Passwords};
 use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
 use mesh::raw::naming;
 use mesh::raw::{Name, Origin, TopicPattern};
+use mesh_testkit::netns::NetnsCluster;
 use mesh_testkit::shared::percent_encode;
 use mesh_testkit::{Cluster, PrivateNode};
 
@@ -260,6 +261,26 @@ pub async fn cluster_access(cluster: &Cluster, vhost: &str) -> anyhow::Result<Ac
     cluster.node(on).import_definitions(&definitions).await?;
     let operator = connect(guest_cluster_options(cluster, vhost)).await;
     operator.close().await;
+    Ok(Access {
+        addrs: cluster.addrs(),
+        vhost: vhost.to_owned(),
+        prefix,
+        passwords,
+    })
+}
+
+/// Like [`cluster_access`] on `vhost` of a network-namespace cluster (`tests/partition.rs`):
+/// the definitions are imported through a node that answers, and the addresses are the nodes'
+/// client addresses, in node order.
+pub async fn netns_access(cluster: &NetnsCluster, vhost: &str) -> anyhow::Result<Access> {
+    let (prefix, passwords, definitions) = plan(vhost)?;
+    cluster.import_definitions(&definitions).await?;
+    let operator = cluster
+        .url_in_order(&[0, 1, 2], vhost)
+        .parse::<AmqpOptions>()?
+        .connection_name("operator")
+        .management_url(NO_MANAGEMENT);
+    connect(operator).await.close().await;
     Ok(Access {
         addrs: cluster.addrs(),
         vhost: vhost.to_owned(),

@@ -77,6 +77,7 @@ pub mod certs;
 pub mod cluster;
 pub mod http;
 pub mod ledger;
+pub mod netns;
 pub mod node;
 pub mod postgres;
 pub mod prometheus;

@@ -773,7 +773,7 @@ pub async fn list_connections(
 
 /// Finds a string property in `client_properties`, which `rabbitmqctl` prints either as an
 /// object or as a list of `[name, type, value]` triples.
-fn client_property(props: &Value, name: &str) -> Option<String> {
+pub(crate) fn client_property(props: &Value, name: &str) -> Option<String> {
     match props {
         Value::Object(map) => map.get(name).and_then(|v| v.as_str()).map(str::to_owned),
         Value::Array(items) => items.iter().find_map(|item| match item {
