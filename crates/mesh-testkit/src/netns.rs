@@ -807,12 +807,26 @@ impl NetnsCluster {
         let pid_file = node.pid_file().to_string_lossy().into_owned();
         let secs = self.opts.boot_timeout.as_secs().max(1).to_string();
         let args = ["wait", pid_file.as_str(), "--timeout", secs.as_str()];
-        let wait = self.ctl_with_timeout(
-            i,
-            "rabbitmqctl",
-            &args,
-            self.opts.boot_timeout + Duration::from_secs(5),
-        );
+        let wait = async {
+            loop {
+                match self
+                    .ctl_with_timeout(
+                        i,
+                        "rabbitmqctl",
+                        &args,
+                        self.opts.boot_timeout + Duration::from_secs(5),
+                    )
+                    .await
+                {
+                    // Read while the server was still writing it: read it again (the
+                    // caller bounds the boot as a whole).
+                    Err(e) if format!("{e:#}").contains("garbage_in_pid_file") => {
+                        tokio::time::sleep(FAST_POLL).await;
+                    }
+                    done => return done,
+                }
+            }
+        };
         let died = async {
             loop {
                 if let Some(status) = node.exit_status() {
