@@ -8,7 +8,7 @@ use crate::broker::{self, Broker};
 use crate::cli::{Plan, QueueKind, Scenario};
 use crate::report::Results;
 use crate::scenarios::outbox::{self, Db};
-use crate::scenarios::{audit, consume, emit, latency, rpc, Ctx, Run};
+use crate::scenarios::{audit, consume, e2e, emit, latency, rpc, Ctx, Run};
 
 /// Runs the plan, adding every run to `results`; `notes` collects what the reader should
 /// know (skipped scenarios, measurement caveats).
@@ -24,6 +24,20 @@ pub(crate) async fn run(
              default batches) against raw consume of the same queue with the same prefetch, \
              acking each",
             mesh_audit::DEFAULT_PREFETCH
+        ));
+    }
+    if plan.scenarios.contains(&Scenario::E2e) && plan.tls {
+        notes.push(
+            "end to end: skipped over --tls (the emitter child reaches the broker of --url only)"
+                .to_owned(),
+        );
+    } else if plan.scenarios.contains(&Scenario::E2e) {
+        notes.push(format!(
+            "end to end: a child process emits {} events pipelined ({} in flight) while this \
+             one consumes them (prefetch {}); the rate from the start signal to the last \
+             delivery, the CPU both processes'; raw acks each delivery, the ceiling \
+             (raw-multiple) with `multiple` every {}",
+            plan.e2e_events, plan.in_flight, plan.prefetch, plan.coalesce
         ));
     }
     if plan.scenarios.contains(&Scenario::Outbox) {
@@ -114,6 +128,8 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
         match scenario {
             Scenario::Emit => emit::setup(ctx).await?,
             Scenario::Consume => consume::setup(ctx).await?,
+            Scenario::E2e if !plan.tls => e2e::setup(ctx).await?,
+            Scenario::E2e => {}
             Scenario::Latency => latency::setup(ctx).await?,
             Scenario::Rpc => rpc::setup(ctx).await?,
             Scenario::Outbox => outbox::setup(ctx).await?,
@@ -150,6 +166,23 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                     if raw {
                         let ceiling = consume::raw(ctx, Some(plan.coalesce)).await?;
                         add(name, "raw-multiple", ceiling);
+                    }
+                }
+                Scenario::E2e if plan.tls => {}
+                Scenario::E2e => {
+                    let name = "end to end";
+                    if raw {
+                        add(name, "raw", e2e::raw(ctx, None).await?);
+                    }
+                    if mesh {
+                        add(name, "mesh", e2e::mesh(ctx).await?);
+                    }
+                    if raw {
+                        add(
+                            name,
+                            "raw-multiple",
+                            e2e::raw(ctx, Some(plan.coalesce)).await?,
+                        );
                     }
                 }
                 Scenario::Latency => {
@@ -216,6 +249,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
     for queue in [
         emit::SINK,
         consume::QUEUE,
+        e2e::QUEUE,
         latency::QUEUE,
         rpc::QUEUE,
         outbox::SINK,

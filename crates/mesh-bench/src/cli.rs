@@ -58,6 +58,20 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) outbox_lag_events: Option<u64>,
 
+    /// Events per end-to-end run, emitted by a child process while this one consumes
+    /// (default 100,000; 2,000 with --short).
+    #[arg(long)]
+    pub(crate) e2e_events: Option<u64>,
+
+    /// The end-to-end scenario's emitter role, run by the bench in a child process (the
+    /// broker's URL comes from the environment).
+    #[arg(long, value_enum, hide = true, requires = "e2e_vhost")]
+    pub(crate) e2e_emitter: Option<EmitterSide>,
+
+    /// The vhost of the emitter role.
+    #[arg(long, hide = true, requires = "e2e_emitter")]
+    pub(crate) e2e_vhost: Option<String>,
+
     /// The steady rate of the outbox lag runs, transactions (of one event) per second.
     #[arg(long, default_value_t = 1_000)]
     pub(crate) outbox_rate: u64,
@@ -91,7 +105,7 @@ pub(crate) struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "emit,consume,latency,rpc,audit,outbox"
+        default_value = "emit,consume,e2e,latency,rpc,audit,outbox"
     )]
     pub(crate) scenarios: Vec<Scenario>,
 
@@ -131,6 +145,8 @@ pub(crate) enum Scenario {
     Emit,
     /// Consuming a pre-published backlog with manual acks.
     Consume,
+    /// Emit and consume at the same time, one process each (not over `--tls`).
+    E2e,
     /// End-to-end latency at a fixed rate.
     Latency,
     /// Request/reply round trips, 1 and 64 callers.
@@ -140,6 +156,22 @@ pub(crate) enum Scenario {
     /// The transactional outbox on PostgreSQL and SQLite (throughput to the confirm, the
     /// relay's lag), against mesh's direct emit.
     Outbox,
+}
+
+/// Which client the end-to-end emitter child runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum EmitterSide {
+    Raw,
+    Mesh,
+}
+
+impl EmitterSide {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EmitterSide::Raw => "raw",
+            EmitterSide::Mesh => "mesh",
+        }
+    }
 }
 
 /// `--sides`.
@@ -189,6 +221,7 @@ pub(crate) struct Plan {
     pub(crate) events: u64,
     pub(crate) sync_events: u64,
     pub(crate) backlog: u64,
+    pub(crate) e2e_events: u64,
     pub(crate) audit_backlog: u64,
     pub(crate) latency_events: u64,
     pub(crate) outbox_events: u64,
@@ -245,6 +278,7 @@ impl Args {
             events: pick(self.events, 2_000, 50_000),
             sync_events: pick(self.sync_events, 200, 1_000),
             backlog: pick(self.backlog, 2_000, 200_000),
+            e2e_events: pick(self.e2e_events, 2_000, 100_000),
             audit_backlog: pick(self.audit_backlog, 2_000, 50_000),
             latency_events: pick(self.latency_events, 1_000, 10_000),
             outbox_events: pick(self.outbox_events, 1_000, 20_000),
@@ -274,6 +308,7 @@ impl Args {
             ("--events", plan.events),
             ("--sync-events", plan.sync_events),
             ("--backlog", plan.backlog),
+            ("--e2e-events", plan.e2e_events),
             ("--audit-backlog", plan.audit_backlog),
             ("--latency-events", plan.latency_events),
             ("--outbox-events", plan.outbox_events),

@@ -65,6 +65,21 @@ fn run() -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
+    if let (Some(side), Some(vhost)) = (args.e2e_emitter, &args.e2e_vhost) {
+        let kind = plan
+            .queue_kinds
+            .first()
+            .copied()
+            .context("the emitter role needs one --queue-type")?;
+        runtime.block_on(scenarios::e2e::emitter(
+            side,
+            vhost,
+            kind,
+            plan.e2e_events,
+            plan.in_flight,
+        ))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     runtime.block_on(bench_main(plan, args.json))
 }
 

@@ -19,7 +19,7 @@ use super::{patience, Ctx, Run, EVENTS};
 use crate::broker;
 use crate::measure::{now_ns, Cost, Meter};
 use crate::payload;
-use crate::raw::{self, ConfirmChannel, Route};
+use crate::raw::{self, ConfirmChannel, RawConsumer, Route};
 
 const NODE: &str = "consume";
 /// The queue mesh declares for module `bench` on node `consume`.
@@ -81,6 +81,24 @@ pub(crate) async fn raw(ctx: &Ctx, coalesce: Option<u64>) -> anyhow::Result<Run>
     let connection = ctx.raw("consume").await?;
     let mut consumer = raw::consume(&connection, QUEUE, Some(ctx.plan.prefetch)).await?;
     let mut meter = None;
+    let drained = drain(&mut consumer, events, coalesce, &mut meter).await;
+    let cost = meter.as_ref().map(Meter::finish);
+    let _ = consumer.channel.close().await;
+    broker::close(connection).await;
+    drained?;
+    broker::purge(&ctx.admin, QUEUE).await?;
+    Ok(rate(events, cost.context("nothing was delivered")?))
+}
+
+/// The raw consumer's loop: takes `events` deliveries, acking each, or (`coalesce`) with
+/// `multiple` every so many and at the last; starts `meter` at the first delivery unless it
+/// runs already.
+pub(crate) async fn drain(
+    consumer: &mut RawConsumer,
+    events: u64,
+    coalesce: Option<u64>,
+    meter: &mut Option<Meter>,
+) -> anyhow::Result<()> {
     let mut received = 0_u64;
     let drained = tokio::time::timeout(patience(events), async {
         while let Some(message) = consumer.deliveries.recv().await {
@@ -88,7 +106,7 @@ pub(crate) async fn raw(ctx: &Ctx, coalesce: Option<u64>) -> anyhow::Result<Run>
                 continue;
             };
             if meter.is_none() {
-                meter = Some(Meter::start());
+                *meter = Some(Meter::start());
             }
             received += 1;
             let tag = deliver.delivery_tag();
@@ -109,22 +127,19 @@ pub(crate) async fn raw(ctx: &Ctx, coalesce: Option<u64>) -> anyhow::Result<Run>
         anyhow::Ok(())
     })
     .await;
-    let cost = meter.as_ref().map(Meter::finish);
-    let _ = consumer.channel.close().await;
-    broker::close(connection).await;
     drained
         .with_context(|| format!("raw consume stalled after {received} of {events} events"))??;
     anyhow::ensure!(
         received == events,
         "the consumer ended after {received} events"
     );
-    broker::purge(&ctx.admin, QUEUE).await?;
-    Ok(rate(events, cost.context("nothing was delivered")?))
+    Ok(())
 }
 
-/// What the counting handler shares with the run.
+/// What the counting handler shares with the run: the meter starts at the first call
+/// unless it was started before, and stops at the `events`-th.
 #[derive(Debug)]
-struct Count {
+pub(crate) struct Count {
     events: u64,
     seen: AtomicU64,
     meter: OnceLock<Meter>,
@@ -133,12 +148,42 @@ struct Count {
 }
 
 impl Count {
-    fn hit(&self) {
+    pub(crate) fn new(events: u64) -> Count {
+        Count {
+            events,
+            seen: AtomicU64::new(0),
+            meter: OnceLock::new(),
+            cost: OnceLock::new(),
+            done: Notify::new(),
+        }
+    }
+
+    /// Starts the meter now rather than at the first call.
+    pub(crate) fn start(&self) {
+        let _ = self.meter.set(Meter::start());
+    }
+
+    pub(crate) fn hit(&self) {
         let meter = self.meter.get_or_init(Meter::start);
         if self.seen.fetch_add(1, Ordering::AcqRel) + 1 == self.events {
             let _ = self.cost.set(meter.finish());
             self.done.notify_one();
         }
+    }
+
+    pub(crate) fn seen(&self) -> u64 {
+        self.seen.load(Ordering::Acquire)
+    }
+
+    /// Waits for the `events`-th call; its cost, or `None` when `patience` ran out first.
+    pub(crate) async fn wait(&self) -> Option<Cost> {
+        if tokio::time::timeout(patience(self.events), self.done.notified())
+            .await
+            .is_err()
+        {
+            return None;
+        }
+        self.cost.get().copied()
     }
 }
 
@@ -146,13 +191,7 @@ impl Count {
 pub(crate) async fn mesh(ctx: &Ctx) -> anyhow::Result<Run> {
     prefill(ctx).await?;
     let events = ctx.plan.backlog;
-    let count = Arc::new(Count {
-        events,
-        seen: AtomicU64::new(0),
-        meter: OnceLock::new(),
-        cost: OnceLock::new(),
-        done: Notify::new(),
-    });
+    let count = Arc::new(Count::new(events));
     let handler_count = count.clone();
     let builder = ctx.bus(NODE, "bench").on_raw([KEY], move |_event| {
         let count = handler_count.clone();
@@ -162,10 +201,11 @@ pub(crate) async fn mesh(ctx: &Ctx) -> anyhow::Result<Run> {
         }
     });
     let bus = ctx.start(builder, "consume").await?;
-    let drained = tokio::time::timeout(patience(events), count.done.notified()).await;
+    let cost = count.wait().await;
     bus.drain().await?;
-    let seen = count.seen.load(Ordering::Acquire);
-    drained.map_err(|_| anyhow::anyhow!("mesh consume stalled after {seen} of {events} events"))?;
+    let seen = count.seen();
+    let cost = cost
+        .ok_or_else(|| anyhow::anyhow!("mesh consume stalled after {seen} of {events} events"))?;
     broker::purge(&ctx.admin, QUEUE).await?;
-    Ok(rate(events, *count.cost.get().context("no cost recorded")?))
+    Ok(rate(events, cost))
 }

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 use anyhow::Context;
-use mesh::{Outgoing, PendingEmit};
+use mesh::{Bus, Outgoing, PendingEmit};
 
 use super::{Ctx, Run, EVENTS};
 use crate::broker;
@@ -51,20 +51,33 @@ pub(crate) async fn raw(ctx: &Ctx, pipelined: bool) -> anyhow::Result<Run> {
     let connection = ctx.raw("emit").await?;
     let publisher = ConfirmChannel::open(&connection, ctx.plan.in_flight).await?;
     let meter = Meter::start();
-    for seq in 0..events {
-        let (properties, body) = payload::raw_event(seq, now_ns())?;
-        if pipelined {
-            publisher.publish(ROUTE, properties, body, false).await?;
-        } else {
+    if pipelined {
+        raw_pipelined(&publisher, ROUTE, events).await?;
+    } else {
+        for seq in 0..events {
+            let (properties, body) = payload::raw_event(seq, now_ns())?;
             publisher.publish_confirmed(ROUTE, properties, body).await?;
         }
     }
-    publisher.wait_all().await?;
     let cost = meter.finish();
     publisher.close().await;
     broker::close(connection).await;
     empty_sink(ctx, events).await?;
     Ok(Run::rate("events/s", events, cost.wall.as_secs_f64(), cost))
+}
+
+/// The raw client's pipelined emits: `events` publishes under the channel's window, then
+/// every confirm.
+pub(crate) async fn raw_pipelined(
+    publisher: &ConfirmChannel,
+    route: Route<'_>,
+    events: u64,
+) -> anyhow::Result<()> {
+    for seq in 0..events {
+        let (properties, body) = payload::raw_event(seq, now_ns())?;
+        publisher.publish(route, properties, body, false).await?;
+    }
+    publisher.wait_all().await
 }
 
 pub(crate) async fn mesh(ctx: &Ctx, pipelined: bool) -> anyhow::Result<Run> {
@@ -74,22 +87,9 @@ pub(crate) async fn mesh(ctx: &Ctx, pipelined: bool) -> anyhow::Result<Run> {
         ctx.plan.sync_events
     };
     let bus = ctx.start(ctx.bus("emit", "bench"), "emit").await?;
-    let window = ctx.plan.in_flight;
     let meter = Meter::start();
     if pipelined {
-        let mut pending: VecDeque<PendingEmit> = VecDeque::with_capacity(window);
-        for seq in 0..events {
-            if pending.len() >= window {
-                if let Some(oldest) = pending.pop_front() {
-                    oldest.await.context("an emit failed")?;
-                }
-            }
-            let outgoing = Outgoing::json(NAME, &Body::new(seq, now_ns()))?;
-            pending.push_back(bus.emit_nowait(outgoing).await?);
-        }
-        for emit in pending {
-            emit.await.context("an emit failed")?;
-        }
+        mesh_pipelined(&bus, NAME, events, ctx.plan.in_flight).await?;
     } else {
         for seq in 0..events {
             let outgoing = Outgoing::json(NAME, &Body::new(seq, now_ns()))?;
@@ -100,4 +100,28 @@ pub(crate) async fn mesh(ctx: &Ctx, pipelined: bool) -> anyhow::Result<Run> {
     bus.drain().await?;
     empty_sink(ctx, events).await?;
     Ok(Run::rate("events/s", events, cost.wall.as_secs_f64(), cost))
+}
+
+/// mesh's pipelined emits: `emit_nowait`, awaiting the oldest `PendingEmit` once `window`
+/// are out, then the rest.
+pub(crate) async fn mesh_pipelined(
+    bus: &Bus,
+    name: &str,
+    events: u64,
+    window: usize,
+) -> anyhow::Result<()> {
+    let mut pending: VecDeque<PendingEmit> = VecDeque::with_capacity(window);
+    for seq in 0..events {
+        if pending.len() >= window {
+            if let Some(oldest) = pending.pop_front() {
+                oldest.await.context("an emit failed")?;
+            }
+        }
+        let outgoing = Outgoing::json(name, &Body::new(seq, now_ns()))?;
+        pending.push_back(bus.emit_nowait(outgoing).await?);
+    }
+    for emit in pending {
+        emit.await.context("an emit failed")?;
+    }
+    Ok(())
 }

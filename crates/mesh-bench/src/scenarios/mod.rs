@@ -7,6 +7,7 @@
 
 pub(crate) mod audit;
 pub(crate) mod consume;
+pub(crate) mod e2e;
 pub(crate) mod emit;
 pub(crate) mod latency;
 pub(crate) mod outbox;
