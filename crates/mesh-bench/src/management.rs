@@ -135,12 +135,43 @@ impl Api {
         .await
     }
 
-    /// Deletes vhost `vhost`, with every queue in it.
-    pub(crate) async fn delete_vhost(&self, vhost: &str) -> anyhow::Result<()> {
+    /// Deletes vhost `vhost`, with every queue in it, waiting at most `timeout` for it to
+    /// be gone.
+    pub(crate) async fn delete_vhost(&self, vhost: &str, timeout: Duration) -> anyhow::Result<()> {
         let what = format!("deleting vhost `{vhost}`");
-        self.send(&what, self.request(Method::DELETE, &["vhosts", vhost])?)
+        let deleted = self
+            .send(&what, self.request(Method::DELETE, &["vhosts", vhost])?)
+            .await;
+        if deleted.is_ok() {
+            return Ok(());
+        }
+        // The API answers 500 when deleting the queues outlasts its own request timeout,
+        // while the broker goes on deleting them: wait until the vhost is gone.
+        let deadline = Instant::now() + timeout;
+        while self.vhost_exists(vhost).await? {
+            if Instant::now() >= deadline {
+                return deleted
+                    .map(drop)
+                    .with_context(|| format!("vhost `{vhost}` still there after {timeout:?}"));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(())
+    }
+
+    /// Whether vhost `vhost` exists.
+    async fn vhost_exists(&self, vhost: &str) -> anyhow::Result<bool> {
+        let what = format!("reading vhost `{vhost}`");
+        let response = self
+            .request(Method::GET, &["vhosts", vhost])?
+            .send()
             .await
-            .map(drop)
+            .with_context(|| what.clone())?;
+        match response.status() {
+            reqwest::StatusCode::NOT_FOUND => Ok(false),
+            status if status.is_success() => Ok(true),
+            status => anyhow::bail!("{what}: HTTP {status}"),
+        }
     }
 
     /// The broker's names of the connections to `vhost` whose client-given name starts with

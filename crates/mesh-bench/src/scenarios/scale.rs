@@ -20,7 +20,7 @@
 //!   on an empty vhost; then `apply` again and `plan --check` once everything exists.
 //!
 //! Each measurement runs in a vhost of its own, deleted afterwards, so one's queues do not
-//! weigh on the next.
+//! weigh on the next; the backlog comes first (see [`run`]).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -70,6 +70,8 @@ const POLL: Duration = Duration::from_millis(5);
 const PATIENCE: Duration = Duration::from_secs(600);
 /// How long the forwarders' re-attach is followed once every subscription consumes again.
 const FORWARDERS_PATIENCE: Duration = Duration::from_secs(120);
+/// How long deleting a measurement's vhost may take.
+const VHOST_DELETE_PATIENCE: Duration = Duration::from_secs(180);
 /// Vhosts of the three measurements.
 const ATTACH_VHOST: &str = "scale-attach";
 const BACKLOG_VHOST: &str = "scale-backlog";
@@ -187,9 +189,12 @@ pub(crate) async fn run(plan: &Plan, notes: &mut Vec<String>) -> anyhow::Result<
          queues, mesh's default options; `mesh topology` timed as the program {}",
         mesh_bin.display()
     ));
-    let attach = scale.attach().await?;
-    let backlog = scale.backlog().await?;
-    let topology = scale.topology(&mesh_bin).await?;
+    // The backlog first: the RSS it watches is then least padded by pages the attach's
+    // 200 buses touched and freed (an allocator keeps them, so a later growth would fill
+    // them unseen).
+    let backlog = scale.backlog(notes).await?;
+    let attach = scale.attach(notes).await?;
+    let topology = scale.topology(&mesh_bin, notes).await?;
     Ok(Figures {
         attach,
         backlog,
@@ -235,23 +240,35 @@ impl Scale<'_> {
             .connection_name(format!("bench.mesh.{name}")))
     }
 
-    /// Runs `measure` in vhost `vhost`, created for it and deleted after it.
+    /// Runs `measure` in vhost `vhost`, created for it and deleted after it (a vhost that
+    /// cannot be deleted is noted, not fatal: the node goes at the end anyway).
     async fn in_vhost<T>(
         &self,
         vhost: &str,
+        notes: &mut Vec<String>,
         measure: impl std::future::Future<Output = anyhow::Result<T>>,
     ) -> anyhow::Result<T> {
         self.api.add_vhost(vhost).await?;
         let outcome = measure.await;
-        let deleted = self.api.delete_vhost(vhost).await;
-        let figures = outcome?;
-        deleted?;
-        Ok(figures)
+        if let Err(e) = self.api.delete_vhost(vhost, VHOST_DELETE_PATIENCE).await {
+            eprintln!("scale: {e:#}");
+            notes.push(format!(
+                "scale: vhost `{vhost}` could not be deleted after its measurement, so it \
+                 stayed on the node for the next ones: {e:#}"
+            ));
+        }
+        outcome
     }
 
-    async fn attach(&self) -> anyhow::Result<Attach> {
-        self.in_vhost(ATTACH_VHOST, self.attach_in(ATTACH_VHOST))
-            .await
+    async fn attach(&self, notes: &mut Vec<String>) -> anyhow::Result<Attach> {
+        let attach = self
+            .in_vhost(ATTACH_VHOST, notes, self.attach_in(ATTACH_VHOST))
+            .await?;
+        eprintln!(
+            "scale: attach: first start {:.2} s, second {:.2} s, re-attach {:.2} s",
+            attach.first_start_s, attach.second_start_s, attach.reattach_s
+        );
+        Ok(attach)
     }
 
     async fn attach_in(&self, vhost: &str) -> anyhow::Result<Attach> {
@@ -327,7 +344,7 @@ impl Scale<'_> {
             .await?;
             let subscriptions = began.elapsed();
             let forwarders = match tokio::time::timeout(FORWARDERS_PATIENCE, &mut follower).await {
-                Ok(Ok(Ok(()))) => Ok(began.elapsed()),
+                Ok(Ok(Ok(at))) => Ok(at.saturating_duration_since(began)),
                 Ok(Ok(Err(why))) => Err(why),
                 Ok(Err(e)) => Err(format!("following the lifecycle events failed: {e}")),
                 Err(_) => Err(format!(
@@ -346,9 +363,19 @@ impl Scale<'_> {
         waited
     }
 
-    async fn backlog(&self) -> anyhow::Result<Backlog> {
-        self.in_vhost(BACKLOG_VHOST, self.backlog_in(BACKLOG_VHOST))
-            .await
+    async fn backlog(&self, notes: &mut Vec<String>) -> anyhow::Result<Backlog> {
+        let backlog = self
+            .in_vhost(BACKLOG_VHOST, notes, self.backlog_in(BACKLOG_VHOST))
+            .await?;
+        eprintln!(
+            "scale: backlog: {:.0} events/s; RSS {:.1} MB after {} events, peak {:.1}, end {:.1}",
+            backlog.events_per_s,
+            backlog.rss_warm_mb,
+            backlog.warm_events,
+            backlog.rss_peak_mb,
+            backlog.rss_end_mb
+        );
+        Ok(backlog)
     }
 
     async fn backlog_in(&self, vhost: &str) -> anyhow::Result<Backlog> {
@@ -495,9 +522,13 @@ impl Scale<'_> {
         })
     }
 
-    async fn topology(&self, mesh_bin: &Path) -> anyhow::Result<Topology> {
-        self.in_vhost(TOPOLOGY_VHOST, self.topology_in(TOPOLOGY_VHOST, mesh_bin))
-            .await
+    async fn topology(&self, mesh_bin: &Path, notes: &mut Vec<String>) -> anyhow::Result<Topology> {
+        self.in_vhost(
+            TOPOLOGY_VHOST,
+            notes,
+            self.topology_in(TOPOLOGY_VHOST, mesh_bin),
+        )
+        .await
     }
 
     async fn topology_in(&self, vhost: &str, mesh_bin: &Path) -> anyhow::Result<Topology> {
@@ -622,13 +653,14 @@ async fn until(what: &str, mut ready: impl FnMut() -> bool) -> anyhow::Result<()
     Ok(())
 }
 
-/// Resolves once consumers of `consumers` distinct queues re-attached (subscriptions and
-/// forwarders alike report `ConsumerReattached` under their queue's name); fails if the
-/// events cannot be followed (the receiver fell behind, or the transport closed).
+/// Resolves, with the instant it saw the last, once consumers of `consumers` distinct
+/// queues re-attached (subscriptions and forwarders alike report `ConsumerReattached` under
+/// their queue's name); fails if the events cannot be followed (the receiver fell behind,
+/// or the transport closed).
 async fn follow(
     mut events: broadcast::Receiver<Lifecycle>,
     consumers: usize,
-) -> Result<(), String> {
+) -> Result<Instant, String> {
     let mut queues = HashSet::new();
     while queues.len() < consumers {
         match events.recv().await {
@@ -646,7 +678,7 @@ async fn follow(
             }
         }
     }
-    Ok(())
+    Ok(Instant::now())
 }
 
 /// The outcome of a forced close.
