@@ -1,6 +1,7 @@
 //! The order of things: per queue type a vhost of its own, each scenario's setup, then the
 //! rounds — in each, every selected scenario runs raw then mesh (then the raw ceiling for
-//! consume), so drift in the shared machine hits both sides alike.
+//! consume), so drift in the shared machine hits both sides alike. The scale scenario comes
+//! last, on a private node of its own.
 
 use std::time::Duration;
 
@@ -8,11 +9,27 @@ use crate::broker::{self, Broker};
 use crate::cli::{Plan, QueueKind, Scenario};
 use crate::report::Results;
 use crate::scenarios::outbox::{self, Db};
-use crate::scenarios::{audit, consume, e2e, emit, latency, rpc, Ctx, Run};
+use crate::scenarios::{audit, consume, e2e, emit, latency, rpc, scale, Ctx, Run};
 
 /// Runs the plan, adding every run to `results`; `notes` collects what the reader should
 /// know (skipped scenarios, measurement caveats).
 pub(crate) async fn run(
+    plan: &Plan,
+    broker: &Broker,
+    results: &mut Results,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    if plan.scenarios.iter().any(|s| *s != Scenario::Scale) {
+        compare(plan, broker, results, notes).await?;
+    }
+    if plan.scenarios.contains(&Scenario::Scale) {
+        results.scale = Some(scale::run(plan, notes).await?);
+    }
+    Ok(())
+}
+
+/// The scenarios with a raw side, on the broker of `--url` (or `--tls`'s node).
+async fn compare(
     plan: &Plan,
     broker: &Broker,
     results: &mut Results,
@@ -133,7 +150,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
             Scenario::Latency => latency::setup(ctx).await?,
             Scenario::Rpc => rpc::setup(ctx).await?,
             Scenario::Outbox => outbox::setup(ctx).await?,
-            Scenario::Audit => {}
+            Scenario::Audit | Scenario::Scale => {}
         }
     }
     let (raw, mesh) = (plan.raw, plan.mesh);
@@ -240,6 +257,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                     );
                 }
                 Scenario::Outbox => {}
+                Scenario::Scale => continue,
             }
             // Let the broker settle (fsyncs, GC of deleted segments) between scenarios.
             tokio::time::sleep(Duration::from_millis(500)).await;

@@ -101,7 +101,27 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 32)]
     pub(crate) coalesce: u64,
 
-    /// Scenarios to run, comma-separated.
+    /// Subscriptions of the scale scenario's attach (default 200; 10 with --short).
+    #[arg(long)]
+    pub(crate) scale_subscriptions: Option<usize>,
+
+    /// Waiting 1 KiB events the scale scenario consumes (default 1,000,000; 20,000 with
+    /// --short).
+    #[arg(long)]
+    pub(crate) scale_events: Option<u64>,
+
+    /// Modules of the scale scenario's `mesh topology` spec (default 500; 20 with --short).
+    #[arg(long)]
+    pub(crate) scale_modules: Option<usize>,
+
+    /// The `mesh` program the scale scenario times `mesh topology` with (default: `mesh`
+    /// beside this program, as `cargo build -p meshbus-cli` leaves it in the same target
+    /// directory and profile).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) mesh_bin: Option<PathBuf>,
+
+    /// Scenarios to run, comma-separated (`scale` is not among the default ones: it takes
+    /// minutes, and runs on a private node of its own).
     #[arg(
         long,
         value_delimiter = ',',
@@ -156,6 +176,10 @@ pub(crate) enum Scenario {
     /// The transactional outbox on PostgreSQL and SQLite (throughput to the confirm, the
     /// relay's lag), against mesh's direct emit.
     Outbox,
+    /// Issue #23's scale targets, on a private node: attaching and re-attaching many
+    /// subscriptions, consuming a large backlog with flat memory, `mesh topology` on many
+    /// modules. mesh alone (no raw side).
+    Scale,
 }
 
 /// Which client the end-to-end emitter child runs.
@@ -242,6 +266,10 @@ pub(crate) struct Plan {
     pub(crate) mesh: bool,
     pub(crate) rabbitmqctl: String,
     pub(crate) tls: bool,
+    pub(crate) scale_subscriptions: usize,
+    pub(crate) scale_events: u64,
+    pub(crate) scale_modules: usize,
+    pub(crate) mesh_bin: Option<PathBuf>,
 }
 
 impl Args {
@@ -272,6 +300,14 @@ impl Args {
         let mut scenarios = self.scenarios.clone();
         scenarios.sort();
         scenarios.dedup();
+        anyhow::ensure!(
+            !(self.tls && scenarios.contains(&Scenario::Scale)),
+            "--tls does not apply to the scale scenario (it starts a plain node of its own): \
+             run it without --tls"
+        );
+        let size = |given: Option<usize>, short: usize, full: usize| {
+            given.unwrap_or(if self.short { short } else { full })
+        };
         let plan = Plan {
             url: self.url.clone(),
             rounds,
@@ -303,6 +339,10 @@ impl Args {
             mesh: self.sides != Sides::Raw,
             rabbitmqctl: self.rabbitmqctl.clone(),
             tls: self.tls,
+            scale_subscriptions: size(self.scale_subscriptions, 10, 200),
+            scale_events: pick(self.scale_events, 20_000, 1_000_000),
+            scale_modules: size(self.scale_modules, 20, 500),
+            mesh_bin: self.mesh_bin.clone(),
         };
         for (name, count) in [
             ("--events", plan.events),
@@ -317,6 +357,20 @@ impl Args {
         ] {
             anyhow::ensure!(count >= 2, "{name} must be at least 2");
         }
+        anyhow::ensure!(
+            plan.scale_events >= 10,
+            "--scale-events must be at least 10"
+        );
+        // Each subscription takes five channels of the consume connection (its consumer and
+        // four retry forwarders) and one more while it declares; RabbitMQ allows 2,047.
+        anyhow::ensure!(
+            (1..=300).contains(&plan.scale_subscriptions),
+            "--scale-subscriptions must be from 1 to 300"
+        );
+        anyhow::ensure!(
+            (1..=10_000).contains(&plan.scale_modules),
+            "--scale-modules must be from 1 to 10000"
+        );
         Ok(plan)
     }
 }

@@ -5,14 +5,17 @@
 //! ```text
 //! cargo run --release -p mesh-bench -- --json bench.json
 //! cargo run --release -p mesh-bench -- --short          # CI: small counts, one round
+//! cargo run --release -p mesh-bench -- --scenarios scale # issue #23's scale targets
 //! ```
 //!
 //! Exit codes: 0 done (timings are reported, never asserted), 1 the benchmark failed,
-//! 2 bad arguments, 130 interrupted (Ctrl-C). The bench's vhosts are deleted in every case.
+//! 2 bad arguments, 130 interrupted (Ctrl-C). The bench's vhosts are deleted in every case, and
+//! the private nodes it starts (`--tls`, the scale scenario) stopped and removed.
 
 mod bench;
 mod broker;
 mod cli;
+mod management;
 mod measure;
 mod payload;
 mod raw;
@@ -110,7 +113,7 @@ async fn bench_main(plan: cli::Plan, json: Option<std::path::PathBuf>) -> anyhow
     // Whatever happened, the vhosts go (and with them every queue the bench filled).
     broker.delete_all().await;
     let Some(outcome) = outcome else {
-        eprintln!("mesh-bench: interrupted; vhosts deleted");
+        eprintln!("mesh-bench: interrupted; vhosts deleted, private nodes stopped and removed");
         return Ok(ExitCode::from(130));
     };
     outcome?;
@@ -125,15 +128,26 @@ async fn bench_main(plan: cli::Plan, json: Option<std::path::PathBuf>) -> anyhow
     let rows = report::rows(&results);
     let targets = report::targets(&rows, &results);
     let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "mesh vs raw amqprs: {} round(s) alternating, 256-byte persistent JSON events with \
-         the contract headers, pipelined emits {} in flight, prefetch {}, backlog {}, latency \
-         at {}/s; medians [min–max]\n",
-        plan.rounds, plan.in_flight, plan.prefetch, plan.backlog, plan.rate
-    )?;
-    write!(out, "{}", report::table(&rows))?;
-    writeln!(out)?;
+    if !results.records.is_empty() {
+        writeln!(
+            out,
+            "mesh vs raw amqprs: {} round(s) alternating, 256-byte persistent JSON events \
+             with the contract headers, pipelined emits {} in flight, prefetch {}, backlog \
+             {}, latency at {}/s; medians [min–max]\n",
+            plan.rounds, plan.in_flight, plan.prefetch, plan.backlog, plan.rate
+        )?;
+        write!(out, "{}", report::table(&rows))?;
+        writeln!(out)?;
+    }
+    if let Some(scale) = &results.scale {
+        writeln!(
+            out,
+            "scale (issue #23): mesh alone, on a private node the bench started; each target \
+             gets a verdict only at the counts it is set for\n"
+        )?;
+        write!(out, "{}", report::scale_table(scale))?;
+        writeln!(out)?;
+    }
     write!(out, "{}", report::targets_text(&targets))?;
     for note in &notes {
         writeln!(out, "note: {note}")?;
@@ -147,6 +161,7 @@ async fn bench_main(plan: cli::Plan, json: Option<std::path::PathBuf>) -> anyhow
             rows: &rows,
             targets: &targets,
             runs: &results.records,
+            scale: results.scale.as_ref(),
         };
         let text = serde_json::to_string_pretty(&document)?;
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;

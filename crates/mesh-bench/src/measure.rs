@@ -36,6 +36,11 @@ pub(crate) fn peak_rss() -> u64 {
     status_kib("VmHWM:").map_or(0, |kib| kib * 1024)
 }
 
+/// The resident set size now in bytes (`VmRSS`), 0 when unknown.
+pub(crate) fn rss() -> u64 {
+    status_kib("VmRSS:").map_or(0, |kib| kib * 1024)
+}
+
 fn status_kib(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     status
@@ -119,5 +124,10 @@ mod tests {
     #[test]
     fn peak_rss_is_read() {
         assert!(peak_rss() > 0);
+    }
+
+    #[test]
+    fn rss_is_read() {
+        assert!(rss() > 0);
     }
 }

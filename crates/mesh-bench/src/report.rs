@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::cli::{Plan, QueueKind};
+use crate::scenarios::scale::{self, Figures};
 use crate::scenarios::Run;
 
 /// One run of one side, as recorded.
@@ -30,6 +31,8 @@ pub(crate) struct Record {
 #[derive(Debug, Default)]
 pub(crate) struct Results {
     pub(crate) records: Vec<Record>,
+    /// The scale scenario's figures, when it ran.
+    pub(crate) scale: Option<Figures>,
 }
 
 impl Results {
@@ -241,6 +244,9 @@ pub(crate) struct Target {
     pub(crate) wanted: String,
     pub(crate) actual: String,
     pub(crate) met: bool,
+    /// Whether the run was the size the target is set for: a smaller one (`--short`)
+    /// reports its figure and `met` against the same bound, but gives no verdict.
+    pub(crate) judged: bool,
 }
 
 pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
@@ -251,6 +257,7 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
             wanted: format!("mesh/raw >= {min:.2}"),
             actual: format!("{:.3}", row.ratio),
             met: row.ratio >= min,
+            judged: true,
         };
         match (row.scenario, row.baseline, row.metric) {
             ("emit pipelined", "raw", _) if row.queue == "quorum" => {
@@ -278,6 +285,7 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
                 wanted: "< 50 ms".to_owned(),
                 actual: format!("{:.3} ms", row.mesh.median),
                 met: row.mesh.median < 50.0,
+                judged: true,
             }),
             ("latency", "raw", metric @ ("p50 ms" | "p99 ms")) => {
                 let limit = if metric == "p50 ms" { 0.1 } else { 0.3 };
@@ -287,6 +295,7 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
                     wanted: format!("<= {limit} ms"),
                     actual: format!("{added:+.3} ms"),
                     met: added <= limit,
+                    judged: true,
                 });
             }
             _ => {}
@@ -307,9 +316,90 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
             wanted: "< 100 MB".to_owned(),
             actual: format!("{rss:.1} MB"),
             met: rss < 100.0,
+            judged: true,
         });
     }
+    if let Some(figures) = &results.scale {
+        targets.extend(scale_targets(figures));
+    }
     targets
+}
+
+/// The counts issue #23's scale targets are set for.
+pub(crate) const SCALE_SUBSCRIPTIONS: usize = 200;
+pub(crate) const SCALE_EVENTS: u64 = 1_000_000;
+pub(crate) const SCALE_MODULES: usize = 500;
+/// The bounds: seconds to attach and to re-attach, MB of RSS growth, seconds per `mesh
+/// topology` run.
+const ATTACH_S: f64 = 5.0;
+const GROWTH_MB: f64 = 50.0;
+const TOPOLOGY_S: f64 = 30.0;
+
+/// Issue #23's scale targets, judged only for a run of at least the counts they are set for.
+fn scale_targets(f: &Figures) -> Vec<Target> {
+    let (attach, backlog, topology) = (&f.attach, &f.backlog, &f.topology);
+    let subscriptions = attach.subscriptions >= SCALE_SUBSCRIPTIONS;
+    let seconds = |name: String, s: f64, limit: f64, at: String, judged: bool| Target {
+        name,
+        wanted: format!("< {limit:.0} s with {at}"),
+        actual: format!("{s:.2} s"),
+        met: s < limit,
+        judged,
+    };
+    vec![
+        seconds(
+            format!(
+                "scale attach of {} subscriptions whose queues exist",
+                attach.subscriptions
+            ),
+            attach.second_start_s,
+            ATTACH_S,
+            format!("{SCALE_SUBSCRIPTIONS} subscriptions"),
+            subscriptions,
+        ),
+        seconds(
+            format!(
+                "scale re-attach of {} subscriptions after a forced connection close",
+                attach.subscriptions
+            ),
+            attach.reattach_s,
+            ATTACH_S,
+            format!("{SCALE_SUBSCRIPTIONS} subscriptions"),
+            subscriptions,
+        ),
+        Target {
+            name: format!(
+                "scale RSS growth consuming {} waiting {}-byte events (after the first {})",
+                number(backlog.events as f64, false),
+                scale::BODY_BYTES,
+                number(backlog.warm_events as f64, false)
+            ),
+            wanted: format!(
+                "< {GROWTH_MB:.0} MB with {} events",
+                number(SCALE_EVENTS as f64, false)
+            ),
+            actual: format!(
+                "{:+.1} MB at the peak, {:+.1} MB at the end",
+                backlog.growth_peak_mb, backlog.growth_end_mb
+            ),
+            met: backlog.growth_peak_mb < GROWTH_MB,
+            judged: backlog.events >= SCALE_EVENTS,
+        },
+        seconds(
+            format!("scale mesh topology plan of {} modules", topology.modules),
+            topology.plan_s,
+            TOPOLOGY_S,
+            format!("{SCALE_MODULES} modules"),
+            topology.modules >= SCALE_MODULES,
+        ),
+        seconds(
+            format!("scale mesh topology apply of {} modules", topology.modules),
+            topology.apply_s,
+            TOPOLOGY_S,
+            format!("{SCALE_MODULES} modules"),
+            topology.modules >= SCALE_MODULES,
+        ),
+    ]
 }
 
 fn number(value: f64, latency: bool) -> String {
@@ -378,14 +468,118 @@ pub(crate) fn table(rows: &[Row]) -> String {
 pub(crate) fn targets_text(targets: &[Target]) -> String {
     let mut out = String::new();
     for t in targets {
+        let (verdict, aside) = match (t.judged, t.met) {
+            (true, true) => ("MET    ", ""),
+            (true, false) => ("NOT MET", ""),
+            (false, _) => (
+                "n/a    ",
+                "; a smaller run than the target's: the verdict is for the full counts",
+            ),
+        };
         let _ = writeln!(
             out,
-            "{} {}: {} (wanted {})",
-            if t.met { "MET    " } else { "NOT MET" },
-            t.name,
-            t.actual,
-            t.wanted
+            "{verdict} {}: {} (wanted {}{aside})",
+            t.name, t.actual, t.wanted
         );
+    }
+    out
+}
+
+/// The scale scenario's figures, as Markdown.
+pub(crate) fn scale_table(f: &Figures) -> String {
+    let (a, b, t) = (&f.attach, &f.backlog, &f.topology);
+    let n = |v: f64| number(v, false);
+    let lines: [(String, String); 12] = [
+        (
+            format!(
+                "attach, first start: {} subscriptions on one transport, declaring {} quorum \
+                 queues (each subscription's and its retry queues), {} consumers (forwarders \
+                 included)",
+                a.subscriptions,
+                n(a.queues as f64),
+                n(a.consumers as f64)
+            ),
+            format!("{:.2} s", a.first_start_s),
+        ),
+        (
+            "attach, second start, every queue there: until every subscription consumes".to_owned(),
+            format!("{:.2} s", a.second_start_s),
+        ),
+        (
+            format!(
+                "re-attach after {} connection(s) closed by force: until every subscription \
+                 consumes again",
+                a.connections_closed
+            ),
+            format!("{:.2} s", a.reattach_s),
+        ),
+        (
+            "re-attach: until every retry forwarder consumes again too".to_owned(),
+            match (a.reattach_forwarders_s, &a.forwarders_note) {
+                (Some(s), _) => format!("{s:.2} s"),
+                (None, Some(note)) => note.clone(),
+                (None, None) => "–".to_owned(),
+            },
+        ),
+        (
+            format!(
+                "backlog: {} persistent {}-byte events published (raw, confirmed)",
+                n(b.events as f64),
+                b.body_bytes
+            ),
+            format!("{:.1} s, {} events/s", b.fill_s, n(b.fill_events_per_s)),
+        ),
+        (
+            "backlog consumed by one bus of default settings (first delivery to last)".to_owned(),
+            format!(
+                "{:.1} s, {} events/s, CPU {:.2} s/100k",
+                b.consume_s,
+                n(b.events_per_s),
+                b.cpu_s_per_100k
+            ),
+        ),
+        (
+            format!(
+                "RSS: before the bus / after the first {} / peak after that / at the end",
+                n(b.warm_events as f64)
+            ),
+            format!(
+                "{:.1} / {:.1} / {:.1} / {:.1} MB",
+                b.rss_start_mb, b.rss_warm_mb, b.rss_peak_mb, b.rss_end_mb
+            ),
+        ),
+        (
+            "RSS growth after the warm-up: at the peak / at the end".to_owned(),
+            format!("{:+.1} / {:+.1} MB", b.growth_peak_mb, b.growth_end_mb),
+        ),
+        (
+            format!(
+                "mesh topology plan: {} modules, {} bindings, on an empty vhost ({} \
+                 differences)",
+                t.modules,
+                n(t.bindings as f64),
+                n(t.differences as f64)
+            ),
+            format!("{:.2} s", t.plan_s),
+        ),
+        (
+            format!("mesh topology apply ({} changes)", n(t.applied as f64)),
+            format!("{:.2} s", t.apply_s),
+        ),
+        (
+            "mesh topology apply again, everything there (no change)".to_owned(),
+            format!("{:.2} s", t.apply_again_s),
+        ),
+        (
+            "mesh topology plan --check after that (no difference)".to_owned(),
+            format!("{:.2} s", t.check_s),
+        ),
+    ];
+    let mut out = String::new();
+    let _ = writeln!(out, "| scale | figure |");
+    let _ = writeln!(out, "|---|---:|");
+    for (what, figure) in &lines {
+        let _ = writeln!(out, "| {what} | {figure} |");
     }
     out
 }
@@ -399,6 +593,7 @@ pub(crate) struct Document<'a> {
     pub(crate) rows: &'a [Row],
     pub(crate) targets: &'a [Target],
     pub(crate) runs: &'a [Record],
+    pub(crate) scale: Option<&'a Figures>,
 }
 
 /// The plan as the JSON shows it.
@@ -417,6 +612,9 @@ pub(crate) struct PlanSummary {
     pub(crate) coalesce: u64,
     pub(crate) body_bytes: usize,
     pub(crate) short: bool,
+    pub(crate) scale_subscriptions: usize,
+    pub(crate) scale_events: u64,
+    pub(crate) scale_modules: usize,
 }
 
 impl PlanSummary {
@@ -435,6 +633,9 @@ impl PlanSummary {
             coalesce: plan.coalesce,
             body_bytes: crate::payload::BODY_SIZE,
             short: plan.short,
+            scale_subscriptions: plan.scale_subscriptions,
+            scale_events: plan.scale_events,
+            scale_modules: plan.scale_modules,
         }
     }
 }
@@ -472,6 +673,7 @@ mod tests {
     fn audit_ingest_is_held_to_its_target_and_its_rss_counts() {
         let verdict = |mesh_rate: f64, audit_rss: f64| {
             let results = Results {
+                scale: None,
                 records: vec![
                     record("audit ingest", "raw", 1_000.0, 20.0),
                     record("audit ingest", "mesh-audit", mesh_rate, audit_rss),
@@ -508,6 +710,7 @@ mod tests {
         ] {
             let verdict = |mesh_rate: f64| {
                 let results = Results {
+                    scale: None,
                     records: vec![
                         record(scenario, "raw", 500.0, 20.0),
                         record(scenario, "raw-multiple", 1_000.0, 20.0),
@@ -537,6 +740,7 @@ mod tests {
                 ..record(scenario, side, 0.0, 20.0)
             };
             let results = Results {
+                scale: None,
                 records: vec![
                     record("outbox direct emit", "mesh", 1_000.0, 20.0),
                     record("outbox postgres 100/tx", "mesh-outbox", outbox_rate, 20.0),
@@ -564,6 +768,96 @@ mod tests {
         };
         assert_eq!(verdict(500.0, 49.9), (Some(true), Some(true), None));
         assert_eq!(verdict(499.0, 50.0), (Some(false), Some(false), None));
+    }
+
+    fn scale_figures(subscriptions: usize, attach_s: f64, growth_mb: f64, apply_s: f64) -> Figures {
+        use crate::scenarios::scale::{Attach, Backlog, Topology};
+        Figures {
+            attach: Attach {
+                subscriptions,
+                queues: subscriptions * 5,
+                consumers: subscriptions * 5,
+                first_start_s: 60.0,
+                second_start_s: attach_s,
+                connections_closed: 2,
+                reattach_s: 1.0,
+                reattach_forwarders_s: Some(2.0),
+                forwarders_note: None,
+            },
+            backlog: Backlog {
+                events: SCALE_EVENTS,
+                body_bytes: scale::BODY_BYTES,
+                fill_s: 50.0,
+                fill_events_per_s: 20_000.0,
+                consume_s: 100.0,
+                events_per_s: 10_000.0,
+                cpu_s_per_100k: 3.0,
+                warm_events: 50_000,
+                rss_start_mb: 20.0,
+                rss_warm_mb: 30.0,
+                rss_peak_mb: 30.0 + growth_mb,
+                rss_end_mb: 31.0,
+                growth_peak_mb: growth_mb,
+                growth_end_mb: 1.0,
+                samples: Vec::new(),
+            },
+            topology: Topology {
+                modules: SCALE_MODULES,
+                bindings: 2 * SCALE_MODULES,
+                plan_s: 1.0,
+                differences: 1_506,
+                apply_s,
+                applied: 1_506,
+                apply_again_s: 1.0,
+                check_s: 1.0,
+            },
+        }
+    }
+
+    #[test]
+    fn scale_targets_can_fail_and_are_judged_at_the_full_counts_only() {
+        let verdicts = |figures: Figures| {
+            let results = Results {
+                records: Vec::new(),
+                scale: Some(figures),
+            };
+            targets(&rows(&results), &results)
+                .into_iter()
+                .map(|t| (t.met, t.judged))
+                .collect::<Vec<_>>()
+        };
+        // Attach, re-attach, RSS growth, topology plan, topology apply.
+        assert_eq!(
+            verdicts(scale_figures(200, 4.9, 49.9, 29.9)),
+            vec![(true, true); 5]
+        );
+        assert_eq!(
+            verdicts(scale_figures(200, 5.0, 50.0, 30.0)),
+            vec![
+                (false, true),
+                (true, true),
+                (false, true),
+                (true, true),
+                (false, true)
+            ]
+        );
+        // A smaller run (`--short`) gives its figures, and no verdict on them.
+        let short = verdicts(scale_figures(10, 9.0, 1.0, 1.0));
+        assert_eq!(&short[..2], &[(false, false), (true, false)]);
+        assert!(short[2..].iter().all(|&(_, judged)| judged));
+        let text = targets_text(&targets(
+            &[],
+            &Results {
+                records: Vec::new(),
+                scale: Some(scale_figures(10, 9.0, 1.0, 1.0)),
+            },
+        ));
+        assert!(
+            text.starts_with("n/a     scale attach of 10 subscriptions"),
+            "{text}"
+        );
+        assert!(text.contains("the verdict is for the full counts"));
+        assert!(scale_table(&scale_figures(200, 1.0, 1.0, 1.0)).contains("| 2.00 s |"));
     }
 
     #[test]

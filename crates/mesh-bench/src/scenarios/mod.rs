@@ -4,6 +4,8 @@
 //! The queues the sides share are declared by mesh (so they carry exactly the arguments mesh
 //! gives them) and consumed by the raw client directly when it is the raw side's turn; the
 //! emit sink is declared by the bench. Every run empties what it filled.
+//!
+//! [`scale`] is apart: mesh alone, on a private node of its own.
 
 pub(crate) mod audit;
 pub(crate) mod consume;
@@ -12,6 +14,7 @@ pub(crate) mod emit;
 pub(crate) mod latency;
 pub(crate) mod outbox;
 pub(crate) mod rpc;
+pub(crate) mod scale;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
