@@ -36,7 +36,7 @@ use crate::rpc::{self, ServeEntry};
 use crate::schema::{self, Schema};
 use crate::spool::EmitSpool;
 use crate::telemetry::propagation;
-use crate::telemetry::record::{self, Label, Source};
+use crate::telemetry::record::{self, Source};
 
 /// The span of one emit; key, id and causation are recorded once known. Its trace context
 /// rides the message (`traceparent`), so the consumer's `mesh.handle` span is its child.
@@ -616,7 +616,7 @@ impl BusBuilder {
                 handlers,
                 enforce_identity: self.enforce_identity.then(|| self.user_prefix.clone()),
                 retry: bus.inner.retry.clone(),
-                queue: Label::new(&queue),
+                queue: record::Queue::new(&queue),
                 unmatched: std::sync::Mutex::default(),
             });
             let stop = bus.inner.stop.child_token();

@@ -3,16 +3,19 @@
 
 use std::future::Future;
 
+use mesh_core::EventId;
+
 tokio::task_local! {
-    static CAUSE: String;
+    // The id itself: written out as text only when something is emitted or called under it.
+    static CAUSE: EventId;
 }
 
 /// Runs `future` with `cause` as the causation id of what it emits or calls.
-pub(crate) async fn scope<F: Future>(cause: String, future: F) -> F::Output {
+pub(crate) async fn scope<F: Future>(cause: EventId, future: F) -> F::Output {
     CAUSE.scope(cause, future).await
 }
 
 /// The id of the event the current task is handling, if any.
 pub(crate) fn current() -> Option<String> {
-    CAUSE.try_with(Clone::clone).ok()
+    CAUSE.try_with(EventId::text).ok()
 }

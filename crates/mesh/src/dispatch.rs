@@ -22,7 +22,7 @@ use tracing::{debug, warn, Instrument, Span};
 use crate::handler::{HandlerEntry, Outcome, ParsedBody};
 use crate::incoming::Meta;
 use crate::telemetry::propagation;
-use crate::telemetry::record::{self, Label};
+use crate::telemetry::record::{self, Queue};
 
 /// What a consumer loop needs.
 pub(crate) struct Dispatcher {
@@ -31,7 +31,7 @@ pub(crate) struct Dispatcher {
     pub(crate) enforce_identity: Option<String>,
     pub(crate) retry: RetryPolicy,
     /// The queue, as the label of its metrics.
-    pub(crate) queue: Label,
+    pub(crate) queue: Queue,
     /// Which unmatched keys were logged lately.
     pub(crate) unmatched: Mutex<UnmatchedLog>,
 }
@@ -159,12 +159,9 @@ impl Dispatcher {
         // Before anything enters the span: the emitter's span becomes its parent.
         propagation::set_parent(&span, &envelope.extra_headers);
         record::delivered(&self.queue, envelope.time, attempt);
-        let matching: Vec<&HandlerEntry> = self
-            .handlers
-            .iter()
-            .filter(|h| h.matches(envelope.key.as_str()))
-            .collect();
-        if matching.is_empty() {
+        let key = envelope.key.as_str();
+        // Most queues have one handler for a key: found without a vector of matches.
+        let Some(first) = self.handlers.iter().position(|h| h.matches(key)) else {
             // A binding left over from an earlier deploy (or one the broker would not let
             // us remove), or an event sent straight to this queue, still arrives here:
             // nobody here wants it, and no retry or dead letter would change that (the
@@ -191,30 +188,31 @@ impl Dispatcher {
             span.record("outcome", "unmatched");
             self.settle_ack(delivery).await;
             return;
-        }
+        };
+        let handler = &self.handlers[first];
         // With validation on, a body is checked against each handler's schema before that
         // handler deserializes it (parsed once for all of them).
-        let refusals: Vec<Option<String>> = {
-            let mut parsed = ParsedBody::default();
-            matching
-                .iter()
-                .map(|h| h.refusal(&envelope, &mut parsed))
-                .collect()
-        };
-        let cause = envelope.id.text();
+        let mut parsed = ParsedBody::default();
+        let refusal = handler.refusal(&envelope, &mut parsed);
+        // Other handlers matching the key too (collected only when there are some).
+        let others: Vec<(&HandlerEntry, Option<String>)> = self.handlers[first + 1..]
+            .iter()
+            .filter(|h| h.matches(key))
+            .map(|h| (h, h.refusal(&envelope, &mut parsed)))
+            .collect();
+        drop(parsed);
+        let cause = envelope.id;
         let meta = Meta::new(Arc::new(envelope), attempt, delivery.redelivered);
         let run = async {
+            if others.is_empty() {
+                return checked_call(handler, refusal.as_deref(), meta).await;
+            }
+            let calls = std::iter::once((handler, refusal.as_deref()))
+                .chain(others.iter().map(|(h, refusal)| (*h, refusal.as_deref())))
+                .map(|(h, refusal)| checked_call(h, refusal, meta.clone()));
             let mut worst = Outcome::Done;
-            if let ([only], [refusal]) = (matching.as_slice(), refusals.as_slice()) {
-                worst = checked_call(only, refusal.as_deref(), meta).await;
-            } else {
-                let calls = matching
-                    .iter()
-                    .zip(&refusals)
-                    .map(|(h, refusal)| checked_call(h, refusal.as_deref(), meta.clone()));
-                for outcome in futures::future::join_all(calls).await {
-                    worst = worse(worst, outcome);
-                }
+            for outcome in futures::future::join_all(calls).await {
+                worst = worse(worst, outcome);
             }
             worst
         };

@@ -133,7 +133,7 @@ async fn answer(entry: &ServeEntry, request: Delivery) {
                 source = %meta.source,
             );
             propagation::set_parent(&span, &request.message.properties.headers);
-            let cause = meta.id.to_string();
+            let cause = meta.id;
             let call = (entry.call)(request.message.body.clone(), meta);
             match AssertUnwindSafe(crate::causation::scope(cause, call))
                 .catch_unwind()
