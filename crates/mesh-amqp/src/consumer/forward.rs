@@ -55,6 +55,10 @@ pub(crate) const FORWARD_PREFETCH: u16 = 1000;
 /// takes back a delivery unacked for its consumer timeout (30 minutes by default).
 pub(crate) const MAX_STEP: Duration = Duration::from_secs(15 * 60);
 
+/// How long a stopping forwarder waits for its consumer's cancel to be confirmed before it
+/// releases what it holds all the same.
+const CANCEL_PATIENCE: Duration = Duration::from_secs(5);
+
 /// Starts a forwarder for each retry queue of `queue`, given with its step. The
 /// forwarders stop when the returned guards are dropped (with the subscription), or when
 /// the transport closes.
@@ -126,12 +130,24 @@ async fn run(mut copies: Subscription, step: Duration, stop: CancellationToken) 
             },
         }
     }
-    // Let what was sent finish (its ack, or its release), then release what is held.
+    // Let what was sent finish (its ack, or its release).
     while let Some(sent) = sending.next().await {
         if let Err(error) = sent {
             tracing::debug!(error = %error, "forwarding a retry copy failed while stopping");
         }
     }
+    // Stop taking copies before releasing those held: released while the consumer is still
+    // attached, a copy would come straight back to it and be returned once more with the
+    // channel, two returns that make the next forwarder send it at once ([`hold_for`])
+    // instead of holding it for its step. The stream ends once the broker confirmed the
+    // cancel; what arrives until then is released with the rest.
+    copies.cancel();
+    let _ = tokio::time::timeout(CANCEL_PATIENCE, async {
+        while let Some(copy) = copies.next().await {
+            held.push_back((Instant::now(), copy));
+        }
+    })
+    .await;
     drop(held);
 }
 
