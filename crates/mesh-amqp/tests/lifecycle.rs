@@ -193,6 +193,69 @@ async fn a_delivery_of_a_lost_channel_cannot_be_acked_and_comes_again_on_the_new
     vhost.delete().await.unwrap();
 }
 
+/// Reports what an [`AckFailed`](mesh_core::AckFailed) hears.
+fn reporter() -> (
+    mesh_core::AckFailed,
+    tokio::sync::mpsc::UnboundedReceiver<mesh_core::TransportError>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let failed: mesh_core::AckFailed = std::sync::Arc::new(move |error| {
+        let _ = tx.send(error);
+    });
+    (failed, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_ack_is_sent_before_the_close_or_reported_when_its_channel_is_gone() {
+    let vhost = common::vhost("detached-ack").await;
+    let transport = common::connect(&vhost, "detached-ack").await;
+    let mut subscription = transport
+        .subscribe(spec(
+            QueueSpec::Durable {
+                name: "n.detached.events".into(),
+            },
+            "module.detached.#",
+        ))
+        .await
+        .unwrap();
+    common::publish_confirmed(&transport, common::event("module.detached.x", "{}")).await;
+    let stale = common::next(&mut subscription).await;
+    let closed = vhost
+        .close_connections(Some("detached-ack.consume"), "test")
+        .await
+        .unwrap();
+    assert_eq!(closed, 1);
+    let again = common::next(&mut subscription).await;
+    assert!(again.redelivered);
+
+    // The first copy's channel is gone: the tracker reports it, nobody waited for it.
+    let (failed, mut reports) = reporter();
+    stale.ack_detached(failed).await;
+    let report = tokio::time::timeout(common::WAIT, reports.recv())
+        .await
+        .expect("the lost ack to be reported")
+        .expect("a report");
+    assert!(report.is_connection_lost(), "{report}");
+
+    // The live one is handed on and the transport closed at once: the ack still reaches
+    // the broker before the connection goes (else the message would be back in its queue).
+    let (failed, mut reports) = reporter();
+    again.ack_detached(failed).await;
+    drop(subscription);
+    transport.close().await;
+    eventually(common::WAIT, "the acked message to be gone", || async {
+        let queues = vhost.list_queues().await.ok()?;
+        let q = queues.into_iter().find(|q| q.name == "n.detached.events")?;
+        (q.messages == 0 && q.consumers == 0).then_some(())
+    })
+    .await;
+    assert!(
+        reports.try_recv().is_err(),
+        "an ack that was sent is not reported"
+    );
+    vhost.delete().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connecting_to_the_wrong_place_fails_with_a_kind() {
     let vhost = common::vhost("refused").await;

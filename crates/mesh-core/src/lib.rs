@@ -32,8 +32,8 @@ pub use key::{EventName, KeyError, Name, Origin, RoutingKey, ToolKey};
 pub use pattern::{topic_matches, TopicPattern};
 pub use policy::{PolicyError, RetryPolicy};
 pub use transport::{
-    AckBatch, AckGroup, Acker, BatchAckError, BoxError, BoxFuture, Confirm, DeadQueue, Delivery,
-    DeliveryFeed, Health, PublishOptions, QueueSpec, ServeSpec, Subscription, SubscriptionSpec,
-    Target, Transport, TransportError, TransportErrorKind, TransportStats,
+    AckBatch, AckFailed, AckGroup, Acker, BatchAckError, BoxError, BoxFuture, Confirm, DeadQueue,
+    Delivery, DeliveryFeed, Health, PublishOptions, QueueSpec, ServeSpec, Subscription,
+    SubscriptionSpec, Target, Transport, TransportError, TransportErrorKind, TransportStats,
 };
 pub use wire::{HeaderValue, Headers, Properties, WireMessage};

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn, Instrument, Span};
 
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{self, Dispatcher};
 use crate::error::{Error, ErrorKind, HandlerError};
 use crate::event::Event;
 use crate::handler::{HandlerDecl, HandlerEntry};
@@ -612,12 +612,14 @@ impl BusBuilder {
             };
             let subscription = bus.inner.transport.subscribe(spec).await?;
             info!(queue, handlers = handlers.len(), "consuming");
+            let metrics_queue = record::Queue::new(&queue);
             let dispatcher = Arc::new(Dispatcher {
                 handlers,
                 enforce_identity: self.enforce_identity.then(|| self.user_prefix.clone()),
                 retry: bus.inner.retry.clone(),
-                queue: record::Queue::new(&queue),
+                queue: metrics_queue.clone(),
                 unmatched: std::sync::Mutex::default(),
+                ack_failed: dispatch::ack_failed(metrics_queue),
             });
             let stop = bus.inner.stop.child_token();
             bus.spawn_loop(dispatcher.run(subscription, stop)).await;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use mesh_core::codec::{self, DeadLetterNote, DeadReason};
-use mesh_core::{Delivery, RetryPolicy, Subscription, Timestamp};
+use mesh_core::{AckFailed, Delivery, RetryPolicy, Subscription, Timestamp};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn, Instrument, Span};
 
@@ -34,6 +34,21 @@ pub(crate) struct Dispatcher {
     pub(crate) queue: Queue,
     /// Which unmatched keys were logged lately.
     pub(crate) unmatched: Mutex<UnmatchedLog>,
+    /// Hears of an ack that could not be sent ([`ack_failed`]).
+    pub(crate) ack_failed: AckFailed,
+}
+
+/// What a consumer loop does with an ack the transport could not send: counts it and warns
+/// (the event is delivered again). Called on the transport's task, after the handler's
+/// future is gone: acks are handed on, not waited for.
+pub(crate) fn ack_failed(queue: Queue) -> AckFailed {
+    Arc::new(move |error| {
+        record::settle_failed(&queue, "ack");
+        warn!(
+            queue = %queue.value(),
+            "ack failed, the event will be redelivered: {error}"
+        );
+    })
 }
 
 /// How often an unmatched key is logged at most.
@@ -142,7 +157,8 @@ impl Dispatcher {
                     "event dead-lettered, it breaks the contract: {error}"
                 );
                 let text = error.to_string();
-                self.dead_letter(delivery, reason, attempt, text).await;
+                // Boxed, as every path but the ack: the future of each delivery stays small.
+                Box::pin(self.dead_letter(delivery, reason, attempt, text)).await;
                 return;
             }
         };
@@ -232,11 +248,25 @@ impl Dispatcher {
     }
 
     async fn settle(&self, delivery: Delivery, outcome: Outcome, attempt: u32, span: &Span) {
+        if let Outcome::Done = outcome {
+            span.record("outcome", "ack");
+            self.settle_ack(delivery).await;
+        } else {
+            // Boxed: the common path's future does not carry the publish of a copy.
+            Box::pin(self.settle_failure(delivery, outcome, attempt, span)).await;
+        }
+    }
+
+    /// Settles a delivery whose handlers failed: a retry down the ladder, or a dead letter.
+    async fn settle_failure(
+        &self,
+        delivery: Delivery,
+        outcome: Outcome,
+        attempt: u32,
+        span: &Span,
+    ) {
         match outcome {
-            Outcome::Done => {
-                span.record("outcome", "ack");
-                self.settle_ack(delivery).await;
-            }
+            Outcome::Done => self.settle_ack(delivery).await,
             Outcome::GiveUp(reason, error) => {
                 span.record("outcome", "dead-letter");
                 warn!(%reason, "event dead-lettered: {error}");
@@ -305,11 +335,10 @@ fn worse(a: Outcome, b: Outcome) -> Outcome {
 }
 
 impl Dispatcher {
-    async fn settle_ack(&self, delivery: Delivery) {
-        if let Err(e) = delivery.ack().await {
-            record::settle_failed(&self.queue, "ack");
-            warn!("ack failed, the event will be redelivered: {e}");
-        }
+    /// Acks: handed on to the transport, which reports a failure to
+    /// [`Dispatcher::ack_failed`]; the delivery's future does not wait for the frame.
+    fn settle_ack(&self, delivery: Delivery) -> impl std::future::Future<Output = ()> {
+        delivery.ack_detached(self.ack_failed.clone())
     }
 
     async fn dead_letter(

@@ -23,9 +23,14 @@
 //!   ack costs the broker. So a delivery is never acked before its handler finished, a busy
 //!   consumer sends about two ack frames per prefetch window, and a consumer handling one
 //!   delivery at a time acks at once. Releases are `basic.nack(requeue)`, sent at once and
-//!   before the acks of the same batch so a `multiple` ack never covers them. [`Delivery::ack_all`] sends the acks of
-//!   one channel's deliveries as a single command (one wake of the tracker and one answer,
-//!   instead of one per delivery).
+//!   before the acks of the same batch so a `multiple` ack never covers them.
+//!   [`Delivery::ack_all`] sends the acks of one channel's deliveries as a single command
+//!   (one wake of the tracker and one answer, instead of one per delivery), and an ack
+//!   handed on with [`Delivery::ack_detached`] (the SDK's consumer loop acks so) has no
+//!   answer at all: nobody waits for it, and the tracker reports a failure to the
+//!   [`AckFailed`] it came with. The tracker takes every command already queued before it
+//!   closes its channel at the transport's close, so such an ack is sent (or reported)
+//!   before the connection goes.
 //!
 //! # Re-attaching
 //!
@@ -84,8 +89,8 @@ use amqprs::channel::{
 };
 use mesh_core::naming::{DEAD_EXCHANGE, REPLY_EXCHANGE, RETRY_EXCHANGE};
 use mesh_core::{
-    AckBatch, AckGroup, Acker, BoxFuture, Delivery, DeliveryFeed, Subscription, TransportError,
-    TransportErrorKind, WireMessage,
+    AckBatch, AckFailed, AckGroup, Acker, BoxFuture, Delivery, DeliveryFeed, Subscription,
+    TransportError, TransportErrorKind, WireMessage,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -772,21 +777,36 @@ pub(crate) async fn closing(shutdown: &mut watch::Receiver<bool>) {
 
 enum AckCommand {
     /// Decided: ack.
-    Ack {
-        tag: u64,
-        done: oneshot::Sender<Result<(), TransportError>>,
-    },
+    Ack { tag: u64, done: Done },
     /// Decided together: ack them all ([`Delivery::ack_all`](mesh_core::Delivery::ack_all)).
-    AckMany {
-        tags: Vec<u64>,
-        done: oneshot::Sender<Result<(), TransportError>>,
-    },
+    AckMany { tags: Vec<u64>, done: Done },
     /// Decided: requeue.
     Release(u64),
 }
 
-/// Who waits for an ack to be sent.
-type Done = oneshot::Sender<Result<(), TransportError>>;
+/// Who learns how an ack went.
+enum Done {
+    /// The acker's future waits for the outcome ([`Acker::ack`]).
+    Answer(oneshot::Sender<Result<(), TransportError>>),
+    /// Nobody waits; a failure is reported ([`Acker::ack_detached`]).
+    Report(AckFailed),
+}
+
+impl Done {
+    fn tell(self, outcome: Result<(), TransportError>) {
+        match self {
+            Done::Answer(answer) => {
+                // The acker's future may be gone (dropped by its caller): nobody to tell.
+                let _ = answer.send(outcome);
+            }
+            Done::Report(failed) => {
+                if let Err(error) = outcome {
+                    failed(error);
+                }
+            }
+        }
+    }
+}
 
 /// A channel's ack tracker state. Shared rather than owned by the tracker task: the reader
 /// registers a delivery without waking the task. Locked only for a call into the state
@@ -926,7 +946,7 @@ async fn send(channel: &Channel, closed: &CloseSlot, flush: Flush<Done>) {
                 Some(close) => error.with_source(close.clone()),
                 None => error,
             };
-            let _ = done.send(Err(error));
+            done.tell(Err(error));
         }
         return;
     }
@@ -960,7 +980,7 @@ async fn send(channel: &Channel, closed: &CloseSlot, flush: Flush<Done>) {
                 format!("sending an ack failed: {e}"),
             )),
         };
-        let _ = done.send(outcome);
+        done.tell(outcome);
     }
 }
 
@@ -984,10 +1004,25 @@ impl Settle {
         self.tracker
             .send(AckCommand::Ack {
                 tag: self.tag,
-                done,
+                done: Done::Answer(done),
             })
             .map_err(|_| lost())?;
         outcome.await.unwrap_or_else(|_| Err(lost()))
+    }
+
+    /// Hands the ack to the tracker, which reports a failure to `failed`.
+    fn ack_detached(mut self, failed: AckFailed) {
+        self.done = true;
+        let command = AckCommand::Ack {
+            tag: self.tag,
+            done: Done::Report(failed),
+        };
+        if let Err(mpsc::error::SendError(AckCommand::Ack { done, .. })) =
+            self.tracker.send(command)
+        {
+            // The tracker is gone with its channel.
+            done.tell(Err(lost()));
+        }
     }
 }
 
@@ -1024,7 +1059,10 @@ impl AckGroup for ChannelAcks {
             let ChannelAcks { tracker, tags } = *self;
             let (done, outcome) = oneshot::channel();
             tracker
-                .send(AckCommand::AckMany { tags, done })
+                .send(AckCommand::AckMany {
+                    tags,
+                    done: Done::Answer(done),
+                })
                 .map_err(|_| lost())?;
             outcome.await.unwrap_or_else(|_| Err(lost()))
         })
@@ -1139,6 +1177,14 @@ impl Acker for AmqpAcker {
                 None => Ok(()),
             }
         })
+    }
+
+    fn ack_detached(self: Box<Self>, failed: AckFailed) -> Option<BoxFuture<'static, ()>> {
+        // A no-ack delivery has nothing to settle.
+        if let Some(settle) = self.settle {
+            settle.ack_detached(failed);
+        }
+        None
     }
 
     fn ack_into(self: Box<Self>, batch: &mut AckBatch) {

@@ -1,10 +1,17 @@
 //! [`Acker`]: how a transport settles one delivery.
 
+use std::sync::Arc;
+
 use crate::wire::WireMessage;
 
 #[cfg(doc)]
 use super::Delivery;
 use super::{AckBatch, BoxFuture, TransportError};
+
+/// Who hears that an ack handed on with [`Acker::ack_detached`] could not be sent: its
+/// message stays in its queue and is delivered again. One is shared by every delivery of a
+/// consumer, so handing an ack on allocates nothing for it.
+pub type AckFailed = Arc<dyn Fn(TransportError) + Send + Sync>;
 
 /// How a transport settles one delivery. Each method consumes the acker: a delivery is
 /// settled once.
@@ -14,6 +21,23 @@ use super::{AckBatch, BoxFuture, TransportError};
 pub trait Acker: Send + 'static {
     /// The handler succeeded: remove the message.
     fn ack(self: Box<Self>) -> BoxFuture<'static, Result<(), TransportError>>;
+
+    /// The handler succeeded: remove the message, without waiting for the ack to be sent.
+    ///
+    /// A transport that settles through a task of its own (RabbitMQ's: each channel's ack
+    /// tracker, which coalesces acks) takes the ack over and returns `None`; if the ack then
+    /// cannot be sent (the channel is gone), it calls `failed`, on its own task. Every ack
+    /// handed on before the transport's `close` is sent, or reported failed, before that
+    /// close completes. The default cannot hand the ack on: it returns the future that acks,
+    /// calling `failed` on an error, for the caller to await.
+    fn ack_detached(self: Box<Self>, failed: AckFailed) -> Option<BoxFuture<'static, ()>> {
+        let ack = self.ack();
+        Some(Box::pin(async move {
+            if let Err(error) = ack.await {
+                failed(error);
+            }
+        }))
+    }
 
     /// Publish `copy` to the retry ladder at delay step `step` (it comes back to this
     /// queue only, after the step's delay); once that publish is confirmed, remove the

@@ -1,10 +1,11 @@
 //! [`Delivery`]: one message handed to a subscriber, with the acker that settles it.
 
 use std::fmt;
+use std::future::Future;
 
 use crate::wire::WireMessage;
 
-use super::{AckBatch, Acker, BatchAckError, TransportError};
+use super::{AckBatch, AckFailed, Acker, BatchAckError, TransportError};
 
 /// One message handed to a subscriber.
 pub struct Delivery {
@@ -41,6 +42,20 @@ impl Delivery {
     /// See [`Acker::ack`].
     pub async fn ack(self) -> Result<(), TransportError> {
         self.acker.ack().await
+    }
+
+    /// Acks without waiting for the ack to be sent; `failed` hears if it could not be (see
+    /// [`Acker::ack_detached`]). The ack is handed on now, by this call; the future it
+    /// returns resolves at once on a transport that took the ack over, else once the ack
+    /// is sent or has failed, so await it.
+    #[must_use = "on a transport that cannot take acks over, the ack is sent by this future"]
+    pub fn ack_detached(self, failed: AckFailed) -> impl Future<Output = ()> + Send + 'static {
+        let ack = self.acker.ack_detached(failed);
+        async move {
+            if let Some(ack) = ack {
+                ack.await;
+            }
+        }
     }
 
     /// See [`Acker::retry`].

@@ -12,7 +12,8 @@
 //! - `publish`: [`Target`], [`PublishOptions`] and the broker's [`Confirm`];
 //! - `spec`: what to consume or serve ([`SubscriptionSpec`], [`QueueSpec`], [`DeadQueue`],
 //!   [`ServeSpec`]);
-//! - `acker`: [`Acker`], how a transport settles one delivery;
+//! - `acker`: [`Acker`], how a transport settles one delivery, and [`AckFailed`], who hears
+//!   of an ack handed on that could not be sent;
 //! - `batch`: acks sent together ([`AckBatch`], [`AckGroup`], [`BatchAckError`]);
 //! - `delivery`: [`Delivery`], one message and its acker;
 //! - `subscription`: [`Subscription`] and the [`DeliveryFeed`] a transport may feed it from;
@@ -34,7 +35,7 @@ mod spec;
 mod stats;
 mod subscription;
 
-pub use acker::Acker;
+pub use acker::{AckFailed, Acker};
 pub use batch::{AckBatch, AckGroup, BatchAckError};
 pub use delivery::Delivery;
 pub use error::{BoxError, TransportError, TransportErrorKind};

@@ -121,7 +121,8 @@ impl Queue {
         }))
     }
 
-    fn value(&self) -> SharedString {
+    /// The queue's name.
+    pub(crate) fn value(&self) -> SharedString {
         self.0.label.value()
     }
 }
