@@ -42,7 +42,8 @@
 //! connection it waits for the link's next connection (up once the topology is declared
 //! again), otherwise for a backoff delay; then it opens a fresh channel, declares its queue,
 //! the queue's retry queues and bindings again from the recorded [`Topology`] (a deleted
-//! queue comes back), sets the prefetch, consumes, and hands the new stream to the
+//! queue comes back; not on the first attempt after a lost connection, whose replay just
+//! declared them all), sets the prefetch, consumes, and hands the new stream to the
 //! subscription, which switches to it once the old one has nothing ready. Failed attempts
 //! back off like reconnects; the backoff starts over once a consumer stayed attached for
 //! [`STABLE_AFTER`], so a queue the broker keeps cancelling is not hammered. The
@@ -691,6 +692,12 @@ impl Pump {
         shutdown: &mut watch::Receiver<bool>,
     ) -> Option<(Attachment, Reader)> {
         let mut status = self.env.link.status();
+        // A new connection counts as up only once the link replayed the whole recorded
+        // topology on it (this queue, its retry queues and bindings among it): the first
+        // attempt after a lost connection consumes without declaring them a second time
+        // (hundreds of subscriptions re-attaching at once would double the declarations).
+        // Any later attempt declares them again, in case the queue went meanwhile.
+        let mut replayed = after.is_some();
         loop {
             let delay = match after {
                 Some(_) => Duration::ZERO,
@@ -711,7 +718,8 @@ impl Pump {
                 () = closing(shutdown) => return None,
             }
             let generation = status.borrow().generation;
-            match attach(&self.env, &self.spec, true).await {
+            let redeclare = !std::mem::take(&mut replayed);
+            match attach(&self.env, &self.spec, redeclare).await {
                 Ok((consumer, ctx)) => {
                     return Some(Attachment::new(
                         consumer,
