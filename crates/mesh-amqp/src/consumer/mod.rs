@@ -370,7 +370,15 @@ enum End {
         /// the next connection.
         connection: bool,
     },
+    /// Its channel is gone with no close from the broker while the link still looks up:
+    /// either the connection is going and the link learns it a moment later, or the ack
+    /// tracker closed the channel itself after a broker's cancel. The link tells which.
+    Unsure,
 }
+
+/// How long a pump waits for the link to tell whether an [`End::Unsure`] was the
+/// connection going.
+const LINK_NEWS: Duration = Duration::from_secs(2);
 
 /// The pump's side of one attached consumer: enough to cancel it and to tell why it ended.
 struct Attachment {
@@ -602,6 +610,16 @@ impl Pump {
                     break;
                 }
                 End::Lost { reason, connection } => (reason, connection),
+                End::Unsure => {
+                    // Taken for a cancel, a lost connection would have the pump back off
+                    // (longer each time, until it stays attached a while) instead of
+                    // re-attaching as soon as the next connection is up.
+                    if self.connection_went(attachment.generation).await {
+                        ("the connection was lost".to_owned(), true)
+                    } else {
+                        ("the broker cancelled the consumer".to_owned(), false)
+                    }
+                }
             };
             let queue = attachment.queue.clone();
             let generation = attachment.generation;
@@ -642,6 +660,19 @@ impl Pump {
         }
         self.env.counts.expected.fetch_sub(1, Ordering::AcqRel);
         tracing::debug!("subscription ended");
+    }
+
+    /// Whether the link reports the connection of generation `generation` gone within
+    /// [`LINK_NEWS`].
+    async fn connection_went(&self, generation: u64) -> bool {
+        let mut status = self.env.link.status();
+        let went = async {
+            status
+                .wait_for(|s| !s.connected || s.generation > generation)
+                .await
+                .is_ok()
+        };
+        tokio::time::timeout(LINK_NEWS, went).await.unwrap_or(false)
     }
 
     /// Waits until one attachment is cancelled, its subscription is gone, or it stops on
@@ -743,7 +774,9 @@ impl Pump {
 /// from the broker went with its connection only if the link says so: the ack tracker
 /// closes the channel itself once the reader and every acker are gone, which is what
 /// follows a broker's cancel on a consumer holding no delivery (a forwarder waiting for
-/// copies, say), and waiting for a new connection then would wait for good.
+/// copies, say), and waiting for a new connection then would wait for good. While the
+/// link still looks up, the pump asks it again ([`End::Unsure`]): the stream of a lost
+/// connection can end before the link has noticed.
 fn why_ended(attachment: &Attachment, status: &watch::Receiver<LinkStatus>) -> End {
     let link_up = {
         let status = status.borrow();
@@ -751,9 +784,10 @@ fn why_ended(attachment: &Attachment, status: &watch::Receiver<LinkStatus>) -> E
     };
     let (reason, connection) = match take_close(&attachment.closed) {
         Some(close) => (close.to_string(), false),
-        None if attachment.channel.is_open() || link_up => {
+        None if attachment.channel.is_open() => {
             ("the broker cancelled the consumer".to_owned(), false)
         }
+        None if link_up => return End::Unsure,
         None => ("the connection was lost".to_owned(), true),
     };
     End::Lost { reason, connection }
