@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use mesh_amqp::{AmqpOptions, AmqpTransport};
 use mesh_core::{
-    PublishOptions, QueueSpec, SubscriptionSpec, TopicPattern, Transport, TransportErrorKind,
+    Delivery, PublishOptions, QueueSpec, SubscriptionSpec, TopicPattern, Transport,
+    TransportErrorKind,
 };
 use mesh_testkit::eventually;
 
@@ -129,26 +130,30 @@ async fn health_counts_consumers_and_close_stops_everything() {
     vhost.delete().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delivery_of_a_lost_channel_cannot_be_acked_and_comes_again_on_the_new_one() {
-    let vhost = common::vhost("stale-ack").await;
-    let transport = common::connect(&vhost, "stale-ack").await;
+/// One event published to `queue` (bound as `module.<module>.#`) and taken, then the
+/// consume connection of `transport` (named `<name>`) closed by force: the first copy, whose
+/// channel is gone, and the same message delivered again on the new channel.
+async fn taken_then_redelivered(
+    vhost: &mesh_testkit::TestVhost,
+    transport: &AmqpTransport,
+    name: &str,
+    queue: &str,
+    module: &str,
+) -> (mesh_core::Subscription, Delivery, Delivery) {
     let mut subscription = transport
         .subscribe(spec(
-            QueueSpec::Durable {
-                name: "n.stale.events".into(),
-            },
-            "module.stale.#",
+            QueueSpec::Durable { name: queue.into() },
+            &format!("module.{module}.#"),
         ))
         .await
         .unwrap();
-    let sent = common::event("module.stale.x", "{}");
+    let sent = common::event(&format!("module.{module}.x"), "{}");
     let id = sent.properties.message_id.clone();
-    common::publish_confirmed(&transport, sent).await;
+    common::publish_confirmed(transport, sent).await;
     let delivery = common::next(&mut subscription).await;
     assert!(!delivery.redelivered);
     let closed = vhost
-        .close_connections(Some("stale-ack.consume"), "test")
+        .close_connections(Some(&format!("{name}.consume")), "test")
         .await
         .unwrap();
     assert_eq!(closed, 1);
@@ -157,6 +162,15 @@ async fn a_delivery_of_a_lost_channel_cannot_be_acked_and_comes_again_on_the_new
     let again = common::next(&mut subscription).await;
     assert!(again.redelivered);
     assert_eq!(again.message.properties.message_id, id);
+    (subscription, delivery, again)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_of_a_lost_channel_cannot_be_acked_and_comes_again_on_the_new_one() {
+    let vhost = common::vhost("stale-ack").await;
+    let transport = common::connect(&vhost, "stale-ack").await;
+    let (subscription, delivery, again) =
+        taken_then_redelivered(&vhost, &transport, "stale-ack", "n.stale.events", "stale").await;
     // The first copy's tag belongs to the lost channel: it is never sent on the new one.
     let error = delivery.ack().await.unwrap_err();
     assert!(error.is_connection_lost(), "{error}");
@@ -209,24 +223,14 @@ fn reporter() -> (
 async fn a_detached_ack_is_sent_before_the_close_or_reported_when_its_channel_is_gone() {
     let vhost = common::vhost("detached-ack").await;
     let transport = common::connect(&vhost, "detached-ack").await;
-    let mut subscription = transport
-        .subscribe(spec(
-            QueueSpec::Durable {
-                name: "n.detached.events".into(),
-            },
-            "module.detached.#",
-        ))
-        .await
-        .unwrap();
-    common::publish_confirmed(&transport, common::event("module.detached.x", "{}")).await;
-    let stale = common::next(&mut subscription).await;
-    let closed = vhost
-        .close_connections(Some("detached-ack.consume"), "test")
-        .await
-        .unwrap();
-    assert_eq!(closed, 1);
-    let again = common::next(&mut subscription).await;
-    assert!(again.redelivered);
+    let (subscription, stale, again) = taken_then_redelivered(
+        &vhost,
+        &transport,
+        "detached-ack",
+        "n.detached.events",
+        "detached",
+    )
+    .await;
 
     // The first copy's channel is gone: the tracker reports it, nobody waited for it.
     let (failed, mut reports) = reporter();
