@@ -290,15 +290,22 @@ impl Store {
             }
 
             // The rows that may not be the stored event: those not inserted, and every row
-            // of an id the batch holds more than once (only one of them was inserted).
-            let mut per_id: HashMap<&str, usize> = HashMap::new();
-            for row in events {
-                *per_id.entry(row.id.as_str()).or_default() += 1;
-            }
-            let suspects: Vec<&EventRow> = events
-                .iter()
-                .filter(|row| !inserted.contains(&row.id) || per_id[row.id.as_str()] > 1)
-                .collect();
+            // of an id the batch holds more than once (only one of them was inserted). None
+            // when every row was inserted (the common case): their ids were all new and
+            // all different.
+            let all_new = inserted.len() == events.len();
+            let suspects: Vec<&EventRow> = if all_new {
+                Vec::new()
+            } else {
+                let mut per_id: HashMap<&str, usize> = HashMap::new();
+                for row in events {
+                    *per_id.entry(row.id.as_str()).or_default() += 1;
+                }
+                events
+                    .iter()
+                    .filter(|row| !inserted.contains(&row.id) || per_id[row.id.as_str()] > 1)
+                    .collect()
+            };
             if !suspects.is_empty() {
                 let mut ids: Vec<&str> = suspects.iter().map(|row| row.id.as_str()).collect();
                 ids.sort_unstable();
@@ -348,7 +355,7 @@ impl Store {
             // Each inserted event into its minute's rollup, after the inserts: a transaction
             // takes rollup rows only once it waits for no event row any more, and in one
             // order (sorted), so two writers never wait for each other in a cycle.
-            let rollups = rollups(events, &inserted);
+            let rollups = rollups(events, (!all_new).then_some(&inserted));
             for chunk in rollups.chunks(ROWS_PER_STATEMENT) {
                 let mut qb = QueryBuilder::new(
                     "INSERT INTO event_rollups (minute, routing_key, source, events) ",
@@ -1091,31 +1098,43 @@ impl<'q, R> Walk<'q, R> {
     }
 }
 
-/// What the inserted events add to the rollups: per (minute, key, source), sorted. An id the
-/// batch holds more than once counts once (its first row is the one inserted).
+/// What the inserted events add to the rollups: per (minute, key, source), sorted. `inserted`
+/// names the rows inserted, `None` when all were (and all their ids differ); an id the batch
+/// holds more than once counts once (its first row is the one inserted).
 fn rollups(
     events: &[EventRow],
-    inserted: &HashSet<String>,
+    inserted: Option<&HashSet<String>>,
 ) -> Vec<((String, String, String), i64)> {
     let mut counted: HashSet<&str> = HashSet::new();
-    let mut rollups: BTreeMap<(String, String, String), i64> = BTreeMap::new();
+    // Keyed by borrowed text: the minute's text is made once per rollup row, not per event.
+    let mut rollups: BTreeMap<(&str, &str, &str), i64> = BTreeMap::new();
     for row in events {
-        if !inserted.contains(&row.id) || !counted.insert(row.id.as_str()) {
-            continue;
+        if let Some(inserted) = inserted {
+            if !inserted.contains(&row.id) || !counted.insert(row.id.as_str()) {
+                continue;
+            }
         }
         // The stored time form is fixed-width: its first 16 characters name the minute.
         let Some(minute) = row.time.get(..16) else {
             continue;
         };
         *rollups
-            .entry((
-                format!("{minute}:00.000000Z"),
-                row.routing_key.clone(),
-                row.source.clone(),
-            ))
+            .entry((minute, row.routing_key.as_str(), row.source.as_str()))
             .or_default() += 1;
     }
-    rollups.into_iter().collect()
+    rollups
+        .into_iter()
+        .map(|((minute, key, source), n)| {
+            (
+                (
+                    format!("{minute}:00.000000Z"),
+                    key.to_owned(),
+                    source.to_owned(),
+                ),
+                n,
+            )
+        })
+        .collect()
 }
 
 /// ` WHERE` the rollup's minute is from the one holding `since` to the one holding `until`.
