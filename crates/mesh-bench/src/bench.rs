@@ -8,8 +8,7 @@ use std::time::Duration;
 use crate::broker::{self, Broker};
 use crate::cli::{Plan, QueueKind, Scenario};
 use crate::report::Results;
-use crate::scenarios::outbox::{self, Db};
-use crate::scenarios::{audit, consume, e2e, emit, latency, rpc, scale, Ctx, Run};
+use crate::scenarios::{audit, consume, e2e, emit, latency, outbox, rpc, scale, Ctx, Db, Run};
 
 /// Runs the plan, adding every run to `results`; `notes` collects what the reader should
 /// know (skipped scenarios, measurement caveats).
@@ -37,8 +36,9 @@ async fn compare(
 ) -> anyhow::Result<()> {
     if plan.scenarios.contains(&Scenario::Audit) {
         notes.push(format!(
-            "audit ingest: mesh-audit's logger (SQLite in a temp file, prefetch {}, its \
-             default batches) against raw consume of the same queue with the same prefetch, \
+            "audit ingest: mesh-audit's logger (prefetch {}, its default batches) into a new \
+             SQLite file (mesh-audit) and into a new database on the local PostgreSQL server \
+             (mesh-audit-pg), against raw consume of the same queue with the same prefetch, \
              acking each",
             mesh_audit::DEFAULT_PREFETCH
         ));
@@ -230,7 +230,10 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                         add("audit ingest", "raw", audit::raw(ctx).await?);
                     }
                     if mesh {
-                        add("audit ingest", "mesh-audit", audit::mesh(ctx).await?);
+                        let sqlite = audit::mesh(ctx, Db::Sqlite).await?;
+                        add("audit ingest", "mesh-audit", sqlite);
+                        let postgres = audit::mesh(ctx, Db::Postgres).await?;
+                        add("audit ingest", "mesh-audit-pg", postgres);
                     }
                 }
                 Scenario::Outbox if mesh => {

@@ -171,7 +171,7 @@ pub(crate) enum Scenario {
     Latency,
     /// Request/reply round trips, 1 and 64 callers.
     Rpc,
-    /// The audit logger's ingest into SQLite, against raw consume.
+    /// The audit logger's ingest into SQLite and into PostgreSQL, against raw consume.
     Audit,
     /// The transactional outbox on PostgreSQL and SQLite (throughput to the confirm, the
     /// relay's lag), against mesh's direct emit.

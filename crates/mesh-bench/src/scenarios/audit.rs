@@ -1,7 +1,8 @@
-//! Audit ingest: the audit logger (`mesh-audit`, SQLite, its default options: prefetch
-//! 1,000, batches of 500 committed then acked) storing a backlog of `--audit-backlog` events,
-//! against the raw client consuming the same backlog from the same queue with the same
-//! prefetch, acking each.
+//! Audit ingest: the audit logger (`mesh-audit`, its default options: prefetch 1,000, batches
+//! of 500 committed then acked) storing a backlog of `--audit-backlog` events into a new
+//! SQLite file, then into a new PostgreSQL database (its server on this machine, sharing its
+//! cores), against the raw client consuming the same backlog from the same queue with the
+//! same prefetch, acking each.
 //!
 //! The logger's queue is bound to `#`, so it exists only during this scenario: it is
 //! declared by a logger started and stopped at the beginning of each run and deleted at the
@@ -9,7 +10,6 @@
 //! consuming (for the logger, from `run` on an opened store) to the last event (raw: its last
 //! ack; logger: the last row counted as stored).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use mesh_audit::{AuditLogger, AuditOptions, Store, StoreOptions};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{patience, Ctx, Run, EVENTS};
+use super::{patience, Ctx, Db, Run, EVENTS};
 use crate::broker;
 use crate::measure::{now_ns, Meter};
 use crate::payload;
@@ -31,34 +31,6 @@ const NODE: &str = "audit";
 pub(crate) const QUEUE: &str = "audit.audit-logger.events";
 const KEY: &str = "module.bench.audited";
 
-/// A SQLite file of its own per run, removed afterwards.
-#[derive(Debug)]
-struct TempDb(PathBuf);
-
-impl TempDb {
-    fn new(ctx: &Ctx, tag: &str) -> TempDb {
-        TempDb(std::env::temp_dir().join(format!(
-            "mesh-bench-{}-{}-{tag}.db",
-            std::process::id(),
-            ctx.kind.as_str()
-        )))
-    }
-
-    fn url(&self) -> String {
-        format!("sqlite://{}?mode=rwc", self.0.display())
-    }
-}
-
-impl Drop for TempDb {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm", "-journal"] {
-            let mut path = self.0.clone().into_os_string();
-            path.push(suffix);
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 /// A logger running on its own transport.
 struct Running {
     logger: AuditLogger,
@@ -67,9 +39,9 @@ struct Running {
     task: JoinHandle<Result<(), mesh_audit::Error>>,
 }
 
-/// Opens the store and connects; nothing consumes yet.
-async fn prepare(ctx: &Ctx, db: &TempDb) -> anyhow::Result<(AuditLogger, Arc<AmqpTransport>)> {
-    let store = Store::open(StoreOptions::url(&db.url())?).await?;
+/// Opens the store at `url` and connects; nothing consumes yet.
+async fn prepare(ctx: &Ctx, url: &str) -> anyhow::Result<(AuditLogger, Arc<AmqpTransport>)> {
+    let store = Store::open(StoreOptions::url(url)?).await?;
     let logger = AuditLogger::new(store, AuditOptions::new().node(NODE));
     let options = ctx
         .broker
@@ -107,8 +79,8 @@ impl Running {
 
 /// Lets the logger declare its queue (bound to `#`) and stops it.
 async fn declare(ctx: &Ctx) -> anyhow::Result<()> {
-    let db = TempDb::new(ctx, "declare");
-    let (logger, transport) = prepare(ctx, &db).await?;
+    let db = Db::Sqlite.store().await?;
+    let (logger, transport) = prepare(ctx, db.url()).await?;
     let running = spawn(logger, transport);
     let attached = tokio::time::timeout(Duration::from_secs(30), async {
         while running.transport.health().consumers_attached < 2 {
@@ -179,13 +151,13 @@ pub(crate) async fn raw(ctx: &Ctx) -> anyhow::Result<Run> {
     Ok(Run::rate("events/s", events, cost.wall.as_secs_f64(), cost))
 }
 
-/// The audit logger into a fresh SQLite file.
-pub(crate) async fn mesh(ctx: &Ctx) -> anyhow::Result<Run> {
+/// The audit logger into a store of its own: a new SQLite file or PostgreSQL database.
+pub(crate) async fn mesh(ctx: &Ctx, db: Db) -> anyhow::Result<Run> {
     declare(ctx).await?;
     prefill(ctx).await?;
     let events = ctx.plan.audit_backlog;
-    let db = TempDb::new(ctx, "ingest");
-    let (logger, transport) = prepare(ctx, &db).await?;
+    let store = db.store().await?;
+    let (logger, transport) = prepare(ctx, store.url()).await?;
     let meter = Meter::start();
     let running = spawn(logger, transport);
     let stored = tokio::time::timeout(patience(events), async {

@@ -21,8 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use amqprs::connection::Connection;
+use anyhow::Context;
 use mesh::amqp::AmqpTransport;
 use mesh::{Bus, BusBuilder};
+use mesh_testkit::TempStore;
 use tokio::time::Instant;
 
 use crate::broker::Broker;
@@ -99,6 +101,27 @@ impl Run {
             metrics: BTreeMap::from([(metric, rate)]),
             events,
             cost,
+        }
+    }
+}
+
+/// The database of an outbox or audit run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Db {
+    Postgres,
+    Sqlite,
+}
+
+impl Db {
+    /// A database of the run's own: a new database on the PostgreSQL server of
+    /// `MESH_TEST_PG_URL` (default the local one), or a SQLite file in a new temporary
+    /// directory; gone when the `TempStore` drops.
+    pub(crate) async fn store(self) -> anyhow::Result<TempStore> {
+        match self {
+            Db::Postgres => TempStore::postgres()
+                .await
+                .context("this scenario needs a PostgreSQL server (see MESH_TEST_PG_URL)"),
+            Db::Sqlite => Ok(TempStore::sqlite()),
         }
     }
 }

@@ -43,13 +43,12 @@ use futures::StreamExt;
 use hdrhistogram::Histogram;
 use mesh::{Bus, Outgoing, PendingEmit};
 use mesh_outbox::{Backend, EmitIn, Outbox, Relay, RelayOptions};
-use mesh_testkit::TempStore;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::Pool;
 use tokio::time::Instant;
 
-use super::{patience, Ctx, Pacer, Run, EVENTS};
+use super::{patience, Ctx, Db, Pacer, Run, EVENTS};
 use crate::broker;
 use crate::measure::{now_ns, Meter};
 use crate::payload::{Body, Probe};
@@ -65,13 +64,6 @@ pub(crate) const PER_TX: u64 = 100;
 /// Transactions in flight at once in the lag runs: PostgreSQL's commits here wait about 10 ms
 /// for their WAL flush, so a steady 1,000/s needs a dozen at once (their flushes are shared).
 const LAG_WRITERS: usize = 32;
-
-/// The database of an outbox run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Db {
-    Postgres,
-    Sqlite,
-}
 
 /// Declares the sink (`mesh.events` exists: setup connected mesh first).
 pub(crate) async fn setup(ctx: &Ctx) -> anyhow::Result<()> {
@@ -158,7 +150,7 @@ pub(crate) async fn throughput(ctx: &Ctx, db: Db, per_tx: u64) -> anyhow::Result
     } else {
         ctx.plan.outbox_single_events
     };
-    let store = store(db).await?;
+    let store = db.store().await?;
     match db {
         Db::Postgres => {
             let pool = postgres_pool(store.url()).await?;
@@ -173,7 +165,7 @@ pub(crate) async fn throughput(ctx: &Ctx, db: Db, per_tx: u64) -> anyhow::Result
 
 /// The relay's lag on `db` at `--outbox-rate`, one event per transaction.
 pub(crate) async fn lag(ctx: &Ctx, db: Db) -> anyhow::Result<Run> {
-    let store = store(db).await?;
+    let store = db.store().await?;
     match db {
         Db::Postgres => {
             let pool = postgres_pool(store.url()).await?;
@@ -183,15 +175,6 @@ pub(crate) async fn lag(ctx: &Ctx, db: Db) -> anyhow::Result<Run> {
             let pool = sqlite_pool(store.url()).await?;
             lag_on(ctx, pool, relay_options(ctx)).await
         }
-    }
-}
-
-async fn store(db: Db) -> anyhow::Result<TempStore> {
-    match db {
-        Db::Postgres => TempStore::postgres()
-            .await
-            .context("the outbox scenario needs a PostgreSQL server (see MESH_TEST_PG_URL)"),
-        Db::Sqlite => Ok(TempStore::sqlite()),
     }
 }
 
