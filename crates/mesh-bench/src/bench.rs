@@ -37,8 +37,8 @@ async fn compare(
     if plan.scenarios.contains(&Scenario::Audit) {
         notes.push(format!(
             "audit ingest: mesh-audit's logger (prefetch {}, its default batches) into a new \
-             SQLite file (mesh-audit) and into a new database on the local PostgreSQL server \
-             (mesh-audit-pg), against raw consume of the same queue with the same prefetch, \
+             SQLite file (mesh-audit) and into a new database on the PostgreSQL server of \
+             MESH_TEST_PG_URL, the local one by default (mesh-audit-pg), against raw consume of the same queue with the same prefetch, \
              acking each",
             mesh_audit::DEFAULT_PREFETCH
         ));

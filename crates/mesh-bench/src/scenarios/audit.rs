@@ -1,7 +1,7 @@
 //! Audit ingest: the audit logger (`mesh-audit`, its default options: prefetch 1,000, batches
 //! of 500 committed then acked) storing a backlog of `--audit-backlog` events into a new
-//! SQLite file, then into a new PostgreSQL database (its server on this machine, sharing its
-//! cores), against the raw client consuming the same backlog from the same queue with the
+//! SQLite file, then into a new PostgreSQL database (on the server of `MESH_TEST_PG_URL`, by
+//! default the local one, which shares the machine's cores), against the raw client consuming the same backlog from the same queue with the
 //! same prefetch, acking each.
 //!
 //! The logger's queue is bound to `#`, so it exists only during this scenario: it is
