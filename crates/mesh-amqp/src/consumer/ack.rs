@@ -99,14 +99,17 @@ impl<W> AckTracker<W> {
 
     /// Whether to hold the acks decided so far back for more to join them: only acks wait
     /// (a release, or a channel known lost, goes at once), fewer than `linger_acks` of them,
-    /// and handlers still run on other deliveries (a consumer handling one delivery at a
-    /// time never waits). The shell bounds the wait.
-    pub(crate) fn should_linger(&self, linger_acks: usize) -> bool {
+    /// and either handlers still run on other deliveries, or nobody waits for these acks
+    /// (`awaited` is false: every one was handed on detached, so holding it back delays no
+    /// caller, only the broker's count of unacked messages, while the next deliveries may
+    /// already be on their way). A consumer awaiting each ack while handling one delivery at
+    /// a time never waits. The shell bounds the wait.
+    pub(crate) fn should_linger(&self, linger_acks: usize, awaited: bool) -> bool {
         !self.lost
             && self.releases.is_empty()
             && !self.acks.is_empty()
             && self.acks.len() < linger_acks
-            && !self.undecided.is_empty()
+            && (!awaited || !self.undecided.is_empty())
     }
 
     /// Tags handed out and not yet decided.
@@ -177,10 +180,10 @@ mod tests {
     }
 
     #[test]
-    fn acks_linger_only_while_other_deliveries_are_with_their_handlers() {
+    fn awaited_acks_linger_only_while_other_deliveries_are_with_their_handlers() {
         let mut tracker = AckTracker::default();
         assert!(
-            !tracker.should_linger(2),
+            !tracker.should_linger(2, true),
             "nothing decided, nothing to wait for"
         );
         for tag in 1..=4 {
@@ -188,30 +191,60 @@ mod tests {
         }
         tracker.ack(1, 'a');
         assert!(
-            tracker.should_linger(2),
+            tracker.should_linger(2, true),
             "2, 3 and 4 are still with their handlers"
         );
         tracker.ack(2, 'b');
-        assert!(!tracker.should_linger(2), "enough acks for one frame");
+        assert!(!tracker.should_linger(2, true), "enough acks for one frame");
         assert_eq!(tracker.flush(true).frames, [ack(2, true)]);
         tracker.ack(3, 'c');
-        assert!(tracker.should_linger(2));
+        assert!(tracker.should_linger(2, true));
         tracker.release(4);
-        assert!(!tracker.should_linger(2), "a release goes at once");
+        assert!(!tracker.should_linger(2, true), "a release goes at once");
         let flush = tracker.flush(true);
         assert_eq!(flush.frames, [Frame::Release(4), ack(3, false)]);
 
-        // A consumer handling one delivery at a time never waits.
+        // A consumer awaiting each ack, handling one delivery at a time, never waits.
         tracker.delivered(5);
         tracker.ack(5, 'd');
-        assert!(!tracker.should_linger(16));
+        assert!(!tracker.should_linger(16, true));
 
         // Nor does a channel known lost.
         tracker.delivered(6);
         tracker.delivered(7);
         assert!(tracker.flush(false).lost);
         tracker.ack(6, 'e');
-        assert!(!tracker.should_linger(16));
+        assert!(!tracker.should_linger(16, true));
+        assert!(!tracker.should_linger(16, false));
+    }
+
+    #[test]
+    fn detached_acks_linger_for_a_frame_even_with_no_delivery_left_with_a_handler() {
+        let mut tracker = AckTracker::default();
+        assert!(!tracker.should_linger(2, false), "nothing decided");
+        tracker.delivered(1);
+        tracker.ack(1, 'a');
+        // Nobody waits for it, and the next delivery may be on its way: it waits for
+        // company, up to the shell's bound.
+        assert!(tracker.should_linger(2, false));
+        tracker.delivered(2);
+        tracker.ack(2, 'b');
+        assert!(
+            !tracker.should_linger(2, false),
+            "enough acks for one frame"
+        );
+        assert_eq!(tracker.flush(true).frames, [ack(2, true)]);
+
+        // A release still goes at once.
+        tracker.delivered(3);
+        tracker.delivered(4);
+        tracker.ack(3, 'c');
+        tracker.release(4);
+        assert!(!tracker.should_linger(16, false));
+        assert_eq!(
+            tracker.flush(true).frames,
+            [Frame::Release(4), ack(3, false)]
+        );
     }
 
     #[test]

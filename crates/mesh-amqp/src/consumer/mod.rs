@@ -16,13 +16,17 @@
 //!   tags are handed out and not yet decided (the reader registers each in a set they share,
 //!   without waking it), and coalesces acks: after draining whatever commands are waiting,
 //!   it acks the decided tags below the oldest undecided one with one
-//!   `basic.ack(multiple)` and the rest one by one. While handlers still run on other
-//!   deliveries of the channel and fewer than half the prefetch is decided, it first waits
-//!   up to [`ACK_LINGER`] (1 ms) for more decisions to join: a quorum queue applies every
-//!   ack frame as a command of its replicated log, so frames, not messages, are what an
-//!   ack costs the broker. So a delivery is never acked before its handler finished, a busy
-//!   consumer sends about two ack frames per prefetch window, and a consumer handling one
-//!   delivery at a time acks at once. Releases are `basic.nack(requeue)`, sent at once and
+//!   `basic.ack(multiple)` and the rest one by one. While fewer than half the prefetch is
+//!   decided, and handlers still run on other deliveries of the channel or nobody awaits
+//!   the acks decided (all handed on with [`Delivery::ack_detached`], as the SDK's consumer
+//!   loop does), it first waits up to [`ACK_LINGER`] (1 ms) for more decisions to join: a
+//!   quorum queue applies every ack frame as a command of its replicated log, so frames,
+//!   not messages, are what an ack costs the broker. So a delivery is never acked before
+//!   its handler finished, a busy consumer sends one ack frame per 16 to 32 deliveries
+//!   (with the default prefetch of 32), and a consumer awaiting each ack while handling one
+//!   delivery at a time acks at once. A detached ack waits at most the linger: it delays no
+//!   caller, and the unacked messages it holds are far fewer than the prefetch at any rate
+//!   the linger lets through. Releases are `basic.nack(requeue)`, sent at once and
 //!   before the acks of the same batch so a `multiple` ack never covers them.
 //!   [`Delivery::ack_all`] sends the acks of one channel's deliveries as a single command
 //!   (one wake of the tracker and one answer, instead of one per delivery), and an ack
@@ -115,8 +119,9 @@ const DELIVERY_COUNT: &str = "x-delivery-count";
 const ACK_BATCH: usize = 1024;
 
 /// How long the ack tracker holds decided acks back for more to join them in one frame,
-/// at most: only while handlers still run on other deliveries of the channel, and fewer
-/// than half the prefetch is decided (see [`AckTracker::should_linger`]).
+/// at most: only while fewer than half the prefetch is decided, and handlers still run on
+/// other deliveries of the channel or nobody awaits these acks (see
+/// [`AckTracker::should_linger`]).
 const ACK_LINGER: Duration = Duration::from_millis(1);
 
 /// A consumer attached this long is stable: the next re-attach starts its backoff over.
@@ -835,6 +840,11 @@ enum Done {
 }
 
 impl Done {
+    /// Whether a caller awaits the outcome.
+    fn is_awaited(&self) -> bool {
+        matches!(self, Done::Answer(_))
+    }
+
     fn tell(self, outcome: Result<(), TransportError>) {
         match self {
             Done::Answer(answer) => {
@@ -921,14 +931,23 @@ async fn track(
         let mut next = Some(first);
         let mut linger_until = None;
         let mut ended = false;
+        // Whether someone awaits an ack of this flush (else all were handed on detached).
+        let mut awaited = false;
+        let mut closing_now = false;
         let flush = loop {
             {
                 let mut tracker = lock(&state);
                 let mut handled = 0;
                 while let Some(command) = next.take() {
                     match command {
-                        AckCommand::Ack { tag, done } => tracker.ack(tag, done),
-                        AckCommand::AckMany { tags, done } => tracker.ack_many(tags, done),
+                        AckCommand::Ack { tag, done } => {
+                            awaited |= done.is_awaited();
+                            tracker.ack(tag, done);
+                        }
+                        AckCommand::AckMany { tags, done } => {
+                            awaited |= done.is_awaited();
+                            tracker.ack_many(tags, done);
+                        }
                         AckCommand::Release(tag) => tracker.release(tag),
                     }
                     handled += 1;
@@ -937,15 +956,16 @@ async fn track(
                     }
                 }
                 let lingered = linger_until.is_some_and(|at| Instant::now() >= at);
-                if ended || lingered || !tracker.should_linger(linger_acks) {
+                if ended || lingered || closing_now || !tracker.should_linger(linger_acks, awaited)
+                {
                     // A closed channel's tags died with it (the broker requeued them);
                     // sending on it would reach whatever channel reuses its number, or
                     // close the connection.
                     break tracker.flush(channel.is_open());
                 }
             }
-            // Handlers are still running on deliveries of this channel: their acks, due
-            // any moment, can join these in one frame.
+            // Handlers are still running on deliveries of this channel, or nobody waits for
+            // these acks: more acks, due any moment, can join them in one frame.
             let at = *linger_until.get_or_insert_with(|| Instant::now() + ACK_LINGER);
             tokio::select! {
                 biased;
@@ -953,6 +973,8 @@ async fn track(
                     Some(command) => next = Some(command),
                     None => ended = true,
                 },
+                // The transport closes: what is decided goes now, before the channel.
+                () = closing(&mut shutdown), if token.is_some() => closing_now = true,
                 () = tokio::time::sleep_until(at) => {}
             }
         };
