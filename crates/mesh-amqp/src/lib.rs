@@ -38,7 +38,8 @@
 //!
 //! `ack` is a `basic.ack` (coalesced with `multiple` when consecutive deliveries are done,
 //! held back up to 1 ms for more while other deliveries of the channel are with their
-//! handlers; `Delivery::ack_all` hands a channel's acks to it in one command);
+//! handlers, or, for an ack nobody awaits (`Delivery::ack_detached`), while fewer than half
+//! the prefetch is decided; `Delivery::ack_all` hands a channel's acks to it in one command);
 //! `release`, or dropping the delivery undecided, is a `basic.nack` with requeue; `retry`
 //! publishes the copy to `mesh.retry` under the step's retry queue's name and `dead_letter` to
 //! `mesh.events.dead`, both persistent and mandatory, and ack the original only once the copy
