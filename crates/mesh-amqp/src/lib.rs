@@ -37,9 +37,9 @@
 //! # Settling a delivery
 //!
 //! `ack` is a `basic.ack` (coalesced with `multiple` when consecutive deliveries are done,
-//! held back up to 1 ms for more while other deliveries of the channel are with their
-//! handlers, or, for an ack nobody awaits (`Delivery::ack_detached`), while fewer than half
-//! the prefetch is decided; `Delivery::ack_all` hands a channel's acks to it in one command);
+//! held back up to 1 ms for more while fewer than half the prefetch is decided and other
+//! deliveries of the channel are with their handlers or nobody awaits the ack
+//! (`Delivery::ack_detached`); `Delivery::ack_all` hands a channel's acks to it in one command);
 //! `release`, or dropping the delivery undecided, is a `basic.nack` with requeue; `retry`
 //! publishes the copy to `mesh.retry` under the step's retry queue's name and `dead_letter` to
 //! `mesh.events.dead`, both persistent and mandatory, and ack the original only once the copy
