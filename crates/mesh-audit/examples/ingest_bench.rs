@@ -8,6 +8,15 @@
 //! ```text
 //! cargo run --release -p meshbus-audit --example ingest_bench -- [--events 100000]
 //!     [--store sqlite://path?mode=rwc | postgres://…] [--batch-size 500] [--prefetch 1000]
+//!     [--batch-wait-ms 50]
+//! ```
+//!
+//! Under a profiler that slows the program down many times (Callgrind), batches close on
+//! their wait before they fill, and each batch of another size is a statement SQLite
+//! prepares anew; a long `--batch-wait-ms` keeps them full, as they are at full speed:
+//!
+//! ```text
+//! valgrind --tool=callgrind ingest_bench --events 10000 --batch-wait-ms 60000
 //! ```
 
 use std::sync::Arc;
@@ -25,6 +34,7 @@ struct Args {
     events: usize,
     store: Option<String>,
     batch_size: usize,
+    batch_wait: Duration,
     prefetch: u16,
 }
 
@@ -33,6 +43,7 @@ fn args() -> anyhow::Result<Args> {
         events: 100_000,
         store: None,
         batch_size: mesh_audit::DEFAULT_BATCH_SIZE,
+        batch_wait: mesh_audit::DEFAULT_BATCH_WAIT,
         prefetch: mesh_audit::DEFAULT_PREFETCH,
     };
     let mut it = std::env::args().skip(1);
@@ -43,6 +54,7 @@ fn args() -> anyhow::Result<Args> {
             "--store" => args.store = Some(value),
             "--batch-size" => args.batch_size = value.parse()?,
             "--prefetch" => args.prefetch = value.parse()?,
+            "--batch-wait-ms" => args.batch_wait = Duration::from_millis(value.parse()?),
             other => anyhow::bail!("unknown flag {other}"),
         }
     }
@@ -116,6 +128,7 @@ async fn bench(args: &Args, vhost: &TestVhost) -> anyhow::Result<()> {
         AuditOptions::new()
             .node("bench")
             .batch_size(args.batch_size)
+            .batch_wait(args.batch_wait)
             .prefetch(args.prefetch),
     );
     let transport = AmqpTransport::connect(amqp).await?;

@@ -30,6 +30,15 @@ pub(crate) fn clean(text: &str) -> String {
     }
 }
 
+/// [`clean`], keeping the text itself when it holds no U+0000 (nearly always).
+pub(crate) fn clean_owned(text: String) -> String {
+    if text.contains('\0') {
+        clean(&text)
+    } else {
+        text
+    }
+}
+
 /// Headers as a JSON object.
 pub(crate) fn headers_to_json(headers: &Headers) -> Value {
     Value::Object(
@@ -527,6 +536,32 @@ mod hostile {
             })
     }
 
+    #[test]
+    fn an_event_row_takes_its_text_and_cleans_it() {
+        let mut headers = Headers::new();
+        headers.insert(
+            codec::EVENT_ID.into(),
+            uuid::Uuid::now_v7().to_string().into(),
+        );
+        headers.insert(codec::SOURCE.into(), "umami".into());
+        headers.insert(codec::NODE.into(), "an\0chor".into());
+        headers.insert(codec::TIME.into(), "2026-09-03T12:00:00Z".into());
+        let message = WireMessage {
+            routing_key: "module.umami.site.created".into(),
+            properties: Properties {
+                content_type: Some("application/json".into()),
+                headers,
+                ..Properties::default()
+            },
+            body: Bytes::from_static(b"{}"),
+        };
+        let envelope = codec::decode(&message).expect("a well-formed event");
+        let row = EventRow::new(envelope, &message, &now_text()).expect("a row");
+        assert_eq!(row.source, "umami");
+        // PostgreSQL refuses U+0000 in text.
+        assert_eq!(row.node, "an\u{FFFD}chor");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig {
             cases: 10_000,
@@ -540,13 +575,18 @@ mod hostile {
                 Ok(envelope) => {
                     // A decoded event always makes a row (its body is JSON, so UTF-8, and its
                     // time is in range), and its stored time reads back.
-                    let row = EventRow::new(&envelope, &message, &received_at);
+                    let time = envelope.time;
+                    let row = EventRow::new(envelope, &message, &received_at);
                     prop_assert!(row.is_ok(), "{:?}", row.err());
                     let row = row.map_err(TestCaseError::fail)?;
+                    // Text the databases can hold: PostgreSQL refuses U+0000.
+                    for text in [&row.source, &row.node] {
+                        prop_assert!(!text.contains('\0'), "{text:?} kept a U+0000");
+                    }
                     let back = time_from_text(&row.time);
                     prop_assert!(back.is_ok(), "stored time {} does not read back", row.time);
                     let back = back.map_err(|e| TestCaseError::fail(e.to_string()))?;
-                    let lost = envelope.time.unix_nanos() - back.unix_nanos();
+                    let lost = time.unix_nanos() - back.unix_nanos();
                     prop_assert!((0..1_000).contains(&lost), "{lost} ns lost");
                 }
                 Err(error) => {

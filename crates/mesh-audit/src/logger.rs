@@ -506,7 +506,7 @@ impl AuditLogger {
                     })
                     .map_err(|e| (e.dead_reason(), e.to_string()))
                     .and_then(|envelope| {
-                        EventRow::new(&envelope, &delivery.message, &received_at)
+                        EventRow::new(envelope, &delivery.message, &received_at)
                             .map_err(|problem| (DeadReason::Undecodable, problem))
                     });
                 match row {

@@ -43,6 +43,9 @@ static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
 /// Rows per `INSERT` statement: the parameters stay well below SQLite's 32,766 and
 /// PostgreSQL's 65,535 (events bind 11 per row, conflicts 13, dead letters 15).
 const ROWS_PER_STATEMENT: usize = 1000;
+/// The start of an insert into `events`, in [`push_event_columns!`]'s order.
+const INSERT_EVENTS: &str = "INSERT INTO events (id, routing_key, source, node, time, \
+                             causation_id, schema, received_at, headers, body, publisher) ";
 /// Ids per `IN (…)` list.
 const IDS_PER_STATEMENT: usize = 500;
 
@@ -235,7 +238,7 @@ impl Store {
             .map(|message| {
                 let envelope = codec::decode(message)
                     .map_err(|e| Error::options("a message is not an event").with_source(e))?;
-                EventRow::new(&envelope, message, &received).map_err(Error::options)
+                EventRow::new(envelope, message, &received).map_err(Error::options)
             })
             .collect::<Result<Vec<_>, _>>()?;
         let written = self
@@ -275,25 +278,48 @@ impl Store {
         let mut written = Written::default();
         with_pool!(self, |pool, d| {
             let mut tx = pool.begin().await?;
+            // The common case first: every row new, so the inserts need not say which
+            // (`RETURNING` each id costs a result row per event, which SQLite hands from its
+            // worker thread one by one). They run in a savepoint: when fewer rows went in
+            // than the batch holds, it is rolled back and the rows inserted again, naming
+            // their ids, so the rows below know which were new.
+            let mut all_new = true;
+            if !events.is_empty() {
+                let mut attempt = sqlx::Connection::begin(&mut *tx).await?;
+                let mut count = 0;
+                for chunk in events.chunks(ROWS_PER_STATEMENT) {
+                    let mut qb = QueryBuilder::new(INSERT_EVENTS);
+                    qb.push_values(chunk, |mut b, row| push_event_columns!(b, d, row));
+                    qb.push(" ON CONFLICT (id) DO NOTHING");
+                    count += qb.build().execute(&mut *attempt).await?.rows_affected();
+                }
+                // An id goes in at most once, so as many rows as the batch holds means each
+                // was new and each id different.
+                all_new = count == events.len() as u64;
+                if all_new {
+                    attempt.commit().await?;
+                    written.events = count;
+                } else {
+                    attempt.rollback().await?;
+                }
+            }
             let mut inserted: HashSet<String> = HashSet::new();
-            for chunk in events.chunks(ROWS_PER_STATEMENT) {
-                let mut qb = QueryBuilder::new(
-                    "INSERT INTO events (id, routing_key, source, node, time, causation_id, \
-                     schema, received_at, headers, body, publisher) ",
-                );
-                qb.push_values(chunk, |mut b, row| push_event_columns!(b, d, row));
-                qb.push(" ON CONFLICT (id) DO NOTHING RETURNING ")
-                    .push(d.id_text);
-                let ids: Vec<String> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
-                written.events += ids.len() as u64;
-                inserted.extend(ids);
+            if !all_new {
+                for chunk in events.chunks(ROWS_PER_STATEMENT) {
+                    let mut qb = QueryBuilder::new(INSERT_EVENTS);
+                    qb.push_values(chunk, |mut b, row| push_event_columns!(b, d, row));
+                    qb.push(" ON CONFLICT (id) DO NOTHING RETURNING ")
+                        .push(d.id_text);
+                    let ids: Vec<String> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
+                    written.events += ids.len() as u64;
+                    inserted.extend(ids);
+                }
             }
 
             // The rows that may not be the stored event: those not inserted, and every row
             // of an id the batch holds more than once (only one of them was inserted). None
             // when every row was inserted (the common case): their ids were all new and
             // all different.
-            let all_new = inserted.len() == events.len();
             let suspects: Vec<&EventRow> = if all_new {
                 Vec::new()
             } else {

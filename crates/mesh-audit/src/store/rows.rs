@@ -7,7 +7,7 @@ use mesh_core::{codec, DeadReason, Envelope, EventId, Timestamp, WireMessage};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::convert::{clean, headers_to_json_text, time_from_text, time_to_text};
+use crate::convert::{clean, clean_owned, headers_to_json_text, time_from_text, time_to_text};
 use crate::error::Error;
 use crate::record::{ConflictRecord, DeadLetterId, DeadLetterRecord, EventRecord};
 
@@ -34,10 +34,10 @@ pub(crate) struct EventRow {
 }
 
 impl EventRow {
-    /// The row of a decoded event; `Err` says why it cannot be stored (its body is not UTF-8,
-    /// which JSON requires but the decoder does not check).
+    /// The row of a decoded event, taking its text; `Err` says why it cannot be stored (its
+    /// body is not UTF-8, which JSON requires but the decoder does not check).
     pub(crate) fn new(
-        envelope: &Envelope,
+        envelope: Envelope,
         message: &WireMessage,
         received_at: &str,
     ) -> Result<EventRow, String> {
@@ -48,8 +48,8 @@ impl EventRow {
         Ok(EventRow {
             id: envelope.id.to_string(),
             routing_key: envelope.key.as_str().to_owned(),
-            source: clean(&envelope.source),
-            node: clean(&envelope.node),
+            source: clean_owned(envelope.source),
+            node: clean_owned(envelope.node),
             time,
             causation_id: envelope.causation_id.as_deref().map(canonical_id),
             schema: envelope.schema.map(|s| i64::from(s.0)),
