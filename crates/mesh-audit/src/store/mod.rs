@@ -35,14 +35,11 @@ use rows::{
     Identity,
 };
 pub(crate) use rows::{now_text, DeadRow, EventRow};
-use sql::{Cursor, Dialect, POSTGRES, SQLITE};
+use sql::{statement_chunks, Cursor, Dialect, POSTGRES, SQLITE};
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
 
-/// Rows per `INSERT` statement: the parameters stay well below SQLite's 32,766 and
-/// PostgreSQL's 65,535 (events bind 11 per row, conflicts 13, dead letters 15).
-const ROWS_PER_STATEMENT: usize = 1000;
 /// The start of an insert into `events`, in [`push_event_columns!`]'s order.
 const INSERT_EVENTS: &str = "INSERT INTO events (id, routing_key, source, node, time, \
                              causation_id, schema, received_at, headers, body, publisher) ";
@@ -287,7 +284,7 @@ impl Store {
             if !events.is_empty() {
                 let mut attempt = sqlx::Connection::begin(&mut *tx).await?;
                 let mut count = 0;
-                for chunk in events.chunks(ROWS_PER_STATEMENT) {
+                for chunk in statement_chunks(events) {
                     let mut qb = QueryBuilder::new(INSERT_EVENTS);
                     qb.push_values(chunk, |mut b, row| push_event_columns!(b, d, row));
                     qb.push(" ON CONFLICT (id) DO NOTHING");
@@ -305,7 +302,7 @@ impl Store {
             }
             let mut inserted: HashSet<String> = HashSet::new();
             if !all_new {
-                for chunk in events.chunks(ROWS_PER_STATEMENT) {
+                for chunk in statement_chunks(events) {
                     let mut qb = QueryBuilder::new(INSERT_EVENTS);
                     qb.push_values(chunk, |mut b, row| push_event_columns!(b, d, row));
                     qb.push(" ON CONFLICT (id) DO NOTHING RETURNING ")
@@ -362,7 +359,7 @@ impl Store {
                         (identity != *stored).then(|| ConflictRow::new(row, &identity))
                     })
                     .collect();
-                for chunk in conflicts.chunks(ROWS_PER_STATEMENT) {
+                for chunk in statement_chunks(&conflicts) {
                     let mut qb = QueryBuilder::new(
                         "INSERT INTO event_conflicts (id, event_id, routing_key, source, node, \
                          time, causation_id, schema, received_at, headers, body, publisher, \
@@ -382,7 +379,7 @@ impl Store {
             // takes rollup rows only once it waits for no event row any more, and in one
             // order (sorted), so two writers never wait for each other in a cycle.
             let rollups = rollups(events, (!all_new).then_some(&inserted));
-            for chunk in rollups.chunks(ROWS_PER_STATEMENT) {
+            for chunk in statement_chunks(&rollups) {
                 let mut qb = QueryBuilder::new(
                     "INSERT INTO event_rollups (minute, routing_key, source, events) ",
                 );
@@ -399,7 +396,7 @@ impl Store {
                 qb.build().execute(&mut *tx).await?;
             }
 
-            for chunk in dead.chunks(ROWS_PER_STATEMENT) {
+            for chunk in statement_chunks(dead) {
                 let mut qb = QueryBuilder::new(
                     "INSERT INTO dead_letters (id, event_id, routing_key, reason, attempts, \
                      last_error, queue, dead_at, received_at, content_type, message_id, \

@@ -98,6 +98,28 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     minute: pg_time!("minute"),
 };
 
+/// Rows per `INSERT` statement, at most: a power of two (see [`statement_chunks`]). The
+/// parameters stay well below SQLite's 32,766 and PostgreSQL's 65,535 (events bind 11 per
+/// row, conflicts 13, dead letters 15).
+pub(crate) const ROWS_PER_STATEMENT: usize = 512;
+
+/// `rows` cut into statements of a power of two rows each, largest first (500 rows: 256,
+/// 128, 64, 32, 16 and 4). A multi-row insert's text depends on its number of rows, and
+/// preparing it costs SQLite about as much as running it: with these sizes a table is
+/// written with at most ten texts, which each connection's statement cache (and
+/// PostgreSQL's prepared statements) keep, where a text per size of batch would be prepared
+/// anew for nearly every batch that closes on its wait.
+pub(crate) fn statement_chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        let len = rows.len().min(ROWS_PER_STATEMENT);
+        // The largest power of two not above `len`; none when no row is left.
+        let size = 1_usize << len.checked_ilog2()?;
+        let (chunk, rest) = rows.split_at(size);
+        rows = rest;
+        Some(chunk)
+    })
+}
+
 /// What SQL can decide about a routing key from a topic pattern, always a superset of what
 /// the pattern matches (SQL `LIKE` cannot express `*` and `#`; see [`key_prefilter`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -298,7 +320,28 @@ pub(crate) fn push_page<'a, DB>(
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        #[test]
+        fn statement_chunks_cover_the_rows_in_few_sizes(len in 0_usize..5_000) {
+            let rows: Vec<usize> = (0..len).collect();
+            let chunks: Vec<&[usize]> = statement_chunks(&rows).collect();
+            // Every row once, in order.
+            prop_assert_eq!(&chunks.concat(), &rows);
+            for pair in chunks.windows(2) {
+                prop_assert!(pair[0].len() >= pair[1].len(), "sizes grow: {:?}", chunks);
+            }
+            for chunk in &chunks {
+                prop_assert!(chunk.len().is_power_of_two() && chunk.len() <= ROWS_PER_STATEMENT);
+            }
+            // One statement per full 512 rows, at most one per smaller power of two.
+            let most = len / ROWS_PER_STATEMENT + (len % ROWS_PER_STATEMENT).count_ones() as usize;
+            prop_assert_eq!(chunks.len(), most);
+        }
+    }
 
     #[test]
     fn prefilters_are_supersets() {
