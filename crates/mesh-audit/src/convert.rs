@@ -513,48 +513,48 @@ mod hostile {
             any::<bool>(),
         )
             .prop_map(|(key, hostile, body, good_base)| {
-                let mut headers = Headers::new();
-                if good_base {
-                    headers.insert(
-                        codec::EVENT_ID.into(),
-                        uuid::Uuid::now_v7().to_string().into(),
-                    );
-                    headers.insert(codec::SOURCE.into(), "umami".into());
-                    headers.insert(codec::NODE.into(), "anchor".into());
-                    headers.insert(codec::TIME.into(), "2026-09-03T12:00:00Z".into());
-                }
+                let mut headers = if good_base {
+                    contract_headers("anchor")
+                } else {
+                    Headers::new()
+                };
                 headers.extend(hostile);
-                WireMessage {
-                    routing_key: key,
-                    properties: Properties {
-                        content_type: Some("application/json".into()),
-                        headers,
-                        ..Properties::default()
-                    },
-                    body,
-                }
+                json_message(key, headers, body)
             })
     }
 
-    #[test]
-    fn an_event_row_takes_its_text_and_cleans_it() {
+    /// The contract's headers of an event from `umami` on `node`.
+    fn contract_headers(node: &str) -> Headers {
         let mut headers = Headers::new();
         headers.insert(
             codec::EVENT_ID.into(),
             uuid::Uuid::now_v7().to_string().into(),
         );
         headers.insert(codec::SOURCE.into(), "umami".into());
-        headers.insert(codec::NODE.into(), "an\0chor".into());
+        headers.insert(codec::NODE.into(), node.into());
         headers.insert(codec::TIME.into(), "2026-09-03T12:00:00Z".into());
-        let message = WireMessage {
-            routing_key: "module.umami.site.created".into(),
+        headers
+    }
+
+    fn json_message(routing_key: String, headers: Headers, body: Bytes) -> WireMessage {
+        WireMessage {
+            routing_key,
             properties: Properties {
                 content_type: Some("application/json".into()),
                 headers,
                 ..Properties::default()
             },
-            body: Bytes::from_static(b"{}"),
-        };
+            body,
+        }
+    }
+
+    #[test]
+    fn an_event_row_takes_its_text_and_cleans_it() {
+        let message = json_message(
+            "module.umami.site.created".into(),
+            contract_headers("an\0chor"),
+            Bytes::from_static(b"{}"),
+        );
         let envelope = codec::decode(&message).expect("a well-formed event");
         let row = EventRow::new(envelope, &message, &now_text()).expect("a row");
         assert_eq!(row.source, "umami");
