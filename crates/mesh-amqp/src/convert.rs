@@ -166,11 +166,13 @@ pub(crate) fn from_field_table(table: &FieldTable) -> Headers {
 }
 
 fn table_from_wire(table: &FieldTable, depth: usize) -> Headers {
-    table
-        .as_ref()
-        .iter()
-        .map(|(name, value)| (short_text(name), value_from_wire(value, depth + 1)))
-        .collect()
+    // Inserted one by one: collecting would gather the pairs in a vector and sort it
+    // first, an allocation more for every delivery (the names are unique already).
+    let mut headers = Headers::new();
+    for (name, value) in table.as_ref() {
+        headers.insert(short_text(name), value_from_wire(value, depth + 1));
+    }
+    headers
 }
 
 /// A short string's text (a copy: the client library keeps the table).

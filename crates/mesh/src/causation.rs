@@ -11,8 +11,8 @@ tokio::task_local! {
 }
 
 /// Runs `future` with `cause` as the causation id of what it emits or calls.
-pub(crate) async fn scope<F: Future>(cause: EventId, future: F) -> F::Output {
-    CAUSE.scope(cause, future).await
+pub(crate) fn scope<F: Future>(cause: EventId, future: F) -> impl Future<Output = F::Output> {
+    CAUSE.scope(cause, future)
 }
 
 /// The id of the event the current task is handling, if any.

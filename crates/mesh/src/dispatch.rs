@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use mesh_core::codec::{self, DeadLetterNote, DeadReason};
-use mesh_core::{AckFailed, Delivery, RetryPolicy, Subscription, Timestamp};
+use mesh_core::{AckFailed, Delivery, EventId, RetryPolicy, Subscription, Timestamp};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn, Instrument, Span};
 
@@ -112,11 +112,15 @@ impl Dispatcher {
         stop: CancellationToken,
     ) {
         let mut running = FuturesUnordered::new();
+        // Made once, not at every turn: a fresh one would register with the token (under
+        // its lock) and unregister again for every delivery.
+        let stopped = stop.cancelled();
+        tokio::pin!(stopped);
         let mut open = true;
         while open {
             tokio::select! {
                 biased;
-                () = stop.cancelled() => break,
+                () = &mut stopped => break,
                 Some(()) = running.next(), if !running.is_empty() => {}
                 delivery = subscription.next() => match delivery {
                     Some(delivery) => running.push(self.handle(delivery)),
@@ -131,7 +135,61 @@ impl Dispatcher {
         debug!(queue = subscription.queue(), "consumer stopped");
     }
 
-    async fn handle(&self, delivery: Delivery) {
+    /// Handles one delivery: what becomes of it is decided here, at once ([`Plan`]); the
+    /// future returned runs its handlers and settles it.
+    ///
+    /// The future is kept small (it is allocated for every delivery, and past about a
+    /// kilobyte an allocation leaves the allocator's fast path): the decoding and matching
+    /// happen before it, and it holds the delivery once, as captured, never moved into a
+    /// local across an await.
+    fn handle(&self, delivery: Delivery) -> impl std::future::Future<Output = ()> + Send + '_ {
+        let plan = self.plan(&delivery);
+        async move {
+            // Matched by reference: bindings by value would be copies the future holds
+            // beside the plan.
+            match &plan {
+                Plan::Reject {
+                    reason,
+                    attempt,
+                    error,
+                } => {
+                    // Boxed, as every path but the ack: the future of each delivery stays
+                    // small.
+                    let dead = self.dead_letter(delivery, *reason, *attempt, error.clone());
+                    Box::pin(dead).await;
+                }
+                Plan::Unmatched(span) => {
+                    span.record("outcome", "unmatched");
+                    self.settle_ack(delivery).await;
+                }
+                Plan::Run(run) => {
+                    let started = Instant::now();
+                    let outcome = crate::causation::scope(run.cause, run.call())
+                        .instrument(run.span.clone())
+                        .await;
+                    record::handled(
+                        &self.queue,
+                        started.elapsed(),
+                        !matches!(outcome, Outcome::Done),
+                    );
+                    // The settling is awaited inside the span, never across a held guard.
+                    if let Outcome::Done = outcome {
+                        run.span.record("outcome", "ack");
+                        self.settle_ack(delivery).instrument(run.span.clone()).await;
+                    } else {
+                        // Boxed: the common path's future does not carry the publish of a
+                        // copy.
+                        let failure =
+                            self.settle_failure(delivery, outcome, run.attempt, &run.span);
+                        Box::pin(failure.instrument(run.span.clone())).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Decodes a delivery and finds its handlers: what is to become of it.
+    fn plan(&self, delivery: &Delivery) -> Plan<'_> {
         let failed_before = codec::attempts(&delivery.message);
         let attempt = failed_before.saturating_add(1);
         let decoded =
@@ -156,10 +214,11 @@ impl Dispatcher {
                     %reason,
                     "event dead-lettered, it breaks the contract: {error}"
                 );
-                let text = error.to_string();
-                // Boxed, as every path but the ack: the future of each delivery stays small.
-                Box::pin(self.dead_letter(delivery, reason, attempt, text)).await;
-                return;
+                return Plan::Reject {
+                    reason,
+                    attempt,
+                    error: error.to_string(),
+                };
             }
         };
         let span = tracing::info_span!(
@@ -201,9 +260,7 @@ impl Dispatcher {
                 ),
                 Verdict::Quiet => {}
             }
-            span.record("outcome", "unmatched");
-            self.settle_ack(delivery).await;
-            return;
+            return Plan::Unmatched(span);
         };
         let handler = &self.handlers[first];
         // With validation on, a body is checked against each handler's schema before that
@@ -216,45 +273,16 @@ impl Dispatcher {
             .filter(|h| h.matches(key))
             .map(|h| (h, h.refusal(&envelope, &mut parsed)))
             .collect();
-        drop(parsed);
         let cause = envelope.id;
-        let meta = Meta::new(Arc::new(envelope), attempt, delivery.redelivered);
-        let run = async {
-            if others.is_empty() {
-                return checked_call(handler, refusal.as_deref(), meta).await;
-            }
-            let calls = std::iter::once((handler, refusal.as_deref()))
-                .chain(others.iter().map(|(h, refusal)| (*h, refusal.as_deref())))
-                .map(|(h, refusal)| checked_call(h, refusal, meta.clone()));
-            let mut worst = Outcome::Done;
-            for outcome in futures::future::join_all(calls).await {
-                worst = worse(worst, outcome);
-            }
-            worst
-        };
-        let started = Instant::now();
-        let outcome = crate::causation::scope(cause, run)
-            .instrument(span.clone())
-            .await;
-        record::handled(
-            &self.queue,
-            started.elapsed(),
-            !matches!(outcome, Outcome::Done),
-        );
-        // The settling is awaited inside the span, never across a held guard.
-        self.settle(delivery, outcome, attempt, &span)
-            .instrument(span.clone())
-            .await;
-    }
-
-    async fn settle(&self, delivery: Delivery, outcome: Outcome, attempt: u32, span: &Span) {
-        if let Outcome::Done = outcome {
-            span.record("outcome", "ack");
-            self.settle_ack(delivery).await;
-        } else {
-            // Boxed: the common path's future does not carry the publish of a copy.
-            Box::pin(self.settle_failure(delivery, outcome, attempt, span)).await;
-        }
+        Plan::Run(Run {
+            span,
+            handler,
+            refusal,
+            others,
+            cause,
+            attempt,
+            meta: Meta::new(Arc::new(envelope), attempt, delivery.redelivered),
+        })
     }
 
     /// Settles a delivery whose handlers failed: a retry down the ladder, or a dead letter.
@@ -298,6 +326,55 @@ impl Dispatcher {
                 }
             },
         }
+    }
+}
+
+/// What becomes of a delivery, decided before any handler runs.
+enum Plan<'a> {
+    /// It breaks the contract: dead-lettered with the reason.
+    Reject {
+        reason: DeadReason,
+        attempt: u32,
+        error: String,
+    },
+    /// No handler here wants it: acked (in its span).
+    Unmatched(Span),
+    /// Its handlers run.
+    Run(Run<'a>),
+}
+
+/// The handlers a delivery goes to, and what they are given.
+struct Run<'a> {
+    span: Span,
+    /// The first handler matching its key.
+    handler: &'a HandlerEntry,
+    /// Why the first handler's schema refused the body, if it did.
+    refusal: Option<String>,
+    /// The other handlers matching its key, each with its schema's refusal.
+    others: Vec<(&'a HandlerEntry, Option<String>)>,
+    cause: EventId,
+    attempt: u32,
+    meta: Meta,
+}
+
+impl Run<'_> {
+    /// Calls every handler; the worst of their outcomes.
+    async fn call(&self) -> Outcome {
+        if self.others.is_empty() {
+            return checked_call(self.handler, self.refusal.as_deref(), self.meta.clone()).await;
+        }
+        let calls = std::iter::once((self.handler, self.refusal.as_deref()))
+            .chain(
+                self.others
+                    .iter()
+                    .map(|(h, refusal)| (*h, refusal.as_deref())),
+            )
+            .map(|(h, refusal)| checked_call(h, refusal, self.meta.clone()));
+        let mut worst = Outcome::Done;
+        for outcome in futures::future::join_all(calls).await {
+            worst = worse(worst, outcome);
+        }
+        worst
     }
 }
 
@@ -372,6 +449,19 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The size of the future made for a delivery, whatever its closure's lifetime.
+    fn future_size<'a, F: std::future::Future>(_: fn(&'a Dispatcher, Delivery) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn the_future_of_a_delivery_stays_small() {
+        // One is allocated per delivery; past about a kilobyte an allocation leaves the
+        // allocator's fast path (it was 1,648 bytes, the delivery held three times).
+        let size = future_size(Dispatcher::handle);
+        assert!(size <= 900, "the future of a delivery is {size} bytes");
+    }
 
     #[test]
     fn an_unmatched_key_is_logged_once_per_period() {
