@@ -80,6 +80,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use mesh_core::backoff::Backoff;
@@ -318,6 +319,14 @@ impl AuditLogger {
         // two batches are unacked at a time.
         let mut writing: Option<BoxFuture<'_, Result<(), Error>>> = None;
         let mut ended = None;
+        // The shutdown and the batch's deadline are waited on by futures made once, not at
+        // every turn of the loop: a fresh one would register with the token or the timer,
+        // and unregister again, for every delivery.
+        let stopped = shutdown.cancelled();
+        tokio::pin!(stopped);
+        let timer = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(timer);
+        let mut armed = None;
         loop {
             if shutdown.is_cancelled() {
                 break;
@@ -332,14 +341,20 @@ impl AuditLogger {
                 writing = Some(Box::pin(self.commit(std::mem::take(&mut batch), shutdown)));
                 continue;
             }
+            if deadline != armed {
+                if let Some(deadline) = deadline {
+                    timer.as_mut().reset(deadline);
+                }
+                armed = deadline;
+            }
             // Not biased: under a backlog of events, dead letters still get their turn.
             tokio::select! {
-                () = shutdown.cancelled() => break,
+                () = &mut stopped => break,
                 outcome = written(&mut writing) => {
                     writing = None;
                     outcome?;
                 }
-                () = sleep_until(deadline) => {}
+                () = &mut timer, if armed.is_some() => {}
                 delivery = events.next() => match delivery {
                     Some(delivery) => self.take(Source::Events, delivery, &mut batch).await,
                     None => { ended = Some(queue.clone()); break; }
@@ -348,6 +363,19 @@ impl AuditLogger {
                     Some(delivery) => self.take(Source::DeadLetters, delivery, &mut batch).await,
                     None => { ended = Some(dead_queue.clone()); break; }
                 },
+            }
+            // What else both queues hold ready joins the batch without another turn of the
+            // select (each turn polls every branch): a backlog is taken a burst at a time.
+            match self.take_ready(&mut events, &mut dead, &mut batch).await {
+                Some(Source::Events) => {
+                    ended = Some(queue.clone());
+                    break;
+                }
+                Some(Source::DeadLetters) => {
+                    ended = Some(dead_queue.clone());
+                    break;
+                }
+                None => {}
             }
         }
 
@@ -465,6 +493,36 @@ impl AuditLogger {
             }
         }
         Ok(())
+    }
+
+    /// Takes the deliveries both subscriptions have ready, one of each in turn, until
+    /// neither has one or the batch is full; which subscription ended, if one did.
+    async fn take_ready(
+        &self,
+        events: &mut Subscription,
+        dead: &mut Subscription,
+        batch: &mut Batch,
+    ) -> Option<Source> {
+        while batch.len() < self.options.get_batch_size() {
+            let mut took = false;
+            for (source, subscription) in [
+                (Source::Events, &mut *events),
+                (Source::DeadLetters, &mut *dead),
+            ] {
+                match ready(subscription).await {
+                    Poll::Ready(Some(delivery)) => {
+                        self.take(source, delivery, batch).await;
+                        took = true;
+                    }
+                    Poll::Ready(None) => return Some(source),
+                    Poll::Pending => {}
+                }
+            }
+            if !took {
+                break;
+            }
+        }
+        None
     }
 
     async fn drain_buffered(
@@ -724,17 +782,16 @@ async fn ack_all(deliveries: impl IntoIterator<Item = Delivery>) {
     }
 }
 
+/// The subscription's next delivery if one is ready, polled once (with this task's waker,
+/// so a `Pending` still wakes the task when one arrives).
+async fn ready(subscription: &mut Subscription) -> Poll<Option<Delivery>> {
+    std::future::poll_fn(|cx| Poll::Ready(subscription.poll_next(cx))).await
+}
+
 /// Resolves with the outcome of the batch being written; never, while none is.
 async fn written(writing: &mut Option<BoxFuture<'_, Result<(), Error>>>) -> Result<(), Error> {
     match writing {
         Some(write) => write.await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
     }
 }
