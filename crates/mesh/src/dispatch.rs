@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use mesh_core::codec::{self, DeadLetterNote, DeadReason};
-use mesh_core::{AckFailed, Delivery, EventId, RetryPolicy, Subscription, Timestamp};
+use mesh_core::{AckFailed, Delivery, RetryPolicy, Subscription, Timestamp};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn, Instrument, Span};
 
@@ -164,7 +164,7 @@ impl Dispatcher {
                 }
                 Plan::Run(run) => {
                     let started = Instant::now();
-                    let outcome = crate::causation::scope(run.cause, run.call())
+                    let outcome = crate::causation::scope(run.meta.id(), run.call())
                         .instrument(run.span.clone())
                         .await;
                     record::handled(
@@ -180,7 +180,7 @@ impl Dispatcher {
                         // Boxed: the common path's future does not carry the publish of a
                         // copy.
                         let failure =
-                            self.settle_failure(delivery, outcome, run.attempt, &run.span);
+                            self.settle_failure(delivery, outcome, run.meta.attempt(), &run.span);
                         Box::pin(failure.instrument(run.span.clone())).await;
                     }
                 }
@@ -273,14 +273,11 @@ impl Dispatcher {
             .filter(|h| h.matches(key))
             .map(|h| (h, h.refusal(&envelope, &mut parsed)))
             .collect();
-        let cause = envelope.id;
         Plan::Run(Run {
             span,
             handler,
             refusal,
             others,
-            cause,
-            attempt,
             meta: Meta::new(Arc::new(envelope), attempt, delivery.redelivered),
         })
     }
@@ -352,8 +349,7 @@ struct Run<'a> {
     refusal: Option<String>,
     /// The other handlers matching its key, each with its schema's refusal.
     others: Vec<(&'a HandlerEntry, Option<String>)>,
-    cause: EventId,
-    attempt: u32,
+    /// The event and its attempt, as the handlers are given them.
     meta: Meta,
 }
 
