@@ -53,6 +53,8 @@ pub(crate) struct AckTracker<W> {
     waiters: Vec<W>,
     /// Releases decided since the last flush.
     releases: Vec<u64>,
+    /// A batch of acks ([`AckTracker::ack_many`]) was decided since the last flush.
+    batched: bool,
     /// The channel is gone.
     lost: bool,
 }
@@ -64,6 +66,7 @@ impl<W> Default for AckTracker<W> {
             acks: Vec::new(),
             waiters: Vec::new(),
             releases: Vec::new(),
+            batched: false,
             lost: false,
         }
     }
@@ -82,13 +85,15 @@ impl<W> AckTracker<W> {
         self.waiters.push(waiter);
     }
 
-    /// `tags` are decided together: ack them all; `waiter` waits for their frames.
+    /// `tags` are decided together: ack them all; `waiter` waits for their frames. They go
+    /// at the next flush, with no wait for company: its caller gathered them already.
     pub(crate) fn ack_many(&mut self, tags: impl IntoIterator<Item = u64>, waiter: W) {
         for tag in tags {
             self.undecided.remove(&tag);
             self.acks.push(tag);
         }
         self.waiters.push(waiter);
+        self.batched = true;
     }
 
     /// `tag` is decided: requeue it.
@@ -98,15 +103,17 @@ impl<W> AckTracker<W> {
     }
 
     /// Whether to hold the acks decided so far back for more to join them: only acks wait
-    /// (a release, or a channel known lost, goes at once), fewer than `linger_acks` of them,
-    /// and either handlers still run on other deliveries, or nobody waits for these acks
-    /// (`awaited` is false: every one was handed on detached, so holding it back delays no
-    /// caller, only the broker's count of unacked messages, while the next deliveries may
-    /// already be on their way). A consumer awaiting each ack while handling one delivery at
-    /// a time never waits. The shell bounds the wait.
+    /// (a release, a batch of acks, or a channel known lost, goes at once: a batch is what
+    /// the wait would gather, and its caller, who gathered it, waits for it), fewer than
+    /// `linger_acks` of them, and either handlers still run on other deliveries, or nobody
+    /// waits for these acks (`awaited` is false: every one was handed on detached, so
+    /// holding it back delays no caller, only the broker's count of unacked messages, while
+    /// the next deliveries may already be on their way). A consumer awaiting each ack while
+    /// handling one delivery at a time never waits. The shell bounds the wait.
     pub(crate) fn should_linger(&self, linger_acks: usize, awaited: bool) -> bool {
         !self.lost
             && self.releases.is_empty()
+            && !self.batched
             && !self.acks.is_empty()
             && self.acks.len() < linger_acks
             && (!awaited || !self.undecided.is_empty())
@@ -122,6 +129,7 @@ impl<W> AckTracker<W> {
     /// `open` or not: a channel once gone stays gone, and its decisions are dropped.
     pub(crate) fn flush(&mut self, open: bool) -> Flush<W> {
         self.lost |= !open;
+        self.batched = false;
         let waiters = std::mem::take(&mut self.waiters);
         if self.lost {
             self.acks.clear();
@@ -319,6 +327,28 @@ mod tests {
         assert_eq!(flush.frames, [ack(2, true), ack(4, false)]);
         assert_eq!(flush.waiters, ["batch"]);
         assert_eq!(tracker.undecided(), 2);
+    }
+
+    #[test]
+    fn a_batch_of_acks_goes_at_once_even_while_other_deliveries_are_undecided() {
+        let mut tracker = AckTracker::default();
+        for tag in 1..=8 {
+            tracker.delivered(tag);
+        }
+        // One ack among undecided deliveries waits for company...
+        tracker.ack(1, "one");
+        assert!(tracker.should_linger(16, true));
+        assert!(tracker.should_linger(16, false));
+        // ...but a batch is the company: it goes, taking the waiting ack along.
+        tracker.ack_many([2, 3], "batch");
+        assert!(!tracker.should_linger(16, true));
+        assert!(!tracker.should_linger(16, false));
+        let flush = tracker.flush(true);
+        assert_eq!(flush.frames, [ack(3, true)]);
+        assert_eq!(flush.waiters, ["one", "batch"]);
+        // The flush ends it: a single ack after it waits again.
+        tracker.ack(4, "four");
+        assert!(tracker.should_linger(16, true));
     }
 
     #[test]

@@ -29,10 +29,12 @@
 //!   the linger lets through. Releases are `basic.nack(requeue)`, sent at once and
 //!   before the acks of the same batch so a `multiple` ack never covers them.
 //!   [`Delivery::ack_all`] sends the acks of one channel's deliveries as a single command
-//!   (one wake of the tracker and one answer, instead of one per delivery), and an ack
-//!   handed on with [`Delivery::ack_detached`] (the SDK's consumer loop acks so) has no
-//!   answer at all: nobody waits for it, and the tracker reports a failure to the
-//!   [`AckFailed`] it came with. The tracker takes every command already queued before it
+//!   (one wake of the tracker and one answer, instead of one per delivery), at once: a
+//!   batch is what the wait would gather, and its caller waits for it (the audit logger's
+//!   next batch fills only as the broker's credit comes back). An ack handed on with
+//!   [`Delivery::ack_detached`] (the SDK's consumer loop acks so) has no answer at all:
+//!   nobody waits for it, and the tracker reports a failure to the [`AckFailed`] it came
+//!   with. The tracker takes every command already queued before it
 //!   closes its channel at the transport's close, so such an ack is sent (or reported)
 //!   before the connection goes.
 //!
