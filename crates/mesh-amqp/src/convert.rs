@@ -36,6 +36,41 @@ pub(crate) fn check_short(what: &str, value: &str) -> Result<(), TransportError>
     Ok(())
 }
 
+/// The entries an empty table from [`new_table`] takes without growing: an event's contract
+/// headers (four, six with causation and schema) and a couple more.
+const TABLE_ROOM: usize = 7;
+
+/// An empty header table with room for [`TABLE_ROOM`] entries.
+///
+/// The client library's table is a hash map it makes empty, with no way to size it: filled
+/// with an event's four to six headers it grew twice, hashing its first entries again at the
+/// second growth. A clone of an empty table that has room keeps that room (the map's control
+/// bytes are copied, nothing is hashed), so a table is cloned from one made once with room.
+/// Its hasher's keys are random per process, as a fresh map's are per thread.
+fn new_table() -> FieldTable {
+    static ROOMY: std::sync::OnceLock<FieldTable> = std::sync::OnceLock::new();
+    ROOMY
+        .get_or_init(|| {
+            let mut table = FieldTable::new();
+            let names: Vec<ShortStr> = (0..TABLE_ROOM)
+                .filter_map(|n| ShortStr::try_from(format!("room-{n}")).ok())
+                .collect();
+            for name in &names {
+                table.insert(name.clone(), FieldValue::V);
+            }
+            for name in &names {
+                table.remove(name);
+            }
+            // Emptied entries may leave tombstones that take room: then a plain table.
+            if table.as_ref().capacity() >= TABLE_ROOM {
+                table
+            } else {
+                FieldTable::new()
+            }
+        })
+        .clone()
+}
+
 fn too_deep() -> TransportError {
     TransportError::new(
         TransportErrorKind::Protocol,
@@ -52,7 +87,7 @@ fn table_to_wire(headers: &Headers, depth: usize) -> Result<FieldTable, Transpor
     if depth > MAX_DEPTH {
         return Err(too_deep());
     }
-    let mut table = FieldTable::new();
+    let mut table = new_table();
     for (name, value) in headers {
         check_short("a header name", name)?;
         let key = name.as_str().try_into().map_err(|_| {
@@ -281,7 +316,8 @@ pub(crate) fn event_properties(
     check_short("the user id", user_id)?;
     let too_long = || TransportError::new(TransportErrorKind::Protocol, "header value is too long");
     let text = |value: &str| value.try_into().map(FieldValue::S).map_err(|_| too_long());
-    let mut table = FieldTable::new();
+    let owned_text = |value: String| value.try_into().map(FieldValue::S).map_err(|_| too_long());
+    let mut table = new_table();
     let mut insert = |name: &str, value: FieldValue| -> Result<(), TransportError> {
         check_short("a header name", name)?;
         let key = name.try_into().map_err(|_| {
@@ -296,10 +332,13 @@ pub(crate) fn event_properties(
         }
     }
     let id = envelope.id.text();
-    insert(EVENT_ID, text(&id)?)?;
+    let mut props = BasicProperties::default();
+    props.with_message_id(&id);
+    // The texts made for the headers are theirs: moved in, not copied.
+    insert(EVENT_ID, owned_text(id)?)?;
     insert(SOURCE, text(&envelope.source)?)?;
     insert(NODE, text(&envelope.node)?)?;
-    insert(TIME, text(&envelope.time.text())?)?;
+    insert(TIME, owned_text(envelope.time.text())?)?;
     if let Some(causation) = &envelope.causation_id {
         insert(CAUSATION_ID, text(causation)?)?;
     }
@@ -309,11 +348,9 @@ pub(crate) fn event_properties(
             value_to_wire(&HeaderValue::UInt(u64::from(schema.0)), 1)?,
         )?;
     }
-    let mut props = BasicProperties::default();
     props
         .with_content_type(CONTENT_TYPE_JSON)
-        .with_delivery_mode(DELIVERY_MODE_PERSISTENT)
-        .with_message_id(&id);
+        .with_delivery_mode(DELIVERY_MODE_PERSISTENT);
     if let Ok(seconds) = u64::try_from(envelope.time.unix_seconds()) {
         props.with_timestamp(seconds);
     }
@@ -462,6 +499,33 @@ mod tests {
 
     fn round_trip(value: &HeaderValue) -> HeaderValue {
         value_from_wire(&value_to_wire(value, 0).unwrap(), 0)
+    }
+
+    #[test]
+    fn a_new_table_takes_an_events_headers_without_growing() {
+        let mut table = new_table();
+        assert!(table.as_ref().is_empty());
+        let room = table.as_ref().capacity();
+        assert!(
+            room >= TABLE_ROOM,
+            "a new table has room for {room} entries"
+        );
+        let names = [
+            EVENT_ID,
+            SOURCE,
+            NODE,
+            TIME,
+            CAUSATION_ID,
+            SCHEMA,
+            "x-extra",
+        ];
+        for name in names {
+            table.insert(ShortStr::try_from(name).unwrap(), FieldValue::V);
+        }
+        assert_eq!(table.as_ref().len(), names.len());
+        assert_eq!(table.as_ref().capacity(), room, "the table grew");
+        // Each is a table of its own.
+        assert!(new_table().as_ref().is_empty());
     }
 
     #[test]

@@ -1201,7 +1201,8 @@ impl Bus {
             id,
             key,
             source: self.inner.source.clone(),
-            node: self.inner.node.to_string(),
+            // The name's text as is (its `Display` would go through the formatter).
+            node: self.inner.node.as_str().to_owned(),
             time: Timestamp::now(),
             causation_id,
             schema: outgoing.schema,

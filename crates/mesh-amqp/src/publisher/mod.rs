@@ -10,7 +10,9 @@
 //! ([`Backpressure`](TransportErrorKind::Backpressure)); so memory stays bounded through an
 //! outage or a broker alarm however fast callers publish. The message then goes, with its
 //! permits, through a queue to the [`PublishTask`], and the caller gets a [`Confirm`] to await
-//! now, later or never. The permits are released when the broker settles the message.
+//! now, later or never. The permits are released when the broker settles the message: the
+//! task owns them from the hand-over on, and gives back those of everything one confirm
+//! settled in one call per semaphore, before it tells any of their callers.
 //! A publish that finds room and a free slot in that queue is handed over without
 //! awaiting anything ([`Publisher::try_publish`]); only one that must wait builds, and boxes
 //! apart, the future that waits ([`Publisher::publish_waiting`]). So a publish's own future
@@ -239,27 +241,22 @@ struct Pending {
     /// no larger than any broker's `frame_max`.
     header_frame: usize,
     responder: Responder,
-    /// Its room in the window, released when it is settled.
-    _count: OwnedSemaphorePermit,
-    _bytes: Option<OwnedSemaphorePermit>,
+    /// Its bytes' share of the window. Its room (one publish, and these bytes) was taken
+    /// from the window's semaphores and is the task's from the hand-over on: the task gives
+    /// it back when the message is settled ([`WindowRoom::give_back`]), before it answers.
+    charge: u32,
 }
 
 impl Pending {
-    fn fail(self: Box<Self>, error: TransportError) {
+    /// Gives its room back, then fails it: whoever saw the outcome sees the room free.
+    fn fail(self: Box<Self>, room: &WindowRoom, error: TransportError) {
+        room.give_back(1, u64::from(self.charge));
         self.answer(Err(error));
     }
 
-    /// Gives the room back, then tells the caller: whoever saw the outcome sees the room
-    /// free.
+    /// Tells the caller; its room was given back already.
     fn answer(self: Box<Self>, outcome: Result<(), TransportError>) {
-        let Pending {
-            responder,
-            _count,
-            _bytes,
-            ..
-        } = *self;
-        drop(_bytes);
-        drop(_count);
+        let Pending { responder, .. } = *self;
         let _ = responder.send(outcome);
     }
 }
@@ -281,14 +278,19 @@ impl Waiting {
     /// Hands the publish to the task through `slot`, with the `Confirm` of its outcome.
     fn hand_over(self, room: Room, slot: mpsc::Permit<'_, Command>) -> Confirm {
         let (responder, outcome) = oneshot::channel();
+        // The room is the task's now: it gives it back when the message is settled, all of
+        // one confirm's at once.
         let (count, bytes) = room;
+        count.forget();
+        if let Some(bytes) = bytes {
+            bytes.forget();
+        }
         slot.send(Command::Publish(Box::new(Pending {
             outgoing: self.outgoing,
             properties: Some(self.properties),
             header_frame: self.header_frame,
             responder,
-            _count: count,
-            _bytes: bytes,
+            charge: self.charge,
         })));
         Confirm::new(ConfirmWait {
             outcome,
@@ -405,15 +407,15 @@ impl window::Message for Box<Pending> {
 }
 
 impl Pending {
-    /// Tells the caller how the window settled it. `close` is the broker's close that
-    /// ended its channel, when that is what settled it.
-    fn settle(self: Box<Self>, outcome: Outcome, close: Option<&BrokerClose>) {
+    /// What its caller is told of how the window settled it. `close` is the broker's close
+    /// that ended its channel, when that is what settled it.
+    fn outcome(&self, outcome: Outcome, close: Option<&BrokerClose>) -> Result<(), TransportError> {
         let outgoing = &self.outgoing;
         let with_close = |error: TransportError| match close {
             Some(close) => error.with_source(close.clone()),
             None => error,
         };
-        let result = match outcome {
+        match outcome {
             Outcome::Acked => Ok(()),
             Outcome::Unroutable(close) => Err(TransportError::new(
                 TransportErrorKind::Unroutable,
@@ -456,8 +458,7 @@ impl Pending {
                 })
             }
             Outcome::Closed => Err(closed()),
-        };
-        self.answer(result);
+        }
     }
 }
 
@@ -510,6 +511,18 @@ impl WindowRoom {
     fn close(&self) {
         self.count.close();
         self.bytes.close();
+    }
+
+    /// Gives back the room of `count` settled publishes whose bytes' shares add up to
+    /// `bytes`: one release per semaphore, however many a confirm settled.
+    fn give_back(&self, count: usize, bytes: u64) {
+        if count > 0 {
+            self.count.add_permits(count);
+        }
+        if bytes > 0 {
+            self.bytes
+                .add_permits(usize::try_from(bytes).unwrap_or(usize::MAX));
+        }
     }
 }
 
@@ -572,6 +585,7 @@ impl Publisher {
             generation: 0,
             window: window::Window::new(now()),
             flushes: Vec::new(),
+            settled: Vec::new(),
             user_id: user_id.clone(),
         };
         let span = tracing::info_span!(
@@ -913,6 +927,9 @@ struct PublishTask {
     window: window::Window<Box<Pending>>,
     /// Flushes waiting for the window and the backlog to empty.
     flushes: Vec<oneshot::Sender<()>>,
+    /// What [`answer_settled`](Self::answer_settled) is answering: kept empty between
+    /// calls, for its buffer.
+    settled: Vec<(Box<Pending>, Result<(), TransportError>)>,
     /// The connection's user, named as the publisher of every event (a resend builds an
     /// event's properties again).
     user_id: Arc<str>,
@@ -999,9 +1016,20 @@ impl PublishTask {
     /// Answers the callers of what the window settled; `close` is the broker's close that
     /// settled them, if that is what did.
     fn answer_settled(&mut self, close: Option<&BrokerClose>) {
+        let mut settled = std::mem::take(&mut self.settled);
+        let mut bytes = 0u64;
         while let Some((pending, outcome)) = self.window.poll_settled() {
-            pending.settle(outcome, close);
+            bytes += u64::from(pending.charge);
+            let result = pending.outcome(outcome, close);
+            settled.push((pending, result));
         }
+        // Room first: whoever is told an outcome sees the room of everything settled with
+        // it free.
+        self.room.give_back(settled.len(), bytes);
+        for (pending, result) in settled.drain(..) {
+            pending.answer(result);
+        }
+        self.settled = settled;
     }
 
     /// Publishes the backlog, in order, if there is a connection and a channel may be
@@ -1023,6 +1051,9 @@ impl PublishTask {
         };
         let frame_max = self.owner.connection().map_or(0, frame_max);
         let mut resent = 0u64;
+        // The window reads the time only for a send into an empty window (its stall clock
+        // starts then), which only the first send of a flush can be.
+        let mut sent_at = None;
         while let Some(mut queued) = self.window.pop_unsent() {
             // Checked again on the connection it goes out on: a resend may meet a broker
             // with a smaller frame size than the one the publish was accepted under.
@@ -1032,7 +1063,7 @@ impl PublishTask {
                 queued.message.outgoing.payload.routing_key(),
             ) {
                 tracing::warn!(error = %error, "a message's headers do not fit in a frame; not sent");
-                queued.message.fail(error);
+                queued.message.fail(&self.room, error);
                 continue;
             }
             let pending = &mut queued.message;
@@ -1046,16 +1077,19 @@ impl PublishTask {
                 {
                     Ok(properties) => properties,
                     Err(error) => {
-                        queued.message.fail(error);
+                        queued.message.fail(&self.room, error);
                         continue;
                     }
                 },
             };
             let outgoing = &pending.outgoing;
-            let args =
-                BasicPublishArguments::new(outgoing.exchange, outgoing.payload.routing_key())
-                    .mandatory(outgoing.mandatory)
-                    .finish();
+            // Built whole: the client's chained builder copies both names once more.
+            let args = BasicPublishArguments {
+                exchange: outgoing.exchange.to_owned(),
+                routing_key: outgoing.payload.routing_key().to_owned(),
+                mandatory: outgoing.mandatory,
+                immediate: false,
+            };
             let sent = within(
                 channel.basic_publish(properties, outgoing.payload.body().to_vec(), args),
                 "publishing",
@@ -1067,7 +1101,7 @@ impl PublishTask {
                     if queued.sent > 0 {
                         resent += 1;
                     }
-                    self.window.sent(queued, now());
+                    self.window.sent(queued, *sent_at.get_or_insert_with(now));
                 }
                 Err(error) => {
                     // The frame never left: the channel (or the connection) is unusable, and
@@ -1391,7 +1425,7 @@ impl PublishTask {
         self.commands.close();
         while let Ok(command) = self.commands.try_recv() {
             match command {
-                Command::Publish(pending) => pending.fail(closed()),
+                Command::Publish(pending) => pending.fail(&self.room, closed()),
                 Command::Flush(done) | Command::Close(done) => {
                     let _ = done.send(());
                 }
