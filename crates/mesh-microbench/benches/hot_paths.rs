@@ -62,7 +62,7 @@ fn converted((message, properties): (WireMessage, Result<ClientProperties, Trans
 }
 
 #[library_benchmark]
-#[bench::event(args = (true), setup = mesh_microbench::message, teardown = converted)]
+#[bench::event(args = (true), setup = mesh_microbench::converted_message, teardown = converted)]
 fn to_properties(message: WireMessage) -> (WireMessage, Result<ClientProperties, TransportError>) {
     let properties = internals::to_properties(black_box(&message), false);
     (message, black_box(properties))
