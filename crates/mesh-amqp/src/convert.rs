@@ -510,19 +510,11 @@ mod tests {
             room >= TABLE_ROOM,
             "a new table has room for {room} entries"
         );
-        let names = [
-            EVENT_ID,
-            SOURCE,
-            NODE,
-            TIME,
-            CAUSATION_ID,
-            SCHEMA,
-            "x-extra",
-        ];
-        for name in names {
+        // The contract's seven names: an event's six possible headers, and one more.
+        for name in CONTRACT_HEADERS {
             table.insert(ShortStr::try_from(name).unwrap(), FieldValue::V);
         }
-        assert_eq!(table.as_ref().len(), names.len());
+        assert_eq!(table.as_ref().len(), CONTRACT_HEADERS.len());
         assert_eq!(table.as_ref().capacity(), room, "the table grew");
         // Each is a table of its own.
         assert!(new_table().as_ref().is_empty());
