@@ -31,7 +31,11 @@ pub(crate) fn opening(error: TransportError) -> LogsError {
         | TransportErrorKind::AccessRefused => LogsErrorKind::Connection,
         _ => LogsErrorKind::Broker,
     };
-    LogsError::new(kind, format!("connecting for `{}`", crate::LOGS_EXCHANGE)).with_source(error)
+    LogsError::new(
+        kind,
+        format!("connecting for `{}`", crate::names::LOGS_EXCHANGE),
+    )
+    .with_source(error)
 }
 
 /// The error of a declaration, binding or consumer on an open link.

@@ -37,7 +37,7 @@ impl Counters {
     /// Counts `records` lost, here and in the metric.
     pub(crate) fn lose(&self, records: u64) {
         self.lost.fetch_add(records, Ordering::Relaxed);
-        metrics::counter!(crate::LOST_METRIC).increment(records);
+        metrics::counter!(crate::names::LOST_METRIC).increment(records);
     }
 }
 
@@ -91,7 +91,7 @@ impl LogsLayer {
 
     fn dropped(&self) {
         self.inner.counters.dropped.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!(crate::DROPPED_METRIC).increment(1);
+        metrics::counter!(crate::names::DROPPED_METRIC).increment(1);
     }
 }
 
@@ -134,7 +134,7 @@ where
             return;
         }
         self.inner.counters.logged.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!(crate::LOGGED_METRIC).increment(1);
+        metrics::counter!(crate::names::LOGGED_METRIC).increment(1);
         // Full: drop before paying for a record nobody will ship.
         if self.inner.buffer.capacity() == 0 {
             self.dropped();

@@ -67,30 +67,14 @@
 mod connect;
 mod error;
 mod layer;
+mod names;
 mod record;
 mod shipper;
 mod tail;
 
 pub use error::{LogsError, LogsErrorKind};
 pub use layer::LogsLayer;
+pub use names::{DROPPED_METRIC, LOGGED_METRIC, LOGS_EXCHANGE, LOST_METRIC, PUBLISHED_METRIC};
 pub use record::{LogRecord, SpanRecord};
 pub use shipper::{start, Logs, LogsOptions, LogsStats, DEFAULT_CAPACITY};
 pub use tail::{tail, tail_with, Tail, TAIL_BUFFER, TAIL_QUEUE_MAX_LENGTH};
-
-/// The logs exchange: topic, durable; its messages are transient
-/// ([`mesh_core::naming::LOGS_EXCHANGE`]).
-pub const LOGS_EXCHANGE: &str = mesh_core::naming::LOGS_EXCHANGE;
-
-/// The name of the counter of records the layer took (at or above its level, of a target
-/// that is shipped). Each ends in exactly one of the three counters below: once
-/// [`Logs::shutdown`] returned, logged = published + dropped + lost.
-pub const LOGGED_METRIC: &str = "mesh_logs_logged_total";
-/// The name of the counter of records dropped because the buffer was full (or the shipper
-/// had stopped).
-pub const DROPPED_METRIC: &str = "mesh_logs_dropped_total";
-/// The name of the counter of records published (written to the connection).
-pub const PUBLISHED_METRIC: &str = "mesh_logs_published_total";
-/// The name of the counter of records never published: lost with a connection, or left in
-/// the buffer when [`Logs::shutdown`] timed out (the broker unreachable, refusing the
-/// connection or blocking it).
-pub const LOST_METRIC: &str = "mesh_logs_lost_total";

@@ -267,7 +267,7 @@ async fn ship(
         &options.broker,
         &format!("{}.{}.logs", options.node, options.source),
     );
-    let opening = PlainLink::open_retrying(&broker, crate::LOGS_EXCHANGE);
+    let opening = PlainLink::open_retrying(&broker, crate::names::LOGS_EXCHANGE);
     let Some(link) = unless_stopped_idle(opening, &mut records, &stop).await else {
         return;
     };
@@ -369,7 +369,7 @@ impl<'a> Taken<'a> {
     fn published(mut self) {
         self.published = true;
         self.counters.published.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!(crate::PUBLISHED_METRIC).increment(1);
+        metrics::counter!(crate::names::PUBLISHED_METRIC).increment(1);
     }
 }
 

@@ -60,7 +60,7 @@ pub async fn tail_with(broker: &AmqpOptions, pattern: &str) -> Result<Tail, Logs
     })?;
     let link = PlainLink::open(
         &connect::named(broker, TAIL_CONNECTION),
-        crate::LOGS_EXCHANGE,
+        crate::names::LOGS_EXCHANGE,
     )
     .await
     .map_err(connect::opening)?;
