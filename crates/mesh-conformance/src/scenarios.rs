@@ -17,7 +17,7 @@ use mesh_testkit::eventually;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-use crate::{Harness, Role};
+use crate::harness::{Harness, Role};
 
 /// How long any single wait may take before the scenario fails.
 const WAIT: Duration = Duration::from_secs(60);
