@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use crate::wire::WireMessage;
 
+use super::future::BoxFuture;
 #[cfg(doc)]
 use super::Delivery;
-use super::{AckBatch, BoxFuture, TransportError};
+use super::{AckBatch, TransportError};
 
 /// Who hears that an ack handed on with [`Acker::ack_detached`] could not be sent: its
 /// message stays in its queue and is delivered again. One is shared by every delivery of a

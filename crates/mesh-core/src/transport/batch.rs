@@ -3,9 +3,10 @@
 
 use std::fmt;
 
+use super::future::BoxFuture;
+use super::TransportError;
 #[cfg(doc)]
 use super::{Acker, Delivery};
-use super::{BoxFuture, TransportError};
 
 /// The acks of many deliveries that one transport command can settle (those of one channel,
 /// say), built up by [`Acker::ack_into`] and sent by [`Delivery::ack_all`].

@@ -21,13 +21,11 @@
 //! - `stats`: [`TransportStats`], for metrics;
 //! - `seam`: the [`Transport`] trait itself.
 
-use std::future::Future;
-use std::pin::Pin;
-
 mod acker;
 mod batch;
 mod delivery;
 mod error;
+mod future;
 mod health;
 mod publish;
 mod seam;
@@ -39,12 +37,10 @@ pub use acker::{AckFailed, Acker};
 pub use batch::{AckBatch, AckGroup, BatchAckError};
 pub use delivery::Delivery;
 pub use error::{BoxError, TransportError, TransportErrorKind};
+pub use future::BoxFuture;
 pub use health::Health;
 pub use publish::{Confirm, PublishOptions, Target};
 pub use seam::Transport;
 pub use spec::{DeadQueue, QueueSpec, ServeSpec, SubscriptionSpec};
 pub use stats::TransportStats;
 pub use subscription::{DeliveryFeed, Subscription};
-
-/// A boxed, sendable future: what the object-safe traits of this module return.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -7,9 +7,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::future::BoxFuture;
+use super::TransportError;
 #[cfg(doc)]
 use super::TransportErrorKind;
-use super::{BoxFuture, TransportError};
 
 /// Where a message is published.
 #[derive(Debug, Clone, PartialEq, Eq)]
