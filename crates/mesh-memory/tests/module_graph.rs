@@ -32,7 +32,10 @@ fn the_state_names_neither_broker_nor_acker_nor_transport() {
         .iter()
         .filter(|(module, _)| *module == "state" || module.starts_with("state::"))
         .collect();
-    assert!(state.len() > 1, "the state is split into modules: {graph:?}");
+    assert!(
+        state.len() > 1,
+        "the state is split into modules: {graph:?}"
+    );
     for (module, named) in state {
         for shell in SHELL {
             assert!(!named.contains_key(shell), "{module} names {shell}");
