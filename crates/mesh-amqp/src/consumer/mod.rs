@@ -105,11 +105,11 @@ use tokio_util::sync::DropGuard;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::Instrument;
 
-use crate::backoff::Backoff;
+use crate::connection::backoff::Backoff;
+use crate::connection::link::{ConsumeLink, LinkStatus};
 use crate::declare::{take_close, within, CloseSlot, DeclareChannel};
 use crate::error::{from_client, from_close};
 use crate::lifecycle::{Counters, Lifecycle};
-use crate::link::{ConsumeLink, LinkStatus};
 use crate::publisher::{Payload, Publication, Publisher};
 use crate::topology::{BindingDecl, Topology};
 use ack::{AckTracker, Flush, Frame};

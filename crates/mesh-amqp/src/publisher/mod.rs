@@ -125,14 +125,14 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, TryAcquireErro
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backoff::Backoff;
-use crate::connection::{sleep_opt, LinkState};
+use crate::connection::backoff::Backoff;
+use crate::connection::owner::{ConnectionOwner, LinkEvent};
+use crate::connection::state::{sleep_opt, LinkState};
 use crate::convert::{check_short, from_delivery, to_properties};
 use crate::declare::{open_channel, within, DeclareChannel};
 use crate::error::{code, from_client, from_close, publish_refusal, BrokerClose, PublishRefusal};
 use crate::lifecycle::{Counters, Lifecycle, Link, TransportShared};
 use crate::options::AmqpOptions;
-use crate::owner::{ConnectionOwner, LinkEvent};
 use crate::topology::Topology;
 use window::{Outcome, Progress, Returned, NACK_RUN_REOPEN, STALL_AFTER};
 
