@@ -81,10 +81,10 @@ impl Reader {
     }
 }
 
-/// What a [`Subscription`] of this transport reads: the current attachment's stream, then
-/// the next one the pump hands over (once the current one has nothing ready: what it still
-/// holds came on a channel that is gone or whose consumer the broker cancelled), until the
-/// pump stops and the last stream ended.
+/// What a [`Subscription`](mesh_core::Subscription) of this transport reads: the current
+/// attachment's stream, then the next one the pump hands over (once the current one has
+/// nothing ready: what it still holds came on a channel that is gone or whose consumer the
+/// broker cancelled), until the pump stops and the last stream ended.
 pub(super) struct Feed {
     /// Declared first, so dropped first: by the time the pump sees the current reader gone,
     /// it can tell the subscription went with it.

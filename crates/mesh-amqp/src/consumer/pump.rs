@@ -25,12 +25,12 @@ use super::feed::{Feed, Reader};
 use super::tracker::{close_channel, ChannelControl, Closing, Tracker};
 
 /// A consumer attached this long is stable: the next re-attach starts its backoff over.
-const STABLE_AFTER: Duration = Duration::from_secs(5);
+pub(super) const STABLE_AFTER: Duration = Duration::from_secs(5);
 
 /// Attaches `spec` and starts the pump that keeps the returned subscription attached for as
 /// long as it is not cancelled, re-attaching whenever the consumer stops. `declared` says the
 /// queue was just declared (no need to again). `forwarders` stop its retry queues'
-/// forwarders ([`forward`]) when the subscription is dropped.
+/// forwarders ([`forward`](super::forward)) when the subscription is dropped.
 pub(crate) async fn subscribe(
     env: Env,
     spec: AttachSpec,

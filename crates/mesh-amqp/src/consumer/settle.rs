@@ -16,9 +16,10 @@ pub(super) enum AckCommand {
 
 /// Who learns how an ack went.
 pub(super) enum Done {
-    /// The acker's future waits for the outcome ([`Acker::ack`]).
+    /// The acker's future waits for the outcome ([`Acker::ack`](mesh_core::Acker::ack)).
     Answer(oneshot::Sender<Result<(), TransportError>>),
-    /// Nobody waits; a failure is reported ([`Acker::ack_detached`]).
+    /// Nobody waits; a failure is reported
+    /// ([`Acker::ack_detached`](mesh_core::Acker::ack_detached)).
     Report(AckFailed),
 }
 

@@ -26,7 +26,7 @@ const ACK_BATCH: usize = 1024;
 /// at most: only while fewer than half the prefetch is decided, and handlers still run on
 /// other deliveries of the channel or nobody awaits these acks (see
 /// [`AckTracker::should_linger`]).
-const ACK_LINGER: Duration = Duration::from_millis(1);
+pub(super) const ACK_LINGER: Duration = Duration::from_millis(1);
 
 /// Held while the pump cancels the consumer and while the ack tracker (or the pump) closes
 /// the channel, so the two never cross.
