@@ -157,7 +157,6 @@
 #![warn(missing_docs)]
 
 pub mod access;
-mod backoff;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub mod bench_internals;
@@ -167,10 +166,8 @@ mod convert;
 mod declare;
 mod error;
 mod lifecycle;
-mod link;
 pub mod management;
 mod options;
-mod owner;
 mod plain;
 #[cfg(test)]
 mod proptesting;

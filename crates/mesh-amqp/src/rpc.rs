@@ -23,9 +23,9 @@ use mesh_core::{TransportError, TransportErrorKind, WireMessage};
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
+use crate::connection::link::ConsumeLink;
 use crate::consumer::consume;
 use crate::declare::DeclareChannel;
-use crate::link::ConsumeLink;
 use crate::topology::BindingDecl;
 
 type Waiter = oneshot::Sender<Result<WireMessage, TransportError>>;

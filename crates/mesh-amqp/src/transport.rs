@@ -13,12 +13,12 @@ use mesh_core::{
 };
 use tokio::sync::{broadcast, watch};
 
-use crate::backoff::Backoff;
+use crate::connection::backoff::Backoff;
+use crate::connection::link::ConsumeLink;
 use crate::consumer::{self, forward, AttachSpec, ConsumerCounts, Env, Source};
 use crate::convert::check_short;
 use crate::declare::{self, DeclareChannel};
 use crate::lifecycle::{Counters, Lifecycle, TransportShared};
-use crate::link::ConsumeLink;
 use crate::management::{ManagementOptions, TransportManagement};
 use crate::options::{AmqpOptions, QueueType};
 use crate::publisher::{Attempt, Payload, Publication, Publisher};

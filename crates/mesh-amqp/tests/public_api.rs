@@ -11,7 +11,9 @@ use std::path::Path;
 
 const REEXPORTING: &[&str] = &[
     "lifecycle.rs",
-    "options.rs",
+    "options/builder.rs",
+    "options/mod.rs",
+    "options/url.rs",
     "plain/mod.rs",
     "tls.rs",
     "topology.rs",

@@ -45,8 +45,10 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
 
-use super::{subscribe, AttachSpec, ConsumerCounts, Env, Source};
 use mesh_core::TransportError;
+
+use super::attach::{AttachSpec, ConsumerCounts, Env, Source};
+use super::pump::subscribe;
 
 /// How many copies one forwarder holds at once, at most.
 pub(crate) const FORWARD_PREFETCH: u16 = 1000;

@@ -20,11 +20,11 @@ use std::sync::{Arc, Mutex};
 
 use mesh_core::{TopicPattern, TransportError};
 
-use crate::backoff::Backoff;
-use crate::connection::sleep_opt;
+use crate::connection::backoff::Backoff;
+use crate::connection::link::{ConsumeLink, LinkStatus};
+use crate::connection::state::sleep_opt;
 use crate::convert::check_short;
 use crate::lifecycle::TransportShared;
-use crate::link::{ConsumeLink, LinkStatus};
 use crate::options::AmqpOptions;
 use crate::topology::{ExchangeDecl, Topology};
 

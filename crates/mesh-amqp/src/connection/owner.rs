@@ -28,10 +28,11 @@ use amqprs::connection::Connection;
 use mesh_core::{BoxFuture, TransportError};
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
-use crate::connection::{self, lost_opt, opened_opt, sleep_opt, LinkState, Live};
 use crate::lifecycle::{Counters, Lifecycle, Link, TransportShared};
 use crate::options::AmqpOptions;
+
+use super::backoff::Backoff;
+use super::state::{self as connection, lost_opt, opened_opt, sleep_opt, LinkState, Live};
 
 /// What a new connection must go through before it counts as up (the consume link's
 /// topology replay); a failure fails the attempt.

@@ -39,12 +39,13 @@ use mesh_core::{TransportError, TransportErrorKind};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
-use crate::connection::LinkState;
 use crate::declare::{ensure_exchange, open_channel, within, CloseSlot, DeclareChannel};
 use crate::lifecycle::{Link, TransportShared};
 use crate::options::AmqpOptions;
-use crate::owner::{ConnectionOwner, LinkEvent, Prepare};
 use crate::topology::Topology;
+
+use super::owner::{ConnectionOwner, LinkEvent, Prepare};
+use super::state::LinkState;
 
 /// What subscribers watch: which connection is current, and whether it is up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! (closed, blocked).
 //!
 //! Each connection is owned by one task (the publisher's, or the consume side's supervisor),
-//! through a [`ConnectionOwner`](crate::owner::ConnectionOwner) that watches it with
+//! through a [`ConnectionOwner`](super::owner::ConnectionOwner) that watches it with
 //! [`lost`] and replaces it when it is lost; everything else only reads the [`LinkState`]. The connection callbacks of the client library run on its own tasks:
 //! they only record what the broker said in the `LinkState`, tagged with the connection they
 //! came from, so a late callback of a replaced connection changes nothing.

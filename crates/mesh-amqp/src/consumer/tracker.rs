@@ -1,0 +1,252 @@
+//! The ack tracker task of one manual-ack channel: the I/O shell of the [`AckTracker`] state
+//! machine. It takes the ackers' commands, sends the frames the state machine returns,
+//! answers who waits for them, and closes the channel once the reader and every acker are
+//! gone or the transport closes.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use amqprs::channel::{BasicAckArguments, BasicNackArguments, Channel};
+use mesh_core::{TransportError, TransportErrorKind};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+use tracing::Instrument;
+
+use crate::declare::{take_close, within, CloseSlot};
+
+use super::ack::{AckTracker, Flush, Frame};
+use super::attach::closing;
+use super::settle::{AckCommand, Done, Settle};
+
+/// How many commands the ack tracker handles before it sends what they decided.
+const ACK_BATCH: usize = 1024;
+
+/// How long the ack tracker holds decided acks back for more to join them in one frame,
+/// at most: only while fewer than half the prefetch is decided, and handlers still run on
+/// other deliveries of the channel or nobody awaits these acks (see
+/// [`AckTracker::should_linger`]).
+pub(super) const ACK_LINGER: Duration = Duration::from_millis(1);
+
+/// Held while the pump cancels the consumer and while the ack tracker (or the pump) closes
+/// the channel, so the two never cross.
+///
+/// They would otherwise race when a subscription is dropped: the pump's `basic.cancel` and
+/// the tracker's `channel.close` leave at the same moment from two tasks, and the client
+/// library sends a method on a channel whose close already left without checking. The
+/// broker answers a method on a channel it has closed with a *connection* error (`504
+/// CHANNEL_ERROR - expected 'channel.open'`), which costs every channel of the consume
+/// connection. Under the lock each checks the channel is still open before sending.
+pub(super) type ChannelControl = Arc<tokio::sync::Mutex<()>>;
+
+/// A channel's ack tracker state. Shared rather than owned by the tracker task: the reader
+/// registers a delivery without waking the task. Locked only for a call into the state
+/// machine, never across an await.
+type TrackerState = Arc<Mutex<AckTracker<Done>>>;
+
+fn lock(state: &TrackerState) -> std::sync::MutexGuard<'_, AckTracker<Done>> {
+    state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The reader's handle on a channel's ack tracker.
+pub(super) struct Tracker {
+    commands: mpsc::UnboundedSender<AckCommand>,
+    state: TrackerState,
+}
+
+impl Tracker {
+    /// Starts the ack tracker task of a manual-ack channel consuming `queue`, which lingers
+    /// over acks while fewer than half the `prefetch` is decided; the reader's handle on it.
+    pub(super) fn start(
+        channel: &Channel,
+        closed: &CloseSlot,
+        control: &ChannelControl,
+        prefetch: u16,
+        queue: &str,
+        closing: Closing,
+    ) -> Tracker {
+        let (commands, rx) = mpsc::unbounded_channel();
+        let state = Arc::new(Mutex::new(AckTracker::default()));
+        let span = tracing::debug_span!(parent: None, "mesh_amqp.acks", %queue);
+        tokio::spawn(
+            track(
+                channel.clone(),
+                closed.clone(),
+                control.clone(),
+                state.clone(),
+                usize::from(prefetch / 2),
+                rx,
+                closing,
+            )
+            .instrument(span),
+        );
+        Tracker { commands, state }
+    }
+
+    /// Registers a delivery as handed out: the right to settle it.
+    pub(super) fn delivered(&self, tag: u64) -> Settle {
+        lock(&self.state).delivered(tag);
+        Settle::new(self.commands.clone(), tag)
+    }
+}
+
+/// How an ack tracker learns that the transport closes, and tells it when its channel is
+/// closed (by dropping the token).
+pub(super) struct Closing {
+    pub(super) shutdown: watch::Receiver<bool>,
+    pub(super) token: TaskTrackerToken,
+}
+
+/// The ack tracker task of one channel; see the module docs.
+///
+/// It closes its channel once the reader and every acker are gone, or as soon as the
+/// transport closes (the broker requeues what is unsettled; a later ack fails with
+/// `ConnectionLost`), so that the close is acknowledged before the connection goes.
+async fn track(
+    channel: Channel,
+    closed: CloseSlot,
+    control: ChannelControl,
+    state: TrackerState,
+    linger_acks: usize,
+    mut commands: mpsc::UnboundedReceiver<AckCommand>,
+    transport: Closing,
+) {
+    let Closing {
+        mut shutdown,
+        token,
+    } = transport;
+    let mut token = Some(token);
+    loop {
+        let first = tokio::select! {
+            biased;
+            command = commands.recv() => match command {
+                Some(command) => command,
+                None => break,
+            },
+            () = closing(&mut shutdown), if token.is_some() => {
+                close_channel(&channel, &control).await;
+                token = None;
+                continue;
+            }
+        };
+        let mut next = Some(first);
+        let mut linger_until = None;
+        let mut ended = false;
+        // Whether someone awaits an ack of this flush (else all were handed on detached).
+        let mut awaited = false;
+        let mut closing_now = false;
+        let flush = loop {
+            {
+                let mut tracker = lock(&state);
+                let mut handled = 0;
+                while let Some(command) = next.take() {
+                    match command {
+                        AckCommand::Ack { tag, done } => {
+                            awaited |= done.is_awaited();
+                            tracker.ack(tag, done);
+                        }
+                        AckCommand::AckMany { tags, done } => {
+                            awaited |= done.is_awaited();
+                            tracker.ack_many(tags, done);
+                        }
+                        AckCommand::Release(tag) => tracker.release(tag),
+                    }
+                    handled += 1;
+                    if handled < ACK_BATCH {
+                        next = commands.try_recv().ok();
+                    }
+                }
+                let lingered = linger_until.is_some_and(|at| Instant::now() >= at);
+                if ended || lingered || closing_now || !tracker.should_linger(linger_acks, awaited)
+                {
+                    // A closed channel's tags died with it (the broker requeued them);
+                    // sending on it would reach whatever channel reuses its number, or
+                    // close the connection.
+                    break tracker.flush(channel.is_open());
+                }
+            }
+            // Handlers are still running on deliveries of this channel, or nobody waits for
+            // these acks: more acks, due any moment, can join them in one frame.
+            let at = *linger_until.get_or_insert_with(|| Instant::now() + ACK_LINGER);
+            tokio::select! {
+                biased;
+                command = commands.recv() => match command {
+                    Some(command) => next = Some(command),
+                    None => ended = true,
+                },
+                // The transport closes: what is decided goes now, before the channel.
+                () = closing(&mut shutdown), if token.is_some() => closing_now = true,
+                () = tokio::time::sleep_until(at) => {}
+            }
+        };
+        send(&channel, &closed, flush).await;
+        if ended {
+            break;
+        }
+    }
+    // The reader and the ackers are gone: nothing more can be settled here.
+    close_channel(&channel, &control).await;
+    drop(token);
+}
+
+/// Closes a consumer channel unless it is closed already, never while the pump cancels its
+/// consumer (see [`ChannelControl`]).
+pub(super) async fn close_channel(channel: &Channel, control: &ChannelControl) {
+    let _control = control.lock().await;
+    if channel.is_open() {
+        let _ = within(channel.clone().close(), "closing a consumer channel").await;
+    }
+}
+
+/// Sends what the tracker decided and answers who waits for it.
+async fn send(channel: &Channel, closed: &CloseSlot, flush: Flush<Done>) {
+    if flush.lost {
+        let close = take_close(closed);
+        for done in flush.waiters {
+            let error = TransportError::new(
+                TransportErrorKind::ConnectionLost,
+                "the delivery's channel is closed",
+            );
+            let error = match &close {
+                Some(close) => error.with_source(close.clone()),
+                None => error,
+            };
+            done.tell(Err(error));
+        }
+        return;
+    }
+    let mut failure = None;
+    for frame in flush.frames {
+        match frame {
+            Frame::Release(tag) => {
+                if let Err(e) = channel
+                    .basic_nack(BasicNackArguments::new(tag, false, true))
+                    .await
+                {
+                    tracing::debug!(tag, error = %e, "releasing a delivery failed");
+                }
+            }
+            Frame::Ack { tag, multiple } => {
+                if let Err(e) = channel
+                    .basic_ack(BasicAckArguments::new(tag, multiple))
+                    .await
+                {
+                    failure = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+    }
+    for done in flush.waiters {
+        let outcome = match &failure {
+            None => Ok(()),
+            Some(e) => Err(TransportError::new(
+                TransportErrorKind::ConnectionLost,
+                format!("sending an ack failed: {e}"),
+            )),
+        };
+        done.tell(outcome);
+    }
+}

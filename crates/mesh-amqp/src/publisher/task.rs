@@ -1,0 +1,620 @@
+//! The publish task: the shell of the [`Window`](window::Window) state machine. It owns the
+//! publishing connection (through its [`ConnectionOwner`]) and the confirm channel, feeds
+//! the window the connection's and the channel's events, and does what the window says:
+//! publish the backlog, answer callers, replace the channel, report a block. See the
+//! module docs of `publisher` for what happens after a loss.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments};
+use amqprs::connection::Connection;
+use mesh_core::{TransportError, WireMessage};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::connection::backoff::Backoff;
+use crate::connection::owner::{ConnectionOwner, LinkEvent};
+use crate::connection::state::{sleep_opt, LinkState};
+use crate::declare::{open_channel, within, DeclareChannel};
+use crate::error::{code, from_client, publish_refusal, BrokerClose, PublishRefusal};
+use crate::lifecycle::{Counters, Lifecycle, Link, TransportShared};
+use crate::options::AmqpOptions;
+use crate::topology::Topology;
+
+use super::callback::{Event, PublishCallback};
+use super::publication::{
+    check_header_frame, closed, connection_lost, frame_max, Command, Pending, WindowRoom,
+};
+use super::window::{self, Progress, Returned, NACK_RUN_REOPEN, STALL_AFTER};
+
+/// How many queued publishes the task takes in before it publishes them.
+const COMMAND_BATCH: usize = 256;
+
+/// How the broker names the default exchange (`""`) in its refusals.
+const DEFAULT_EXCHANGE_NAME: &str = "amq.default";
+
+/// The task that owns the publishing connection; see the module docs.
+pub(super) struct PublishTask {
+    state: Arc<LinkState>,
+    shared: Arc<TransportShared>,
+    topology: Arc<Mutex<Topology>>,
+    room: Arc<WindowRoom>,
+    commands: mpsc::Receiver<Command>,
+    events_tx: mpsc::UnboundedSender<Event>,
+    events: mpsc::UnboundedReceiver<Event>,
+    /// The connection, and its replacement after a loss.
+    owner: ConnectionOwner,
+    /// The confirm channel the window numbers publishes on (as generation
+    /// [`generation`](Self::generation)).
+    channel: Option<Channel>,
+    /// Backoff for reopening a channel the broker closed; reset by a confirm.
+    channel_backoff: Backoff,
+    /// No channel is opened before this.
+    channel_retry_at: Option<Instant>,
+    /// Exchanges of the topology to declare again before the next channel.
+    redeclare: BTreeSet<String>,
+    /// The generation of the newest channel; events of older ones are stale.
+    generation: u64,
+    /// The unconfirmed window and the backlog: the bookkeeping this task is the shell of.
+    window: window::Window<Box<Pending>>,
+    /// Flushes waiting for the window and the backlog to empty.
+    flushes: Vec<oneshot::Sender<()>>,
+    /// What [`answer_settled`](Self::answer_settled) is answering: kept empty between
+    /// calls, for its buffer.
+    settled: Vec<(Box<Pending>, Result<(), TransportError>)>,
+    /// The connection's user, named as the publisher of every event (a resend builds an
+    /// event's properties again).
+    user_id: Arc<str>,
+}
+
+enum Step {
+    Event(Event),
+    Link(LinkEvent),
+    ChannelRetry,
+    Stalled,
+    Command(Option<Command>),
+}
+
+/// Now, as the window counts time (the tokio clock, so paused test time applies).
+fn now() -> std::time::Instant {
+    Instant::now().into_std()
+}
+
+impl PublishTask {
+    /// Starts the task on the connection `owner` holds, with the window's `room`; the queue
+    /// its handles send it their commands through.
+    pub(super) fn start(
+        options: &AmqpOptions,
+        state: Arc<LinkState>,
+        shared: Arc<TransportShared>,
+        topology: Arc<Mutex<Topology>>,
+        room: Arc<WindowRoom>,
+        owner: ConnectionOwner,
+        user_id: Arc<str>,
+    ) -> mpsc::Sender<Command> {
+        // Every queued publish holds a permit, so the queue never holds more than the
+        // window; the extra room is for `Close`.
+        let (commands_tx, commands) = mpsc::channel(options.get_confirm_window() + 4);
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let task = PublishTask {
+            state,
+            shared,
+            topology,
+            room,
+            commands,
+            events_tx,
+            events,
+            owner,
+            channel: None,
+            channel_backoff: Backoff::from_options(options),
+            channel_retry_at: None,
+            redeclare: BTreeSet::new(),
+            generation: 0,
+            window: window::Window::new(now()),
+            flushes: Vec::new(),
+            settled: Vec::new(),
+            user_id,
+        };
+        let span = tracing::info_span!(
+            parent: None,
+            "mesh_amqp.publisher",
+            connection = %format!("{}.publish", options.get_connection_name())
+        );
+        tokio::spawn(task.run().instrument(span));
+        commands_tx
+    }
+
+    async fn run(mut self) {
+        loop {
+            self.flush().await;
+            self.answer_flushes();
+            let stall_at = self
+                .window
+                .stall_at(self.owner.connection().is_some())
+                .map(Instant::from_std);
+            let step = tokio::select! {
+                biased;
+                Some(event) = self.events.recv() => Step::Event(event),
+                event = self.owner.event() => Step::Link(event),
+                () = sleep_opt(self.channel_retry_at) => Step::ChannelRetry,
+                () = sleep_opt(stall_at) => Step::Stalled,
+                command = self.commands.recv() => Step::Command(command),
+            };
+            match step {
+                Step::Event(event) => self.on_event(event),
+                Step::Link(event) => self.on_link(event),
+                Step::ChannelRetry => self.channel_retry_at = None,
+                Step::Stalled => self.on_stalled(),
+                Step::Command(Some(Command::Publish(pending))) => {
+                    self.window.push(pending);
+                    // Take in what else is queued, so it goes out in one go.
+                    for _ in 1..COMMAND_BATCH {
+                        match self.commands.try_recv() {
+                            Ok(Command::Publish(pending)) => self.window.push(pending),
+                            Ok(Command::Flush(done)) => self.flushes.push(done),
+                            Ok(Command::Close(done)) => {
+                                self.shutdown().await;
+                                let _ = done.send(());
+                                return;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Step::Command(Some(Command::Flush(done))) => self.flushes.push(done),
+                Step::Command(Some(Command::Close(done))) => {
+                    self.shutdown().await;
+                    let _ = done.send(());
+                    return;
+                }
+                // Every handle is gone: nobody can publish or learn an outcome.
+                Step::Command(None) => {
+                    self.shutdown().await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Answers the flushes once nothing is unsettled: a flush waits for every publish
+    /// queued before it, and, under a steady stream of publishes, for a moment with none in
+    /// flight (its callers bound the wait).
+    fn answer_flushes(&mut self) {
+        if self.flushes.is_empty() || !self.window.is_idle() {
+            return;
+        }
+        for done in self.flushes.drain(..) {
+            let _ = done.send(());
+        }
+    }
+
+    /// Answers the callers of what the window settled; `close` is the broker's close that
+    /// settled them, if that is what did.
+    fn answer_settled(&mut self, close: Option<&BrokerClose>) {
+        let mut settled = std::mem::take(&mut self.settled);
+        let mut bytes = 0u64;
+        while let Some((pending, outcome)) = self.window.poll_settled() {
+            bytes += u64::from(pending.charge);
+            let result = pending.outcome(outcome, close);
+            settled.push((pending, result));
+        }
+        // Room first: whoever is told an outcome sees the room of everything settled with
+        // it free.
+        self.room.give_back(settled.len(), bytes);
+        for (pending, result) in settled.drain(..) {
+            pending.answer(result);
+        }
+        self.settled = settled;
+    }
+
+    /// Publishes the backlog, in order, if there is a connection and a channel may be
+    /// opened.
+    async fn flush(&mut self) {
+        if self.window.backlog() == 0
+            || self.owner.connection().is_none()
+            || self.channel_retry_at.is_some()
+        {
+            return;
+        }
+        let channel = match self.ensure_channel().await {
+            Ok(channel) => channel,
+            Err(error) => {
+                tracing::warn!(error = %error, "opening the publish channel failed");
+                self.retry_channel_later();
+                return;
+            }
+        };
+        let frame_max = self.owner.connection().map_or(0, frame_max);
+        let mut resent = 0u64;
+        // The window reads the time only for a send into an empty window (its stall clock
+        // starts then), which only the first send of a flush can be.
+        let mut sent_at = None;
+        while let Some(mut queued) = self.window.pop_unsent() {
+            // Checked again on the connection it goes out on: a resend may meet a broker
+            // with a smaller frame size than the one the publish was accepted under.
+            if let Err(error) = check_header_frame(
+                queued.message.header_frame,
+                frame_max,
+                queued.message.outgoing.payload.routing_key(),
+            ) {
+                tracing::warn!(error = %error, "a message's headers do not fit in a frame; not sent");
+                queued.message.fail(&self.room, error);
+                continue;
+            }
+            let pending = &mut queued.message;
+            let properties = match pending.properties.take() {
+                Some(properties) => properties,
+                // Sent before: the same message gives the same properties it gave then.
+                None => match pending
+                    .outgoing
+                    .payload
+                    .properties(pending.outgoing.force_persistent, &self.user_id)
+                {
+                    Ok(properties) => properties,
+                    Err(error) => {
+                        queued.message.fail(&self.room, error);
+                        continue;
+                    }
+                },
+            };
+            let outgoing = &pending.outgoing;
+            // Built whole: the client's chained builder copies both names once more.
+            let args = BasicPublishArguments {
+                exchange: outgoing.exchange.to_owned(),
+                routing_key: outgoing.payload.routing_key().to_owned(),
+                mandatory: outgoing.mandatory,
+                immediate: false,
+            };
+            let sent = within(
+                channel.basic_publish(properties, outgoing.payload.body().to_vec(), args),
+                "publishing",
+            )
+            .await
+            .and_then(|r| r.map_err(|e| from_client(e, "publishing")));
+            match sent {
+                Ok(()) => {
+                    if queued.sent > 0 {
+                        resent += 1;
+                    }
+                    self.window.sent(queued, *sent_at.get_or_insert_with(now));
+                }
+                Err(error) => {
+                    // The frame never left: the channel (or the connection) is unusable, and
+                    // the broker's numbering of what did leave is ours no more to trust.
+                    tracing::warn!(error = %error, "publish failed; replacing the channel");
+                    self.window.unsent(queued);
+                    self.drop_channel(None);
+                    self.retry_channel_later();
+                    break;
+                }
+            }
+        }
+        if resent > 0 {
+            self.shared
+                .counters
+                .resent
+                .fetch_add(resent, Ordering::Relaxed);
+            tracing::info!(resent, "resent unconfirmed publishes on a new channel");
+        }
+    }
+
+    /// The open confirm channel, opening one if needed (after declaring again the exchanges
+    /// the broker said are gone).
+    async fn ensure_channel(&mut self) -> Result<Channel, TransportError> {
+        if let Some(current) = &self.channel {
+            if current.is_open() {
+                return Ok(current.clone());
+            }
+            self.drop_channel(None);
+        }
+        let connection = match self.owner.connection() {
+            Some(connection) => connection.clone(),
+            None => return Err(connection_lost()),
+        };
+        if !self.redeclare.is_empty() {
+            self.redeclare_exchanges(&connection).await?;
+        }
+        self.generation += 1;
+        let generation = self.generation;
+        let channel = within(connection.open_channel(None), "opening the publish channel")
+            .await?
+            .map_err(|e| from_client(e, "opening the publish channel"))?;
+        channel
+            .register_callback(PublishCallback {
+                generation,
+                events: self.events_tx.clone(),
+            })
+            .await
+            .map_err(|e| from_client(e, "registering the publish channel callbacks"))?;
+        within(
+            channel.confirm_select(ConfirmSelectArguments::default()),
+            "selecting confirms",
+        )
+        .await?
+        .map_err(|e| from_client(e, "selecting confirms"))?;
+        tracing::debug!(
+            channel = channel.channel_id(),
+            generation,
+            "publish channel open, confirms selected"
+        );
+        self.window.channel_opened(generation);
+        self.channel = Some(channel.clone());
+        Ok(channel)
+    }
+
+    async fn redeclare_exchanges(&mut self, connection: &Connection) -> Result<(), TransportError> {
+        let decls: Vec<_> = match self.topology.lock() {
+            Ok(topology) => topology
+                .exchanges()
+                .filter(|e| self.redeclare.contains(&e.name))
+                .cloned()
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        let (channel, slot) = open_channel(connection, "redeclare", self.shared.clone()).await?;
+        let declare = DeclareChannel::wrap(channel, slot);
+        for decl in &decls {
+            if let Err(error) = declare.exchange(decl).await {
+                tracing::error!(error = %error, "declaring a lost exchange again failed");
+                break;
+            }
+            tracing::info!(exchange = %decl.name, "declared a lost exchange again");
+        }
+        declare.close().await;
+        self.redeclare.clear();
+        Ok(())
+    }
+
+    fn on_stalled(&mut self) {
+        self.window.stall();
+        self.state.block(format!(
+            "no publish confirm for {STALL_AFTER:?} with {} unconfirmed while connected: \
+             the broker is blocking publishers (a memory or disk alarm) or is overloaded",
+            self.window.in_flight()
+        ));
+    }
+
+    /// What a confirm did: unblock, and replace a channel the broker nacks everything on.
+    fn on_progress(&mut self, progress: Progress) {
+        if progress.unblocked {
+            self.state.unblock();
+        }
+        self.answer_settled(None);
+        if progress.reopen {
+            // The window gave the channel up: what is still unsettled on it is resent on the
+            // next one.
+            Counters::bump(&self.shared.counters.nack_run_reopens);
+            tracing::warn!(
+                for_ = ?NACK_RUN_REOPEN,
+                "the broker nacked every publish on the channel; opening a new one"
+            );
+            self.channel = None;
+            self.retry_channel_later();
+        }
+    }
+
+    fn on_event(&mut self, event: Event) {
+        let stale = match event {
+            Event::Ack {
+                generation,
+                tag,
+                multiple,
+            } => {
+                let progress = self.window.on_ack(generation, tag, multiple, now());
+                if !progress.stale {
+                    // Progress: a channel the broker closes next is reopened at once.
+                    self.channel_backoff.reset();
+                    self.on_progress(progress);
+                }
+                progress.stale
+            }
+            Event::Nack {
+                generation,
+                tag,
+                multiple,
+            } => {
+                let progress = self.window.on_nack(generation, tag, multiple, now());
+                if !progress.stale {
+                    self.on_progress(progress);
+                }
+                progress.stale
+            }
+            Event::Return {
+                generation,
+                exchange,
+                code,
+                text,
+                message,
+            } => self.on_return(generation, &exchange, BrokerClose { code, text }, &message),
+            Event::Closed { generation, close } if self.window.is_current(generation) => {
+                self.on_channel_closed(&close);
+                false
+            }
+            Event::Closed { .. } => true,
+        };
+        if stale {
+            tracing::debug!("dropped an event of a replaced publish channel");
+        }
+    }
+
+    /// Matches a `basic.return` to what it returns (see [`window::Window::on_return`]): same
+    /// exchange, routing key, message id, correlation id and body. Whether it was stale.
+    fn on_return(
+        &mut self,
+        generation: u64,
+        exchange: &str,
+        close: BrokerClose,
+        returned: &WireMessage,
+    ) -> bool {
+        let matches = |pending: &Pending| {
+            let outgoing = &pending.outgoing;
+            outgoing.exchange == exchange
+                && outgoing.payload.routing_key() == returned.routing_key
+                && outgoing.payload.is_returned(returned)
+        };
+        match self
+            .window
+            .on_return(generation, |pending| matches(pending), close)
+        {
+            Returned::Matched => false,
+            Returned::Unmatched => {
+                Counters::bump(&self.shared.counters.unmatched_returns);
+                tracing::warn!(
+                    exchange,
+                    routing_key = %returned.routing_key,
+                    "a basic.return matched no unsettled publish"
+                );
+                false
+            }
+            Returned::Stale => true,
+        }
+    }
+
+    /// The broker closed the channel; the connection is still up. Fails what the close is
+    /// about (see the module docs), queues the rest again and reopens a channel later.
+    fn on_channel_closed(&mut self, close: &BrokerClose) {
+        Counters::bump(&self.shared.counters.channel_closes);
+        tracing::warn!(code = close.code, text = %close.text, "broker closed the publish channel");
+        self.shared.emit(Lifecycle::ChannelClosed {
+            link: Link::Publish,
+            code: close.code,
+            reason: close.text.clone(),
+        });
+        self.drop_channel(Some(close));
+        match publish_refusal(close) {
+            PublishRefusal::TooLarge { size, max } => {
+                self.room.broker_max.store(max, Ordering::Relaxed);
+                // The refused message is logged as it is answered (`Pending::settle`).
+                if !self.window.refuse_too_large(size) {
+                    tracing::warn!(size, "no unsettled message has the refused size");
+                }
+            }
+            PublishRefusal::Exchange { code, exchange } => {
+                let known = code == code::NOT_FOUND
+                    && self
+                        .topology
+                        .lock()
+                        .is_ok_and(|t| t.exchanges().any(|e| e.name == exchange));
+                if known {
+                    // Ours, and gone (deleted, or a broker that lost its data): declare it
+                    // again and resend.
+                    self.redeclare.insert(exchange);
+                } else {
+                    // The broker names the default exchange `amq.default`; mesh publishes
+                    // to it as `""`.
+                    let refused = self.window.refuse_exchange(&exchange)
+                        + if exchange == DEFAULT_EXCHANGE_NAME {
+                            self.window.refuse_exchange("")
+                        } else {
+                            0
+                        };
+                    tracing::warn!(
+                        %exchange,
+                        refused,
+                        "the broker refused publishes to an exchange; not resent"
+                    );
+                }
+            }
+            PublishRefusal::Topic { exchange, key } => {
+                let refused = self.window.refuse_topic(&exchange, &key);
+                tracing::warn!(
+                    %exchange,
+                    routing_key = %key,
+                    refused,
+                    "the broker refused publishes under a topic this user may not write; \
+                     not resent"
+                );
+            }
+            PublishRefusal::UserId => {
+                let refused = self.window.refuse_all();
+                tracing::error!(
+                    refused,
+                    "the broker refused the user-id stamped on every message (it is not the \
+                     connection's user); not resent"
+                );
+            }
+            PublishRefusal::Other => {}
+        }
+        self.answer_settled(Some(close));
+        self.retry_channel_later();
+    }
+
+    /// Forgets the channel: its unsettled messages go back to the front of the backlog, in
+    /// order, except those that are not resent, which fail with `ConnectionLost`.
+    fn drop_channel(&mut self, close: Option<&BrokerClose>) {
+        self.channel = None;
+        self.window.channel_lost();
+        self.answer_settled(close);
+        // A channel the broker closed is gone already; one we gave up on is closed by the
+        // client library when its last handle drops.
+    }
+
+    fn retry_channel_later(&mut self) {
+        let delay = self.channel_backoff.next_delay();
+        self.channel_retry_at = Some(Instant::now() + delay);
+    }
+
+    /// The publish task's reactions to the connection going down (the window goes back to
+    /// the backlog, what is not resent fails) or up (the broker's size limit is learnt
+    /// again); the owner did the rest.
+    fn on_link(&mut self, event: LinkEvent) {
+        match &event {
+            LinkEvent::Lost { reason } => {
+                // The owner marked the link down, which ends a block (reported); the stall
+                // clock starts over on the next connection.
+                self.channel = None;
+                self.window.connection_lost();
+                self.answer_settled(None);
+                self.channel_retry_at = None;
+                self.channel_backoff.reset();
+                tracing::warn!(
+                    %reason,
+                    unconfirmed = self.window.backlog(),
+                    "publishing connection lost; unconfirmed publishes will be resent"
+                );
+            }
+            LinkEvent::Up { address } => {
+                // Perhaps another node, perhaps reconfigured: learn its limits again.
+                self.room.broker_max.store(0, Ordering::Relaxed);
+                self.room.frame_max.store(
+                    self.owner.connection().map_or(0, frame_max),
+                    Ordering::Relaxed,
+                );
+                tracing::info!(
+                    %address,
+                    to_resend = self.window.backlog(),
+                    "publishing connection re-established"
+                );
+            }
+        }
+        self.owner.report(event);
+    }
+
+    async fn shutdown(&mut self) {
+        self.room.close();
+        for done in self.flushes.drain(..) {
+            let _ = done.send(());
+        }
+        self.window.close();
+        self.answer_settled(None);
+        self.commands.close();
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::Publish(pending) => pending.fail(&self.room, closed()),
+                Command::Flush(done) | Command::Close(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+        if let Some(channel) = self.channel.take() {
+            if channel.is_open() {
+                let _ = within(channel.close(), "closing the publish channel").await;
+            }
+        }
+        self.owner.close().await;
+        tracing::info!("publishing connection closed");
+    }
+}
