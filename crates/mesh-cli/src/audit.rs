@@ -19,6 +19,7 @@ use crate::cli::{
 use crate::config;
 use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, escape, paint, BAD, DIM, GOOD, NAME, WARN};
+use crate::process;
 
 /// The default store, for `mesh audit run`, `mesh-audit run` and the reading commands alike:
 /// `$XDG_DATA_HOME/mesh/audit.db`, else `~/.local/share/mesh/audit.db`.
@@ -205,7 +206,7 @@ pub(crate) async fn run_logger(global: &Global, args: &AuditRunArgs) -> anyhow::
         audit,
         ..
     } = plan_logger(global, args)?;
-    install_logging();
+    process::install_logging();
     output::note(paint(
         DIM,
         format!(
@@ -222,7 +223,10 @@ pub(crate) async fn run_logger(global: &Global, args: &AuditRunArgs) -> anyhow::
     let shutdown = CancellationToken::new();
     // Registered before the service starts, so a SIGTERM from then on is never missed (the
     // default action would kill the process mid-batch).
-    let signals = tokio::spawn(cancel_on_signal(Signals::register()?, shutdown.clone()));
+    let signals = tokio::spawn(process::cancel_on_signal(
+        process::Signals::register()?,
+        shutdown.clone(),
+    ));
     let console = match args.console_addr {
         Some(addr) => Some(serve_console(global, addr, console_store, shutdown.clone()).await?),
         None => None,
@@ -286,51 +290,6 @@ async fn serve_logger_metrics(
         telemetry.local_addr()
     ));
     Ok(telemetry)
-}
-
-#[cfg(unix)]
-pub(crate) struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-#[cfg(unix)]
-impl Signals {
-    pub(crate) fn register() -> anyhow::Result<Signals> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Ok(Signals {
-            term: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
-            int: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
-        })
-    }
-}
-
-/// Cancels `shutdown` on SIGTERM or Ctrl-C (SIGINT).
-#[cfg(unix)]
-pub(crate) async fn cancel_on_signal(mut signals: Signals, shutdown: CancellationToken) {
-    tokio::select! {
-        _ = signals.term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = signals.int.recv() => tracing::info!("Ctrl-C: shutting down"),
-    }
-    shutdown.cancel();
-}
-
-#[cfg(not(unix))]
-pub(crate) struct Signals;
-
-#[cfg(not(unix))]
-impl Signals {
-    pub(crate) fn register() -> anyhow::Result<Signals> {
-        Ok(Signals)
-    }
-}
-
-/// Cancels `shutdown` on Ctrl-C.
-#[cfg(not(unix))]
-pub(crate) async fn cancel_on_signal(_signals: Signals, shutdown: CancellationToken) {
-    if tokio::signal::ctrl_c().await.is_ok() {
-        shutdown.cancel();
-    }
 }
 
 /// Runs one `audit` command.
@@ -618,16 +577,6 @@ fn draw(
         draw(child, focus, &child_prefix, Some(i + 1 == n))?;
     }
     Ok(())
-}
-
-/// `audit run` is a service: it logs (to stderr, `RUST_LOG` or `info`).
-pub(crate) fn install_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 fn dead_json(dead: &DeadLetterRecord, with_body: bool) -> Value {

@@ -29,6 +29,7 @@ use crate::cli::{Global, OutboxCommand, OutboxDatabaseArg, OutboxRelayArgs};
 use crate::config;
 use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, paint, DIM};
+use crate::process;
 
 /// Connections the relay's pool may open: a source's reads and its marks, and the
 /// cleanup.
@@ -182,12 +183,12 @@ fn plan_relay(global: &Global, args: &OutboxRelayArgs) -> anyhow::Result<RelayPl
 async fn relay(global: &Global, args: &OutboxRelayArgs) -> anyhow::Result<Code> {
     let database = parse_database(&args.database.database)?;
     let plan = plan_relay(global, args)?;
-    crate::audit::install_logging();
+    process::install_logging();
     // Registered before anything connects, so a SIGTERM from then on stops the relay
     // cleanly instead of killing it mid-round.
     let shutdown = CancellationToken::new();
-    let signals = tokio::spawn(crate::audit::cancel_on_signal(
-        crate::audit::Signals::register()?,
+    let signals = tokio::spawn(process::cancel_on_signal(
+        process::Signals::register()?,
         shutdown.clone(),
     ));
     let url = args.database.database.trim();
