@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{ConsoleArgs, Global};
 use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, paint, DIM, WARN};
-use crate::{audit, config, process};
+use crate::{config, process, store};
 
 /// The variable that holds one token (logged as `operator`).
 const TOKEN_VAR: &str = "MESH_CONSOLE_TOKEN";
@@ -119,7 +119,7 @@ pub(crate) async fn run(global: &Global, args: &ConsoleArgs) -> anyhow::Result<C
     let tokens = tokens(args)?;
     // Registered before anything opens, so a SIGTERM from then on stops the console cleanly.
     let mut signals = process::Signals::register()?;
-    let store = audit::open(global, &args.store).await?;
+    let store = store::open(global, &args.store).await?;
     process::install_logging();
     let listener = listen(args.addr).await?;
     let addr = listener.local_addr()?;

@@ -24,6 +24,7 @@ mod outbox;
 mod output;
 mod process;
 mod status;
+mod store;
 mod tail;
 mod topology;
 

@@ -3,7 +3,9 @@
 //! The connection is checked over AMQP (URL, credentials, vhost: what every service needs);
 //! queues, depths and consumers come from the management API, which AMQP cannot enumerate.
 
+use anyhow::Context as _;
 use mesh::raw::naming::{self, RETIRED_DEAD_QUEUE};
+use mesh_audit::{DeadLetterQuery, Store};
 use serde_json::{json, Value};
 
 use crate::cli::{Global, StatusArgs};
@@ -11,6 +13,7 @@ use crate::config;
 use crate::exit::Code;
 use crate::management::QueueRow;
 use crate::output::{self, paint, BAD, DIM, GOOD, NAME, WARN};
+use crate::store;
 
 /// One module queue of the node.
 #[derive(Debug)]
@@ -79,10 +82,10 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
             dead: None,
         });
     }
-    let store = crate::audit::open_if_any(global, &args.store).await?;
+    let store = store::open_if_any(global, &args.store).await?;
     if let Some(store) = &store {
         for m in &mut modules {
-            m.dead = Some(crate::audit::pending_dead_letters(store, &m.queue.name).await?);
+            m.dead = Some(pending_dead_letters(store, &m.queue.name).await?);
         }
         store.close().await;
     }
@@ -178,4 +181,12 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
 
 fn count(value: Option<u64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+/// Dead letters of `queue` not re-driven yet.
+async fn pending_dead_letters(store: &Store, queue: &str) -> anyhow::Result<u64> {
+    store
+        .count_dead_letters(&DeadLetterQuery::new().queue(queue).redriven(false))
+        .await
+        .with_context(|| format!("counting the dead letters of {queue}"))
 }
