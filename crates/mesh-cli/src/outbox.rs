@@ -25,7 +25,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use sqlx::Pool;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{Global, OutboxCommand, OutboxDatabaseArg, OutboxRelayArgs};
+use crate::cli::{shown, Global, OutboxCommand, OutboxDatabaseArg, OutboxRelayArgs, Source};
 use crate::config;
 use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, paint, DIM};
@@ -45,44 +45,14 @@ pub(crate) async fn run(global: &Global, command: &OutboxCommand) -> anyhow::Res
     }
 }
 
-/// A source of outbox rows: `<origin>.<owner>`, the identity whose bus publishes them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Source {
-    origin: Origin,
-    owner: Name,
-}
-
-impl Source {
-    /// `module.<m>`, `mesh.<c>` or `node.<n>`.
-    pub(crate) fn parse(text: &str) -> Result<Source, String> {
-        let wanted = "expected <origin>.<owner> with origin module, mesh or node (e.g. \
-                      module.shop)";
-        let (origin, owner) = text.split_once('.').ok_or_else(|| wanted.to_owned())?;
-        let origin = match origin {
-            "module" => Origin::Module,
-            "mesh" => Origin::Mesh,
-            "node" => Origin::Node,
-            _ => return Err(wanted.to_owned()),
-        };
-        let owner = Name::parse(owner).map_err(|e| format!("{e} ({wanted})"))?;
-        Ok(Source { origin, owner })
-    }
-
-    /// A bus speaking as this source, with nothing to consume and nothing to announce.
-    fn builder(&self, node: &Name) -> mesh::BusBuilder {
-        let builder = Bus::builder().announce(false);
-        match self.origin {
-            Origin::Module => builder.node(node.as_str()).module(self.owner.as_str()),
-            Origin::Mesh => builder.node(node.as_str()).context(self.owner.as_str()),
-            // A node speaks for itself: its name is the owner.
-            Origin::Node => builder.node(self.owner.as_str()).as_node(),
-        }
-    }
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.origin, self.owner)
+/// A bus speaking as `source`, with nothing to consume and nothing to announce.
+fn bus_builder(source: &Source, node: &Name) -> mesh::BusBuilder {
+    let builder = Bus::builder().announce(false);
+    match source.origin() {
+        Origin::Module => builder.node(node.as_str()).module(source.owner().as_str()),
+        Origin::Mesh => builder.node(node.as_str()).context(source.owner().as_str()),
+        // A node speaks for itself: its name is the owner.
+        Origin::Node => builder.node(source.owner().as_str()).as_node(),
     }
 }
 
@@ -90,23 +60,6 @@ impl std::fmt::Display for Source {
 enum Database {
     Postgres(PgConnectOptions),
     Sqlite(SqliteConnectOptions),
-}
-
-/// The database URL for messages: its user information, and the value of a `password`
-/// query parameter (which PostgreSQL URLs may carry), redacted.
-pub(crate) fn shown(url: &str) -> String {
-    let redacted = mesh::amqp::redact_url(url);
-    let Some((base, query)) = redacted.split_once('?') else {
-        return redacted;
-    };
-    let query: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=<redacted>"),
-            _ => pair.to_owned(),
-        })
-        .collect();
-    format!("{base}?{}", query.join("&"))
 }
 
 /// Parses `--database`: `postgres://…` or `sqlite:…`; anything else, or a URL the driver
@@ -232,8 +185,7 @@ async fn relay_on<DB: Backend>(
     for source in &plan.sources {
         let started = async {
             let transport = config::connect(plan.amqp.clone()).await?;
-            source
-                .builder(&plan.node)
+            bus_builder(source, &plan.node)
                 .start(transport)
                 .await
                 .with_context(|| format!("starting the bus of {source}"))
@@ -373,25 +325,6 @@ async fn status(global: &Global, arg: &OutboxDatabaseArg) -> anyhow::Result<Code
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sources_name_an_origin_and_an_owner() {
-        assert_eq!(
-            Source::parse("module.shop").unwrap().to_string(),
-            "module.shop"
-        );
-        assert_eq!(
-            Source::parse("mesh.billing").unwrap().to_string(),
-            "mesh.billing"
-        );
-        assert_eq!(
-            Source::parse("node.anchor").unwrap().to_string(),
-            "node.anchor"
-        );
-        for bad in ["shop", "module.", "queue.shop", "module.a.b", "", "."] {
-            assert!(Source::parse(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn database_urls_are_checked_without_quoting_a_password() {
