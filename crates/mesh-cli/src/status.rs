@@ -5,6 +5,7 @@
 
 use anyhow::Context as _;
 use mesh::raw::naming::{self, RETIRED_DEAD_QUEUE};
+use mesh::raw::Name;
 use mesh_audit::{DeadLetterQuery, Store};
 use serde_json::{json, Value};
 
@@ -54,34 +55,7 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
             .map(str::to_owned)
     });
     let queues = management.queues().await?;
-    let prefix = format!("{node}.");
-    let mut modules: Vec<ModuleQueue<'_>> = Vec::new();
-    for queue in &queues {
-        let Some(module) = queue
-            .name
-            .strip_prefix(&prefix)
-            .and_then(|rest| rest.strip_suffix(".events"))
-        else {
-            continue;
-        };
-        if module.contains('.') {
-            continue;
-        }
-        // Retry queues, and the retired delay queues still draining.
-        let retry_prefix = format!("{}.retry.", queue.name);
-        let delay_prefix = format!("{}.delay.", queue.name);
-        let retrying = queues
-            .iter()
-            .filter(|q| q.name.starts_with(&retry_prefix) || q.name.starts_with(&delay_prefix))
-            .filter_map(|q| q.messages)
-            .sum();
-        modules.push(ModuleQueue {
-            module,
-            queue,
-            retrying,
-            dead: None,
-        });
-    }
+    let mut modules = module_queues(&queues, &node);
     let store = store::open_if_any(global, &args.store).await?;
     if let Some(store) = &store {
         for m in &mut modules {
@@ -177,6 +151,40 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
         "(counts are the management API's last statistics sample, every 5 s by default)",
     ))?;
     Ok(Code::Ok)
+}
+
+/// The module queues of `node` among `queues` (`<node>.<module>.events`), each with the retry
+/// copies waiting beside it; dead letters are counted later, from the store.
+fn module_queues<'a>(queues: &'a [QueueRow], node: &Name) -> Vec<ModuleQueue<'a>> {
+    let prefix = format!("{node}.");
+    let mut modules: Vec<ModuleQueue<'_>> = Vec::new();
+    for queue in queues {
+        let Some(module) = queue
+            .name
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(".events"))
+        else {
+            continue;
+        };
+        if module.contains('.') {
+            continue;
+        }
+        // Retry queues, and the retired delay queues still draining.
+        let retry_prefix = format!("{}.retry.", queue.name);
+        let delay_prefix = format!("{}.delay.", queue.name);
+        let retrying = queues
+            .iter()
+            .filter(|q| q.name.starts_with(&retry_prefix) || q.name.starts_with(&delay_prefix))
+            .filter_map(|q| q.messages)
+            .sum();
+        modules.push(ModuleQueue {
+            module,
+            queue,
+            retrying,
+            dead: None,
+        });
+    }
+    modules
 }
 
 fn count(value: Option<u64>) -> String {
