@@ -15,6 +15,7 @@ mod cli;
 mod config;
 mod console;
 mod contract;
+mod dead;
 mod emit;
 mod generate;
 mod logs;
@@ -184,7 +185,7 @@ fn run(mut cli: Cli) -> anyhow::Result<Code> {
                 Command::Call(args) => call::run(global, args).await,
                 Command::Status(args) => status::run(global, args).await,
                 Command::Audit(command) => audit::run(global, command).await,
-                Command::Dead(command) => audit::run_dead(global, command).await,
+                Command::Dead(command) => dead::run(global, command).await,
                 Command::Logs(command) => logs::run(global, command).await,
                 Command::Contract(command) => contract::run(global, command).await,
                 Command::Outbox(command) => outbox::run(global, command).await,

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{shown, Global, OutboxCommand, OutboxDatabaseArg, OutboxRelayArgs, Source};
 use crate::config;
 use crate::exit::{fail, Code, WithCode};
+use crate::metrics;
 use crate::output::{self, paint, DIM};
 use crate::process;
 
@@ -199,7 +200,14 @@ async fn relay_on<DB: Backend>(
         }
     }
     let telemetry = match args.metrics.metrics_addr {
-        Some(addr) => match serve_metrics(addr, &buses).await {
+        // The relay's and the buses' metrics, readiness following every bus.
+        Some(addr) => match metrics::serve_watching(addr, |telemetry| {
+            for bus in &buses {
+                telemetry.watch(bus);
+            }
+        })
+        .await
+        {
             Ok(telemetry) => Some(telemetry),
             Err(error) => {
                 close_all(&buses).await;
@@ -246,24 +254,6 @@ async fn close_all(buses: &[Bus]) {
     for bus in buses {
         bus.close().await;
     }
-}
-
-/// `--metrics-addr`: the relay's and the buses' metrics, readiness following every bus.
-async fn serve_metrics(
-    addr: std::net::SocketAddr,
-    buses: &[Bus],
-) -> anyhow::Result<mesh::telemetry::TelemetryServer> {
-    let telemetry = mesh::telemetry::serve_prometheus(addr)
-        .await
-        .coded(Code::Error, || format!("cannot serve metrics on {addr}"))?;
-    for bus in buses {
-        telemetry.watch(bus);
-    }
-    output::note(format!(
-        "metrics on http://{}/metrics (also /livez and /readyz)",
-        telemetry.local_addr()
-    ));
-    Ok(telemetry)
 }
 
 /// The outbox's counts, its pool closed after.
