@@ -48,7 +48,7 @@ use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
 use mesh::raw::Transport;
 use mesh::raw::{Name, TransportErrorKind};
 
-use crate::cli::{Global, QueueTypeArg};
+use crate::cli::{parse_duration, EnvPassword, Global, QueueTypeArg};
 use crate::exit::{fail, Code, WithCode};
 use crate::management::Management;
 
@@ -65,34 +65,6 @@ pub(crate) const MAX_SETTINGS_FILE: u64 = 4 * 1024 * 1024;
 /// event, and a bound on what a wrong path (a device, a log, an endless pipe) can make the
 /// tool hold.
 pub(crate) const MAX_BODY_FILE: u64 = 16 * 1024 * 1024;
-/// The environment variable holding the broker password.
-pub(crate) const PASSWORD_ENV: &str = "MESH_PASSWORD";
-
-/// A password taken from [`PASSWORD_ENV`]: `Debug` only says whether it is set.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub(crate) struct EnvPassword(Option<String>);
-
-impl EnvPassword {
-    /// Reads [`PASSWORD_ENV`] (unset, empty or not UTF-8: none).
-    pub(crate) fn from_env() -> EnvPassword {
-        EnvPassword(std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()))
-    }
-
-    /// The password, if set.
-    pub(crate) fn get(&self) -> Option<&str> {
-        self.0.as_deref()
-    }
-}
-
-impl fmt::Debug for EnvPassword {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(_) => f.write_str("EnvPassword(<redacted>)"),
-            None => f.write_str("EnvPassword(None)"),
-        }
-    }
-}
-
 /// `options` with the password of a password file (which wins) or of the environment; the
 /// file is read now (a missing or empty one is an error naming it) and again at every
 /// connect.
@@ -565,7 +537,7 @@ fn parse_context(path: &Path, text: &str, asked: Option<&str>) -> anyhow::Result
     }
     let connect_timeout = match &written.connect_timeout {
         Some(timeout) => Some(
-            crate::cli::parse_duration(timeout.get_ref())
+            parse_duration(timeout.get_ref())
                 .map_err(|message| error(timeout.span(), format!("connect-timeout: {message}")))?,
         ),
         None => None,
@@ -731,7 +703,7 @@ url = "amqp://127.0.0.1"
         let file = std::env::temp_dir().join(format!("mesh-cli-password-{}", std::process::id()));
         std::fs::write(&file, "from-file\n").unwrap();
         let options: AmqpOptions = "amqp://u:from-url@h/v".parse().unwrap();
-        let env = EnvPassword(Some("from-env".to_owned()));
+        let env = EnvPassword::new(Some("from-env".to_owned()));
         let with_file = with_password(options.clone(), &env, Some(&file)).unwrap();
         assert_eq!(with_file.load_password().unwrap(), "from-file");
         assert_eq!(with_file.get_password(), "from-file");

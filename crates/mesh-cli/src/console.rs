@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{ConsoleArgs, Global};
 use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, paint, DIM, WARN};
-use crate::{audit, config};
+use crate::{config, process, store};
 
 /// The variable that holds one token (logged as `operator`).
 const TOKEN_VAR: &str = "MESH_CONSOLE_TOKEN";
@@ -117,8 +117,10 @@ pub(crate) fn env_tokens() -> anyhow::Result<Tokens> {
 
 pub(crate) async fn run(global: &Global, args: &ConsoleArgs) -> anyhow::Result<Code> {
     let tokens = tokens(args)?;
-    let store = audit::open(global, &args.store).await?;
-    audit::install_logging();
+    // Registered before anything opens, so a SIGTERM from then on stops the console cleanly.
+    let mut signals = process::Signals::register()?;
+    let store = store::open(global, &args.store).await?;
+    process::install_logging();
     let listener = listen(args.addr).await?;
     let addr = listener.local_addr()?;
     let (console, transport) =
@@ -128,7 +130,11 @@ pub(crate) async fn run(global: &Global, args: &ConsoleArgs) -> anyhow::Result<C
         store.options().redacted_url()
     ));
     let shutdown = CancellationToken::new();
-    let signals = tokio::spawn(stop_on_signal(shutdown.clone()));
+    let stop = shutdown.clone();
+    let signals = tokio::spawn(async move {
+        signals.recv().await;
+        stop.cancel();
+    });
     let outcome = mesh_console::serve(listener, console, shutdown).await;
     signals.abort();
     if let Some(transport) = transport {
@@ -137,23 +143,4 @@ pub(crate) async fn run(global: &Global, args: &ConsoleArgs) -> anyhow::Result<C
     store.close().await;
     outcome.context("the console failed")?;
     Ok(Code::Ok)
-}
-
-/// Cancels `shutdown` on Ctrl-C or SIGTERM.
-async fn stop_on_signal(shutdown: CancellationToken) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            shutdown.cancel();
-            return;
-        }
-    }
-    if tokio::signal::ctrl_c().await.is_ok() {
-        shutdown.cancel();
-    }
 }

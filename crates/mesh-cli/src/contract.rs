@@ -11,13 +11,13 @@ use mesh_contract::{check, read_announcement, System};
 use mesh_core::contract::CONTRACT_FORMAT;
 use serde_json::json;
 
-use crate::audit;
 use crate::cli::{
     ContractCheckArgs, ContractCommand, ContractExportArgs, ContractFormat, ContractSource, Global,
     StoreArg,
 };
 use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, escape, paint, BAD, DIM, GOOD, NAME, WARN};
+use crate::store;
 
 /// The announcement keys, whoever announces: `module.<m>.contract.announced`,
 /// `node.<n>.…`, `mesh.<c>.…`.
@@ -68,7 +68,7 @@ fn read_file(path: &Path) -> anyhow::Result<System> {
 /// The newest readable announcement of every owner in the store; an unreadable one is
 /// skipped with a warning naming its event id.
 async fn from_store(global: &Global, arg: &StoreArg) -> anyhow::Result<System> {
-    let store = audit::open(global, arg).await?;
+    let store = store::open(global, arg).await?;
     let result = newest_announcements(&store).await;
     store.close().await;
     Ok(System::from_timed(result?))

@@ -15,6 +15,7 @@ mod cli;
 mod config;
 mod console;
 mod contract;
+mod dead;
 mod emit;
 mod generate;
 mod logs;
@@ -22,12 +23,13 @@ mod management;
 mod metrics;
 mod outbox;
 mod output;
+mod process;
 mod status;
+mod store;
 mod tail;
 mod topology;
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::error::ErrorKind as ClapErrorKind;
 
@@ -151,28 +153,13 @@ fn prepare(global: &mut Global) -> anyhow::Result<()> {
     config::apply_context(global)
 }
 
-/// How long the exit waits for the runtime's blocking tasks.
-const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
-
-/// A multi-thread runtime for the commands that speak AMQP.
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?)
-}
-
 fn run_audit(mut cli: AuditCli) -> anyhow::Result<Code> {
     prepare(&mut cli.global)?;
-    let runtime = runtime()?;
-    let result = runtime.block_on(async {
+    process::block_on(async {
         match &cli.command {
             AuditCliCommand::Run(args) => audit::run_logger(&cli.global, args).await,
         }
-    });
-    // Torn down as in `run`.
-    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
-    result
+    })
 }
 
 fn run(mut cli: Cli) -> anyhow::Result<Code> {
@@ -191,34 +178,23 @@ fn run(mut cli: Cli) -> anyhow::Result<Code> {
         Command::Access(command) => access::run(global, command),
         Command::Completions(args) => generate::completions(args),
         Command::Man(args) => generate::man(global, args),
-        command => {
-            let runtime = runtime()?;
-            let result = runtime.block_on(async {
-                match command {
-                    Command::Emit(args) => emit::run(global, args).await,
-                    Command::Tail(args) => tail::run(global, args).await,
-                    Command::Call(args) => call::run(global, args).await,
-                    Command::Status(args) => status::run(global, args).await,
-                    Command::Audit(command) => audit::run(global, command).await,
-                    Command::Dead(command) => audit::run_dead(global, command).await,
-                    Command::Logs(command) => logs::run(global, command).await,
-                    Command::Contract(command) => contract::run(global, command).await,
-                    Command::Outbox(command) => outbox::run(global, command).await,
-                    Command::Console(args) => console::run(global, args).await,
-                    Command::Topology(command) => topology::run(global, command),
-                    Command::Access(command) => access::run(global, command),
-                    Command::Completions(args) => generate::completions(args),
-                    Command::Man(args) => generate::man(global, args),
-                }
-            });
-            // Every command has closed what it opened by now, and a transport's close
-            // returns only once the broker acknowledged every channel close it made (the
-            // client library panics when an acknowledgement arrives for a close whose task
-            // the runtime dropped; see mesh-amqp's `Shared::channel_tasks`), so tearing the
-            // runtime down drops only idle tasks. Bounded, so that a blocking task still
-            // running (a name lookup of an unreachable host) cannot hold the exit.
-            runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
-            result
-        }
+        command => process::block_on(async {
+            match command {
+                Command::Emit(args) => emit::run(global, args).await,
+                Command::Tail(args) => tail::run(global, args).await,
+                Command::Call(args) => call::run(global, args).await,
+                Command::Status(args) => status::run(global, args).await,
+                Command::Audit(command) => audit::run(global, command).await,
+                Command::Dead(command) => dead::run(global, command).await,
+                Command::Logs(command) => logs::run(global, command).await,
+                Command::Contract(command) => contract::run(global, command).await,
+                Command::Outbox(command) => outbox::run(global, command).await,
+                Command::Console(args) => console::run(global, args).await,
+                Command::Topology(command) => topology::run(global, command),
+                Command::Access(command) => access::run(global, command),
+                Command::Completions(args) => generate::completions(args),
+                Command::Man(args) => generate::man(global, args),
+            }
+        }),
     }
 }

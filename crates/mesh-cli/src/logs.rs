@@ -7,6 +7,7 @@ use crate::cli::{Global, LogsCommand, LogsTailArgs};
 use crate::config;
 use crate::exit::{Code, WithCode};
 use crate::output;
+use crate::process;
 
 /// Runs `mesh logs …`.
 pub(crate) async fn run(global: &Global, command: &LogsCommand) -> anyhow::Result<Code> {
@@ -24,20 +25,17 @@ async fn tail(global: &Global, args: &LogsTailArgs) -> anyhow::Result<Code> {
         .await
         .coded(Code::Unreachable, || "could not follow the logs".to_owned())?;
     // Before saying it follows: whoever waits for that line may stop it with SIGTERM next.
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut signals = process::Signals::register()?;
     output::note(format!(
         "following mesh.logs on {} (queue {}, removed when this exits)",
         args.pattern,
         records.queue()
     ));
-    let interrupt = tokio::signal::ctrl_c();
-    tokio::pin!(interrupt);
     let mut seen: u64 = 0;
     let followed = async {
         while args.count.is_none_or(|count| seen < count) {
             tokio::select! {
-                _ = &mut interrupt => break,
-                _ = terminate.recv() => break,
+                _ = signals.recv() => break,
                 next = records.next() => match next {
                     None => return Err(crate::exit::fail(Code::Error, "the connection to the broker was lost")),
                     Some(record) => {

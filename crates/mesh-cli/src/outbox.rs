@@ -25,10 +25,12 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use sqlx::Pool;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{Global, OutboxCommand, OutboxDatabaseArg, OutboxRelayArgs};
+use crate::cli::{shown, Global, OutboxCommand, OutboxDatabaseArg, OutboxRelayArgs, Source};
 use crate::config;
 use crate::exit::{fail, Code, WithCode};
+use crate::metrics;
 use crate::output::{self, paint, DIM};
+use crate::process;
 
 /// Connections the relay's pool may open: a source's reads and its marks, and the
 /// cleanup.
@@ -44,44 +46,14 @@ pub(crate) async fn run(global: &Global, command: &OutboxCommand) -> anyhow::Res
     }
 }
 
-/// A source of outbox rows: `<origin>.<owner>`, the identity whose bus publishes them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Source {
-    origin: Origin,
-    owner: Name,
-}
-
-impl Source {
-    /// `module.<m>`, `mesh.<c>` or `node.<n>`.
-    pub(crate) fn parse(text: &str) -> Result<Source, String> {
-        let wanted = "expected <origin>.<owner> with origin module, mesh or node (e.g. \
-                      module.shop)";
-        let (origin, owner) = text.split_once('.').ok_or_else(|| wanted.to_owned())?;
-        let origin = match origin {
-            "module" => Origin::Module,
-            "mesh" => Origin::Mesh,
-            "node" => Origin::Node,
-            _ => return Err(wanted.to_owned()),
-        };
-        let owner = Name::parse(owner).map_err(|e| format!("{e} ({wanted})"))?;
-        Ok(Source { origin, owner })
-    }
-
-    /// A bus speaking as this source, with nothing to consume and nothing to announce.
-    fn builder(&self, node: &Name) -> mesh::BusBuilder {
-        let builder = Bus::builder().announce(false);
-        match self.origin {
-            Origin::Module => builder.node(node.as_str()).module(self.owner.as_str()),
-            Origin::Mesh => builder.node(node.as_str()).context(self.owner.as_str()),
-            // A node speaks for itself: its name is the owner.
-            Origin::Node => builder.node(self.owner.as_str()).as_node(),
-        }
-    }
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.origin, self.owner)
+/// A bus speaking as `source`, with nothing to consume and nothing to announce.
+fn bus_builder(source: &Source, node: &Name) -> mesh::BusBuilder {
+    let builder = Bus::builder().announce(false);
+    match source.origin() {
+        Origin::Module => builder.node(node.as_str()).module(source.owner().as_str()),
+        Origin::Mesh => builder.node(node.as_str()).context(source.owner().as_str()),
+        // A node speaks for itself: its name is the owner.
+        Origin::Node => builder.node(source.owner().as_str()).as_node(),
     }
 }
 
@@ -89,23 +61,6 @@ impl std::fmt::Display for Source {
 enum Database {
     Postgres(PgConnectOptions),
     Sqlite(SqliteConnectOptions),
-}
-
-/// The database URL for messages: its user information, and the value of a `password`
-/// query parameter (which PostgreSQL URLs may carry), redacted.
-pub(crate) fn shown(url: &str) -> String {
-    let redacted = mesh::amqp::redact_url(url);
-    let Some((base, query)) = redacted.split_once('?') else {
-        return redacted;
-    };
-    let query: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=<redacted>"),
-            _ => pair.to_owned(),
-        })
-        .collect();
-    format!("{base}?{}", query.join("&"))
 }
 
 /// Parses `--database`: `postgres://…` or `sqlite:…`; anything else, or a URL the driver
@@ -182,12 +137,12 @@ fn plan_relay(global: &Global, args: &OutboxRelayArgs) -> anyhow::Result<RelayPl
 async fn relay(global: &Global, args: &OutboxRelayArgs) -> anyhow::Result<Code> {
     let database = parse_database(&args.database.database)?;
     let plan = plan_relay(global, args)?;
-    crate::audit::install_logging();
+    process::install_logging();
     // Registered before anything connects, so a SIGTERM from then on stops the relay
     // cleanly instead of killing it mid-round.
     let shutdown = CancellationToken::new();
-    let signals = tokio::spawn(crate::audit::cancel_on_signal(
-        crate::audit::Signals::register()?,
+    let signals = tokio::spawn(process::cancel_on_signal(
+        process::Signals::register()?,
         shutdown.clone(),
     ));
     let url = args.database.database.trim();
@@ -231,8 +186,7 @@ async fn relay_on<DB: Backend>(
     for source in &plan.sources {
         let started = async {
             let transport = config::connect(plan.amqp.clone()).await?;
-            source
-                .builder(&plan.node)
+            bus_builder(source, &plan.node)
                 .start(transport)
                 .await
                 .with_context(|| format!("starting the bus of {source}"))
@@ -246,7 +200,14 @@ async fn relay_on<DB: Backend>(
         }
     }
     let telemetry = match args.metrics.metrics_addr {
-        Some(addr) => match serve_metrics(addr, &buses).await {
+        // The relay's and the buses' metrics, readiness following every bus.
+        Some(addr) => match metrics::serve_watching(addr, |telemetry| {
+            for bus in &buses {
+                telemetry.watch(bus);
+            }
+        })
+        .await
+        {
             Ok(telemetry) => Some(telemetry),
             Err(error) => {
                 close_all(&buses).await;
@@ -293,24 +254,6 @@ async fn close_all(buses: &[Bus]) {
     for bus in buses {
         bus.close().await;
     }
-}
-
-/// `--metrics-addr`: the relay's and the buses' metrics, readiness following every bus.
-async fn serve_metrics(
-    addr: std::net::SocketAddr,
-    buses: &[Bus],
-) -> anyhow::Result<mesh::telemetry::TelemetryServer> {
-    let telemetry = mesh::telemetry::serve_prometheus(addr)
-        .await
-        .coded(Code::Error, || format!("cannot serve metrics on {addr}"))?;
-    for bus in buses {
-        telemetry.watch(bus);
-    }
-    output::note(format!(
-        "metrics on http://{}/metrics (also /livez and /readyz)",
-        telemetry.local_addr()
-    ));
-    Ok(telemetry)
 }
 
 /// The outbox's counts, its pool closed after.
@@ -372,25 +315,6 @@ async fn status(global: &Global, arg: &OutboxDatabaseArg) -> anyhow::Result<Code
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sources_name_an_origin_and_an_owner() {
-        assert_eq!(
-            Source::parse("module.shop").unwrap().to_string(),
-            "module.shop"
-        );
-        assert_eq!(
-            Source::parse("mesh.billing").unwrap().to_string(),
-            "mesh.billing"
-        );
-        assert_eq!(
-            Source::parse("node.anchor").unwrap().to_string(),
-            "node.anchor"
-        );
-        for bad in ["shop", "module.", "queue.shop", "module.a.b", "", "."] {
-            assert!(Source::parse(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn database_urls_are_checked_without_quoting_a_password() {

@@ -3,7 +3,10 @@
 //! The connection is checked over AMQP (URL, credentials, vhost: what every service needs);
 //! queues, depths and consumers come from the management API, which AMQP cannot enumerate.
 
+use anyhow::Context as _;
 use mesh::raw::naming::{self, RETIRED_DEAD_QUEUE};
+use mesh::raw::Name;
+use mesh_audit::{DeadLetterQuery, Store};
 use serde_json::{json, Value};
 
 use crate::cli::{Global, StatusArgs};
@@ -11,6 +14,7 @@ use crate::config;
 use crate::exit::Code;
 use crate::management::QueueRow;
 use crate::output::{self, paint, BAD, DIM, GOOD, NAME, WARN};
+use crate::store;
 
 /// One module queue of the node.
 #[derive(Debug)]
@@ -51,38 +55,11 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
             .map(str::to_owned)
     });
     let queues = management.queues().await?;
-    let prefix = format!("{node}.");
-    let mut modules: Vec<ModuleQueue<'_>> = Vec::new();
-    for queue in &queues {
-        let Some(module) = queue
-            .name
-            .strip_prefix(&prefix)
-            .and_then(|rest| rest.strip_suffix(".events"))
-        else {
-            continue;
-        };
-        if module.contains('.') {
-            continue;
-        }
-        // Retry queues, and the retired delay queues still draining.
-        let retry_prefix = format!("{}.retry.", queue.name);
-        let delay_prefix = format!("{}.delay.", queue.name);
-        let retrying = queues
-            .iter()
-            .filter(|q| q.name.starts_with(&retry_prefix) || q.name.starts_with(&delay_prefix))
-            .filter_map(|q| q.messages)
-            .sum();
-        modules.push(ModuleQueue {
-            module,
-            queue,
-            retrying,
-            dead: None,
-        });
-    }
-    let store = crate::audit::open_if_any(global, &args.store).await?;
+    let mut modules = module_queues(&queues, &node);
+    let store = store::open_if_any(global, &args.store).await?;
     if let Some(store) = &store {
         for m in &mut modules {
-            m.dead = Some(crate::audit::pending_dead_letters(store, &m.queue.name).await?);
+            m.dead = Some(pending_dead_letters(store, &m.queue.name).await?);
         }
         store.close().await;
     }
@@ -176,6 +153,48 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
     Ok(Code::Ok)
 }
 
+/// The module queues of `node` among `queues` (`<node>.<module>.events`), each with the retry
+/// copies waiting beside it; dead letters are counted later, from the store.
+fn module_queues<'a>(queues: &'a [QueueRow], node: &Name) -> Vec<ModuleQueue<'a>> {
+    let prefix = format!("{node}.");
+    let mut modules: Vec<ModuleQueue<'_>> = Vec::new();
+    for queue in queues {
+        let Some(module) = queue
+            .name
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(".events"))
+        else {
+            continue;
+        };
+        if module.contains('.') {
+            continue;
+        }
+        // Retry queues, and the retired delay queues still draining.
+        let retry_prefix = format!("{}.retry.", queue.name);
+        let delay_prefix = format!("{}.delay.", queue.name);
+        let retrying = queues
+            .iter()
+            .filter(|q| q.name.starts_with(&retry_prefix) || q.name.starts_with(&delay_prefix))
+            .filter_map(|q| q.messages)
+            .sum();
+        modules.push(ModuleQueue {
+            module,
+            queue,
+            retrying,
+            dead: None,
+        });
+    }
+    modules
+}
+
 fn count(value: Option<u64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+/// Dead letters of `queue` not re-driven yet.
+async fn pending_dead_letters(store: &Store, queue: &str) -> anyhow::Result<u64> {
+    store
+        .count_dead_letters(&DeadLetterQuery::new().queue(queue).redriven(false))
+        .await
+        .with_context(|| format!("counting the dead letters of {queue}"))
 }

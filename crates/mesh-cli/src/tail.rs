@@ -12,6 +12,7 @@ use crate::cli::{Global, TailArgs};
 use crate::config;
 use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, escape, paint, DIM, NAME, WARN};
+use crate::process;
 
 /// The identity the CLI listens and calls as: the runtime context `cli`.
 pub(crate) const CLI_CONTEXT: &str = "cli";
@@ -50,7 +51,7 @@ pub(crate) async fn run(global: &Global, args: &TailArgs) -> anyhow::Result<Code
 async fn follow(global: &Global, args: &TailArgs, bus: &Bus) -> anyhow::Result<Code> {
     let mut listener = bus.listen(&args.patterns).await?;
     // Before saying it listens: whoever waits for that line may stop it with SIGTERM next.
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut signals = process::Signals::register()?;
     output::note(paint(
         DIM,
         format!(
@@ -59,13 +60,10 @@ async fn follow(global: &Global, args: &TailArgs, bus: &Bus) -> anyhow::Result<C
             listener.queue()
         ),
     ));
-    let interrupt = tokio::signal::ctrl_c();
-    tokio::pin!(interrupt);
     let mut seen: u64 = 0;
     while args.count.is_none_or(|count| seen < count) {
         tokio::select! {
-            _ = &mut interrupt => break,
-            _ = terminate.recv() => break,
+            _ = signals.recv() => break,
             next = listener.next() => match next {
                 None => return Err(fail(Code::Error, "the connection to the broker was lost")),
                 Some(Ok(incoming)) => {
