@@ -24,6 +24,7 @@ mod metrics;
 mod outbox;
 mod output;
 mod process;
+mod reference;
 mod status;
 mod store;
 mod tail;
