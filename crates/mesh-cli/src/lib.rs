@@ -24,6 +24,7 @@ mod metrics;
 mod outbox;
 mod output;
 mod process;
+#[cfg(test)]
 mod reference;
 mod status;
 mod store;

@@ -1,6 +1,7 @@
 //! The command reference in Markdown, `docs/CLI.md`: generated from the command line's own
 //! definition, as the man pages are, so it never disagrees with `--help`. Its test fails when
-//! the file in the repository is not what the definition gives.
+//! the file in the repository is not what the definition gives (so the module is compiled for
+//! tests only: the test is its one user).
 
 use clap::CommandFactory as _;
 
