@@ -14,8 +14,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
-pub use crate::conventions::PASSWORD_ENV;
 use crate::conventions::NO_MANAGEMENT;
+pub use crate::conventions::PASSWORD_ENV;
 
 /// A running child process whose stdout is read line by line.
 #[derive(Debug)]
