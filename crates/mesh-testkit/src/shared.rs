@@ -506,7 +506,8 @@ pub(crate) async fn list_json(node: Option<&str>, args: &[&str]) -> anyhow::Resu
     parse_rows(&out).with_context(|| format!("parsing `{}`", describe(node, &full)))
 }
 
-fn parse_rows(out: &str) -> anyhow::Result<Vec<Value>> {
+/// The rows of a JSON array printed by a RabbitMQ tool, after any informational line.
+pub(crate) fn parse_rows(out: &str) -> anyhow::Result<Vec<Value>> {
     // Skip any informational line before the JSON array.
     let start = out
         .find('[')

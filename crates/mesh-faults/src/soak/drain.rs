@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use mesh_testkit::Cluster;
+use mesh_testkit::{Cluster, ClusterHarness};
 
 use super::load::{Calls, Clients, Tally};
 use super::settings::{LINES_AFTER_DRAIN, REJOIN, SETTLE, VHOST, WAIT};

@@ -58,7 +58,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use mesh_testkit::{shared_cluster, NodeOptions, Relay, TempStore};
+use mesh_testkit::{shared_cluster, ClusterHarness, NodeOptions, Relay, TempStore};
 
 pub use self::plan::{plan, FaultKind, PlannedFault, MIN_FAULTS};
 pub use self::report::{Injected, SoakReport};
