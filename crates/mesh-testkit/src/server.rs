@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 
-use crate::sys::{self, NODE_MARKER};
+use crate::shared::random_suffix;
+use crate::sys::{self, Install, NODE_MARKER};
 
 /// Writes a node's configuration files into `dir` and creates its data and log directories.
 pub(crate) fn write_files(
@@ -120,4 +121,35 @@ pub(crate) async fn await_pid_wait(
         err = died => return Err(err),
     }
     Ok(())
+}
+
+/// Imports RabbitMQ definitions (JSON) through `import` (a `rabbitmqctl import_definitions
+/// <file>` against a node, given the file's path): one call, where setting each permission
+/// would take one `rabbitmqctl` run apiece. The file is written to `dir`, readable by the
+/// node's owner only, and removed afterwards.
+pub(crate) async fn import_definitions<F, Fut>(
+    dir: &Path,
+    definitions: &str,
+    import: F,
+) -> anyhow::Result<()>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = anyhow::Result<String>>,
+{
+    let path = dir.join(format!("definitions-{}.json", random_suffix(8)));
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        file.write_all(definitions.as_bytes())?;
+    }
+    // `rabbitmqctl` runs as the node's owner.
+    Install::get().chown_tree(&path)?;
+    let imported = import(path.to_string_lossy().into_owned()).await;
+    let _ = std::fs::remove_file(&path);
+    imported.map(|_| ())
 }

@@ -27,17 +27,15 @@
 //! cluster (a static, never dropped) is not leaked either.
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, bail};
 
 use super::harness::{self, ClusterConnection, ClusterHarness, CLUSTER_SIZE};
 use crate::node::{NodeOptions, PrivateNode};
 use crate::registry::Registry;
 use crate::shared;
-use crate::sys::Install;
 
 /// Polling interval of the waits in this module (each poll runs `rabbitmqctl`, ~1 s anyway).
 const POLL: Duration = Duration::from_millis(250);
@@ -262,7 +260,13 @@ impl ClusterHarness for Cluster {
     }
 
     async fn queues_ctl(&self, i: usize, args: &[&str]) -> anyhow::Result<String> {
-        queues_tool(self.nodes[i].name(), args).await
+        shared::run_tool(
+            "rabbitmq-queues",
+            Some(self.nodes[i].name()),
+            args,
+            QUEUES_TOOL_TIMEOUT,
+        )
+        .await
     }
 
     /// The nodes running when the wait begins.
@@ -295,31 +299,6 @@ impl ClusterHarness for Cluster {
         }
         Err(last.unwrap_or_else(|| anyhow!("no node of the cluster is running")))
     }
-}
-
-/// Runs `rabbitmq-queues -n NODE ARGS...` (quorum queue commands) and returns its stdout.
-async fn queues_tool(node: &str, args: &[&str]) -> anyhow::Result<String> {
-    let mut cmd = tokio::process::Command::from(Install::get().command("rabbitmq-queues"));
-    cmd.arg("-n")
-        .arg(node)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(QUEUES_TOOL_TIMEOUT, cmd.output())
-        .await
-        .map_err(|_| anyhow!("`rabbitmq-queues -n {node} {}` timed out", args.join(" ")))?
-        .context("spawning rabbitmq-queues")?;
-    if !output.status.success() {
-        bail!(
-            "`rabbitmq-queues -n {node} {}` failed ({}): {}",
-            args.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// The server port of a connection named `client-ip:port -> server-ip:port`.

@@ -59,13 +59,12 @@ mod network;
 mod node;
 
 use std::fs::File;
-use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use serde_json::Value;
 
 pub use self::node::{NetnsOptions, AMQP_PORT, DEFAULT_NET_TICKTIME};
@@ -73,7 +72,8 @@ pub use self::node::{NetnsOptions, AMQP_PORT, DEFAULT_NET_TICKTIME};
 use self::network::{kill_namespace, Layout};
 use self::node::{NsNode, CTL_TIMEOUT, FAST_POLL};
 use crate::cluster::harness::{self, ClusterConnection, ClusterHarness, CLUSTER_SIZE};
-use crate::shared::{client_property, random_suffix, str_field};
+use crate::server;
+use crate::shared::{client_property, str_field};
 use crate::sys::{self, lock, Install};
 use crate::watchdog::Watchdog;
 
@@ -362,25 +362,10 @@ impl NetnsCluster {
 
     /// The running nodes (indexes) and the partitions node `i` reports (`cluster_status`).
     pub async fn cluster_view(&self, i: usize) -> anyhow::Result<(Vec<usize>, Value)> {
-        let out = self
-            .rabbitmqctl(i, &["cluster_status", "--formatter", "json"])
-            .await?;
-        let start = out
-            .find('{')
-            .ok_or_else(|| anyhow!("no JSON object in cluster_status output: {out}"))?;
-        let status: Value = serde_json::from_str(&out[start..])
-            .with_context(|| format!("parsing cluster_status output: {out}"))?;
-        let mut running: Vec<usize> = status
-            .get("running_nodes")
-            .and_then(Value::as_array)
-            .map(|nodes| {
-                nodes
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .filter_map(|n| self.index_of(n))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let status = self.cluster_status(i).await?;
+        let mut running: Vec<usize> = harness::running_nodes(&status)
+            .filter_map(|n| self.index_of(n))
+            .collect();
         running.sort_unstable();
         let partitions = status.get("partitions").cloned().unwrap_or(Value::Null);
         Ok((running, partitions))
@@ -427,24 +412,10 @@ impl NetnsCluster {
     /// Imports RabbitMQ definitions (JSON) through node 0, as
     /// [`crate::PrivateNode::import_definitions`] does.
     pub async fn import_definitions(&self, definitions: &str) -> anyhow::Result<()> {
-        let path = self
-            .layout
-            .dir()
-            .join(format!("definitions-{}.json", random_suffix(8)));
-        {
-            use std::os::unix::fs::OpenOptionsExt as _;
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)?;
-            file.write_all(definitions.as_bytes())?;
-        }
-        Install::get().chown_tree(&path)?;
-        let text = path.to_string_lossy().into_owned();
-        let imported = self.rabbitmqctl_any(&["import_definitions", &text]).await;
-        let _ = std::fs::remove_file(&path);
-        imported.map(|_| ())
+        server::import_definitions(&self.layout.dir(), definitions, |path| async move {
+            self.rabbitmqctl_any(&["import_definitions", &path]).await
+        })
+        .await
     }
 
     /// Kills every process in every namespace and removes the network and the directory;

@@ -494,26 +494,10 @@ impl PrivateNode {
     /// take one `rabbitmqctl` run (about a second) apiece. The file is written to the node's
     /// directory, readable by the node's owner only.
     pub async fn import_definitions(&self, definitions: &str) -> anyhow::Result<()> {
-        let path = self
-            .dir
-            .join(format!("definitions-{}.json", shared::random_suffix(8)));
-        {
-            use std::io::Write as _;
-            #[cfg(unix)]
-            use std::os::unix::fs::OpenOptionsExt as _;
-            let mut options = std::fs::OpenOptions::new();
-            options.write(true).create_new(true);
-            #[cfg(unix)]
-            options.mode(0o600);
-            let mut file = options.open(&path)?;
-            file.write_all(definitions.as_bytes())?;
-        }
-        // `rabbitmqctl` runs as the node's owner.
-        Install::get().chown_tree(&path)?;
-        let path_text = path.to_string_lossy().into_owned();
-        let imported = self.rabbitmqctl(&["import_definitions", &path_text]).await;
-        let _ = std::fs::remove_file(&path);
-        imported.map(|_| ())
+        server::import_definitions(&self.dir, definitions, |path| async move {
+            self.rabbitmqctl(&["import_definitions", &path]).await
+        })
+        .await
     }
 
     /// Raises (`true`) or clears (`false`) the memory alarm, by setting the high watermark to

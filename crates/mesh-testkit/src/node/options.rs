@@ -96,7 +96,7 @@ impl NodeOptions {
         self
     }
 
-    /// Enables `rabbitmq_management` on a free port (see [`PrivateNode::management_port`]).
+    /// Enables `rabbitmq_management` on a free port (see [`PrivateNode::management_port`](crate::PrivateNode::management_port)).
     /// Adds a few seconds to each boot.
     pub fn management(mut self, enabled: bool) -> Self {
         self.management = enabled;
@@ -104,7 +104,7 @@ impl NodeOptions {
     }
 
     /// Serves the management API over HTTPS too, on `127.0.0.1:port` (take one from
-    /// [`free_port`]), with `server`'s certificate and key and `ca_file` as its CA
+    /// [`free_port`](crate::free_port)), with `server`'s certificate and key and `ca_file` as its CA
     /// (`management.ssl.*`); implies [`NodeOptions::management`]. The files are read where
     /// they are, so they must outlive the node.
     pub fn management_tls(self, port: u16, ca_file: &Path, server: &CertFiles) -> Self {
@@ -119,7 +119,7 @@ impl NodeOptions {
             .extra_conf(format!("management.ssl.keyfile = {}", server.key.display()))
     }
 
-    /// Adds a TLS listener on a free port of its own (see [`PrivateNode::tls_port`]), beside
+    /// Adds a TLS listener on a free port of its own (see [`PrivateNode::tls_port`](crate::PrivateNode::tls_port)), beside
     /// the plain AMQP one.
     pub fn tls(mut self, listener: TlsListener) -> Self {
         self.tls = Some(listener);
