@@ -25,6 +25,10 @@ pub(crate) fn write_files(
     advanced_config: &str,
     enabled_plugins: &str,
 ) -> anyhow::Result<()> {
+    // The data and log directories first: they create `dir` too where it is new.
+    for sub in ["mnesia", "log"] {
+        std::fs::create_dir_all(dir.join(sub))?;
+    }
     let write = |file: &str, text: &str| {
         std::fs::write(dir.join(file), text)
             .with_context(|| format!("writing {}", dir.join(file).display()))
@@ -36,9 +40,6 @@ pub(crate) fn write_files(
         "rabbitmq-env.conf",
         "# Empty on purpose: keeps /etc/rabbitmq/rabbitmq-env.conf out of this node.\n",
     )?;
-    for sub in ["mnesia", "log"] {
-        std::fs::create_dir_all(dir.join(sub))?;
-    }
     Ok(())
 }
 

@@ -2,10 +2,16 @@
 //! so that a test can cut one node off from the others while clients still reach it: network
 //! partitions.
 //!
-//! This module owns [`NetnsCluster`] (the namespaces, bridges and links, three nodes joined into
-//! one cluster, cutting and healing a node's inter-node link, and what tests ask of the cluster
-//! while it is partitioned), its [`NetnsOptions`], and the clean-up that keeps a failed or killed
-//! test from leaking namespaces, links or nodes.
+//! This module owns [`NetnsCluster`] (three nodes joined into one cluster, cutting and healing a
+//! node's inter-node link, and what tests ask of the cluster while it is partitioned), its
+//! [`NetnsOptions`], and the clean-up that keeps a failed or killed test from leaking
+//! namespaces, links or nodes. What every cluster answers (quorum queues, members, connections,
+//! waits for queues in sync and drained) is the shared harness's:
+//! [`ClusterHarness`](crate::ClusterHarness), which [`NetnsCluster`] implements.
+//!
+//! Its rooms: this file (the cluster, its cuts, pauses and clean-up), `network` (a slot's
+//! names and addresses, creating and removing its namespaces, bridges and links, its
+//! watchdog) and `node` (one node in its namespace: its commands, `epmd`, boot and CLI).
 //!
 //! # The network
 //!
@@ -55,6 +61,7 @@
 //!
 //! Root (namespaces, links), `ip` (iproute2) and `setpriv` (util-linux; both on a fresh Debian),
 //! and RabbitMQ's scripts as for [`crate::node`]. Only RabbitMQ 3.10.8 with Erlang 25 is tested.
+
 mod network;
 mod node;
 

@@ -40,6 +40,11 @@
 //! in any way, the kernel closes the pipe, `read` sees end-of-file, and the watchdog kills the
 //! node's processes and removes its directory. A pipe rather than polling the parent pid: no
 //! latency, no pid-reuse race, no timer. `Drop` disarms the watchdog after cleaning up itself.
+//!
+//! Its rooms: this file (the node and its lifecycle), `options` (its settings and the
+//! configuration files they become) and `ports` (free ports, reserved across processes). What
+//! any RabbitMQ server process of the kit shares (its files, environment, logs, boot wait) is
+//! `crate::server`'s, the watchdog mechanism `crate::watchdog`'s.
 
 mod options;
 mod ports;
