@@ -7,7 +7,7 @@
 //! [`NetnsOptions`], and the clean-up that keeps a failed or killed test from leaking
 //! namespaces, links or nodes. What every cluster answers (quorum queues, members, connections,
 //! waits for queues in sync and drained) is the shared harness's:
-//! [`ClusterHarness`](crate::ClusterHarness), which [`NetnsCluster`] implements.
+//! [`ClusterHarness`], which [`NetnsCluster`] implements.
 //!
 //! Its rooms: this file (the cluster, its cuts, pauses and clean-up), `network` (a slot's
 //! names and addresses, creating and removing its namespaces, bridges and links, its
