@@ -94,6 +94,7 @@ const POLL: Duration = Duration::from_millis(250);
 /// # async fn demo() -> anyhow::Result<()> {
 /// use std::time::Duration;
 /// use mesh_testkit::netns::{NetnsCluster, NetnsOptions};
+/// use mesh_testkit::ClusterHarness;
 /// let cluster = NetnsCluster::start(NetnsOptions::default()).await?; // ~30 s
 /// cluster.add_vhost("orders").await?;
 /// let url = cluster.url_in_order(&[0, 1, 2], "orders"); // clients reach every node
