@@ -3,6 +3,8 @@
 //! The scenarios live in `tests/`, one test binary per kind of node they need (see the
 //! crate's `README.md`); this library holds what they share:
 //!
+//! - [`conventions`]: what the harness and its child processes agree on (the password's
+//!   environment variable, the management URL where nothing listens);
 //! - [`setup`]: a vhost of the scenario's own on a private node or cluster, a broker user
 //!   for each module with exactly the access plan's permissions, transport options (and
 //!   child processes' logins) connecting as those users, and an opt-in tracing subscriber;
@@ -27,6 +29,7 @@
 //! Architecture invariant: nothing here starts, stops or alarms the machine's shared broker;
 //! every scenario runs on private nodes (or a private cluster) from `mesh-testkit`.
 
+pub mod conventions;
 pub mod emitter;
 pub mod setup;
 pub mod soak;

@@ -15,14 +15,8 @@ use mesh_testkit::netns::NetnsCluster;
 use mesh_testkit::shared::percent_encode;
 use mesh_testkit::{Cluster, PrivateNode};
 
-use crate::worker::PASSWORD_ENV;
-
-/// Private nodes run without the management plugin (it adds seconds to every boot, and the
-/// restart scenarios boot a node a dozen times). The transport asks the management API for
-/// bindings to remove, and by default looks for it on port 15672 of the broker's host, which
-/// on this machine is the *shared* broker's: point it at a port where nothing listens, so it
-/// falls back to the bindings it declared itself instead of asking the wrong broker.
-pub const NO_MANAGEMENT: &str = "http://127.0.0.1:1";
+pub use crate::conventions::NO_MANAGEMENT;
+use crate::conventions::PASSWORD_ENV;
 
 /// Creates vhost `name` on `node` and gives `guest` every permission on it.
 pub async fn vhost(node: &PrivateNode, name: &str) -> anyhow::Result<String> {

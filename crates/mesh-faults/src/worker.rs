@@ -14,6 +14,9 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
+use crate::conventions::NO_MANAGEMENT;
+pub use crate::conventions::PASSWORD_ENV;
+
 /// A running child process whose stdout is read line by line.
 #[derive(Debug)]
 pub struct Worker {
@@ -125,20 +128,16 @@ impl Worker {
     }
 }
 
-/// The environment variable in which a child process gets the password of the user its URL
-/// names (see [`Login`](crate::setup::Login)), so that the password is on no command line.
-pub const PASSWORD_ENV: &str = "MESH_PASSWORD";
-
 /// Options from a child's `<amqp-url>` argument, with the password from [`PASSWORD_ENV`] when
 /// it is set (it wins over one in the URL), named `name`, and pointing the management API
-/// where nothing listens ([`NO_MANAGEMENT`](crate::setup::NO_MANAGEMENT)).
+/// where nothing listens ([`NO_MANAGEMENT`]).
 pub fn child_options(url: &str, name: &str) -> anyhow::Result<mesh::amqp::AmqpOptions> {
     use anyhow::Context as _;
     let mut options = url
         .parse::<mesh::amqp::AmqpOptions>()
         .context("the URL")?
         .connection_name(name)
-        .management_url(crate::setup::NO_MANAGEMENT);
+        .management_url(NO_MANAGEMENT);
     match std::env::var(PASSWORD_ENV) {
         Ok(password) => options = options.password(password),
         Err(std::env::VarError::NotPresent) => {}

@@ -17,7 +17,8 @@ use mesh_faults::emitter::longest_emits;
 use mesh_faults::setup::{self, connect, Access};
 use mesh_faults::{secs, worker, EmitPlan, Emitter, Timeline, Try, TryOutcome, Worker};
 use mesh_testkit::{
-    eventually, list_bindings, shared_cluster, Cluster, Ledger, NodeOptions, Relay, TempStore,
+    eventually, list_bindings, shared_cluster, Cluster, ClusterHarness, Ledger, NodeOptions, Relay,
+    TempStore,
 };
 
 /// One scenario at a time on the one cluster.

@@ -32,6 +32,7 @@ use mesh_faults::{
     secs, timeline, worker, EmitPlan, Emitter, HealthLog, Timeline, Try, TryOutcome, Worker,
 };
 use mesh_testkit::netns::{NetnsCluster, NetnsOptions};
+use mesh_testkit::ClusterHarness;
 use mesh_testkit::{eventually, Ledger};
 
 /// One scenario (one cluster) at a time.

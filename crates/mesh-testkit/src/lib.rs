@@ -17,9 +17,12 @@
 //!   and [`get`](http::get) for a local endpoint (`/metrics`, `/readyz`);
 //! - [`prometheus`]: [`sample`](prometheus::sample), one value of a scraped Prometheus text
 //!   exposition, by name and labels (malformed lines are skipped, never a panic);
-//! - [`cluster`]: a three-node RabbitMQ [`Cluster`] of private nodes for failover tests (kill
-//!   and restart nodes, find a quorum queue's leader and a connection's node, wait for a
-//!   rejoin and for queues in sync), shared per test binary with [`shared_cluster`];
+//! - [`cluster`]: three-node RabbitMQ clusters behind one harness ([`ClusterHarness`]: find
+//!   a quorum queue's leader and a connection's node, wait for queues in sync and drained): a
+//!   [`Cluster`] of private nodes for failover tests (kill and restart nodes, wait for a
+//!   rejoin), shared per test binary with [`shared_cluster`];
+//! - [`netns`]: the same harness with each node in a network namespace of its own, for
+//!   network partitions ([`netns::NetnsCluster`]: cut and heal a node's inter-node link);
 //! - [`relay`]: a TCP [`Relay`] between client and broker that passes, blackholes or cuts
 //!   connections;
 //! - [`ledger`]: a per-event-id [`Ledger`] of attempts, confirms and handles that finds lost,
@@ -81,17 +84,22 @@ pub mod netns;
 pub mod node;
 pub mod postgres;
 pub mod prometheus;
+mod registry;
 pub mod relay;
 #[cfg(feature = "sdk")]
 pub mod sdk;
+mod server;
 pub mod shared;
 pub mod store;
 mod sys;
 pub mod temp;
 pub mod wait;
+mod watchdog;
 
 pub use certs::{CertFiles, TestPki};
-pub use cluster::{shared_cluster, Cluster, ClusterConnection, MemberStatus, QuorumQueueInfo};
+pub use cluster::{
+    shared_cluster, Cluster, ClusterConnection, ClusterHarness, MemberStatus, QuorumQueueInfo,
+};
 pub use http::RecordingServer;
 pub use ledger::{Ledger, LedgerReport};
 pub use node::{free_port, shared_node, NodeOptions, PrivateNode, TlsListener};

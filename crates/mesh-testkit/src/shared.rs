@@ -387,8 +387,8 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn ctl_command(node: Option<&str>, args: &[&str]) -> Command {
-    let mut cmd = Install::get().command("rabbitmqctl");
+fn ctl_command(tool: &str, node: Option<&str>, args: &[&str]) -> Command {
+    let mut cmd = Install::get().command(tool);
     if let Some(node) = node {
         cmd.arg("-n").arg(node);
     }
@@ -399,14 +399,15 @@ fn ctl_command(node: Option<&str>, args: &[&str]) -> Command {
     cmd
 }
 
-fn describe(node: Option<&str>, args: &[&str]) -> String {
+fn describe(tool: &str, node: Option<&str>, args: &[&str]) -> String {
     match node {
-        Some(n) => format!("rabbitmqctl -n {n} {}", args.join(" ")),
-        None => format!("rabbitmqctl {}", args.join(" ")),
+        Some(n) => format!("{tool} -n {n} {}", args.join(" ")),
+        None => format!("{tool} {}", args.join(" ")),
     }
 }
 
 fn check_output(
+    tool: &str,
     node: Option<&str>,
     args: &[&str],
     status: std::process::ExitStatus,
@@ -420,7 +421,7 @@ fn check_output(
     let stderr = String::from_utf8_lossy(stderr);
     bail!(
         "`{}` failed ({status}): {}{}",
-        describe(node, args),
+        describe(tool, node, args),
         stderr.trim(),
         if stdout.trim().is_empty() {
             String::new()
@@ -445,20 +446,44 @@ pub(crate) async fn rabbitmqctl_with_timeout(
     args: &[&str],
     timeout: Duration,
 ) -> anyhow::Result<String> {
-    let mut cmd = tokio::process::Command::from(ctl_command(node, args));
+    run_tool("rabbitmqctl", node, args, timeout).await
+}
+
+/// Runs RabbitMQ's CLI `tool` (`rabbitmqctl`, `rabbitmq-queues`) as `tool [-n NODE] ARGS...`
+/// and returns its stdout; killed after `timeout`. A failure's error holds the exit status
+/// and stderr.
+pub(crate) async fn run_tool(
+    tool: &str,
+    node: Option<&str>,
+    args: &[&str],
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    let mut cmd = tokio::process::Command::from(ctl_command(tool, node, args));
     cmd.kill_on_drop(true);
     let output = tokio::time::timeout(timeout, cmd.output())
         .await
-        .map_err(|_| anyhow!("`{}` timed out after {timeout:?}", describe(node, args)))?
-        .with_context(|| format!("spawning `{}`", describe(node, args)))?;
-    check_output(node, args, output.status, &output.stdout, &output.stderr)
+        .map_err(|_| {
+            anyhow!(
+                "`{}` timed out after {timeout:?}",
+                describe(tool, node, args)
+            )
+        })?
+        .with_context(|| format!("spawning `{}`", describe(tool, node, args)))?;
+    check_output(
+        tool,
+        node,
+        args,
+        output.status,
+        &output.stdout,
+        &output.stderr,
+    )
 }
 
 /// A blocking [`rabbitmqctl`] for `Drop` implementations, with the same 60 s limit.
 pub(crate) fn rabbitmqctl_blocking(node: Option<&str>, args: &[&str]) -> anyhow::Result<String> {
-    let mut child = ctl_command(node, args)
+    let mut child = ctl_command("rabbitmqctl", node, args)
         .spawn()
-        .with_context(|| format!("spawning `{}`", describe(node, args)))?;
+        .with_context(|| format!("spawning `{}`", describe("rabbitmqctl", node, args)))?;
     // Drain the pipes on threads so a chatty command cannot block on a full pipe while we poll.
     let drain = |pipe: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
@@ -489,13 +514,16 @@ pub(crate) fn rabbitmqctl_blocking(node: Option<&str>, args: &[&str]) -> anyhow:
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("`{}` timed out after {CTL_TIMEOUT:?}", describe(node, args));
+            bail!(
+                "`{}` timed out after {CTL_TIMEOUT:?}",
+                describe("rabbitmqctl", node, args)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     };
     let stdout = out.join().unwrap_or_default();
     let stderr = err.join().unwrap_or_default();
-    check_output(node, args, status, &stdout, &stderr)
+    check_output("rabbitmqctl", node, args, status, &stdout, &stderr)
 }
 
 /// Runs a `list_*` command with `--formatter json` and returns its rows.
@@ -503,10 +531,11 @@ pub(crate) async fn list_json(node: Option<&str>, args: &[&str]) -> anyhow::Resu
     let mut full: Vec<&str> = args.to_vec();
     full.extend(["--formatter", "json", "--quiet"]);
     let out = rabbitmqctl(node, &full).await?;
-    parse_rows(&out).with_context(|| format!("parsing `{}`", describe(node, &full)))
+    parse_rows(&out).with_context(|| format!("parsing `{}`", describe("rabbitmqctl", node, &full)))
 }
 
-fn parse_rows(out: &str) -> anyhow::Result<Vec<Value>> {
+/// The rows of a JSON array printed by a RabbitMQ tool, after any informational line.
+pub(crate) fn parse_rows(out: &str) -> anyhow::Result<Vec<Value>> {
     // Skip any informational line before the JSON array.
     let start = out
         .find('[')

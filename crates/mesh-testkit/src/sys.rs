@@ -1,11 +1,13 @@
-//! Operating-system plumbing shared by [`crate::shared`] and [`crate::node`]: where the RabbitMQ
-//! scripts live, which user runs them, and how to find and kill a node's processes.
+//! Operating-system plumbing shared by [`crate::shared`], [`crate::node`] and
+//! [`crate::netns`]: where the RabbitMQ scripts live, which user runs them, how to find and
+//! kill a node's processes, and locks that outlive a panic or a process.
 //!
 //! Nothing here is public: the rest of the crate turns it into test-shaped helpers.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -205,6 +207,34 @@ pub(crate) fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Locks a std mutex, recovering from poisoning (a panicking test must not also break clean-up).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes an exclusive lock on the file `key` of directory `dir` (in the system's temporary
+/// dir), held as long as the returned file is open: the kernel lets it go when the process
+/// dies in any way. `None` when another open file holds it (another process, or this one).
+pub(crate) fn lock_file(dir: &str, key: &str) -> anyhow::Result<Option<File>> {
+    use anyhow::Context as _;
+    let dir = std::env::temp_dir().join(dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(key);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("locking {}", path.display()))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use amqprs::channel::{BasicPublishArguments, ConfirmSelectArguments, QueueDeclareArguments};
 use amqprs::connection::{Connection, OpenConnectionArguments};
 use amqprs::{BasicProperties, FieldTable, FieldValue};
-use mesh_testkit::{eventually, shared_cluster, NodeOptions};
+use mesh_testkit::{eventually, shared_cluster, ClusterHarness, NodeOptions};
 
 const WAIT: Duration = Duration::from_secs(60);
 const QUEUE: &str = "cluster-test.q";
