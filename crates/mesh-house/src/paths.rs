@@ -46,6 +46,8 @@ pub(crate) struct Scan {
     pub(crate) globs: Vec<String>,
     /// The names it defines (`struct X`, `fn x`, `mod x`, …).
     pub(crate) defines: BTreeSet<String>,
+    /// The names its `use` declarations bring in from other crates (outside inline modules).
+    pub(crate) external: BTreeSet<String>,
 }
 
 const DEFINING: [&str; 10] = [
@@ -104,6 +106,9 @@ impl Scan {
                 _ => None,
             };
             let Some((base, next)) = base else {
+                if previous == Some(&Token::Name("use".into())) && inline_depth == 0 {
+                    scan.external.extend(bound_names(&toks[i..]));
+                }
                 i += 1;
                 continue;
             };
@@ -245,6 +250,27 @@ impl Reader<'_> {
         }
         (j, found)
     }
+}
+
+/// The names a `use` tree starting at `toks[0]` binds, up to its `;`: each leaf's last name
+/// or its `as` name.
+fn bound_names(toks: &[Token]) -> Vec<String> {
+    let mut names = Vec::new();
+    for (k, token) in toks.iter().enumerate() {
+        match token {
+            Token::Semi => break,
+            Token::Name(name) if name != "self" && name != "as" => {
+                if matches!(
+                    toks.get(k + 1),
+                    Some(Token::Comma | Token::Close | Token::Semi)
+                ) {
+                    names.push(name.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    names
 }
 
 /// Whether the `use` at `at` is under `#[cfg(doc)]`.

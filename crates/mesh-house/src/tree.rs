@@ -144,7 +144,9 @@ impl Graph {
         for (module, scan) in &scans {
             let mut named: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
             for reached in &scan.refs {
-                let target = resolve(&scans, reached);
+                let Some(target) = resolve(&scans, reached) else {
+                    continue;
+                };
                 if target != module {
                     let names = named.entry(target.clone()).or_default();
                     names.extend(reached.item.iter().filter(|item| *item != "*").cloned());
@@ -160,19 +162,23 @@ impl Graph {
 /// re-export, `pub use error::Error;`, or a parent's `use` that a child reaches through
 /// `super::`) is charged to where it comes from, so naming `crate::Error` depends on the
 /// error module, not on the crate root. What is neither defined nor imported where the path
-/// reached (a macro, a variant, a name this reading cannot see) is charged to that module.
-fn resolve<'a>(scans: &'a BTreeMap<String, Scan>, reached: &'a Reached) -> &'a String {
+/// reached (a macro, a variant, a name this reading cannot see) is charged to that module;
+/// what a module brought in from another crate is no dependency inside this one (`None`).
+fn resolve<'a>(scans: &'a BTreeMap<String, Scan>, reached: &'a Reached) -> Option<&'a String> {
     let mut module = &reached.module;
     let Some(mut item) = reached.item.as_ref() else {
-        return module;
+        return Some(module);
     };
     // Re-exports chain a few levels deep at most; a loop of them does not compile.
     for _ in 0..16 {
         let Some(scan) = scans.get(module) else {
-            return module;
+            return Some(module);
         };
         if scan.defines.contains(item) {
-            return module;
+            return Some(module);
+        }
+        if scan.external.contains(item) {
+            return None;
         }
         if let Some(next) = scan.imports.get(item) {
             match &next.item {
@@ -181,7 +187,7 @@ fn resolve<'a>(scans: &'a BTreeMap<String, Scan>, reached: &'a Reached) -> &'a S
                     item = name;
                     continue;
                 }
-                None => return &next.module,
+                None => return Some(&next.module),
             }
         }
         // Through a glob: the first glob source that defines or imports the name.
@@ -196,10 +202,10 @@ fn resolve<'a>(scans: &'a BTreeMap<String, Scan>, reached: &'a Reached) -> &'a S
             });
         match glob {
             Some(glob) => module = glob,
-            None => return module,
+            None => return Some(module),
         }
     }
-    module
+    Some(module)
 }
 
 /// An outline module declaration (`mod name;`), with the inline modules around it and its
@@ -328,7 +334,7 @@ mod tests {
         let g = graph(&[
             (
                 "lib.rs",
-                "mod error; mod o; mod p; mod x; pub use error::Error;",
+                "mod error; mod o; mod p; mod x; pub use error::Error; pub use other::{y as z, w};",
             ),
             ("error.rs", "pub struct Error;"),
             ("o.rs", "pub struct Opt;"),
@@ -336,7 +342,7 @@ mod tests {
             ("p/w.rs", "use super::Opt; pub struct W;"),
             (
                 "x.rs",
-                "use crate::Error; use crate::p::*; #[cfg(doc)] use crate::o::Opt; fn f(_: W) {}",
+                "use crate::{Error, z}; use crate::p::*; #[cfg(doc)] use crate::o::Opt; fn f(_: W) {}",
             ),
         ]);
         assert_eq!(edges(&g, "x"), ["error", "p"]);
