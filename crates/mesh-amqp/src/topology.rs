@@ -1,7 +1,8 @@
 //! Topology as data: every exchange, queue and binding the transport declared.
 //!
-//! The functions here build the declarations of ADR 42 (the exchanges, the consumer, retry
-//! and serve queues, and queues of dead letters) from names and [`AmqpOptions`]; they do no I/O.
+//! The functions here build the declarations of the wire contract (the exchanges, the
+//! consumer, retry and serve queues, and queues of dead letters) from names and
+//! [`AmqpOptions`]; they do no I/O.
 //! [`declare`](crate::declare) applies them to a channel. The transport records what it
 //! declared in a [`Topology`] so that a reconnect can replay it in order: exchanges, then
 //! queues, then bindings.

@@ -176,7 +176,7 @@ pub(crate) enum Scenario {
     /// The transactional outbox on PostgreSQL and SQLite (throughput to the confirm, the
     /// relay's lag), against mesh's direct emit.
     Outbox,
-    /// Issue #23's scale targets, on a private node: attaching and re-attaching many
+    /// The scale targets, on a private node: attaching and re-attaching many
     /// subscriptions, consuming a large backlog with flat memory, `mesh topology` on many
     /// modules. mesh alone (no raw side).
     Scale,

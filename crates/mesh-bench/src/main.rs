@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p mesh-bench -- --json bench.json
 //! cargo run --release -p mesh-bench -- --short          # CI: small counts, one round
-//! cargo run --release -p mesh-bench -- --scenarios scale # issue #23's scale targets
+//! cargo run --release -p mesh-bench -- --scenarios scale # the scale targets
 //! ```
 //!
 //! Exit codes: 0 done (timings are reported, never asserted), 1 the benchmark failed,
@@ -142,7 +142,7 @@ async fn bench_main(plan: cli::Plan, json: Option<std::path::PathBuf>) -> anyhow
     if let Some(scale) = &results.scale {
         writeln!(
             out,
-            "scale (issue #23): mesh alone, on a private node the bench started; each target \
+            "scale: mesh alone, on a private node the bench started; each target \
              gets a verdict only at the counts it is set for\n"
         )?;
         write!(out, "{}", report::scale_table(scale))?;

@@ -253,7 +253,7 @@ pub(crate) struct Target {
     /// Whether the run was the size the target is set for: a smaller one (`--short`)
     /// reports its figure and `met` against the same bound, but gives no verdict.
     pub(crate) judged: bool,
-    /// Whether the issue sets a bound at all: a figure it asks only to be reported (the
+    /// Whether the target sets a bound at all: a figure it asks only to be reported (the
     /// added p99 latency, with its spread) has none, and gets no verdict.
     pub(crate) bound: bool,
 }
@@ -362,7 +362,7 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
     targets
 }
 
-/// The counts issue #23's scale targets are set for.
+/// The counts the scale targets are set for.
 pub(crate) const SCALE_SUBSCRIPTIONS: usize = 200;
 pub(crate) const SCALE_EVENTS: u64 = 1_000_000;
 pub(crate) const SCALE_MODULES: usize = 500;
@@ -372,7 +372,7 @@ const ATTACH_S: f64 = 5.0;
 const GROWTH_MB: f64 = 50.0;
 const TOPOLOGY_S: f64 = 30.0;
 
-/// Issue #23's scale targets, judged only for a run of at least the counts they are set for.
+/// The scale targets, judged only for a run of at least the counts they are set for.
 fn scale_targets(f: &Figures) -> Vec<Target> {
     let (attach, backlog, topology) = (&f.attach, &f.backlog, &f.topology);
     let subscriptions = attach.subscriptions >= SCALE_SUBSCRIPTIONS;

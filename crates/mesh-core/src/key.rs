@@ -1,7 +1,8 @@
 //! Routing keys, event names and tool keys: the names an event or a call travels under.
 //!
-//! A routing key is `<origin>.<name>.<event…>` (ADR 42). [`RoutingKey`] can only hold a key
-//! that satisfies every rule of the contract, so code that holds one never re-validates it.
+//! A routing key is `<origin>.<name>.<event…>` (the wire contract, `docs/CONTRACT.md`).
+//! [`RoutingKey`] can only hold a key that satisfies every rule of the contract, so code that
+//! holds one never re-validates it.
 
 use std::fmt;
 use std::str::FromStr;

@@ -1,4 +1,4 @@
-//! The mesh wire contract as code (ADR 42), with no I/O.
+//! The mesh wire contract as code (`docs/CONTRACT.md`), with no I/O.
 //!
 //! - [`key`]: routing keys `<origin>.<name>.<event…>`, names, event names and tool keys;
 //! - [`pattern`]: topic patterns with RabbitMQ's matching;

@@ -1,4 +1,4 @@
-//! Network partitions (issue #24): a three-node cluster whose nodes each run in a network
+//! Network partitions: a three-node cluster whose nodes each run in a network
 //! namespace of their own (`mesh_testkit::netns`), with `cluster_partition_handling =
 //! pause_minority` and `net_ticktime` 5 s. A *cut* takes one node's inter-node link down while
 //! its client link stays up: the node hears nothing from the other two, clients still reach it.

@@ -1,4 +1,4 @@
-//! Scale: issue #23's scale targets, on a private RabbitMQ node started for the run (its own
+//! Scale: the scale targets, on a private RabbitMQ node started for the run (its own
 //! ports, data directory and management API; stopped and removed at the end whatever
 //! happens), never on the shared broker. mesh alone: there is no raw side to compare with.
 //!
