@@ -104,28 +104,13 @@ where
     };
 }
 
-/// The time `by` after now.
-pub(crate) fn push_later<'a, DB>(qb: &mut QueryBuilder<'a, DB>, d: &Dialect, now: i64, by: Duration)
-where
-    DB: Database,
-    i64: Encode<'a, DB> + Type<DB>,
-    f64: Encode<'a, DB> + Type<DB>,
-{
-    match d.clock {
-        Clock::Database => qb
-            .push("clock_timestamp() + make_interval(secs => ")
-            .push_bind(by.as_secs_f64())
-            .push(")"),
-        Clock::Process => qb.push_bind(now.saturating_add(ms(by))),
-    };
-}
-
-/// The time `by` before now.
-pub(crate) fn push_earlier<'a, DB>(
+/// The time `by` after now (`later`) or before it.
+pub(crate) fn push_shifted<'a, DB>(
     qb: &mut QueryBuilder<'a, DB>,
     d: &Dialect,
     now: i64,
     by: Duration,
+    later: bool,
 ) where
     DB: Database,
     i64: Encode<'a, DB> + Type<DB>,
@@ -133,10 +118,18 @@ pub(crate) fn push_earlier<'a, DB>(
 {
     match d.clock {
         Clock::Database => qb
-            .push("clock_timestamp() - make_interval(secs => ")
+            .push(if later {
+                "clock_timestamp() + make_interval(secs => "
+            } else {
+                "clock_timestamp() - make_interval(secs => "
+            })
             .push_bind(by.as_secs_f64())
             .push(")"),
-        Clock::Process => qb.push_bind(now.saturating_sub(ms(by))),
+        Clock::Process => qb.push_bind(if later {
+            now.saturating_add(ms(by))
+        } else {
+            now.saturating_sub(ms(by))
+        }),
     };
 }
 

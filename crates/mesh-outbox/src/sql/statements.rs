@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 use sqlx::{Executor, Pool, Postgres, QueryBuilder, Sqlite};
 
 use super::dialect::{
-    now_ms, push_age_seconds, push_earlier, push_later, push_now, Dialect, SeqSet, POSTGRES, SQLITE,
+    now_ms, push_age_seconds, push_now, push_shifted, Dialect, SeqSet, POSTGRES, SQLITE,
 };
 use super::{Counts, NewRow, Sql, StoredRow};
 use crate::error::{Error, ErrorKind};
@@ -176,7 +176,7 @@ macro_rules! impl_sql {
                         d.leases
                     ));
                     qb.push_bind(source).push(", ").push_bind(owner).push(", ");
-                    push_later(&mut qb, d, now, ttl);
+                    push_shifted(&mut qb, d, now, ttl, true);
                     qb.push(
                         ") ON CONFLICT (source) DO UPDATE \
                          SET owner = excluded.owner, expires_at = excluded.expires_at \
@@ -270,7 +270,7 @@ macro_rules! impl_sql {
                          WHERE sent_at IS NOT NULL AND sent_at < ",
                         d.outbox
                     ));
-                    push_earlier(&mut qb, d, now_ms(), older_than);
+                    push_shifted(&mut qb, d, now_ms(), older_than, false);
                     qb.push(" LIMIT ").push_bind(limit).push(")");
                     Ok(qb.build().execute(pool).await?.rows_affected())
                 })
@@ -381,7 +381,7 @@ macro_rules! impl_sql {
                         "DELETE FROM {} WHERE processed_at < ",
                         d.inbox
                     ));
-                    push_earlier(&mut qb, d, now_ms(), older_than);
+                    push_shifted(&mut qb, d, now_ms(), older_than, false);
                     Ok(qb.build().execute(pool).await?.rows_affected())
                 })
             }
