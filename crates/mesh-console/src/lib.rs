@@ -50,13 +50,17 @@
 //! replay through [`Store::replay`], which publish only to a mesh consumer queue; a purge is
 //! [`Store::purge_dead_letters`]. The management API is only read.
 
+mod actions;
 mod auth;
 mod broker;
+mod input;
 mod live;
 mod map;
 mod pages;
 mod params;
+mod respond;
 mod svg;
+mod topology;
 
 use std::fmt;
 use std::net::SocketAddr;

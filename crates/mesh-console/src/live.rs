@@ -23,8 +23,8 @@ use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{info, warn};
 
-use crate::pages::{bad, page, shown, Fail, Page, Shared};
 use crate::params::{link, Params};
+use crate::respond::{bad, page, shown, Fail, Page, Shared};
 
 /// Live streams open at once, at most; one more is refused with 503.
 pub(crate) const MAX_STREAMS: usize = 16;

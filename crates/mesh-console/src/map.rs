@@ -2,7 +2,7 @@
 //! queues receive them (their bindings on `mesh.events`, from the management API); and a
 //! module queue's page, with a replay of stored events into it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,17 +11,18 @@ use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use maud::{html, Markup};
-use mesh_audit::{EventQuery, Flow, Replay};
+use mesh_audit::{DeadLetterQuery, EventQuery, Flow, Replay};
 use mesh_core::naming;
 use mesh_core::Timestamp;
 use tracing::{info, warn};
 
-use crate::broker::{Binding, ModuleQueue};
-use crate::pages::{
-    actions_refused, bad, confirm_form, guard, missing, page, pattern, shown, time, unavailable,
-    Fail, Page, Pairs, Shared,
-};
+use crate::actions::{actions_refused, confirm_form, guard, Pairs};
+use crate::broker::Binding;
+use crate::broker::ModuleQueue;
+use crate::input::{pattern, time};
 use crate::params::{link, Params};
+use crate::respond::{bad, missing, page, shown, unavailable, Fail, Page, Shared};
+use crate::topology::SystemMap;
 use crate::{svg, Console};
 
 /// The window the map draws by default: the last day.
@@ -32,53 +33,6 @@ pub(crate) const MAX_REPLAY: u64 = 10_000;
 
 /// The replay rate, events a second, unless the form says otherwise.
 const DEFAULT_RATE: u32 = 1_000;
-
-/// The map: emitters, keys, receiving queues, and the edges between them.
-#[derive(Debug, Default)]
-pub(crate) struct SystemMap {
-    /// Who emitted which key, how many times.
-    pub(crate) flows: Vec<Flow>,
-    /// The consumer queues (audit loggers' aside) and their patterns.
-    pub(crate) receivers: BTreeMap<String, Vec<String>>,
-    /// Which queues receive a key, through which pattern.
-    pub(crate) routes: BTreeMap<String, Vec<(String, String)>>,
-}
-
-impl SystemMap {
-    pub(crate) fn new(flows: Vec<Flow>, bindings: &[Binding]) -> SystemMap {
-        let mut receivers: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for binding in bindings {
-            if is_audit_queue(&binding.queue) {
-                continue;
-            }
-            receivers
-                .entry(binding.queue.clone())
-                .or_default()
-                .push(binding.pattern.to_string());
-        }
-        let keys: BTreeSet<&str> = flows.iter().map(|f| f.key.as_str()).collect();
-        let mut routes: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
-        for key in keys {
-            for binding in bindings {
-                if !is_audit_queue(&binding.queue) && binding.pattern.matches(key) {
-                    let to = routes.entry(key.to_owned()).or_default();
-                    if !to.iter().any(|(queue, _)| *queue == binding.queue) {
-                        to.push((binding.queue.clone(), binding.pattern.to_string()));
-                    }
-                }
-            }
-        }
-        SystemMap {
-            flows,
-            receivers,
-            routes,
-        }
-    }
-}
-
-fn is_audit_queue(queue: &str) -> bool {
-    queue.split('.').nth(1) == Some(naming::AUDIT_MODULE)
-}
 
 /// The window of a request: `since` (default a day ago) and `until`.
 fn window(p: &Params) -> Result<(Timestamp, Option<Timestamp>), Fail> {
@@ -197,6 +151,14 @@ fn module_queue(name: &str) -> Result<String, Fail> {
     }
 }
 
+/// How many dead letters of `queue` were never re-driven.
+async fn pending_dead_letters(c: &Console, queue: &str) -> Result<u64, Fail> {
+    c.store
+        .count_dead_letters(&DeadLetterQuery::new().queue(queue).redriven(false))
+        .await
+        .map_err(|e| unavailable("counting dead letters", &e))
+}
+
 pub(crate) async fn module(State(c): Shared, Path(name): Path<String>) -> Page {
     let queue = module_queue(&name)?;
     let (bindings, note) = bindings(&c).await;
@@ -210,7 +172,7 @@ pub(crate) async fn module(State(c): Shared, Path(name): Path<String>) -> Page {
             .and_then(|queues| queues.into_iter().find(|q| q.name == queue)),
         None => None,
     };
-    let pending = crate::pages::pending_dead_letters(&c, &queue).await?;
+    let pending = pending_dead_letters(&c, &queue).await?;
     let since = Timestamp::now()
         .checked_sub(DEFAULT_WINDOW)
         .unwrap_or_else(Timestamp::now)

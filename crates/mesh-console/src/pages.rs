@@ -3,193 +3,26 @@
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
-use maud::{html, Markup, DOCTYPE};
+use axum::response::{IntoResponse, Response};
+use maud::html;
 use mesh_audit::{DeadLetterId, DeadLetterQuery, EventQuery, EventRecord, Order, Redrive};
-use mesh_core::{DeadReason, EventId, Timestamp, TopicPattern};
+use mesh_core::{EventId, Timestamp};
 use tracing::{info, warn};
 
-use crate::auth::{given_token, same_origin};
+use crate::actions::{actions_refused, confirm_form, guard, Pairs};
+use crate::input::{dead_id, event_id, pattern, reason, time};
 use crate::params::{link, Params};
+use crate::respond::{bad, missing, page, shown, unavailable, Fail, Page, Shared, STYLE};
 use crate::{svg, Console};
-
-pub(crate) type Shared = State<Arc<Console>>;
-pub(crate) type Page = Result<Response, Fail>;
-
-const STYLE: &str = "\
-body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d232b;background:#f6f7f9}\
-header{background:#1d232b;padding:.6em 1.2em}header a{color:#fff;margin-right:1.4em;text-decoration:none;font-weight:600}\
-main{padding:1em 1.4em;max-width:1200px}h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}\
-table{border-collapse:collapse;background:#fff}td,th{padding:.3em .7em;border-bottom:1px solid #e3e6ea;text-align:left;vertical-align:top}\
-th{background:#eef0f3}pre{background:#fff;border:1px solid #e3e6ea;padding:.7em;overflow:auto;max-height:40em}\
-.error{color:#a4161a;font-weight:600}.ok{color:#2b7a0b;font-weight:600}.note{color:#5b6470}.num{text-align:right}\
-form.search input{margin-right:.5em}a{color:#1f5fbf}\
-.chart rect{fill:#3b7dd8}.chart text{font-size:12px;fill:#1d232b}\
-.tree rect.node{fill:#fff;stroke:#3b7dd8}.tree rect.focus{fill:#fff3bf;stroke:#c27c0e;stroke-width:2}\
-.tree text{font-size:12px;fill:#1d232b}.tree .edge{fill:none;stroke:#8a94a3}\
-button.danger{background:#a4161a;color:#fff;border:0;padding:.4em 1em}\
-.map rect.node{fill:#fff;stroke:#3b7dd8}.map rect.key{stroke:#8a94a3}.map rect.queue{stroke:#2b7a0b}\
-.map text{font-size:12px;fill:#1d232b}.map text.column{font-weight:600}\
-.map .edge{fill:none;stroke:#8a94a3;stroke-width:1.5}.map a:hover .edge{stroke:#c27c0e;stroke-width:3}\
-#live td.body{font-family:monospace;font-size:12px;color:#5b6470}";
 
 /// The stylesheet (also inlined in every page, so a page needs no second request).
 pub(crate) async fn style() -> Response {
     ([(header::CONTENT_TYPE, "text/css")], STYLE).into_response()
-}
-
-fn layout(title: &str, body: &Markup) -> Markup {
-    html! {
-        (DOCTYPE)
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · mesh console" }
-                style { (maud::PreEscaped(STYLE)) }
-            }
-            body {
-                header {
-                    a href="/" { "Overview" }
-                    a href="/events" { "Events" }
-                    a href="/dead" { "Dead letters" }
-                    a href="/live" { "Live" }
-                    a href="/map" { "System map" }
-                }
-                main { (*body) }
-            }
-        }
-    }
-}
-
-#[allow(clippy::needless_pass_by_value)] // Every page hands its markup over.
-pub(crate) fn page(title: &str, body: Markup) -> Page {
-    Ok(Html(layout(title, &body).into_string()).into_response())
-}
-
-/// A page that did not render: its status and a message that says why.
-#[derive(Debug)]
-pub(crate) struct Fail {
-    status: StatusCode,
-    message: String,
-}
-
-impl Fail {
-    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Fail {
-        Fail {
-            status,
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl IntoResponse for Fail {
-    fn into_response(self) -> Response {
-        let title = self.status.canonical_reason().unwrap_or("Error");
-        let body = html! {
-            h1 { (self.status.as_u16()) " " (title) }
-            p.error { (self.message) }
-        };
-        (self.status, Html(layout(title, &body).into_string())).into_response()
-    }
-}
-
-pub(crate) fn bad(message: impl Into<String>) -> Fail {
-    Fail {
-        status: StatusCode::BAD_REQUEST,
-        message: message.into(),
-    }
-}
-
-pub(crate) fn missing(message: impl Into<String>) -> Fail {
-    Fail {
-        status: StatusCode::NOT_FOUND,
-        message: message.into(),
-    }
-}
-
-fn forbidden(message: impl Into<String>) -> Fail {
-    Fail {
-        status: StatusCode::FORBIDDEN,
-        message: message.into(),
-    }
-}
-
-/// A store that failed: logged, and shown without its details.
-pub(crate) fn unavailable(what: &str, error: &mesh_audit::Error) -> Fail {
-    warn!(%error, "{what} failed");
-    Fail {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        message: format!("{what} failed: the audit store did not answer (see the console's log)"),
-    }
-}
-
-/// User input shown back: at most 100 characters (the template escapes it).
-pub(crate) fn shown(text: &str) -> String {
-    let mut out: String = text.chars().take(100).collect();
-    if out.len() < text.len() {
-        out.push('…');
-    }
-    out
-}
-
-pub(crate) fn pattern(text: &str) -> Result<String, Fail> {
-    TopicPattern::parse(text)
-        .map(|_| text.to_owned())
-        .map_err(|e| {
-            bad(format!(
-                "key: `{}` is not a topic pattern: {e}",
-                shown(text)
-            ))
-        })
-}
-
-pub(crate) fn time(name: &str, text: &str) -> Result<Timestamp, Fail> {
-    Timestamp::parse(text).map_err(|_| {
-        bad(format!(
-            "{name}: `{}` is not an RFC 3339 time (as 2026-01-31T12:00:00Z)",
-            shown(text)
-        ))
-    })
-}
-
-fn event_id(name: &str, text: &str) -> Result<EventId, Fail> {
-    EventId::from_str(text).map_err(|_| {
-        bad(format!(
-            "{name}: `{}` is not an event id (a UUID)",
-            shown(text)
-        ))
-    })
-}
-
-fn dead_id(text: &str) -> Result<DeadLetterId, Fail> {
-    DeadLetterId::from_str(text).map_err(|_| {
-        bad(format!(
-            "`{}` is not a dead-letter id (a UUID)",
-            shown(text)
-        ))
-    })
-}
-
-fn reason(text: &str) -> Result<DeadReason, Fail> {
-    DeadReason::parse(text).ok_or_else(|| {
-        let known: Vec<&str> = DeadReason::ALL.iter().map(|r| r.as_str()).collect();
-        bad(format!(
-            "reason: `{}` is not one of {}",
-            shown(text),
-            known.join(", ")
-        ))
-    })
 }
 
 /// Refuses a request whose `Host` is none of the allowed origins' (421).
@@ -212,12 +45,11 @@ pub(crate) async fn known_host(
         return next.run(request).await;
     }
     warn!("request refused: unknown Host");
-    Fail {
-        status: StatusCode::MISDIRECTED_REQUEST,
-        message: "this console does not answer to that host name (start it with --origin \
-                  http://HOST:PORT to allow one)"
-            .into(),
-    }
+    Fail::new(
+        StatusCode::MISDIRECTED_REQUEST,
+        "this console does not answer to that host name (start it with --origin \
+         http://HOST:PORT to allow one)",
+    )
     .into_response()
 }
 
@@ -228,14 +60,6 @@ pub(crate) async fn not_found() -> Fail {
 /// The first two words of a key: `module.billing` of `module.billing.invoice.paid`.
 fn key_prefix(key: &str) -> String {
     key.split('.').take(2).collect::<Vec<_>>().join(".")
-}
-
-/// How many dead letters of `queue` were never re-driven.
-pub(crate) async fn pending_dead_letters(c: &Console, queue: &str) -> Result<u64, Fail> {
-    c.store
-        .count_dead_letters(&DeadLetterQuery::new().queue(queue).redriven(false))
-        .await
-        .map_err(|e| unavailable("counting dead letters", &e))
 }
 
 pub(crate) async fn overview(State(c): Shared) -> Page {
@@ -703,9 +527,6 @@ pub(crate) async fn dead_letter(State(c): Shared, Path(id): Path<String>) -> Pag
 /// The most dead letters one selection names.
 const MAX_SELECTION: usize = 1000;
 
-/// Form pairs that name the dead letters of an action again.
-pub(crate) type Pairs = Vec<(String, String)>;
-
 /// Which dead letters a re-drive names: ids (one or more), or a group (a queue, and maybe a
 /// reason); with the pairs that name them again in the confirmation's form.
 fn redrive_which(p: &Params) -> Result<(Vec<Redrive>, Pairs), Fail> {
@@ -742,66 +563,6 @@ fn group(p: &Params) -> Result<(DeadLetterQuery, Pairs), Fail> {
         pairs.push(("reason".to_owned(), reason.as_str().to_owned()));
     }
     Ok((query, pairs))
-}
-
-/// Why actions are not offered, if they are not.
-pub(crate) fn actions_refused(c: &Console) -> Option<Fail> {
-    if c.read_only {
-        return Some(forbidden("the console is read-only: no action is offered"));
-    }
-    if c.tokens.is_empty() {
-        return Some(forbidden(
-            "no token is configured (--token-file or MESH_CONSOLE_TOKEN): actions are disabled",
-        ));
-    }
-    None
-}
-
-/// The checks of every action: offered, from the console's own page, with a valid token.
-/// Returns the token's name, who the action is logged as.
-pub(crate) fn guard(
-    c: &Console,
-    action: &str,
-    headers: &HeaderMap,
-    form: &Params,
-) -> Result<String, Fail> {
-    if let Some(refused) = actions_refused(c) {
-        warn!(action, "action refused: not offered");
-        return Err(refused);
-    }
-    if !same_origin(headers, &c.origins) {
-        warn!(action, "action refused: not from the console's own origin");
-        return Err(forbidden(
-            "refused: the request does not come from the console's own page (its Origin, \
-             or Referer, is another site's or missing)",
-        ));
-    }
-    let Some(given) = given_token(headers, form.get("token")) else {
-        warn!(action, "action refused: no token");
-        return Err(forbidden("refused: a token is required"));
-    };
-    match c.tokens.check(given) {
-        Some(name) => Ok(name.to_owned()),
-        None => {
-            warn!(action, "action refused: the token is not valid");
-            Err(forbidden("refused: the token is not valid"))
-        }
-    }
-}
-
-pub(crate) fn confirm_form(action: &str, pairs: &[(String, String)], button: &str) -> Markup {
-    html! {
-        form method="post" action=(action) {
-            @for (name, value) in pairs {
-                input type="hidden" name=(name) value=(value);
-            }
-            p {
-                label { "Token " input type="password" name="token" autocomplete="current-password" required; }
-                " "
-                button.danger type="submit" { (button) }
-            }
-        }
-    }
 }
 
 pub(crate) async fn redrive_confirm(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
@@ -849,10 +610,10 @@ pub(crate) async fn redrive(State(c): Shared, headers: HeaderMap, body: Bytes) -
     let who = guard(&c, "redrive", &headers, &form)?;
     let (which, pairs) = redrive_which(&form)?;
     let Some(transport) = c.transport.clone() else {
-        return Err(Fail {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: "the console has no broker connection to re-drive through".into(),
-        });
+        return Err(Fail::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the console has no broker connection to re-drive through",
+        ));
     };
     let target: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let target = target.join(" ");

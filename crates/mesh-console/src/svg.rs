@@ -6,8 +6,8 @@ use maud::{html, Markup};
 use mesh_audit::{CausationNode, CausationTree};
 use mesh_core::Timestamp;
 
-use crate::map::SystemMap;
 use crate::params::link;
+use crate::topology::SystemMap;
 
 /// A horizontal bar chart of class `chart <class>`: one bar a row, each a link.
 pub(crate) fn bars(class: &str, rows: &[(String, String, u64)]) -> Markup {

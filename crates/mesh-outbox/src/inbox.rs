@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::error::Error;
-use crate::{telemetry, Backend};
+use crate::sql::Backend;
+use crate::telemetry;
 
 /// The processed event ids of one database's consumers (PostgreSQL `mesh_outbox.inbox`,
 /// SQLite `mesh_inbox`), keyed by consumer name and event id, kept for a retention.

@@ -50,6 +50,7 @@
 
 mod error;
 mod inbox;
+mod pending;
 mod relay;
 mod row;
 mod spool;
@@ -67,17 +68,10 @@ pub use error::{Error, ErrorKind};
 pub use inbox::{Inbox, InboxCleanup, SqlDedup};
 pub use relay::{Relay, RelayOptions};
 pub use spool::{Spool, SpoolOptions};
-pub use sql::Counts;
+pub use sql::{Backend, Counts};
 
-use row::MessageColumns;
-use sql::{NewRow, Sql};
-
-/// A database the outbox and the inbox run on: [`sqlx::Postgres`] or [`sqlx::Sqlite`]
-/// (sealed).
-pub trait Backend: Sql {}
-
-impl Backend for sqlx::Postgres {}
-impl Backend for sqlx::Sqlite {}
+use row::{source_of, MessageColumns};
+use sql::NewRow;
 
 /// The outbox of one database: its tables, installed on [`Outbox::new`], and the relays
 /// started from it. Cheap to clone.
@@ -208,14 +202,6 @@ impl EmitIn for Bus {
             Ok(ids)
         }
     }
-}
-
-/// A bus's source in the outbox table, the unit of order and of leases: `<origin>.<owner>`
-/// (`module.shop`, `mesh.billing`, `node.n1`), the prefix of every key it may emit, so a
-/// module and a context of the same name never share rows or a lease.
-pub(crate) fn source_of(bus: &Bus) -> String {
-    let identity = bus.identity();
-    format!("{}.{}", identity.origin(), identity.owner(bus.node()))
 }
 
 /// Makes the rows of events, before anything is awaited (so the futures hold no event).

@@ -78,9 +78,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::error::Error;
-use crate::spool::Pending;
+use crate::pending::Pending;
+use crate::row::source_of;
+use crate::sql::Backend;
+use crate::telemetry;
 use crate::window::{Batch, Mark, Window};
-use crate::{telemetry, Backend};
 
 /// Rows the cleanup deletes per statement.
 const CLEANUP_BATCH: i64 = 10_000;
@@ -260,7 +262,7 @@ pub(crate) async fn start<DB: Backend>(
         .into();
     let mut by_source: HashMap<String, Bus> = HashMap::new();
     for bus in buses {
-        let source = crate::source_of(&bus);
+        let source = source_of(&bus);
         if by_source.insert(source.clone(), bus).is_some() {
             return Err(Error::options(format!(
                 "two buses of the relay speak for source `{source}`"

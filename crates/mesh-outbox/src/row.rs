@@ -3,6 +3,7 @@
 //! bits), body as bytes.
 
 use bytes::Bytes;
+use mesh::Bus;
 use mesh_core::{HeaderValue, Headers, Properties, WireMessage};
 use serde_json::{json, Map, Value};
 
@@ -26,7 +27,7 @@ pub(crate) const ROW_OVERHEAD: u64 = 128;
 
 impl MessageColumns {
     /// The bytes a spool counts for the row: routing key, headers and body, plus
-    /// [`ROW_OVERHEAD`]. The spool's SQL sums the same (`sql::PENDING_BYTES`).
+    /// [`ROW_OVERHEAD`]. The spool's SQL sums the same (`sqlite_pending_bytes`).
     pub(crate) fn stored_size(&self) -> u64 {
         (self.routing_key.len() + self.headers.len() + self.body.len()) as u64 + ROW_OVERHEAD
     }
@@ -63,6 +64,14 @@ impl MessageColumns {
             body: Bytes::from(self.body),
         })
     }
+}
+
+/// A bus's source in the outbox table, the unit of order and of leases: `<origin>.<owner>`
+/// (`module.shop`, `mesh.billing`, `node.n1`), the prefix of every key it may emit, so a
+/// module and a context of the same name never share rows or a lease.
+pub(crate) fn source_of(bus: &Bus) -> String {
+    let identity = bus.identity();
+    format!("{}.{}", identity.origin(), identity.owner(bus.node()))
 }
 
 fn table(headers: &Headers) -> Map<String, Value> {

@@ -39,7 +39,6 @@
 use std::fmt;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -52,9 +51,11 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, warn};
 
 use crate::error::Error;
+use crate::pending::Pending;
 use crate::relay::{self, Hooks, Relay, RelayOptions};
-use crate::row::MessageColumns;
-use crate::sql::{self, Counts, NewRow, Sql};
+use crate::row::{source_of, MessageColumns};
+use crate::sql::statements::sqlite_pending_bytes;
+use crate::sql::{Counts, NewRow, Sql};
 use crate::telemetry;
 
 /// Rows the writer commits in one transaction at most.
@@ -97,60 +98,6 @@ impl SpoolOptions {
     pub fn relay(mut self, relay: RelayOptions) -> Self {
         self.relay = relay;
         self
-    }
-}
-
-/// The bytes of a spool's unsent rows, against its bound.
-#[derive(Debug)]
-pub(crate) struct Pending {
-    bytes: AtomicU64,
-    limit: u64,
-    /// Woken as rows are marked sent, for `drain`.
-    changed: Notify,
-}
-
-impl Pending {
-    /// Counts `size` more bytes, unless that passes the bound.
-    fn reserve(&self, size: u64) -> bool {
-        let reserved = self
-            .bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
-                now.checked_add(size).filter(|total| *total <= self.limit)
-            });
-        if let Ok(before) = reserved {
-            telemetry::spool_pending(before + size);
-        }
-        reserved.is_ok()
-    }
-
-    /// Counts `size` fewer bytes: rows marked sent, or a keep that wrote nothing.
-    pub(crate) fn release(&self, size: u64) {
-        let before = self
-            .bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
-                Some(now.saturating_sub(size))
-            })
-            .unwrap_or(0);
-        telemetry::spool_pending(before.saturating_sub(size));
-        self.changed.notify_waiters();
-    }
-
-    fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Acquire)
-    }
-
-    /// Resolves once nothing is pending.
-    async fn emptied(&self) {
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            // Registered before the check, so a release in between is not missed.
-            changed.as_mut().enable();
-            if self.bytes() == 0 {
-                return;
-            }
-            changed.await;
-        }
     }
 }
 
@@ -216,7 +163,7 @@ impl fmt::Debug for Spool {
         f.debug_struct("Spool")
             .field("path", &self.shared.path)
             .field("pending_bytes", &self.shared.pending.bytes())
-            .field("limit_bytes", &self.shared.pending.limit)
+            .field("limit_bytes", &self.shared.pending.limit())
             .finish_non_exhaustive()
     }
 }
@@ -252,17 +199,13 @@ impl Spool {
             .await
             .map_err(|e| Error::database("opening the spool file", e))?;
         Sqlite::install(&pool).await?;
-        let bytes: i64 = sqlx::query_scalar(&sql::sqlite_pending_bytes())
+        let bytes: i64 = sqlx::query_scalar(&sqlite_pending_bytes())
             .fetch_one(&pool)
             .await
             .map_err(|e| Error::database("counting the spool's pending bytes", e))?;
         let bytes = u64::try_from(bytes).unwrap_or(0);
         telemetry::spool_pending(bytes);
-        let pending = Arc::new(Pending {
-            bytes: AtomicU64::new(bytes),
-            limit: options.max_bytes,
-            changed: Notify::new(),
-        });
+        let pending = Arc::new(Pending::new(bytes, options.max_bytes));
         let committed = Arc::new(Notify::new());
         let (writer, rows) = mpsc::unbounded_channel();
         tokio::spawn(write(pool.clone(), rows, Arc::clone(&committed)));
@@ -288,7 +231,7 @@ impl Spool {
 
     /// Its bound, in bytes.
     pub fn limit_bytes(&self) -> u64 {
-        self.shared.pending.limit
+        self.shared.pending.limit()
     }
 
     /// The file's outbox table now: unsent rows, sent rows kept until the cleanup.
@@ -326,7 +269,7 @@ impl Spool {
         let pending = &self.shared.pending;
         if !pending.reserve(size) {
             telemetry::spool_full();
-            return Err(mesh::Error::spool_full(pending.limit));
+            return Err(mesh::Error::spool_full(pending.limit()));
         }
         let (done, outcome) = oneshot::channel();
         if self.shared.writer.send(Keep { row, done }).is_err() {
@@ -365,7 +308,7 @@ impl EmitSpool for Spool {
                 }
                 *state = RelayState::Starting;
             }
-            let source = crate::source_of(&bus);
+            let source = source_of(&bus);
             let foreign: Result<i64, _> = sqlx::query_scalar(
                 "SELECT count(*) FROM mesh_outbox WHERE sent_at IS NULL AND source <> ?",
             )

@@ -8,41 +8,37 @@
 mod hint;
 mod rows;
 mod sql;
+mod walk;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::time::Duration;
 
-use mesh_core::{codec, DeadReason, EventId, Timestamp, WireMessage};
+use mesh_core::{EventId, Timestamp};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::QueryBuilder;
-use tracing::{debug, info};
+use tracing::info;
 
 use crate::convert::{time_from_text, time_to_text};
 use crate::error::{Error, ErrorKind};
 use crate::options::{Backend, StoreOptions, STORE_URL_HINT};
 use crate::record::{
-    CausationNode, CausationTree, ConflictRecord, Counts, DeadLetterGroup, DeadLetterId,
-    DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, Flow, Found, MAX_TREE_NODES,
+    CausationNode, CausationTree, ConflictRecord, Counts, EventQuery, EventRecord, Flow, Found,
+    MAX_TREE_NODES,
 };
 
-use rows::{
-    conflict_record, dead_record, event_record, ConflictRow, ConflictTuple, DeadTuple, EventTuple,
-    Identity,
-};
+use rows::{conflict_record, event_record, ConflictTuple, EventTuple};
 pub(crate) use rows::{now_text, DeadRow, EventRow};
-use sql::{statement_chunks, Cursor, Dialect, POSTGRES, SQLITE};
+use sql::{Cursor, Dialect, POSTGRES, SQLITE};
+use walk::Walk;
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
 
-/// The start of an insert into `events`, in [`push_event_columns!`]'s order.
-const INSERT_EVENTS: &str = "INSERT INTO events (id, routing_key, source, node, time, \
-                             causation_id, schema, received_at, headers, body, publisher) ";
 /// Ids per `IN (…)` list.
 const IDS_PER_STATEMENT: usize = 500;
 
@@ -69,27 +65,9 @@ macro_rules! with_pool {
     };
 }
 
-/// Binds an [`EventRow`]'s columns in `events`' order (the same in `event_conflicts` after
-/// its own id): id, routing key, source, node, time, causation id, schema, received at,
-/// headers, body, publisher. A macro, as [`with_pool!`] bodies are, so each backend gets its own types.
-macro_rules! push_event_columns {
-    ($b:ident, $d:ident, $row:expr) => {{
-        let row: &EventRow = $row;
-        $b.push_bind(row.id.as_str()).push_unseparated($d.uuid);
-        $b.push_bind(row.routing_key.as_str());
-        $b.push_bind(row.source.as_str());
-        $b.push_bind(row.node.as_str());
-        $b.push_bind(row.time.as_str()).push_unseparated($d.time);
-        $b.push_bind(row.causation_id.as_deref());
-        $b.push_bind(row.schema);
-        $b.push_bind(row.received_at.as_str())
-            .push_unseparated($d.time);
-        $b.push_bind(row.headers.as_str())
-            .push_unseparated($d.headers);
-        $b.push_bind(row.body.as_str()).push_unseparated($d.body);
-        $b.push_bind(row.publisher.as_deref());
-    }};
-}
+// After `with_pool!`, which their bodies use.
+mod dead;
+mod write;
 
 /// The audit store. Cheap to clone: clones share one connection pool.
 #[derive(Debug, Clone)]
@@ -221,213 +199,6 @@ impl Store {
             Pool::Sqlite(pool) => pool.close().await,
             Pool::Postgres(pool) => pool.close().await,
         }
-    }
-
-    /// Records messages as events, as the logger would (each id once; a different event
-    /// reusing a stored id goes to the conflicts, see [`Store::conflicts`]). Returns how many
-    /// events were new; a message that breaks the contract fails the whole call with
-    /// [`ErrorKind::InvalidMessage`] before anything is written. For imports and tests; the
-    /// logger batches deliveries itself.
-    pub async fn record_events(&self, messages: &[WireMessage]) -> Result<u64, Error> {
-        let received = now_text();
-        let rows = messages
-            .iter()
-            .map(|message| {
-                let envelope = codec::decode(message)
-                    .map_err(|e| Error::options("a message is not an event").with_source(e))?;
-                EventRow::new(envelope, message, &received).map_err(Error::options)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let written = self
-            .write(&rows, &[])
-            .await
-            .map_err(|e| Error::database("recording events", e))?;
-        Ok(written.events)
-    }
-
-    /// Records messages as dead letters (each dead letter once). Returns how many were new.
-    pub async fn record_dead_letters(&self, messages: &[WireMessage]) -> Result<u64, Error> {
-        let received = now_text();
-        let rows: Vec<DeadRow> = messages
-            .iter()
-            .map(|message| DeadRow::new(message, &received, None))
-            .collect();
-        let written = self
-            .write(&[], &rows)
-            .await
-            .map_err(|e| Error::database("recording dead letters", e))?;
-        Ok(written.dead_letters)
-    }
-
-    /// Inserts rows in one transaction. A dead letter whose id is stored already is skipped
-    /// (`ON CONFLICT DO NOTHING`); so is an event whose id is stored already with the same
-    /// [`Identity`] (a redelivery or a resend), while one with another identity is a
-    /// different event reusing the id and goes into `event_conflicts` (itself once per
-    /// conflicting event). Two rows of one batch with the same id are decided the same way:
-    /// the first is stored, the others are duplicates or conflicts of it. Returns the raw
-    /// database error so the caller can tell a transient failure from a row the database
-    /// refuses.
-    pub(crate) async fn write(
-        &self,
-        events: &[EventRow],
-        dead: &[DeadRow],
-    ) -> Result<Written, sqlx::Error> {
-        let mut written = Written::default();
-        with_pool!(self, |pool, d| {
-            let mut tx = pool.begin().await?;
-            // The common case first: every row new, so the inserts need not say which
-            // (`RETURNING` each id costs a result row per event, which SQLite hands from its
-            // worker thread one by one). They run in a savepoint: when fewer rows went in
-            // than the batch holds, it is rolled back and the rows inserted again, naming
-            // their ids, so the rows below know which were new.
-            let mut all_new = true;
-            if !events.is_empty() {
-                let mut attempt = sqlx::Connection::begin(&mut *tx).await?;
-                let mut count = 0;
-                for chunk in statement_chunks(events) {
-                    let mut qb = QueryBuilder::new(INSERT_EVENTS);
-                    qb.push_values(chunk, |mut b, row| push_event_columns!(b, d, row));
-                    qb.push(" ON CONFLICT (id) DO NOTHING");
-                    count += qb.build().execute(&mut *attempt).await?.rows_affected();
-                }
-                // An id goes in at most once, so as many rows as the batch holds means each
-                // was new and each id different.
-                all_new = count == events.len() as u64;
-                if all_new {
-                    attempt.commit().await?;
-                    written.events = count;
-                } else {
-                    attempt.rollback().await?;
-                }
-            }
-            let mut inserted: HashSet<String> = HashSet::new();
-            if !all_new {
-                for chunk in statement_chunks(events) {
-                    let mut qb = QueryBuilder::new(INSERT_EVENTS);
-                    qb.push_values(chunk, |mut b, row| push_event_columns!(b, d, row));
-                    qb.push(" ON CONFLICT (id) DO NOTHING RETURNING ")
-                        .push(d.id_text);
-                    let ids: Vec<String> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
-                    written.events += ids.len() as u64;
-                    inserted.extend(ids);
-                }
-            }
-
-            // The rows that may not be the stored event: those not inserted, and every row
-            // of an id the batch holds more than once (only one of them was inserted). None
-            // when every row was inserted (the common case): their ids were all new and
-            // all different.
-            let suspects: Vec<&EventRow> = if all_new {
-                Vec::new()
-            } else {
-                let mut per_id: HashMap<&str, usize> = HashMap::new();
-                for row in events {
-                    *per_id.entry(row.id.as_str()).or_default() += 1;
-                }
-                events
-                    .iter()
-                    .filter(|row| !inserted.contains(&row.id) || per_id[row.id.as_str()] > 1)
-                    .collect()
-            };
-            if !suspects.is_empty() {
-                let mut ids: Vec<&str> = suspects.iter().map(|row| row.id.as_str()).collect();
-                ids.sort_unstable();
-                ids.dedup();
-                let mut stored: HashMap<String, Identity> = HashMap::new();
-                for chunk in ids.chunks(IDS_PER_STATEMENT) {
-                    let mut qb = QueryBuilder::new(format!(
-                        "SELECT {} FROM events WHERE id IN (",
-                        d.identity_columns
-                    ));
-                    let mut list = qb.separated(", ");
-                    for id in chunk {
-                        list.push_bind(*id).push_unseparated(d.uuid);
-                    }
-                    qb.push(")");
-                    let rows: Vec<(String, String, String, String)> =
-                        qb.build_query_as().fetch_all(&mut *tx).await?;
-                    for (id, routing_key, source, body) in rows {
-                        stored.insert(id, Identity::of(&routing_key, &source, &body));
-                    }
-                }
-                let conflicts: Vec<ConflictRow> = suspects
-                    .into_iter()
-                    .filter_map(|row| {
-                        // Inserted or found above, in this transaction: always stored.
-                        let stored = stored.get(&row.id)?;
-                        let identity = row.identity();
-                        (identity != *stored).then(|| ConflictRow::new(row, &identity))
-                    })
-                    .collect();
-                for chunk in statement_chunks(&conflicts) {
-                    let mut qb = QueryBuilder::new(
-                        "INSERT INTO event_conflicts (id, event_id, routing_key, source, node, \
-                         time, causation_id, schema, received_at, headers, body, publisher, \
-                         body_sha256) ",
-                    );
-                    qb.push_values(chunk, |mut b, row| {
-                        b.push_bind(row.id.as_str()).push_unseparated(d.uuid);
-                        push_event_columns!(b, d, &row.event);
-                        b.push_bind(row.body_sha256.as_str());
-                    });
-                    qb.push(" ON CONFLICT (id) DO NOTHING");
-                    written.conflicts += qb.build().execute(&mut *tx).await?.rows_affected();
-                }
-            }
-
-            // Each inserted event into its minute's rollup, after the inserts: a transaction
-            // takes rollup rows only once it waits for no event row any more, and in one
-            // order (sorted), so two writers never wait for each other in a cycle.
-            let rollups = rollups(events, (!all_new).then_some(&inserted));
-            for chunk in statement_chunks(&rollups) {
-                let mut qb = QueryBuilder::new(
-                    "INSERT INTO event_rollups (minute, routing_key, source, events) ",
-                );
-                qb.push_values(chunk, |mut b, ((minute, key, source), n)| {
-                    b.push_bind(minute.as_str()).push_unseparated(d.time);
-                    b.push_bind(key.as_str());
-                    b.push_bind(source.as_str());
-                    b.push_bind(*n);
-                });
-                qb.push(
-                    " ON CONFLICT (minute, routing_key, source) \
-                     DO UPDATE SET events = event_rollups.events + excluded.events",
-                );
-                qb.build().execute(&mut *tx).await?;
-            }
-
-            for chunk in statement_chunks(dead) {
-                let mut qb = QueryBuilder::new(
-                    "INSERT INTO dead_letters (id, event_id, routing_key, reason, attempts, \
-                     last_error, queue, dead_at, received_at, content_type, message_id, \
-                     amqp_timestamp, headers, body, user_id) ",
-                );
-                qb.push_values(chunk, |mut b, row| {
-                    b.push_bind(row.id.as_str()).push_unseparated(d.uuid);
-                    b.push_bind(row.event_id.as_deref())
-                        .push_unseparated(d.uuid);
-                    b.push_bind(row.routing_key.as_str());
-                    b.push_bind(row.reason.as_deref());
-                    b.push_bind(row.attempts);
-                    b.push_bind(row.last_error.as_deref());
-                    b.push_bind(row.queue.as_deref());
-                    b.push_bind(row.dead_at.as_str()).push_unseparated(d.time);
-                    b.push_bind(row.received_at.as_str())
-                        .push_unseparated(d.time);
-                    b.push_bind(row.content_type.as_deref());
-                    b.push_bind(row.message_id.as_deref());
-                    b.push_bind(row.amqp_timestamp);
-                    b.push_bind(row.headers.as_str())
-                        .push_unseparated(d.headers);
-                    b.push_bind(row.body.as_slice());
-                    b.push_bind(row.user_id.as_deref());
-                });
-                qb.push(" ON CONFLICT (id) DO NOTHING");
-                written.dead_letters += qb.build().execute(&mut *tx).await?.rows_affected();
-            }
-            tx.commit().await?;
-        });
-        Ok(written)
     }
 
     /// Events matching `query`, in its order, at most its limit (and, with a
@@ -810,354 +581,6 @@ impl Store {
         });
         rows.into_iter().map(event_record).collect()
     }
-
-    /// Dead letters matching `query`, in its order, at most its limit.
-    pub async fn dead_letters(
-        &self,
-        query: &DeadLetterQuery,
-    ) -> Result<Vec<DeadLetterRecord>, Error> {
-        Ok(self
-            .dead_letter_page(query, None, query.limit)
-            .await?
-            .into_iter()
-            .map(|(record, _, _)| record)
-            .collect())
-    }
-
-    /// The dead letters matching `query` (its limit and order aside), counted per queue and
-    /// reason, by queue then reason.
-    pub async fn dead_letter_groups(
-        &self,
-        query: &DeadLetterQuery,
-    ) -> Result<Vec<DeadLetterGroup>, Error> {
-        let rows: Vec<(Option<String>, Option<String>, i64, i64)> = with_pool!(self, |pool, d| {
-            let mut qb = QueryBuilder::new(
-                "SELECT queue, reason, count(*), \
-                     count(CASE WHEN redriven_at IS NULL THEN 1 END) FROM dead_letters",
-            );
-            sql::push_dead_filters(&mut qb, d, query)?;
-            qb.push(" GROUP BY queue, reason ORDER BY queue, reason");
-            qb.build_query_as()
-                .fetch_all(pool)
-                .await
-                .map_err(|e| Error::database("counting dead letters by group", e))?
-        });
-        Ok(rows
-            .into_iter()
-            .map(|(queue, reason, count, pending)| DeadLetterGroup {
-                queue,
-                reason: reason.as_deref().and_then(DeadReason::parse),
-                count: u64::try_from(count).unwrap_or(0),
-                pending: u64::try_from(pending).unwrap_or(0),
-            })
-            .collect())
-    }
-
-    /// The dead letter with this id.
-    pub async fn dead_letter(&self, id: DeadLetterId) -> Result<Option<DeadLetterRecord>, Error> {
-        Ok(self
-            .dead_letter_full(id)
-            .await?
-            .map(|(record, _, _)| record))
-    }
-
-    /// How many dead letters match `query` (its limit and order aside).
-    pub async fn count_dead_letters(&self, query: &DeadLetterQuery) -> Result<u64, Error> {
-        let count: i64 = with_pool!(self, |pool, d| {
-            let mut qb = QueryBuilder::new("SELECT count(*) FROM dead_letters");
-            sql::push_dead_filters(&mut qb, d, query)?;
-            qb.build_query_scalar()
-                .fetch_one(pool)
-                .await
-                .map_err(|e| Error::database("counting dead letters", e))?
-        });
-        Ok(u64::try_from(count).unwrap_or(0))
-    }
-
-    /// Deletes the recorded dead letters matching `query` (its limit and order aside) and
-    /// returns how many were deleted. Only the store's records go: no queue on the broker is
-    /// touched.
-    pub async fn purge_dead_letters(&self, query: &DeadLetterQuery) -> Result<u64, Error> {
-        let deleted: u64 = with_pool!(self, |pool, d| {
-            let mut qb = QueryBuilder::new("DELETE FROM dead_letters");
-            sql::push_dead_filters(&mut qb, d, query)?;
-            qb.build()
-                .execute(pool)
-                .await
-                .map_err(|e| Error::database("purging dead letters", e))?
-                .rows_affected()
-        });
-        Ok(deleted)
-    }
-
-    /// Deletes the dead letters of `ids` (those recorded; unknown ids are skipped). Returns how
-    /// many were deleted.
-    pub async fn purge_dead_letter_ids(&self, ids: &[DeadLetterId]) -> Result<u64, Error> {
-        let mut deleted = 0;
-        for chunk in ids.chunks(IDS_PER_STATEMENT) {
-            deleted += with_pool!(self, |pool, d| {
-                let mut qb = QueryBuilder::new("DELETE FROM dead_letters WHERE id IN (");
-                push_id_list(&mut qb, d, chunk);
-                qb.build()
-                    .execute(pool)
-                    .await
-                    .map_err(|e| Error::database("purging dead letters", e))?
-                    .rows_affected()
-            });
-        }
-        Ok(deleted)
-    }
-
-    /// How many of `ids` are recorded dead letters.
-    pub async fn count_dead_letter_ids(&self, ids: &[DeadLetterId]) -> Result<u64, Error> {
-        let mut found = 0;
-        for chunk in ids.chunks(IDS_PER_STATEMENT) {
-            let n: i64 = with_pool!(self, |pool, d| {
-                let mut qb = QueryBuilder::new("SELECT count(*) FROM dead_letters WHERE id IN (");
-                push_id_list(&mut qb, d, chunk);
-                qb.build_query_scalar()
-                    .fetch_one(pool)
-                    .await
-                    .map_err(|e| Error::database("counting dead letters", e))?
-            });
-            found += u64::try_from(n).unwrap_or(0);
-        }
-        Ok(found)
-    }
-
-    /// A dead letter with the properties re-drive needs.
-    pub(crate) async fn dead_letter_full(
-        &self,
-        id: DeadLetterId,
-    ) -> Result<Option<(DeadLetterRecord, Option<String>, Option<i64>)>, Error> {
-        let row: Option<DeadTuple> = with_pool!(self, |pool, d| {
-            let mut qb = QueryBuilder::new(format!(
-                "SELECT {} FROM dead_letters WHERE id = ",
-                d.dead_columns
-            ));
-            qb.push_bind(id.to_string()).push(d.uuid);
-            qb.build_query_as()
-                .fetch_optional(pool)
-                .await
-                .map_err(|e| Error::database("reading a dead letter", e))?
-        });
-        row.map(dead_record).transpose()
-    }
-
-    /// One page of dead letters after `cursor`, with the properties re-drive needs.
-    pub(crate) async fn dead_letter_page(
-        &self,
-        query: &DeadLetterQuery,
-        cursor: Option<&DeadLetterRecord>,
-        limit: usize,
-    ) -> Result<Vec<(DeadLetterRecord, Option<String>, Option<i64>)>, Error> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let cursor = cursor
-            .map(|c| -> Result<Cursor, Error> {
-                Ok(Cursor {
-                    time: crate::convert::time_to_text(c.dead_at)?,
-                    id: c.id.to_string(),
-                })
-            })
-            .transpose()?;
-        let rows: Vec<DeadTuple> = with_pool!(self, |pool, d| {
-            let mut qb = QueryBuilder::new(format!("SELECT {} FROM dead_letters", d.dead_columns));
-            sql::push_dead_filters(&mut qb, d, query)?;
-            sql::push_page(&mut qb, d, "dead_at", query.order, cursor.as_ref(), limit);
-            qb.build_query_as()
-                .fetch_all(pool)
-                .await
-                .map_err(|e| Error::database("listing dead letters", e))?
-        });
-        rows.into_iter().map(dead_record).collect()
-    }
-
-    /// Marks dead letters re-driven now (time, and one more in the count).
-    pub(crate) async fn mark_redriven(&self, ids: &[DeadLetterId]) -> Result<(), Error> {
-        let now = now_text();
-        for chunk in ids.chunks(IDS_PER_STATEMENT) {
-            with_pool!(self, |pool, d| {
-                let mut qb = QueryBuilder::new("UPDATE dead_letters SET redriven_at = ");
-                qb.push_bind(now.clone())
-                    .push(d.time)
-                    .push(", redrive_count = redrive_count + 1 WHERE id IN (");
-                let mut list = qb.separated(", ");
-                for id in chunk {
-                    list.push_bind(id.to_string()).push_unseparated(d.uuid);
-                }
-                qb.push(")");
-                qb.build()
-                    .execute(pool)
-                    .await
-                    .map_err(|e| Error::database("marking dead letters re-driven", e))?;
-            });
-        }
-        debug!(count = ids.len(), "dead letters marked re-driven");
-        Ok(())
-    }
-}
-
-/// What a [`Walk`] ended with.
-struct Walked<R> {
-    found: Vec<R>,
-    /// Rows read.
-    read: u64,
-    /// The last row read, when the read limit stopped the walk.
-    stopped_after: Option<(Timestamp, EventId)>,
-}
-
-/// A keyset walk over rows ordered by time, then id, for a query whose pattern the SQL only
-/// narrows: pages are fetched until the limit is filled with matching rows, the rows run out,
-/// or the query's read limit is reached (shared by [`Store::search`] and
-/// [`Store::conflicts`]).
-struct Walk<'q, R> {
-    query: &'q EventQuery,
-    /// Rows per page: when the matcher may drop rows, over-fetched so one page usually
-    /// fills the limit.
-    page: usize,
-    /// The last row seen.
-    cursor: Option<Cursor>,
-    found: Vec<R>,
-    /// Rows read so far.
-    read: usize,
-    /// The limit is filled or the rows ran out.
-    done: bool,
-}
-
-impl<'q, R> Walk<'q, R> {
-    fn new(query: &'q EventQuery) -> Result<Walk<'q, R>, Error> {
-        let exact = query
-            .pattern
-            .as_deref()
-            .is_none_or(|p| sql::key_prefilter(p).is_exact());
-        // The page before ended on this event: start after it.
-        let cursor = query
-            .after
-            .map(|(time, id)| -> Result<Cursor, Error> {
-                Ok(Cursor {
-                    time: crate::convert::time_to_text(time)?,
-                    id: id.to_string(),
-                })
-            })
-            .transpose()?;
-        Ok(Walk {
-            query,
-            page: if exact {
-                query.limit
-            } else {
-                query.limit.saturating_mul(2).clamp(200, 5000)
-            },
-            cursor,
-            found: Vec::new(),
-            read: 0,
-            done: query.limit == 0,
-        })
-    }
-
-    /// The rows the read limit still allows.
-    fn readable(&self) -> usize {
-        self.query
-            .read_limit
-            .map_or(usize::MAX, |limit| limit.saturating_sub(self.read))
-    }
-
-    /// Whether another page is wanted.
-    fn more(&self) -> bool {
-        !self.done && self.readable() > 0
-    }
-
-    /// Rows to fetch for the next page.
-    fn page_size(&self) -> usize {
-        self.page.min(self.readable())
-    }
-
-    /// Takes a fetched page of [`Walk::page_size`] rows at most: each row's `(time, id,
-    /// routing key)` moves the cursor, and a row whose key the pattern matches becomes a
-    /// record, until the limit.
-    fn take<T>(
-        &mut self,
-        rows: Vec<T>,
-        key: impl Fn(&T) -> (&String, &String, &String),
-        record: impl Fn(T) -> Result<R, Error>,
-    ) -> Result<(), Error> {
-        self.done = rows.len() < self.page_size();
-        for row in rows {
-            self.read += 1;
-            let (time, id, routing_key) = key(&row);
-            self.cursor = Some(Cursor {
-                time: time.clone(),
-                id: id.clone(),
-            });
-            if sql::key_passes(self.query.pattern.as_deref(), routing_key) {
-                self.found.push(record(row)?);
-                if self.found.len() == self.query.limit {
-                    self.done = true;
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// What was found, how many rows were read, and where the read limit stopped the walk,
-    /// if it did.
-    fn finish(self) -> Result<Walked<R>, Error> {
-        let stopped_after = match (&self.cursor, self.done) {
-            (Some(cursor), false) => Some((
-                time_from_text(&cursor.time)?,
-                EventId::from_str(&cursor.id).map_err(|e| {
-                    Error::corrupt(format!("stored id `{}`", cursor.id)).with_source(e)
-                })?,
-            )),
-            _ => None,
-        };
-        Ok(Walked {
-            found: self.found,
-            read: u64::try_from(self.read).unwrap_or(u64::MAX),
-            stopped_after,
-        })
-    }
-}
-
-/// What the inserted events add to the rollups: per (minute, key, source), sorted. `inserted`
-/// names the rows inserted, `None` when all were (and all their ids differ); an id the batch
-/// holds more than once counts once (its first row is the one inserted).
-fn rollups(
-    events: &[EventRow],
-    inserted: Option<&HashSet<String>>,
-) -> Vec<((String, String, String), i64)> {
-    let mut counted: HashSet<&str> = HashSet::new();
-    // Keyed by borrowed text: the minute's text is made once per rollup row, not per event.
-    let mut rollups: BTreeMap<(&str, &str, &str), i64> = BTreeMap::new();
-    for row in events {
-        if let Some(inserted) = inserted {
-            if !inserted.contains(&row.id) || !counted.insert(row.id.as_str()) {
-                continue;
-            }
-        }
-        // The stored time form is fixed-width: its first 16 characters name the minute.
-        let Some(minute) = row.time.get(..16) else {
-            continue;
-        };
-        *rollups
-            .entry((minute, row.routing_key.as_str(), row.source.as_str()))
-            .or_default() += 1;
-    }
-    rollups
-        .into_iter()
-        .map(|((minute, key, source), n)| {
-            (
-                (
-                    format!("{minute}:00.000000Z"),
-                    key.to_owned(),
-                    source.to_owned(),
-                ),
-                n,
-            )
-        })
-        .collect()
 }
 
 /// ` WHERE` the rollup's minute is from the one holding `since` to the one holding `until`.
@@ -1184,18 +607,4 @@ where
             .push(d.time);
     }
     Ok(())
-}
-
-/// `id, id, …)`: the ids bound, each cast as the dialect's id (the list's `(` is the
-/// caller's).
-fn push_id_list<'a, DB>(qb: &mut QueryBuilder<'a, DB>, d: &Dialect, ids: &[DeadLetterId])
-where
-    DB: sqlx::Database,
-    String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
-{
-    let mut list = qb.separated(", ");
-    for id in ids {
-        list.push_bind(id.to_string()).push_unseparated(d.uuid);
-    }
-    qb.push(")");
 }

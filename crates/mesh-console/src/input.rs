@@ -1,0 +1,58 @@
+//! The values a request names, checked: each one that is not what it should be is a 400
+//! page saying why, the value shown back cut short.
+
+use std::str::FromStr;
+
+use mesh_audit::DeadLetterId;
+use mesh_core::{DeadReason, EventId, Timestamp, TopicPattern};
+
+use crate::respond::{bad, shown, Fail};
+
+pub(crate) fn pattern(text: &str) -> Result<String, Fail> {
+    TopicPattern::parse(text)
+        .map(|_| text.to_owned())
+        .map_err(|e| {
+            bad(format!(
+                "key: `{}` is not a topic pattern: {e}",
+                shown(text)
+            ))
+        })
+}
+
+pub(crate) fn time(name: &str, text: &str) -> Result<Timestamp, Fail> {
+    Timestamp::parse(text).map_err(|_| {
+        bad(format!(
+            "{name}: `{}` is not an RFC 3339 time (as 2026-01-31T12:00:00Z)",
+            shown(text)
+        ))
+    })
+}
+
+pub(crate) fn event_id(name: &str, text: &str) -> Result<EventId, Fail> {
+    EventId::from_str(text).map_err(|_| {
+        bad(format!(
+            "{name}: `{}` is not an event id (a UUID)",
+            shown(text)
+        ))
+    })
+}
+
+pub(crate) fn dead_id(text: &str) -> Result<DeadLetterId, Fail> {
+    DeadLetterId::from_str(text).map_err(|_| {
+        bad(format!(
+            "`{}` is not a dead-letter id (a UUID)",
+            shown(text)
+        ))
+    })
+}
+
+pub(crate) fn reason(text: &str) -> Result<DeadReason, Fail> {
+    DeadReason::parse(text).ok_or_else(|| {
+        let known: Vec<&str> = DeadReason::ALL.iter().map(|r| r.as_str()).collect();
+        bad(format!(
+            "reason: `{}` is not one of {}",
+            shown(text),
+            known.join(", ")
+        ))
+    })
+}
