@@ -17,7 +17,7 @@
 //! so a module user without `configure` permission on them starts): durable topic exchanges
 //! `mesh.events`, `mesh.rpc`, `mesh.events.dead`, `mesh.retry` and `mesh.logs`, and the durable
 //! direct exchange `mesh.reply` (no queue: the shared `mesh.dead-letters` of old is retired, see
-//! [`Transport::unbind_retired_dead_queue`](mesh_core::Transport::unbind_retired_dead_queue)).
+//! [`AmqpTransport::unbind_retired_dead_queue`]).
 //! Per subscription:
 //!
 //! | queue | arguments | bindings |

@@ -636,7 +636,13 @@ impl AmqpTransport {
         Ok(state?.is_some())
     }
 
-    /// See [`Transport::unbind_retired_dead_queue`].
+    /// The first step of retiring [`RETIRED_DEAD_QUEUE`], which an older mesh declared: if
+    /// the queue exists, removes its binding to `mesh.events.dead` on `#`, so no new dead
+    /// letter reaches it, and returns `true`; returns `false` when there is no such queue.
+    /// Its messages stay; drain them with `DeadQueue::Retired`, then
+    /// [`delete_retired_dead_queue`](AmqpTransport::delete_retired_dead_queue).
+    ///
+    /// A one-time migration, not part of [`Transport`]: only a RabbitMQ can hold the queue.
     pub async fn unbind_retired_dead_queue(&self) -> Result<bool, TransportError> {
         self.check_open()?;
         if !self.retired_dead_queue_exists().await? {
@@ -655,7 +661,13 @@ impl AmqpTransport {
         Ok(true)
     }
 
-    /// See [`Transport::delete_retired_dead_queue`].
+    /// Deletes [`RETIRED_DEAD_QUEUE`] only if it holds no message and has no consumer (so
+    /// none holds an unacked one): `true` once it is gone (deleted now, or absent), `false`
+    /// when it still holds messages or another consumer reads it. Call it only once the
+    /// queue is unbound ([`unbind_retired_dead_queue`](AmqpTransport::unbind_retired_dead_queue))
+    /// and while a queue of dead letters of the caller's own is bound: then a dead letter that
+    /// reached the retired queue between the check and the delete (an older mesh binding it
+    /// again) reached that one too.
     pub async fn delete_retired_dead_queue(&self) -> Result<bool, TransportError> {
         self.check_open()?;
         let declare = self.inner.consume.declare_channel().await?;
@@ -920,13 +932,5 @@ impl Transport for AmqpTransport {
 
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(AmqpTransport::close(self))
-    }
-
-    fn unbind_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>> {
-        Box::pin(AmqpTransport::unbind_retired_dead_queue(self))
-    }
-
-    fn delete_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>> {
-        Box::pin(AmqpTransport::delete_retired_dead_queue(self))
     }
 }

@@ -13,13 +13,16 @@
 //! # The retired `mesh.dead-letters`
 //!
 //! Older versions of mesh declared one shared queue `mesh.dead-letters`, bound to
-//! `mesh.events.dead`. At every start, once its own queues are consuming, a logger retires
-//! it if it exists: it removes that binding (no new dead letter reaches it; they reach the
-//! loggers' own queues), stores what the queue holds like any dead letter, and once the
+//! `mesh.events.dead`. At every start, once its own queues are consuming, a logger run by the
+//! service on RabbitMQ ([`AuditService`](crate::AuditService)) retires it if it exists: it
+//! removes that binding (no new dead letter reaches it; they reach the loggers' own queues),
+//! stores what the queue holds like any dead letter, and once the
 //! queue stayed quiet for a moment deletes it, only if it is empty and unused (if-empty,
 //! if-unused). If another consumer still reads it (a logger of an older version), or
 //! anything fails, it stays for the next start: nothing is ever deleted with a dead letter
-//! in it.
+//! in it. The migration is no part of the [`Transport`] seam (only a RabbitMQ that an older
+//! mesh ran on holds the queue): the service hands the logger its `AmqpTransport` as a
+//! `RetiredDeadQueue`, and [`AuditLogger::run`] alone does not look for the queue.
 //!
 //! # Batches and acks
 //!
@@ -110,6 +113,17 @@ const RETIRED_QUIET: Duration = Duration::from_secs(2);
 /// Tries at deleting the retired queue once drained: the acks of its last deliveries travel
 /// on another channel than the delete, and may reach the broker after it.
 const RETIRED_DELETE_TRIES: u32 = 3;
+
+/// The retired `mesh.dead-letters` where a broker may still hold it, as retiring it needs
+/// it: unbound first, deleted once drained. Only RabbitMQ can hold it, so no [`Transport`]
+/// does this; the service's `AmqpTransport` does.
+pub(crate) trait RetiredDeadQueue: Sync {
+    /// Removes its binding to `mesh.events.dead`; whether the queue exists.
+    fn unbind(&self) -> BoxFuture<'_, Result<bool, TransportError>>;
+
+    /// Deletes it if it holds no message and has no consumer; whether it is gone.
+    fn delete(&self) -> BoxFuture<'_, Result<bool, TransportError>>;
+}
 
 /// What the logger did so far. Cheap to read while it runs ([`AuditLogger::stats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -263,11 +277,31 @@ impl AuditLogger {
         transport: &dyn Transport,
         shutdown: &CancellationToken,
     ) -> Result<(), Error> {
+        self.run_with(transport, None, shutdown).await
+    }
+
+    /// As [`run`](AuditLogger::run), and once both queues are consuming, retires the old
+    /// `mesh.dead-letters` through `retired` (see the module docs).
+    pub(crate) async fn run_retiring(
+        &self,
+        transport: &dyn Transport,
+        retired: &dyn RetiredDeadQueue,
+        shutdown: &CancellationToken,
+    ) -> Result<(), Error> {
+        self.run_with(transport, Some(retired), shutdown).await
+    }
+
+    async fn run_with(
+        &self,
+        transport: &dyn Transport,
+        retired: Option<&dyn RetiredDeadQueue>,
+        shutdown: &CancellationToken,
+    ) -> Result<(), Error> {
         let node = self.options.validate()?;
         let queue = naming::audit_queue(&node);
         let dead_queue = naming::audit_dead_queue(&node);
         let span = tracing::info_span!("mesh.audit", %queue);
-        self.run_inner(transport, shutdown, queue, dead_queue)
+        self.run_inner(transport, retired, shutdown, queue, dead_queue)
             .instrument(span)
             .await
     }
@@ -275,6 +309,7 @@ impl AuditLogger {
     async fn run_inner(
         &self,
         transport: &dyn Transport,
+        retired: Option<&dyn RetiredDeadQueue>,
         shutdown: &CancellationToken,
         queue: String,
         dead_queue: String,
@@ -305,7 +340,10 @@ impl AuditLogger {
             .map_err(|e| Error::transport(format!("consuming `{dead_queue}`"), e))?;
         // Both queues are bound now: a dead letter reaches this logger's own queue before
         // the retired one stops receiving them.
-        self.retire_old_dead_queue(transport, shutdown).await?;
+        if let Some(retired) = retired {
+            self.retire_old_dead_queue(transport, retired, shutdown)
+                .await?;
+        }
         info!(
             prefetch,
             batch_size = self.options.get_batch_size(),
@@ -414,10 +452,11 @@ impl AuditLogger {
     async fn retire_old_dead_queue(
         &self,
         transport: &dyn Transport,
+        queue: &dyn RetiredDeadQueue,
         shutdown: &CancellationToken,
     ) -> Result<(), Error> {
         let retired = naming::RETIRED_DEAD_QUEUE;
-        match transport.unbind_retired_dead_queue().await {
+        match queue.unbind().await {
             Ok(false) => return Ok(()),
             Ok(true) => info!(
                 queue = retired,
@@ -475,7 +514,7 @@ impl AuditLogger {
             return Ok(());
         }
         for attempt in 1..=RETIRED_DELETE_TRIES {
-            match transport.delete_retired_dead_queue().await {
+            match queue.delete().await {
                 Ok(true) => {
                     info!(queue = retired, "the retired queue of dead letters is deleted");
                     return Ok(());

@@ -172,7 +172,9 @@ impl AuditService {
                 shutdown: shutdown.clone(),
             });
             let started = Instant::now();
-            let result = logger.run(transport.as_ref(), &shutdown).await;
+            let result = logger
+                .run_retiring(transport.as_ref(), transport.as_ref(), &shutdown)
+                .await;
             self.enter(Phase::Connecting);
             transport.close().await;
             match result {
@@ -200,5 +202,16 @@ async fn wait(backoff: &mut Backoff, shutdown: &CancellationToken) -> bool {
     tokio::select! {
         () = tokio::time::sleep(pause) => true,
         () = shutdown.cancelled() => false,
+    }
+}
+
+/// On RabbitMQ, the old `mesh.dead-letters` may still be there: the transport retires it.
+impl crate::logger::RetiredDeadQueue for AmqpTransport {
+    fn unbind(&self) -> mesh_core::BoxFuture<'_, Result<bool, mesh_core::TransportError>> {
+        Box::pin(AmqpTransport::unbind_retired_dead_queue(self))
+    }
+
+    fn delete(&self) -> mesh_core::BoxFuture<'_, Result<bool, mesh_core::TransportError>> {
+        Box::pin(AmqpTransport::delete_retired_dead_queue(self))
     }
 }

@@ -186,8 +186,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// they share a RabbitMQ.
 ///
 /// At start it holds the three exchanges and no queue: every reader of dead letters binds a
-/// queue of its own to `mesh.events.dead` (the retired `mesh.dead-letters` is declared only
-/// by [`with_retired_dead_queue`](MemoryBroker::with_retired_dead_queue)).
+/// queue of its own to `mesh.events.dead` (the retired `mesh.dead-letters` of older versions
+/// never exists here: no older mesh ran on this broker).
 #[derive(Clone)]
 pub struct MemoryBroker {
     shared: Arc<BrokerShared>,
@@ -202,14 +202,6 @@ impl MemoryBroker {
                 order: Mutex::new(()),
             }),
         }
-    }
-
-    /// A new broker that also holds the retired queue `mesh.dead-letters`, bound to
-    /// `mesh.events.dead` on `#` as an older mesh declared it: for testing its migration.
-    pub fn with_retired_dead_queue() -> MemoryBroker {
-        let broker = MemoryBroker::new();
-        broker.with(|state, _| state.declare_retired_dead_queue());
-        broker
     }
 
     /// The names of every queue, sorted (server-named queues included).

@@ -282,24 +282,6 @@ impl Transport for MemoryTransport {
                 .with(|state, fx| state.close(self.connection, fx));
         })
     }
-
-    fn unbind_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>> {
-        Box::pin(async move {
-            Ok(self.broker.with(|state, _| {
-                state.ensure_open(self.connection)?;
-                Ok::<_, Fault>(state.unbind_retired_dead_queue())
-            })?)
-        })
-    }
-
-    fn delete_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>> {
-        Box::pin(async move {
-            Ok(self.broker.with(|state, fx| {
-                state.ensure_open(self.connection)?;
-                Ok::<_, Fault>(state.delete_retired_dead_queue(fx))
-            })?)
-        })
-    }
 }
 
 impl fmt::Debug for MemoryTransport {

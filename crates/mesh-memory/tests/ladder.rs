@@ -230,35 +230,3 @@ async fn a_dead_letter_released_stays_in_its_queue_of_dead_letters() {
     assert_eq!(again.delivery_count, Some(1));
     again.ack().await.unwrap();
 }
-
-#[tokio::test(start_paused = true)]
-async fn the_retired_queue_is_unbound_drained_and_deleted_only_once_empty() {
-    let broker = MemoryBroker::with_retired_dead_queue();
-    let transport = broker.transport();
-    let mut sub = transport
-        .subscribe(durable("n.a.events", &["#"], 4))
-        .await
-        .unwrap();
-    emit(&transport, "module.x.old", "old").await;
-    dead_letter_next(&mut sub).await;
-    assert_eq!(broker.queue_depth("mesh.dead-letters"), Some(1));
-
-    assert!(transport.unbind_retired_dead_queue().await.unwrap());
-    assert!(broker.exchange_bindings("mesh.events.dead").is_empty());
-    // Not empty: kept.
-    assert!(!transport.delete_retired_dead_queue().await.unwrap());
-    let mut retired = transport.subscribe(retired_dead_letters()).await.unwrap();
-    let old = next(&mut retired).await;
-    assert_eq!(body(&old), "old");
-    // Handed out, or read by a consumer: kept.
-    assert!(!transport.delete_retired_dead_queue().await.unwrap());
-    old.ack().await.unwrap();
-    assert!(!transport.delete_retired_dead_queue().await.unwrap());
-    drop(retired);
-    assert!(transport.delete_retired_dead_queue().await.unwrap());
-    assert_eq!(broker.queue_depth("mesh.dead-letters"), None);
-    // Gone: nothing to unbind, nothing to delete, nothing to consume.
-    assert!(!transport.unbind_retired_dead_queue().await.unwrap());
-    assert!(transport.delete_retired_dead_queue().await.unwrap());
-    assert!(transport.subscribe(retired_dead_letters()).await.is_err());
-}

@@ -209,11 +209,4 @@ async fn the_broker_starts_with_no_queue_and_nothing_bound() {
     assert!(broker.exchange_bindings("mesh.events").is_empty());
     assert_eq!(broker.queue_depth("mesh.dead-letters"), None);
     assert_eq!(broker.queue_depth("nope"), None);
-
-    let old = MemoryBroker::with_retired_dead_queue();
-    assert_eq!(old.queue_names(), vec!["mesh.dead-letters".to_owned()]);
-    assert_eq!(
-        old.exchange_bindings("mesh.events.dead"),
-        vec![("mesh.dead-letters".to_owned(), "#".to_owned())]
-    );
 }

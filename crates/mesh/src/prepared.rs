@@ -2,21 +2,24 @@
 //! message made without publishing it, and its publish, later and maybe by another process,
 //! with the broker's confirm.
 //!
-//! [`Bus::prepare_emit`] does everything an emit does before the transport (the key under
-//! the bus's prefix, a new event id, `x-source`, `x-node`, `x-time`, `x-schema`, the
-//! causation id of the event being handled, trace context) and stops there;
-//! [`Bus::publish_prepared`] publishes such a message, checked to be this bus's own, and
-//! resolves on its confirm. The transport stamps the connection's user (`user-id`) when it
-//! publishes, as on every emit: a stored message carries none.
+//! [`Bus::prepare_emit`](crate::Bus::prepare_emit) does everything an emit does before the
+//! transport (the key under the bus's prefix, a new event id, `x-source`, `x-node`,
+//! `x-time`, `x-schema`, the causation id of the event being handled, trace context) and
+//! stops there; [`Bus::publish_prepared`](crate::Bus::publish_prepared) publishes such a
+//! message, checked to be this bus's own, and resolves on its confirm. The transport stamps
+//! the connection's user (`user-id`) when it publishes, as on every emit: a stored message
+//! carries none.
+//!
+//! This file holds the two values, [`Prepared`] and [`PreparedConfirm`]; the bus's emitter
+//! (`crate::emitter`) makes and publishes them.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use mesh_core::{codec, EventId, PublishOptions, Timestamp, WireMessage};
+use mesh_core::{codec, EventId, Timestamp, WireMessage};
 
-use crate::bus::{Bus, Outgoing};
 use crate::error::{Error, ErrorKind};
 use crate::telemetry::record::{self, Source};
 
@@ -40,7 +43,7 @@ impl Prepared {
         })
     }
 
-    /// A message [`Bus::prepare`] just made, with its id.
+    /// A message the emitter just made, with its id.
     pub(crate) fn made(id: EventId, message: WireMessage) -> Prepared {
         let time = message
             .header(codec::TIME)
@@ -71,8 +74,8 @@ impl Prepared {
     }
 }
 
-/// The broker's answer to [`Bus::publish_prepared`]: resolves to the event's id once the
-/// broker confirmed it.
+/// The broker's answer to [`Bus::publish_prepared`](crate::Bus::publish_prepared): resolves
+/// to the event's id once the broker confirmed it.
 ///
 /// # Cancel safety
 ///
@@ -84,6 +87,23 @@ pub struct PreparedConfirm {
     since: Instant,
     source: Source,
     confirm: Option<mesh_core::Confirm>,
+}
+
+impl PreparedConfirm {
+    /// The confirm of prepared event `id`, pending since `since`, recorded under `source`.
+    pub(crate) fn new(
+        id: EventId,
+        since: Instant,
+        source: Source,
+        confirm: mesh_core::Confirm,
+    ) -> PreparedConfirm {
+        PreparedConfirm {
+            id,
+            since,
+            source,
+            confirm: Some(confirm),
+        }
+    }
 }
 
 impl std::fmt::Debug for PreparedConfirm {
@@ -106,88 +126,5 @@ impl Future for PreparedConfirm {
         self.confirm = None;
         record::confirmed(&self.source, self.since, &confirmed);
         Poll::Ready(confirmed.map(|()| self.id).map_err(Error::from))
-    }
-}
-
-impl Bus {
-    /// Turns `outgoing` into the message an emit would publish, without publishing it: the
-    /// key under this bus's prefix (a foreign key fails as on emit), its event id (a new one
-    /// unless [`Outgoing::id`] chose it), `x-source`, `x-node`, `x-time`, `x-schema`, the
-    /// causation id (the event being handled, unless [`Outgoing::causation_id`] chose one)
-    /// and the trace context of the current span.
-    ///
-    /// A transactional outbox stores it and a relay publishes it later with
-    /// [`Bus::publish_prepared`]; nothing is recorded in the emit metrics until then.
-    pub fn prepare_emit(&self, outgoing: Outgoing) -> Result<Prepared, Error> {
-        let span = tracing::info_span!(
-            "mesh.emit",
-            otel.kind = "producer",
-            prepared = true,
-            key = tracing::field::Empty,
-            id = tracing::field::Empty,
-            causation_id = tracing::field::Empty,
-        );
-        let _entered = span.enter();
-        let (id, envelope, _) = self.prepare(outgoing, &span)?;
-        Ok(Prepared::made(id, mesh_core::codec::encode(&envelope)))
-    }
-
-    /// Publishes a prepared event (made by [`Bus::prepare_emit`] of a bus with this identity,
-    /// maybe in another process) as it is, waiting at most `deadline` for room in the
-    /// transport's window and its confirm. Returns once the transport took it, with a
-    /// future resolving on the confirm; emit metrics are recorded as for an emit.
-    ///
-    /// Only this bus's own events are published: a key outside its prefix, or an
-    /// `x-source` other than its own, fails with [`ErrorKind::ForeignKey`]. A bus being
-    /// drained publishes prepared events until its handlers finished and its spool (if any)
-    /// was drained, then fails them with [`ErrorKind::Closed`], as a closed bus does.
-    ///
-    /// # Cancel safety
-    ///
-    /// Not cancel safe while it waits for room: dropped then, the event may or may not
-    /// have been taken.
-    pub async fn publish_prepared(
-        &self,
-        prepared: Prepared,
-        deadline: Option<Duration>,
-    ) -> Result<PreparedConfirm, Error> {
-        let inner = &self.inner;
-        if inner.closed.is_cancelled() {
-            return Err(Error::new(ErrorKind::Closed));
-        }
-        let foreign = || {
-            Error::new(ErrorKind::ForeignKey {
-                key: prepared.message.routing_key.clone(),
-                allowed: format!("{}…", inner.identity.prefix(&inner.node)),
-            })
-        };
-        let key = mesh_core::RoutingKey::parse(&prepared.message.routing_key)?;
-        let source = prepared
-            .message
-            .header(codec::SOURCE)
-            .and_then(|v| v.as_str());
-        if !inner.identity.owns(&inner.node, &key) || source != Some(inner.source.as_str()) {
-            return Err(foreign());
-        }
-        let label = Source::new(&inner.source);
-        let options = PublishOptions {
-            deadline,
-            ..PublishOptions::default()
-        };
-        match inner.transport.publish(prepared.message, options).await {
-            Ok(confirm) => {
-                record::emitted(&label);
-                Ok(PreparedConfirm {
-                    id: prepared.id,
-                    since: Instant::now(),
-                    source: label,
-                    confirm: Some(confirm),
-                })
-            }
-            Err(e) => {
-                record::emit_refused(&label, &e);
-                Err(e.into())
-            }
-        }
     }
 }

@@ -12,13 +12,13 @@ use futures::stream::FuturesUnordered;
 use futures::FutureExt;
 use futures::StreamExt;
 use mesh_core::codec::{self, RemoteError, RequestMeta};
-use mesh_core::{Delivery, EventId, ServeSpec, Subscription, Timestamp, ToolKey};
+use mesh_core::{Delivery, EventId, ServeSpec, Subscription, Timestamp, ToolKey, Transport};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn, Instrument};
 
-use crate::bus::{Bus, Inner};
+use crate::emitter::Emitter;
 use crate::error::{Error, ErrorKind};
 use crate::schema::Schema;
 use crate::telemetry::{propagation, record};
@@ -81,13 +81,14 @@ impl ServeEntry {
     }
 }
 
+/// Subscribes to the requests of `entry`'s tool.
 pub(crate) async fn subscribe(
-    inner: &Inner,
+    transport: &dyn Transport,
     entry: &ServeEntry,
     prefetch: u16,
 ) -> Result<Subscription, Error> {
     let tool = ToolKey::parse(&entry.tool)?;
-    Ok(inner.transport.serve(ServeSpec { tool, prefetch }).await?)
+    Ok(transport.serve(ServeSpec { tool, prefetch }).await?)
 }
 
 /// Serves `subscription` until `stop` fires, as the event dispatcher consumes: requests are
@@ -163,125 +164,56 @@ async fn answer(entry: &ServeEntry, request: Delivery) {
     }
 }
 
-impl Bus {
-    /// Calls tool `tool` with a JSON request and waits up to `timeout` for its reply.
-    ///
-    /// Fails with [`Error::is_no_server`] at once when no server ever declared the tool,
-    /// with [`Error::is_timeout`] when no reply came in time (including when the tool's
-    /// queue exists but no server is attached), and with [`ErrorKind::Remote`] when the
-    /// tool answered with an error. A request the caller gave up on expires in the queue
-    /// and is not executed later.
-    ///
-    /// The server side is [`BusBuilder::serve`](crate::BusBuilder::serve) (or
-    /// [`Bus::serve`] on a running bus); its requests are answered on its consumer's task,
-    /// up to the bus's prefetch at once, like events.
-    ///
-    /// ```
-    /// # #[tokio::main] async fn main() -> Result<(), mesh::Error> {
-    /// use std::{sync::Arc, time::Duration};
-    /// use mesh::{Bus, RemoteError, RequestMeta};
-    ///
-    /// let broker = mesh::MemoryBroker::new();
-    /// let billing = Bus::builder().node("anchor").module("billing")
-    ///     .serve("billing.quote", |plan: String, _meta: RequestMeta| async move {
-    ///         match plan.as_str() {
-    ///             "basic" => Ok(900_u64),
-    ///             _ => Err(RemoteError::new("unknown-plan", format!("no plan {plan}"))),
-    ///         }
-    ///     })
-    ///     .start(Arc::new(broker.transport()))
-    ///     .await?;
-    ///
-    /// let umami = Bus::builder().node("anchor").module("umami")
-    ///     .start(Arc::new(broker.transport()))
-    ///     .await?;
-    /// let cents: u64 = umami.call("billing.quote", "basic", Duration::from_secs(5)).await?;
-    /// assert_eq!(cents, 900);
-    /// let refused = umami.call::<_, u64>("billing.quote", "gold", Duration::from_secs(5)).await;
-    /// assert!(matches!(
-    ///     refused.unwrap_err().kind(),
-    ///     mesh::ErrorKind::Remote { code, .. } if code == "unknown-plan"
-    /// ));
-    /// billing.drain().await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping it abandons the call: a request already sent may still be executed by a
-    /// server (before it expires in the queue), and its reply is discarded. Tools are
-    /// called at least once, so a retried call may run twice: servers of tools with effects
-    /// deduplicate by the request id ([`RequestMeta::id`]).
-    pub async fn call<Req, Resp>(
-        &self,
-        tool: &str,
-        request: &Req,
-        timeout: Duration,
-    ) -> Result<Resp, Error>
-    where
-        Req: Serialize + ?Sized,
-        Resp: DeserializeOwned,
-    {
-        let body =
-            serde_json::to_vec(request).map_err(|e| Error::with_source(ErrorKind::Payload, e))?;
-        let reply = self.call_raw(tool, body.into(), timeout).await?;
-        serde_json::from_slice(&reply).map_err(|e| Error::with_source(ErrorKind::Payload, e))
-    }
-
-    /// Calls a tool with a JSON body (checked to be JSON) and returns the JSON reply.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Bus::call`].
-    pub async fn call_raw(
-        &self,
-        tool: &str,
-        body: Bytes,
-        timeout: Duration,
-    ) -> Result<Bytes, Error> {
-        let tool = ToolKey::parse(tool)?;
-        serde_json::from_slice::<serde::de::IgnoredAny>(&body)
-            .map_err(|e| Error::with_source(ErrorKind::Payload, e))?;
-        let meta = RequestMeta {
-            id: EventId::new(),
-            source: self.inner.identity.owner(&self.inner.node).to_string(),
-            node: self.inner.node.to_string(),
-            time: Timestamp::now(),
-            causation_id: crate::causation::current(),
-        };
-        let span = tracing::info_span!(
-            "mesh.call",
-            otel.kind = "client",
-            %tool,
-            id = %meta.id,
-            causation_id = meta.causation_id.as_deref(),
-        );
-        let started = Instant::now();
-        let result = async {
-            let mut request = codec::encode_request(&tool, &meta, body);
-            propagation::inject(&span, &mut request.properties.headers);
-            let reply = self.inner.transport.call(&tool, request, timeout).await?;
-            debug!("reply received");
-            match codec::decode_reply(&reply)? {
-                Ok(body) => Ok(body),
-                Err(remote) => Err(Error::new(ErrorKind::Remote {
-                    code: remote.code,
-                    message: remote.message,
-                })),
-            }
+/// Calls tool `tool` with a JSON body (checked to be JSON) in the emitter's name and waits up
+/// to `timeout` for the reply (see [`Bus::call`](crate::Bus::call)).
+pub(crate) async fn call(
+    emitter: &Emitter,
+    tool: &str,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<Bytes, Error> {
+    let tool = ToolKey::parse(tool)?;
+    serde_json::from_slice::<serde::de::IgnoredAny>(&body)
+        .map_err(|e| Error::with_source(ErrorKind::Payload, e))?;
+    let meta = RequestMeta {
+        id: EventId::new(),
+        source: emitter.identity().owner(emitter.node()).to_string(),
+        node: emitter.node().to_string(),
+        time: Timestamp::now(),
+        causation_id: crate::causation::current(),
+    };
+    let span = tracing::info_span!(
+        "mesh.call",
+        otel.kind = "client",
+        %tool,
+        id = %meta.id,
+        causation_id = meta.causation_id.as_deref(),
+    );
+    let started = Instant::now();
+    let result = async {
+        let mut request = codec::encode_request(&tool, &meta, body);
+        propagation::inject(&span, &mut request.properties.headers);
+        let reply = emitter.transport().call(&tool, request, timeout).await?;
+        debug!("reply received");
+        match codec::decode_reply(&reply)? {
+            Ok(body) => Ok(body),
+            Err(remote) => Err(Error::new(ErrorKind::Remote {
+                code: remote.code,
+                message: remote.message,
+            })),
         }
-        .instrument(span.clone())
-        .await;
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(e) => match e.kind() {
-                ErrorKind::Remote { .. } => "remote-error",
-                ErrorKind::Transport(kind) => record::reason(kind),
-                ErrorKind::Closed => "closed",
-                _ => "invalid-reply",
-            },
-        };
-        record::called(tool.as_str(), started.elapsed(), outcome);
-        result
     }
+    .instrument(span.clone())
+    .await;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(e) => match e.kind() {
+            ErrorKind::Remote { .. } => "remote-error",
+            ErrorKind::Transport(kind) => record::reason(kind),
+            ErrorKind::Closed => "closed",
+            _ => "invalid-reply",
+        },
+    };
+    record::called(tool.as_str(), started.elapsed(), outcome);
+    result
 }

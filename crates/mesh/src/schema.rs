@@ -101,7 +101,7 @@ impl Check {
         let validator = jsonschema::draft7::options()
             .with_pattern_options(jsonschema::PatternOptions::regex())
             .build(schema)
-            .map_err(|e| crate::raw::codec::cut(&e.to_string(), MAX_VALIDATION_ERROR_BYTES))?;
+            .map_err(|e| mesh_core::codec::cut(&e.to_string(), MAX_VALIDATION_ERROR_BYTES))?;
         Ok(Check {
             validator,
             version,
@@ -122,7 +122,7 @@ impl Check {
             // What is wrong first, then where (the end of a deep path, the telling part).
             Err(error) => Err(self.describe(&format!(
                 "{} (at `{}`)",
-                crate::raw::codec::cut(&error.masked().to_string(), MAX_VALIDATION_ERROR_BYTES / 2),
+                mesh_core::codec::cut(&error.masked().to_string(), MAX_VALIDATION_ERROR_BYTES / 2),
                 tail(
                     &error.instance_path().to_string(),
                     MAX_VALIDATION_ERROR_BYTES / 4
@@ -141,7 +141,7 @@ impl Check {
     }
 
     pub(crate) fn describe(&self, problem: &str) -> String {
-        crate::raw::codec::cut(
+        mesh_core::codec::cut(
             &format!(
                 "body does not match the schema of {}: {problem}",
                 self.subject

@@ -17,6 +17,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::bus::Bus;
+use crate::emitter::HeldSpool;
 use crate::error::Error;
 use crate::prepared::Prepared;
 
@@ -65,4 +66,19 @@ pub trait EmitSpool: Send + Sync + 'static {
 
     /// The bus is closing: stop publishing now and let the bus go. What is kept stays kept.
     fn stop(&self) -> SpoolFuture<'_, ()>;
+}
+
+/// Every spool is one the emitter can hold, without the `start` that names the bus.
+impl<S: EmitSpool> HeldSpool for S {
+    fn keep(&self, event: Prepared) -> SpoolFuture<'_, Result<(), Error>> {
+        EmitSpool::keep(self, event)
+    }
+
+    fn drain(&self, deadline: Option<Duration>) -> SpoolFuture<'_, ()> {
+        EmitSpool::drain(self, deadline)
+    }
+
+    fn stop(&self) -> SpoolFuture<'_, ()> {
+        EmitSpool::stop(self)
+    }
 }

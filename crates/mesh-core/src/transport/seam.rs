@@ -12,7 +12,7 @@ use super::{
     TransportError, TransportStats,
 };
 #[cfg(doc)]
-use super::{DeadQueue, Delivery, TransportErrorKind};
+use super::{Delivery, TransportErrorKind};
 
 /// A transport: the mechanics of a broker.
 ///
@@ -80,19 +80,4 @@ pub trait Transport: Send + Sync + fmt::Debug + 'static {
     /// Closes every connection; what is unconfirmed stays unconfirmed. The SDK's drain
     /// waits for confirms first.
     fn close(&self) -> BoxFuture<'_, ()>;
-
-    /// The first step of retiring [`RETIRED_DEAD_QUEUE`](crate::naming::RETIRED_DEAD_QUEUE):
-    /// if the queue exists, removes its binding to `mesh.events.dead` on `#`, so no new dead
-    /// letter reaches it, and returns `true`; returns `false` when there is no such queue.
-    /// Its messages stay; drain them with [`DeadQueue::Retired`], then
-    /// [`delete_retired_dead_queue`](Transport::delete_retired_dead_queue).
-    fn unbind_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>>;
-
-    /// Deletes [`RETIRED_DEAD_QUEUE`](crate::naming::RETIRED_DEAD_QUEUE) only if it holds no
-    /// message and has no consumer (so none holds an unacked one): `true` once it is gone
-    /// (deleted now, or absent), `false` when it still holds messages or another consumer
-    /// reads it. Call it only once the queue is unbound and while a queue of dead letters of
-    /// the caller's own is bound: then a dead letter that reached the retired queue between
-    /// the check and the delete (an older mesh binding it again) reached that one too.
-    fn delete_retired_dead_queue(&self) -> BoxFuture<'_, Result<bool, TransportError>>;
 }

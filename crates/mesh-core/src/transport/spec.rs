@@ -44,8 +44,9 @@ pub enum DeadQueue {
     /// anyone.
     Tap,
     /// The retired queue [`crate::naming::RETIRED_DEAD_QUEUE`], as it stands: consumed with
-    /// manual acks, never declared (it fails if the queue is gone). Only for draining it; see
-    /// [`Transport::unbind_retired_dead_queue`].
+    /// manual acks, never declared (it fails if the queue is gone). Only for draining it once
+    /// unbound, a one-time migration that is no part of [`Transport`]: only a RabbitMQ that an
+    /// older mesh ran on holds the queue (`mesh_amqp::AmqpTransport` unbinds and deletes it).
     Retired,
 }
 

@@ -29,7 +29,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use mesh_core::naming::{DEAD_EXCHANGE, RETIRED_DEAD_QUEUE, RPC_EXCHANGE};
+use mesh_core::naming::{DEAD_EXCHANGE, RPC_EXCHANGE};
 use mesh_core::WireMessage;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -94,39 +94,9 @@ impl State {
         self.next_id
     }
 
-    /// Declares the retired `mesh.dead-letters` bound to `mesh.events.dead` on `#`, as an
-    /// older mesh left it.
-    pub(crate) fn declare_retired_dead_queue(&mut self) {
-        self.queues
-            .entry(RETIRED_DEAD_QUEUE.to_owned())
-            .or_insert_with(|| Queue::new(QueueKind::Durable));
-        self.bindings.bind(DEAD_EXCHANGE, RETIRED_DEAD_QUEUE, "#");
-    }
-
     /// Whether a queue exists.
     pub(crate) fn has_queue(&self, name: &str) -> bool {
         self.queues.contains_key(name)
-    }
-
-    /// Removes the retired queue's binding; whether the queue exists.
-    pub(crate) fn unbind_retired_dead_queue(&mut self) -> bool {
-        if self.bindings.unbind(DEAD_EXCHANGE, RETIRED_DEAD_QUEUE, "#") {
-            debug!(queue = RETIRED_DEAD_QUEUE, "retired queue unbound");
-        }
-        self.queues.contains_key(RETIRED_DEAD_QUEUE)
-    }
-
-    /// Deletes the retired queue if it holds nothing and nobody consumes it; whether it is
-    /// gone.
-    pub(crate) fn delete_retired_dead_queue(&mut self, fx: &mut Effects) -> bool {
-        let Some(queue) = self.queues.get(RETIRED_DEAD_QUEUE) else {
-            return true;
-        };
-        let idle = queue.is_idle();
-        if idle {
-            self.delete_queue(RETIRED_DEAD_QUEUE, fx);
-        }
-        idle
     }
 
     // ---- connections ------------------------------------------------------------------

@@ -67,14 +67,6 @@ impl Queue {
         }
     }
 
-    /// Holds nothing and nobody consumes it.
-    pub(crate) fn is_idle(&self) -> bool {
-        self.ready.is_empty()
-            && self.unacked.is_empty()
-            && self.delayed == 0
-            && self.consumers.is_empty()
-    }
-
     /// Deliveries handed out and not settled.
     pub(crate) fn unacked_count(&self) -> usize {
         self.unacked.len()

@@ -634,21 +634,3 @@ fn faults() {
         "b was requeued when c closed"
     );
 }
-
-#[test]
-fn the_retired_dead_queue_is_deleted_only_when_idle() {
-    let mut state = State::new();
-    let mut fx = Effects::default();
-    state.declare_retired_dead_queue();
-    state.publish(DEAD_EXCHANGE, &message("k", "old"), &mut fx);
-    assert!(state.unbind_retired_dead_queue());
-    assert_eq!(
-        state.publish(DEAD_EXCHANGE, &message("k", "new"), &mut fx),
-        0
-    );
-    assert!(
-        !state.delete_retired_dead_queue(&mut fx),
-        "it still holds a message"
-    );
-    assert!(state.has_queue(mesh_core::naming::RETIRED_DEAD_QUEUE));
-}

@@ -28,13 +28,6 @@ impl Bindings {
         }
     }
 
-    /// Removes one binding; whether it was there.
-    pub(crate) fn unbind(&mut self, exchange: &str, queue: &str, pattern: &str) -> bool {
-        self.0
-            .get_mut(exchange)
-            .is_some_and(|bindings| bindings.remove(&(queue.to_owned(), pattern.to_owned())))
-    }
-
     /// Binds `queue` on `exchange` to exactly `patterns`: missing bindings are added,
     /// bindings no longer asked for are removed.
     pub(crate) fn set(&mut self, exchange: &'static str, queue: &str, patterns: &BTreeSet<String>) {

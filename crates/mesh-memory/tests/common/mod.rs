@@ -78,16 +78,6 @@ pub fn dead_tap() -> SubscriptionSpec {
     }
 }
 
-/// The retired `mesh.dead-letters`, as it stands.
-pub fn retired_dead_letters() -> SubscriptionSpec {
-    SubscriptionSpec {
-        queue: QueueSpec::DeadLetters(DeadQueue::Retired),
-        patterns: Vec::new(),
-        prefetch: 16,
-        retry_delays: Vec::new(),
-    }
-}
-
 /// Publishes an event on `mesh.events` and checks the broker confirmed it.
 pub async fn emit(transport: &impl Transport, key: &str, body: &str) {
     transport

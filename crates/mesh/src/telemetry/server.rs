@@ -155,7 +155,7 @@ impl State {
 
     fn render(&self) -> String {
         for bus in self.buses() {
-            super::record_health(&bus);
+            super::health::record_health(&bus);
         }
         self.handle.run_upkeep();
         self.handle.render()
