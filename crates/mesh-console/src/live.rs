@@ -5,11 +5,10 @@
 //!
 //! The stream sends `ready` once its queue is bound, then one `event` per event (its
 //! envelope, the body cut to [`BODY_PREVIEW`] characters), and a `skipped` for a message
-//! that breaks the contract. At most [`MAX_STREAMS`] streams are open at once; the queue
+//! that breaks the contract. At most [`MAX_STREAMS`](crate::console::MAX_STREAMS) streams are open at once; the queue
 //! goes when the page does (or the console stops).
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{RawQuery, State};
@@ -23,11 +22,9 @@ use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{info, warn};
 
+use crate::console::MAX_STREAMS;
 use crate::params::{link, Params};
 use crate::respond::{bad, page, shown, Fail, Page, Shared};
-
-/// Live streams open at once, at most; one more is refused with 503.
-pub(crate) const MAX_STREAMS: usize = 16;
 
 /// Patterns one stream follows, at most.
 const MAX_PATTERNS: usize = 8;
@@ -220,9 +217,4 @@ fn to_event(message: &mesh_core::WireMessage) -> Event {
             .event("skipped")
             .data(json!(codec::cut(&e.to_string(), BODY_PREVIEW)).to_string()),
     }
-}
-
-/// The live streams' slots of a console.
-pub(crate) fn slots() -> Arc<tokio::sync::Semaphore> {
-    Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS))
 }

@@ -395,3 +395,6 @@ pub(crate) fn now_text() -> String {
     // Formatting the current time cannot fail before the year 10000.
     time_to_text(Timestamp::now()).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod hostile;

@@ -1,0 +1,39 @@
+//! The console's routes: each path to the page that answers it.
+
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::Router;
+
+use crate::console::Console;
+use crate::{live, map, pages};
+
+impl Console {
+    /// The application.
+    pub fn router(self) -> Router {
+        let state = Arc::new(self);
+        Router::new()
+            .route("/", get(pages::overview))
+            .route("/style.css", get(pages::style))
+            .route("/events", get(pages::events))
+            .route("/events/{id}", get(pages::event))
+            .route("/dead", get(pages::dead))
+            .route(
+                "/dead/redrive",
+                get(pages::redrive_confirm).post(pages::redrive),
+            )
+            .route("/dead/purge", get(pages::purge_confirm).post(pages::purge))
+            .route("/dead/{id}", get(pages::dead_letter))
+            .route("/live", get(live::live))
+            .route("/live/stream", get(live::stream))
+            .route("/map", get(map::map))
+            .route("/modules/{queue}", get(map::module))
+            .route("/replay", get(map::replay_confirm).post(map::replay))
+            .fallback(pages::not_found)
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                pages::known_host,
+            ))
+            .with_state(state)
+    }
+}
