@@ -31,8 +31,10 @@
 //!
 //! Everything declared is recorded as data in a [`Topology`] (see
 //! [`AmqpTransport::topology`]) so that a reconnect can replay it. Bindings a durable queue
-//! no longer asks for are found through RabbitMQ's management HTTP API ([`management`], the
-//! workspace's one client of it), asked only when configured or on a loopback broker.
+//! no longer asks for are found through an [`EventBindings`] the transport is connected
+//! with: RabbitMQ's management HTTP API, whose client lives in `meshbus-admin` and which the
+//! SDK's `amqp` feature joins to the transport, asked only when configured or on a loopback
+//! broker.
 //!
 //! # Settling a delivery
 //!
@@ -147,16 +149,12 @@
 //! `Debug`, `Display`, error and log line; the client library's `traces` feature, which would
 //! log the login frame, is not enabled.
 //!
-//! [`access`] computes the access plan (one broker user per module, context, node, audit
-//! logger and operator, with permissions that let each do only what it owns), compares it
-//! with the broker's users and applies it through the management API.
-//!
 //! Architecture invariant: no `amqprs` type appears in this crate's public API; values are
-//! mapped to and from `mesh_core::wire` types at the edge (`convert`).
+//! mapped to and from `mesh_core::wire` types at the edge (`convert`). The crate speaks AMQP
+//! only: no HTTP, no management API (that is `meshbus-admin`).
 
 #![warn(missing_docs)]
 
-pub mod access;
 mod backoff;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
@@ -166,9 +164,9 @@ mod consumer;
 mod convert;
 mod declare;
 mod error;
+mod event_bindings;
 mod lifecycle;
 mod link;
-pub mod management;
 mod options;
 mod owner;
 mod plain;
@@ -180,6 +178,7 @@ mod tls;
 mod topology;
 mod transport;
 
+pub use event_bindings::EventBindings;
 pub use lifecycle::{Lifecycle, Link};
 pub use options::{redact_url, AmqpOptions, BrokerAddress, QueueType, URL_ENV};
 pub use plain::{PlainFollower, PlainLink, PlainMessage, PlainPublisher, CLIENT_LOG_TARGET};

@@ -64,7 +64,7 @@ use std::sync::Arc;
 
 use axum::routing::get;
 use axum::Router;
-use mesh_amqp::management::ManagementClient;
+use mesh_admin::management::ManagementClient;
 use mesh_audit::Store;
 use mesh_core::Transport;
 use tokio::net::TcpListener;
