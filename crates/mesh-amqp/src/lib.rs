@@ -31,8 +31,10 @@
 //!
 //! Everything declared is recorded as data in a [`Topology`] (see
 //! [`AmqpTransport::topology`]) so that a reconnect can replay it. Bindings a durable queue
-//! no longer asks for are found through RabbitMQ's management HTTP API ([`management`], the
-//! workspace's one client of it), asked only when configured or on a loopback broker.
+//! no longer asks for are found through an [`EventBindings`] the transport is connected
+//! with: RabbitMQ's management HTTP API, whose client lives in `meshbus-admin` and which the
+//! SDK's `amqp` feature joins to the transport, asked only when configured or on a loopback
+//! broker.
 //!
 //! # Settling a delivery
 //!
@@ -69,13 +71,13 @@
 //! At-least-once through failures is the point, so every loss is detected and repaired
 //! without the caller's help; the SDK above sees, at most, redeliveries.
 //!
-//! **Who owns what.** Each connection is held by a connection owner (`owner`), one piece for
+//! **Who owns what.** Each connection is held by a connection owner (`connection::owner`), one piece for
 //! both: it watches for the loss (close, socket, heartbeats), reconnects through the
 //! addresses with backoff and jitter, and reports the lifecycle; it lives inside its link's
 //! task, which keeps only its own reactions. The publish task owns the publishing
 //! connection's owner, its confirm channel and the unconfirmed window (`publisher`), and on
 //! a loss resends the window and fails what is not resent; the consume link's supervisor
-//! owns the consume connection's owner and hands out channels (`link`), replays the
+//! owns the consume connection's owner and hands out channels (`connection::link`), replays the
 //! topology before a new connection counts as up, and tells consumers to re-attach; each subscription's pump owns its consumer's
 //! lifecycle (cancel, re-attach) while the subscription reads the consumer's stream itself
 //! (`consumer`). Everything else holds cheap handles. What decides correctness inside the
@@ -147,16 +149,12 @@
 //! `Debug`, `Display`, error and log line; the client library's `traces` feature, which would
 //! log the login frame, is not enabled.
 //!
-//! [`access`] computes the access plan (one broker user per module, context, node, audit
-//! logger and operator, with permissions that let each do only what it owns), compares it
-//! with the broker's users and applies it through the management API.
-//!
 //! Architecture invariant: no `amqprs` type appears in this crate's public API; values are
-//! mapped to and from `mesh_core::wire` types at the edge (`convert`).
+//! mapped to and from `mesh_core::wire` types at the edge (`convert`). The crate speaks AMQP
+//! only: no HTTP, no management API (that is `meshbus-admin`).
 
 #![warn(missing_docs)]
 
-pub mod access;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub mod bench_internals;
@@ -165,8 +163,8 @@ mod consumer;
 mod convert;
 mod declare;
 mod error;
+mod event_bindings;
 mod lifecycle;
-pub mod management;
 mod options;
 mod plain;
 #[cfg(test)]
@@ -177,6 +175,7 @@ mod tls;
 mod topology;
 mod transport;
 
+pub use event_bindings::EventBindings;
 pub use lifecycle::{Lifecycle, Link};
 pub use options::{redact_url, AmqpOptions, BrokerAddress, QueueType, URL_ENV};
 pub use plain::{PlainFollower, PlainLink, PlainMessage, PlainPublisher, CLIENT_LOG_TARGET};

@@ -18,8 +18,8 @@ use crate::connection::link::ConsumeLink;
 use crate::consumer::{self, forward, AttachSpec, ConsumerCounts, Env, Source};
 use crate::convert::check_short;
 use crate::declare::{self, DeclareChannel};
+use crate::event_bindings::EventBindings;
 use crate::lifecycle::{Counters, Lifecycle, TransportShared};
-use crate::management::{ManagementOptions, TransportManagement};
 use crate::options::{AmqpOptions, QueueType};
 use crate::publisher::{Attempt, Payload, Publication, Publisher};
 use crate::rpc::Rpc;
@@ -78,7 +78,8 @@ struct Inner {
     options: AmqpOptions,
     publisher: Publisher,
     consume: ConsumeLink,
-    management: TransportManagement,
+    /// Lists a durable queue's bindings beyond those recorded here (stale bindings).
+    event_bindings: Option<Arc<dyn EventBindings>>,
     topology: Arc<Mutex<Topology>>,
     counts: Arc<ConsumerCounts>,
     rpc: Rpc,
@@ -108,20 +109,19 @@ impl AmqpTransport {
     /// broker holds one of those entities with other arguments. Once connected, a lost
     /// connection is reconnected in the background (see the crate docs).
     ///
-    /// The management API (for stale bindings, see [`subscribe`](AmqpTransport::subscribe))
-    /// is [`ManagementOptions::from_amqp`]: the options' management URL with their
-    /// credentials; [`connect_with`](AmqpTransport::connect_with) takes other options.
+    /// Stale bindings (see [`subscribe`](AmqpTransport::subscribe)) are then only those this
+    /// transport recorded itself; [`connect_with`](AmqpTransport::connect_with) takes a
+    /// lister of the broker's bindings too.
     pub async fn connect(options: AmqpOptions) -> Result<AmqpTransport, TransportError> {
-        let management = ManagementOptions::from_amqp(&options);
-        AmqpTransport::connect_with(options, management).await
+        AmqpTransport::connect_with(options, None).await
     }
 
-    /// [`connect`](AmqpTransport::connect) with the management API's options (a CA file,
-    /// [`allow_insecure_http`](ManagementOptions::allow_insecure_http)); `None` never
-    /// contacts it.
+    /// [`connect`](AmqpTransport::connect) with `event_bindings`, which lists the bindings a
+    /// durable queue has on the broker (RabbitMQ's management API, as the SDK's `amqp`
+    /// feature connects it); `None` lists none.
     pub async fn connect_with(
         options: AmqpOptions,
-        management: Option<ManagementOptions>,
+        event_bindings: Option<Arc<dyn EventBindings>>,
     ) -> Result<AmqpTransport, TransportError> {
         options.validate()?;
         tracing::info!(broker = %options, "connecting");
@@ -143,7 +143,7 @@ impl AmqpTransport {
         let (shutdown, _) = watch::channel(false);
         Ok(AmqpTransport {
             inner: Arc::new(Inner {
-                management: TransportManagement::new(management.as_ref()),
+                event_bindings,
                 options,
                 publisher,
                 consume,
@@ -315,10 +315,10 @@ impl AmqpTransport {
     /// Declares and consumes; see [`Transport::subscribe`].
     ///
     /// A durable queue ends up bound on `mesh.events` to exactly `spec.patterns`: bindings it
-    /// has beyond those are removed. They are found through the management API when it is
-    /// configured, or derived for a loopback broker (see
-    /// [`ManagementOptions::is_configured`]); otherwise, or when it fails, only the bindings
-    /// this transport recorded itself are considered (a warning is logged when it fails).
+    /// has beyond those are removed. They are found through the [`EventBindings`] the
+    /// transport was connected with (the management API, when configured or derived for a
+    /// loopback broker); without one, or when it fails, only the bindings this transport
+    /// recorded itself are considered (a warning is logged when it fails).
     ///
     /// The subscription keeps being fed across failures: a consumer the broker cancels, or
     /// whose channel or connection is lost, is attached again (its queue declared again
@@ -821,24 +821,28 @@ impl AmqpTransport {
             .cloned()
             .collect();
         let vhost = self.inner.options.get_vhost();
-        match &self.inner.management {
-            TransportManagement::Client(client) => {
-                match client.event_bindings(vhost, queue).await {
-                    Ok(listed) => existing.extend(listed),
+        match &self.inner.event_bindings {
+            Some(lister) => match lister.unusable() {
+                Some(error) => tracing::warn!(
+                    queue,
+                    error = %error,
+                    "management API not used: only bindings this transport declared can be \
+                     removed"
+                ),
+                None => match lister.list(vhost, queue).await {
+                    Ok(keys) => existing.extend(
+                        keys.into_iter()
+                            .map(|key| BindingDecl::new(EVENTS_EXCHANGE, queue, key)),
+                    ),
                     Err(error) => tracing::warn!(
                         queue,
                         error = %error,
                         "management API failed: only bindings this transport declared can be \
                          removed"
                     ),
-                }
-            }
-            TransportManagement::Unusable(error) => tracing::warn!(
-                queue,
-                error = %error,
-                "management API not used: only bindings this transport declared can be removed"
-            ),
-            TransportManagement::Off => tracing::debug!(
+                },
+            },
+            None => tracing::debug!(
                 queue,
                 "management API not configured: only bindings this transport declared can be \
                  removed"

@@ -176,47 +176,6 @@ async fn durable_subscription_declares_exactly_the_contract() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_binding_made_by_someone_else_is_removed_through_the_management_api() {
-    let vhost = common::vhost("foreign-binding").await;
-    let transport = common::connect(&vhost, "foreign-binding").await;
-    let queue = "n.m.events";
-    drop(
-        transport
-            .subscribe(spec(queue, &["a.b.c"], &[]))
-            .await
-            .unwrap(),
-    );
-
-    // A binding this transport never made (an older deployment, an operator).
-    let (connection, channel) = common::raw(&vhost).await;
-    channel
-        .queue_bind(amqprs::channel::QueueBindArguments::new(
-            queue,
-            "mesh.events",
-            "old.pattern.#",
-        ))
-        .await
-        .unwrap();
-    let _ = channel.close().await;
-    let _ = connection.close().await;
-
-    drop(
-        transport
-            .subscribe(spec(queue, &["a.b.c"], &[]))
-            .await
-            .unwrap(),
-    );
-    let ours: Vec<_> = bindings(&vhost)
-        .await
-        .into_iter()
-        .filter(|b| b.1 == queue)
-        .collect();
-    assert_eq!(ours, [binding("mesh.events", queue, "a.b.c")]);
-    transport.close().await;
-    vhost.delete().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_management_api_recorded_bindings_are_still_removed() {
     let vhost = common::vhost("no-management").await;
     // Nothing listens on port 1: the API is unreachable.

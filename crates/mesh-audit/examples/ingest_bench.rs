@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use mesh::{Bus, Outgoing};
-use mesh_amqp::{AmqpOptions, AmqpTransport};
+use mesh_amqp::AmqpOptions;
 use mesh_audit::{AuditLogger, AuditOptions, Store, StoreOptions};
 use mesh_core::{naming, Name, QueueSpec, SubscriptionSpec, TopicPattern};
 use mesh_testkit::TestVhost;
@@ -75,7 +75,7 @@ async fn bench(args: &Args, vhost: &TestVhost) -> anyhow::Result<()> {
     let node = Name::parse("bench")?;
 
     // Declare the audit queue (bound to `#`) before the backlog is emitted.
-    let declarer = AmqpTransport::connect(amqp.clone()).await?;
+    let declarer = mesh::amqp::connect(amqp.clone()).await?;
     let mut declared = declarer
         .subscribe(SubscriptionSpec {
             queue: QueueSpec::Durable {
@@ -93,7 +93,7 @@ async fn bench(args: &Args, vhost: &TestVhost) -> anyhow::Result<()> {
     let bus = Bus::builder()
         .node("bench")
         .module("shop")
-        .start(Arc::new(AmqpTransport::connect(amqp.clone()).await?))
+        .start(Arc::new(mesh::amqp::connect(amqp.clone()).await?))
         .await?;
     let started = Instant::now();
     let mut pending = Vec::with_capacity(args.events);
@@ -131,7 +131,7 @@ async fn bench(args: &Args, vhost: &TestVhost) -> anyhow::Result<()> {
             .batch_wait(args.batch_wait)
             .prefetch(args.prefetch),
     );
-    let transport = AmqpTransport::connect(amqp).await?;
+    let transport = mesh::amqp::connect(amqp).await?;
     let shutdown = CancellationToken::new();
     let started = Instant::now();
     let run = {

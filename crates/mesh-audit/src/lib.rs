@@ -65,6 +65,7 @@ mod options;
 mod record;
 pub mod redrive;
 pub mod replay;
+#[cfg(feature = "service")]
 mod service;
 mod store;
 pub mod telemetry;
@@ -82,6 +83,7 @@ pub use record::{
 };
 pub use redrive::{Redrive, RedrivePlan, RedriveReport};
 pub use replay::{Replay, ReplayPlan, ReplayReport};
+#[cfg(feature = "service")]
 pub use service::AuditService;
 pub use store::Store;
 
@@ -93,6 +95,7 @@ mod tests {
         fn send_sync<T: Send + Sync + 'static>() {}
         send_sync::<super::Store>();
         send_sync::<super::AuditLogger>();
+        #[cfg(feature = "service")]
         send_sync::<super::AuditService>();
         send_sync::<super::Error>();
         send_sync::<super::RedriveReport>();

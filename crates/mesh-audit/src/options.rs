@@ -209,6 +209,11 @@ pub struct AuditOptions {
     enforce_identity: Option<String>,
 }
 
+/// The `x-delivery-limit` mesh-amqp declares quorum queues with by default
+/// (`AmqpOptions::delivery_limit`; a test holds the two equal): the crate reads the store
+/// without the transport when its `service` feature is off.
+const DEFAULT_DELIVERY_LIMIT: u32 = 20;
+
 impl Default for AuditOptions {
     fn default() -> Self {
         AuditOptions {
@@ -216,7 +221,7 @@ impl Default for AuditOptions {
             batch_size: DEFAULT_BATCH_SIZE,
             batch_wait: DEFAULT_BATCH_WAIT,
             prefetch: DEFAULT_PREFETCH,
-            delivery_limit: Some(mesh_amqp::AmqpOptions::default().get_delivery_limit()),
+            delivery_limit: Some(DEFAULT_DELIVERY_LIMIT),
             enforce_identity: None,
         }
     }
@@ -343,6 +348,14 @@ impl AuditOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_delivery_limit_is_the_transports() {
+        assert_eq!(
+            DEFAULT_DELIVERY_LIMIT,
+            mesh::amqp::AmqpOptions::default().get_delivery_limit()
+        );
+    }
 
     #[test]
     fn store_urls_name_their_backend() {

@@ -5,7 +5,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mesh_amqp::management::ManagementOptions;
+use mesh::amqp::management::ManagementOptions;
+use mesh::amqp::{connect_with_management, management_options};
 use mesh_amqp::{AmqpOptions, AmqpTransport};
 use mesh_core::backoff::Backoff;
 use mesh_core::Transport;
@@ -66,7 +67,7 @@ impl AuditService {
     /// A service from its three sets of options.
     pub fn new(amqp: AmqpOptions, store: StoreOptions, audit: AuditOptions) -> AuditService {
         AuditService {
-            management: ManagementOptions::from_amqp(&amqp),
+            management: management_options(&amqp),
             amqp,
             store,
             audit,
@@ -75,8 +76,9 @@ impl AuditService {
     }
 
     /// The management API its transport uses to remove stale bindings of the logger's
-    /// queues (default: [`ManagementOptions::from_amqp`] of the AMQP options; `None`: never
-    /// contacted). See [`AmqpTransport::connect_with`].
+    /// queues (default: [`management_options`] of the AMQP options; `None`: never
+    /// contacted). See [`connect_with_management`] and
+    /// [`AmqpTransport::subscribe`](mesh_amqp::AmqpTransport::subscribe).
     pub fn management(mut self, management: Option<ManagementOptions>) -> AuditService {
         self.management = management;
         self
@@ -152,9 +154,7 @@ impl AuditService {
         let outcome = loop {
             self.enter(Phase::Connecting);
             let options = self.amqp.clone().connection_name("mesh-audit");
-            let transport = match AmqpTransport::connect_with(options, self.management.clone())
-                .await
-            {
+            let transport = match connect_with_management(options, self.management.clone()).await {
                 Ok(transport) => Arc::new(transport),
                 Err(e) if e.is_retryable() => {
                     warn!(broker = %self.amqp, error = %e, "broker unavailable; retrying");

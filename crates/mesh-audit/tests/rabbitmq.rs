@@ -686,7 +686,7 @@ async fn a_delivery_limit_dead_letter_is_recorded_with_its_real_deliveries() -> 
         .parse::<mesh_amqp::AmqpOptions>()?
         .connection_name("poison")
         .delivery_limit(2);
-    let consumer = mesh_amqp::AmqpTransport::connect(options).await?;
+    let consumer = mesh::amqp::connect(options).await?;
     let mut subscription = mesh_core::Transport::subscribe(
         &consumer,
         mesh_core::SubscriptionSpec {

@@ -133,13 +133,12 @@ async fn run_kind(
 async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
     let plan = &ctx.plan;
     // mesh declares its exchanges at connect; the raw client publishes to them.
-    let transport = mesh::amqp::AmqpTransport::connect(ctx.broker.mesh_options(
-        &ctx.vhost,
-        ctx.kind,
-        plan.in_flight,
-        "setup",
-    ))
-    .await?;
+    let transport =
+        mesh::amqp::connect(
+            ctx.broker
+                .mesh_options(&ctx.vhost, ctx.kind, plan.in_flight, "setup"),
+        )
+        .await?;
     transport.close().await;
     for scenario in &plan.scenarios {
         match scenario {

@@ -44,7 +44,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mesh::amqp::management::{ManagementClient, ManagementOptions};
-use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
+use mesh::amqp::{AmqpOptions, QueueType};
 use mesh::raw::Transport;
 use mesh::raw::{Name, TransportErrorKind};
 
@@ -155,7 +155,7 @@ pub(crate) fn node(global: &Global) -> anyhow::Result<Name> {
 /// be reached is exit code 3.
 pub(crate) async fn connect(options: AmqpOptions) -> anyhow::Result<Arc<dyn Transport>> {
     let shown = options.to_string();
-    match AmqpTransport::connect(options).await {
+    match mesh::amqp::connect(options).await {
         Ok(transport) => Ok(Arc::new(transport)),
         Err(error) => {
             // A failed TLS handshake is unreachable too: the reason (unknown CA, name
@@ -200,7 +200,7 @@ fn management_options(global: &Global, options: &AmqpOptions) -> anyhow::Result<
     let mut management = match &global.management_url {
         Some(url) => ManagementOptions::new(url.trim())
             .credentials(options.get_user(), options.get_password()),
-        None => ManagementOptions::from_amqp(options).ok_or_else(|| {
+        None => mesh::amqp::management_options(options).ok_or_else(|| {
             crate::exit::fail(
                 Code::Usage,
                 "no broker address to derive the management URL from",
@@ -226,7 +226,7 @@ pub(crate) fn logger_management(
     if global.management_url.is_some() {
         return management_options(global, options).map(Some);
     }
-    Ok(ManagementOptions::from_amqp(options).map(|management| {
+    Ok(mesh::amqp::management_options(options).map(|management| {
         let management = management.allow_insecure_http(global.management_allow_http);
         match &global.management_ca_file {
             Some(ca_file) => management.ca_file(ca_file),

@@ -10,7 +10,7 @@ use amqprs::connection::{Connection, OpenConnectionArguments};
 use amqprs::{BasicProperties, FieldName, FieldTable, FieldValue, LongStr};
 use bytes::Bytes;
 use mesh::{Bus, DeadReason, Incoming};
-use mesh_amqp::{AmqpOptions, AmqpTransport};
+use mesh_amqp::AmqpOptions;
 use mesh_core::HeaderValue;
 use mesh_testkit::TestVhost;
 
@@ -65,9 +65,7 @@ async fn a_foreign_publish_reaches_the_handler_and_bad_ones_are_dead_lettered() 
             async { Ok(()) }
         })
         .start(Arc::new(
-            AmqpTransport::connect(options.clone())
-                .await
-                .expect("connect"),
+            mesh::amqp::connect(options.clone()).await.expect("connect"),
         ))
         .await
         .expect("consumer starts");
@@ -75,7 +73,7 @@ async fn a_foreign_publish_reaches_the_handler_and_bad_ones_are_dead_lettered() 
         .node("n1")
         .module("watcher")
         .start(Arc::new(
-            AmqpTransport::connect(options).await.expect("connect"),
+            mesh::amqp::connect(options).await.expect("connect"),
         ))
         .await
         .expect("watcher starts");

@@ -16,9 +16,9 @@ use amqprs::channel::BasicPublishArguments;
 use amqprs::connection::{Connection, OpenConnectionArguments};
 use amqprs::{BasicProperties, FieldTable, FieldValue};
 use bytes::Bytes;
+use mesh::amqp::access::{self, AccessSpec, Password, Passwords};
+use mesh::amqp::management::{ManagementClient, ManagementOptions};
 use mesh::{Bus, HandlerError, Incoming, RetryPolicy};
-use mesh_amqp::access::{self, AccessSpec, Password, Passwords};
-use mesh_amqp::management::{ManagementClient, ManagementOptions};
 use mesh_amqp::{AmqpOptions, AmqpTransport};
 use mesh_core::codec::{self, DeadReason};
 use mesh_core::{
@@ -42,7 +42,7 @@ impl Broker {
             .await
             .expect("a private RabbitMQ node (rabbitmq-server must be installed)");
         // The operator declares the exchanges; module users may not.
-        let admin = AmqpTransport::connect(node.url().parse().expect("the node's URL"))
+        let admin = mesh::amqp::connect(node.url().parse().expect("the node's URL"))
             .await
             .expect("the admin connects");
         admin.close().await;
@@ -103,7 +103,7 @@ impl Broker {
     }
 
     async fn transport(&self, user: &str) -> AmqpTransport {
-        AmqpTransport::connect(self.options(user))
+        mesh::amqp::connect(self.options(user))
             .await
             .unwrap_or_else(|e| panic!("{user} connects: {e}"))
     }

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use mesh_amqp::access::{self, AccessSpec, Password, Passwords};
-use mesh_amqp::management::{ManagementClient, ManagementOptions};
-use mesh_amqp::{AmqpOptions, AmqpTransport};
+use mesh::amqp::access::{self, AccessSpec, Password, Passwords};
+use mesh::amqp::management::ManagementClient;
+use mesh_amqp::AmqpOptions;
 use mesh_conformance::{Harness, Role, SUITE_MODULES, SUITE_NODE};
 use mesh_core::naming;
 use mesh_core::{Name, TopicPattern, Transport};
@@ -54,7 +54,7 @@ impl RabbitHarness {
             planned.insert(user.clone(), Password::new(password.clone()));
         }
         let management = ManagementClient::new(
-            &ManagementOptions::from_amqp(&admin).expect("a management URL for the broker"),
+            &mesh::amqp::management_options(&admin).expect("a management URL for the broker"),
         )
         .expect("a management client");
         let broker = access::read(&management, vhost.name())
@@ -65,7 +65,7 @@ impl RabbitHarness {
             .await
             .expect("the suite's access plan is applied");
         // The operator's part: mesh's exchanges exist before any module connects.
-        AmqpTransport::connect(admin.clone())
+        mesh::amqp::connect(admin.clone())
             .await
             .expect("the admin connects")
             .close()
@@ -105,7 +105,7 @@ impl Harness for RabbitHarness {
                 .url_as(&user, password)
                 .parse()
                 .expect("the vhost's URL parses");
-            let transport = AmqpTransport::connect(options)
+            let transport = mesh::amqp::connect(options)
                 .await
                 .unwrap_or_else(|e| panic!("`{user}` connects to the test vhost: {e}"));
             Arc::new(transport) as Arc<dyn Transport>

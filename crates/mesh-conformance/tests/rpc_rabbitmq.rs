@@ -15,7 +15,7 @@ const WAIT: Duration = Duration::from_secs(60);
 
 async fn transport(options: &AmqpOptions, name: &str) -> Arc<AmqpTransport> {
     Arc::new(
-        AmqpTransport::connect(options.clone().connection_name(name))
+        mesh::amqp::connect(options.clone().connection_name(name))
             .await
             .expect("connects"),
     )

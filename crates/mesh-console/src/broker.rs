@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use mesh_amqp::management::{ManagementClient, ManagementError};
+use mesh_admin::management::{ManagementClient, ManagementError};
 use mesh_core::naming::{self, AUDIT_MODULE, EVENTS_EXCHANGE};
 use mesh_core::TopicPattern;
 

@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use mesh_amqp::management::ManagementClient;
+use mesh_admin::management::ManagementClient;
 use mesh_audit::Store;
 use mesh_core::Transport;
 use tokio::sync::Semaphore;

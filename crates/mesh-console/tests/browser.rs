@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::browser::{Browser, WAIT};
 use common::{dead, event, seeded, serve, Seeded, TOKEN};
-use mesh::amqp::management::{ManagementClient, ManagementOptions};
+use mesh::amqp::management::ManagementClient;
 use mesh::amqp::AmqpOptions;
 use mesh::{Bus, Outgoing};
 use mesh_audit::{DeadLetterQuery, Store, StoreOptions};
@@ -536,7 +536,7 @@ async fn the_system_map_draws_a_three_module_system() -> anyhow::Result<()> {
     store.record_events(&messages).await?;
     let billing = consumer(&url, "billing", &["module.shop.order.placed"]).await?;
     let mailer = consumer(&url, "mailer", &["module.billing.#"]).await?;
-    let management = ManagementOptions::from_amqp(&url.parse::<AmqpOptions>()?)
+    let management = mesh::amqp::management_options(&url.parse::<AmqpOptions>()?)
         .expect("an address to derive the API from");
     let served = serve(
         Console::new(store)

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{at, event, get, post, serve, TOKEN};
-use mesh::amqp::management::{ManagementClient, ManagementOptions};
+use mesh::amqp::management::ManagementClient;
 use mesh::amqp::AmqpOptions;
 use mesh::{Bus, Outgoing};
 use mesh_audit::{Store, StoreOptions};
@@ -81,7 +81,7 @@ async fn the_map_the_queues_and_a_replay_to_one_module() -> anyhow::Result<()> {
     )
     .await?;
 
-    let management = ManagementOptions::from_amqp(&url.parse::<AmqpOptions>()?)
+    let management = mesh::amqp::management_options(&url.parse::<AmqpOptions>()?)
         .expect("an address to derive the API from");
     let console = Console::new(store.clone())
         .transport(transport(&url).await?)

@@ -315,7 +315,7 @@ fn plan(vhost: &str) -> anyhow::Result<(String, HashMap<String, String>, String)
 pub async fn connect(options: AmqpOptions) -> Arc<AmqpTransport> {
     let broker = options.to_string();
     Arc::new(
-        AmqpTransport::connect(options)
+        mesh::amqp::connect(options)
             .await
             .unwrap_or_else(|e| panic!("connecting to {broker}: {}", crate::chain(&e))),
     )

@@ -22,7 +22,7 @@ use mesh::Bus;
 /// A RabbitMQ transport on `url` (`amqp://…/<vhost>`).
 pub async fn transport(url: &str) -> anyhow::Result<Arc<AmqpTransport>> {
     let options: AmqpOptions = url.parse()?;
-    Ok(Arc::new(AmqpTransport::connect(options).await?))
+    Ok(Arc::new(mesh::amqp::connect(options).await?))
 }
 
 /// A bus of module `module` on node `node`, with no handlers, on a transport of its own on

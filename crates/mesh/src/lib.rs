@@ -54,6 +54,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "amqp")]
+mod amqp_admin;
 mod bus;
 mod causation;
 mod dedup;
@@ -127,9 +129,15 @@ pub mod raw {
     pub use mesh_core::*;
 }
 
-/// The RabbitMQ transport.
+/// The RabbitMQ transport, and the broker's administration through its management API
+/// ([`management`](amqp::management), [`access`](amqp::access), from `meshbus-admin`).
+///
+/// [`connect`](amqp::connect) connects an [`AmqpTransport`](amqp::AmqpTransport) that finds
+/// a durable queue's stale bindings through the management API.
 #[cfg(feature = "amqp")]
 pub mod amqp {
+    pub use crate::amqp_admin::{connect, connect_with_management, management_options};
+    pub use mesh_admin::{access, management};
     pub use mesh_amqp::*;
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mesh::amqp::{AmqpOptions, AmqpTransport};
+use mesh::amqp::AmqpOptions;
 use mesh::raw::Transport;
 use mesh::{Bus, HandlerError, Incoming};
 use mesh_testkit::http::must_get;
@@ -33,7 +33,7 @@ async fn slow_to_reconnect(vhost: &TestVhost, name: &str) -> Arc<dyn Transport> 
         .connection_name(name)
         .reconnect_backoff(RECONNECT_AFTER, RECONNECT_AFTER);
     Arc::new(
-        AmqpTransport::connect(options)
+        mesh::amqp::connect(options)
             .await
             .expect("connects to the test vhost"),
     )

@@ -17,4 +17,3 @@ mod url;
 
 pub use builder::{AmqpOptions, BrokerAddress, QueueType, URL_ENV};
 pub use url::redact_url;
-pub(crate) use url::UNRESERVED_COMPLEMENT;

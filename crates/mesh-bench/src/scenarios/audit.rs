@@ -46,7 +46,7 @@ async fn prepare(ctx: &Ctx, url: &str) -> anyhow::Result<(AuditLogger, Arc<AmqpT
     let options = ctx
         .broker
         .mesh_options(&ctx.vhost, ctx.kind, ctx.plan.in_flight, "audit");
-    let transport = Arc::new(AmqpTransport::connect(options).await?);
+    let transport = Arc::new(mesh::amqp::connect(options).await?);
     Ok((logger, transport))
 }
 

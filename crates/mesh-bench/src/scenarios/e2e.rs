@@ -201,7 +201,7 @@ pub(crate) async fn emitter(
         }
         EmitterSide::Mesh => {
             let options = broker.mesh_options(vhost, kind, window, "e2e-emit");
-            let transport = mesh::amqp::AmqpTransport::connect(options).await?;
+            let transport = mesh::amqp::connect(options).await?;
             let bus = mesh::Bus::builder()
                 .node("e2e-emit")
                 .module("bench")

@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use amqprs::connection::Connection;
 use anyhow::Context;
-use mesh::amqp::AmqpTransport;
 use mesh::{Bus, BusBuilder};
 use mesh_testkit::TempStore;
 use tokio::time::Instant;
@@ -69,7 +68,7 @@ impl Ctx {
         let options = self
             .broker
             .mesh_options(&self.vhost, self.kind, self.plan.in_flight, name);
-        let transport = AmqpTransport::connect(options).await?;
+        let transport = mesh::amqp::connect(options).await?;
         Ok(builder.start(Arc::new(transport)).await?)
     }
 

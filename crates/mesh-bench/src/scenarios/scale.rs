@@ -381,7 +381,7 @@ impl Scale<'_> {
     async fn backlog_in(&self, vhost: &str) -> anyhow::Result<Backlog> {
         let events = self.plan.scale_events;
         // mesh declares the queue (with exactly its arguments) and its bindings, then stops.
-        let setup = AmqpTransport::connect(self.options(vhost, "scale-sink-setup")?).await?;
+        let setup = mesh::amqp::connect(self.options(vhost, "scale-sink-setup")?).await?;
         let bus = sink(None).start(Arc::new(setup.clone())).await;
         match bus {
             Ok(bus) => bus.drain().await?,
@@ -443,7 +443,7 @@ impl Scale<'_> {
         let count = Arc::new(Count::new(events, warm));
         eprintln!("scale: consuming them with a bus of default settings");
         let rss_start = measure::rss();
-        let transport = AmqpTransport::connect(self.options(vhost, "scale-sink")?).await?;
+        let transport = mesh::amqp::connect(self.options(vhost, "scale-sink")?).await?;
         let bus = match sink(Some(count.clone()))
             .start(Arc::new(transport.clone()))
             .await
@@ -701,7 +701,7 @@ impl Started {
     /// counts every one consuming.
     async fn start(options: AmqpOptions, n: usize) -> anyhow::Result<Started> {
         let began = Instant::now();
-        let transport = AmqpTransport::connect(options)
+        let transport = mesh::amqp::connect(options)
             .await
             .context("connecting mesh to the private node")?;
         let shared: Arc<dyn Transport> = Arc::new(transport.clone());

@@ -24,7 +24,7 @@ pub(crate) struct LoggerPlan {
     pub(crate) store_url: String,
     node: mesh::raw::Name,
     amqp: mesh_amqp::AmqpOptions,
-    management: Option<mesh_amqp::management::ManagementOptions>,
+    management: Option<mesh::amqp::management::ManagementOptions>,
     store: StoreOptions,
     audit: AuditOptions,
 }

@@ -159,7 +159,7 @@ pub(crate) async fn vhost(prefix: &str) -> TestVhost {
 /// A transport to the vhost, as a service would have.
 pub(crate) async fn transport(options: AmqpOptions) -> Arc<AmqpTransport> {
     Arc::new(
-        AmqpTransport::connect(options.connection_name("cli-test-service"))
+        mesh::amqp::connect(options.connection_name("cli-test-service"))
             .await
             .expect("the test service connects"),
     )

@@ -26,7 +26,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use mesh::amqp::{AmqpTransport, QueueType};
+use mesh::amqp::QueueType;
 use mesh::{Bus, HandlerError};
 use tokio::io::AsyncReadExt;
 
@@ -54,9 +54,7 @@ fn run() -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the runtime")?;
     runtime.block_on(async {
-        let transport = AmqpTransport::connect(options)
-            .await
-            .context("connecting")?;
+        let transport = mesh::amqp::connect(options).await.context("connecting")?;
         let _bus = Bus::builder()
             .node(node.as_str())
             .module(module.as_str())

@@ -71,9 +71,7 @@ fn say_or_exit(line: &str) {
 
 async fn connect(options: AmqpOptions) -> anyhow::Result<Arc<AmqpTransport>> {
     Ok(Arc::new(
-        AmqpTransport::connect(options)
-            .await
-            .context("connecting")?,
+        mesh::amqp::connect(options).await.context("connecting")?,
     ))
 }
 

@@ -37,9 +37,7 @@ async fn transport() -> anyhow::Result<(Vec<Arc<dyn Transport>>, &'static str)> 
             let options: mesh::amqp::AmqpOptions = url.parse()?;
             let mut transports: Vec<Arc<dyn Transport>> = Vec::new();
             for _ in 0..4 {
-                transports.push(Arc::new(
-                    mesh::amqp::AmqpTransport::connect(options.clone()).await?,
-                ));
+                transports.push(Arc::new(mesh::amqp::connect(options.clone()).await?));
             }
             Ok((transports, "RabbitMQ"))
         }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mesh::amqp::{AmqpOptions, AmqpTransport};
+use mesh::amqp::AmqpOptions;
 use mesh::raw::Transport;
 use mesh_testkit::TestVhost;
 
@@ -13,7 +13,7 @@ pub(crate) const WAIT: Duration = Duration::from_secs(30);
 /// A transport on `vhost` whose connections are named `<name>.publish` / `<name>.consume`.
 pub(crate) async fn transport(vhost: &TestVhost, name: &str) -> Arc<dyn Transport> {
     let options: AmqpOptions = vhost.url().parse().expect("the vhost's URL parses");
-    let transport = AmqpTransport::connect(options.connection_name(name))
+    let transport = mesh::amqp::connect(options.connection_name(name))
         .await
         .expect("connects to the test vhost");
     Arc::new(transport)

@@ -2,8 +2,10 @@
 //! (the bindings of a queue, queue arguments, every queue of a vhost) and the declarations
 //! `mesh topology apply` makes.
 //!
-//! [`AmqpTransport`](crate::AmqpTransport) uses it on every durable subscribe to find the
-//! bindings a queue no longer asks for; the `mesh` CLI uses it for `topology` and `status`.
+//! The RabbitMQ transport (`meshbus-amqp`, which knows no HTTP) uses it, as the SDK's `amqp`
+//! feature connects it, on every durable subscribe to find the bindings a queue no longer
+//! asks for ([`ManagementClient::event_binding_keys`]); the `mesh` CLI uses it for
+//! `topology`, `access` and `status`, the console for its overview.
 //!
 //! HTTP and TLS come from `reqwest` over `rustls` (ring), with a root store built here: the
 //! [CA file](ManagementOptions::ca_file) when given, else the system's roots. Every request is
@@ -30,11 +32,14 @@ use url::Url;
 pub use error::{ManagementError, ManagementErrorKind};
 pub use options::ManagementOptions;
 
-use crate::topology::BindingDecl;
 use options::shown;
 
 /// What a path segment encodes: everything but RFC 3986's unreserved characters.
-use crate::options::UNRESERVED_COMPLEMENT as SEGMENT;
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// An exchange as the API lists it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -485,15 +490,15 @@ impl ManagementClient {
         Ok(())
     }
 
-    /// The bindings of `queue` on `mesh.events` that mesh could have made: to the queue,
-    /// without arguments.
-    pub(crate) async fn event_bindings(
+    /// The routing keys of the bindings of `queue` on `mesh.events` that mesh could have
+    /// made: to the queue, without arguments.
+    pub async fn event_binding_keys(
         &self,
         vhost: &str,
         queue: &str,
-    ) -> Result<Vec<BindingDecl>, ManagementError> {
+    ) -> Result<Vec<String>, ManagementError> {
         let rows = self.queue_bindings(vhost, queue).await?;
-        let mut bindings = Vec::new();
+        let mut keys = Vec::new();
         for row in rows {
             if row.source != EVENTS_EXCHANGE || row.destination_type != "queue" {
                 continue;
@@ -507,9 +512,9 @@ impl ManagementClient {
                 );
                 continue;
             }
-            bindings.push(BindingDecl::new(EVENTS_EXCHANGE, queue, row.routing_key));
+            keys.push(row.routing_key);
         }
-        Ok(bindings)
+        Ok(keys)
     }
 
     /// `api/<segments…>` under the base, each segment percent-encoded.
@@ -646,45 +651,6 @@ impl ManagementClient {
                 return Err(too_large());
             }
             body.extend_from_slice(&chunk);
-        }
-    }
-}
-
-/// The management API as [`AmqpTransport`](crate::AmqpTransport) sees it when it looks
-/// for stale bindings.
-pub(crate) enum TransportManagement {
-    /// Not contacted: no URL, or one derived from a broker address that is not loopback.
-    Off,
-    /// Options the client refused (a bad URL, credentials in clear): warned about on use.
-    Unusable(ManagementError),
-    /// Contacted.
-    Client(ManagementClient),
-}
-
-impl TransportManagement {
-    /// Contacts the API only when it is configured or its derived URL's host is loopback.
-    pub(crate) fn new(options: Option<&ManagementOptions>) -> TransportManagement {
-        match options {
-            None => TransportManagement::Off,
-            Some(options) if !options.is_configured() && !options.is_loopback() => {
-                TransportManagement::Off
-            }
-            Some(options) => match ManagementClient::new(options) {
-                Ok(client) => TransportManagement::Client(client),
-                Err(error) => TransportManagement::Unusable(error),
-            },
-        }
-    }
-}
-
-impl std::fmt::Debug for TransportManagement {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TransportManagement::Off => f.write_str("Off"),
-            TransportManagement::Unusable(error) => {
-                f.debug_tuple("Unusable").field(&error.kind()).finish()
-            }
-            TransportManagement::Client(client) => client.fmt(f),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The management API client: credentials never in clear to a host that is not loopback
 //! (against a fake API that records what it receives), the transport's rule on when it
-//! contacts the API at all, and HTTPS with a CA of the test's own against a private node.
+//! contacts the API at all (as the SDK connects it), and HTTPS with a CA of the test's own
+//! against a private node.
 
 // Helpers outside `#[test]` functions unwrap too: this whole file is a test.
 #![allow(clippy::unwrap_used)]
@@ -10,8 +11,11 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use mesh_amqp::management::{ManagementClient, ManagementErrorKind, ManagementOptions};
-use mesh_amqp::{AmqpOptions, AmqpTransport};
+use mesh::amqp::{connect_with_management, management_options};
+use mesh_admin::management::{
+    BindingRow, ManagementClient, ManagementErrorKind, ManagementOptions,
+};
+use mesh_amqp::AmqpOptions;
 use mesh_core::{QueueSpec, SubscriptionSpec, TopicPattern};
 use mesh_testkit::{free_port, NodeOptions, PrivateNode, RecordingServer, TestPki};
 
@@ -154,7 +158,7 @@ async fn the_transport_contacts_only_a_configured_or_loopback_api() {
     let subscribe = |management: ManagementOptions, name: &'static str| {
         let options = common::options(&vhost, name);
         async move {
-            let transport = AmqpTransport::connect_with(options, Some(management))
+            let transport = connect_with_management(options, Some(management))
                 .await
                 .expect("connecting");
             let subscription =
@@ -194,14 +198,13 @@ async fn the_transport_contacts_only_a_configured_or_loopback_api() {
 #[test]
 fn a_derived_url_is_contacted_only_for_a_loopback_broker() {
     let remote: AmqpOptions = "amqp://u:p@rabbit.example/%2F".parse().unwrap();
-    let derived = ManagementOptions::from_amqp(&remote).unwrap();
+    let derived = management_options(&remote).unwrap();
     assert!(!derived.is_configured() && !derived.is_loopback());
     let local: AmqpOptions = "amqp://u:p@127.0.0.1/%2F".parse().unwrap();
-    let derived = ManagementOptions::from_amqp(&local).unwrap();
+    let derived = management_options(&local).unwrap();
     assert!(!derived.is_configured() && derived.is_loopback());
     let configured =
-        ManagementOptions::from_amqp(&remote.management_url("https://rabbit.example:15671"))
-            .unwrap();
+        management_options(&remote.management_url("https://rabbit.example:15671")).unwrap();
     assert!(configured.is_configured());
 }
 
@@ -238,7 +241,7 @@ async fn https_with_a_test_ca_serves_the_client_and_stale_binding_removal() {
 
     // The transport finds, through the API over TLS, a binding it never made, and removes it.
     let options: AmqpOptions = node.url().parse().unwrap();
-    let transport = AmqpTransport::connect_with(options, Some(management.clone()))
+    let transport = connect_with_management(options, Some(management.clone()))
         .await
         .unwrap();
     let queue = "n.m.events";
@@ -252,7 +255,7 @@ async fn https_with_a_test_ca_serves_the_client_and_stale_binding_removal() {
         .bind("/", "mesh.events", queue, "old.pattern.#")
         .await
         .unwrap();
-    let keys = |rows: Vec<mesh_amqp::management::BindingRow>| {
+    let keys = |rows: Vec<BindingRow>| {
         let mut keys: Vec<String> = rows
             .into_iter()
             .filter(|b| b.source == "mesh.events")

@@ -8,7 +8,6 @@ use std::time::Duration;
 use url::{Host, Url};
 
 use super::error::{ManagementError, ManagementErrorKind};
-use crate::options::AmqpOptions;
 
 /// How long one request may take, connecting included, unless set.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -18,7 +17,7 @@ const DEFAULT_MAX_RESPONSE: usize = 64 * 1024 * 1024;
 /// Options of a [`ManagementClient`](super::ManagementClient).
 ///
 /// ```
-/// use mesh_amqp::management::ManagementOptions;
+/// use mesh_admin::management::ManagementOptions;
 ///
 /// let options = ManagementOptions::new("https://rabbit.prod:15671")
 ///     .credentials("mesh", "secret")
@@ -83,38 +82,25 @@ impl ManagementOptions {
         }
     }
 
-    /// The API of the broker `amqp` names: its [management
-    /// URL](AmqpOptions::management_url) when one is set, else `http://<first host>:15672`
-    /// (`https://<first host>:15671` when the broker is reached with TLS; then [not
-    /// configured](ManagementOptions::is_configured)), with its credentials (a password file
-    /// read now), the TLS options' CA file for an https API, and its connect timeout (at
-    /// least 1 s) as the request timeout.
-    /// `None` for options with neither a management URL nor an address.
-    pub fn from_amqp(amqp: &AmqpOptions) -> Option<ManagementOptions> {
-        // Without addresses, the management URL is only the one set explicitly.
-        let configured = amqp
-            .clone()
-            .addresses(std::iter::empty())
-            .get_management_url();
-        let (url, is_configured) = match configured {
-            Some(url) => (url, true),
-            None => (amqp.get_management_url()?, false),
-        };
-        // The password as the next AMQP connect would send it (a password file read now);
-        // a file that cannot be read fails that connect with its own error, so the API gets
-        // the password given in the options meanwhile.
-        let password = amqp
-            .load_password()
-            .unwrap_or_else(|_| amqp.get_password().to_owned());
-        let mut options = ManagementOptions::new(url)
-            .credentials(amqp.get_user(), password)
-            .timeout(amqp.get_connect_timeout().max(Duration::from_secs(1)));
-        // An https API is trusted as the broker's AMQP port is: by the TLS options' CA file.
-        if let Some(ca_file) = amqp.get_tls().and_then(|tls| tls.get_ca_file()) {
-            options = options.ca_file(ca_file);
+    /// The API of a broker as its AMQP options describe it: at `url`, which was
+    /// `configured` explicitly or derived from the broker's address (see
+    /// [`is_configured`](ManagementOptions::is_configured)), with the broker's `user` and
+    /// `password`, and trusting an https API by the `ca_file` its AMQP port is trusted by,
+    /// if any. The SDK's `amqp` feature builds these from `AmqpOptions`.
+    pub fn for_broker(
+        url: impl Into<String>,
+        configured: bool,
+        user: impl Into<String>,
+        password: impl Into<String>,
+        ca_file: Option<PathBuf>,
+    ) -> ManagementOptions {
+        let options = ManagementOptions::new(url)
+            .credentials(user, password)
+            .configured(configured);
+        match ca_file {
+            Some(ca_file) => options.ca_file(ca_file),
+            None => options,
         }
-        options.configured = is_configured;
-        Some(options)
     }
 
     /// The user name and password sent (basic auth).
@@ -193,8 +179,8 @@ impl ManagementOptions {
     }
 
     /// Whether the URL was given explicitly, rather than derived from the broker's address.
-    /// [`AmqpTransport`](crate::AmqpTransport) contacts a derived URL only when its host is
-    /// loopback.
+    /// The RabbitMQ transport, looking for stale bindings, contacts a derived URL only when
+    /// its host is loopback.
     pub fn is_configured(&self) -> bool {
         self.configured
     }
@@ -404,19 +390,23 @@ mod tests {
     }
 
     #[test]
-    fn from_amqp_tells_a_configured_url_from_a_derived_one() {
-        let amqp: AmqpOptions = "amqp://u:p@rabbit.example:5672/%2F".parse().unwrap();
-        let derived = ManagementOptions::from_amqp(&amqp).unwrap();
-        assert_eq!(derived.get_url(), "http://rabbit.example:15672");
-        assert!(!derived.is_configured());
-        assert_eq!(derived.get_user(), "u");
-        assert_eq!(derived.get_password(), "p");
-
+    fn for_broker_keeps_every_part() {
+        let options = ManagementOptions::for_broker(
+            "http://rabbit.example:15672",
+            false,
+            "u",
+            "p",
+            Some(PathBuf::from("/etc/ca.pem")),
+        );
+        assert_eq!(options.get_url(), "http://rabbit.example:15672");
+        assert!(!options.is_configured());
+        assert_eq!(options.get_user(), "u");
+        assert_eq!(options.get_password(), "p");
+        assert_eq!(options.get_ca_file(), Some(Path::new("/etc/ca.pem")));
         let configured =
-            ManagementOptions::from_amqp(&amqp.management_url("http://rabbit.example:15672"))
-                .unwrap();
+            ManagementOptions::for_broker("http://rabbit.example:15672", true, "u", "p", None);
         assert!(configured.is_configured());
-        assert_eq!(configured.get_url(), "http://rabbit.example:15672");
+        assert_eq!(configured.get_ca_file(), None);
     }
 
     #[test]

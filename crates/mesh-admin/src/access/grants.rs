@@ -1,0 +1,394 @@
+//! Who may do what: one [`Grant`] per user of an [`AccessSpec`], and the regular
+//! expressions they are made of.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use mesh_core::naming::{
+    audit_user, operator_user, owner_user, AUDIT_MODULE, DEAD_EXCHANGE, EVENTS_EXCHANGE,
+    REPLY_EXCHANGE, RETIRED_DEAD_QUEUE, RETRY_EXCHANGE, RPC_EXCHANGE,
+};
+use mesh_core::{Name, Origin, TopicPattern};
+
+/// The logs exchange of `mesh-logs` (not a dependency of this crate).
+pub const LOGS_EXCHANGE: &str = "mesh.logs";
+
+/// The tag of the operator's user.
+pub const OPERATOR_TAG: &str = "management";
+
+/// What the access plan is made from: the node, its modules with their binding patterns,
+/// its runtime contexts, and the prefix of every user name.
+#[derive(Debug, Clone)]
+pub struct AccessSpec {
+    prefix: String,
+    node: Name,
+    modules: BTreeMap<Name, BTreeSet<String>>,
+    contexts: BTreeSet<Name>,
+    node_user: bool,
+    audit_logger: bool,
+}
+
+impl AccessSpec {
+    /// The spec of `node`: no prefix, no module, no context, a user for the node itself, no
+    /// audit logger.
+    pub fn new(node: Name) -> AccessSpec {
+        AccessSpec {
+            prefix: String::new(),
+            node,
+            modules: BTreeMap::new(),
+            contexts: BTreeSet::new(),
+            node_user: true,
+            audit_logger: false,
+        }
+    }
+
+    /// The prefix of every user name (users are global to a broker: deployments sharing one
+    /// tell theirs apart by it).
+    pub fn user_prefix(mut self, prefix: impl Into<String>) -> AccessSpec {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// A module binding its queue on `patterns` (merged with those of an earlier call for the
+    /// same module). The module `audit-logger` is the node's audit logger
+    /// ([`audit_logger`](Self::audit_logger)), whose user is `audit-logger.<node>`.
+    pub fn module(mut self, name: Name, patterns: impl IntoIterator<Item = TopicPattern>) -> Self {
+        if name.as_str() == AUDIT_MODULE {
+            self.audit_logger = true;
+            return self;
+        }
+        self.modules
+            .entry(name)
+            .or_default()
+            .extend(patterns.into_iter().map(|p| p.to_string()));
+        self
+    }
+
+    /// A runtime context (its user owns `mesh.<context>.…`).
+    pub fn context(mut self, name: Name) -> AccessSpec {
+        self.contexts.insert(name);
+        self
+    }
+
+    /// Whether the node itself gets a user (owning `node.<node>.…`; default true).
+    pub fn node_user(mut self, yes: bool) -> AccessSpec {
+        self.node_user = yes;
+        self
+    }
+
+    /// Whether the node runs an audit logger.
+    pub fn audit_logger(mut self, yes: bool) -> AccessSpec {
+        self.audit_logger = yes;
+        self
+    }
+
+    /// The prefix of user names.
+    pub fn get_user_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The node.
+    pub fn get_node(&self) -> &Name {
+        &self.node
+    }
+}
+
+/// Whose a user is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Role {
+    /// A module (owns `module.<name>.…`).
+    Module(Name),
+    /// A runtime context (owns `mesh.<name>.…`).
+    Context(Name),
+    /// The node itself (owns `node.<name>.…`).
+    Node(Name),
+    /// The audit logger of a node.
+    AuditLogger(Name),
+    /// The operator: topology, re-drives, status.
+    Operator,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Role::Module(name) => write!(f, "module {name}"),
+            Role::Context(name) => write!(f, "context {name}"),
+            Role::Node(name) => write!(f, "node {name}"),
+            Role::AuditLogger(node) => write!(f, "audit logger of {node}"),
+            Role::Operator => f.write_str("operator"),
+        }
+    }
+}
+
+/// A user's permissions on the vhost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permissions {
+    /// Declaring and deleting.
+    pub configure: String,
+    /// Publishing to an exchange, binding a queue.
+    pub write: String,
+    /// Consuming from a queue, binding from an exchange.
+    pub read: String,
+}
+
+impl fmt::Display for Permissions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "configure `{}` write `{}` read `{}`",
+            self.configure, self.write, self.read
+        )
+    }
+}
+
+/// A user's topic permission on one topic exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicGrant {
+    /// The exchange.
+    pub exchange: String,
+    /// Routing keys it may publish under.
+    pub write: String,
+    /// Binding keys it may bind (and unbind) a queue on.
+    pub read: String,
+}
+
+impl fmt::Display for TopicGrant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "write `{}` read `{}`", self.write, self.read)
+    }
+}
+
+/// What one user may do on the vhost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The user name.
+    pub user: String,
+    /// Whose it is.
+    pub role: Role,
+    /// Its tags, sorted.
+    pub tags: Vec<String>,
+    /// Its permissions.
+    pub permissions: Permissions,
+    /// Its topic permissions, one per exchange, sorted by exchange.
+    pub topic: Vec<TopicGrant>,
+}
+
+/// `name` as a regular expression matching exactly it: every character a regular expression
+/// treats specially is escaped with `\` (Erlang's PCRE and the `regex` crate both read an
+/// escaped punctuation character as itself).
+pub fn escape(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for c in name.chars() {
+        if matches!(
+            c,
+            '\\' | '.'
+                | '+'
+                | '*'
+                | '?'
+                | '('
+                | ')'
+                | '|'
+                | '['
+                | ']'
+                | '{'
+                | '}'
+                | '^'
+                | '$'
+                | '#'
+                | '-'
+        ) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `^(?:…)$` alternatives of escaped exchange names.
+fn alternatives(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| escape(n))
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// The exchanges every identity may read (bind from).
+fn read_exchanges() -> String {
+    alternatives(&[
+        EVENTS_EXCHANGE,
+        RPC_EXCHANGE,
+        DEAD_EXCHANGE,
+        RETRY_EXCHANGE,
+        REPLY_EXCHANGE,
+    ])
+}
+
+/// The exchanges a module, context or node may write to (publish to).
+fn write_exchanges() -> String {
+    alternatives(&[
+        EVENTS_EXCHANGE,
+        RPC_EXCHANGE,
+        DEAD_EXCHANGE,
+        RETRY_EXCHANGE,
+        REPLY_EXCHANGE,
+        LOGS_EXCHANGE,
+    ])
+}
+
+const NOTHING: &str = "^$";
+const ANYTHING: &str = ".*";
+
+pub(super) fn topic(
+    exchange: &str,
+    write: impl Into<String>,
+    read: impl Into<String>,
+) -> TopicGrant {
+    TopicGrant {
+        exchange: exchange.to_owned(),
+        write: write.into(),
+        read: read.into(),
+    }
+}
+
+fn sorted(mut topic: Vec<TopicGrant>) -> Vec<TopicGrant> {
+    topic.sort_by(|a, b| a.exchange.cmp(&b.exchange));
+    topic
+}
+
+/// The grant of an identity; `patterns` is `Some` for a module (which consumes).
+fn identity(
+    prefix: &str,
+    origin: Origin,
+    owner: &Name,
+    patterns: Option<&BTreeSet<String>>,
+) -> Grant {
+    let n = escape(owner.as_str());
+    let consumer = patterns.is_some();
+    let own_queues = format!(r"[^.]+\.{n}\.events(?:\.retry\.[^.]+)?");
+    let mut queues = Vec::new();
+    if consumer {
+        queues.push(own_queues.clone());
+    }
+    queues.push(format!(r"serve\.{n}\..+"));
+    queues.push(r"amq\.gen-.+".to_owned());
+    let queues = queues.join("|");
+    let (read, write) = (read_exchanges(), write_exchanges());
+    let events_read = match patterns {
+        Some(patterns) if !patterns.is_empty() => format!(
+            "^(?:{})$",
+            patterns
+                .iter()
+                .map(|p| escape(p))
+                .collect::<Vec<_>>()
+                .join("|")
+        ),
+        _ => NOTHING.to_owned(),
+    };
+    // Its retry copies go to its retry queues, and its retry forwarders bring them back to
+    // its queue, both through `mesh.retry` under the queue's name: its own queues only.
+    let (retry_write, retry_read) = if consumer {
+        (format!("^{own_queues}$"), format!("^{own_queues}$"))
+    } else {
+        (NOTHING.to_owned(), NOTHING.to_owned())
+    };
+    let role = match origin {
+        Origin::Module => Role::Module(owner.clone()),
+        Origin::Mesh => Role::Context(owner.clone()),
+        Origin::Node => Role::Node(owner.clone()),
+    };
+    Grant {
+        user: owner_user(prefix, origin, owner),
+        role,
+        tags: Vec::new(),
+        permissions: Permissions {
+            configure: format!("^(?:{queues})$"),
+            write: format!("^(?:{queues}|{write})$"),
+            read: format!("^(?:{queues}|{read})$"),
+        },
+        topic: sorted(vec![
+            topic(
+                EVENTS_EXCHANGE,
+                format!(r"^{}\.{n}\.", escape(origin.as_str())),
+                events_read,
+            ),
+            topic(RPC_EXCHANGE, ANYTHING, format!(r"^{n}\.")),
+            topic(RETRY_EXCHANGE, retry_write, retry_read),
+            topic(DEAD_EXCHANGE, ANYTHING, ANYTHING),
+            topic(LOGS_EXCHANGE, format!(r"^[^.]+\.{n}\."), NOTHING),
+        ]),
+    }
+}
+
+fn audit(prefix: &str, node: &Name) -> Grant {
+    let x = escape(node.as_str());
+    let logger = escape(AUDIT_MODULE);
+    let own = format!(r"{x}\.{logger}\.(?:events|dead)");
+    let queues = format!(
+        r"{own}(?:\.retry\.[^.]+)?|{}|amq\.gen-.+",
+        escape(RETIRED_DEAD_QUEUE)
+    );
+    Grant {
+        user: audit_user(prefix, node),
+        role: Role::AuditLogger(node.clone()),
+        tags: Vec::new(),
+        permissions: Permissions {
+            configure: format!("^(?:{queues})$"),
+            write: format!(
+                "^(?:{queues}|{})$",
+                alternatives(&[DEAD_EXCHANGE, RETRY_EXCHANGE, LOGS_EXCHANGE])
+            ),
+            read: format!("^(?:{queues}|{})$", read_exchanges()),
+        },
+        topic: sorted(vec![
+            topic(EVENTS_EXCHANGE, NOTHING, ANYTHING),
+            topic(RPC_EXCHANGE, NOTHING, NOTHING),
+            topic(
+                RETRY_EXCHANGE,
+                format!(r"^{own}(?:\.retry\.[^.]+)?$"),
+                format!(r"^{own}(?:\.retry\.[^.]+)?$"),
+            ),
+            topic(DEAD_EXCHANGE, ANYTHING, ANYTHING),
+            topic(LOGS_EXCHANGE, format!(r"^{x}\.{logger}\."), NOTHING),
+        ]),
+    }
+}
+
+fn operator(prefix: &str) -> Grant {
+    Grant {
+        user: operator_user(prefix),
+        role: Role::Operator,
+        tags: vec![OPERATOR_TAG.to_owned()],
+        permissions: Permissions {
+            configure: ANYTHING.to_owned(),
+            write: ANYTHING.to_owned(),
+            read: ANYTHING.to_owned(),
+        },
+        topic: Vec::new(),
+    }
+}
+
+/// One grant per user of the spec: the operator, the audit logger (if any), the node (if it
+/// has a user), each context and each module, in that order.
+pub fn grants(spec: &AccessSpec) -> Vec<Grant> {
+    let prefix = spec.prefix.as_str();
+    let mut out = vec![operator(prefix)];
+    if spec.audit_logger {
+        out.push(audit(prefix, &spec.node));
+    }
+    if spec.node_user {
+        out.push(identity(prefix, Origin::Node, &spec.node, None));
+    }
+    for context in &spec.contexts {
+        out.push(identity(prefix, Origin::Mesh, context, None));
+    }
+    for (module, patterns) in &spec.modules {
+        out.push(identity(prefix, Origin::Module, module, Some(patterns)));
+    }
+    // Two identities of one user name (a context named like the node…) would fight: keep
+    // the first.
+    let mut seen = BTreeSet::new();
+    out.retain(|g| seen.insert(g.user.clone()));
+    out
+}

@@ -1,0 +1,88 @@
+//! The access plan: which broker user may do what on a vhost, so that each module's user can
+//! only do what it owns (identity enforced by the broker).
+//!
+//! Pure parts first (`grants`, `password`, `definitions`, `plan`): an [`AccessSpec`] (the node, its modules with their binding patterns,
+//! its runtime contexts, whether it has an audit logger) gives one [`Grant`] per user
+//! ([`grants`]); [`plan`] compares the grants with what the broker has ([`BrokerAccess`]) and
+//! lists the [`Change`]s; then [`read`](read()) and [`apply`](apply()) do the I/O through the
+//! [`ManagementClient`](crate::management::ManagementClient). `mesh access plan|apply` is the command on top.
+//!
+//! # The rules
+//!
+//! RabbitMQ matches each permission, an unanchored regular expression, against a resource
+//! name (queue or exchange; the default exchange is named `amq.default`), and each topic
+//! permission against a routing key (`write`, checked on publish) or a binding key (`read`,
+//! checked on `queue.bind` and `queue.unbind`) on one topic exchange. Every expression here is
+//! anchored and keeps to the subset Erlang's PCRE and the `regex` crate read alike (`^ $ (?:
+//! | ) [^.] + * \.`); names are escaped ([`escape`]: `a.b-c` is `a\.b\-c`), topic patterns too (`*` and
+//! `#` included). A user with no topic permission on an exchange may use any key there, so every
+//! topic exchange a user reaches gets one.
+//!
+//! An identity of origin `o` (`module`, `mesh` for a runtime context, `node` for the node
+//! itself) and owner `N` (the module, the context or the node name, escaped) is the user
+//! [`owner_user`]`(prefix, o, N)` = `<prefix><o>.<N>`. Its queues `Q` are, for a module,
+//! `[^.]+\.N\.events(?:\.retry\.[^.]+)?` (its consumer queue on any node, `shared.N.events`
+//! included, and their retry queues), and for every identity `serve\.N\..+` (it serves only
+//! its own tools, `<N>.<tool…>`) and `amq\.gen-.+` (server-named queues: RPC replies,
+//! ephemeral subscriptions). A context or the node never consumes a durable queue (only a
+//! module does, see `mesh::Bus`), so its `Q` has no consumer or retry queue and its topic
+//! permissions on `mesh.retry` are `^$`.
+//!
+//! | user | configure | write | read |
+//! |---|---|---|---|
+//! | `<o>.<N>` | `^(?:Q)$` | `^(?:Q\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.reply\|mesh\.logs)$` | `^(?:Q\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.reply)$` |
+//! | `audit-logger.<X>` | `^(?:A)$` | `^(?:A\|mesh\.events\.dead\|mesh\.retry\|mesh\.logs)$` | `^(?:A\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.reply)$` |
+//! | `operator` | `.*` | `.*` | `.*` |
+//!
+//! where `A` = `X\.audit\-logger\.(?:events|dead)(?:\.retry\.[^.]+)?|mesh\.dead\-letters|amq\.gen-.+`
+//! for the audit logger of node `X` (it unbinds, drains and deletes the retired
+//! `mesh.dead-letters`). No user but the operator has `configure` on an exchange (the runtime
+//! declares mesh's exchanges passively; `configure` would let a module delete
+//! `mesh.events`), nor `write` on `amq.default` (the default exchange writes into any queue).
+//!
+//! Topic permissions (write / read):
+//!
+//! | exchange | `<o>.<N>` | `audit-logger.<X>` |
+//! |---|---|---|
+//! | `mesh.events` | `^o\.N\.` / `^(?:P1\|P2…)$`, its spec patterns exactly (`^$` without) | `^$` / `.*` |
+//! | `mesh.rpc` | `.*` / `^N\.` (it calls any tool, serves only its own) | `^$` / `^$` |
+//! | `mesh.retry` | `^[^.]+\.N\.events(?:\.retry\.[^.]+)?$` / the same (`^$` / `^$` for a context or the node): its retry copies to its retry queues, and its retry forwarders' copies back to its queue | `^X\.audit-logger\.(?:events\|dead)(?:\.retry\.[^.]+)?$` / the same |
+//! | `mesh.events.dead` | `.*` / `.*` (a consumer dead-letters copies under other owners' keys) | `.*` / `.*` |
+//! | `mesh.logs` | `^[^.]+\.N\.` / `^$` | `^X\.audit-logger\.` / `^$` |
+//!
+//! The operator ([`operator_user`]) has no topic permission (so no limit) and the tag
+//! `management`: it runs `mesh topology apply`, `mesh dead redrive` (through the default
+//! exchange) and `mesh status`. Module, context, node and audit-logger users have no tag:
+//! AMQP only. `mesh.reply` is a direct exchange, where topic permissions do not apply.
+//!
+//! # Plan and apply
+//!
+//! The plan lists, for each planned user: missing, a password that differs from the stored
+//! hash (checked for `rabbit_password_hashing_sha256` and `…_sha512`: base64 of a 4-byte salt
+//! and the hash of salt and password), tags that differ, permissions missing or different,
+//! topic permissions missing, different or not wanted. Users the plan does not name are never
+//! changed; those carrying the prefix with permissions on the vhost are listed as notes.
+//! [`apply`](apply()) makes exactly the changes: `PUT` the user only when it is missing or its
+//! password or tags differ, `PUT` its permissions, `PUT` each missing or different topic
+//! permission, and only when one is not wanted, `DELETE` all of the user's topic permissions
+//! and `PUT` the wanted ones again (the management API deletes them together; the user has
+//! no limit on topic keys in between).
+//!
+//! Passwords never appear in a `Debug`, an error or a log line ([`Password`]).
+
+mod apply;
+mod definitions;
+mod grants;
+mod password;
+mod plan;
+#[cfg(test)]
+mod tests;
+
+pub use apply::{apply, read, AccessError};
+pub use definitions::definitions;
+pub use grants::{
+    escape, grants, AccessSpec, Grant, Permissions, Role, TopicGrant, LOGS_EXCHANGE, OPERATOR_TAG,
+};
+pub use mesh_core::naming::{audit_user, operator_user, owner_user};
+pub use password::{password_matches, sha256_password_hash, Password, Passwords};
+pub use plan::{plan, BrokerAccess, Change, Note, Plan};
