@@ -1,7 +1,7 @@
 //! The RabbitMQ binding of mesh's transport seam ([`mesh_core::Transport`]).
 //!
-//! [`AmqpTransport`] does the mechanics ADR 42 asks of a broker; the SDK decides what
-//! happens to an event. It keeps two connections, each owned by a task:
+//! [`AmqpTransport`] does the mechanics the wire contract (`docs/CONTRACT.md`) asks of a
+//! broker; the SDK decides what happens to an event. It keeps two connections, each owned by a task:
 //!
 //! - `<prefix>.publish` publishes with confirms through a bounded unconfirmed window: a
 //!   publish waits for room there (the backpressure), and each message stays in the window,

@@ -1,8 +1,8 @@
 //! The codec: the only place that knows header names.
 //!
-//! It maps an [`Envelope`] to a [`WireMessage`] and back (ADR 42's headers and properties),
-//! and reads and writes mesh's own bookkeeping headers: the attempt counter of the retry
-//! ladder, the dead-letter annotations, and the status of an RPC reply. The names themselves,
+//! It maps an [`Envelope`] to a [`WireMessage`] and back (the wire contract's headers and
+//! properties), and reads and writes mesh's own bookkeeping headers: the attempt counter of
+//! the retry ladder, the dead-letter annotations, and the status of an RPC reply. The names themselves,
 //! and whose a header may be, are in `headers.rs`, re-exported here.
 
 use bytes::Bytes;

@@ -1,7 +1,7 @@
 //! mesh: an event mesh for Rust services.
 //!
 //! Modules `emit` events and handle them with `on`; tools are `call`ed and `serve`d over
-//! request/reply. The wire contract (ADR 42) is implemented here and in `mesh-core`; a
+//! request/reply. The wire contract (`docs/CONTRACT.md`) is implemented here and in `mesh-core`; a
 //! module never sees an exchange or queue name.
 //!
 //! ```

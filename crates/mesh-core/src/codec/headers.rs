@@ -58,15 +58,16 @@ pub const TOOL: &str = "x-mesh-tool";
 pub const ROUTING_KEY: &str = "x-mesh-routing-key";
 
 /// `traceparent`: the W3C trace context of the span that emitted or called (an extension of
-/// ADR 42; optional, carried in `extra_headers` so every consumer passes it on).
+/// the wire contract; optional, carried in `extra_headers` so every consumer passes it on).
 pub const TRACEPARENT: &str = "traceparent";
 /// `tracestate`: the W3C vendor-specific trace state that goes with `traceparent`.
 pub const TRACESTATE: &str = "tracestate";
 /// The W3C trace context headers, the only ones a trace propagator may write.
 pub const TRACE_CONTEXT_HEADERS: [&str; 2] = [TRACEPARENT, TRACESTATE];
 
-/// The header names ADR 42 defines; everything else lands in `extra_headers`. [`encode`](crate::codec::encode)
-/// writes them from the envelope, over any same-named extra header.
+/// The header names the wire contract defines; everything else lands in `extra_headers`.
+/// [`encode`](crate::codec::encode) writes them from the envelope, over any same-named extra
+/// header.
 pub const CONTRACT_HEADERS: [&str; 7] = [
     EVENT_ID,
     SOURCE,

@@ -35,7 +35,7 @@ use crate::emitter::Emitter;
 use crate::error::Error;
 use crate::identity::Identity;
 
-/// The default prefetch: deliveries in flight per consumer (ADR 42).
+/// The default prefetch: deliveries in flight per consumer (the wire contract's 32).
 pub const DEFAULT_PREFETCH: u16 = 32;
 
 /// What every clone of a [`Bus`] shares.
