@@ -200,6 +200,19 @@ impl RoutingKey {
 
     /// Builds `<origin>.<name>.<event>` from its parts. Each part is valid already, so
     /// only the length of the whole is left to check.
+    ///
+    /// ```
+    /// use mesh_core::{EventName, Name, Origin, RoutingKey};
+    ///
+    /// let key = RoutingKey::new(
+    ///     Origin::Module,
+    ///     &Name::parse("billing")?,
+    ///     &EventName::parse("invoice.paid")?,
+    /// )?;
+    /// assert_eq!(key.as_str(), "module.billing.invoice.paid");
+    /// assert_eq!(key, RoutingKey::parse("module.billing.invoice.paid")?);
+    /// # Ok::<(), mesh_core::KeyError>(())
+    /// ```
     pub fn new(origin: Origin, name: &Name, event: &EventName) -> Result<RoutingKey, KeyError> {
         let event_start = origin.as_str().len() + 1 + name.as_str().len() + 1;
         let len = event_start + event.as_str().len();

@@ -11,6 +11,38 @@
 //! - [`naming`]: every exchange and queue name;
 //! - [`transport`]: the seam every transport implements.
 //!
+//! # Example
+//!
+//! An event's routing key, the patterns a consumer binds, and the message a transport
+//! carries, encoded and decoded again:
+//!
+//! ```
+//! use mesh_core::{codec, Envelope, EventId, Headers, RoutingKey, Timestamp, TopicPattern};
+//!
+//! let key = RoutingKey::parse("module.billing.invoice.paid")?;
+//! assert!(TopicPattern::parse("module.billing.#")?.matches(key.as_str()));
+//! assert!(!TopicPattern::parse("module.*.paid")?.matches(key.as_str()));
+//!
+//! let event = Envelope {
+//!     id: EventId::new(),
+//!     key,
+//!     source: "billing".into(),
+//!     node: "n1".into(),
+//!     time: Timestamp::now(),
+//!     causation_id: None,
+//!     schema: None,
+//!     extra_headers: Headers::new(),
+//!     body: r#"{"invoice":7}"#.into(),
+//! };
+//! let message = codec::encode(&event);
+//! assert_eq!(message.routing_key, "module.billing.invoice.paid");
+//! assert_eq!(codec::decode(&message)?, event);
+//!
+//! // A key that breaks the contract is refused with a typed error, never half-parsed.
+//! assert!(RoutingKey::parse("billing.invoice.paid").is_err());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! Architecture invariant: this crate performs no I/O and names no broker client's types.
 
 #![warn(missing_docs)]

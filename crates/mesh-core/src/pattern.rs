@@ -106,7 +106,21 @@ impl TopicPattern {
         &self.0
     }
 
-    /// Whether `key` matches this pattern.
+    /// Whether `key` matches this pattern, as RabbitMQ's topic exchange matches: `*` is
+    /// exactly one word, `#` zero or more.
+    ///
+    /// ```
+    /// use mesh_core::TopicPattern;
+    ///
+    /// let one = TopicPattern::parse("module.*.paid")?;
+    /// assert!(one.matches("module.billing.paid"));
+    /// assert!(!one.matches("module.billing.invoice.paid"));
+    ///
+    /// let any = TopicPattern::parse("module.billing.#")?;
+    /// assert!(any.matches("module.billing"));
+    /// assert!(any.matches("module.billing.invoice.paid"));
+    /// # Ok::<(), mesh_core::KeyError>(())
+    /// ```
     pub fn matches(&self, key: &str) -> bool {
         topic_matches(&self.0, key)
     }
