@@ -1,5 +1,5 @@
 //! The operator's console: a web application over the audit store ([`mesh_audit::Store`]), the
-//! broker (a [`Transport`]: re-drive, replay, the live tail) and its management API
+//! broker (a [`Transport`](mesh_core::Transport): re-drive, replay, the live tail) and its management API
 //! ([`Console::management`]: queues and bindings).
 //!
 //! Server-rendered HTML with a small embedded stylesheet, one small inline script (the live
@@ -16,12 +16,12 @@
 //! - `/dead`, `/dead?queue=&reason=`, `/dead/{id}`: dead letters grouped by queue and
 //!   reason, a group's list, one dead letter;
 //! - `/dead/redrive` and `/dead/purge`: a confirmation page on `GET` (how many, to where,
-//!   from [`Store::redrive_plan`] and the counts), the action on `POST`;
+//!   from [`Store::redrive_plan`](mesh_audit::Store::redrive_plan) and the counts), the action on `POST`;
 //! - `/live?key=`: a live tail, fed by `/live/stream` (Server-Sent Events from an ephemeral
 //!   queue of the console's own; at most 16 open at once);
 //! - `/map?since=&until=`: the system map, emitters → keys → receiving module queues;
 //! - `/modules/{queue}`: a module queue, and `/replay` (confirmation on `GET`, the action on
-//!   `POST`): stored events re-published into that queue only ([`Store::replay`]).
+//!   `POST`): stored events re-published into that queue only ([`Store::replay`](mesh_audit::Store::replay)).
 //!
 //! # Safe by default
 //!
@@ -46,9 +46,9 @@
 //!
 //! # Architecture invariant
 //!
-//! The console publishes nothing itself: a re-drive goes through [`Store::redrive`] and a
-//! replay through [`Store::replay`], which publish only to a mesh consumer queue; a purge is
-//! [`Store::purge_dead_letters`]. The management API is only read.
+//! The console publishes nothing itself: a re-drive goes through [`Store::redrive`](mesh_audit::Store::redrive) and a
+//! replay through [`Store::replay`](mesh_audit::Store::replay), which publish only to a mesh consumer queue; a purge is
+//! [`Store::purge_dead_letters`](mesh_audit::Store::purge_dead_letters). The management API is only read.
 
 mod actions;
 mod auth;
