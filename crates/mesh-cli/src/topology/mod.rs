@@ -1,7 +1,6 @@
 //! `mesh topology show | plan | apply`: the contract's exchanges, queues and bindings against
 //! the broker's, read (and fixed) through the management API.
 
-mod diff;
 mod spec;
 
 use std::collections::BTreeSet;
@@ -13,9 +12,9 @@ use crate::config;
 use crate::exit::{fail, Code};
 use crate::management::Management;
 use crate::output::{self, paint, BAD, DIM, GOOD, NAME, WARN};
-use diff::{differences, Actual, Difference};
+use mesh_admin::topology::{describe_arguments, differences, Actual, Difference, Wanted};
 pub(crate) use spec::access_spec;
-use spec::{wanted, Wanted};
+use spec::wanted;
 
 /// Runs one `topology` command, on a runtime of its own (the management client is async;
 /// `main` runs `topology` without the AMQP commands' runtime).
@@ -110,6 +109,8 @@ async fn show(
                 routing_key,
                 ..
             } => format!("binding {exchange} {queue} {routing_key}"),
+            // A kind of difference this command does not know names nothing it lists.
+            _ => continue,
         };
         marked.push((key, d.sign()));
     }
@@ -129,7 +130,7 @@ async fn show(
         .flat_map(|q| {
             q.patterns
                 .iter()
-                .map(|p| (q.exchange.to_owned(), q.name.clone(), p.clone()))
+                .map(|p| (q.exchange.clone(), q.name.clone(), p.clone()))
         })
         .collect();
 
@@ -234,7 +235,7 @@ async fn show(
         let mut details = Vec::new();
         if let Some(args) = q["arguments"].as_object() {
             if !args.is_empty() {
-                details.push(diff::describe_arguments(args));
+                details.push(describe_arguments(args));
             }
         }
         if q["exclusive"] == true {
@@ -509,11 +510,11 @@ async fn apply(
             if !already {
                 if change {
                     management
-                        .bind(queue.exchange, &queue.name, pattern)
+                        .bind(&queue.exchange, &queue.name, pattern)
                         .await?;
                 }
                 let d = Difference::MissingBinding {
-                    exchange: queue.exchange.to_owned(),
+                    exchange: queue.exchange.clone(),
                     queue: queue.name.clone(),
                     routing_key: pattern.clone(),
                 };

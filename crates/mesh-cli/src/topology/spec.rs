@@ -2,7 +2,7 @@
 //! and bindings, built from `--module/--pattern` options or a spec file. The module
 //! `audit-logger` also wants its queue of dead letters, `<node>.audit-logger.dead`, bound to
 //! `mesh.events.dead` on `#`. No queue is wanted for the retired `mesh.dead-letters` (see
-//! `diff`).
+//! `mesh_admin::topology`).
 //!
 //! The arguments mirror mesh-amqp's declarations (`topology::base`,
 //! `topology::consumer_queue` and `topology::dead_queue`, private to that crate); the test
@@ -20,36 +20,12 @@ use mesh::raw::naming::{
     RPC_EXCHANGE,
 };
 use mesh::raw::{Name, TopicPattern};
+use mesh_admin::topology::{Wanted, WantedExchange, WantedQueue};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::cli::{QueueTypeArg, TopologyArgs};
 use crate::exit::{fail, Code, WithCode};
-
-/// An exchange the contract wants.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct WantedExchange {
-    pub(crate) name: String,
-    pub(crate) kind: &'static str,
-}
-
-/// A queue the contract wants, with its arguments and the bindings it must have (on one
-/// exchange: bindings from that exchange not listed here are not wanted).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct WantedQueue {
-    pub(crate) name: String,
-    pub(crate) arguments: Map<String, Value>,
-    pub(crate) exchange: &'static str,
-    pub(crate) patterns: Vec<String>,
-}
-
-/// Everything the contract wants for a node.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Wanted {
-    pub(crate) node: Name,
-    pub(crate) exchanges: Vec<WantedExchange>,
-    pub(crate) queues: Vec<WantedQueue>,
-}
 
 /// A spec file.
 #[derive(Debug, Default, Deserialize)]
@@ -257,35 +233,30 @@ pub(crate) fn wanted(
         (naming::LOGS_EXCHANGE, "topic"),
     ]
     .into_iter()
-    .map(|(name, kind)| WantedExchange {
-        name: name.to_owned(),
-        kind,
-    })
+    .map(|(name, kind)| WantedExchange::new(name, kind))
     .collect();
     let mut wanted_queues: Vec<WantedQueue> = audit_dead
         .into_iter()
-        .map(|(name, kind)| WantedQueue {
-            name,
-            arguments: queue_type_arguments(kind),
-            exchange: DEAD_EXCHANGE,
-            patterns: vec!["#".to_owned()],
+        .map(|(name, kind)| {
+            WantedQueue::new(
+                name,
+                queue_type_arguments(kind),
+                DEAD_EXCHANGE,
+                vec!["#".to_owned()],
+            )
         })
         .collect();
     for (name, (kind, mut patterns)) in queues {
         patterns.sort();
         patterns.dedup();
-        wanted_queues.push(WantedQueue {
+        wanted_queues.push(WantedQueue::new(
             name,
-            arguments: consumer_arguments(kind, delivery_limit),
-            exchange: EVENTS_EXCHANGE,
+            consumer_arguments(kind, delivery_limit),
+            EVENTS_EXCHANGE,
             patterns,
-        });
+        ));
     }
-    Ok(Wanted {
-        node,
-        exchanges,
-        queues: wanted_queues,
-    })
+    Ok(Wanted::new(node, exchanges, wanted_queues))
 }
 
 /// The access plan's spec from a spec file: its node (the global `--node` wins, else the
