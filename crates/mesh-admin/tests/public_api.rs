@@ -24,14 +24,16 @@ fn sources(dir: PathBuf) -> Vec<PathBuf> {
     files
 }
 
-/// The public items of the management client and the access plan name neither the HTTP, TLS
-/// or URL library nor amqprs: only their private fields and functions do.
+/// The public items of the management client, the access plan and the topology plan name
+/// neither the HTTP, TLS or URL library nor amqprs: only their private fields and functions
+/// do.
 #[test]
 fn no_http_library_type_is_public_in_management() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let files = sources(src.join("management"))
         .into_iter()
-        .chain(sources(src.join("access")));
+        .chain(sources(src.join("access")))
+        .chain(sources(src.join("topology")));
     for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(!text.contains("amqprs"), "{} names amqprs", path.display());

@@ -2,7 +2,7 @@
 //! and bindings, built from `--module/--pattern` options or a spec file. The module
 //! `audit-logger` also wants its queue of dead letters, `<node>.audit-logger.dead`, bound to
 //! `mesh.events.dead` on `#`. No queue is wanted for the retired `mesh.dead-letters` (see
-//! `diff`).
+//! `mesh_admin::topology`).
 //!
 //! The arguments mirror mesh-amqp's declarations (`topology::base`,
 //! `topology::consumer_queue` and `topology::dead_queue`, private to that crate); the test
@@ -20,36 +20,12 @@ use mesh::raw::naming::{
     RPC_EXCHANGE,
 };
 use mesh::raw::{Name, TopicPattern};
+use mesh_admin::topology::{Wanted, WantedExchange, WantedQueue};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::cli::{QueueTypeArg, TopologyArgs};
 use crate::exit::{fail, Code, WithCode};
-
-/// An exchange the contract wants.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct WantedExchange {
-    pub(crate) name: String,
-    pub(crate) kind: &'static str,
-}
-
-/// A queue the contract wants, with its arguments and the bindings it must have (on one
-/// exchange: bindings from that exchange not listed here are not wanted).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct WantedQueue {
-    pub(crate) name: String,
-    pub(crate) arguments: Map<String, Value>,
-    pub(crate) exchange: &'static str,
-    pub(crate) patterns: Vec<String>,
-}
-
-/// Everything the contract wants for a node.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Wanted {
-    pub(crate) node: Name,
-    pub(crate) exchanges: Vec<WantedExchange>,
-    pub(crate) queues: Vec<WantedQueue>,
-}
 
 /// A spec file.
 #[derive(Debug, Default, Deserialize)]
@@ -133,13 +109,7 @@ pub(crate) fn wanted(
         Some(path) => read_spec(path)?,
         None => SpecFile::default(),
     };
-    let node = match (node, &file.node) {
-        (Some(node), _) => node,
-        (None, Some(text)) => Name::parse(text).coded(Code::Usage, || {
-            format!("invalid node `{text}` in the spec file")
-        })?,
-        (None, None) => default_node()?,
-    };
+    let node = node_of(node, &file, default_node)?;
     let default_type = queue_type(
         global_type
             .or(file.queue_type)
@@ -151,6 +121,50 @@ pub(crate) fn wanted(
         .unwrap_or_else(|| AmqpOptions::default().get_delivery_limit());
 
     let mut modules: Vec<ModuleSpec> = file.modules;
+    modules.extend(command_line_modules(args)?);
+    let (queues, audit_dead) = queues_of(modules, &node, default_type)?;
+
+    let mut wanted_queues: Vec<WantedQueue> = audit_dead
+        .into_iter()
+        .map(|(name, kind)| {
+            WantedQueue::new(
+                name,
+                queue_type_arguments(kind),
+                DEAD_EXCHANGE,
+                vec!["#".to_owned()],
+            )
+        })
+        .collect();
+    for (name, (kind, mut patterns)) in queues {
+        patterns.sort();
+        patterns.dedup();
+        wanted_queues.push(WantedQueue::new(
+            name,
+            consumer_arguments(kind, delivery_limit),
+            EVENTS_EXCHANGE,
+            patterns,
+        ));
+    }
+    Ok(Wanted::new(node, base_exchanges(), wanted_queues))
+}
+
+/// The node: the global `--node` if given, else the spec file's, else `default_node`.
+fn node_of(
+    node: Option<Name>,
+    file: &SpecFile,
+    default_node: impl FnOnce() -> anyhow::Result<Name>,
+) -> anyhow::Result<Name> {
+    Ok(match (node, &file.node) {
+        (Some(node), _) => node,
+        (None, Some(text)) => Name::parse(text).coded(Code::Usage, || {
+            format!("invalid node `{text}` in the spec file")
+        })?,
+        (None, None) => default_node()?,
+    })
+}
+
+/// The modules `--module`, `--pattern` and `--bind` give.
+fn command_line_modules(args: &TopologyArgs) -> anyhow::Result<Vec<ModuleSpec>> {
     let mut from_args: Vec<ModuleSpec> = args
         .modules
         .iter()
@@ -202,11 +216,20 @@ pub(crate) fn wanted(
         };
         from_args[at].patterns.push(binding.pattern.clone());
     }
-    modules.extend(from_args);
+    Ok(from_args)
+}
 
-    // One queue per module name (and sharing): patterns of repeated modules are merged.
-    let mut queues: BTreeMap<String, (QueueType, Vec<String>)> = BTreeMap::new();
-    // The audit logger's queue of dead letters, with its queue type.
+/// Each wanted queue with its type and its patterns (unsorted).
+type Queues = BTreeMap<String, (QueueType, Vec<String>)>;
+
+/// One queue per module name (and sharing): patterns of repeated modules are merged. Also
+/// the audit logger's queue of dead letters, with its queue type, if it is one of them.
+fn queues_of(
+    modules: Vec<ModuleSpec>,
+    node: &Name,
+    default_type: QueueType,
+) -> anyhow::Result<(Queues, Option<(String, QueueType)>)> {
+    let mut queues = Queues::new();
     let mut audit_dead: Option<(String, QueueType)> = None;
     for module in modules {
         let name = Name::parse(&module.name).coded(Code::Usage, || {
@@ -226,11 +249,11 @@ pub(crate) fn wanted(
         let queue = if module.shared {
             naming::shared_queue(&name)
         } else {
-            naming::consumer_queue(&node, &name)
+            naming::consumer_queue(node, &name)
         };
         let kind = module.queue_type.map(queue_type).unwrap_or(default_type);
         if !module.shared && name.as_str() == AUDIT_MODULE {
-            audit_dead.get_or_insert((naming::audit_dead_queue(&node), kind));
+            audit_dead.get_or_insert((naming::audit_dead_queue(node), kind));
         }
         let entry = queues.entry(queue.clone()).or_insert((kind, Vec::new()));
         if entry.0 != kind {
@@ -246,8 +269,12 @@ pub(crate) fn wanted(
             entry.1.push(parsed.to_string());
         }
     }
+    Ok((queues, audit_dead))
+}
 
-    let exchanges = [
+/// The exchanges every node wants.
+fn base_exchanges() -> Vec<WantedExchange> {
+    [
         (EVENTS_EXCHANGE, "topic"),
         (RPC_EXCHANGE, "topic"),
         (DEAD_EXCHANGE, "topic"),
@@ -257,35 +284,8 @@ pub(crate) fn wanted(
         (naming::LOGS_EXCHANGE, "topic"),
     ]
     .into_iter()
-    .map(|(name, kind)| WantedExchange {
-        name: name.to_owned(),
-        kind,
-    })
-    .collect();
-    let mut wanted_queues: Vec<WantedQueue> = audit_dead
-        .into_iter()
-        .map(|(name, kind)| WantedQueue {
-            name,
-            arguments: queue_type_arguments(kind),
-            exchange: DEAD_EXCHANGE,
-            patterns: vec!["#".to_owned()],
-        })
-        .collect();
-    for (name, (kind, mut patterns)) in queues {
-        patterns.sort();
-        patterns.dedup();
-        wanted_queues.push(WantedQueue {
-            name,
-            arguments: consumer_arguments(kind, delivery_limit),
-            exchange: EVENTS_EXCHANGE,
-            patterns,
-        });
-    }
-    Ok(Wanted {
-        node,
-        exchanges,
-        queues: wanted_queues,
-    })
+    .map(|(name, kind)| WantedExchange::new(name, kind))
+    .collect()
 }
 
 /// The access plan's spec from a spec file: its node (the global `--node` wins, else the
@@ -296,13 +296,7 @@ pub(crate) fn access_spec(
     default_node: impl FnOnce() -> anyhow::Result<Name>,
 ) -> anyhow::Result<AccessSpec> {
     let file = read_spec(path)?;
-    let node = match (node, &file.node) {
-        (Some(node), _) => node,
-        (None, Some(text)) => Name::parse(text).coded(Code::Usage, || {
-            format!("invalid node `{text}` in the spec file")
-        })?,
-        (None, None) => default_node()?,
-    };
+    let node = node_of(node, &file, default_node)?;
     let table = file.access.unwrap_or_default();
     let prefix = table.user_prefix.unwrap_or_default();
     if prefix.len() > MAX_USER_PREFIX_LEN || prefix.chars().any(char::is_control) {

@@ -15,21 +15,25 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
-use mesh::raw::naming::{self, DEAD_EXCHANGE, RETIRED_DEAD_QUEUE};
+use mesh_core::naming::{self, DEAD_EXCHANGE, RETIRED_DEAD_QUEUE};
 
-use super::spec::{Wanted, WantedQueue};
+use super::wanted::{Wanted, WantedQueue};
 use crate::management::{BindingRow, ExchangeRow, QueueRow};
 
 /// What the broker has, as the management API lists it.
-#[derive(Debug, Clone)]
-pub(crate) struct Actual {
-    pub(crate) exchanges: Vec<ExchangeRow>,
-    pub(crate) queues: Vec<QueueRow>,
-    pub(crate) bindings: Vec<BindingRow>,
+#[derive(Debug, Clone, Default)]
+pub struct Actual {
+    /// Its exchanges.
+    pub exchanges: Vec<ExchangeRow>,
+    /// Its queues.
+    pub queues: Vec<QueueRow>,
+    /// Its bindings.
+    pub bindings: Vec<BindingRow>,
 }
 
 impl Actual {
-    pub(crate) fn queue(&self, name: &str) -> Option<&QueueRow> {
+    /// The queue `name`, if the broker has it.
+    pub fn queue(&self, name: &str) -> Option<&QueueRow> {
         self.queues.iter().find(|q| q.name == name)
     }
 
@@ -54,55 +58,77 @@ impl Actual {
 
 /// One setting of a queue or exchange that differs.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Setting {
-    /// An `x-` argument, or `durable`, `exclusive`, `auto_delete`, `type`.
-    pub(crate) name: String,
+#[non_exhaustive]
+pub struct Setting {
+    /// An `x-` argument, or `durable`, `exclusive`, `auto_delete`, `internal`, `type`.
+    pub name: String,
     /// What the contract wants (`None`: absent).
-    pub(crate) want: Option<Value>,
+    pub want: Option<Value>,
     /// What the broker has (`None`: absent).
-    pub(crate) have: Option<Value>,
+    pub have: Option<Value>,
 }
 
 /// One difference between the contract and the broker.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Difference {
+#[non_exhaustive]
+pub enum Difference {
+    /// A wanted exchange the broker does not have.
     MissingExchange {
+        /// Its name.
         name: String,
+        /// Its wanted type.
         kind: String,
     },
     /// An exchange of the wrong type or durability: never replaced by mesh.
     ExchangeDiffers {
+        /// Its name.
         name: String,
+        /// What differs.
         settings: Vec<Setting>,
     },
+    /// A wanted queue the broker does not have.
     MissingQueue {
+        /// Its name.
         name: String,
+        /// Its wanted arguments.
         arguments: Map<String, Value>,
     },
     /// A queue whose arguments differ: replacing it deletes what it holds.
     QueueDiffers {
+        /// Its name.
         name: String,
+        /// What differs.
         settings: Vec<Setting>,
         /// Its messages at the last statistics sample (`None`: unknown).
         messages: Option<u64>,
+        /// Its wanted arguments, to declare it again with.
         arguments: Map<String, Value>,
     },
+    /// A wanted binding the broker does not have.
     MissingBinding {
+        /// The exchange it binds from.
         exchange: String,
+        /// The queue it binds.
         queue: String,
+        /// Its binding key.
         routing_key: String,
     },
     /// A binding of a wanted queue (or of the retired queue) that the contract does not ask
     /// for.
     ExtraBinding {
+        /// The exchange it binds from.
         exchange: String,
+        /// The queue it binds.
         queue: String,
+        /// Its binding key.
         routing_key: String,
+        /// How the management API names it, to delete it.
         properties_key: String,
     },
     /// The retired `mesh.dead-letters` still exists: left for an audit logger to drain and
     /// delete, never deleted here.
     RetiredQueue {
+        /// Its name.
         name: String,
         /// Its messages at the last statistics sample (`None`: unknown).
         messages: Option<u64>,
@@ -110,6 +136,7 @@ pub(crate) enum Difference {
     /// A retired delay queue `<queue>.delay.<step>` still exists: deleted by apply once it
     /// is empty and unused.
     RetiredDelayQueue {
+        /// Its name.
         name: String,
         /// Its messages at the last statistics sample (`None`: unknown).
         messages: Option<u64>,
@@ -120,7 +147,7 @@ pub(crate) enum Difference {
 
 impl Difference {
     /// `+`, `~` or `-`.
-    pub(crate) fn sign(&self) -> char {
+    pub fn sign(&self) -> char {
         match self {
             Difference::MissingExchange { .. }
             | Difference::MissingQueue { .. }
@@ -133,7 +160,7 @@ impl Difference {
     }
 
     /// One line of text, without the sign.
-    pub(crate) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         match self {
             Difference::MissingExchange { name, kind } => {
                 format!("exchange {name} ({kind}, durable) is missing")
@@ -197,7 +224,7 @@ impl Difference {
     }
 
     /// A retired delay queue with no message and no consumer, as last sampled.
-    pub(crate) fn is_deletable(&self) -> bool {
+    pub fn is_deletable(&self) -> bool {
         matches!(
             self,
             Difference::RetiredDelayQueue {
@@ -209,7 +236,7 @@ impl Difference {
     }
 
     /// As JSON.
-    pub(crate) fn to_json(&self) -> Value {
+    pub fn to_json(&self) -> Value {
         let settings_json = |settings: &[Setting]| -> Value {
             settings
                 .iter()
@@ -271,7 +298,7 @@ fn count(value: Option<u64>) -> String {
     value.map_or_else(|| "unknown".to_owned(), |n| n.to_string())
 }
 
-pub(crate) fn describe_messages(messages: Option<u64>) -> String {
+fn describe_messages(messages: Option<u64>) -> String {
     match messages {
         Some(1) => "the 1 message it holds".to_owned(),
         Some(n) => format!("the {n} messages it holds"),
@@ -302,7 +329,8 @@ fn describe_settings(settings: &[Setting]) -> String {
         .join(", ")
 }
 
-pub(crate) fn describe_arguments(arguments: &Map<String, Value>) -> String {
+/// Arguments as `name=value, …`, in their order (a string without its quotes).
+pub fn describe_arguments(arguments: &Map<String, Value>) -> String {
     arguments
         .iter()
         .map(|(k, v)| format!("{k}={}", show(Some(v))))
@@ -319,7 +347,7 @@ fn same(a: &Value, b: &Value) -> bool {
 }
 
 /// The settings of `have` that differ from `want`.
-pub(crate) fn compare_queue(want: &WantedQueue, have: &QueueRow) -> Vec<Setting> {
+pub fn compare_queue(want: &WantedQueue, have: &QueueRow) -> Vec<Setting> {
     let mut settings = Vec::new();
     for (name, wanted, actual) in [
         ("durable", true, have.durable),
@@ -358,21 +386,22 @@ pub(crate) fn compare_queue(want: &WantedQueue, have: &QueueRow) -> Vec<Setting>
     settings
 }
 
-/// Every difference, in the order `apply` fixes them: exchanges, queues, bindings.
-pub(crate) fn differences(wanted: &Wanted, actual: &Actual) -> Vec<Difference> {
+/// Every difference, in the order `topology apply` fixes them: exchanges, queues, bindings
+/// (then the retired queues).
+pub fn differences(wanted: &Wanted, actual: &Actual) -> Vec<Difference> {
     let mut out = Vec::new();
     for exchange in &wanted.exchanges {
         match actual.exchange(&exchange.name) {
             None => out.push(Difference::MissingExchange {
                 name: exchange.name.clone(),
-                kind: exchange.kind.to_owned(),
+                kind: exchange.kind.clone(),
             }),
             Some(have) => {
                 let mut settings = Vec::new();
                 if have.kind != exchange.kind {
                     settings.push(Setting {
                         name: "type".into(),
-                        want: Some(Value::from(exchange.kind)),
+                        want: Some(Value::from(exchange.kind.clone())),
                         have: Some(Value::from(have.kind.clone())),
                     });
                 }
@@ -424,11 +453,11 @@ pub(crate) fn differences(wanted: &Wanted, actual: &Actual) -> Vec<Difference> {
         }
     }
     for queue in &wanted.queues {
-        let have: Vec<&BindingRow> = actual.bindings_of(queue.exchange, &queue.name).collect();
+        let have: Vec<&BindingRow> = actual.bindings_of(&queue.exchange, &queue.name).collect();
         for pattern in &queue.patterns {
             if !have.iter().any(|b| &b.routing_key == pattern) {
                 out.push(Difference::MissingBinding {
-                    exchange: queue.exchange.to_owned(),
+                    exchange: queue.exchange.clone(),
                     queue: queue.name.clone(),
                     routing_key: pattern.clone(),
                 });
@@ -474,27 +503,31 @@ pub(crate) fn differences(wanted: &Wanted, actual: &Actual) -> Vec<Difference> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::spec::{consumer_arguments, WantedExchange};
-    use mesh::amqp::QueueType;
-    use mesh::raw::Name;
+    use crate::topology::WantedExchange;
+    use mesh_core::Name;
 
     fn wanted() -> Wanted {
+        // A quorum consumer queue's arguments, as `mesh topology` wants them.
+        let arguments = json!({
+            "x-queue-type": "quorum", "x-dead-letter-exchange": "mesh.events.dead",
+            "x-delivery-limit": 20
+        });
         Wanted {
             node: Name::parse("n").unwrap(),
             exchanges: vec![WantedExchange {
                 name: "mesh.events".into(),
-                kind: "topic",
+                kind: "topic".into(),
             }],
             queues: vec![WantedQueue {
                 name: "n.m.events".into(),
-                arguments: consumer_arguments(QueueType::Quorum, 20),
-                exchange: "mesh.events",
+                arguments: arguments.as_object().cloned().unwrap(),
+                exchange: "mesh.events".into(),
                 patterns: vec!["a.#".into(), "b.*".into()],
             }],
         }
     }
 
-    // The rows are `#[non_exhaustive]` (mesh-amqp's): built as the API would send them.
+    // The rows are `#[non_exhaustive]`: built as the API would send them.
     fn queue(arguments: &Value, kind: &str) -> QueueRow {
         serde_json::from_value(json!({
             "name": "n.m.events", "durable": true, "auto_delete": false, "exclusive": false,
