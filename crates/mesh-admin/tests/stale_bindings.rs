@@ -8,6 +8,8 @@ mod common;
 
 use std::collections::BTreeSet;
 
+use mesh::amqp::management_options;
+use mesh_admin::management::ManagementClient;
 use mesh_core::{QueueSpec, SubscriptionSpec, TopicPattern};
 use mesh_testkit::TestVhost;
 
@@ -49,17 +51,13 @@ async fn a_binding_made_by_someone_else_is_removed_through_the_management_api() 
     drop(transport.subscribe(spec(queue, &["a.b.c"])).await.unwrap());
 
     // A binding this transport never made (an older deployment, an operator).
-    let (connection, channel) = common::raw(&vhost).await;
-    channel
-        .queue_bind(amqprs::channel::QueueBindArguments::new(
-            queue,
-            "mesh.events",
-            "old.pattern.#",
-        ))
+    let options = common::options(&vhost, "foreign-binding");
+    let management = management_options(&options).expect("a loopback broker's API is used");
+    ManagementClient::new(&management)
+        .unwrap()
+        .bind(vhost.name(), "mesh.events", queue, "old.pattern.#")
         .await
         .unwrap();
-    let _ = channel.close().await;
-    let _ = connection.close().await;
 
     drop(transport.subscribe(spec(queue, &["a.b.c"])).await.unwrap());
     let ours: Vec<_> = bindings(&vhost)

@@ -21,8 +21,9 @@ const CLIENT_CRATES: [&str; 2] = ["amqprs", "lapin"];
 const BINDING: &str = "mesh-amqp";
 
 /// The crates a user builds on or runs: no exception may ever name one of them.
-const SHIPPED: [&str; 9] = [
+const SHIPPED: [&str; 10] = [
     "mesh",
+    "mesh-admin",
     "mesh-core",
     "mesh-memory",
     "mesh-logs",

@@ -1,13 +1,11 @@
 //! Helpers shared by the integration tests: a vhost of the test's own on the shared broker,
-//! a transport connected to it the way the SDK connects one (with the management API), a
-//! raw client for what mesh itself would never do, and waits bounded by timeouts.
+//! a transport connected to it the way the SDK connects one (with the management API), and
+//! waits bounded by timeouts.
 
 #![allow(dead_code)]
 
 use std::time::Duration;
 
-use amqprs::channel::Channel;
-use amqprs::connection::{Connection, OpenConnectionArguments};
 use mesh_amqp::{AmqpOptions, AmqpTransport};
 use mesh_testkit::TestVhost;
 
@@ -37,15 +35,4 @@ pub(crate) async fn connect(vhost: &TestVhost, name: &str) -> AmqpTransport {
     mesh::amqp::connect(options(vhost, name))
         .await
         .expect("connecting to the test vhost")
-}
-
-/// A raw client connection and channel on `vhost`, for what mesh would not do itself.
-pub(crate) async fn raw(vhost: &TestVhost) -> (Connection, Channel) {
-    let args = OpenConnectionArguments::new("127.0.0.1", 5672, "guest", "guest")
-        .virtual_host(vhost.name())
-        .connection_name("raw-test-client")
-        .finish();
-    let connection = Connection::open(&args).await.expect("raw connection");
-    let channel = connection.open_channel(None).await.expect("raw channel");
-    (connection, channel)
 }
