@@ -6,8 +6,6 @@
 //! through [`escape`] before it is printed as text, so a publisher cannot forge a line,
 //! move the cursor or reorder what is shown; `--json` escapes through JSON.
 
-use std::borrow::Cow;
-use std::fmt::Write as _;
 use std::io::{self, IsTerminal, Write};
 
 use anstyle::{AnsiColor, Style};
@@ -62,76 +60,6 @@ pub(crate) fn stderr_is_terminal() -> bool {
     io::stderr().is_terminal()
 }
 
-/// Whether a character must not reach a terminal as is: a control character (C0, DEL, C1:
-/// CR, LF, ESC, …) or an invisible format character that reorders or hides text (bidi
-/// marks, embeddings, overrides and isolates, zero-width characters, line and paragraph
-/// separators, the byte order mark, interlinear annotations, tags).
-fn is_unsafe(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{061C}'
-                | '\u{180E}'
-                | '\u{200B}'..='\u{200F}'
-                | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{2066}'..='\u{206F}'
-                | '\u{FEFF}'
-                | '\u{FFF9}'..='\u{FFFB}'
-                | '\u{E0001}'
-                | '\u{E0020}'..='\u{E007F}'
-        )
-}
-
-/// Wire text made safe to print as text: every control or format character (see
-/// `is_unsafe`) becomes `\u{…}` (`\r`, `\n`, `\t` for those), everything else is kept.
-/// Borrowed when there is nothing to escape, which is the usual case.
-pub(crate) fn escape(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(is_unsafe) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        match c {
-            '\r' => out.push_str("\\r"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            c if is_unsafe(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::escape;
-
-    #[test]
-    fn control_and_bidi_characters_are_escaped() {
-        assert_eq!(
-            escape("anchor\r\nfake 2026 line\u{1b}[2J"),
-            "anchor\\r\\nfake 2026 line\\u{1b}[2J"
-        );
-        assert_eq!(escape("a\tb\u{7f}\u{85}"), "a\\tb\\u{7f}\\u{85}");
-        // Right-to-left override, isolates, zero width, line separator, BOM, a tag.
-        assert_eq!(
-            escape("umami\u{202E}cod.exe\u{2066}\u{200B}\u{2028}\u{FEFF}\u{E0041}"),
-            "umami\\u{202e}cod.exe\\u{2066}\\u{200b}\\u{2028}\\u{feff}\\u{e0041}"
-        );
-        // Printable text, non-ASCII letters and JSON escapes stay as they are, borrowed.
-        for kept in [
-            "module.umami.site.created",
-            "Zoë → 東京",
-            r#"{"a":"say \"hi\"\n"}"#,
-        ] {
-            assert!(
-                matches!(escape(kept), std::borrow::Cow::Borrowed(_)),
-                "{kept}"
-            );
-            assert_eq!(escape(kept), kept);
-        }
-    }
-}
+/// Wire text made safe to print as text: the one rule of `mesh_core::text` (control and
+/// format characters become `\u{…}`), borrowed when there is nothing to escape.
+pub(crate) use mesh_core::text::escape;

@@ -55,6 +55,7 @@ pub mod key;
 pub mod naming;
 pub mod pattern;
 pub mod policy;
+pub mod text;
 pub mod transport;
 pub mod wire;
 
