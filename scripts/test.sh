@@ -2,7 +2,8 @@
 # The whole test suite, with what it needs brought up first: RabbitMQ on 127.0.0.1:5672
 # (guest/guest) with the management plugin, the rabbitmq-server binary for the private
 # nodes and clusters the fault tests start on other ports, and PostgreSQL on
-# 127.0.0.1:5432 (trust auth, database `test`) for the audit store's tests. Each is
+# 127.0.0.1:5432 (trust auth for local TCP and a database `test`, set up by
+# scripts/prepare-postgres.sh when missing) for the audit store's tests. Each is
 # installed (Debian packages) and started only if it is missing; a running one is used as
 # it is and never restarted. The tests of deploy/ need docker compose (or Debian's
 # docker-compose) and systemd-analyze, and the console's browser tests Chromium and
@@ -64,6 +65,9 @@ if ! port_open 5432; then
   done
   wait_port 5432 PostgreSQL
 fi
+# The tests log in over TCP without a password and use a database named `test`: a fresh
+# Debian server has neither, a prepared one is left as it is.
+bash scripts/prepare-postgres.sh
 
 # The tests of deploy/ (mesh-deploy-check) resolve the compose file and verify the systemd
 # unit: docker compose (the plugin, or Debian's docker-compose; no container engine is
@@ -72,6 +76,19 @@ if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev
   apt_install --no-install-recommends docker-compose
 fi
 command -v systemd-analyze >/dev/null 2>&1 || apt_install systemd
+
+# The partition tests put private RabbitMQ nodes in network namespaces of their own
+# (iproute2's `ip netns`, veth links), which needs root or CAP_SYS_ADMIN and CAP_NET_ADMIN.
+command -v ip >/dev/null 2>&1 || apt_install iproute2
+probe="mesh-probe-$$"
+if ! ip netns add "$probe" 2>"/tmp/$probe.err"; then
+  echo "cannot create a network namespace ($(cat "/tmp/$probe.err")): the partition tests" \
+    "need root (or CAP_SYS_ADMIN and CAP_NET_ADMIN); run the tests as root" >&2
+  rm -f "/tmp/$probe.err"
+  exit 1
+fi
+ip netns del "$probe"
+rm -f "/tmp/$probe.err"
 
 # The console's browser tests (crates/mesh-console/tests/browser.rs) drive a headless
 # Chromium through chromedriver.

@@ -36,6 +36,18 @@ impl PrivatePostgres {
     /// certificate and key. Blocking (`initdb` and `pg_ctl`, a few seconds): call it from
     /// `spawn_blocking` in async tests, or before the runtime's work starts.
     pub fn start(tls: Option<&CertFiles>) -> anyhow::Result<PrivatePostgres> {
+        PrivatePostgres::start_with(tls, Auth::Trust)
+    }
+
+    /// Starts a server set up as a fresh Debian install is: password (`scram-sha-256`)
+    /// authentication for TCP logins, peer authentication on the Unix socket (trust when not
+    /// root, as the calling user is then the server's owner), and no `test` database. Blocking,
+    /// like [`PrivatePostgres::start`].
+    pub fn start_as_debian_ships() -> anyhow::Result<PrivatePostgres> {
+        PrivatePostgres::start_with(None, Auth::AsDebianShips)
+    }
+
+    fn start_with(tls: Option<&CertFiles>, auth: Auth) -> anyhow::Result<PrivatePostgres> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let bin = bin_dir()?;
         let run_as = if Uid::effective().is_root() {
@@ -69,7 +81,8 @@ impl PrivatePostgres {
                 server.data.as_os_str(),
                 "-U".as_ref(),
                 "postgres".as_ref(),
-                "--auth=trust".as_ref(),
+                auth.initdb_flags()[0].as_ref(),
+                auth.initdb_flags()[1].as_ref(),
                 "--no-sync".as_ref(),
             ],
         )?;
@@ -120,6 +133,11 @@ impl PrivatePostgres {
     /// those names).
     pub fn url(&self, host: &str) -> String {
         format!("postgres://postgres@{host}:{}/postgres", self.port)
+    }
+
+    /// The directory of its Unix socket.
+    pub fn socket_dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The server's log.
@@ -177,6 +195,28 @@ impl Drop for PrivatePostgres {
                 .output();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// How the server authenticates logins.
+#[derive(Debug, Clone, Copy)]
+enum Auth {
+    /// Every login trusted.
+    Trust,
+    /// As a fresh Debian server: passwords over TCP, peer on the socket.
+    AsDebianShips,
+}
+
+impl Auth {
+    /// `initdb`'s flags for the socket's and TCP's methods.
+    fn initdb_flags(self) -> [&'static str; 2] {
+        match self {
+            Auth::Trust => ["--auth-local=trust", "--auth-host=trust"],
+            Auth::AsDebianShips if Uid::effective().is_root() => {
+                ["--auth-local=peer", "--auth-host=scram-sha-256"]
+            }
+            Auth::AsDebianShips => ["--auth-local=trust", "--auth-host=scram-sha-256"],
+        }
     }
 }
 

@@ -65,7 +65,12 @@ impl TempStore {
     /// ([`postgres_admin_url`]), dropped on drop (`WITH (FORCE)`: connections still open
     /// are closed). Fails with a hint when no server answers.
     pub async fn postgres() -> anyhow::Result<TempStore> {
-        let admin_url = postgres_admin_url();
+        TempStore::postgres_on(postgres_admin_url()).await
+    }
+
+    /// A new, empty database on the server of `admin_url` (a database URL whose user may
+    /// create databases), dropped on drop, as [`TempStore::postgres`] does on the test server.
+    pub async fn postgres_on(admin_url: String) -> anyhow::Result<TempStore> {
         let name = format!("mesh_test_{}", unique().replace('-', "_"));
         let (base, _) = admin_url
             .rsplit_once('/')
