@@ -24,7 +24,7 @@ pub const DEFAULT_NODE: &str = "test";
 enum Broker {
     Memory(mesh_memory::MemoryBroker),
     #[cfg(feature = "amqp")]
-    Amqp(mesh_amqp::AmqpOptions),
+    Amqp(Box<mesh_amqp::AmqpOptions>),
 }
 
 /// Starts modules' buses on one broker, records what they do, and asserts on it.
@@ -129,7 +129,7 @@ impl Harness {
     #[cfg(feature = "amqp")]
     pub fn rabbitmq(url: &str) -> Result<Harness, Error> {
         let options: mesh_amqp::AmqpOptions = url.parse()?;
-        Ok(Harness::with(Broker::Amqp(options)))
+        Ok(Harness::with(Broker::Amqp(Box::new(options))))
     }
 
     /// The node every module runs on (default [`DEFAULT_NODE`]). Set before any module
@@ -194,12 +194,16 @@ impl Harness {
         }
     }
 
+    /// A transport of its own for `name` (on RabbitMQ, its connections are named after it).
     async fn connect(&self, name: &str) -> Result<Arc<dyn Transport>, Error> {
         match &self.broker {
-            Broker::Memory(broker) => Ok(Arc::new(broker.transport())),
+            Broker::Memory(broker) => {
+                let _ = name; // the in-memory broker's connections have no names
+                Ok(Arc::new(broker.transport()))
+            }
             #[cfg(feature = "amqp")]
             Broker::Amqp(options) => {
-                let options = options
+                let options = (**options)
                     .clone()
                     .connection_name(format!("mesh-testing.{name}"));
                 Ok(Arc::new(crate::amqp_admin::connect(options).await?))
