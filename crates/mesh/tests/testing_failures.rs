@@ -247,3 +247,23 @@ async fn replied_fails_naming_the_replies_sent() -> anyhow::Result<()> {
     harness.drain().await?;
     Ok(())
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_long_listing_shows_ten_records_and_counts_the_rest() -> anyhow::Result<()> {
+    let harness = harness();
+    let billing = harness.module("billing", |bus| bus).await?;
+    for invoice in 0..12 {
+        billing.emit(&InvoiceSent { invoice }).await?;
+    }
+    let message = failure(
+        harness.published::<InvoicePaid>().await,
+        &["saw 12 published: ", "; and 2 more"],
+    );
+    assert_eq!(
+        message.matches("`billing` published").count(),
+        10,
+        "{message}"
+    );
+    harness.drain().await?;
+    Ok(())
+}
