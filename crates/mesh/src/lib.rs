@@ -73,6 +73,8 @@ mod rpc;
 mod schema;
 mod spool;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use bus::builder::BusBuilder;
 pub use bus::pending::PendingEmit;
