@@ -142,6 +142,12 @@ async fn a_page_of_another_origin_cannot_frame_a_confirmation() -> anyhow::Resul
         json!(confirm),
         "the frame holds the console's page"
     );
+    // The browser says why: the console's policy.
+    let log = browser.console_log().await?;
+    assert!(
+        log.iter().any(|m| m.contains("frame-ancestors 'none'")),
+        "no refusal for the policy in the browser's log: {log:?}"
+    );
 
     // Nothing was re-driven.
     let after = seed.store.dead_letter(dead.id).await?.expect("recorded");
