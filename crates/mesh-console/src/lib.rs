@@ -2,8 +2,9 @@
 //! broker (a [`Transport`](mesh_core::Transport): re-drive, replay, the live tail) and its management API
 //! ([`Console::management`]: queues and bindings).
 //!
-//! Server-rendered HTML with a small embedded stylesheet, one small inline script (the live
-//! page's) and no front-end build:
+//! Server-rendered HTML with a small stylesheet and one small script (the live page's), both
+//! embedded in the binary and served as files of their own (`/assets/…`), and no front-end
+//! build:
 //!
 //! - `/`: the store's counts, events of the last hour by key prefix and by source (bar
 //!   charts in inline SVG), the module queues (depth, consumers, retrying, pending dead
@@ -40,6 +41,13 @@
 //! (else 421), so a page on another site whose name resolves to the console's address (DNS
 //! rebinding) reads nothing.
 //!
+//! No other site can frame the console, nor run script or style in it: every response
+//! carries a `Content-Security-Policy` (`frame-ancestors 'none'`, scripts and styles from
+//! the console only, no inline ones) and `X-Frame-Options: DENY`, so a foreign page cannot
+//! show a confirmation inside a frame and have the operator click it. Every link built from
+//! data percent-encodes its path segments and query values, so a queue named
+//! `n1.a/%2e%2e/dead?x.events` links to its own page.
+//!
 //! Every action is logged (`tracing`, info) with the token's name and what it did. Pages and
 //! errors never show a token. Every stored value is rendered escaped (the templates escape
 //! whatever they interpolate). Bad input is a 400 or 404 page, never a 500.
@@ -51,9 +59,11 @@
 //! [`Store::purge_dead_letters`](mesh_audit::Store::purge_dead_letters). The management API is only read.
 
 mod actions;
+mod assets;
 mod auth;
 mod broker;
 mod console;
+mod headers;
 mod input;
 mod live;
 mod map;

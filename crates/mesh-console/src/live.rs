@@ -1,4 +1,4 @@
-//! The live tail: `/live` is a page whose script opens `/live/stream`, a stream of
+//! The live tail: `/live` is a page whose script (`/assets/live.js`) opens `/live/stream`, a stream of
 //! Server-Sent Events fed by an ephemeral, at-most-once subscription of the console's own
 //! (an exclusive, auto-delete, server-named queue, as `mesh tail` uses), so events reach the
 //! page as the broker routes them, whether an audit logger runs or not.
@@ -22,6 +22,7 @@ use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{info, warn};
 
+use crate::assets::LIVE_SCRIPT;
 use crate::console::MAX_STREAMS;
 use crate::params::{link, Params};
 use crate::respond::{bad, page, shown, Fail, Page, Shared};
@@ -38,45 +39,6 @@ const KEEP_ALIVE: Duration = Duration::from_secs(5);
 
 /// Rows the page keeps (older ones are dropped).
 const ROWS_KEPT: usize = 500;
-
-/// The page's script: opens the stream named by the table's `data-stream` and adds a row
-/// per event, newest first. Every value goes in as text, never as markup.
-const SCRIPT: &str = r#"
-(function () {
-  var table = document.getElementById("live");
-  var rows = document.getElementById("rows");
-  var status = document.getElementById("status");
-  var kept = Number(table.dataset.kept);
-  var seen = 0;
-  function cell(tr, text) { var td = document.createElement("td"); td.textContent = text; tr.appendChild(td); return td; }
-  function add(tr) { rows.insertBefore(tr, rows.firstChild); while (rows.children.length > kept) { rows.removeChild(rows.lastChild); } }
-  var source = new EventSource(table.dataset.stream);
-  source.addEventListener("ready", function () { status.textContent = "listening"; status.className = "ok"; });
-  source.addEventListener("event", function (e) {
-    var ev = JSON.parse(e.data);
-    var tr = document.createElement("tr");
-    tr.className = "event";
-    tr.dataset.id = ev.id;
-    cell(tr, ev.time); cell(tr, ev.key); cell(tr, ev.source); cell(tr, ev.node);
-    var a = document.createElement("a");
-    a.href = "/events/" + encodeURIComponent(ev.id);
-    a.textContent = ev.id;
-    cell(tr, "").appendChild(a);
-    cell(tr, ev.body).className = "body";
-    add(tr);
-    seen += 1;
-    document.getElementById("seen").textContent = String(seen);
-  });
-  source.addEventListener("skipped", function (e) {
-    var tr = document.createElement("tr");
-    tr.className = "skipped";
-    var td = cell(tr, "skipped a message that breaks the contract: " + JSON.parse(e.data));
-    td.colSpan = 6;
-    add(tr);
-  });
-  source.onerror = function () { status.textContent = "disconnected, reconnecting…"; status.className = "error"; };
-})();
-"#;
 
 /// The patterns of a request: every `key` (at most [`MAX_PATTERNS`]), `#` when none.
 fn patterns(p: &Params) -> Result<Vec<TopicPattern>, Fail> {
@@ -131,7 +93,7 @@ pub(crate) async fn live(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                     }
                     tbody #rows {}
                 }
-                script { (maud::PreEscaped(SCRIPT)) }
+                script src=(LIVE_SCRIPT) {}
             }
         },
     )

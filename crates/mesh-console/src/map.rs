@@ -20,7 +20,7 @@ use crate::actions::{actions_refused, confirm_form, guard, Pairs};
 use crate::broker::Binding;
 use crate::broker::ModuleQueue;
 use crate::input::{pattern, time};
-use crate::params::{link, Params};
+use crate::params::{link, under, Params};
 use crate::respond::{bad, missing, page, shown, unavailable, Fail, Page, Shared};
 use crate::topology::SystemMap;
 use crate::{svg, Console};
@@ -116,7 +116,7 @@ pub(crate) async fn map(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                                 @match map.routes.get(&flow.key) {
                                     Some(to) => @for (i, (queue, via)) in to.iter().enumerate() {
                                         @if i > 0 { ", " }
-                                        a.receiver href=(format!("/modules/{queue}")) title=(format!("bound on {via}")) { (queue) }
+                                        a.receiver href=(under("/modules", queue)) title=(format!("bound on {via}")) { (queue) }
                                     },
                                     None => span.note { "no module queue" },
                                 }
@@ -327,7 +327,7 @@ pub(crate) async fn replay(State(c): Shared, headers: HeaderMap, body: Bytes) ->
                 p.error { "Stopped at event " (id) " (" (at) "): " (e) ". A replay again from "
                     (at) " sends what was not confirmed (and maybe some again)." }
             }
-            p { a href=(format!("/modules/{queue}")) { "Back to the module queue" } }
+            p { a href=(under("/modules", &queue)) { "Back to the module queue" } }
         },
     )
 }
@@ -360,7 +360,7 @@ pub(crate) async fn broker_overview(
                      th.num { "Retrying" } th.num { "Dead letters pending" } th {} }
                 @for q in &modules {
                     tr {
-                        td { a.queue href=(format!("/modules/{}", q.name)) { (q.name) } }
+                        td { a.queue href=(under("/modules", &q.name)) { (q.name) } }
                         td.num { (q.messages) } td.num { (q.unacked) } td.num { (q.consumers) }
                         td.num { (q.retrying) }
                         td.num {

@@ -16,14 +16,9 @@ use tracing::{info, warn};
 
 use crate::actions::{actions_refused, confirm_form, guard, Pairs};
 use crate::input::{dead_id, event_id, pattern, reason, time};
-use crate::params::{link, Params};
-use crate::respond::{bad, missing, page, shown, unavailable, Fail, Page, Shared, STYLE};
+use crate::params::{link, under, Params};
+use crate::respond::{bad, missing, page, shown, unavailable, Fail, Page, Shared};
 use crate::{svg, Console};
-
-/// The stylesheet (also inlined in every page, so a page needs no second request).
-pub(crate) async fn style() -> Response {
-    ([(header::CONTENT_TYPE, "text/css")], STYLE).into_response()
-}
 
 /// Refuses a request whose `Host` is none of the allowed origins' (421).
 pub(crate) async fn known_host(
@@ -282,7 +277,7 @@ pub(crate) async fn events(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                             td { (event.routing_key) }
                             td { (event.source) }
                             td { (event.node) }
-                            td { a.event href=(format!("/events/{}", event.id)) { (event.id) } }
+                            td { a.event href=(under("/events", event.id)) { (event.id) } }
                         }
                     }
                 }
@@ -333,7 +328,7 @@ pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
                 tr { th { "Caused by" } td {
                     @match &event.causation_id {
                         Some(cause) => @match EventId::from_str(cause) {
-                            Ok(cause) => a href=(format!("/events/{cause}")) { (cause) },
+                            Ok(cause) => a href=(under("/events", cause)) { (cause) },
                             Err(_) => (cause),
                         },
                         None => "—",
@@ -424,7 +419,7 @@ pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                             td { (dead.reason.map_or("—", |r| r.as_str())) }
                             td.num { (dead.attempts) }
                             td.num { (dead.redrive_count) }
-                            td { a.dead href=(format!("/dead/{}", dead.id)) { (dead.id) } }
+                            td { a.dead href=(under("/dead", dead.id)) { (dead.id) } }
                         }
                     }
                 }
@@ -499,7 +494,7 @@ pub(crate) async fn dead_letter(State(c): Shared, Path(id): Path<String>) -> Pag
                 tr { th { "Key" } td { (dead.routing_key) } }
                 tr { th { "Event" } td {
                     @if let Some(event) = dead.event_id {
-                        a href=(format!("/events/{event}")) { (event) }
+                        a href=(under("/events", event)) { (event) }
                     } @else { "—" }
                 } }
                 tr { th { "Queue" } td { (dead.queue.as_deref().unwrap_or("—")) } }
@@ -649,7 +644,7 @@ pub(crate) async fn redrive(State(c): Shared, headers: HeaderMap, body: Bytes) -
         "Re-driven",
         html! {
             h1 { "Re-driven: " (redriven.len()) }
-            ul.redriven { @for id in &redriven { li { a href=(format!("/dead/{id}")) { (id) } } } }
+            ul.redriven { @for id in &redriven { li { a href=(under("/dead", id)) { (id) } } } }
             @if !failed.is_empty() {
                 h2 { "Failed: " (failed.len()) }
                 ul { @for (id, why) in &failed { li { (id) ": " (why) } } }

@@ -1,4 +1,5 @@
-//! The console's routes: each path to the page that answers it.
+//! The console's routes: each path to the page that answers it, and the layers every
+//! request goes through (the `Host` check, the security headers).
 
 use std::sync::Arc;
 
@@ -6,7 +7,7 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::console::Console;
-use crate::{live, map, pages};
+use crate::{assets, headers, live, map, pages};
 
 impl Console {
     /// The application.
@@ -14,7 +15,8 @@ impl Console {
         let state = Arc::new(self);
         Router::new()
             .route("/", get(pages::overview))
-            .route("/style.css", get(pages::style))
+            .route("/assets/console.css", get(assets::style))
+            .route("/assets/live.js", get(assets::live_script))
             .route("/events", get(pages::events))
             .route("/events/{id}", get(pages::event))
             .route("/dead", get(pages::dead))
@@ -34,6 +36,8 @@ impl Console {
                 state.clone(),
                 pages::known_host,
             ))
+            // Outermost: also on the refusals of `known_host`.
+            .layer(axum::middleware::map_response(headers::secure))
             .with_state(state)
     }
 }

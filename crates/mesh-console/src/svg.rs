@@ -6,7 +6,7 @@ use maud::{html, Markup};
 use mesh_audit::{CausationNode, CausationTree};
 use mesh_core::Timestamp;
 
-use crate::params::link;
+use crate::params::{link, under};
 use crate::topology::SystemMap;
 
 /// A horizontal bar chart of class `chart <class>`: one bar a row, each a link.
@@ -104,7 +104,7 @@ pub(crate) fn tree(tree: &CausationTree) -> Markup {
             }
             @for (row, (depth, _, node)) in laid.iter().enumerate() {
                 @let focus = node.event.id == tree.focus;
-                a href=(format!("/events/{}", node.event.id)) {
+                a href=(under("/events", node.event.id)) {
                     rect class=(if focus { "node focus" } else { "node" }) x=(depth * INDENT)
                         y=(row * ROW + 4) width=(BOX) height="22" rx="4" {}
                     text x=(depth * INDENT + 8) y=(row * ROW + 19) {
@@ -211,7 +211,7 @@ pub(crate) fn map(map: &SystemMap, window: &[(&str, &str)]) -> Markup {
                 }
             }
             @for (row, queue) in queues.iter().enumerate() {
-                a href=(format!("/modules/{queue}")) {
+                a href=(under("/modules", queue)) {
                     rect.node.queue x=(x[2]) y=(y(row)) width=(BOX) height="22" rx="4" {}
                     text x=(x[2] + 8) y=(y(row) + 15) { (queue) }
                 }

@@ -127,6 +127,12 @@ impl Browser {
             "goog:chromeOptions".to_owned(),
             serde_json::json!({ "binary": chromium, "args": args }),
         );
+        // The console's messages (a Content-Security-Policy violation is one), for
+        // `console_log`.
+        capabilities.insert(
+            "goog:loggingPrefs".to_owned(),
+            serde_json::json!({ "browser": "ALL" }),
+        );
         let client = tokio::time::timeout(
             START,
             ClientBuilder::new(HttpConnector::new())
@@ -286,6 +292,58 @@ impl Browser {
         })
         .await
         .ok()
+    }
+
+    /// The messages of the browser's console since the last call (chromedriver's log of type
+    /// `browser`, which it empties as it answers): every Content-Security-Policy violation
+    /// of a page is one.
+    pub(crate) async fn console_log(&self) -> anyhow::Result<Vec<String>> {
+        let session = self
+            .client
+            .session_id()
+            .await?
+            .context("the browser has no session")?;
+        let url = format!(
+            "http://127.0.0.1:{}/session/{session}/se/log",
+            self.driver.port
+        );
+        let response = super::client()
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(r#"{"type":"browser"}"#)
+            .send()
+            .await
+            .with_context(|| format!("reading the browser's log at {url}"))?;
+        let body: serde_json::Value = serde_json::from_str(&response.text().await?)?;
+        let entries = body["value"]
+            .as_array()
+            .with_context(|| format!("the browser's log is not a list: {body}"))?;
+        Ok(entries
+            .iter()
+            .filter_map(|entry| entry["message"].as_str().map(str::to_owned))
+            .collect())
+    }
+
+    /// Polls `f` until it returns `Some`, at most `timeout`; fails saying `what` did not
+    /// happen.
+    pub(crate) async fn wait_until<T, F, Fut>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        f: F,
+    ) -> anyhow::Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        match self.poll(timeout, f).await {
+            Some(value) => Ok(value),
+            None => bail!(
+                "{what} did not happen within {timeout:?} on {}; the page shows:\n{}",
+                self.where_().await,
+                self.body_text().await
+            ),
+        }
     }
 
     /// Saves a PNG of the window as `docs/console/<name>.png`, and returns its path.
