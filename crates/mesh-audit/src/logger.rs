@@ -281,7 +281,9 @@ impl AuditLogger {
     }
 
     /// As [`run`](AuditLogger::run), and once both queues are consuming, retires the old
-    /// `mesh.dead-letters` through `retired` (see the module docs).
+    /// `mesh.dead-letters` through `retired` (see the module docs). Only the service
+    /// (feature `service`) has a transport that can retire it.
+    #[cfg(feature = "service")]
     pub(crate) async fn run_retiring(
         &self,
         transport: &dyn Transport,
