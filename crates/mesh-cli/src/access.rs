@@ -224,7 +224,11 @@ fn print_plan(plan: &Plan) -> anyhow::Result<()> {
         ))?;
     }
     for note in &plan.notes {
-        output::line(format_args!("{} {}", paint(DIM, '?'), escape(&note.to_string())))?;
+        output::line(format_args!(
+            "{} {}",
+            paint(DIM, '?'),
+            escape(&note.to_string())
+        ))?;
     }
     Ok(())
 }
@@ -310,7 +314,11 @@ fn dry_run(
         ))?;
     }
     for note in &plan.notes {
-        output::line(format_args!("{} {}", paint(DIM, '?'), escape(&note.to_string())))?;
+        output::line(format_args!(
+            "{} {}",
+            paint(DIM, '?'),
+            escape(&note.to_string())
+        ))?;
     }
     output::line(format_args!(
         "dry run: {} change(s); nothing was changed on vhost {}",

@@ -99,8 +99,7 @@ async fn newest_announcements(
                     WARN,
                     format!(
                         "warning: skipping the announcement {} ({}): {error:#}",
-                        event.id,
-                        &event.routing_key
+                        event.id, &event.routing_key
                     ),
                 ));
                 None

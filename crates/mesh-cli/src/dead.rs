@@ -214,7 +214,11 @@ async fn purge_dry_run(
         }))?;
     } else {
         for dead in &shown {
-            output::line(format_args!("{} {}", paint(BAD, "would purge"), dead_line(dead)))?;
+            output::line(format_args!(
+                "{} {}",
+                paint(BAD, "would purge"),
+                dead_line(dead)
+            ))?;
         }
         if more > 0 {
             output::line(format_args!("… and {more} more"))?;
@@ -372,8 +376,8 @@ mod tests {
     use super::{dead_json, show};
     use crate::output::capture::capture;
     use crate::output::hostile::{all, assert_json_safe, assert_text_safe, CORPUS};
-    use mesh_core::{DeadReason, Timestamp};
     use mesh_audit::DeadLetterRecord;
+    use mesh_core::{DeadReason, Timestamp};
     use serde_json::json;
 
     /// A dead letter's routing key, queue, error, user, headers and body came from the wire:

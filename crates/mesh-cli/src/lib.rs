@@ -224,6 +224,9 @@ mod tests {
         assert_eq!(out.stderr.lines().count(), 1, "{:?}", out.stderr);
         assert_text_safe(&out.stderr, &[&quoted]);
         let (_, out) = capture(|| finish(true, Err(error())));
-        assert_json_safe(&out.stderr, &[&format!("calling `x`: the peer said {quoted}")]);
+        assert_json_safe(
+            &out.stderr,
+            &[&format!("calling `x`: the peer said {quoted}")],
+        );
     }
 }

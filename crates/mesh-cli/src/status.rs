@@ -3,11 +3,11 @@
 //! The connection is checked over AMQP (URL, credentials, vhost: what every service needs);
 //! queues, depths and consumers come from the management API, which AMQP cannot enumerate.
 
+use anstyle::Style;
 use anyhow::Context as _;
 use mesh::raw::naming::{self, RETIRED_DEAD_QUEUE};
 use mesh::raw::Name;
 use mesh_audit::{DeadLetterQuery, Store};
-use anstyle::Style;
 use serde_json::{json, Value};
 
 use crate::cli::{Global, StatusArgs};
@@ -141,7 +141,10 @@ fn print_queues(status: &Status<'_>) -> anyhow::Result<()> {
             "modules   {}",
             paint(
                 DIM,
-                format_args!("none: no queue {}.<module>.events in this vhost", status.node)
+                format_args!(
+                    "none: no queue {}.<module>.events in this vhost",
+                    status.node
+                )
             )
         ))?;
     } else {

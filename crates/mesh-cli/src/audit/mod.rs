@@ -220,9 +220,7 @@ async fn replay(global: &Global, args: &ReplayArgs) -> anyhow::Result<Code> {
             }
             output::line(format_args!(
                 "dry run: {} event(s) would be replayed to {} at most {}/s; nothing was published",
-                plan.events,
-                &plan.queue,
-                args.rate
+                plan.events, &plan.queue, args.rate
             ))?;
         }
         return Ok(Code::Ok);

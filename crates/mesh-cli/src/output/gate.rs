@@ -145,11 +145,7 @@ mod tests {
             )
         );
         // Nested, padded.
-        let shown = format(&format_args!(
-            "{:<6}|",
-            paint(BAD, paint(NAME, "x\u{85}"))
-        ))
-        .unwrap();
+        let shown = format(&format_args!("{:<6}|", paint(BAD, paint(NAME, "x\u{85}")))).unwrap();
         assert_eq!(
             without_styles(&shown),
             "x\\u{85}    |",

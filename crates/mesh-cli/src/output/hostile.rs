@@ -20,7 +20,7 @@ pub(crate) const CORPUS: &[&str] = &[
     "a\u{85}b\u{9b}2J",
     "del\u{7f} nul\u{0}",
     // Bidi override and isolate, zero width, line separator.
-    "invoice\u{202e}fdp.exe\u{2066}x\u{2069}",
+    "invoice\u{202e}fdp-exe\u{2066}x\u{2069}",
     "zero\u{200b}width\u{2028}sep",
 ];
 

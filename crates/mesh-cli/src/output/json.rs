@@ -116,7 +116,8 @@ mod tests {
 
     #[test]
     fn c1_bidi_and_separators_become_u_escapes() {
-        let value = json!({"q\u{9b}": "a\u{9b}2J\u{202e}b\u{2028}\u{7f}\u{1b}]52;c;x\u{7}\u{e0041}"});
+        let value =
+            json!({"q\u{9b}": "a\u{9b}2J\u{202e}b\u{2028}\u{7f}\u{1b}]52;c;x\u{7}\u{e0041}"});
         let text = String::from_utf8(compact(&value).unwrap()).unwrap();
         assert_eq!(
             text,
@@ -130,7 +131,10 @@ mod tests {
             pretty(&value).unwrap(),
             serde_json::to_vec_pretty(&value).unwrap()
         );
-        assert_eq!(compact(&value).unwrap(), serde_json::to_vec(&value).unwrap());
+        assert_eq!(
+            compact(&value).unwrap(),
+            serde_json::to_vec(&value).unwrap()
+        );
     }
 
     proptest! {

@@ -303,6 +303,10 @@ mod tests {
     use mesh_admin::topology::{Actual, Wanted, WantedExchange, WantedQueue};
     use serde_json::{json, Map};
 
+    fn row<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+        serde_json::from_value(value).expect("a row")
+    }
+
     /// Every name `topology show` lists is the broker's: hostile ones come out escaped.
     #[test]
     fn hostile_names_are_escaped() {
@@ -319,7 +323,6 @@ mod tests {
                 vec!["module.#".to_owned()],
             )],
         );
-        let row = |value| serde_json::from_value(value).expect("a row");
         let actual = Actual {
             exchanges: names
                 .iter()
@@ -328,8 +331,10 @@ mod tests {
             queues: names
                 .iter()
                 .map(|n| {
-                    row(json!({"name": n, "durable": true, "arguments": {"x-queue-type": n},
-                               "messages": 1, "consumers": 0}))
+                    row(
+                        json!({"name": n, "durable": true, "arguments": {"x-queue-type": n},
+                               "messages": 1, "consumers": 0}),
+                    )
                 })
                 .collect(),
             bindings: names

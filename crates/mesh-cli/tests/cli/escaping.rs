@@ -59,8 +59,8 @@ async fn read_terminal(master: OwnedFd) -> Vec<u8> {
 }
 
 /// Asserts that terminal output holds no unsafe character but line ends and, when `styles`,
-/// the escapes of SGR styles (`ESC [ digits ; … m`), and shows `HOSTILE` escaped.
-fn assert_terminal_safe(output: &str, styles: bool) {
+/// the escapes of SGR styles (`ESC [ digits ; … m`), and shows `hostile` escaped.
+fn assert_terminal_safe(output: &str, styles: bool, hostile: &str) {
     let mut rest = output;
     let mut plain = String::new();
     while let Some(at) = rest.find('\u{1b}') {
@@ -82,21 +82,27 @@ fn assert_terminal_safe(output: &str, styles: bool) {
         .chars()
         .filter(|&c| is_unsafe(c) && c != '\n')
         .collect();
-    assert!(bad.is_empty(), "unsafe {bad:?} reached the terminal: {output:?}");
     assert!(
-        plain.contains(escape(HOSTILE).as_ref()),
+        bad.is_empty(),
+        "unsafe {bad:?} reached the terminal: {output:?}"
+    );
+    assert!(
+        plain.contains(escape(hostile).as_ref()),
         "shown escaped: {output:?}"
     );
 }
 
-/// Asserts that `--json` output holds no unsafe character and reads back as `HOSTILE`
-/// where the wire had it.
+/// Asserts that `--json` output holds no unsafe character; its documents, one a line (each
+/// test then reads the hostile text back where the wire had it).
 fn assert_json_safe(output: &str) -> Vec<Value> {
     let bad: Vec<char> = output
         .chars()
         .filter(|&c| is_unsafe(c) && c != '\n')
         .collect();
-    assert!(bad.is_empty(), "unsafe {bad:?} in --json output: {output:?}");
+    assert!(
+        bad.is_empty(),
+        "unsafe {bad:?} in --json output: {output:?}"
+    );
     output
         .lines()
         .map(|line| serde_json::from_str(line).expect("one JSON document per line"))
@@ -148,8 +154,12 @@ async fn logs_tail_shows_a_hostile_record_escaped_on_a_terminal() {
         assert_code(&output, 0);
         let shown = shown.await.expect("the terminal was read");
         let text = String::from_utf8(shown).expect("UTF-8 on the terminal");
-        assert_eq!(text.matches('\n').count(), 1, "one record, one line: {text:?}");
-        assert_terminal_safe(&text, color.is_none());
+        assert_eq!(
+            text.matches('\n').count(),
+            1,
+            "one record, one line: {text:?}"
+        );
+        assert_terminal_safe(&text, color.is_none(), HOSTILE);
     }
 
     // The same record as JSON: escaped, and it reads back as what was published.
@@ -173,10 +183,17 @@ async fn logs_tail_shows_a_hostile_record_escaped_on_a_terminal() {
 async fn status_and_topology_show_escape_a_hostile_queue_name() {
     let vhost = vhost("cli-escape-queue").await;
     let url = vhost.url();
-    let management = mesh::amqp::management_options(&options(&vhost))
-        .expect("the vhost's management API");
+    let management =
+        mesh::amqp::management_options(&options(&vhost)).expect("the vhost's management API");
     let management = ManagementClient::new(&management).expect("a management client");
-    let queue = format!("{NODE}.{HOSTILE}.events");
+    // The management client addresses a queue by URL, and a URL parser drops CR, LF and TAB
+    // from its input: the name declared here has the rest of the hostile text (the printers'
+    // unit tests feed them CR and LF too).
+    let module: String = HOSTILE
+        .chars()
+        .filter(|c| !matches!(c, '\r' | '\n' | '\t'))
+        .collect();
+    let queue = format!("{NODE}.{module}.events");
     assert!(queue.len() <= 255, "{}", queue.len());
     management
         .put_queue(vhost.name(), &queue, true, &serde_json::Map::new())
@@ -185,23 +202,38 @@ async fn status_and_topology_show_escape_a_hostile_queue_name() {
 
     for args in [
         &["status"][..],
-        &["topology", "show", "--module", "billing", "--pattern", "module.#"][..],
+        &[
+            "topology",
+            "show",
+            "--module",
+            "billing",
+            "--pattern",
+            "module.#",
+        ][..],
     ] {
         let output = run(Some(&url), args).await;
         assert_code(&output, 0);
         let text = stdout(&output);
-        assert_terminal_safe(&text, false);
+        assert_terminal_safe(&text, false, &module);
     }
 
     let output = run(Some(&url), &["status", "--json"]).await;
     assert_code(&output, 0);
     let status = assert_json_safe(&stdout(&output));
     assert_eq!(status[0]["modules"][0]["queue"], queue.as_str());
-    assert_eq!(status[0]["modules"][0]["module"], HOSTILE);
+    assert_eq!(status[0]["modules"][0]["module"], module.as_str());
 
     let output = run(
         Some(&url),
-        &["topology", "show", "--json", "--module", "billing", "--pattern", "module.#"],
+        &[
+            "topology",
+            "show",
+            "--json",
+            "--module",
+            "billing",
+            "--pattern",
+            "module.#",
+        ],
     )
     .await;
     assert_code(&output, 0);
