@@ -111,9 +111,13 @@ impl fmt::Write for Gate {
 #[cfg(test)]
 mod tests {
     use super::{format, paint};
-    use crate::output::{BAD, DIM, NAME};
+    use anstyle::{AnsiColor, Style};
     use mesh_core::text::is_unsafe;
     use proptest::prelude::*;
+
+    const NAME: Style = AnsiColor::Cyan.on_default().bold();
+    const DIM: Style = Style::new().dimmed();
+    const BAD: Style = AnsiColor::Red.on_default().bold();
 
     /// The gate's output with the styles it let through removed.
     fn without_styles(shown: &str) -> String {
