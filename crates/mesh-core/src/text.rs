@@ -137,7 +137,8 @@ mod tests {
             after in "[a-zA-Z0-9 .é東→]{0,20}",
             bad in prop::sample::select(vec!['\u{1b}', '\r', '\n', '\u{9b}', '\u{202e}', '\u{0}', '\u{7f}']),
         ) {
-            let escaped = escape(&format!("{before}{bad}{after}"));
+            let text = format!("{before}{bad}{after}");
+            let escaped = escape(&text);
             prop_assert!(escaped.starts_with(&before));
             prop_assert!(escaped.ends_with(&after));
         }
