@@ -217,21 +217,25 @@ fn plan_json(plan: &Plan) -> (Vec<Value>, Vec<Value>) {
 fn print_plan(plan: &Plan) -> anyhow::Result<()> {
     for change in &plan.changes {
         let sign = change.sign();
-        output::line(format!(
+        output::line(format_args!(
             "{} {}",
             paint(sign_style(sign), sign),
             escape(&change.to_string())
         ))?;
     }
     for note in &plan.notes {
-        output::line(format!("{} {}", paint(DIM, '?'), escape(&note.to_string())))?;
+        output::line(format_args!(
+            "{} {}",
+            paint(DIM, '?'),
+            escape(&note.to_string())
+        ))?;
     }
     Ok(())
 }
 
 /// `= vhost V agrees with the access plan for node N (K users)`.
 fn print_agreement(management: &Management, node: &str, users: usize) -> anyhow::Result<()> {
-    output::line(format!(
+    output::line(format_args!(
         "{} vhost {} agrees with the access plan for node {} ({} users)",
         paint(GOOD, "="),
         escape(management.vhost()),
@@ -302,7 +306,7 @@ fn dry_run(
     }
     for change in &plan.changes {
         let sign = change.sign();
-        output::line(format!(
+        output::line(format_args!(
             "{} {}: {}",
             paint(sign_style(sign), sign),
             escape(&change.to_string()),
@@ -310,9 +314,13 @@ fn dry_run(
         ))?;
     }
     for note in &plan.notes {
-        output::line(format!("{} {}", paint(DIM, '?'), escape(&note.to_string())))?;
+        output::line(format_args!(
+            "{} {}",
+            paint(DIM, '?'),
+            escape(&note.to_string())
+        ))?;
     }
-    output::line(format!(
+    output::line(format_args!(
         "dry run: {} change(s); nothing was changed on vhost {}",
         plan.changes.len(),
         escape(management.vhost())
@@ -361,7 +369,7 @@ async fn apply(
     } else {
         for change in &done {
             let sign = change.sign();
-            output::line(format!(
+            output::line(format_args!(
                 "{} {}: {}",
                 paint(sign_style(sign), sign),
                 escape(&change.to_string()),

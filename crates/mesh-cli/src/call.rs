@@ -12,6 +12,19 @@ use crate::exit::{Code, WithCode};
 use crate::output;
 use crate::tail::CLI_CONTEXT;
 
+/// Prints a tool's reply, the peer's own text: escaped by the output gate, or as JSON.
+fn print_reply(json: bool, reply: &[u8]) -> anyhow::Result<()> {
+    if json {
+        // The reply is JSON already (the SDK checks it); print it on one line.
+        let value: serde_json::Value =
+            serde_json::from_slice(reply).context("the reply is not JSON")?;
+        output::json(&value)?;
+    } else {
+        output::line(String::from_utf8_lossy(reply))?;
+    }
+    Ok(())
+}
+
 /// Runs `mesh call`.
 pub(crate) async fn run(global: &Global, args: &CallArgs) -> anyhow::Result<Code> {
     ToolKey::parse(&args.tool).coded(Code::Usage, || format!("cannot call `{}`", args.tool))?;
@@ -30,14 +43,7 @@ pub(crate) async fn run(global: &Global, args: &CallArgs) -> anyhow::Result<Code
     bus.close().await;
     match result {
         Ok(reply) => {
-            if global.json {
-                // The reply is JSON already (the SDK checks it); print it on one line.
-                let value: serde_json::Value =
-                    serde_json::from_slice(&reply).context("the reply is not JSON")?;
-                output::json(&value)?;
-            } else {
-                output::line(String::from_utf8_lossy(&reply))?;
-            }
+            print_reply(global.json, &reply)?;
             Ok(Code::Ok)
         }
         Err(error) => {
@@ -54,6 +60,31 @@ pub(crate) async fn run(global: &Global, args: &CallArgs) -> anyhow::Result<Code
                 format!("calling `{}`", args.tool)
             };
             Err(anyhow::Error::new(error).context(what))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::print_reply;
+    use crate::output::capture::capture;
+    use crate::output::hostile::{all, assert_json_safe, assert_text_safe, CORPUS};
+
+    /// A reply is the serving module's text: printed escaped, as text and as JSON.
+    #[test]
+    fn hostile_replies_are_escaped() {
+        let everything = all();
+        let mut values: Vec<&str> = CORPUS.to_vec();
+        values.push(&everything);
+        for value in values {
+            let reply = serde_json::to_vec(&serde_json::json!({ "text": value })).unwrap();
+            let (printed, out) = capture(|| print_reply(false, &reply));
+            printed.unwrap();
+            assert_eq!(out.stdout.lines().count(), 1, "{:?}", out.stdout);
+            assert_text_safe(&out.stdout, &[]);
+            let (printed, out) = capture(|| print_reply(true, &reply));
+            printed.unwrap();
+            assert_json_safe(&out.stdout, &[value]);
         }
     }
 }

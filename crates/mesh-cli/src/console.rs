@@ -125,7 +125,7 @@ pub(crate) async fn run(global: &Global, args: &ConsoleArgs) -> anyhow::Result<C
     let addr = listener.local_addr()?;
     let (console, transport) =
         build(global, store.clone(), tokens, args.read_only, &args.origin).await?;
-    output::note(format!(
+    output::note(format_args!(
         "console on http://{addr}/ over {} (Ctrl-C stops)",
         store.options().redacted_url()
     ));

@@ -16,7 +16,7 @@ use crate::cli::{
     StoreArg,
 };
 use crate::exit::{fail, Code, WithCode};
-use crate::output::{self, escape, paint, BAD, DIM, GOOD, NAME, WARN};
+use crate::output::{self, paint, BAD, DIM, GOOD, NAME, WARN};
 use crate::store;
 
 /// The announcement keys, whoever announces: `module.<m>.contract.announced`,
@@ -99,8 +99,7 @@ async fn newest_announcements(
                     WARN,
                     format!(
                         "warning: skipping the announcement {} ({}): {error:#}",
-                        event.id,
-                        escape(&event.routing_key)
+                        event.id, &event.routing_key
                     ),
                 ));
                 None
@@ -113,7 +112,7 @@ async fn newest_announcements(
                 format!(
                     "warning: no readable announcement among the newest {} of {}",
                     events.len(),
-                    escape(&key)
+                    &key
                 ),
             )),
         }
@@ -155,14 +154,14 @@ async fn run_export(global: &Global, args: &ContractExportArgs) -> anyhow::Resul
         }
         .to_document(),
     };
-    let mut text = serde_json::to_string_pretty(&document).context("writing the document")?;
-    text.push('\n');
+    // Names and descriptions are the modules' own: escaped in the document as in any output.
+    let text = output::json_document(&document).context("writing the document")?;
     match &args.out {
         Some(path) => {
             std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
             output::note(paint(DIM, format!("wrote {}", path.display())));
         }
-        None => output::raw(text.as_bytes())?,
+        None => output::raw(&text)?,
     }
     Ok(Code::Ok)
 }
@@ -185,20 +184,20 @@ async fn run_check(global: &Global, args: &ContractCheckArgs) -> anyhow::Result<
         if global.json {
             output::json(&finding.to_json())?;
         } else {
-            output::line(format!(
+            output::line(format_args!(
                 "{} {} {}{}: {} (changed by {}); breaks its {}: {}",
                 paint(BAD, "breaking"),
                 paint(WARN, finding.rule.as_str()),
-                paint(NAME, escape(&finding.subject.to_string())),
+                paint(NAME, &finding.subject.to_string()),
                 if finding.path.is_empty() {
                     String::new()
                 } else {
-                    format!(" {}", escape(&finding.path))
+                    format!(" {}", &finding.path)
                 },
-                escape(&finding.detail),
-                escape(&finding.changed_by),
+                &finding.detail,
+                &finding.changed_by,
                 finding.breaks.as_str(),
-                escape(&finding.broken.join(", ")),
+                &finding.broken.join(", "),
             ))?;
         }
     }
@@ -221,6 +220,17 @@ async fn run_check(global: &Global, args: &ContractCheckArgs) -> anyhow::Result<
         Code::Ok
     } else {
         Code::Incompatible
+    })
+}
+
+/// Owners, comma-separated, or a dim `none`.
+fn list(items: &[String]) -> impl std::fmt::Display + '_ {
+    output::lazy(move |f| {
+        if items.is_empty() {
+            write!(f, "{}", paint(DIM, "none"))
+        } else {
+            f.write_str(&items.join(", "))
+        }
     })
 }
 
@@ -248,65 +258,44 @@ fn show(global: &Global, system: &System) -> anyhow::Result<()> {
         output::line(paint(DIM, "no contract announced"))?;
         return Ok(());
     }
-    let none = || paint(DIM, "none");
-    let list = |items: Vec<String>| {
-        if items.is_empty() {
-            none()
-        } else {
-            items.join(", ")
-        }
-    };
     for row in &keys {
-        let title = if row.unmatched_pattern {
-            format!(
-                "{} {}",
-                paint(NAME, escape(&row.key)),
-                paint(DIM, "(a pattern no emitted key matches)")
-            )
-        } else {
-            paint(NAME, escape(&row.key)).to_string()
-        };
-        output::line(title)?;
-        output::line(format!(
-            "  emitted by  {}",
-            list(
-                row.emitters
-                    .iter()
-                    .map(|(o, v)| format!("{} (v{v})", escape(o)))
-                    .collect()
-            )
+        output::line(format_args!(
+            "{}{}",
+            paint(NAME, &row.key),
+            output::lazy(|f| if row.unmatched_pattern {
+                write!(f, " {}", paint(DIM, "(a pattern no emitted key matches)"))
+            } else {
+                Ok(())
+            })
         ))?;
-        output::line(format!(
-            "  handled by  {}",
-            list(
-                row.handlers
-                    .iter()
-                    .map(|(o, p, v)| {
-                        let version = v.map(|v| format!(" v{v}")).unwrap_or_default();
-                        if *p == row.key {
-                            format!("{}{version}", escape(o))
-                        } else {
-                            format!("{} ({}{version})", escape(o), escape(p))
-                        }
-                    })
-                    .collect()
-            )
-        ))?;
+        let emitters: Vec<String> = row
+            .emitters
+            .iter()
+            .map(|(o, v)| format!("{o} (v{v})"))
+            .collect();
+        output::line(format_args!("  emitted by  {}", list(&emitters)))?;
+        let handlers: Vec<String> = row
+            .handlers
+            .iter()
+            .map(|(o, p, v)| {
+                let version = v.map(|v| format!(" v{v}")).unwrap_or_default();
+                if *p == row.key {
+                    format!("{o}{version}")
+                } else {
+                    format!("{o} ({p}{version})")
+                }
+            })
+            .collect();
+        output::line(format_args!("  handled by  {}", list(&handlers)))?;
     }
     for row in &tools {
-        output::line(format!(
+        output::line(format_args!(
             "{} {}",
             paint(DIM, "tool"),
-            paint(NAME, escape(&row.tool))
+            paint(NAME, &row.tool)
         ))?;
-        output::line(format!(
-            "  served by   {}",
-            list(row.servers.iter().map(|o| escape(o).into_owned()).collect())
-        ))?;
-        output::line(format!(
-            "  called by   {}",
-            list(row.callers.iter().map(|o| escape(o).into_owned()).collect())
-        ))?;
+        output::line(format_args!("  served by   {}", list(&row.servers)))?;
+        output::line(format_args!("  called by   {}", list(&row.callers)))?;
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use crate::cli::{DeadCommand, Global, RedriveArgs};
 use crate::config;
 use crate::exit::{fail, Code, WithCode};
-use crate::output::{self, escape, paint, BAD, DIM, GOOD, NAME};
+use crate::output::{self, paint, BAD, DIM, GOOD, NAME};
 use crate::store::open;
 
 fn dead_json(dead: &DeadLetterRecord, with_body: bool) -> Value {
@@ -35,24 +35,49 @@ fn dead_json(dead: &DeadLetterRecord, with_body: bool) -> Value {
     value
 }
 
-fn dead_line(dead: &DeadLetterRecord) -> String {
-    let redriven = match dead.redriven_at {
-        Some(at) => paint(
-            GOOD,
-            format!(" re-driven {}x, last {at}", dead.redrive_count),
-        ),
-        None => String::new(),
-    };
-    format!(
-        "{} {} {} {} from {} after {} attempt(s): {}{redriven}",
-        paint(DIM, dead.dead_at),
-        paint(DIM, dead.id),
-        paint(NAME, escape(&dead.routing_key)),
-        paint(BAD, dead.reason.map_or("unknown", DeadReason::as_str)),
-        escape(dead.queue.as_deref().unwrap_or("?")),
-        dead.attempts,
-        escape(dead.last_error.as_deref().unwrap_or("-")),
-    )
+fn dead_line(dead: &DeadLetterRecord) -> impl std::fmt::Display + '_ {
+    // Stored text came from the wire: the output gate escapes it, so it cannot forge a line.
+    output::lazy(move |f| {
+        write!(
+            f,
+            "{} {} {} {} from {} after {} attempt(s): {}",
+            paint(DIM, dead.dead_at),
+            paint(DIM, dead.id),
+            paint(NAME, &dead.routing_key),
+            paint(BAD, dead.reason.map_or("unknown", DeadReason::as_str)),
+            dead.queue.as_deref().unwrap_or("?"),
+            dead.attempts,
+            dead.last_error.as_deref().unwrap_or("-"),
+        )?;
+        if let Some(at) = dead.redriven_at {
+            write!(
+                f,
+                "{}",
+                paint(
+                    GOOD,
+                    format_args!(" re-driven {}x, last {at}", dead.redrive_count)
+                )
+            )?;
+        }
+        Ok(())
+    })
+}
+
+/// `mesh dead show`: the dead letter, its headers and body.
+fn show(json: bool, dead: &DeadLetterRecord) -> anyhow::Result<()> {
+    let value = dead_json(dead, true);
+    if json {
+        output::json(&value)?;
+        return Ok(());
+    }
+    output::line(dead_line(dead))?;
+    if let Some(user) = &dead.user_id {
+        output::line(format_args!("user-id: {user}"))?;
+    }
+    // JSON escapes C0 control characters only: the gate escapes the rest.
+    output::line(format_args!("headers: {}", value["headers"]))?;
+    output::line(format_args!("body:    {}", value["body"]))?;
+    Ok(())
 }
 
 fn dead_id(text: &str) -> anyhow::Result<DeadLetterId> {
@@ -100,7 +125,7 @@ pub(crate) async fn run(global: &Global, command: &DeadCommand) -> anyhow::Resul
             if global.json {
                 output::json(&serde_json::json!({ "purged": deleted }))?;
             } else {
-                output::line(format!("purged {deleted} dead letter(s)"))?;
+                output::line(format_args!("purged {deleted} dead letter(s)"))?;
             }
             Ok(Code::Ok)
         }
@@ -154,21 +179,7 @@ pub(crate) async fn run(global: &Global, command: &DeadCommand) -> anyhow::Resul
                     format!("no dead letter {id} in the audit store"),
                 ));
             };
-            let value = dead_json(&dead, true);
-            if global.json {
-                output::json(&value)?;
-            } else {
-                output::line(dead_line(&dead))?;
-                if let Some(user) = &dead.user_id {
-                    output::line(format!("user-id: {}", escape(user)))?;
-                }
-                // JSON escapes control characters but not bidi or zero-width ones.
-                output::line(format!(
-                    "headers: {}",
-                    escape(&value["headers"].to_string())
-                ))?;
-                output::line(format!("body:    {}", escape(&value["body"].to_string())))?;
-            }
+            show(global.json, &dead)?;
             Ok(Code::Ok)
         }
         DeadCommand::Redrive(args) => redrive(global, args).await,
@@ -203,12 +214,16 @@ async fn purge_dry_run(
         }))?;
     } else {
         for dead in &shown {
-            output::line(format!("{} {}", paint(BAD, "would purge"), dead_line(dead)))?;
+            output::line(format_args!(
+                "{} {}",
+                paint(BAD, "would purge"),
+                dead_line(dead)
+            ))?;
         }
         if more > 0 {
-            output::line(format!("… and {more} more"))?;
+            output::line(format_args!("… and {more} more"))?;
         }
-        output::line(format!(
+        output::line(format_args!(
             "dry run: {total} dead letter(s) would be purged; nothing was deleted"
         ))?;
     }
@@ -249,21 +264,21 @@ async fn redrive_dry_run(
         }))?;
     } else {
         for (id, queue) in &would {
-            output::line(format!(
+            output::line(format_args!(
                 "{} {id} -> {}",
                 paint(GOOD, "would re-drive"),
-                escape(queue)
+                queue
             ))?;
         }
         for (id, error) in &refused {
-            output::line(format!(
+            output::line(format_args!(
                 "{} {}: {}",
                 paint(BAD, "would refuse"),
-                escape(id),
-                escape(error)
+                id,
+                error
             ))?;
         }
-        output::line(format!(
+        output::line(format_args!(
             "dry run: {} would be re-driven, {} refused; nothing was published",
             would.len(),
             refused.len()
@@ -335,12 +350,12 @@ async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
         }))?;
     } else {
         for id in &redriven {
-            output::line(format!("{} {id}", paint(GOOD, "re-driven")))?;
+            output::line(format_args!("{} {id}", paint(GOOD, "re-driven")))?;
         }
         for (id, error) in &failed {
-            output::line(format!("{} {id}: {}", paint(BAD, "failed"), escape(error)))?;
+            output::line(format_args!("{} {id}: {}", paint(BAD, "failed"), error))?;
         }
-        output::line(format!(
+        output::line(format_args!(
             "{} re-driven, {} failed",
             redriven.len(),
             failed.len()
@@ -353,5 +368,53 @@ async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
             Code::Error,
             format!("{} dead letter(s) could not be re-driven", failed.len()),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{dead_json, show};
+    use crate::output::capture::capture;
+    use crate::output::hostile::{all, assert_json_safe, assert_text_safe, CORPUS};
+    use mesh_audit::DeadLetterRecord;
+    use mesh_core::{DeadReason, Timestamp};
+    use serde_json::json;
+
+    /// A dead letter's routing key, queue, error, user, headers and body came from the wire:
+    /// `dead list` and `dead show` print them escaped, as text and as JSON.
+    #[test]
+    fn hostile_dead_letters_are_escaped() {
+        let everything = all();
+        let mut values: Vec<&str> = CORPUS.to_vec();
+        values.push(&everything);
+        for value in values {
+            let dead = DeadLetterRecord {
+                id: "00000000-0000-0000-0000-000000000001".parse().unwrap(),
+                event_id: None,
+                routing_key: value.to_owned(),
+                reason: Some(DeadReason::Permanent),
+                attempts: 1,
+                last_error: Some(value.to_owned()),
+                queue: Some(value.to_owned()),
+                dead_at: Timestamp::now(),
+                received_at: Timestamp::now(),
+                content_type: Some(value.to_owned()),
+                headers: json!({ value: value }),
+                body: value.as_bytes().to_vec().into(),
+                redriven_at: Some(Timestamp::now()),
+                redrive_count: 1,
+                user_id: Some(value.to_owned()),
+            };
+            let (printed, out) = capture(|| show(false, &dead));
+            printed.unwrap();
+            assert_eq!(out.stdout.lines().count(), 4, "{:?}", out.stdout);
+            assert_text_safe(&out.stdout, &[value]);
+            let (printed, out) = capture(|| show(true, &dead));
+            printed.unwrap();
+            assert_json_safe(&out.stdout, &[value]);
+            let (printed, out) = capture(|| crate::output::json(&dead_json(&dead, false)));
+            printed.unwrap();
+            assert_json_safe(&out.stdout, &[value]);
+        }
     }
 }

@@ -284,7 +284,7 @@ async fn emit_many(
             "rate": per_second.round(),
         }))?;
     } else {
-        output::line(format!(
+        output::line(format_args!(
             "{} confirmed, {} failed in {:.2} s ({:.0} events/s) to {}",
             paint(GOOD, tally.confirmed),
             paint(if tally.failed > 0 { BAD } else { GOOD }, tally.failed),

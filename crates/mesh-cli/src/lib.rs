@@ -128,11 +128,18 @@ fn finish(json: bool, result: anyhow::Result<Code>) -> ExitCode {
                 if let Some(hint) = &hint {
                     line["hint"] = serde_json::json!(hint);
                 }
-                anstream::eprintln!("{line}");
+                output::json_note(&line);
             } else {
-                anstream::eprintln!("{} {error:#}", output::paint(output::BAD, "error:"));
+                // An error may quote the broker or a peer: the note escapes it like any output.
+                output::note(format_args!(
+                    "{} {error:#}",
+                    output::paint(output::BAD, "error:")
+                ));
                 if let Some(hint) = hint {
-                    anstream::eprintln!("{} {hint}", output::paint(output::WARN, "hint:"));
+                    output::note(format_args!(
+                        "{} {hint}",
+                        output::paint(output::WARN, "hint:")
+                    ));
                 }
             }
             code.into()
@@ -198,5 +205,28 @@ fn run(mut cli: Cli) -> anyhow::Result<Code> {
                 Command::Man(args) => generate::man(global, args),
             }
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::finish;
+    use crate::output::capture::capture;
+    use crate::output::hostile::{all, assert_json_safe, assert_text_safe};
+
+    /// An error may quote the broker or a peer (a remote error, a refused name): it reaches
+    /// stderr escaped, as text and as JSON.
+    #[test]
+    fn errors_quoting_hostile_text_are_escaped() {
+        let quoted = all();
+        let error = || anyhow::anyhow!("the peer said {quoted}").context("calling `x`");
+        let (_, out) = capture(|| finish(false, Err(error())));
+        assert_eq!(out.stderr.lines().count(), 1, "{:?}", out.stderr);
+        assert_text_safe(&out.stderr, &[&quoted]);
+        let (_, out) = capture(|| finish(true, Err(error())));
+        assert_json_safe(
+            &out.stderr,
+            &[&format!("calling `x`: the peer said {quoted}")],
+        );
     }
 }

@@ -26,7 +26,7 @@ async fn tail(global: &Global, args: &LogsTailArgs) -> anyhow::Result<Code> {
         .coded(Code::Unreachable, || "could not follow the logs".to_owned())?;
     // Before saying it follows: whoever waits for that line may stop it with SIGTERM next.
     let mut signals = process::Signals::register()?;
-    output::note(format!(
+    output::note(format_args!(
         "following mesh.logs on {} (queue {}, removed when this exits)",
         args.pattern,
         records.queue()
@@ -40,11 +40,7 @@ async fn tail(global: &Global, args: &LogsTailArgs) -> anyhow::Result<Code> {
                     None => return Err(crate::exit::fail(Code::Error, "the connection to the broker was lost")),
                     Some(record) => {
                         seen += 1;
-                        if global.json {
-                            output::json(&serde_json::to_value(&record)?)?;
-                        } else {
-                            output::line(record.to_string())?;
-                        }
+                        print(global.json, &record)?;
                     }
                 }
             }
@@ -56,4 +52,47 @@ async fn tail(global: &Global, args: &LogsTailArgs) -> anyhow::Result<Code> {
     // closing by then.
     records.close().await;
     followed
+}
+
+/// Prints one record. Any module may publish to `mesh.logs`, so every field is hostile text:
+/// the output gate (text) and the JSON writer escape its control and format characters.
+fn print(json: bool, record: &mesh_logs::LogRecord) -> anyhow::Result<()> {
+    if json {
+        output::json(record)?;
+    } else {
+        output::line(record)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::print;
+    use crate::output::capture::capture;
+    use crate::output::hostile::{all, assert_json_safe, assert_text_safe, CORPUS};
+    use serde_json::json;
+
+    /// Every field of a record is some module's text: shown escaped, as text and as JSON.
+    #[test]
+    fn hostile_records_are_escaped() {
+        let everything = all();
+        let mut values: Vec<&str> = CORPUS.to_vec();
+        values.push(&everything);
+        for value in values {
+            let record: mesh_logs::LogRecord = serde_json::from_value(json!({
+                "time": value, "node": value, "source": value, "level": value,
+                "target": value, "message": value,
+                "fields": {value: value},
+                "spans": [{"name": value, "fields": {"k": value}}],
+            }))
+            .expect("a record");
+            let (printed, out) = capture(|| print(false, &record));
+            printed.unwrap();
+            assert_eq!(out.stdout.lines().count(), 1, "{:?}", out.stdout);
+            assert_text_safe(&out.stdout, &[value]);
+            let (printed, out) = capture(|| print(true, &record));
+            printed.unwrap();
+            assert_json_safe(&out.stdout, &[value]);
+        }
+    }
 }

@@ -28,7 +28,7 @@ pub(crate) async fn serve_watching(
         .await
         .coded(Code::Error, || format!("cannot serve metrics on {addr}"))?;
     watch(&telemetry);
-    output::note(format!(
+    output::note(format_args!(
         "metrics on http://{}/metrics (also /livez and /readyz)",
         telemetry.local_addr()
     ));

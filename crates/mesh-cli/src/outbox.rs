@@ -304,7 +304,7 @@ async fn status(global: &Global, arg: &OutboxDatabaseArg) -> anyhow::Result<Code
                 humantime::format_duration(age)
             )
         };
-        output::line(format!(
+        output::line(format_args!(
             "{pending}, {} sent (kept until the cleanup)",
             counts.sent
         ))?;

@@ -3,6 +3,7 @@
 //! The connection is checked over AMQP (URL, credentials, vhost: what every service needs);
 //! queues, depths and consumers come from the management API, which AMQP cannot enumerate.
 
+use anstyle::Style;
 use anyhow::Context as _;
 use mesh::raw::naming::{self, RETIRED_DEAD_QUEUE};
 use mesh::raw::Name;
@@ -27,6 +28,21 @@ struct ModuleQueue<'a> {
     dead: Option<u64>,
 }
 
+/// What `mesh status` found, to print as text or JSON.
+struct Status<'a> {
+    /// The broker's URL as shown (no password).
+    broker: String,
+    connected: bool,
+    blocked: bool,
+    version: Option<String>,
+    node: &'a Name,
+    modules: Vec<ModuleQueue<'a>>,
+    /// This node's audit logger dead-letter queue, and that queue if it exists.
+    dead_queue: String,
+    dead: Option<&'a QueueRow>,
+    retired: Option<&'a QueueRow>,
+}
+
 /// Runs `mesh status`.
 pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Code> {
     let node = config::node(global)?;
@@ -36,16 +52,7 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
     let health = transport.health();
     transport.close().await;
     if !global.json {
-        output::line(format!(
-            "broker    {} {}",
-            paint(NAME, &shown),
-            if health.blocked {
-                paint(WARN, "connected, publishing blocked by a broker alarm")
-            } else {
-                paint(GOOD, "connected")
-            }
-        ))?;
-        output::line(format!("node      {}", paint(NAME, node.as_str())))?;
+        print_connection(&shown, health.blocked, &node)?;
     }
 
     let management = config::management(global)?;
@@ -65,79 +72,116 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
     }
     // Dead letters wait in this node's audit logger queue until it stores them.
     let dead_queue = naming::audit_dead_queue(&node);
-    let dead = queues.iter().find(|q| q.name == dead_queue);
-    let dead_count = dead.and_then(|q| q.messages);
-    let retired = queues.iter().find(|q| q.name == RETIRED_DEAD_QUEUE);
-
+    let status = Status {
+        broker: shown,
+        connected: health.connected,
+        blocked: health.blocked,
+        version,
+        node: &node,
+        modules,
+        dead: queues.iter().find(|q| q.name == dead_queue),
+        dead_queue,
+        retired: queues.iter().find(|q| q.name == RETIRED_DEAD_QUEUE),
+    };
     if global.json {
-        output::json(&json!({
-            "broker": shown,
-            "connected": health.connected,
-            "blocked": health.blocked,
-            "rabbitmq_version": version,
-            "node": node.as_str(),
-            "modules": modules.iter().map(|m| json!({
-                "module": m.module,
-                "queue": m.queue.name,
-                "type": m.queue.kind,
-                "messages": m.queue.messages,
-                "ready": m.queue.messages_ready,
-                "unacked": m.queue.messages_unacknowledged,
-                "consumers": m.queue.consumers,
-                "retrying": m.retrying,
-                "dead_letters": m.dead,
-            })).collect::<Vec<_>>(),
-            "dead_letters_queue": dead_queue,
-            "dead_letters": dead_count,
-            "retired_dead_letters": retired.map(|q| q.messages),
-        }))?;
-        return Ok(Code::Ok);
+        output::json(&status_json(&status))?;
+    } else {
+        print_queues(&status)?;
     }
-    if let Some(version) = version {
-        output::line(format!("rabbitmq  {version}"))?;
+    Ok(Code::Ok)
+}
+
+/// The first lines: the broker and the node, printed before the management API is asked.
+fn print_connection(broker: &str, blocked: bool, node: &Name) -> anyhow::Result<()> {
+    output::line(format_args!(
+        "broker    {} {}",
+        paint(NAME, broker),
+        if blocked {
+            paint(WARN, "connected, publishing blocked by a broker alarm")
+        } else {
+            paint(GOOD, "connected")
+        }
+    ))?;
+    output::line(format_args!("node      {}", paint(NAME, node.as_str())))?;
+    Ok(())
+}
+
+fn status_json(status: &Status<'_>) -> Value {
+    json!({
+        "broker": status.broker,
+        "connected": status.connected,
+        "blocked": status.blocked,
+        "rabbitmq_version": status.version,
+        "node": status.node.as_str(),
+        "modules": status.modules.iter().map(|m| json!({
+            "module": m.module,
+            "queue": m.queue.name,
+            "type": m.queue.kind,
+            "messages": m.queue.messages,
+            "ready": m.queue.messages_ready,
+            "unacked": m.queue.messages_unacknowledged,
+            "consumers": m.queue.consumers,
+            "retrying": m.retrying,
+            "dead_letters": m.dead,
+        })).collect::<Vec<_>>(),
+        "dead_letters_queue": status.dead_queue,
+        "dead_letters": status.dead.and_then(|q| q.messages),
+        "retired_dead_letters": status.retired.map(|q| q.messages),
+    })
+}
+
+/// Everything after the connection lines: module names come from queue names, which a module
+/// may choose in part; the output gate escapes them.
+fn print_queues(status: &Status<'_>) -> anyhow::Result<()> {
+    if let Some(version) = &status.version {
+        output::line(format_args!("rabbitmq  {version}"))?;
     }
-    if modules.is_empty() {
-        output::line(format!(
+    if status.modules.is_empty() {
+        output::line(format_args!(
             "modules   {}",
             paint(
                 DIM,
-                format!("none: no queue {node}.<module>.events in this vhost")
+                format_args!(
+                    "none: no queue {}.<module>.events in this vhost",
+                    status.node
+                )
             )
         ))?;
     } else {
-        output::line(format!(
+        output::line(format_args!(
             "{:<20} {:<8} {:>8} {:>8} {:>9} {:>9} {:>6}",
             "module", "type", "ready", "unacked", "consumers", "retrying", "dead"
         ))?;
-        for m in &modules {
+        for m in &status.modules {
             let consumers = m.queue.consumers.unwrap_or(0);
-            output::line(format!(
+            output::line(format_args!(
                 "{:<20} {:<8} {:>8} {:>8} {:>9} {:>9} {:>6}",
                 m.module,
                 m.queue.kind.as_deref().unwrap_or("?"),
                 count(m.queue.messages_ready),
                 count(m.queue.messages_unacknowledged),
-                if consumers == 0 {
-                    paint(BAD, format!("{consumers:>9}"))
-                } else {
-                    format!("{consumers:>9}")
-                },
+                paint(
+                    if consumers == 0 { BAD } else { Style::new() },
+                    format_args!("{consumers:>9}")
+                ),
                 m.retrying,
                 count(m.dead),
             ))?;
         }
     }
-    output::line(format!(
-        "dead letters waiting for the audit logger in {dead_queue}: {}",
-        match dead_count {
-            Some(0) => paint(GOOD, 0),
-            Some(n) => paint(BAD, n),
-            None if dead.is_some() => "not sampled yet".to_owned(),
-            None => paint(DIM, "no such queue"),
-        }
+    let (style, waiting) = match status.dead.map(|q| q.messages) {
+        Some(Some(0)) => (GOOD, "0".to_owned()),
+        Some(Some(n)) => (BAD, n.to_string()),
+        Some(None) => (Style::new(), "not sampled yet".to_owned()),
+        None => (DIM, "no such queue".to_owned()),
+    };
+    output::line(format_args!(
+        "dead letters waiting for the audit logger in {}: {}",
+        status.dead_queue,
+        paint(style, waiting)
     ))?;
-    if let Some(retired) = retired {
-        output::line(format!(
+    if let Some(retired) = status.retired {
+        output::line(format_args!(
             "retired queue {RETIRED_DEAD_QUEUE} still exists ({}): an audit logger stores \
              what it holds and deletes it at its next start",
             match retired.messages {
@@ -150,7 +194,7 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
         DIM,
         "(counts are the management API's last statistics sample, every 5 s by default)",
     ))?;
-    Ok(Code::Ok)
+    Ok(())
 }
 
 /// The module queues of `node` among `queues` (`<node>.<module>.events`), each with the retry
@@ -197,4 +241,55 @@ async fn pending_dead_letters(store: &Store, queue: &str) -> anyhow::Result<u64>
         .count_dead_letters(&DeadLetterQuery::new().queue(queue).redriven(false))
         .await
         .with_context(|| format!("counting the dead letters of {queue}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{module_queues, print_queues, status_json, Status};
+    use crate::management::QueueRow;
+    use crate::output::capture::capture;
+    use crate::output::hostile::{all, assert_json_safe, assert_text_safe, CORPUS};
+    use mesh::raw::Name;
+
+    fn row(name: &str, messages: u64) -> QueueRow {
+        serde_json::from_value(serde_json::json!({
+            "name": name, "durable": true, "type": "quorum\u{9b}2J",
+            "messages": messages, "messages_ready": messages, "consumers": 0,
+        }))
+        .expect("a queue row")
+    }
+
+    /// Queue names are the broker's, and a module chooses part of its own: whatever they
+    /// hold, status shows them escaped, as text and as JSON.
+    #[test]
+    fn hostile_queue_names_are_escaped() {
+        let node = Name::parse("n1").unwrap();
+        let mut names: Vec<String> = CORPUS.iter().map(|m| format!("n1.{m}.events")).collect();
+        names.push(format!("n1.{}.events", all()));
+        let queues: Vec<QueueRow> = names.iter().map(|n| row(n, 3)).collect();
+        let modules = module_queues(&queues, &node);
+        assert_eq!(modules.len(), names.len());
+        let status = Status {
+            broker: "amqp://h/\u{1b}]52;c;x\u{7}".to_owned(),
+            connected: true,
+            blocked: false,
+            version: Some("3.10\r\nforged".to_owned()),
+            node: &node,
+            modules,
+            dead_queue: "n1.audit-logger.dead".to_owned(),
+            dead: queues.first(),
+            retired: None,
+        };
+        let (printed, out) = capture(|| print_queues(&status));
+        printed.unwrap();
+        let mut shown: Vec<&str> = CORPUS.to_vec();
+        let everything = all();
+        shown.extend(["3.10\r\nforged", everything.as_str(), "quorum\u{9b}2J"]);
+        assert_text_safe(&out.stdout, &shown);
+
+        let (printed, out) = capture(|| crate::output::json(&status_json(&status)));
+        printed.unwrap();
+        shown.push("amqp://h/\u{1b}]52;c;x\u{7}");
+        assert_json_safe(&out.stdout, &shown);
+    }
 }

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use crate::cli::{Global, TailArgs};
 use crate::config;
 use crate::exit::{fail, Code, WithCode};
-use crate::output::{self, escape, paint, DIM, NAME, WARN};
+use crate::output::{self, paint, DIM, NAME, WARN};
 use crate::process;
 
 /// The identity the CLI listens and calls as: the runtime context `cli`.
@@ -74,10 +74,10 @@ async fn follow(global: &Global, args: &TailArgs, bus: &Bus) -> anyhow::Result<C
                     // Listeners are at-most-once: a message that breaks the contract is
                     // reported and skipped.
                     let error = format!("{:#}", anyhow::Error::new(error));
-                    output::note(format!(
+                    output::note(format_args!(
                         "{} skipped a message that breaks the contract: {}",
                         paint(WARN, "warning:"),
-                        escape(&error)
+                        &error
                     ));
                 }
             }
@@ -103,20 +103,19 @@ fn print(global: &Global, incoming: &Incoming<Bytes>) -> anyhow::Result<()> {
             "body": body,
         }))?;
     } else {
-        // Every wire field is escaped: a CR, an escape sequence or a bidi override in a
-        // header or the body cannot forge a line or rewrite the terminal.
-        let caused = match &meta.causation_id {
-            Some(cause) => format!(" {}", paint(DIM, format!("(caused by {})", escape(cause)))),
-            None => String::new(),
-        };
-        output::line(format!(
-            "{} {} {} {}@{} {}{caused}",
+        // Every wire field is escaped by the output gate: a CR, an escape sequence or a
+        // bidi override in a header or the body cannot forge a line or rewrite the terminal.
+        let caused = output::lazy(|f| match &meta.causation_id {
+            Some(cause) => write!(f, " {}", paint(DIM, format_args!("(caused by {cause})"))),
+            None => Ok(()),
+        });
+        output::line(format_args!(
+            "{} {} {} {}@{} {body_text}{caused}",
             paint(DIM, meta.time),
-            paint(NAME, escape(meta.key.as_str())),
+            paint(NAME, meta.key.as_str()),
             paint(DIM, meta.id),
-            escape(&meta.source),
-            escape(&meta.node),
-            escape(&body_text),
+            meta.source,
+            meta.node,
         ))?;
     }
     Ok(())

@@ -145,7 +145,7 @@ async fn serve_console(
     })?;
     let (console, transport) =
         crate::console::build(global, store.clone(), tokens, false, &[]).await?;
-    output::note(format!("console on http://{bound}/"));
+    output::note(format_args!("console on http://{bound}/"));
     Ok(tokio::spawn(async move {
         let outcome = mesh_console::serve(listener, console, shutdown).await;
         if let Some(transport) = transport {

@@ -54,23 +54,23 @@ fn event_json(event: &EventRecord) -> Value {
     })
 }
 
-fn event_line(event: &EventRecord) -> String {
-    // Stored text came from the wire: escaped, so it cannot forge a line.
-    let publisher = event
-        .publisher
-        .as_deref()
-        .map(|user| format!(" {}", paint(DIM, format!("by {}", escape(user)))))
-        .unwrap_or_default();
-    format!(
-        "{} {} {} {}@{}{} {}",
-        paint(DIM, event.time),
-        paint(NAME, escape(&event.routing_key)),
-        paint(DIM, event.id),
-        escape(&event.source),
-        escape(&event.node),
-        publisher,
-        escape(&event.body)
-    )
+fn event_line(event: &EventRecord) -> impl std::fmt::Display + '_ {
+    // Stored text came from the wire: the output gate escapes it, so it cannot forge a line.
+    output::lazy(move |f| {
+        write!(
+            f,
+            "{} {} {} {}@{}",
+            paint(DIM, event.time),
+            paint(NAME, &event.routing_key),
+            paint(DIM, event.id),
+            event.source,
+            event.node,
+        )?;
+        if let Some(user) = &event.publisher {
+            write!(f, " {}", paint(DIM, format_args!("by {user}")))?;
+        }
+        write!(f, " {}", event.body)
+    })
 }
 
 /// Runs one `audit` command.
@@ -103,7 +103,7 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
                         value["conflicts_with"] = json!(conflict.event.id.to_string());
                         output::json(&value)?;
                     } else {
-                        output::line(format!(
+                        output::line(format_args!(
                             "{} {}",
                             event_line(&conflict.event),
                             paint(WARN, format!("conflicts with {}", conflict.event.id))
@@ -163,7 +163,7 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
             if let Some(cause) = &tree.missing_cause {
                 output::line(paint(
                     DIM,
-                    format!("caused by {} (not in the store)", escape(cause)),
+                    format!("caused by {} (not in the store)", cause),
                 ))?;
             }
             draw(&tree.root, tree.focus, "", None)?;
@@ -216,13 +216,11 @@ async fn replay(global: &Global, args: &ReplayArgs) -> anyhow::Result<Code> {
             }))?;
         } else {
             for (key, n) in &plan.by_key {
-                output::line(format!("{n:>10} {}", paint(NAME, escape(key))))?;
+                output::line(format_args!("{n:>10} {}", paint(NAME, key)))?;
             }
-            output::line(format!(
+            output::line(format_args!(
                 "dry run: {} event(s) would be replayed to {} at most {}/s; nothing was published",
-                plan.events,
-                escape(&plan.queue),
-                args.rate
+                plan.events, &plan.queue, args.rate
             ))?;
         }
         return Ok(Code::Ok);
@@ -256,11 +254,11 @@ async fn replay(global: &Global, args: &ReplayArgs) -> anyhow::Result<Code> {
             })),
         }))?;
     } else {
-        output::line(format!(
+        output::line(format_args!(
             "{} {} event(s) to {}",
             paint(GOOD, "replayed"),
             report.replayed,
-            escape(replay.queue())
+            replay.queue()
         ))?;
     }
     match failed {
@@ -291,7 +289,7 @@ async fn count(
             if global.json {
                 output::json(&json!({"key": key, "events": n}))?;
             } else {
-                output::line(format!("{n:>10} {}", paint(NAME, escape(&key))))?;
+                output::line(format_args!("{n:>10} {}", paint(NAME, &key)))?;
             }
         }
         return Ok(Code::Ok);
@@ -305,7 +303,7 @@ async fn count(
                 "dead_letters_pending": counts.dead_letters_pending,
             }))?;
         } else {
-            output::line(format!(
+            output::line(format_args!(
                 "{} events, {} id conflicts, {} dead letters ({} not re-driven)",
                 counts.events, counts.conflicts, counts.dead_letters, counts.dead_letters_pending
             ))?;
@@ -315,7 +313,7 @@ async fn count(
         if global.json {
             output::json(&json!({ "events": n }))?;
         } else {
-            output::line(format!("{n} events"))?;
+            output::line(format_args!("{n} events"))?;
         }
     }
     Ok(Code::Ok)
@@ -340,22 +338,79 @@ fn draw(
         Some(false) => (format!("{prefix}├─ "), format!("{prefix}│  ")),
     };
     let event = &node.event;
-    let mark = if event.id == focus {
-        format!(" {}", paint(GOOD, "◀"))
-    } else {
-        String::new()
-    };
-    output::line(format!(
-        "{branch}{} {} {}@{} {}{mark}",
-        paint(NAME, escape(&event.routing_key)),
+    let mark = (event.id == focus).then(|| paint(GOOD, "◀"));
+    output::line(format_args!(
+        "{branch}{} {} {}@{} {}{}",
+        paint(NAME, &event.routing_key),
         paint(DIM, event.id),
-        escape(&event.source),
-        escape(&event.node),
-        paint(DIM, event.time)
+        event.source,
+        event.node,
+        paint(DIM, event.time),
+        output::lazy(|f| match &mark {
+            Some(mark) => write!(f, " {mark}"),
+            None => Ok(()),
+        })
     ))?;
     let n = node.children.len();
     for (i, child) in node.children.iter().enumerate() {
         draw(child, focus, &child_prefix, Some(i + 1 == n))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{draw, event_json, event_line, node_json};
+    use crate::output::capture::capture;
+    use crate::output::hostile::{all, assert_json_safe, assert_text_safe, CORPUS};
+    use mesh_audit::{CausationNode, EventRecord};
+    use mesh_core::{EventId, Timestamp};
+    use serde_json::json;
+
+    fn event(value: &str) -> EventRecord {
+        EventRecord {
+            id: EventId::new(),
+            routing_key: value.to_owned(),
+            source: value.to_owned(),
+            node: value.to_owned(),
+            time: Timestamp::now(),
+            causation_id: Some(value.to_owned()),
+            schema: None,
+            received_at: Timestamp::now(),
+            headers: json!({ value: value }),
+            body: value.to_owned(),
+            publisher: Some(value.to_owned()),
+        }
+    }
+
+    /// Stored events came from the wire: `audit query` and `audit trace` print their keys,
+    /// sources, nodes, publishers and bodies escaped, as text and as JSON.
+    #[test]
+    fn hostile_events_are_escaped() {
+        let everything = all();
+        let mut values: Vec<&str> = CORPUS.to_vec();
+        values.push(&everything);
+        for value in values {
+            let root = CausationNode {
+                event: event(value),
+                children: vec![CausationNode {
+                    event: event(value),
+                    children: Vec::new(),
+                }],
+            };
+            let (printed, out) = capture(|| {
+                crate::output::line(event_line(&root.event))?;
+                draw(&root, root.event.id, "", None)
+            });
+            printed.unwrap();
+            assert_eq!(out.stdout.lines().count(), 3, "{:?}", out.stdout);
+            assert_text_safe(&out.stdout, &[value]);
+            let (printed, out) = capture(|| {
+                crate::output::json(&event_json(&root.event))?;
+                crate::output::json(&node_json(&root))
+            });
+            printed.unwrap();
+            assert_json_safe(&out.stdout, &[value]);
+        }
+    }
 }

@@ -63,7 +63,7 @@ impl Report {
             Ok(())
         } else {
             let sign = d.sign();
-            output::line(format!(
+            output::line(format_args!(
                 "{} {}: {}",
                 paint(sign_style(sign), sign),
                 d.describe(),
@@ -103,13 +103,13 @@ pub(super) async fn apply(
             "applied": report.done
         }))?;
     } else if dry_run {
-        output::line(format!(
+        output::line(format_args!(
             "dry run: {} difference(s); nothing was changed on vhost {}",
             diffs.len(),
             management.vhost()
         ))?;
     } else if diffs.is_empty() {
-        output::line(format!(
+        output::line(format_args!(
             "{} nothing to do: vhost {} agrees with the contract for node {}",
             paint(GOOD, "="),
             management.vhost(),

@@ -79,7 +79,7 @@ async fn plan(
             "differences": diffs.iter().map(Difference::to_json).collect::<Vec<_>>(),
         }))?;
     } else if diffs.is_empty() {
-        output::line(format!(
+        output::line(format_args!(
             "{} vhost {} agrees with the contract for node {}",
             paint(GOOD, "="),
             management.vhost(),

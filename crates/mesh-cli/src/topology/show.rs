@@ -18,23 +18,29 @@ pub(super) async fn show(
     wanted: &Wanted,
     actual: &Actual,
 ) -> anyhow::Result<Code> {
+    print(global.json, management.vhost(), wanted, actual)
+}
+
+/// Prints the broker's topology against the contract. Every name is the broker's (a module
+/// chooses part of its own queue names): the output gate escapes them all.
+fn print(json: bool, vhost: &str, wanted: &Wanted, actual: &Actual) -> anyhow::Result<Code> {
     let diffs = differences(wanted, actual);
     let states = States::new(wanted, &diffs);
     let exchanges = exchanges(actual, &diffs, &states);
     let queues = queues(actual, &diffs, &states);
     let bindings = bindings(actual, &diffs, &states);
 
-    if global.json {
+    if json {
         output::json(&json!({
-            "vhost": management.vhost(), "node": wanted.node.as_str(),
+            "vhost": vhost, "node": wanted.node.as_str(),
             "exchanges": exchanges, "queues": queues, "bindings": bindings,
             "differences": diffs.iter().map(Difference::to_json).collect::<Vec<_>>(),
         }))?;
         return Ok(Code::Ok);
     }
-    output::line(format!(
+    output::line(format_args!(
         "vhost {} for node {}   (= as wanted, + missing, ~ differs, - not wanted, ? outside the spec)",
-        paint(NAME, management.vhost()),
+        paint(NAME, vhost),
         paint(NAME, wanted.node.as_str())
     ))?;
     print_exchanges(&exchanges)?;
@@ -181,7 +187,7 @@ fn print_exchanges(exchanges: &[Value]) -> anyhow::Result<()> {
     output::line("exchanges:")?;
     for e in exchanges {
         let sign = sign_of(e);
-        output::line(format!(
+        output::line(format_args!(
             "  {} {} {}",
             paint(sign_style(sign), sign),
             text(&e["name"]),
@@ -221,7 +227,7 @@ fn print_queues(queues: &[Value]) -> anyhow::Result<()> {
         if let Some(c) = q["consumers"].as_u64() {
             details.push(format!("{c} consumers"));
         }
-        output::line(format!(
+        output::line(format_args!(
             "  {} {} {}",
             paint(sign_style(sign), sign),
             text(&q["name"]),
@@ -235,7 +241,7 @@ fn print_bindings(bindings: &[Value]) -> anyhow::Result<()> {
     output::line("bindings:")?;
     for b in bindings {
         let sign = sign_of(b);
-        output::line(format!(
+        output::line(format_args!(
             "  {} {} -> {} on `{}`",
             paint(sign_style(sign), sign),
             text(&b["exchange"]),
@@ -248,9 +254,9 @@ fn print_bindings(bindings: &[Value]) -> anyhow::Result<()> {
 
 fn print_differences(diffs: &[Difference]) -> anyhow::Result<Code> {
     if !diffs.is_empty() {
-        output::line(format!("differences ({}):", diffs.len()))?;
+        output::line(format_args!("differences ({}):", diffs.len()))?;
         for d in diffs {
-            output::line(format!(
+            output::line(format_args!(
                 "  {} {}",
                 paint(sign_style(d.sign()), d.sign()),
                 d.describe()
@@ -285,5 +291,69 @@ fn text(value: &Value) -> String {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::print;
+    use crate::output::capture::capture;
+    use crate::output::hostile::{all, assert_json_safe, assert_text_safe, CORPUS};
+    use mesh::raw::Name;
+    use mesh_admin::topology::{Actual, Wanted, WantedExchange, WantedQueue};
+    use serde_json::{json, Map};
+
+    fn row<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+        serde_json::from_value(value).expect("a row")
+    }
+
+    /// Every name `topology show` lists is the broker's: hostile ones come out escaped.
+    #[test]
+    fn hostile_names_are_escaped() {
+        let everything = all();
+        let mut names: Vec<&str> = CORPUS.to_vec();
+        names.push(&everything);
+        let wanted = Wanted::new(
+            Name::parse("n1").unwrap(),
+            vec![WantedExchange::new("mesh.events", "topic")],
+            vec![WantedQueue::new(
+                "n1.billing.events",
+                Map::new(),
+                "mesh.events",
+                vec!["module.#".to_owned()],
+            )],
+        );
+        let actual = Actual {
+            exchanges: names
+                .iter()
+                .map(|n| row(json!({"name": n, "type": "topic\u{85}", "durable": true})))
+                .collect(),
+            queues: names
+                .iter()
+                .map(|n| {
+                    row(
+                        json!({"name": n, "durable": true, "arguments": {"x-queue-type": n},
+                               "messages": 1, "consumers": 0}),
+                    )
+                })
+                .collect(),
+            bindings: names
+                .iter()
+                .map(|n| {
+                    row(json!({"source": "mesh.events", "destination": n,
+                               "destination_type": "queue", "routing_key": n,
+                               "properties_key": "k"}))
+                })
+                .collect(),
+        };
+        let (printed, out) = capture(|| print(false, "v\u{1b}[2J", &wanted, &actual));
+        printed.unwrap();
+        let mut shown = names.clone();
+        shown.extend(["v\u{1b}[2J", "topic\u{85}"]);
+        assert_text_safe(&out.stdout, &shown);
+
+        let (printed, out) = capture(|| print(true, "v\u{1b}[2J", &wanted, &actual));
+        printed.unwrap();
+        assert_json_safe(&out.stdout, &shown);
     }
 }

@@ -15,7 +15,7 @@ pub(super) fn sign_style(sign: char) -> anstyle::Style {
 
 pub(super) fn print_difference(d: &Difference) -> anyhow::Result<()> {
     let sign = d.sign();
-    output::line(format!(
+    output::line(format_args!(
         "{} {}",
         paint(sign_style(sign), sign),
         d.describe()

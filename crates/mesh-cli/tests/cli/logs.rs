@@ -6,7 +6,7 @@ use std::time::Duration;
 use mesh_logs::LogsOptions;
 use mesh_testkit::{eventually, TestVhost};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Child;
+use tokio::process::{Child, Command};
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::{assert_code, finish, mesh, stdout, vhost, NODE, WAIT};
@@ -17,7 +17,17 @@ const BURST: usize = 200;
 /// Starts `mesh logs tail PATTERN ARGS…` and waits until it follows: it says so on stderr
 /// once its queue is bound, and the binding is on the broker.
 async fn start_tail(vhost: &TestVhost, pattern: &str, args: &[&str]) -> Child {
-    let mut child = mesh(Some(&vhost.url()))
+    start_tail_with(vhost, mesh(Some(&vhost.url())), pattern, args).await
+}
+
+/// [`start_tail`] with a `mesh` command set up by the caller (its stdout on a terminal).
+pub(crate) async fn start_tail_with(
+    vhost: &TestVhost,
+    mut command: Command,
+    pattern: &str,
+    args: &[&str],
+) -> Child {
+    let mut child = command
         .args(["logs", "tail", pattern])
         .args(args)
         .spawn()

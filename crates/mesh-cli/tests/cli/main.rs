@@ -12,6 +12,7 @@ mod contract_pairs;
 mod dry_run;
 mod emit_tail;
 mod errors;
+mod escaping;
 mod hostile;
 mod limits;
 mod logs;
