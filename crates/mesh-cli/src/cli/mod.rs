@@ -82,7 +82,7 @@ Short flags (one letter, one meaning): -d --data, -f the input file (--data-file
 2h, 1day.
 
 What needs what:
-  emit, tail and call speak AMQP only. topology show/plan/apply, access plan/apply and the queue part of
+  emit, tail and call speak AMQP only. topology show/plan/apply/remove, access plan/apply and the queue part of
   status read RabbitMQ's management HTTP API (the rabbitmq_management plugin, by default
   http://<broker host>:15672 with the AMQP credentials; https with --management-url
   https://… and --management-ca-file): AMQP cannot list bindings or queue arguments.
