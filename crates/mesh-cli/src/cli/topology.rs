@@ -53,9 +53,10 @@ Removes the durable queues of module M on the node (--node, MESH_NODE, else the 
 <node>.<M>.events.delay.<step> (for the audit logger also <node>.audit-logger.dead), and the
 serve queues serve.<M>.<...> of the tools M owns. Serve queues are shared by every node of the
 module; --node shared names the queue shared.<M>.events. Each queue is listed with the messages
-it holds (ready, unacked) and its consumers. If any has a consumer or a message, remove refuses
-and changes nothing, unless --force, which deletes them with what they hold. Deleting a queue
-takes its bindings with it; a module that starts again declares its queues anew.
+it holds (ready, unacked) and its consumers, as the management API last counted them (it
+counts every few seconds: stop the module first). If any has a consumer or a message, remove
+refuses and changes nothing, unless --force, which deletes them with what they hold. Deleting
+a queue takes its bindings with it; a module that starts again declares its queues anew.
 Reads and deletes through the management HTTP API.
 
 Examples:

@@ -11,9 +11,10 @@
 //! A queue with a consumer (its module still runs and would declare it again, or lose its
 //! channel) or holding messages (ready or unacked: events not handled yet, retries waiting,
 //! requests not answered) is not deleted without `--force`; the refusal changes nothing,
-//! whichever queue it is about. The check is a listing: a message published between it and
-//! the delete goes with the queue, so stop the module's publishers' traffic to it first
-//! (a queue gone has no binding left, so nothing routes to it afterwards).
+//! whichever queue it is about. The check reads the management API's counts, which the broker
+//! refreshes every few seconds, and a message published between it and the delete goes with
+//! the queue: stop the module first (a queue gone has no binding left, so nothing routes to
+//! it afterwards).
 
 use mesh::amqp::management::ManagementErrorKind;
 use mesh::raw::naming::{self, AUDIT_MODULE};
