@@ -4,8 +4,45 @@
 //! request/reply. The wire contract (`docs/CONTRACT.md`) is implemented here and in `mesh-core`; a
 //! module never sees an exchange or queue name.
 //!
+//! A bus runs on a transport: RabbitMQ ([`amqp`], feature `amqp`) in production, or the
+//! in-process broker ([`MemoryBroker`], feature `memory`) for tests, examples and a single
+//! program; both are default features. Only the transport differs; the module is the same.
+//!
+//! On RabbitMQ (the module's queue `anchor.umami.events` is durable: it outlives the program
+//! and keeps what is emitted while it is away):
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct SiteCreated { site: String }
+//! impl mesh::Event for SiteCreated {
+//!     const KEY: &'static str = "module.umami.site.created";
+//! }
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // amqp[s]://user:password@host:port/vhost (%2F is the vhost `/`)
+//! let options: mesh::amqp::AmqpOptions = "amqp://guest:guest@127.0.0.1:5672/%2F".parse()?;
+//! let transport = mesh::amqp::connect(options).await?;
+//! let bus = mesh::Bus::builder()
+//!     .node("anchor")
+//!     .module("umami")
+//!     .on(|incoming: mesh::Incoming<SiteCreated>| async move {
+//!         println!("site {} created", incoming.event.site);
+//!         Ok(())
+//!     })
+//!     .start(Arc::new(transport))
+//!     .await?;
+//! bus.emit(&SiteCreated { site: "blog".into() }).await?; // resolves on the broker's confirm
+//! bus.drain().await?;
+//! # Ok(()) }
 //! ```
-//! use std::time::Duration;
+//!
+//! In process, with nothing to run beside it:
+//!
+//! ```
+//! use std::sync::Arc;
 //! use serde::{Deserialize, Serialize};
 //!
 //! #[derive(Serialize, Deserialize)]
@@ -15,7 +52,7 @@
 //! }
 //!
 //! # #[tokio::main] async fn main() -> Result<(), mesh::Error> {
-//! let broker = mesh::MemoryBroker::new();
+//! let broker = mesh::MemoryBroker::new(); // one per process: every transport shares it
 //! let bus = mesh::Bus::builder()
 //!     .node("anchor")
 //!     .module("umami")
@@ -23,12 +60,15 @@
 //!         println!("site {} created", incoming.event.site);
 //!         Ok(())
 //!     })
-//!     .start(std::sync::Arc::new(broker.transport()))
+//!     .start(Arc::new(broker.transport()))
 //!     .await?;
 //! bus.emit(&SiteCreated { site: "blog".into() }).await?;
 //! bus.drain().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! The example `demo` (`cargo run -p meshbus --example demo`, with `MESH_URL=amqp://…` on
+//! RabbitMQ) runs three modules through events, retries, a dead letter and tool calls.
 //!
 //! Delivery is at-least-once: a handler may see an event twice, so handlers are idempotent
 //! or wrapped in [`dedup()`]. A handler's `Ok` acks the event; a retryable error sends it down

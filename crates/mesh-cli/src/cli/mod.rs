@@ -82,10 +82,11 @@ Short flags (one letter, one meaning): -d --data, -f the input file (--data-file
 2h, 1day.
 
 What needs what:
-  emit, tail and call speak AMQP only. topology show/plan/apply, access plan/apply and the queue part of
-  status read RabbitMQ's management HTTP API (the rabbitmq_management plugin, by default
-  http://<broker host>:15672 with the AMQP credentials; https with --management-url
-  https://… and --management-ca-file): AMQP cannot list bindings or queue arguments.
+  emit, tail and call speak AMQP only. topology show/plan/apply/remove, access plan/apply and
+  the queue part of status read RabbitMQ's management HTTP API (the rabbitmq_management
+  plugin, by default http://<broker host>:15672 with the AMQP credentials; https with
+  --management-url https://… and --management-ca-file): AMQP cannot list bindings or queue
+  arguments.
   Without it those commands fail with exit code 8. Credentials go over plain http only to
   a loopback host, unless --management-allow-http.
 
@@ -149,7 +150,8 @@ pub(crate) fn parse() -> Result<Cli, clap::Error> {
     let Some(("topology", topology)) = matches.subcommand() else {
         return Ok(cli);
     };
-    let Some((_, sub)) = topology.subcommand() else {
+    // `remove` takes one --module and no --pattern.
+    let Some((_, sub)) = topology.subcommand().filter(|(name, _)| *name != "remove") else {
         return Ok(cli);
     };
     let modules: Vec<usize> = sub

@@ -31,7 +31,38 @@ pub(crate) enum TopologyCommand {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Delete a module's queues on a node (after showing what each holds)
+    #[command(after_help = REMOVE_HELP)]
+    Remove {
+        /// The module whose queues go
+        #[arg(short, long, value_name = "M")]
+        module: String,
+        /// Delete queues that have consumers or hold messages too (what they hold is lost)
+        #[arg(long)]
+        force: bool,
+        /// Show each queue, what it holds and what remove would do (or why it would refuse);
+        /// change nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
+
+const REMOVE_HELP: &str = "\
+Removes the durable queues of module M on the node (--node, MESH_NODE, else the host name):
+<node>.<M>.events, its retry queues <node>.<M>.events.retry.<step> and any retired delay queue
+<node>.<M>.events.delay.<step> (for the audit logger also <node>.audit-logger.dead), and the
+serve queues serve.<M>.<...> of the tools M owns. Serve queues are shared by every node of the
+module; --node shared names the queue shared.<M>.events. Each queue is listed with the messages
+it holds (ready, unacked) and its consumers, as the management API last counted them (it
+counts every few seconds: stop the module first). If any has a consumer or a message, remove
+refuses and changes nothing, unless --force, which deletes them with what they hold. Deleting
+a queue takes its bindings with it; a module that starts again declares its queues anew.
+Reads and deletes through the management HTTP API.
+
+Examples:
+  mesh topology remove --module billing --node demo --dry-run
+  mesh topology remove -m billing --node demo
+  mesh topology remove -m billing --node n1 --force --json";
 
 macro_rules! topology_note {
     () => {

@@ -1,7 +1,9 @@
-//! `mesh topology show | plan | apply`: the contract's exchanges, queues and bindings against
-//! the broker's, read (and fixed) through the management API.
+//! `mesh topology show | plan | apply | remove`: the contract's exchanges, queues and bindings
+//! against the broker's, read (and fixed) through the management API; `remove` deletes one
+//! module's queues.
 
 mod apply;
+mod remove;
 mod show;
 mod spec;
 mod style;
@@ -30,23 +32,52 @@ pub(crate) fn run(global: &Global, command: &TopologyCommand) -> anyhow::Result<
 }
 
 async fn run_async(global: &Global, command: &TopologyCommand) -> anyhow::Result<Code> {
-    let args = match command {
-        TopologyCommand::Show(args)
-        | TopologyCommand::Plan { args, .. }
-        | TopologyCommand::Apply { args, .. } => args,
+    let (args, step) = match command {
+        TopologyCommand::Show(args) => (args, Step::Show),
+        TopologyCommand::Plan { args, check } => (args, Step::Plan { check: *check }),
+        TopologyCommand::Apply {
+            args,
+            force,
+            dry_run,
+        } => (
+            args,
+            Step::Apply {
+                force: *force,
+                dry_run: *dry_run,
+            },
+        ),
+        TopologyCommand::Remove {
+            module,
+            force,
+            dry_run,
+        } => {
+            let management = config::management(global)?;
+            let request = remove::Request {
+                module,
+                force: *force,
+                dry_run: *dry_run,
+            };
+            return remove::remove(global, &management, request).await;
+        }
     };
     let wanted = build_wanted(global, args)?;
     let management = config::management(global)?;
     let actual = read(&management).await?;
-    match command {
-        TopologyCommand::Show(_) => show(global, &management, &wanted, &actual).await,
-        TopologyCommand::Plan { check, .. } => {
-            plan(global, &management, &wanted, &actual, *check).await
-        }
-        TopologyCommand::Apply { force, dry_run, .. } => {
-            apply(global, &management, &wanted, &actual, *force, *dry_run).await
+    match step {
+        Step::Show => show(global, &management, &wanted, &actual).await,
+        Step::Plan { check } => plan(global, &management, &wanted, &actual, check).await,
+        Step::Apply { force, dry_run } => {
+            apply(global, &management, &wanted, &actual, force, dry_run).await
         }
     }
+}
+
+/// The commands that compare the broker with the contract.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Show,
+    Plan { check: bool },
+    Apply { force: bool, dry_run: bool },
 }
 
 fn build_wanted(global: &Global, args: &TopologyArgs) -> anyhow::Result<Wanted> {

@@ -26,6 +26,7 @@ mod shutdown;
 mod status;
 mod tls;
 mod topology;
+mod topology_remove;
 mod ux;
 
 use std::process::{Output, Stdio};

@@ -41,7 +41,7 @@ pub(crate) struct QuoteRequest {
 /// The tool billing serves.
 pub(crate) const QUOTE: &str = "billing.quote";
 
-/// billing: handles `site.created`, serves quotes.
+/// billing: handles `site.created` (and reports `billing <id>` on `done`), serves quotes.
 pub(crate) fn billing(done: UnboundedSender<String>) -> BusBuilder {
     Bus::builder()
         .node(NODE)
@@ -55,7 +55,7 @@ pub(crate) fn billing(done: UnboundedSender<String>) -> BusBuilder {
                     incoming.meta.id(),
                     incoming.meta.source()
                 );
-                let _ = done.send("billing".into());
+                let _ = done.send(format!("billing {}", incoming.meta.id()));
                 Ok(())
             }
         })
@@ -74,7 +74,8 @@ pub(crate) fn billing(done: UnboundedSender<String>) -> BusBuilder {
         })
 }
 
-/// mailer: its mail server is down, so every attempt fails (3 attempts, then dead-lettered).
+/// mailer: its mail server is down, so every attempt fails (3 attempts, then dead-lettered;
+/// it reports `mailer <id>` on `done` at the last).
 pub(crate) fn mailer(done: UnboundedSender<String>) -> anyhow::Result<BusBuilder> {
     let quick_retries = RetryPolicy::new(
         3,
@@ -93,7 +94,7 @@ pub(crate) fn mailer(done: UnboundedSender<String>) -> anyhow::Result<BusBuilder
                     incoming.event.site
                 );
                 if incoming.meta.attempt() == 3 {
-                    let _ = done.send("mailer".into());
+                    let _ = done.send(format!("mailer {}", incoming.meta.id()));
                 }
                 Err(HandlerError::retry("mail server unreachable"))
             }
