@@ -5,15 +5,18 @@
 //! reconnects, and comes back when the file does (on the shared broker, in a vhost of the
 //! test's own).
 
+// The shared helpers outside `#[test]` functions unwrap too: this whole file is a test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mesh_amqp::{AmqpOptions, AmqpTransport, Lifecycle, Link};
-use mesh_testkit::eventually;
 use mesh_core::TransportErrorKind;
 use mesh_files::{FileError, FileErrorKind};
+use mesh_testkit::eventually;
 
 /// What a refusal may take: three deadlines, for a loaded machine.
 fn bound() -> Duration {
@@ -118,19 +121,19 @@ async fn a_password_file_turned_dev_zero_fails_the_reconnects_until_it_is_back()
                 if *l == link && reason.contains("password file"))
         }
     };
-    eventually(common::WAIT, "both reconnects refused by the file", || async {
-        (events.count(refused(Link::Publish)) >= 1 && events.count(refused(Link::Consume)) >= 1)
-            .then_some(())
-    })
+    eventually(
+        common::WAIT,
+        "both reconnects refused by the file",
+        || async {
+            (events.count(refused(Link::Publish)) >= 1 && events.count(refused(Link::Consume)) >= 1)
+                .then_some(())
+        },
+    )
     .await;
 
     std::fs::remove_file(&file).expect("removed");
     std::fs::write(&file, "guest\n").expect("the password file again");
-    let reconnected = |link: Link| {
-        move |e: &Lifecycle| {
-            matches!(e, Lifecycle::Connected { link: l, reconnect: true, .. } if *l == link)
-        }
-    };
+    let reconnected = |link: Link| move |e: &Lifecycle| matches!(e, Lifecycle::Connected { link: l, reconnect: true, .. } if *l == link);
     eventually(common::WAIT, "both connections back", || async {
         (events.count(reconnected(Link::Publish)) >= 1
             && events.count(reconnected(Link::Consume)) >= 1

@@ -332,9 +332,7 @@ fn load_context(asked: Option<&str>) -> anyhow::Result<Option<Context>> {
     };
     let text = match read_settings_file(&path) {
         Ok(text) => text,
-        Err(e) if e.is_not_found() && !named && asked.is_none() => {
-            return Ok(None)
-        }
+        Err(e) if e.is_not_found() && !named && asked.is_none() => return Ok(None),
         Err(e) => {
             let why = match asked {
                 Some(name) => format!("the config file to take the context `{name}` from"),

@@ -139,7 +139,14 @@ fn a_fifo_nobody_writes_to_is_refused_within_the_deadline_by_every_command() {
                 "--passwords",
                 passwords.clone(),
                 mesh(
-                    &["access", "plan", "--spec", &spec, "--passwords", &path(&passwords)],
+                    &[
+                        "access",
+                        "plan",
+                        "--spec",
+                        &spec,
+                        "--passwords",
+                        &path(&passwords),
+                    ],
                     &[],
                 ),
             ),
@@ -174,7 +181,10 @@ fn a_fifo_nobody_writes_to_is_refused_within_the_deadline_by_every_command() {
             stderr.contains(&file.display().to_string()) && stderr.contains("gave nothing within"),
             "{what}: {stderr}"
         );
-        assert!(took >= mesh_files::DEADLINE, "{what}: refused before the deadline");
+        assert!(
+            took >= mesh_files::DEADLINE,
+            "{what}: refused before the deadline"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -194,7 +204,10 @@ fn dev_zero_as_a_password_or_ca_file_is_refused_at_its_bound_with_little_memory(
             "cacertfile in the URL",
             mesh(
                 &["status"],
-                &[("MESH_URL", "amqps://guest:guest@127.0.0.1:1/?cacertfile=/dev/zero")],
+                &[(
+                    "MESH_URL",
+                    "amqps://guest:guest@127.0.0.1:1/?cacertfile=/dev/zero",
+                )],
             ),
         ),
         (

@@ -99,11 +99,9 @@ impl fmt::Display for FileError {
                 "{path} gave nothing within {}s (a FIFO nobody writes to?)",
                 deadline.as_secs_f64()
             ),
-            FileErrorKind::NotReady { deadline, .. } => write!(
-                f,
-                "{path} did not end within {}s",
-                deadline.as_secs_f64()
-            ),
+            FileErrorKind::NotReady { deadline, .. } => {
+                write!(f, "{path} did not end within {}s", deadline.as_secs_f64())
+            }
             FileErrorKind::NotAFile { what } => {
                 write!(f, "{path} is {what}, not a file mesh reads")
             }
@@ -174,7 +172,9 @@ mod tests {
                 "/etc/mesh/pw did not end within 1.5s",
             ),
             (
-                FileErrorKind::NotAFile { what: "a directory" },
+                FileErrorKind::NotAFile {
+                    what: "a directory",
+                },
                 "/etc/mesh/pw is a directory, not a file mesh reads",
             ),
             (FileErrorKind::NotText, "/etc/mesh/pw is not UTF-8 text"),

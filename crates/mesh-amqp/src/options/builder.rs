@@ -371,18 +371,15 @@ impl AmqpOptions {
         let Some(path) = &self.password_file else {
             return Ok(self.password.clone());
         };
-        let text = mesh_files::read_bounded_text(
-            path,
-            mesh_files::MAX_SECRET,
-            mesh_files::DEADLINE,
-        )
-        .map_err(|e| {
-            invalid(format!(
-                "cannot read the password file `{}`",
-                path.display()
-            ))
-            .with_source(e)
-        })?;
+        let text =
+            mesh_files::read_bounded_text(path, mesh_files::MAX_SECRET, mesh_files::DEADLINE)
+                .map_err(|e| {
+                    invalid(format!(
+                        "cannot read the password file `{}`",
+                        path.display()
+                    ))
+                    .with_source(e)
+                })?;
         let password = text
             .strip_suffix('\n')
             .map(|t| t.strip_suffix('\r').unwrap_or(t))

@@ -42,7 +42,9 @@ pub fn read_bounded(path: &Path, max_bytes: u64, deadline: Duration) -> Result<V
         .file_type();
     let drained = if kind.is_file() {
         // A regular file is always readable; the deadline still ends a read that crawls.
-        drain(&file, max_bytes, || Ok(until.is_none_or(|t| Instant::now() < t)))
+        drain(&file, max_bytes, || {
+            Ok(until.is_none_or(|t| Instant::now() < t))
+        })
     } else if kind.is_fifo() || kind.is_char_device() {
         drain(&file, max_bytes, || readable(&file, until))
     } else {

@@ -35,7 +35,10 @@ fn fifo(dir: &Path, name: &str) -> PathBuf {
 fn feed(path: &Path, content: Vec<u8>) -> std::thread::JoinHandle<()> {
     let path = path.to_owned();
     std::thread::spawn(move || {
-        let mut writer = File::options().write(true).open(path).expect("the FIFO opens");
+        let mut writer = File::options()
+            .write(true)
+            .open(path)
+            .expect("the FIFO opens");
         // The reader may refuse and close early: a broken pipe is not this test's failure.
         let _ = writer.write_all(&content);
     })
@@ -132,7 +135,10 @@ fn a_fifo_nobody_writes_to_is_refused_at_the_deadline() {
             received: 0
         }
     );
-    assert!(error.to_string().contains("gave nothing within 0.3s"), "{error}");
+    assert!(
+        error.to_string().contains("gave nothing within 0.3s"),
+        "{error}"
+    );
     std::fs::remove_dir_all(dir).expect("cleaned");
 }
 
@@ -156,7 +162,10 @@ fn a_fifo_whose_writer_stays_silent_is_refused_at_the_deadline() {
         move || read_bounded(&pipe, 4096, Duration::from_secs(2))
     });
     wait_opened.recv_timeout(WAIT).expect("the writer opened");
-    let error = reader.join().expect("the reader ends").expect_err("never ends");
+    let error = reader
+        .join()
+        .expect("the reader ends")
+        .expect_err("never ends");
     assert!(
         matches!(error.kind(), FileErrorKind::NotReady { received: 4, .. }),
         "{error:?}"
@@ -170,7 +179,12 @@ fn a_fifo_whose_writer_stays_silent_is_refused_at_the_deadline() {
 fn directories_and_missing_files_are_typed() {
     let dir = scratch();
     let error = read_bounded(&dir, 10, WAIT).expect_err("a directory");
-    assert_eq!(error.kind(), FileErrorKind::NotAFile { what: "a directory" });
+    assert_eq!(
+        error.kind(),
+        FileErrorKind::NotAFile {
+            what: "a directory"
+        }
+    );
     let missing = read_bounded(&dir.join("missing"), 10, WAIT).expect_err("missing");
     assert_eq!(missing.kind(), FileErrorKind::Io);
     assert!(missing.is_not_found());
