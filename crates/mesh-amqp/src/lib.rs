@@ -158,6 +158,7 @@
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub mod bench_internals;
+mod blocking;
 mod connection;
 mod consumer;
 mod convert;

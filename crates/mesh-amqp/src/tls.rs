@@ -476,8 +476,10 @@ fn is_client_cert_alert(alert: &str) -> bool {
     )
 }
 
+/// A PEM file, read as every file a user names is: at most [`mesh_files::MAX_PEM`] bytes, a
+/// FIFO or device within [`mesh_files::DEADLINE`].
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, TransportError> {
-    std::fs::read(path)
+    mesh_files::read_bounded(path, mesh_files::MAX_PEM, mesh_files::DEADLINE)
         .map_err(|e| invalid(format!("cannot read the {what} `{}`", path.display())).with_source(e))
 }
 

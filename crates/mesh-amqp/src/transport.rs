@@ -123,7 +123,9 @@ impl AmqpTransport {
         options: AmqpOptions,
         event_bindings: Option<Arc<dyn EventBindings>>,
     ) -> Result<AmqpTransport, TransportError> {
-        options.validate()?;
+        // Reads the password and TLS files (bounded, but a FIFO may take its deadline).
+        let checked = options.clone();
+        crate::blocking::off_runtime(move || checked.validate()).await?;
         tracing::info!(broker = %options, "connecting");
         let shared = Arc::new(TransportShared::default());
         let base = topology::base(&options);

@@ -150,7 +150,7 @@ fn read_passwords(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
             ),
         ));
     }
-    let text = config::read_settings_file(path).map_err(|e| {
+    let text = config::read_secrets_file(path).map_err(|e| {
         fail(
             Code::Usage,
             format!("cannot read the passwords file {shown}: {e}"),

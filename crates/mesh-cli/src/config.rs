@@ -58,9 +58,6 @@ pub(crate) const DEFAULT_URL: &str = "amqp://127.0.0.1:5672";
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The variable naming the config file.
 pub(crate) const CONFIG_ENV: &str = "MESH_CONFIG";
-/// The largest settings file read (the config file, a spec, a passwords file): far above
-/// any real one, and a bound on what a wrong path (a device, a log) can make the tool hold.
-pub(crate) const MAX_SETTINGS_FILE: u64 = 4 * 1024 * 1024;
 /// The largest event body `mesh emit` reads from a file or stdin: far above any sensible
 /// event, and a bound on what a wrong path (a device, a log, an endless pipe) can make the
 /// tool hold.
@@ -277,14 +274,21 @@ fn fill<T>(slot: &mut Option<T>, value: Option<T>) {
     }
 }
 
-/// The text of a settings file, refused (`InvalidData`) beyond [`MAX_SETTINGS_FILE`] bytes
-/// or when it is not UTF-8.
-pub(crate) fn read_settings_file(path: &Path) -> std::io::Result<String> {
-    read_bounded(std::fs::File::open(path)?, MAX_SETTINGS_FILE)
+/// The text of a settings file (the config file, a spec, a contract export), read as every
+/// file a user names is ([`mesh_files`]): at most [`mesh_files::MAX_SETTINGS`] bytes, a FIFO
+/// or device within [`mesh_files::DEADLINE`], UTF-8.
+pub(crate) fn read_settings_file(path: &Path) -> Result<String, mesh_files::FileError> {
+    mesh_files::read_bounded_text(path, mesh_files::MAX_SETTINGS, mesh_files::DEADLINE)
 }
 
-/// All of `reader` as text, refused (`InvalidData`) beyond `max` bytes (at most `max + 1`
-/// are read) or when it is not UTF-8.
+/// The text of a file of secrets (the console's token file, the access plan's passwords
+/// file): as [`read_settings_file`], at most [`mesh_files::MAX_SECRETS`] bytes.
+pub(crate) fn read_secrets_file(path: &Path) -> Result<String, mesh_files::FileError> {
+    mesh_files::read_bounded_text(path, mesh_files::MAX_SECRETS, mesh_files::DEADLINE)
+}
+
+/// All of `reader` (a stream, not a file: stdin) as text, refused (`InvalidData`) beyond
+/// `max` bytes (at most `max + 1` are read) or when it is not UTF-8.
 pub(crate) fn read_bounded(reader: impl std::io::Read, max: u64) -> std::io::Result<String> {
     use std::io::Read as _;
     let mut text = String::new();
@@ -328,9 +332,7 @@ fn load_context(asked: Option<&str>) -> anyhow::Result<Option<Context>> {
     };
     let text = match read_settings_file(&path) {
         Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !named && asked.is_none() => {
-            return Ok(None)
-        }
+        Err(e) if e.is_not_found() && !named && asked.is_none() => return Ok(None),
         Err(e) => {
             let why = match asked {
                 Some(name) => format!("the config file to take the context `{name}` from"),
@@ -568,7 +570,7 @@ mod tests {
             std::process::id(),
             rand::random::<u64>()
         ));
-        let at_bound = usize::try_from(MAX_SETTINGS_FILE).expect("a small bound");
+        let at_bound = usize::try_from(mesh_files::MAX_SETTINGS).expect("a small bound");
         std::fs::write(&path, "#".repeat(at_bound)).expect("a temporary file");
         assert_eq!(
             read_settings_file(&path).map(|t| t.len()).ok(),
@@ -576,7 +578,12 @@ mod tests {
         );
         std::fs::write(&path, "#".repeat(at_bound + 1)).expect("a temporary file");
         let refused = read_settings_file(&path).expect_err("one byte too many");
-        assert_eq!(refused.kind(), std::io::ErrorKind::InvalidData);
+        assert_eq!(
+            refused.kind(),
+            mesh_files::FileErrorKind::TooLarge {
+                limit: mesh_files::MAX_SETTINGS
+            }
+        );
         let _ = std::fs::remove_file(&path);
     }
 

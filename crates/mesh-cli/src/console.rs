@@ -28,7 +28,7 @@ fn tokens(args: &ConsoleArgs) -> anyhow::Result<Tokens> {
 
 fn tokens_from(file: Option<&std::path::Path>) -> anyhow::Result<Tokens> {
     if let Some(path) = file {
-        let text = config::read_settings_file(path).coded(Code::Usage, || {
+        let text = config::read_secrets_file(path).coded(Code::Usage, || {
             format!("cannot read --token-file {}", path.display())
         })?;
         return Tokens::parse_file(&text)

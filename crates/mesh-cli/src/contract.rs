@@ -56,7 +56,7 @@ async fn load(global: &Global, source: &ContractSource) -> anyhow::Result<System
 }
 
 /// A file of any form `mesh_contract::System::from_document` reads, of at most
-/// [`MAX_SETTINGS_FILE`](crate::config::MAX_SETTINGS_FILE) bytes.
+/// [`mesh_files::MAX_SETTINGS`] bytes.
 fn read_file(path: &Path) -> anyhow::Result<System> {
     let text = crate::config::read_settings_file(path)
         .coded(Code::Usage, || format!("cannot read {}", path.display()))?;

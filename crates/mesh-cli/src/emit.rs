@@ -136,8 +136,7 @@ fn read_data(args: &EmitArgs) -> anyhow::Result<String> {
         if path.as_os_str() == "-" {
             read_stdin()?
         } else {
-            std::fs::File::open(path)
-                .and_then(|file| config::read_bounded(file, config::MAX_BODY_FILE))
+            mesh_files::read_bounded_text(path, config::MAX_BODY_FILE, mesh_files::DEADLINE)
                 .coded(Code::Usage, || {
                     format!("cannot read --data-file {}", path.display())
                 })?

@@ -17,8 +17,9 @@ use mesh_core::{BoxError, BoxFuture, TransportError};
 /// What `AmqpTransport::connect` does, plus the bindings of the broker: see
 /// [`AmqpTransport::subscribe`].
 pub async fn connect(options: AmqpOptions) -> Result<AmqpTransport, TransportError> {
-    let management = management_options(&options);
-    connect_with_management(options, management).await
+    let copy = options.clone();
+    let bindings = off_runtime(move || event_bindings(management_options(&copy).as_ref())).await?;
+    AmqpTransport::connect_with(options, bindings).await
 }
 
 /// [`connect`] with the management API's options (a CA file,
@@ -28,7 +29,23 @@ pub async fn connect_with_management(
     options: AmqpOptions,
     management: Option<ManagementOptions>,
 ) -> Result<AmqpTransport, TransportError> {
-    AmqpTransport::connect_with(options, event_bindings(management.as_ref())).await
+    let bindings = off_runtime(move || event_bindings(management.as_ref())).await?;
+    AmqpTransport::connect_with(options, bindings).await
+}
+
+/// `read` on tokio's blocking pool: the management options read the password file and the
+/// client the CA file (bounded, but a FIFO may take `mesh_files`' deadline), never on a worker
+/// of the caller's runtime.
+async fn off_runtime<T: Send + 'static>(
+    read: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, TransportError> {
+    tokio::task::spawn_blocking(read).await.map_err(|e| {
+        TransportError::new(
+            mesh_core::TransportErrorKind::InvalidOptions,
+            "reading the management options' files did not finish",
+        )
+        .with_source(e)
+    })
 }
 
 /// The management API of the broker `amqp` names: its [management

@@ -675,8 +675,11 @@ fn tls_config(
                     format!("the management CA file {} {what}", path.display()),
                 )
             };
-            let certs = CertificateDer::pem_file_iter(path)
-                .map_err(|e| invalid("cannot be read").with_source(e))?
+            // Read as every file a user names is: at most a PEM file's bound, a FIFO or
+            // device within the deadline.
+            let pem = mesh_files::read_bounded(path, mesh_files::MAX_PEM, mesh_files::DEADLINE)
+                .map_err(|e| invalid("cannot be read").with_source(e))?;
+            let certs = CertificateDer::pem_slice_iter(&pem)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| invalid("is not PEM").with_source(e))?;
             if certs.is_empty() {

@@ -261,7 +261,10 @@ pub(crate) async fn open(
 ) -> Result<(Connection, usize), TransportError> {
     let name = format!("{}.{}", options.get_connection_name(), state.link);
     let heartbeat = u16::try_from(options.get_heartbeat().as_secs()).unwrap_or(u16::MAX);
-    let password = options.load_password()?;
+    let password = {
+        let options = options.clone();
+        crate::blocking::off_runtime(move || options.load_password()).await?
+    };
     let addresses = options.get_addresses();
     let mut last_error = None;
     for offset in 0..addresses.len() {
@@ -278,7 +281,10 @@ pub(crate) async fn open(
             .heartbeat(heartbeat);
         let tls = match options.get_tls() {
             Some(tls_options) => {
-                let attempt = Attempt::configure(tls_options)?;
+                let attempt = {
+                    let tls_options = tls_options.clone();
+                    crate::blocking::off_runtime(move || Attempt::configure(&tls_options)).await?
+                };
                 let verified = verified_name(tls_options, &address.host).to_owned();
                 if attempt.verify() == TlsVerify::None {
                     tracing::warn!(

@@ -361,18 +361,25 @@ impl AmqpOptions {
 
     /// The password to log in with now: the password file's content, read now, if one is set;
     /// else the password given. Fails with `InvalidOptions` naming the file if it cannot be
-    /// read, is not UTF-8, or is empty.
+    /// read, is not UTF-8, or is empty; its source is then the
+    /// [`mesh_files::FileError`] (the file is larger than [`mesh_files::MAX_SECRET`], a FIFO or
+    /// device gave nothing within [`mesh_files::DEADLINE`], …).
+    ///
+    /// Synchronous: it may take up to the deadline (a FIFO), so an async caller runs it with
+    /// `spawn_blocking`, as connecting does.
     pub fn load_password(&self) -> Result<String, TransportError> {
         let Some(path) = &self.password_file else {
             return Ok(self.password.clone());
         };
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            invalid(format!(
-                "cannot read the password file `{}`",
-                path.display()
-            ))
-            .with_source(e)
-        })?;
+        let text =
+            mesh_files::read_bounded_text(path, mesh_files::MAX_SECRET, mesh_files::DEADLINE)
+                .map_err(|e| {
+                    invalid(format!(
+                        "cannot read the password file `{}`",
+                        path.display()
+                    ))
+                    .with_source(e)
+                })?;
         let password = text
             .strip_suffix('\n')
             .map(|t| t.strip_suffix('\r').unwrap_or(t))
