@@ -1,0 +1,28 @@
+//! The service's log subscriber: `tracing-subscriber`'s formatter on stderr, as text or JSON.
+
+use std::io::IsTerminal as _;
+
+use tracing_subscriber::EnvFilter;
+
+use super::LogFormat;
+use crate::error::{Error, ErrorKind};
+
+/// Parses a filter in `RUST_LOG`'s syntax.
+pub(super) fn filter(filter: &str) -> Result<EnvFilter, Error> {
+    EnvFilter::try_new(filter).map_err(|e| Error::with_source(ErrorKind::InvalidOptions, e))
+}
+
+/// Installs the process's subscriber; fails when one is installed already.
+pub(super) fn install(format: LogFormat, filter_text: &str) -> Result<(), Error> {
+    let filter = filter(filter_text)?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let installed = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
+    installed.map_err(|e| Error::with_source(ErrorKind::Service, e))
+}
