@@ -93,10 +93,7 @@ mod tests {
             escape("anchor\r\nfake 2026 line\u{1b}[2J"),
             "anchor\\r\\nfake 2026 line\\u{1b}[2J"
         );
-        assert_eq!(
-            escape("a\tb\u{7f}\u{85}\u{9b}"),
-            "a\\tb\\u{7f}\\u{85}\\u{9b}"
-        );
+        assert_eq!(escape("a\tb\u{7f}\u{85}\u{9b}"), "a\\tb\\u{7f}\\u{85}\\u{9b}");
         // Right-to-left override, isolates, zero width, line separator, BOM, a tag.
         assert_eq!(
             escape("umami\u{202E}cod.exe\u{2066}\u{200B}\u{2028}\u{FEFF}\u{E0041}"),
