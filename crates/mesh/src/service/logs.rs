@@ -1,11 +1,38 @@
 //! The service's log subscriber: `tracing-subscriber`'s formatter on stderr, as text or JSON.
 
 use std::io::IsTerminal as _;
+use std::str::FromStr;
 
 use tracing_subscriber::EnvFilter;
 
-use super::LogFormat;
 use crate::error::{Error, ErrorKind};
+
+/// The form of log lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LogFormat {
+    /// Human-readable lines, coloured only when stderr is a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line, for a log collector.
+    Json,
+}
+
+impl FromStr for LogFormat {
+    type Err = Error;
+
+    /// `text` or `json`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(Error::options(format!(
+                "log format `{}` is neither `text` nor `json`",
+                other.escape_debug()
+            ))),
+        }
+    }
+}
 
 /// Parses a filter in `RUST_LOG`'s syntax.
 pub(super) fn filter(filter: &str) -> Result<EnvFilter, Error> {

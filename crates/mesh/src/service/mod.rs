@@ -38,7 +38,8 @@ use crate::bus::Bus;
 use crate::error::{Error, ErrorKind};
 use crate::telemetry::serve_prometheus;
 
-pub use options::{LogFormat, ServiceOptions, DEFAULT_DRAIN_DEADLINE, DEFAULT_METRICS_ADDR};
+pub use logs::LogFormat;
+pub use options::{ServiceOptions, DEFAULT_DRAIN_DEADLINE, DEFAULT_METRICS_ADDR};
 pub use signals::Stop;
 
 /// Runs `bus` as a service until SIGTERM or Ctrl-C, then drains it: serves the endpoint (if

@@ -1,9 +1,9 @@
 //! [`ServiceOptions`]: where the endpoint listens, how long a drain may take, how logs look.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::str::FromStr;
 use std::time::Duration;
 
+use super::logs::{self, LogFormat};
 use crate::error::{Error, ErrorKind};
 
 /// Where the endpoint listens unless told otherwise: `127.0.0.1:9464`.
@@ -13,33 +13,6 @@ pub const DEFAULT_METRICS_ADDR: SocketAddr =
 /// How long a drain may take unless told otherwise: 25 s, within the 30 s a service manager
 /// commonly waits after SIGTERM before it kills (Kubernetes' default grace period).
 pub const DEFAULT_DRAIN_DEADLINE: Duration = Duration::from_secs(25);
-
-/// The form of log lines.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LogFormat {
-    /// Human-readable lines, coloured only when stderr is a terminal.
-    #[default]
-    Text,
-    /// One JSON object per line, for a log collector.
-    Json,
-}
-
-impl FromStr for LogFormat {
-    type Err = Error;
-
-    /// `text` or `json`.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "text" => Ok(LogFormat::Text),
-            "json" => Ok(LogFormat::Json),
-            other => Err(Error::options(format!(
-                "log format `{}` is neither `text` nor `json`",
-                other.escape_debug()
-            ))),
-        }
-    }
-}
 
 /// How [`run`](super::run) runs a service: `Default` (the endpoint on
 /// [`DEFAULT_METRICS_ADDR`], a drain deadline of [`DEFAULT_DRAIN_DEADLINE`], text logs at
@@ -130,7 +103,7 @@ impl ServiceOptions {
     /// Fails with [`ErrorKind::InvalidOptions`] when the filter does not parse.
     pub fn log_filter(mut self, filter: impl Into<String>) -> Result<Self, Error> {
         let filter = filter.into();
-        super::logs::filter(&filter)?;
+        logs::filter(&filter)?;
         self.log_filter = filter;
         Ok(self)
     }
@@ -142,7 +115,7 @@ impl ServiceOptions {
     ///
     /// Fails with [`ErrorKind::Service`] when a subscriber is installed already.
     pub fn install_logs(&self) -> Result<(), Error> {
-        super::logs::install(self.log_format, &self.log_filter)
+        logs::install(self.log_format, &self.log_filter)
     }
 
     pub(crate) fn endpoint(&self) -> Option<SocketAddr> {
