@@ -331,8 +331,9 @@ impl DeclareChannel {
     }
 
     /// How many messages are ready in a queue and how many consumers it has (a passive
-    /// declare); `None` when there is no such queue. A missing queue closes the channel
-    /// (`404 NOT_FOUND`), so the channel is of no further use then.
+    /// declare, which needs no permission); `None` when there is no such queue. A missing
+    /// queue closes the channel (`404 NOT_FOUND`, an answer here, not a fault: neither
+    /// counted nor reported), so the channel is of no further use then.
     pub(crate) async fn queue_state(
         &self,
         name: &str,
@@ -340,18 +341,28 @@ impl DeclareChannel {
         check_short("a queue name", name)?;
         let args = QueueDeclareArguments::new(name).passive(true).finish();
         let context = format!("looking for queue `{name}`");
-        match within(self.channel.queue_declare(args), &context).await? {
-            Ok(declared) => {
+        let probing = |on: bool| {
+            self.closed
+                .probing
+                .store(on, std::sync::atomic::Ordering::Relaxed);
+        };
+        probing(true);
+        let answer = match within(self.channel.queue_declare(args), &context).await {
+            Ok(Ok(declared)) => {
                 Ok(Some(declared.map_or((0, 0), |(_, messages, consumers)| {
                     (messages, consumers)
                 })))
             }
-            Err(err) => match self.close_of_failed_call().await {
+            // The close, if any, comes while still probing.
+            Ok(Err(err)) => match self.close_of_failed_call().await {
                 Some(close) if close.code == code::NOT_FOUND => Ok(None),
                 Some(close) => Err(from_close(close, &context)),
                 None => Err(from_client(err, &context)),
             },
-        }
+            Err(timeout) => Err(timeout),
+        };
+        probing(false);
+        answer
     }
 
     /// Deletes a queue if it holds no ready message and has no consumer (so none holds an

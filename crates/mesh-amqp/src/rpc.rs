@@ -13,13 +13,18 @@
 //! as the queue died cannot be missed), and the next call creates a new queue once the link
 //! is up again. A request still unconfirmed when the publishing connection is lost is not
 //! resent either: its call fails with `ConnectionLost`.
+//!
+//! A call whose reply is slow to come ([`NO_SERVER_CHECK`]) asks the broker whether anything
+//! consumes the tool's serve queue (a passive `queue.declare`, which needs no permission, on
+//! a channel of its own): a serve queue nobody consumes fails the call with `NoServer` then,
+//! instead of at its timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use mesh_core::naming::REPLY_EXCHANGE;
-use mesh_core::{TransportError, TransportErrorKind, WireMessage};
+use mesh_core::naming::{self, REPLY_EXCHANGE};
+use mesh_core::{ToolKey, TransportError, TransportErrorKind, WireMessage, NO_SERVER_CHECK};
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
@@ -221,4 +226,50 @@ async fn receive_replies(
         let _ = crate::declare::within(consumer.channel.close(), "closing the reply channel").await;
     }
     tracing::debug!("reply queue ended");
+}
+
+/// Whether nothing serves `tool` now: `Some(NoServer)` when its serve queue has no consumer
+/// (or is gone), `None` when a server consumes it, or when the broker could not say by
+/// `deadline` (the call then waits on as it would have).
+///
+/// The passive declare runs on a task the transport's close waits for, so its channel is
+/// closed even when the call stops waiting first.
+pub(crate) async fn unserved(
+    link: &ConsumeLink,
+    tool: &ToolKey,
+    deadline: tokio::time::Instant,
+) -> Option<TransportError> {
+    let queue = naming::serve_queue(tool);
+    let (answer, answered) = oneshot::channel();
+    let probe_link = link.clone();
+    let probe_queue = queue.clone();
+    link.shared().channel_tasks.spawn(async move {
+        let state = match probe_link.declare_channel().await {
+            Ok(declare) => {
+                let state = declare.queue_state(&probe_queue).await;
+                declare.close().await;
+                state
+            }
+            Err(error) => Err(error),
+        };
+        let _ = answer.send(state);
+    });
+    match tokio::time::timeout_at(deadline, answered).await {
+        Ok(Ok(Ok(Some((_, 0))))) => Some(TransportError::new(
+            TransportErrorKind::NoServer,
+            format!(
+                "no server is consuming `{queue}`: nothing answered `{tool}` in {NO_SERVER_CHECK:?}"
+            ),
+        )),
+        Ok(Ok(Ok(None))) => Some(TransportError::new(
+            TransportErrorKind::NoServer,
+            format!("the serve queue `{queue}` is gone"),
+        )),
+        Ok(Ok(Ok(Some(_)))) => None,
+        Ok(Ok(Err(error))) => {
+            tracing::debug!(%queue, %error, "cannot tell whether a server consumes the queue");
+            None
+        }
+        Ok(Err(_)) | Err(_) => None,
+    }
 }

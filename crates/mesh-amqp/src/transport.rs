@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use mesh_core::naming::{self, DEAD_EXCHANGE, EVENTS_EXCHANGE, RETIRED_DEAD_QUEUE, RPC_EXCHANGE};
 use mesh_core::{
     BoxFuture, Confirm, DeadQueue, Envelope, Health, PublishOptions, QueueSpec, ServeSpec,
@@ -463,7 +464,10 @@ impl AmqpTransport {
     ///
     /// The request goes to `mesh.rpc` as mandatory with `expiration` = `timeout`, so a request
     /// the caller gave up on is not executed later, and a tool nobody ever declared a serve
-    /// queue for fails at once with `NoServer`.
+    /// queue for fails at once with `NoServer`. A reply that has not come within
+    /// [`NO_SERVER_CHECK`](mesh_core::NO_SERVER_CHECK) makes the call look at the serve
+    /// queue (a passive declare): when nothing consumes it, the call fails with `NoServer`
+    /// then rather than at its timeout.
     ///
     /// Calls are not retried through failures: losing the reply queue (the consume
     /// connection) fails every call waiting on it at once with `ConnectionLost`, and so does
@@ -531,6 +535,21 @@ impl AmqpTransport {
             .await
             .map_err(no_server)?;
         confirm.await.map_err(no_server)?;
+        // A slow reply: is anything consuming the tool's queue at all?
+        let check_at = deadline.min(now + mesh_core::NO_SERVER_CHECK);
+        if let Ok(reply) = tokio::time::timeout_at(check_at, pending.reply(&mut alive)).await {
+            return reply;
+        }
+        if check_at < deadline {
+            if let Some(unserved) = crate::rpc::unserved(&self.inner.consume, tool, deadline).await
+            {
+                // A reply that came as the server went away still counts.
+                return pending
+                    .reply(&mut alive)
+                    .now_or_never()
+                    .unwrap_or(Err(unserved));
+            }
+        }
         match tokio::time::timeout_at(deadline, pending.reply(&mut alive)).await {
             Ok(reply) => reply,
             Err(_) => Err(TransportError::new(

@@ -1,5 +1,6 @@
 //! Request/reply: a round trip, `NoServer` for a tool nobody serves, `Timeout` when nobody
-//! consumes, late replies counted, and pending calls failing when the connection goes (and
+//! consumes within a short timeout and `NoServer` at the no-server check within a long one,
+//! late replies counted, and pending calls failing when the connection goes (and
 //! calls working again once it is back).
 
 // Helpers outside `#[test]` functions unwrap too: this whole file is a test.
@@ -91,6 +92,72 @@ async fn a_tool_nobody_serves_fails_at_once_with_no_server() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serve_queue_without_consumers_fails_fast_with_no_server() {
+    let vhost = common::vhost("rpc-unserved").await;
+    let server = common::connect(&vhost, "rpc-unserved-server").await;
+    let client = common::connect(&vhost, "rpc-unserved-client").await;
+    let key = tool("idle.tool");
+    // Declared, then nobody consumes.
+    drop(
+        server
+            .serve(ServeSpec {
+                tool: key.clone(),
+                prefetch: 1,
+            })
+            .await
+            .unwrap(),
+    );
+    let started = Instant::now();
+    let error = client
+        .call(&key, request("{}"), Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(error.kind(), &TransportErrorKind::NoServer, "{error}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(
+        error
+            .to_string()
+            .contains("no server is consuming `serve.idle.tool`"),
+        "{error}"
+    );
+    // The passive declare's answer was no fault: no channel close counted.
+    assert_eq!(client.stats().channel_closes, 0, "{:?}", client.stats());
+
+    // A server that is attached but slow is waited for past the check.
+    let mut requests = server
+        .serve(ServeSpec {
+            tool: key.clone(),
+            prefetch: 1,
+        })
+        .await
+        .unwrap();
+    let call = {
+        let client = client.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            client
+                .call(&key, request("{\"slow\":true}"), Duration::from_secs(60))
+                .await
+        })
+    };
+    // The first request (left from the failed call) and then this one.
+    let first = common::next(&mut requests).await;
+    first.ack().await.unwrap();
+    let slow = common::next(&mut requests).await;
+    // Answered after the check has run (the check cannot see it gone).
+    tokio::time::sleep(mesh_core::NO_SERVER_CHECK * 2).await;
+    slow.reply(codec::encode_reply(&Ok(Bytes::from_static(b"1"))))
+        .await
+        .unwrap();
+    let reply = call.await.unwrap().unwrap();
+    assert_eq!(codec::decode_reply(&reply).unwrap().unwrap(), "1");
+    client.close().await;
+    server.close().await;
+    vhost.delete().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_serve_queue_without_consumers_times_out_and_late_replies_are_counted() {
     let vhost = common::vhost("rpc-timeout").await;
     let server = common::connect(&vhost, "rpc-timeout-server").await;
@@ -167,15 +234,15 @@ async fn losing_the_consume_connection_fails_pending_calls_and_later_calls_work(
     let client = common::connect(&vhost, "rpc-lost-client").await;
     let events = common::Recorder::start(&client);
     let key = tool("lost.tool");
-    drop(
-        server
-            .serve(ServeSpec {
-                tool: key.clone(),
-                prefetch: 1,
-            })
-            .await
-            .unwrap(),
-    );
+    // A server that takes the request and never answers: the call waits for its reply
+    // (a server is consuming, so the no-server check lets it wait).
+    let mut idle = server
+        .serve(ServeSpec {
+            tool: key.clone(),
+            prefetch: 1,
+        })
+        .await
+        .unwrap();
     let call = {
         let client = client.clone();
         let key = key.clone();
@@ -185,15 +252,8 @@ async fn losing_the_consume_connection_fails_pending_calls_and_later_calls_work(
                 .await
         })
     };
-    // Once the request is in the serve queue, the call is waiting for its reply.
-    eventually(common::WAIT, "the request to be queued", || async {
-        let queues = vhost.list_queues().await.ok()?;
-        queues
-            .iter()
-            .any(|q| q.name == "serve.lost.tool" && q.messages == 1)
-            .then_some(())
-    })
-    .await;
+    // Once the server holds the request, the call is waiting for its reply.
+    let held = common::next(&mut idle).await;
     let closed = vhost
         .close_connections(Some("rpc-lost-client.consume"), "test")
         .await
@@ -223,6 +283,10 @@ async fn losing_the_consume_connection_fails_pending_calls_and_later_calls_work(
         )),
         1
     );
+
+    // The idle server goes, releasing the request to the next one.
+    drop(held);
+    drop(idle);
 
     // Once reconnected, calls work again (on a new reply queue).
     let mut requests = server

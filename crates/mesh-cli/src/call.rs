@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::cli::{CallArgs, Global};
 use crate::config;
-use crate::exit::{Code, WithCode};
+use crate::exit::{self, Code, WithCode};
 use crate::output;
 use crate::tail::CLI_CONTEXT;
 
@@ -49,6 +49,17 @@ pub(crate) async fn run(global: &Global, args: &CallArgs) -> anyhow::Result<Code
         Err(error) => {
             if let (true, Some(remote)) = (global.json, error.remote()) {
                 output::json(&json!({"error": {"code": remote.code, "message": remote.message}}))?;
+            }
+            if error.is_no_server() {
+                // One sentence: what the transport found (no serve queue, or nothing
+                // consuming it), without the SDK's "transport failed" around it.
+                let found = std::error::Error::source(&error)
+                    .map_or_else(|| error.to_string(), ToString::to_string);
+                return Err(exit::fail_with_hint(
+                    Code::NoServer,
+                    format!("cannot call `{}`: {found}", args.tool),
+                    error.hint().unwrap_or_default(),
+                ));
             }
             let what = if error.is_timeout() {
                 format!(

@@ -175,7 +175,11 @@ pub(crate) async fn connect(options: AmqpOptions) -> anyhow::Result<Arc<dyn Tran
                 }
                 _ => format!("cannot connect to the broker at {shown}"),
             };
-            Err(anyhow::Error::new(error).context(crate::exit::Coded { code, message }))
+            Err(anyhow::Error::new(error).context(crate::exit::Coded {
+                code,
+                message,
+                hint: None,
+            }))
         }
     }
 }

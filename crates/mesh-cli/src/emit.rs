@@ -299,6 +299,7 @@ async fn emit_many(
                 "{} of {count} events were not confirmed; the first failure",
                 tally.failed
             ),
+            hint: None,
         })),
         None => Ok(Code::Ok),
     }

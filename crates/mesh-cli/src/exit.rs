@@ -107,11 +107,13 @@ Exit codes:
 }
 
 /// A context that gives an error its exit code. Its message becomes the first part of the
-/// one-line error (`{:#}`), so it says what was being done.
+/// one-line error (`{:#}`), so it says what was being done; its hint, if any, is printed
+/// after it.
 #[derive(Debug)]
 pub(crate) struct Coded {
     pub(crate) code: Code,
     pub(crate) message: String,
+    pub(crate) hint: Option<String>,
 }
 
 impl fmt::Display for Coded {
@@ -135,6 +137,7 @@ where
             e.into().context(Coded {
                 code,
                 message: message(),
+                hint: None,
             })
         })
     }
@@ -145,6 +148,20 @@ pub(crate) fn fail(code: Code, message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::msg(Coded {
         code,
         message: message.into(),
+        hint: None,
+    })
+}
+
+/// An error with a code, no cause, and what to do about it.
+pub(crate) fn fail_with_hint(
+    code: Code,
+    message: impl Into<String>,
+    hint: impl Into<String>,
+) -> anyhow::Error {
+    anyhow::Error::msg(Coded {
+        code,
+        message: message.into(),
+        hint: Some(hint.into()),
     })
 }
 
@@ -187,12 +204,23 @@ pub(crate) fn classify(error: &anyhow::Error) -> Code {
 }
 
 /// What to do about a failure, when a cause in its chain says (the audit store's errors do:
-/// create the directory, start PostgreSQL, fix the URL…).
+/// create the directory, start PostgreSQL, fix the URL…; the SDK's say to start a server).
 pub(crate) fn hint(error: &anyhow::Error) -> Option<String> {
+    if let Some(hint) = error
+        .downcast_ref::<Coded>()
+        .and_then(|coded| coded.hint.clone())
+    {
+        return Some(hint);
+    }
     error.chain().find_map(|cause| {
         cause
             .downcast_ref::<mesh_audit::Error>()
             .and_then(mesh_audit::Error::hint)
+            .or_else(|| {
+                cause
+                    .downcast_ref::<mesh::Error>()
+                    .and_then(mesh::Error::hint)
+            })
             .map(str::to_owned)
     })
 }
@@ -247,6 +275,14 @@ mod tests {
         let pipe = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
             .context("writing");
         assert!(is_broken_pipe(&pipe));
+    }
+
+    #[test]
+    fn a_hint_given_with_the_code_is_the_errors_hint() {
+        let error = fail_with_hint(Code::NoServer, "cannot call `a.b`", "start a server");
+        assert_eq!(classify(&error), Code::NoServer);
+        assert_eq!(hint(&error).as_deref(), Some("start a server"));
+        assert_eq!(hint(&fail(Code::NoServer, "cannot call `a.b`")), None);
     }
 
     #[test]

@@ -63,7 +63,11 @@ impl Management {
             ),
             _ => (Code::Error, "the management API request failed".to_owned()),
         };
-        anyhow::Error::new(error).context(Coded { code, message })
+        anyhow::Error::new(error).context(Coded {
+            code,
+            message,
+            hint: None,
+        })
     }
 
     /// The client itself, for `mesh access` (which works through mesh-amqp's `access`).

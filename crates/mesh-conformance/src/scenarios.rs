@@ -796,7 +796,8 @@ pub async fn rpc_round_trip_and_remote_error(harness: &dyn Harness) {
 }
 
 /// RPC: a never-served tool fails with no-server well before the timeout; a served tool
-/// with no server attached times out near the set time.
+/// with no server attached times out near the set time when that is shorter than the
+/// no-server check, and fails with no-server at the check otherwise.
 pub async fn rpc_timeout_and_no_server(harness: &dyn Harness) {
     let client = emitter(harness, "client").await;
     let started = Instant::now();
@@ -824,6 +825,24 @@ pub async fn rpc_timeout_and_no_server(harness: &dyn Harness) {
     assert!(error.is_timeout(), "{error:?}");
     assert!(elapsed >= timeout, "{elapsed:?}");
     assert!(elapsed < timeout * 4, "{elapsed:?}");
+
+    // Given longer, the call looks at the tool's queue once its reply is slow: nothing
+    // consumes it, so it fails with no-server, saying so, long before its timeout.
+    let started = Instant::now();
+    let error = client
+        .call::<_, i64>("calc.add", &Add { a: 1, b: 1 }, Duration::from_secs(60))
+        .await
+        .expect_err("no server");
+    let elapsed = started.elapsed();
+    assert!(error.is_no_server(), "{error:?}");
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+    let cause = std::error::Error::source(&error).map(ToString::to_string);
+    assert!(
+        cause
+            .as_deref()
+            .is_some_and(|c| c.contains("no server is consuming `serve.calc.add`")),
+        "{cause:?}"
+    );
     client.drain().await.expect("drain");
 }
 

@@ -68,5 +68,6 @@ pub use transport::{
     AckBatch, AckFailed, AckGroup, Acker, BatchAckError, BoxError, BoxFuture, Confirm, DeadQueue,
     Delivery, DeliveryFeed, Health, PublishOptions, QueueSpec, ServeSpec, Subscription,
     SubscriptionSpec, Target, Transport, TransportError, TransportErrorKind, TransportStats,
+    NO_SERVER_CHECK,
 };
 pub use wire::{HeaderValue, Headers, Properties, WireMessage};

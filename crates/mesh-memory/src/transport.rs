@@ -217,12 +217,30 @@ impl Transport for MemoryTransport {
                 connection,
                 correlation: &correlation,
             };
-            match tokio::time::timeout(timeout, &mut reply_rx).await {
+            // A slow reply: is anything consuming the tool's queue at all?
+            let started = tokio::time::Instant::now();
+            let check_after = timeout.min(mesh_core::NO_SERVER_CHECK);
+            if let Ok(reply) = tokio::time::timeout(check_after, &mut reply_rx).await {
+                return reply.map_err(|_| closed_while_waiting());
+            }
+            if check_after < timeout {
+                let unserved = self
+                    .broker
+                    .with(|state, _| match state.tool_consumers(&tool) {
+                        None => Some(Fault::NoServer(tool.clone())),
+                        Some(0) => Some(Fault::NotConsumed(tool.clone())),
+                        Some(_) => None,
+                    });
+                if let Some(fault) = unserved {
+                    drop(pending);
+                    // A reply handed over before the call was forgotten still counts.
+                    return reply_rx.try_recv().map_err(|_| fault.into());
+                }
+            }
+            let left = timeout.saturating_sub(started.elapsed());
+            match tokio::time::timeout(left, &mut reply_rx).await {
                 Ok(Ok(reply)) => Ok(reply),
-                Ok(Err(_)) => Err(TransportError::new(
-                    TransportErrorKind::Closed,
-                    "the transport closed while the call waited for its reply",
-                )),
+                Ok(Err(_)) => Err(closed_while_waiting()),
                 Err(_) => {
                     // Forget the call first: from now on a reply is late. One handed over
                     // before that still counts.
@@ -290,4 +308,11 @@ impl fmt::Debug for MemoryTransport {
             .field("connection", &self.connection)
             .finish_non_exhaustive()
     }
+}
+
+fn closed_while_waiting() -> TransportError {
+    TransportError::new(
+        TransportErrorKind::Closed,
+        "the transport closed while the call waited for its reply",
+    )
 }

@@ -227,3 +227,34 @@ async fn a_call_dropped_midway_counts_its_reply_as_late() {
     taken.reply(reply("nobody listens")).await.unwrap();
     assert_eq!(client.late_replies(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_serve_queue_nobody_consumes_fails_the_call_at_the_no_server_check() {
+    let broker = MemoryBroker::new();
+    let (server, client) = (broker.transport(), broker.transport());
+    drop(server.serve(serve_spec(1)).await.unwrap());
+    let started = Instant::now();
+    let error = client
+        .call(&tool(), request("ping"), Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), &TransportErrorKind::NoServer, "{error}");
+    assert_eq!(started.elapsed(), mesh_core::NO_SERVER_CHECK);
+    assert!(
+        error
+            .to_string()
+            .contains("no server is consuming `serve.umami.sites.create`"),
+        "{error}"
+    );
+
+    // A server that is there but slow is waited for, to the end of the timeout.
+    let mut requests = server.serve(serve_spec(1)).await.unwrap();
+    let started = Instant::now();
+    let error = client
+        .call(&tool(), request("slow"), Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), &TransportErrorKind::Timeout, "{error}");
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    drop(next(&mut requests).await);
+}

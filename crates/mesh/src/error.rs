@@ -60,6 +60,10 @@ pub enum ErrorKind {
     /// The bus's emit spool could not keep the event (its store failed); nothing of it was
     /// kept. The cause is the error's source.
     Spool,
+    /// A service (feature `service`) could not run or stop as asked: its stopping signals
+    /// could not be listened for, a log subscriber was installed already, or its drain
+    /// passed the deadline or was cut short by a second signal.
+    Service,
 }
 
 /// An error of the mesh SDK: a kind and the cause.
@@ -134,9 +138,20 @@ impl Error {
         self.kind == ErrorKind::Transport(TransportErrorKind::Timeout)
     }
 
-    /// Whether a call found no server for its tool.
+    /// Whether a call found no server for its tool: no serve queue exists for it, or
+    /// nothing consumed its serve queue when the reply was slow to come (the cause says
+    /// which).
     pub fn is_no_server(&self) -> bool {
         self.kind == ErrorKind::Transport(TransportErrorKind::NoServer)
+    }
+
+    /// What to do about it, when the error knows: for a call that found no server, to start
+    /// the service that serves the tool.
+    pub fn hint(&self) -> Option<&'static str> {
+        self.is_no_server().then_some(
+            "start the service that serves the tool: a call is answered only while a server \
+             consumes the tool's queue",
+        )
     }
 
     /// The tool's error, when a call was answered with one.
@@ -181,6 +196,7 @@ impl fmt::Display for Error {
                 write!(f, "the emit spool is full ({limit_bytes} bytes)")
             }
             ErrorKind::Spool => f.write_str("the emit spool could not keep the event"),
+            ErrorKind::Service => f.write_str("the service could not run or stop as asked"),
         }
     }
 }

@@ -111,6 +111,8 @@ mod outgoing;
 mod prepared;
 mod rpc;
 mod schema;
+#[cfg(feature = "service")]
+pub mod service;
 mod spool;
 pub mod telemetry;
 #[cfg(feature = "testing")]

@@ -96,11 +96,12 @@ Examples:
   mesh tail 'module.umami.#' 'node.*.joined' --count 1 --json";
 
 pub(super) const CALL_HELP: &str = "\
-Exit codes: 4 when no server serves the tool, 5 when no reply came in time, 6 when the tool
-answered with an error.
+Exit codes: 4 when no server serves the tool (no queue is bound for it, or nothing consumed
+its queue when the reply was slow: said within about a second, whatever --timeout), 5 when no
+reply came in time, 6 when the tool answered with an error.
 
 Examples:
-  mesh call billing.quote --data '\"basic\"'
+  mesh call billing.quote --data '{\"plan\":\"basic\"}'
   mesh call umami.sites.create --data '{\"name\":\"blog\"}' --timeout 30s --json";
 
 pub(super) const STATUS_HELP: &str = "\

@@ -68,7 +68,7 @@ const LONG_HELP: &str = concat!(
 Examples:
   mesh emit module.umami.site.created --data '{\"site\":\"blog\"}'
   mesh tail 'module.umami.#' --count 10
-  mesh call billing.quote --data '\"basic\"' --timeout 2s
+  mesh call billing.quote --data '{\"plan\":\"basic\"}' --timeout 2s
   mesh topology plan --bind 'billing=module.umami.#'
   mesh access plan --spec mesh.toml --check
   mesh status --json

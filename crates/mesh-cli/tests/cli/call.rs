@@ -1,4 +1,5 @@
-//! `call`: the reply, and a distinct exit code for no server, a timeout and a remote error.
+//! `call`: the reply, and a distinct exit code for no server (no serve queue, or nothing
+//! consuming it), a timeout and a remote error.
 
 use std::time::{Duration, Instant};
 
@@ -73,6 +74,39 @@ async fn call_prints_the_reply_or_exits_with_the_errors_code() {
     assert_code(&output, 4);
     assert!(stderr(&output).contains("no server"), "{}", stderr(&output));
 
+    // The server goes away; its queue stays. A call says so within 3 s, not at its timeout.
     server.close().await;
+    let started = Instant::now();
+    let output = run(
+        Some(&url),
+        &[
+            "call",
+            "billing.quote",
+            "--data",
+            "\"basic\"",
+            "--timeout",
+            "60s",
+        ],
+    )
+    .await;
+    assert_code(&output, 4);
+    assert!(
+        started.elapsed() < Duration::from_secs(3 * 3),
+        "{:?}",
+        started.elapsed()
+    );
+    let err = stderr(&output);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].contains("cannot call `billing.quote`: ")
+            && lines[0].contains("no server is consuming `serve.billing.quote`")
+            && !lines[0].contains("transport failed"),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with("hint: start the service that serves the tool"),
+        "{err}"
+    );
     vhost.delete().await.unwrap();
 }

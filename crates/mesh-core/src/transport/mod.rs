@@ -40,7 +40,7 @@ pub use error::{BoxError, TransportError, TransportErrorKind};
 pub use future::BoxFuture;
 pub use health::Health;
 pub use publish::{Confirm, PublishOptions, Target};
-pub use seam::Transport;
+pub use seam::{Transport, NO_SERVER_CHECK};
 pub use spec::{DeadQueue, QueueSpec, ServeSpec, SubscriptionSpec};
 pub use stats::TransportStats;
 pub use subscription::{DeliveryFeed, Subscription};

@@ -3,6 +3,10 @@
 use std::fmt;
 use std::time::Duration;
 
+/// How long a call waits for its reply before it checks that a server consumes the tool's
+/// serve queue (see [`Transport::call`]).
+pub const NO_SERVER_CHECK: Duration = Duration::from_secs(1);
+
 use crate::envelope::Envelope;
 use crate::key::ToolKey;
 use crate::wire::WireMessage;
@@ -50,6 +54,12 @@ pub trait Transport: Send + Sync + fmt::Debug + 'static {
     /// Sends a request to a tool and waits for its reply: the reply message, or
     /// [`TransportErrorKind::NoServer`] when no serve queue exists for the tool, or
     /// [`TransportErrorKind::Timeout`].
+    ///
+    /// A reply that has not come within [`NO_SERVER_CHECK`] (or the timeout, if shorter)
+    /// makes the transport look at the tool's serve queue: when nothing consumes it, the
+    /// call fails then with [`TransportErrorKind::NoServer`] rather than wait out its
+    /// timeout. The request stays in the queue until it expires, so a server that attaches
+    /// before then still answers it, to nobody.
     fn call(
         &self,
         tool: &ToolKey,

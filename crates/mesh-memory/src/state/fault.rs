@@ -17,6 +17,8 @@ pub(crate) enum Fault {
     ConnectionLost,
     /// Nothing is bound on `mesh.rpc` for the tool.
     NoServer(String),
+    /// The tool's serve queue is bound, but nothing consumes it.
+    NotConsumed(String),
     /// A queue name that is empty or too long.
     BadQueueName,
     /// A queue name with the server's `amq.` prefix.
@@ -39,6 +41,13 @@ impl From<Fault> for TransportError {
             Fault::NoServer(tool) => TransportError::new(
                 Kind::NoServer,
                 format!("no queue is bound for `{tool}` on {RPC_EXCHANGE}"),
+            ),
+            Fault::NotConsumed(tool) => TransportError::new(
+                Kind::NoServer,
+                format!(
+                    "no server is consuming `serve.{tool}`: nothing answered `{tool}` in {:?}",
+                    mesh_core::NO_SERVER_CHECK
+                ),
             ),
             Fault::BadQueueName => TransportError::new(
                 Kind::InvalidOptions,

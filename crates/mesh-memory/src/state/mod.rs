@@ -408,6 +408,19 @@ impl State {
         Ok(())
     }
 
+    /// How many consumers the queues bound for `tool` on `mesh.rpc` have in all; `None` when
+    /// no queue is bound for it.
+    pub(crate) fn tool_consumers(&self, tool: &str) -> Option<usize> {
+        let targets = self.bindings.route(RPC_EXCHANGE, tool);
+        (!targets.is_empty()).then(|| {
+            targets
+                .iter()
+                .filter_map(|name| self.queues.get(name))
+                .map(|queue| queue.consumers.len())
+                .sum()
+        })
+    }
+
     /// Forgets a call that ended (answered, timed out or dropped): a reply from now on
     /// is late.
     pub(crate) fn forget_call(

@@ -1,24 +1,24 @@
 //! The endpoint binaries serve for scrapers and orchestrators: `/metrics` (Prometheus text),
-//! `/livez` and `/readyz`, on one address.
+//! `/livez` and `/readyz`, on one address, as a small `axum` router.
 //!
 //! Liveness says the process still answers; readiness says every watched bus is ready
 //! (connected, not blocked, every consumer attached, not draining). They differ on purpose:
 //! a broker outage makes a service unready (take it out of rotation) but not dead
 //! (restarting it would not bring the broker back).
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::bus::{Bus, Inner};
 use crate::error::{Error, ErrorKind};
@@ -90,13 +90,24 @@ pub async fn serve_prometheus(addr: SocketAddr) -> Result<TelemetryServer, Error
     let local_addr = listener
         .local_addr()
         .map_err(|e| Error::with_source(ErrorKind::Telemetry, e))?;
-    let state = Arc::new(State {
+    let state = Arc::new(Shared {
         handle,
         buses: Mutex::new(Vec::new()),
         checks: Mutex::new(Vec::new()),
     });
     let stop = CancellationToken::new();
-    tokio::spawn(accept_loop(listener, Arc::clone(&state), stop.clone()));
+    let app = router(Arc::clone(&state));
+    let stopped = stop.clone().cancelled_owned();
+    tokio::spawn(async move {
+        // axum's loop backs off when accepting fails (out of file descriptors) rather than
+        // spin; it ends only on the stop.
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stopped)
+            .await
+        {
+            warn!("telemetry endpoint stopped: {e}");
+        }
+    });
     tokio::spawn(upkeep(Arc::clone(&state), stop.clone()));
     info!(addr = %local_addr, "serving /metrics, /livez and /readyz");
     Ok(TelemetryServer {
@@ -121,11 +132,12 @@ struct BindError {
 #[derive(Debug)]
 pub struct TelemetryServer {
     local_addr: SocketAddr,
-    state: Arc<State>,
+    state: Arc<Shared>,
     stop: CancellationToken,
 }
 
-struct State {
+/// What the endpoint's handlers share.
+struct Shared {
     handle: PrometheusHandle,
     /// Buses readiness and the health gauges follow; a dropped bus drops out.
     buses: Mutex<Vec<Weak<Inner>>>,
@@ -136,13 +148,13 @@ struct State {
 /// A readiness check: `Ok(())` when ready, else why not.
 type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
-impl std::fmt::Debug for State {
+impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("State").finish_non_exhaustive()
+        f.debug_struct("Shared").finish_non_exhaustive()
     }
 }
 
-impl State {
+impl Shared {
     fn buses(&self) -> Vec<Bus> {
         let mut buses = self.buses.lock().unwrap_or_else(|e| e.into_inner());
         buses.retain(|weak| weak.strong_count() > 0);
@@ -238,78 +250,41 @@ impl TelemetryServer {
     }
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<State>, stop: CancellationToken) {
-    loop {
-        let accepted = tokio::select! {
-            () = stop.cancelled() => break,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                warn!("telemetry endpoint cannot accept: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let state = Arc::clone(&state);
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let response = respond(&state, &request);
-                std::future::ready(Ok::<_, Infallible>(response))
-            });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await
-            {
-                debug!(%peer, "telemetry connection ended: {e}");
-            }
-        });
+/// The endpoint's routes: `GET` (and `HEAD`) only, anything else is 405, any other path
+/// 404.
+fn router(state: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/livez", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "try /metrics, /livez or /readyz\n") })
+        .with_state(state)
+}
+
+async fn metrics(State(state): State<Arc<Shared>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.render(),
+    )
+}
+
+async fn readyz(State(state): State<Arc<Shared>>) -> (StatusCode, String) {
+    match state.unready() {
+        None => (StatusCode::OK, "ready\n".to_owned()),
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready\n{why}\n"),
+        ),
     }
 }
 
-async fn upkeep(state: Arc<State>, stop: CancellationToken) {
+async fn upkeep(state: Arc<Shared>, stop: CancellationToken) {
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
             () = tokio::time::sleep(UPKEEP) => state.handle.run_upkeep(),
         }
     }
-}
-
-fn respond(state: &State, request: &Request<Incoming>) -> Response<Full<Bytes>> {
-    if request.method() != Method::GET && request.method() != Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".to_owned());
-    }
-    match request.uri().path() {
-        "/metrics" => {
-            let mut response = text(StatusCode::OK, state.render());
-            response.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
-            );
-            response
-        }
-        "/livez" => text(StatusCode::OK, "ok\n".to_owned()),
-        "/readyz" => match state.unready() {
-            None => text(StatusCode::OK, "ready\n".to_owned()),
-            Some(why) => text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("not ready\n{why}\n"),
-            ),
-        },
-        _ => text(
-            StatusCode::NOT_FOUND,
-            "try /metrics, /livez or /readyz\n".to_owned(),
-        ),
-    }
-}
-
-fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response
 }
 
 /// Help text for every metric the SDK records.
