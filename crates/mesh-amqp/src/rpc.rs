@@ -14,6 +14,7 @@
 //! is up again. A request still unconfirmed when the publishing connection is lost is not
 //! resent either: its call fails with `ConnectionLost`.
 
+use mesh_core::text::EscapedDisplay;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -142,7 +143,7 @@ impl Rpc {
             }
         };
         let (alive_tx, alive) = watch::channel(true);
-        let span = tracing::debug_span!(parent: None, "mesh_amqp.replies", queue = %name);
+        let span = tracing::debug_span!(parent: None, "mesh_amqp.replies", queue = %EscapedDisplay(&name));
         // Tracked: the transport's close waits for it to have closed its channel.
         link.shared().channel_tasks.spawn(
             receive_replies(
@@ -154,7 +155,7 @@ impl Rpc {
             )
             .instrument(span),
         );
-        tracing::debug!(queue = %name, "reply queue ready");
+        tracing::debug!(queue = %EscapedDisplay(&name), "reply queue ready");
         *current = Some(ReplyQueue {
             name: name.clone(),
             alive: alive.clone(),

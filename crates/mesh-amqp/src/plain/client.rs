@@ -1,6 +1,7 @@
 //! The client library's side of [`super`]: the channels a publisher and a follower hold, and
 //! the frames they send. Private, so the public handles in `mod.rs` name no client type.
 
+use mesh_core::text::EscapedDisplay;
 use amqprs::channel::{
     BasicConsumeArguments, BasicPublishArguments, Channel, ConsumerMessage, QueueBindArguments,
     QueueDeclareArguments,
@@ -162,7 +163,7 @@ impl Follower {
 async fn close(channel: Channel, timed_out: &str) {
     if channel.is_open() {
         if let Err(e) = within(channel.close(), "closing a channel").await {
-            tracing::debug!(error = %e, "{timed_out}");
+            tracing::debug!(error = %EscapedDisplay(&e), "{timed_out}");
         }
     }
 }

@@ -5,6 +5,7 @@
 
 mod management;
 mod metrics;
+mod log_lines;
 mod process;
 
 mod common {

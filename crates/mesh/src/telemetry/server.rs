@@ -6,6 +6,7 @@
 //! a broker outage makes a service unready (take it out of rotation) but not dead
 //! (restarting it would not bring the broker back).
 
+use mesh_core::text::EscapedDisplay;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -248,7 +249,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, stop: Cancellatio
             Ok(accepted) => accepted,
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.
-                warn!("telemetry endpoint cannot accept: {e}");
+                warn!(error = %EscapedDisplay(&e), "telemetry endpoint cannot accept");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -263,7 +264,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, stop: Cancellatio
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                 .await
             {
-                debug!(%peer, "telemetry connection ended: {e}");
+                debug!(%peer, error = %EscapedDisplay(&e), "telemetry connection ended");
             }
         });
     }
