@@ -143,7 +143,8 @@ impl Rpc {
             }
         };
         let (alive_tx, alive) = watch::channel(true);
-        let span = tracing::debug_span!(parent: None, "mesh_amqp.replies", queue = %EscapedDisplay(&name));
+        let span =
+            tracing::debug_span!(parent: None, "mesh_amqp.replies", queue = %EscapedDisplay(&name));
         // Tracked: the transport's close waits for it to have closed its channel.
         link.shared().channel_tasks.spawn(
             receive_replies(

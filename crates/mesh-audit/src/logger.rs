@@ -647,7 +647,9 @@ impl AuditLogger {
                 self.counters.rejected.fetch_add(1, Ordering::Relaxed);
                 telemetry::rejected(reason);
             }
-            Err(e) => warn!(error = %EscapedDisplay(&e), "dead-lettering failed; the event will be delivered again"),
+            Err(e) => {
+                warn!(error = %EscapedDisplay(&e), "dead-lettering failed; the event will be delivered again")
+            }
         }
     }
 

@@ -186,7 +186,11 @@ fn required_id(headers: &Headers, field: &'static str) -> Result<EventId, Decode
     let text = required_text(headers, field)?;
     text.parse().map_err(|e| DecodeError::Malformed {
         field,
-        problem: format!("`{}` is not a UUID ({e})", quote(text)),
+        problem: format!(
+            "`{}` is not a UUID ({})",
+            quote(text),
+            crate::text::EscapedDisplay(&e)
+        ),
     })
 }
 

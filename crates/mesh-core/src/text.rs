@@ -123,7 +123,10 @@ mod tests {
             escape("anchor\r\nfake 2026 line\u{1b}[2J"),
             "anchor\\r\\nfake 2026 line\\u{1b}[2J"
         );
-        assert_eq!(escape("a\tb\u{7f}\u{85}\u{9b}"), "a\\tb\\u{7f}\\u{85}\\u{9b}");
+        assert_eq!(
+            escape("a\tb\u{7f}\u{85}\u{9b}"),
+            "a\\tb\\u{7f}\\u{85}\\u{9b}"
+        );
         // Right-to-left override, isolates, zero width, line separator, BOM, a tag.
         assert_eq!(
             escape("umami\u{202E}cod.exe\u{2066}\u{200B}\u{2028}\u{FEFF}\u{E0041}"),
@@ -171,7 +174,8 @@ mod tests {
             after in "[a-zA-Z0-9 .é東→]{0,20}",
             bad in prop::sample::select(vec!['\u{1b}', '\r', '\n', '\u{9b}', '\u{202e}', '\u{0}', '\u{7f}']),
         ) {
-            let escaped = escape(&format!("{before}{bad}{after}"));
+            let text = format!("{before}{bad}{after}");
+            let escaped = escape(&text);
             prop_assert!(escaped.starts_with(&before));
             prop_assert!(escaped.ends_with(&after));
         }

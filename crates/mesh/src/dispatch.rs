@@ -7,7 +7,7 @@
 //! settled (the task died, the bus was closed) is released back to its queue by the
 //! transport.
 
-use mesh_core::text::{Escaped, EscapedDisplay};
+use mesh_core::text::EscapedDisplay;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};

@@ -378,7 +378,9 @@ async fn cancel_consumer(attachment: &Attachment) {
     )
     .await
     {
-        Ok(Ok(_)) => tracing::info!(queue = %EscapedDisplay(&attachment.queue), "consumer cancelled"),
+        Ok(Ok(_)) => {
+            tracing::info!(queue = %EscapedDisplay(&attachment.queue), "consumer cancelled")
+        }
         Ok(Err(e)) => tracing::debug!(error = %EscapedDisplay(&e), "basic.cancel failed"),
         Err(e) => tracing::debug!(error = %EscapedDisplay(&e), "basic.cancel failed"),
     }

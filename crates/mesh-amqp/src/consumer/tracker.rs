@@ -70,7 +70,8 @@ impl Tracker {
     ) -> Tracker {
         let (commands, rx) = mpsc::unbounded_channel();
         let state = Arc::new(Mutex::new(AckTracker::default()));
-        let span = tracing::debug_span!(parent: None, "mesh_amqp.acks", queue = %EscapedDisplay(&queue));
+        let span =
+            tracing::debug_span!(parent: None, "mesh_amqp.acks", queue = %EscapedDisplay(&queue));
         tokio::spawn(
             track(
                 channel.clone(),

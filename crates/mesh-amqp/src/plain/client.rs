@@ -1,12 +1,12 @@
 //! The client library's side of [`super`]: the channels a publisher and a follower hold, and
 //! the frames they send. Private, so the public handles in `mod.rs` name no client type.
 
-use mesh_core::text::EscapedDisplay;
 use amqprs::channel::{
     BasicConsumeArguments, BasicPublishArguments, Channel, ConsumerMessage, QueueBindArguments,
     QueueDeclareArguments,
 };
 use amqprs::BasicProperties;
+use mesh_core::text::EscapedDisplay;
 use mesh_core::{HeaderValue, Headers, TopicPattern, TransportError, TransportErrorKind};
 use tokio::sync::mpsc;
 

@@ -127,7 +127,10 @@ async fn hostile_wire_values_cannot_forge_a_line_of_the_loggers_log() -> anyhow:
         "one warning per hostile event:\n{text}"
     );
     for line in text.lines() {
-        assert!(starts_as_a_record(line), "a line that is no record: {line:?}");
+        assert!(
+            starts_as_a_record(line),
+            "a line that is no record: {line:?}"
+        );
         assert!(
             !line.chars().any(mesh_core::text::is_unsafe),
             "an unescaped character: {line:?}"
