@@ -6,6 +6,7 @@
 //! `channel.close` it sends, which the client library hands to a callback; [`CloseCatcher`]
 //! keeps it so the failed call can return a precise error.
 
+use mesh_core::text::EscapedDisplay;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -83,7 +84,7 @@ impl ChannelCallback for CloseCatcher {
         if close.code == code::NOT_FOUND
             && self.slot.probing.load(std::sync::atomic::Ordering::Relaxed)
         {
-            tracing::debug!(role = self.role, text = %close.text, "not found (a passive declare)");
+            tracing::debug!(role = self.role, text = %EscapedDisplay(&close.text), "not found (a passive declare)");
             self.slot.closed(close);
             return Ok(());
         }
@@ -95,7 +96,7 @@ impl ChannelCallback for CloseCatcher {
             tracing::error!(
                 channel = channel.channel_id(),
                 role = self.role,
-                text = %close.text,
+                text = %EscapedDisplay(&close.text),
                 "broker closed a channel for an unknown delivery tag"
             );
         } else {
@@ -103,7 +104,7 @@ impl ChannelCallback for CloseCatcher {
                 channel = channel.channel_id(),
                 role = self.role,
                 code = close.code,
-                text = %close.text,
+                text = %EscapedDisplay(&close.text),
                 "broker closed the channel"
             );
         }
@@ -127,7 +128,7 @@ impl ChannelCallback for CloseCatcher {
         tracing::warn!(
             channel = channel.channel_id(),
             role = self.role,
-            consumer = %cancel.consumer_tag(),
+            consumer = %EscapedDisplay(&cancel.consumer_tag()),
             "broker cancelled the consumer"
         );
         self.slot.stopped.notify_one();
@@ -153,7 +154,7 @@ impl ChannelCallback for CloseCatcher {
         _properties: BasicProperties,
         _content: Vec<u8>,
     ) {
-        tracing::warn!(role = self.role, %ret, "unexpected basic.return");
+        tracing::warn!(role = self.role, ret = %EscapedDisplay(&ret), "unexpected basic.return");
     }
 }
 
@@ -227,7 +228,7 @@ impl DeclareChannel {
             Some(close) => from_close(close, context),
             None => from_client(err, context),
         };
-        tracing::warn!(error = %error, "declaration failed");
+        tracing::warn!(error = %EscapedDisplay(&error), "declaration failed");
         error
     }
 
@@ -241,7 +242,7 @@ impl DeclareChannel {
         within(self.channel.exchange_declare(args), &context)
             .await?
             .map_err(|e| self.error(e, &context))?;
-        tracing::debug!(exchange = %decl.name, "declared exchange");
+        tracing::debug!(exchange = %EscapedDisplay(&decl.name), "declared exchange");
         Ok(())
     }
 
@@ -264,7 +265,7 @@ impl DeclareChannel {
         within(self.channel.queue_declare(args), &context)
             .await?
             .map_err(|e| self.error(e, &context))?;
-        tracing::debug!(queue = %decl.name, arguments = ?decl.arguments, "declared queue");
+        tracing::debug!(queue = %EscapedDisplay(&decl.name), arguments = ?decl.arguments, "declared queue");
         Ok(())
     }
 
@@ -281,7 +282,7 @@ impl DeclareChannel {
         let name = declared.map(|(name, _, _)| name).ok_or_else(|| {
             TransportError::new(TransportErrorKind::Protocol, "no declare-ok for a queue")
         })?;
-        tracing::debug!(queue = %name, "declared server-named queue");
+        tracing::debug!(queue = %EscapedDisplay(&name), "declared server-named queue");
         Ok(name)
     }
 
@@ -312,9 +313,9 @@ impl DeclareChannel {
             .await?
             .map_err(|e| self.error(e, &context))?;
         tracing::info!(
-            queue = %binding.queue,
-            exchange = %binding.exchange,
-            pattern = %binding.routing_key,
+            queue = %EscapedDisplay(&binding.queue),
+            exchange = %EscapedDisplay(&binding.exchange),
+            pattern = %EscapedDisplay(&binding.routing_key),
             "removed a binding no longer asked for"
         );
         Ok(())
@@ -447,7 +448,7 @@ impl DeclareChannel {
     pub(crate) async fn close(self) {
         if self.channel.is_open() {
             if let Err(e) = self.channel.close().await {
-                tracing::debug!(error = %e, "closing a declare channel failed");
+                tracing::debug!(error = %EscapedDisplay(&e), "closing a declare channel failed");
             }
         }
     }

@@ -58,7 +58,8 @@ pub(crate) fn from_close(close: BrokerClose, context: &str) -> TransportError {
 const MAX_REFUSED_TEXT: usize = 512;
 
 /// What a refusal names, without the reply code's name: `ACCESS_REFUSED - write access to
-/// …` → `write access to …`, cut to [`MAX_REFUSED_TEXT`] bytes.
+/// …` → `write access to …`, escaped (it quotes names a client chose, a routing key) and cut
+/// to [`MAX_REFUSED_TEXT`] bytes.
 fn refused_text(text: &str) -> String {
     let words = text.split_once(" - ").map_or(text, |(name, rest)| {
         if name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') {
@@ -67,7 +68,7 @@ fn refused_text(text: &str) -> String {
             text
         }
     });
-    mesh_core::codec::cut(words, MAX_REFUSED_TEXT)
+    mesh_core::codec::cut(&mesh_core::text::escape(words), MAX_REFUSED_TEXT)
 }
 
 /// `PRECONDITION_FAILED - user_id property set to 'x' but authenticated user was 'y'`.

@@ -19,6 +19,7 @@
 //! a channel of its own): a serve queue nobody consumes fails the call with `NoServer` then,
 //! instead of at its timeout.
 
+use mesh_core::text::EscapedDisplay;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -147,7 +148,8 @@ impl Rpc {
             }
         };
         let (alive_tx, alive) = watch::channel(true);
-        let span = tracing::debug_span!(parent: None, "mesh_amqp.replies", queue = %name);
+        let span =
+            tracing::debug_span!(parent: None, "mesh_amqp.replies", queue = %EscapedDisplay(&name));
         // Tracked: the transport's close waits for it to have closed its channel.
         link.shared().channel_tasks.spawn(
             receive_replies(
@@ -159,7 +161,7 @@ impl Rpc {
             )
             .instrument(span),
         );
-        tracing::debug!(queue = %name, "reply queue ready");
+        tracing::debug!(queue = %EscapedDisplay(&name), "reply queue ready");
         *current = Some(ReplyQueue {
             name: name.clone(),
             alive: alive.clone(),

@@ -1,5 +1,6 @@
 //! [`AmqpTransport`]: the handle that implements [`Transport`] on RabbitMQ.
 
+use mesh_core::text::EscapedDisplay;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -413,7 +414,7 @@ impl AmqpTransport {
             QueueSpec::Ephemeral | QueueSpec::DeadLetters(DeadQueue::Tap)
         ) {
             tracing::info!(
-                queue = %subscription.queue(),
+                queue = %EscapedDisplay(&subscription.queue()),
                 patterns = spec.patterns.len(),
                 "ephemeral subscription"
             );
@@ -449,7 +450,7 @@ impl AmqpTransport {
             BindingDecl::new(RPC_EXCHANGE, &name, spec.tool.as_str()),
         )
         .await?;
-        tracing::info!(queue = %name, "serving");
+        tracing::info!(queue = %EscapedDisplay(&name), "serving");
         let attach = AttachSpec {
             source: Source::Named(name),
             prefetch: spec.prefetch,
@@ -820,7 +821,7 @@ impl AmqpTransport {
             return Err(error);
         }
         tracing::warn!(
-            queue = %decl.name,
+            queue = %EscapedDisplay(&decl.name),
             "this retry queue has the arguments of an earlier mesh (a TTL and dead-lettering): \
              kept as it is and forwarded; delete it while it is empty to have it declared anew"
         );
@@ -846,7 +847,7 @@ impl AmqpTransport {
             Some(lister) => match lister.unusable() {
                 Some(error) => tracing::warn!(
                     queue,
-                    error = %error,
+                    error = %EscapedDisplay(&error),
                     "management API not used: only bindings this transport declared can be \
                      removed"
                 ),
@@ -857,7 +858,7 @@ impl AmqpTransport {
                     ),
                     Err(error) => tracing::warn!(
                         queue,
-                        error = %error,
+                        error = %EscapedDisplay(&error),
                         "management API failed: only bindings this transport declared can be \
                          removed"
                     ),

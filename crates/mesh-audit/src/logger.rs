@@ -81,6 +81,7 @@
 //! consumers, takes the deliveries already buffered into the open batch, commits it, acks it
 //! and returns.
 
+use mesh_core::text::{Escaped, EscapedDisplay};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
@@ -302,7 +303,7 @@ impl AuditLogger {
         let node = self.options.validate()?;
         let queue = naming::audit_queue(&node);
         let dead_queue = naming::audit_dead_queue(&node);
-        let span = tracing::info_span!("mesh.audit", %queue);
+        let span = tracing::info_span!("mesh.audit", queue = %EscapedDisplay(&queue));
         self.run_inner(transport, retired, shutdown, queue, dead_queue)
             .instrument(span)
             .await
@@ -438,7 +439,7 @@ impl AuditLogger {
                 Ok(())
             }
             Some(queue) => {
-                warn!(%queue, "subscription ended: the transport lost its connection");
+                warn!(queue = %EscapedDisplay(&queue), "subscription ended: the transport lost its connection");
                 Err(Error::transport(
                     format!("the subscription to `{queue}` ended"),
                     TransportError::new(TransportErrorKind::ConnectionLost, "subscription ended"),
@@ -465,7 +466,7 @@ impl AuditLogger {
                 "retiring the old queue of dead letters: storing what it holds"
             ),
             Err(e) => {
-                warn!(queue = retired, error = %e, "could not unbind the retired queue of dead letters; trying again at the next start");
+                warn!(queue = retired, error = %EscapedDisplay(&e), "could not unbind the retired queue of dead letters; trying again at the next start");
                 return Ok(());
             }
         }
@@ -480,7 +481,7 @@ impl AuditLogger {
         {
             Ok(subscription) => subscription,
             Err(e) => {
-                warn!(queue = retired, error = %e, "could not consume the retired queue of dead letters; trying again at the next start");
+                warn!(queue = retired, error = %EscapedDisplay(&e), "could not consume the retired queue of dead letters; trying again at the next start");
                 return Ok(());
             }
         };
@@ -528,7 +529,7 @@ impl AuditLogger {
                 }
                 Ok(false) => warn!(queue = retired, "the retired queue of dead letters is not empty or still read by another consumer; kept until the next start"),
                 Err(e) => {
-                    warn!(queue = retired, error = %e, "could not delete the retired queue of dead letters; trying again at the next start");
+                    warn!(queue = retired, error = %EscapedDisplay(&e), "could not delete the retired queue of dead letters; trying again at the next start");
                     return Ok(());
                 }
             }
@@ -615,11 +616,12 @@ impl AuditLogger {
                         batch.open();
                     }
                     Err((reason, problem)) => {
-                        // The key is quoted, not printed: it is wire data.
+                        // Wire data, escaped: a publisher cannot forge a log line.
                         warn!(
-                            key = ?codec::quote(&delivery.message.routing_key),
-                            %reason,
-                            "event dead-lettered, it breaks the contract: {problem}"
+                            key = %codec::quote(&delivery.message.routing_key),
+                            reason = %EscapedDisplay(&reason),
+                            problem = %Escaped(&problem),
+                            "event dead-lettered, it breaks the contract"
                         );
                         self.reject(delivery, reason, problem).await;
                     }
@@ -647,7 +649,9 @@ impl AuditLogger {
                 self.counters.rejected.fetch_add(1, Ordering::Relaxed);
                 telemetry::rejected(reason);
             }
-            Err(e) => warn!(error = %e, "dead-lettering failed; the event will be delivered again"),
+            Err(e) => {
+                warn!(error = %EscapedDisplay(&e), "dead-lettering failed; the event will be delivered again")
+            }
         }
     }
 
@@ -683,7 +687,7 @@ impl AuditLogger {
             }
             Err(refused) => {
                 telemetry::write_failed("refused");
-                warn!(error = %refused, rows = batch.len(), "the database refused a batch; writing its rows one by one");
+                warn!(error = %EscapedDisplay(&refused), rows = batch.len(), "the database refused a batch; writing its rows one by one");
                 self.commit_one_by_one(batch, shutdown).await?;
             }
         }
@@ -707,7 +711,7 @@ impl AuditLogger {
                 }
                 Err(refused) => {
                     telemetry::write_failed("refused");
-                    error!(id = %row.id, error = %refused, "the database refused an event; dead-lettering it");
+                    error!(id = %row.id, error = %EscapedDisplay(&refused), "the database refused an event; dead-lettering it");
                     self.reject(
                         delivery,
                         DeadReason::Permanent,
@@ -731,7 +735,7 @@ impl AuditLogger {
                 Err(refused) => {
                     telemetry::write_failed("refused");
                     // Dead-lettering a dead letter would loop: it stays in its queue.
-                    error!(id = %row.id, error = %refused, "the database refused a dead letter; it stays in its queue");
+                    error!(id = %row.id, error = %EscapedDisplay(&refused), "the database refused a dead letter; it stays in its queue");
                     delivery.release();
                     refused_any = true;
                 }
@@ -792,7 +796,7 @@ impl AuditLogger {
                         return Err(Error::database("committing the last batch at shutdown", e));
                     }
                     let delay = backoff.next_delay();
-                    warn!(error = %e, retry_in_ms = delay.as_millis(), "writing a batch failed; retrying");
+                    warn!(error = %EscapedDisplay(&e), retry_in_ms = delay.as_millis(), "writing a batch failed; retrying");
                     if !pause(delay, shutdown).await {
                         // One more try: shutdown wants the batch committed if at all possible.
                         return match self.store.write(events, dead).await {
@@ -819,7 +823,7 @@ impl AuditLogger {
 /// broker delivers the message again, and its id absorbs it.
 async fn ack_all(deliveries: impl IntoIterator<Item = Delivery>) {
     if let Err(e) = Delivery::ack_all(deliveries).await {
-        warn!(failed = e.failed, error = %e.error, "acks failed after commit; the broker will deliver those again");
+        warn!(failed = e.failed, error = %EscapedDisplay(&e.error), "acks failed after commit; the broker will deliver those again");
     }
 }
 

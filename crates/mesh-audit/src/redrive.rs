@@ -26,6 +26,7 @@
 //! them; a second re-drive of the same dead letter from another store sends it again (the
 //! consumer sees it as a redelivery: at-least-once, as everywhere in mesh).
 
+use mesh_core::text::EscapedDisplay;
 use std::time::Duration;
 
 use mesh_core::{
@@ -229,7 +230,7 @@ impl Store {
             let queue = match target_queue(&record) {
                 Ok(queue) => queue,
                 Err(error) => {
-                    warn!(id = %record.id, error = %error, "dead letter not re-driven");
+                    warn!(id = %record.id, error = %EscapedDisplay(&error), "dead letter not re-driven");
                     report.failed.push((record.id, error));
                     continue;
                 }
@@ -254,7 +255,7 @@ impl Store {
             match confirm.await {
                 Ok(()) => confirmed.push(id),
                 Err(e) => {
-                    warn!(%id, %queue, error = %e, "re-drive not confirmed");
+                    warn!(%id, queue = %EscapedDisplay(&queue), error = %EscapedDisplay(&e), "re-drive not confirmed");
                     report.failed.push((
                         id,
                         Error::transport(format!("re-driving `{id}` to `{queue}`"), e),

@@ -33,6 +33,7 @@
 //! says how many were and which one failed, so running it again `--since` that event's time
 //! resumes it (at-least-once, as everywhere in mesh).
 
+use mesh_core::text::EscapedDisplay;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -162,7 +163,7 @@ impl Store {
             }
         }
         info!(
-            queue = %queue,
+            queue = %EscapedDisplay(&queue),
             replayed = report.replayed,
             failed = report.failed.is_some(),
             "replay done"
@@ -233,7 +234,7 @@ async fn publish_page(
                 report.last = Some((id, time));
             }
             Err(e) => {
-                warn!(%id, %queue, error = %e, "replayed event not confirmed");
+                warn!(%id, queue = %EscapedDisplay(&queue), error = %EscapedDisplay(&e), "replayed event not confirmed");
                 report.failed = Some((
                     id,
                     time,

@@ -1,6 +1,7 @@
 //! The audit logger as a service: open the store, connect to RabbitMQ, run the logger, and
 //! reconnect when the connection is lost, until shutdown; and say whether it is ready.
 
+use mesh_core::text::EscapedDisplay;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -141,7 +142,7 @@ impl AuditService {
             match Store::open(self.store.clone()).await {
                 Ok(store) => break store,
                 Err(e) if e.is_retryable() => {
-                    warn!(error = %format!("{e:#}"), hint = e.hint().unwrap_or_default(), "audit store unavailable; retrying");
+                    warn!(error = %EscapedDisplay(format!("{e:#}")), hint = e.hint().unwrap_or_default(), "audit store unavailable; retrying");
                     if !wait(&mut backoff, &shutdown).await {
                         return Ok(LoggerStats::default());
                     }
@@ -157,7 +158,7 @@ impl AuditService {
             let transport = match connect_with_management(options, self.management.clone()).await {
                 Ok(transport) => Arc::new(transport),
                 Err(e) if e.is_retryable() => {
-                    warn!(broker = %self.amqp, error = %e, "broker unavailable; retrying");
+                    warn!(broker = %self.amqp, error = %EscapedDisplay(&e), "broker unavailable; retrying");
                     if !wait(&mut backoff, &shutdown).await {
                         break Ok(());
                     }
@@ -183,7 +184,7 @@ impl AuditService {
                     if started.elapsed() >= HEALTHY_RUN {
                         backoff.reset();
                     }
-                    warn!(error = %e, "audit logger interrupted; reconnecting");
+                    warn!(error = %EscapedDisplay(&e), "audit logger interrupted; reconnecting");
                     if !wait(&mut backoff, &shutdown).await {
                         break Ok(());
                     }

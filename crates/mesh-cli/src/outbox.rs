@@ -12,6 +12,7 @@
 //! The database URL may hold a password: it is shown only with its user information
 //! redacted, and no message quotes it.
 
+use mesh_core::text::EscapedDisplay;
 use std::str::FromStr as _;
 use std::time::Duration;
 
@@ -240,7 +241,7 @@ async fn relay_on<DB: Backend>(
     relay.stop().await;
     for bus in &buses {
         if let Err(error) = bus.drain().await {
-            tracing::warn!(error = %error, "draining a relay bus failed");
+            tracing::warn!(error = %EscapedDisplay(&error), "draining a relay bus failed");
         }
     }
     outbox.pool().close().await;

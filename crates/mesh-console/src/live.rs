@@ -131,13 +131,13 @@ pub(crate) async fn stream(State(c): Shared, RawQuery(raw): RawQuery) -> Result<
         })
         .await
         .map_err(|e| {
-            warn!(error = %e, "live stream: subscribing failed");
+            warn!(error = %mesh_core::text::EscapedDisplay(&e), "live stream: subscribing failed");
             Fail::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the broker refused the live tail's queue (see the console's log)",
             )
         })?;
-    info!(patterns = %texts.join(" "), queue = subscription.queue(), "live stream opened");
+    info!(patterns = %mesh_core::text::EscapedDisplay(texts.join(" ")), queue = subscription.queue(), "live stream opened");
     let tail = Tail {
         subscription,
         _slot: slot,

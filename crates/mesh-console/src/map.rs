@@ -61,7 +61,7 @@ async fn bindings(c: &Console) -> (Vec<Binding>, Option<String>) {
     match broker.bindings().await {
         Ok(bindings) => (bindings, None),
         Err(e) => {
-            warn!(error = %e, "reading the bindings failed");
+            warn!(error = %mesh_core::text::EscapedDisplay(&e), "reading the bindings failed");
             (
                 Vec::new(),
                 Some(format!("The management API did not list the bindings: {e}")),
@@ -167,7 +167,7 @@ pub(crate) async fn module(State(c): Shared, Path(name): Path<String>) -> Page {
         Some(broker) => broker
             .module_queues()
             .await
-            .map_err(|e| warn!(error = %e, "listing the queues failed"))
+            .map_err(|e| warn!(error = %mesh_core::text::EscapedDisplay(&e), "listing the queues failed"))
             .ok()
             .and_then(|queues| queues.into_iter().find(|q| q.name == queue)),
         None => None,
@@ -310,7 +310,7 @@ pub(crate) async fn replay(State(c): Shared, headers: HeaderMap, body: Bytes) ->
         .await
         .map_err(|e| unavailable("replaying", &e))?;
     info!(
-        who = %who,
+        who = %mesh_core::text::EscapedDisplay(&who),
         action = "replay",
         queue = replay.queue(),
         replayed = report.replayed,
@@ -346,7 +346,7 @@ pub(crate) async fn broker_overview(
     let queues = match broker.module_queues().await {
         Ok(queues) => queues,
         Err(e) => {
-            warn!(error = %e, "listing the queues failed");
+            warn!(error = %mesh_core::text::EscapedDisplay(&e), "listing the queues failed");
             return html! { p.error { "The management API did not list the queues: " (e) } };
         }
     };

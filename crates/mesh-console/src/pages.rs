@@ -633,9 +633,9 @@ pub(crate) async fn redrive(State(c): Shared, headers: HeaderMap, body: Bytes) -
         }
     }
     info!(
-        who = %who,
+        who = %mesh_core::text::EscapedDisplay(&who),
         action = "redrive",
-        target = %target,
+        target = %mesh_core::text::EscapedDisplay(&target),
         redriven = redriven.len(),
         failed = failed.len(),
         "console action"
@@ -732,7 +732,7 @@ pub(crate) async fn purge(State(c): Shared, headers: HeaderMap, body: Bytes) -> 
     }
     .map_err(|e| unavailable("purging dead letters", &e))?;
     let target: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    info!(who = %who, action = "purge", target = %target.join(" "), purged, "console action");
+    info!(who = %mesh_core::text::EscapedDisplay(&who), action = "purge", target = %mesh_core::text::EscapedDisplay(target.join(" ")), purged, "console action");
     page(
         "Purged",
         html! {

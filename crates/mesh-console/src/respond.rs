@@ -98,7 +98,7 @@ pub(crate) fn forbidden(message: impl Into<String>) -> Fail {
 
 /// A store that failed: logged, and shown without its details.
 pub(crate) fn unavailable(what: &str, error: &mesh_audit::Error) -> Fail {
-    warn!(%error, "{what} failed");
+    warn!(error = %mesh_core::text::EscapedDisplay(&error), "{what} failed");
     Fail {
         status: StatusCode::SERVICE_UNAVAILABLE,
         message: format!("{what} failed: the audit store did not answer (see the console's log)"),

@@ -103,12 +103,24 @@ impl DecodeError {
 /// message in `x-mesh-dead-error`, so a huge header must not make a huge copy.
 pub const MAX_QUOTED_CHARS: usize = 64;
 
-/// `text`, cut to [`MAX_QUOTED_CHARS`] characters (marked with `…` and its length when cut).
+/// `text` as an error message quotes it: escaped ([`crate::text::escape`]: no control or
+/// bidi character, so an error that quotes a wire value is safe wherever it is printed or
+/// logged) and cut to [`MAX_QUOTED_CHARS`] characters of that escaped form (marked with `…`
+/// and the original's length when cut; an escape is never cut in two).
 pub fn quote(text: &str) -> String {
-    match text.char_indices().nth(MAX_QUOTED_CHARS) {
-        None => text.to_owned(),
-        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()),
+    let mut out = String::new();
+    let mut width = 0;
+    for c in text.chars() {
+        let mut buffer = [0; 4];
+        let piece = crate::text::escape(c.encode_utf8(&mut buffer));
+        width += piece.chars().count();
+        if width > MAX_QUOTED_CHARS {
+            out.push_str(&format!("… ({} bytes)", text.len()));
+            return out;
+        }
+        out.push_str(&piece);
     }
+    out
 }
 
 /// `text`, cut to at most `max` bytes on a character boundary (marked with `…` and its
@@ -174,7 +186,11 @@ fn required_id(headers: &Headers, field: &'static str) -> Result<EventId, Decode
     let text = required_text(headers, field)?;
     text.parse().map_err(|e| DecodeError::Malformed {
         field,
-        problem: format!("`{}` is not a UUID ({e})", quote(text)),
+        problem: format!(
+            "`{}` is not a UUID ({})",
+            quote(text),
+            crate::text::EscapedDisplay(&e)
+        ),
     })
 }
 
@@ -251,7 +267,7 @@ pub fn check_user(
         Ok(())
     } else {
         Err(DecodeError::ForgedUser {
-            key: key.to_string(),
+            key: quote(key.as_str()),
             user: user.map(quote),
             owner: quote(&owner),
         })
@@ -380,7 +396,7 @@ pub fn decode(message: &WireMessage) -> Result<Envelope, DecodeError> {
     // Last: a forgery is a well-formed message, told apart only by who claims to send it.
     if !source_owns(&key, &source) {
         return Err(DecodeError::ForgedSource {
-            key: key.to_string(),
+            key: quote(key.as_str()),
             claimed: quote(&source),
         });
     }
@@ -862,6 +878,24 @@ mod tests {
             assert_eq!(index(reason), i);
             assert_eq!(DeadReason::parse(reason.as_str()), Some(reason));
         }
+    }
+
+    #[test]
+    fn quote_escapes_and_bounds_what_it_quotes() {
+        assert_eq!(quote("module.a.b"), "module.a.b");
+        assert_eq!(
+            quote("id\r\nforged\u{1b}[2J\u{202e}\u{9b}"),
+            "id\\r\\nforged\\u{1b}[2J\\u{202e}\\u{9b}"
+        );
+        let long = "x".repeat(100);
+        assert_eq!(quote(&long), format!("{}… (100 bytes)", "x".repeat(64)));
+        // Escapes count in the bound and are never cut in two.
+        let hostile = "\u{202e}".repeat(100);
+        let quoted = quote(&hostile);
+        assert_eq!(
+            quoted,
+            format!("{}… (300 bytes)", "\\u{202e}".repeat(64 / 8))
+        );
     }
 
     #[test]

@@ -75,7 +75,10 @@ pub enum KeyError {
         wildcard: char,
     },
     /// The first word is not a reserved origin.
-    #[error("unknown origin `{origin}`, expected one of `module`, `mesh` or `node`")]
+    #[error(
+        "unknown origin `{}`, expected one of `module`, `mesh` or `node`",
+        crate::text::Escaped(.origin)
+    )]
     UnknownOrigin {
         /// The first word found.
         origin: String,
@@ -87,13 +90,19 @@ pub enum KeyError {
         words: usize,
     },
     /// A word of a pattern mixes a wildcard with other characters (`a*`, `#b`).
-    #[error("pattern word `{word}` mixes a wildcard with other characters")]
+    #[error(
+        "pattern word `{}` mixes a wildcard with other characters",
+        crate::text::Escaped(.word)
+    )]
     PartialWildcard {
         /// The offending word.
         word: String,
     },
     /// A module, node or context name must be one word.
-    #[error("name `{name}` contains a dot; module, node and context names are one word")]
+    #[error(
+        "name `{}` contains a dot; module, node and context names are one word",
+        crate::text::Escaped(.name)
+    )]
     DottedName {
         /// The offending name.
         name: String,
@@ -468,6 +477,15 @@ mod tests {
             Err(KeyError::UnknownOrigin {
                 origin: "service".into()
             })
+        );
+    }
+
+    #[test]
+    fn an_error_escapes_the_text_it_quotes() {
+        let error = RoutingKey::parse("serv\u{202e}ice.umami.created").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "unknown origin `serv\\u{202e}ice`, expected one of `module`, `mesh` or `node`"
         );
     }
 

@@ -65,6 +65,7 @@ pub fn write_escaped(out: &mut impl fmt::Write, text: &str) -> fmt::Result {
 }
 
 /// Displays its text escaped: `%Escaped(key)` in a tracing field, `{}` in a format string.
+/// For a value that is not a string (an error), [`EscapedDisplay`].
 #[derive(Clone, Copy)]
 pub struct Escaped<'a>(pub &'a str);
 
@@ -82,9 +83,38 @@ impl fmt::Debug for Escaped<'_> {
     }
 }
 
+/// Displays any value's `Display` text escaped as [`escape`] does, streamed without an
+/// intermediate string: `error = %EscapedDisplay(&e)` in a tracing field, for an error (or
+/// anything else) whose text may quote wire values.
+#[derive(Clone, Copy)]
+pub struct EscapedDisplay<T>(pub T);
+
+impl<T: fmt::Display> fmt::Display for EscapedDisplay<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(Escaping(f), "{}", self.0)
+    }
+}
+
+impl<T: fmt::Display> fmt::Debug for EscapedDisplay<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_char('"')?;
+        write!(Escaping(&mut *f), "{}", self.0)?;
+        f.write_char('"')
+    }
+}
+
+/// A writer that escapes what goes through it (each piece is whole characters).
+struct Escaping<W>(W);
+
+impl<W: fmt::Write> fmt::Write for Escaping<W> {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        write_escaped(&mut self.0, text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{escape, is_unsafe, Escaped};
+    use super::{escape, is_unsafe, Escaped, EscapedDisplay};
     use proptest::prelude::*;
 
     #[test]
@@ -115,6 +145,12 @@ mod tests {
             assert_eq!(escape(kept), kept);
         }
         assert_eq!(format!("{:?}", Escaped("a\nb")), "\"a\\nb\"");
+        let error = std::io::Error::other("refused `a\r\nb\u{202e}`");
+        assert_eq!(
+            EscapedDisplay(&error).to_string(),
+            "refused `a\\r\\nb\\u{202e}`"
+        );
+        assert_eq!(format!("{:?}", EscapedDisplay("a\nb")), "\"a\\nb\"");
     }
 
     proptest! {
@@ -125,6 +161,7 @@ mod tests {
             let escaped = escape(&text);
             prop_assert!(!escaped.chars().any(is_unsafe), "{escaped:?}");
             prop_assert_eq!(format!("{}", Escaped(&text)), escaped.as_ref());
+            prop_assert_eq!(EscapedDisplay(&text).to_string(), escaped.as_ref());
             if !text.chars().any(is_unsafe) {
                 prop_assert_eq!(escaped.as_ref(), text.as_str());
             }

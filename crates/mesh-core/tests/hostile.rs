@@ -2,7 +2,7 @@
 //!
 //! Whatever a publisher sends, each reader returns a value or a typed error, never panics;
 //! every time it returns is in the range the audit store can write and read back; every
-//! error message is bounded, since a dead letter quotes it.
+//! error message is bounded, since a dead letter quotes it, and escaped, since logs print it.
 
 use bytes::Bytes;
 use mesh_core::codec::{self, DecodeError};
@@ -242,6 +242,12 @@ fn bounded(error: &DecodeError) -> Result<(), TestCaseError> {
         text.chars().take(200).collect::<String>()
     );
     prop_assert!(!error.field().is_empty());
+    // Safe to print or log: no control or bidi character from the wire survives.
+    prop_assert!(
+        !text.chars().any(mesh_core::text::is_unsafe),
+        "unescaped error message: {:?}",
+        text
+    );
     Ok(())
 }
 

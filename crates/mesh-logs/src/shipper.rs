@@ -23,6 +23,7 @@
 //! The task never reconnects by itself: the link's owner in mesh-amqp does, on the broker
 //! options' reconnect backoff; the task only waits for a publisher on the next connection.
 
+use mesh_core::text::EscapedDisplay;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -271,7 +272,7 @@ async fn ship(
     let Some(link) = unless_stopped_idle(opening, &mut records, &stop).await else {
         return;
     };
-    debug!(exchange = %link.exchange(), "logs shipper connected");
+    debug!(exchange = %EscapedDisplay(&link.exchange()), "logs shipper connected");
     loop {
         let Some(publisher) =
             unless_stopped_idle(link.publisher_retrying(), &mut records, &stop).await
@@ -343,7 +344,7 @@ async fn publish_until_lost(
             .publish(&record.routing_key(), "application/json", body)
             .await
         {
-            debug!(error = %e, "publishing a record failed");
+            debug!(error = %EscapedDisplay(&e), "publishing a record failed");
             // `taken` counts it lost as it goes.
             return Ended::Lost;
         }

@@ -4,6 +4,7 @@
 //! An acker reaches the broker through [`Settle`], which the broker implements: this module
 //! knows the state's vocabulary (tickets, settlements, faults) and nothing of the broker.
 
+use mesh_core::text::EscapedDisplay;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -100,7 +101,7 @@ impl Acker for MemoryAcker {
 
     fn release(mut self: Box<Self>) {
         if let Err(error) = self.settle(Settlement::Release) {
-            debug!(queue = %self.ticket.queue, ?error, "release had no effect");
+            debug!(queue = %EscapedDisplay(&self.ticket.queue), ?error, "release had no effect");
         }
     }
 }
@@ -110,7 +111,7 @@ impl Drop for MemoryAcker {
     fn drop(&mut self) {
         if !self.settled {
             if let Err(error) = self.settle(Settlement::Release) {
-                debug!(queue = %self.ticket.queue, ?error, "release on drop had no effect");
+                debug!(queue = %EscapedDisplay(&self.ticket.queue), ?error, "release on drop had no effect");
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The shared in-process broker: the state behind its lock, the performer of the effects
 //! its transitions return, and the inspection methods.
 
+use mesh_core::text::EscapedDisplay;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
@@ -131,7 +132,7 @@ impl BrokerShared {
                 state.room_wait_ended(&queue, consumer);
             }
             for copy in returned_now {
-                debug!(queue = %copy.queue, "no runtime for the retry timer, copy returned now");
+                debug!(queue = %EscapedDisplay(&copy.queue), "no runtime for the retry timer, copy returned now");
                 state.return_delayed(&copy.queue, copy.copy, fx);
             }
         });

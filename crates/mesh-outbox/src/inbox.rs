@@ -3,6 +3,7 @@
 //! the commit) has no second effect; and a durable [`DedupStore`](mesh::DedupStore) on the
 //! same table.
 
+use mesh_core::text::EscapedDisplay;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,7 +123,7 @@ impl<DB: Backend> Inbox<DB> {
                     .await
                     .map_err(HandlerError::retry)?
                 {
-                    debug!(%id, consumer = %consumer, "event processed before; skipped");
+                    debug!(%id, consumer = %EscapedDisplay(&consumer), "event processed before; skipped");
                     telemetry::inbox(&consumer, true);
                     // Nothing was written: the rollback only ends the transaction.
                     tx.rollback().await.map_err(HandlerError::retry)?;
@@ -174,7 +175,7 @@ impl<DB: Backend> Inbox<DB> {
         let task = tokio::spawn(async move {
             loop {
                 if let Err(e) = inbox.cleanup().await {
-                    warn!(error = %e, "inbox cleanup failed");
+                    warn!(error = %EscapedDisplay(&e), "inbox cleanup failed");
                 }
                 tokio::select! {
                     () = tokio::time::sleep(interval) => {}
@@ -230,7 +231,7 @@ impl<DB: Backend> mesh::DedupStore for SqlDedup<DB> {
                 }
                 Err(e) => {
                     // The store cannot tell: the handler runs (at least once beats never).
-                    warn!(%id, error = %e, "dedup claim failed; handling the event anyway");
+                    warn!(%id, error = %EscapedDisplay(&e), "dedup claim failed; handling the event anyway");
                     true
                 }
             }
@@ -240,7 +241,7 @@ impl<DB: Backend> mesh::DedupStore for SqlDedup<DB> {
     fn release(&self, id: EventId) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             if let Err(e) = DB::inbox_delete(&self.pool, &self.consumer, &id.to_string()).await {
-                warn!(%id, error = %e, "dedup release failed; a retry of the event will be skipped");
+                warn!(%id, error = %EscapedDisplay(&e), "dedup release failed; a retry of the event will be skipped");
             }
         })
     }

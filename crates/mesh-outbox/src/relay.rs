@@ -61,6 +61,7 @@
 //! paused) may publish rows another relay publishes too; the lease must outlast the publish
 //! deadline, which is checked at start.
 
+use mesh_core::text::EscapedDisplay;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -350,7 +351,7 @@ async fn cleanup_loop<DB: Backend>(
         };
         match DB::counts(&pool).await {
             Ok(counts) => telemetry::table(&counts, cleaned),
-            Err(e) => warn!(error = %e, "counting outbox rows failed"),
+            Err(e) => warn!(error = %EscapedDisplay(&e), "counting outbox rows failed"),
         }
         tokio::select! {
             () = tokio::time::sleep(options.cleanup_interval) => {}
@@ -526,7 +527,7 @@ impl<DB: Backend> SourceWorker<DB> {
                 }
                 Stop::Failed(reason) => {
                     telemetry::relay_failed(&self.source);
-                    warn!(source = %self.source, %reason, "outbox relay failed; trying again");
+                    warn!(source = %self.source, reason = %EscapedDisplay(&reason), "outbox relay failed; trying again");
                     self.release().await;
                     tokio::select! {
                         () = tokio::time::sleep(self.options.retry_delay) => {}
@@ -544,7 +545,7 @@ impl<DB: Backend> SourceWorker<DB> {
         }
         if let Err(e) = DB::release_lease(&self.pool, &self.source, &self.owner).await {
             // It expires by itself.
-            warn!(source = %self.source, error = %e, "giving an outbox lease up failed");
+            warn!(source = %self.source, error = %EscapedDisplay(&e), "giving an outbox lease up failed");
         }
     }
 
@@ -763,7 +764,7 @@ impl<DB: Backend> SourceWorker<DB> {
         reason: &'static str,
         detail: &str,
     ) {
-        error!(source = %self.source, seq, reason, %detail, "outbox row given up");
+        error!(source = %self.source, seq, reason, detail = %EscapedDisplay(&detail), "outbox row given up");
         telemetry::given_up(&self.source, reason);
         s.window
             .given_up(batch, seq, size, format!("{reason}: {detail}"));
@@ -787,7 +788,7 @@ impl<DB: Backend> SourceWorker<DB> {
             }
             Err(e) => match fate_of(&e) {
                 Fate::Poison(reason, detail) => {
-                    error!(source = %self.source, seq, reason, %detail, "outbox row given up");
+                    error!(source = %self.source, seq, reason, detail = %EscapedDisplay(&detail), "outbox row given up");
                     telemetry::given_up(&self.source, reason);
                     s.window.refused(seq, format!("{reason}: {detail}"));
                     Ok(())

@@ -36,6 +36,7 @@
 //! [`ErrorKind::InUse`](crate::ErrorKind::InUse) while another holds it, in this process
 //! or another. Two relays on one file would publish its events twice.
 
+use mesh_core::text::EscapedDisplay;
 use std::fmt;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
@@ -209,7 +210,7 @@ impl Spool {
         let committed = Arc::new(Notify::new());
         let (writer, rows) = mpsc::unbounded_channel();
         tokio::spawn(write(pool.clone(), rows, Arc::clone(&committed)));
-        debug!(path = %path.display(), pending_bytes = bytes, "spool opened");
+        debug!(path = %EscapedDisplay(path.display()), pending_bytes = bytes, "spool opened");
         Ok(Spool {
             shared: Arc::new(Shared {
                 path,
@@ -317,9 +318,9 @@ impl EmitSpool for Spool {
             .await;
             if let Ok(foreign @ 1..) = foreign {
                 warn!(
-                    path = %self.shared.path.display(),
+                    path = %EscapedDisplay(self.shared.path.display()),
                     rows = foreign,
-                    %source,
+                    source = %EscapedDisplay(&source),
                     "the spool holds unsent events of another source; they stay in it"
                 );
             }
@@ -360,7 +361,7 @@ impl EmitSpool for Spool {
             };
             if left {
                 warn!(
-                    path = %self.shared.path.display(),
+                    path = %EscapedDisplay(self.shared.path.display()),
                     pending_bytes = self.pending_bytes(),
                     "spool: unsent events remain after the emit deadline; kept for the next start"
                 );

@@ -7,6 +7,7 @@
 //! settled (the task died, the bus was closed) is released back to its queue by the
 //! transport.
 
+use mesh_core::text::EscapedDisplay;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -45,8 +46,9 @@ pub(crate) fn ack_failed(queue: Queue) -> AckFailed {
     Arc::new(move |error| {
         record::settle_failed(&queue, "ack");
         warn!(
-            queue = %queue.value(),
-            "ack failed, the event will be redelivered: {error}"
+            queue = %EscapedDisplay(&queue.value()),
+            error = %EscapedDisplay(&error),
+            "ack failed, the event will be redelivered"
         );
     })
 }
@@ -208,11 +210,12 @@ impl Dispatcher {
                 // owner of its key).
                 let reason = error.dead_reason();
                 warn!(
-                    queue = %delivery.queue,
-                    key = ?codec::quote(&delivery.message.routing_key),
+                    queue = %EscapedDisplay(&delivery.queue),
+                    key = %codec::quote(&delivery.message.routing_key),
                     field = error.field(),
-                    %reason,
-                    "event dead-lettered, it breaks the contract: {error}"
+                    reason = %EscapedDisplay(&reason),
+                    error = %EscapedDisplay(&error),
+                    "event dead-lettered, it breaks the contract"
                 );
                 return Plan::Reject {
                     reason,
@@ -224,11 +227,11 @@ impl Dispatcher {
         let span = tracing::info_span!(
             "mesh.handle",
             otel.kind = "consumer",
-            key = %envelope.key,
+            key = %EscapedDisplay(&envelope.key),
             id = %envelope.id,
             causation_id = envelope.causation_id.as_deref(),
             attempt,
-            queue = %delivery.queue,
+            queue = %EscapedDisplay(&delivery.queue),
             outcome = tracing::field::Empty,
         );
         // Before anything enters the span: the emitter's span becomes its parent.
@@ -294,13 +297,13 @@ impl Dispatcher {
             Outcome::Done => self.settle_ack(delivery).await,
             Outcome::GiveUp(reason, error) => {
                 span.record("outcome", "dead-letter");
-                warn!(%reason, "event dead-lettered: {error}");
+                warn!(reason = %EscapedDisplay(&reason), error = %EscapedDisplay(&error), "event dead-lettered");
                 self.dead_letter(delivery, reason, attempt, error).await;
             }
             Outcome::Retry(error) => match self.retry.next_step(attempt) {
                 Some(step) => {
                     span.record("outcome", "retry");
-                    debug!(step, "handler failed, retrying: {error}");
+                    debug!(step, error = %EscapedDisplay(&error), "handler failed, retrying");
                     let mut copy = delivery.message.clone();
                     codec::set_attempts(&mut copy, attempt);
                     codec::hand_over_user(&mut copy);
@@ -310,14 +313,15 @@ impl Dispatcher {
                             record::settle_failed(&self.queue, "retry");
                             // Not acked: the broker redelivers the original.
                             warn!(
-                                "retry could not be scheduled, the event will be redelivered: {e}"
+                                error = %EscapedDisplay(&e),
+                                "retry could not be scheduled, the event will be redelivered"
                             );
                         }
                     }
                 }
                 None => {
                     span.record("outcome", "dead-letter");
-                    warn!("event dead-lettered after {attempt} attempts: {error}");
+                    warn!(attempts = attempt, error = %EscapedDisplay(&error), "event dead-lettered: no attempts left");
                     self.dead_letter(delivery, DeadReason::MaxAttempts, attempt, error)
                         .await;
                 }
@@ -436,7 +440,7 @@ impl Dispatcher {
             Ok(()) => record::dead_lettered(&self.queue, reason),
             Err(e) => {
                 record::settle_failed(&self.queue, "dead-letter");
-                warn!("dead-lettering failed, the event will be redelivered: {e}");
+                warn!(error = %EscapedDisplay(&e), "dead-lettering failed, the event will be redelivered");
             }
         }
     }

@@ -186,9 +186,13 @@ impl fmt::Display for Error {
             }
             ErrorKind::Payload => f.write_str("payload is not valid JSON for its type"),
             ErrorKind::Decode => f.write_str("message breaks the contract"),
-            ErrorKind::Remote { code, message } => {
-                write!(f, "tool failed with `{code}`: {message}")
-            }
+            // What the server said is wire text: escaped, wherever this is printed.
+            ErrorKind::Remote { code, message } => write!(
+                f,
+                "tool failed with `{}`: {}",
+                mesh_core::text::Escaped(code),
+                mesh_core::text::Escaped(message)
+            ),
             ErrorKind::Transport(_) => f.write_str("transport failed"),
             ErrorKind::Closed => f.write_str("bus is closed"),
             ErrorKind::Telemetry => f.write_str("telemetry could not start"),

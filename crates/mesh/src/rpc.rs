@@ -1,6 +1,7 @@
 //! Request/reply: `call` a tool, `serve` one. Requests ride `mesh.rpc`, never
 //! `mesh.events`, so a `#` subscription on events stays a pure record of what happened.
 
+use mesh_core::text::{Escaped, EscapedDisplay};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -131,7 +132,7 @@ async fn answer(entry: &ServeEntry, request: Delivery) {
                 tool = %entry.tool,
                 id = %meta.id,
                 causation_id = meta.causation_id.as_deref(),
-                source = %meta.source,
+                source = %Escaped(&meta.source),
             );
             propagation::set_parent(&span, &request.message.properties.headers);
             let cause = meta.id;
@@ -154,13 +155,13 @@ async fn answer(entry: &ServeEntry, request: Delivery) {
         // Nobody waits for an answer: the work is done, so the request is.
         warn!(tool = %entry.tool, "request without reply_to handled; reply dropped");
         if let Err(e) = request.ack().await {
-            warn!("ack of a request failed: {e}");
+            warn!(error = %EscapedDisplay(&e), "ack of a request failed");
         }
         return;
     }
     if let Err(e) = request.reply(codec::encode_reply(&result)).await {
         // Not acked: the request is redelivered and answered again.
-        warn!(tool = %entry.tool, "reply could not be sent: {e}");
+        warn!(tool = %entry.tool, error = %EscapedDisplay(&e), "reply could not be sent");
     }
 }
 

@@ -21,6 +21,7 @@
 mod error;
 mod options;
 
+use mesh_core::text::EscapedDisplay;
 use std::sync::Arc;
 
 use mesh_core::naming::EVENTS_EXCHANGE;
@@ -694,7 +695,7 @@ fn tls_config(
         None => {
             let found = rustls_native_certs::load_native_certs();
             for error in &found.errors {
-                tracing::debug!(%error, "a system root certificate could not be loaded");
+                tracing::debug!(error = %EscapedDisplay(&error), "a system root certificate could not be loaded");
             }
             let (added, ignored) = roots.add_parsable_certificates(found.certs);
             tracing::debug!(added, ignored, "system root certificates");

@@ -31,6 +31,7 @@
 //! Channels are opened on tasks of their own, so a request made just as the connection
 //! hangs can never stall the supervisor: it keeps watching for the loss.
 
+use mesh_core::text::EscapedDisplay;
 use std::sync::{Arc, Mutex};
 
 use amqprs::channel::Channel;
@@ -249,7 +250,7 @@ impl Supervisor {
                     if let Err(Ok((channel, _))) = reply.send(opened) {
                         if let Err(e) = within(channel.close(), "closing an unwanted channel").await
                         {
-                            tracing::debug!(error = %e, "closing an unwanted channel failed");
+                            tracing::debug!(error = %EscapedDisplay(&e), "closing an unwanted channel failed");
                         }
                     }
                 });
@@ -333,7 +334,7 @@ async fn replay(
                 return Err(error);
             }
             refused += 1;
-            tracing::error!(error = %error, "replaying the topology: a declaration was refused; skipped");
+            tracing::error!(error = %EscapedDisplay(&error), "replaying the topology: a declaration was refused; skipped");
         }
         channel = Some(declare);
     }

@@ -22,6 +22,7 @@
 //! The task reports `Disconnected` and `Connected` with [`ConnectionOwner::report`] once it
 //! has reacted, so whoever watches the lifecycle sees the link's new state complete.
 
+use mesh_core::text::EscapedDisplay;
 use std::sync::Arc;
 
 use amqprs::connection::Connection;
@@ -168,7 +169,7 @@ impl ConnectionOwner {
         drop(live);
         let delay = self.backoff.next_delay();
         self.retry_at = Some(Instant::now() + delay);
-        tracing::warn!(link = %self.link(), %reason, retry_in = ?delay, "connection lost; reconnecting");
+        tracing::warn!(link = %self.link(), reason = %EscapedDisplay(&reason), retry_in = ?delay, "connection lost; reconnecting");
         Some(LinkEvent::Lost { reason })
     }
 
@@ -207,7 +208,7 @@ impl ConnectionOwner {
         self.connecting = None;
         let delay = self.backoff.next_delay();
         self.retry_at = Some(Instant::now() + delay);
-        tracing::warn!(link = %self.link(), error = %error, retry_in = ?delay, "reconnecting failed");
+        tracing::warn!(link = %self.link(), error = %EscapedDisplay(&error), retry_in = ?delay, "reconnecting failed");
         self.shared.emit(Lifecycle::ReconnectFailed {
             link: self.link(),
             attempt: self.backoff.failures(),

@@ -7,6 +7,7 @@
 //! they only record what the broker said in the `LinkState`, tagged with the connection they
 //! came from, so a late callback of a replaced connection changes nothing.
 
+use mesh_core::text::EscapedDisplay;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -76,7 +77,7 @@ impl LinkState {
     /// publisher); reports it if it was not.
     pub(crate) fn block(&self, reason: String) {
         if self.set_blocked(true) {
-            tracing::warn!(link = %self.link, %reason, "publishing is blocked");
+            tracing::warn!(link = %self.link, reason = %EscapedDisplay(&reason), "publishing is blocked");
             self.shared.emit(Lifecycle::Blocked {
                 link: self.link,
                 reason,
@@ -157,7 +158,7 @@ impl ConnectionCallback for LinkCallback {
     ) -> Result<(), amqprs::error::Error> {
         tracing::warn!(
             connection = %connection.connection_name(),
-            close = %close,
+            close = %EscapedDisplay(&close),
             "broker closed the connection"
         );
         if self.state.is_current(self.connection) {
@@ -177,7 +178,7 @@ impl ConnectionCallback for LinkCallback {
         // confirms stop and the unconfirmed window fills up.
         tracing::warn!(
             connection = %connection.connection_name(),
-            %reason,
+            reason = %EscapedDisplay(&reason),
             "broker blocked the connection"
         );
         if self.state.is_current(self.connection) {
@@ -334,7 +335,7 @@ pub(crate) async fn open(
                 return Ok((connection, index));
             }
             Err(error) => {
-                tracing::warn!(%address, error = %error, "connection attempt failed");
+                tracing::warn!(%address, error = %EscapedDisplay(&error), "connection attempt failed");
                 // A refused login is not cured by the next node of the same cluster.
                 if error.kind() == &TransportErrorKind::AccessRefused {
                     return Err(error);
@@ -395,7 +396,7 @@ pub(crate) async fn lost(connection: &Connection) {
 pub(crate) async fn close(connection: Connection, link: Link) {
     if connection.is_open() {
         if let Err(e) = crate::declare::within(connection.close(), "closing").await {
-            tracing::debug!(%link, error = %e, "closing a connection timed out");
+            tracing::debug!(%link, error = %EscapedDisplay(&e), "closing a connection timed out");
         }
     }
 }

@@ -3,6 +3,7 @@
 //! for its confirm, and only then acks the original (holding the delivery through passing
 //! failures of the copy), so a message is never lost between the two.
 
+use mesh_core::text::EscapedDisplay;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,9 +72,10 @@ impl AmqpAcker {
                     if passing(&error) && settle.is_live() && Instant::now() + pause < deadline =>
                 {
                     tracing::warn!(
-                        queue = %ctx.queue,
+                        queue = %EscapedDisplay(&ctx.queue),
                         retry_in = ?pause,
-                        "publishing a copy failed; the delivery is held and the copy sent again: {error}"
+                        error = %EscapedDisplay(&error),
+                        "publishing a copy failed; the delivery is held and the copy sent again"
                     );
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(COPY_PAUSE_MAX);
@@ -109,9 +111,10 @@ impl AmqpAcker {
                     Payload::Event(_) => 0,
                 };
                 tracing::warn!(
-                    queue = %ctx.queue,
+                    queue = %EscapedDisplay(&ctx.queue),
                     trimmed,
-                    "a copy's headers do not fit in a frame; publishing it trimmed: {error}"
+                    error = %EscapedDisplay(&error),
+                    "a copy's headers do not fit in a frame; publishing it trimmed"
                 );
                 ctx.publisher.publish(outgoing, None).await?
             }

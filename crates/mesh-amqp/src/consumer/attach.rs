@@ -2,6 +2,7 @@
 //! the recorded topology when asked (or a server-named one bound to its patterns), the
 //! prefetch set, and `basic.consume`; and what attaching needs from the transport.
 
+use mesh_core::text::EscapedDisplay;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
@@ -101,7 +102,7 @@ pub(crate) async fn consume(
     let (consumer_tag, stream) = within(channel.basic_consume_rx(args), &context)
         .await?
         .map_err(|e| failed(e, &context))?;
-    tracing::info!(queue, consumer = %consumer_tag, prefetch, manual_ack, "consumer attached");
+    tracing::info!(queue, consumer = %EscapedDisplay(&consumer_tag), prefetch, manual_ack, "consumer attached");
     Ok(Consumer {
         queue: queue.to_owned(),
         channel,

@@ -35,6 +35,7 @@
 //! forwarders twice goes at once ([`hold_for`]), so even a broker with a shorter consumer
 //! timeout cannot keep a retry from coming back.
 
+use mesh_core::text::EscapedDisplay;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,7 +92,7 @@ pub(crate) async fn start(
         };
         let copies = subscribe(env, spec, true, Vec::new()).await?;
         let stop = CancellationToken::new();
-        let span = tracing::info_span!(parent: None, "mesh_amqp.forwarder", queue = %retry_queue);
+        let span = tracing::info_span!(parent: None, "mesh_amqp.forwarder", queue = %EscapedDisplay(&retry_queue));
         tokio::spawn(run(copies, *step, stop.clone()).instrument(span));
         guards.push(stop.drop_guard());
     }
@@ -111,7 +112,7 @@ async fn run(mut copies: Subscription, step: Duration, stop: CancellationToken) 
             Some(sent) = sending.next(), if !sending.is_empty() => {
                 if let Err(error) = sent {
                     // The copy was released: its retry queue holds it again.
-                    tracing::warn!(error = %error, "forwarding a retry copy failed; it waits again");
+                    tracing::warn!(error = %EscapedDisplay(&error), "forwarding a retry copy failed; it waits again");
                 }
             }
             () = sleep_until(due), if due.is_some() => {
@@ -135,7 +136,7 @@ async fn run(mut copies: Subscription, step: Duration, stop: CancellationToken) 
     // Let what was sent finish (its ack, or its release).
     while let Some(sent) = sending.next().await {
         if let Err(error) = sent {
-            tracing::debug!(error = %error, "forwarding a retry copy failed while stopping");
+            tracing::debug!(error = %EscapedDisplay(&error), "forwarding a retry copy failed while stopping");
         }
     }
     // Stop taking copies before releasing those held: released while the consumer is still

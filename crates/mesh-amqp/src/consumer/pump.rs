@@ -3,6 +3,7 @@
 //! stops on its own (see the module docs of `consumer`), handing each new stream to the
 //! subscription.
 
+use mesh_core::text::EscapedDisplay;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +47,7 @@ pub(crate) async fn subscribe(
     env.counts.attached.fetch_add(1, Ordering::AcqRel);
     let queue = ctx.queue.clone();
     let (attachment, reader) = Attachment::new(consumer, ctx, generation, spec.prefetch, &env);
-    let span = tracing::info_span!(parent: None, "mesh_amqp.subscription", %queue);
+    let span = tracing::info_span!(parent: None, "mesh_amqp.subscription", queue = %EscapedDisplay(&queue));
     let pump = Pump {
         backoff: env.backoff.clone(),
         env,
@@ -198,7 +199,7 @@ impl Pump {
             if self.env.in_stats {
                 Counters::bump(&self.env.link.shared().counters.consumer_cancels);
             }
-            tracing::warn!(%queue, %reason, "consumer stopped; re-attaching");
+            tracing::warn!(queue = %EscapedDisplay(&queue), reason = %EscapedDisplay(&reason), "consumer stopped; re-attaching");
             self.env
                 .link
                 .shared()
@@ -216,7 +217,7 @@ impl Pump {
                         Counters::bump(&self.env.link.shared().counters.reattached);
                     }
                     let queue = attachment.queue.clone();
-                    tracing::info!(%queue, prefetch = self.spec.prefetch, "consumer re-attached");
+                    tracing::info!(queue = %EscapedDisplay(&queue), prefetch = self.spec.prefetch, "consumer re-attached");
                     self.env
                         .link
                         .shared()
@@ -333,7 +334,7 @@ impl Pump {
                     ))
                 }
                 Err(error) => tracing::warn!(
-                    error = %error,
+                    error = %EscapedDisplay(&error),
                     failures = self.backoff.failures(),
                     "re-attaching a consumer failed; retrying"
                 ),
@@ -377,8 +378,10 @@ async fn cancel_consumer(attachment: &Attachment) {
     )
     .await
     {
-        Ok(Ok(_)) => tracing::info!(queue = %attachment.queue, "consumer cancelled"),
-        Ok(Err(e)) => tracing::debug!(error = %e, "basic.cancel failed"),
-        Err(e) => tracing::debug!(error = %e, "basic.cancel failed"),
+        Ok(Ok(_)) => {
+            tracing::info!(queue = %EscapedDisplay(&attachment.queue), "consumer cancelled")
+        }
+        Ok(Err(e)) => tracing::debug!(error = %EscapedDisplay(&e), "basic.cancel failed"),
+        Err(e) => tracing::debug!(error = %EscapedDisplay(&e), "basic.cancel failed"),
     }
 }

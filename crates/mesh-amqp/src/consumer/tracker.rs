@@ -3,6 +3,7 @@
 //! answers who waits for them, and closes the channel once the reader and every acker are
 //! gone or the transport closes.
 
+use mesh_core::text::EscapedDisplay;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -69,7 +70,8 @@ impl Tracker {
     ) -> Tracker {
         let (commands, rx) = mpsc::unbounded_channel();
         let state = Arc::new(Mutex::new(AckTracker::default()));
-        let span = tracing::debug_span!(parent: None, "mesh_amqp.acks", %queue);
+        let span =
+            tracing::debug_span!(parent: None, "mesh_amqp.acks", queue = %EscapedDisplay(&queue));
         tokio::spawn(
             track(
                 channel.clone(),
@@ -225,7 +227,7 @@ async fn send(channel: &Channel, closed: &CloseSlot, flush: Flush<Done>) {
                     .basic_nack(BasicNackArguments::new(tag, false, true))
                     .await
                 {
-                    tracing::debug!(tag, error = %e, "releasing a delivery failed");
+                    tracing::debug!(tag, error = %EscapedDisplay(&e), "releasing a delivery failed");
                 }
             }
             Frame::Ack { tag, multiple } => {

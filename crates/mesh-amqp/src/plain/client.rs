@@ -6,6 +6,7 @@ use amqprs::channel::{
     QueueDeclareArguments,
 };
 use amqprs::BasicProperties;
+use mesh_core::text::EscapedDisplay;
 use mesh_core::{HeaderValue, Headers, TopicPattern, TransportError, TransportErrorKind};
 use tokio::sync::mpsc;
 
@@ -162,7 +163,7 @@ impl Follower {
 async fn close(channel: Channel, timed_out: &str) {
     if channel.is_open() {
         if let Err(e) = within(channel.close(), "closing a channel").await {
-            tracing::debug!(error = %e, "{timed_out}");
+            tracing::debug!(error = %EscapedDisplay(&e), "{timed_out}");
         }
     }
 }

@@ -16,6 +16,7 @@
 //! with [`PlainLink::publisher_retrying`], which waits for the supervisor's next connection.
 //! The connection is named `<prefix>.consume` after the options' connection-name prefix.
 
+use mesh_core::text::EscapedDisplay;
 use std::sync::{Arc, Mutex};
 
 use mesh_core::{TopicPattern, TransportError};
@@ -95,8 +96,8 @@ impl PlainLink {
                 Err(error) => {
                     let delay = backoff.next_delay();
                     tracing::warn!(
-                        %exchange,
-                        error = %error,
+                        exchange = %EscapedDisplay(&exchange),
+                        error = %EscapedDisplay(&error),
                         retry_in = ?delay,
                         attempt = backoff.failures(),
                         "cannot open the connection; retrying"
@@ -145,7 +146,7 @@ impl PlainLink {
                 Ok(publisher) => return publisher,
                 Err(error) => {
                     let delay = backoff.next_delay();
-                    tracing::debug!(error = %error, retry_in = ?delay, "no publishing channel yet");
+                    tracing::debug!(error = %EscapedDisplay(&error), retry_in = ?delay, "no publishing channel yet");
                     let retry_at = Some(tokio::time::Instant::now() + delay);
                     tokio::select! {
                         () = newer(&mut status, seen) => {}
@@ -169,7 +170,7 @@ impl PlainLink {
         let (channel, queue) =
             client::Follower::start(channel, closed, &self.exchange.name, pattern, max_length)
                 .await?;
-        tracing::debug!(%queue, %pattern, exchange = %self.exchange.name, "following");
+        tracing::debug!(queue = %EscapedDisplay(&queue), pattern = %EscapedDisplay(&pattern), exchange = %EscapedDisplay(&self.exchange.name), "following");
         Ok(PlainFollower { channel, queue })
     }
 

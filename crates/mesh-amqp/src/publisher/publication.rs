@@ -3,6 +3,7 @@
 //! ([`WindowRoom`]), how its content-header frame is measured against the connection's
 //! `frame_max`, and what its caller is told once the window settled it.
 
+use mesh_core::text::EscapedDisplay;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -237,7 +238,7 @@ impl Pending {
                 tracing::warn!(
                     size,
                     max,
-                    routing_key = %outgoing.payload.routing_key(),
+                    routing_key = %EscapedDisplay(&outgoing.payload.routing_key()),
                     "the broker refused a message as too large; not resent"
                 );
                 Err(with_close(TransportError::new(

@@ -4,6 +4,7 @@
 //! publish the backlog, answer callers, replace the channel, report a block. See the
 //! module docs of `publisher` for what happens after a loss.
 
+use mesh_core::text::EscapedDisplay;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -222,7 +223,7 @@ impl PublishTask {
         let channel = match self.ensure_channel().await {
             Ok(channel) => channel,
             Err(error) => {
-                tracing::warn!(error = %error, "opening the publish channel failed");
+                tracing::warn!(error = %EscapedDisplay(&error), "opening the publish channel failed");
                 self.retry_channel_later();
                 return;
             }
@@ -240,7 +241,7 @@ impl PublishTask {
                 frame_max,
                 queued.message.outgoing.payload.routing_key(),
             ) {
-                tracing::warn!(error = %error, "a message's headers do not fit in a frame; not sent");
+                tracing::warn!(error = %EscapedDisplay(&error), "a message's headers do not fit in a frame; not sent");
                 queued.message.fail(&self.room, error);
                 continue;
             }
@@ -284,7 +285,7 @@ impl PublishTask {
                 Err(error) => {
                     // The frame never left: the channel (or the connection) is unusable, and
                     // the broker's numbering of what did leave is ours no more to trust.
-                    tracing::warn!(error = %error, "publish failed; replacing the channel");
+                    tracing::warn!(error = %EscapedDisplay(&error), "publish failed; replacing the channel");
                     self.window.unsent(queued);
                     self.drop_channel(None);
                     self.retry_channel_later();
@@ -358,10 +359,10 @@ impl PublishTask {
         let declare = DeclareChannel::wrap(channel, slot);
         for decl in &decls {
             if let Err(error) = declare.exchange(decl).await {
-                tracing::error!(error = %error, "declaring a lost exchange again failed");
+                tracing::error!(error = %EscapedDisplay(&error), "declaring a lost exchange again failed");
                 break;
             }
-            tracing::info!(exchange = %decl.name, "declared a lost exchange again");
+            tracing::info!(exchange = %EscapedDisplay(&decl.name), "declared a lost exchange again");
         }
         declare.close().await;
         self.redeclare.clear();
@@ -464,7 +465,7 @@ impl PublishTask {
                 Counters::bump(&self.shared.counters.unmatched_returns);
                 tracing::warn!(
                     exchange,
-                    routing_key = %returned.routing_key,
+                    routing_key = %EscapedDisplay(&returned.routing_key),
                     "a basic.return matched no unsettled publish"
                 );
                 false
@@ -477,7 +478,7 @@ impl PublishTask {
     /// about (see the module docs), queues the rest again and reopens a channel later.
     fn on_channel_closed(&mut self, close: &BrokerClose) {
         Counters::bump(&self.shared.counters.channel_closes);
-        tracing::warn!(code = close.code, text = %close.text, "broker closed the publish channel");
+        tracing::warn!(code = close.code, text = %EscapedDisplay(&close.text), "broker closed the publish channel");
         self.shared.emit(Lifecycle::ChannelClosed {
             link: Link::Publish,
             code: close.code,
@@ -512,7 +513,7 @@ impl PublishTask {
                             0
                         };
                     tracing::warn!(
-                        %exchange,
+                        exchange = %EscapedDisplay(&exchange),
                         refused,
                         "the broker refused publishes to an exchange; not resent"
                     );
@@ -521,8 +522,8 @@ impl PublishTask {
             PublishRefusal::Topic { exchange, key } => {
                 let refused = self.window.refuse_topic(&exchange, &key);
                 tracing::warn!(
-                    %exchange,
-                    routing_key = %key,
+                    exchange = %EscapedDisplay(&exchange),
+                    routing_key = %EscapedDisplay(&key),
                     refused,
                     "the broker refused publishes under a topic this user may not write; \
                      not resent"
@@ -571,7 +572,7 @@ impl PublishTask {
                 self.channel_retry_at = None;
                 self.channel_backoff.reset();
                 tracing::warn!(
-                    %reason,
+                    reason = %EscapedDisplay(&reason),
                     unconfirmed = self.window.backlog(),
                     "publishing connection lost; unconfirmed publishes will be resent"
                 );

@@ -3,6 +3,7 @@
 //! 0, its `--metrics-addr` counts are exact, its `--management-url` is used, and bad
 //! arguments are usage errors.
 
+mod log_lines;
 mod management;
 mod metrics;
 mod process;

@@ -25,6 +25,7 @@ mod topology;
 #[cfg(test)]
 mod tests;
 
+use mesh_core::text::EscapedDisplay;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -163,7 +164,7 @@ impl State {
             queue.remove_consumers(fx, |c| c.connection == connection);
             let count = queue.requeue_connection(connection);
             if count > 0 {
-                debug!(queue = %name, count, "requeued deliveries of a closed connection");
+                debug!(queue = %EscapedDisplay(&name), count, "requeued deliveries of a closed connection");
                 requeued.push(name.clone());
             }
         }
@@ -201,7 +202,7 @@ impl State {
         let name = server_name();
         self.queues
             .insert(name.clone(), Queue::new(QueueKind::Ephemeral { owner }));
-        debug!(queue = %name, "ephemeral queue declared");
+        debug!(queue = %EscapedDisplay(&name), "ephemeral queue declared");
         name
     }
 
@@ -222,7 +223,7 @@ impl State {
         if let Some(conn) = self.connections.get_mut(&connection) {
             conn.reply_queue = Some(name.clone());
         }
-        debug!(queue = %name, connection, "reply queue declared");
+        debug!(queue = %EscapedDisplay(&name), connection, "reply queue declared");
         name
     }
 
@@ -264,7 +265,7 @@ impl State {
         let mut gone = Vec::new();
         for (name, queue) in &mut self.queues {
             if queue.remove_consumers(fx, Consumer::ended) > 0 {
-                debug!(queue = %name, "consumer cancelled");
+                debug!(queue = %EscapedDisplay(&name), "consumer cancelled");
             }
             if matches!(queue.kind, QueueKind::Ephemeral { .. }) && queue.consumers.is_empty() {
                 gone.push(name.clone());
@@ -320,7 +321,7 @@ impl State {
         for queue in &targets {
             self.enqueue(queue, message.clone().into_owned(), fx);
         }
-        debug!(exchange, key = %message.routing_key, queues = targets.len(), "published");
+        debug!(exchange, key = %EscapedDisplay(&message.routing_key), queues = targets.len(), "published");
         targets.len()
     }
 
@@ -503,7 +504,7 @@ impl State {
                 match request.reply_to {
                     Some(reply_to) => {
                         reply.properties.correlation_id = request.correlation_id;
-                        debug!(queue = queue_name, tag, reply_to = %reply_to, "replied");
+                        debug!(queue = queue_name, tag, reply_to = %EscapedDisplay(&reply_to), "replied");
                         self.enqueue(&reply_to, reply, fx);
                     }
                     None => debug!(

@@ -1,5 +1,6 @@
 //! Exchanges and their bindings, and topic routing through them.
 
+use mesh_core::text::EscapedDisplay;
 use std::collections::{BTreeMap, BTreeSet};
 
 use mesh_core::naming::{DEAD_EXCHANGE, EVENTS_EXCHANGE, RPC_EXCHANGE};
@@ -35,7 +36,7 @@ impl Bindings {
             bindings.retain(|(q, pattern)| {
                 let keep = q != queue || patterns.contains(pattern);
                 if !keep {
-                    debug!(exchange, queue, pattern = %pattern, "stale binding removed");
+                    debug!(exchange, queue, pattern = %EscapedDisplay(&pattern), "stale binding removed");
                 }
                 keep
             });

@@ -4,6 +4,7 @@
 //! publishes each event; this file chooses where it goes (the transport or the spool) and who
 //! waits for its confirm.
 
+use mesh_core::text::EscapedDisplay;
 use std::time::Duration;
 
 use mesh_core::contract::{ANNOUNCED_EVENT, CONTRACT_FORMAT};
@@ -26,14 +27,14 @@ impl Bus {
         let body = match serde_json::to_vec(&self.inner.contract) {
             Ok(body) => body,
             Err(e) => {
-                warn!("the contract could not be serialized, not announced: {e}");
+                warn!(error = %EscapedDisplay(&e), "the contract could not be serialized, not announced");
                 return;
             }
         };
         let outgoing = match Outgoing::json_bytes(ANNOUNCED_EVENT, body) {
             Ok(outgoing) => outgoing.schema(CONTRACT_FORMAT),
             Err(e) => {
-                warn!("the contract could not be announced: {e}");
+                warn!(error = %EscapedDisplay(&e), "the contract could not be announced");
                 return;
             }
         };
@@ -47,7 +48,7 @@ impl Bus {
         let (id, confirm, since) = match published {
             Ok(published) => published,
             Err(e) => {
-                warn!("the contract announcement was refused; the bus runs on: {e}");
+                warn!(error = %EscapedDisplay(&e), "the contract announcement was refused; the bus runs on");
                 return;
             }
         };
@@ -60,7 +61,8 @@ impl Bus {
                     Ok(()) => debug!(%id, "contract announced"),
                     Err(e) => warn!(
                         %id,
-                        "the contract announcement was not confirmed; the bus runs on: {e}"
+                        error = %EscapedDisplay(&e),
+                        "the contract announcement was not confirmed; the bus runs on"
                     ),
                 }
             }

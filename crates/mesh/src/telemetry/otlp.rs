@@ -1,5 +1,6 @@
 //! For binaries: spans over OTLP/HTTP, through a `tracing-opentelemetry` layer.
 
+use mesh_core::text::EscapedDisplay;
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -64,7 +65,7 @@ pub struct OtlpGuard {
 impl Drop for OtlpGuard {
     fn drop(&mut self) {
         if let Err(e) = self.provider.shutdown() {
-            tracing::warn!("otlp exporter shutdown failed: {e}");
+            tracing::warn!(error = %EscapedDisplay(&e), "otlp exporter shutdown failed");
         }
     }
 }

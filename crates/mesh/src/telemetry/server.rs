@@ -105,7 +105,7 @@ pub async fn serve_prometheus(addr: SocketAddr) -> Result<TelemetryServer, Error
             .with_graceful_shutdown(stopped)
             .await
         {
-            warn!("telemetry endpoint stopped: {e}");
+            warn!(error = %mesh_core::text::EscapedDisplay(&e), "telemetry endpoint stopped");
         }
     });
     tokio::spawn(upkeep(Arc::clone(&state), stop.clone()));
