@@ -269,7 +269,11 @@ pub(crate) async fn unserved(
         )),
         Ok(Ok(Ok(Some(_)))) => None,
         Ok(Ok(Err(error))) => {
-            tracing::debug!(%queue, %error, "cannot tell whether a server consumes the queue");
+            tracing::debug!(
+                queue = %EscapedDisplay(&queue),
+                error = %EscapedDisplay(&error),
+                "cannot tell whether a server consumes the queue"
+            );
             None
         }
         Ok(Err(_)) | Err(_) => None,

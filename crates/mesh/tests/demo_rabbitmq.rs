@@ -1,6 +1,7 @@
 //! The demo on RabbitMQ, run twice in one vhost: the same numbered steps both times, and
 //! nothing left on the broker after either run (the management API lists no queue); and the
-//! same steps again after an interrupted run left its queues with 25 events in them.
+//! same steps again after an interrupted run left its queues with 25 events in them; and a
+//! queue of the demo's names that something consumes stays through its clean-up.
 //!
 //! On a private node with the management plugin (the demo removes its queues through the
 //! management API), in a vhost of the test's own.
@@ -148,6 +149,40 @@ async fn the_demo_twice_gives_the_same_steps_and_leaves_no_queue() -> anyhow::Re
         .map(|q| q.name)
         .collect();
     assert!(durable.is_empty(), "left behind: {durable:?}");
+
+    // What something else consumes stays: while a server of `billing.quote` runs (the service
+    // example serves it too), the demo's clean-up keeps its queues; once it stopped, they go.
+    let (done, _) = tokio::sync::mpsc::unbounded_channel();
+    let transport = mesh::amqp::connect(options.clone()).await?;
+    let billing = modules::billing(done).start(Arc::new(transport)).await?;
+    let cleanup = cleanup::Cleanup::new(&options)?;
+    let busy = eventually(
+        WAIT,
+        "the management API counts billing's consumers",
+        || async {
+            let busy = cleanup.in_use().await.ok()?;
+            (busy.iter().any(|q| q == "serve.billing.quote")
+                && busy.iter().any(|q| q == "demo.billing.events"))
+            .then_some(busy)
+        },
+    )
+    .await;
+    let removed = cleanup.remove(&busy).await?;
+    assert!(removed.is_empty(), "removed queues in use: {removed:?}");
+    billing.close().await;
+    let mut removed = cleanup.remove(&[]).await?;
+    removed.sort();
+    assert_eq!(
+        removed,
+        [
+            "demo.billing.events",
+            "demo.billing.events.retry.1s",
+            "demo.billing.events.retry.25s",
+            "demo.billing.events.retry.2m",
+            "demo.billing.events.retry.5s",
+            "serve.billing.quote"
+        ]
+    );
 
     // The server-named queues (reply queues, the dead-letter tap) go with their connections.
     eventually(WAIT, "no queue left in the vhost", || async {

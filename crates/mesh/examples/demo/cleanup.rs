@@ -38,11 +38,34 @@ impl Cleanup {
             || name == format!("serve.{QUOTE}")
     }
 
-    /// Deletes every queue of the demo in the vhost; returns their names.
-    pub(crate) async fn remove(&self) -> Result<Vec<String>, ManagementError> {
+    /// The demo's queues that something consumes now: before the demo starts, something else
+    /// running (the service example serves `billing.quote` too), whose queues the clean-up
+    /// keeps. As the management API counts consumers, which lags by its statistics interval.
+    pub(crate) async fn in_use(&self) -> Result<Vec<String>, ManagementError> {
+        Ok(self
+            .client
+            .queues(&self.vhost)
+            .await?
+            .into_iter()
+            .filter(|queue| Self::is_demo_queue(&queue.name) && queue.consumers.unwrap_or(0) > 0)
+            .map(|queue| queue.name)
+            .collect())
+    }
+
+    /// Deletes every queue of the demo in the vhost but those in `keep` and their retry
+    /// queues; returns the names of those deleted.
+    pub(crate) async fn remove(&self, keep: &[String]) -> Result<Vec<String>, ManagementError> {
+        let kept = |name: &str| {
+            keep.iter().any(|owner| {
+                name == owner
+                    || name
+                        .strip_prefix(owner.as_str())
+                        .is_some_and(|rest| rest.starts_with('.'))
+            })
+        };
         let mut removed = Vec::new();
         for queue in self.client.queues(&self.vhost).await? {
-            if !Self::is_demo_queue(&queue.name) {
+            if !Self::is_demo_queue(&queue.name) || kept(&queue.name) {
                 continue;
             }
             match self.client.delete_queue(&self.vhost, &queue.name).await {

@@ -60,7 +60,16 @@ pub(crate) async fn run(place: &Place, step: &mut dyn FnMut(String)) -> anyhow::
         return steps(transports, "the in-memory transport", step).await;
     };
     let cleanup = Cleanup::new(options)?;
-    match cleanup.remove().await {
+    // What something else running consumes stays (its retry queues too), first and last.
+    let busy = cleanup.in_use().await.unwrap_or_default();
+    if !busy.is_empty() {
+        println!(
+            "   keeping {} queue(s) something else consumes: {}",
+            busy.len(),
+            busy.join(", ")
+        );
+    }
+    match cleanup.remove(&busy).await {
         Ok(left) if !left.is_empty() => println!(
             "   removed {} queue(s) an earlier run left behind",
             left.len()
@@ -79,7 +88,7 @@ pub(crate) async fn run(place: &Place, step: &mut dyn FnMut(String)) -> anyhow::
         result = steps(transports, "RabbitMQ", step) => result,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
     };
-    match cleanup.remove().await {
+    match cleanup.remove(&busy).await {
         Ok(removed) => println!(
             "   removed the demo's {} queue(s) from the broker",
             removed.len()

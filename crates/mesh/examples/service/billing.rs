@@ -75,7 +75,7 @@ pub(crate) async fn main() -> ExitCode {
     match run(options).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            error!("billing failed: {e:#}");
+            error!(error = %mesh::raw::text::EscapedDisplay(format!("{e:#}")), "billing failed");
             ExitCode::FAILURE
         }
     }
@@ -188,6 +188,11 @@ async fn quote(
             .await
             .map_err(|e| RemoteError::new("unavailable", e.to_string()))?,
     );
-    info!(plan = %request.plan, cents, caller = %meta.source, "quote given");
+    info!(
+        plan = %mesh::raw::text::Escaped(&request.plan),
+        cents,
+        caller = %mesh::raw::text::Escaped(&meta.source),
+        "quote given"
+    );
     Ok(cents)
 }

@@ -94,7 +94,7 @@ pub async fn run(bus: Bus, options: ServiceOptions) -> Result<(), Error> {
         )),
     };
     if let Err(e) = &drained {
-        warn!("closing at once: {e}");
+        warn!(error = %mesh_core::text::EscapedDisplay(e), "closing at once");
         bus.close().await;
     } else {
         info!("drained: every handler finished, every emit confirmed");
