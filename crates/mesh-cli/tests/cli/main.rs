@@ -22,12 +22,19 @@ mod outbox;
 mod profiles;
 mod replay;
 mod secrets;
+mod service_example;
 mod shutdown;
 mod status;
 mod tls;
 mod topology;
 mod topology_remove;
 mod ux;
+
+/// The `service` example's billing module (crates/mesh/examples/service), for
+/// `service_example`.
+#[path = "../../../mesh/examples/service/billing.rs"]
+#[allow(dead_code)]
+mod service_billing;
 
 use std::process::{Output, Stdio};
 use std::sync::Arc;

@@ -141,8 +141,10 @@ pub(crate) fn billing(started: Arc<OnceLock<Bus>>) -> BusBuilder {
         .emits::<QuoteGiven>()
         .on(|incoming: Incoming<SiteCreated>| async move {
             info!(
-                site = %incoming.event.site,
-                owner = incoming.event.owner.as_deref().unwrap_or("nobody said"),
+                site = %mesh::raw::text::Escaped(&incoming.event.site),
+                owner = %mesh::raw::text::Escaped(
+                    incoming.event.owner.as_deref().unwrap_or("nobody said")
+                ),
                 id = %incoming.meta.id(),
                 "opening an account for a new site"
             );
