@@ -38,7 +38,14 @@ fn guest_options(node: &PrivateNode, vhost: &str) -> AmqpOptions {
     .expect("a private node's URL parses")
     .connection_name("operator")
     .management_url(NO_MANAGEMENT)
+    .connect_timeout(OPERATOR_CONNECT_TIMEOUT)
 }
+
+/// How long the operator's set-up connection may take: it is the first login to a node that
+/// has just booted (or restarted after a kill, recovering its queues), which on a loaded
+/// machine can take longer than the default 10 s. The modules keep the default: the
+/// scenarios measure their reconnects.
+const OPERATOR_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Like [`guest_options`] on `vhost` of `cluster`, every node given in node order.
 fn guest_cluster_options(cluster: &Cluster, vhost: &str) -> AmqpOptions {
@@ -48,6 +55,7 @@ fn guest_cluster_options(cluster: &Cluster, vhost: &str) -> AmqpOptions {
         .expect("a cluster's URL parses")
         .connection_name("operator")
         .management_url(NO_MANAGEMENT)
+        .connect_timeout(OPERATOR_CONNECT_TIMEOUT)
 }
 
 /// The node every scenario's modules run on.
