@@ -6,7 +6,8 @@
 #
 # Needs cargo and valgrind (installed from Debian's packages when missing, as root). The
 # harness's runner, `gungraun-runner`, is installed at exactly the version of the `gungraun`
-# library in Cargo.lock, into the target dir, once: a warm run does not build it again.
+# library in Cargo.lock, once per machine, beside cargo's own caches
+# ($CARGO_HOME/mesh-tools, or $MESH_TOOLS_DIR): a new target dir does not build it again.
 #
 # Extra arguments go to the harness (e.g. a filter: `bash scripts/microbench.sh '*::window::*'`).
 set -euo pipefail
@@ -24,17 +25,16 @@ if ! command -v valgrind >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
 fi
 
-target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 version=$(awk '/^name = "gungraun"$/ { getline; gsub(/^version = "|"$/, ""); print; exit }' Cargo.lock)
 if [ -z "$version" ]; then
   echo "no gungraun in Cargo.lock" >&2
   exit 1
 fi
-tools="$target_dir/gungraun-runner-$version"
+tools="${MESH_TOOLS_DIR:-${CARGO_HOME:-$HOME/.cargo}/mesh-tools}/gungraun-runner-$version"
 if ! [ -x "$tools/bin/gungraun-runner" ]; then
-  log "installing gungraun-runner $version (once per target dir)"
+  log "installing gungraun-runner $version into $tools (once per machine)"
   # Built in a temporary dir that cargo removes (not in the target dir, which would keep
-  # half a GiB of the runner's build), installed into the target dir.
+  # half a GiB of the runner's build).
   env -u CARGO_TARGET_DIR cargo install --locked --quiet --version "=$version" --root "$tools" \
     gungraun-runner
 fi

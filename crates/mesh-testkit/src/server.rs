@@ -58,6 +58,11 @@ pub(crate) fn script_env(cmd: &mut Command, name: &str, dir: &Path) {
 
 /// What `rabbitmq-server` itself needs besides [`script_env`]: the node's name, and where its
 /// data, logs, pid file and configuration are.
+/// Emulator flags every private node starts with: its schedulers (normal and dirty) sleep
+/// when they run out of work instead of busy-waiting first. The tests run several nodes at
+/// once beside compilers on a small machine, and idle nodes spinning took CPU from both.
+pub(crate) const QUIET_SCHEDULERS: &str = "+sbwt none +sbwtdcpu none +sbwtdio none";
+
 pub(crate) fn server_env(cmd: &mut Command, name: &str, dir: &Path) {
     cmd.env("RABBITMQ_NODENAME", name)
         .env("RABBITMQ_MNESIA_BASE", dir.join("mnesia"))

@@ -225,8 +225,13 @@ impl NsNode {
         cmd.env(
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
             format!(
-                "-kernel net_ticktime {} -kernel inet_dist_use_interface {{{},{},{},{}}}",
-                opts.net_ticktime, ip[0], ip[1], ip[2], ip[3]
+                "{} -kernel net_ticktime {} -kernel inet_dist_use_interface {{{},{},{},{}}}",
+                server::QUIET_SCHEDULERS,
+                opts.net_ticktime,
+                ip[0],
+                ip[1],
+                ip[2],
+                ip[3]
             ),
         )
         .stdin(Stdio::null())

@@ -328,7 +328,10 @@ impl PrivateNode {
             // Erlang distribution on loopback only (it listens on all interfaces otherwise).
             .env(
                 "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
-                "-kernel inet_dist_use_interface {127,0,0,1}",
+                format!(
+                    "{} -kernel inet_dist_use_interface {{127,0,0,1}}",
+                    server::QUIET_SCHEDULERS
+                ),
             )
             .stdin(Stdio::null())
             .stdout(out)
