@@ -106,6 +106,8 @@ mod attach;
 mod feed;
 pub(crate) mod forward;
 #[cfg(test)]
+mod interleave;
+#[cfg(test)]
 mod props;
 mod pump;
 mod settle;
