@@ -269,12 +269,12 @@ impl World {
 fn explore(scenario: Scenario) -> Result<usize, String> {
     let mut seen = HashSet::new();
     let mut trail = Vec::new();
-    visit(World::new(), scenario, &mut seen, &mut trail)?;
+    visit(&World::new(), scenario, &mut seen, &mut trail)?;
     Ok(seen.len())
 }
 
 fn visit(
-    world: World,
+    world: &World,
     scenario: Scenario,
     seen: &mut HashSet<World>,
     trail: &mut Vec<(Actor, usize)>,
@@ -292,7 +292,7 @@ fn visit(
         trail.push((actor, world.at[actor as usize]));
         next.step(actor, scenario)
             .map_err(|e| format!("{scenario:?}: {e}\n  after {trail:?}"))?;
-        visit(next, scenario, seen, trail)?;
+        visit(&next, scenario, seen, trail)?;
         trail.pop();
     }
     if !moved {
