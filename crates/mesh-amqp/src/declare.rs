@@ -22,6 +22,7 @@ use tokio::sync::Notify;
 
 use crate::convert::{check_short, to_field_table};
 use crate::error::{code, from_client, from_close, is_unknown_delivery_tag, BrokerClose};
+use crate::gate::{ChannelGate, Closer};
 use crate::lifecycle::{Counters, Lifecycle, Link, TransportShared};
 use crate::topology::{BindingDecl, ExchangeDecl, QueueDecl};
 
@@ -39,6 +40,9 @@ pub(crate) struct CloseSlot {
     /// Set while a passive declare asks whether something exists: a `404 NOT_FOUND` close
     /// is then an answer, not a fault, and is neither counted nor reported.
     probing: Arc<std::sync::atomic::AtomicBool>,
+    /// Who may still send on the channel: marked closed by the broker's close before the
+    /// client library answers it (see [`crate::gate`]).
+    gate: ChannelGate,
 }
 
 impl CloseSlot {
@@ -48,6 +52,11 @@ impl CloseSlot {
             *slot = Some(close);
         }
         self.stopped.notify_one();
+    }
+
+    /// The channel's gate (see [`crate::gate`]).
+    pub(crate) fn gate(&self) -> &ChannelGate {
+        &self.gate
     }
 
     /// Resolves once the broker closed the channel or cancelled a consumer on it since
@@ -77,6 +86,9 @@ impl ChannelCallback for CloseCatcher {
         channel: &Channel,
         close: CloseChannel,
     ) -> Result<(), amqprs::error::Error> {
+        // First, before the client library writes its close-ok: whatever is being sent on
+        // the channel is enqueued by now, and nothing more is.
+        self.slot.gate.close_began(Closer::Broker).await;
         let close = BrokerClose {
             code: close.reply_code(),
             text: close.reply_text().clone(),

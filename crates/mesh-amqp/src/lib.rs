@@ -165,6 +165,7 @@ mod convert;
 mod declare;
 mod error;
 mod event_bindings;
+mod gate;
 mod lifecycle;
 mod options;
 mod plain;

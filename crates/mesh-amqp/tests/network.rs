@@ -79,7 +79,10 @@ async fn a_tcp_cut_mid_publish_and_mid_consume_is_noticed_at_once_and_loses_noth
         let resent_before = transport.stats().resent;
         let cut = Instant::now();
         relay.cut();
-        relay.pass();
+        // The relay passes again only once both connections noticed the cut: the cut is
+        // asynchronous, and a relay passing at once could forward the confirms it held on
+        // the old connection before closing it (nothing would be resent). The new
+        // connections cannot come up meanwhile (the relay does not connect them upstream).
         eventually(
             common::WAIT,
             "both connections to notice the cut",
@@ -90,6 +93,7 @@ async fn a_tcp_cut_mid_publish_and_mid_consume_is_noticed_at_once_and_loses_noth
             },
         )
         .await;
+        relay.pass();
         let noticed = [Link::Publish, Link::Consume]
             .map(|link| events.first_after(cut, lost(link)).unwrap() - cut);
         eventually(common::WAIT, "the transport to be ready again", || async {

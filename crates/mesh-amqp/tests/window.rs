@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use mesh_amqp::AmqpTransport;
+use mesh_amqp::{AmqpTransport, Lifecycle, Link};
 use mesh_core::{PublishOptions, TransportErrorKind};
 use mesh_testkit::{eventually, Relay};
 
@@ -32,6 +32,7 @@ async fn a_full_window_is_backpressure_and_a_missing_confirm_a_timeout() {
         .connection_name("window")
         .confirm_window(2);
     let transport = AmqpTransport::connect(options).await.unwrap();
+    let events = common::Recorder::start(&transport);
 
     // Nothing reaches the broker, so no confirm comes back.
     relay.blackhole();
@@ -93,7 +94,31 @@ async fn a_full_window_is_backpressure_and_a_missing_confirm_a_timeout() {
         || async { transport.health().blocked.then_some(()) },
     )
     .await;
+    let cut = Instant::now();
     relay.cut();
+    // The cut is asynchronous: passing at once could let the relay forward the bytes it
+    // held to the broker on the old connection before it closes it, and the confirm come
+    // back there (nothing resent). The relay passes again once the publishing connection
+    // saw the cut; its next one cannot come up before (the relay does not connect it
+    // upstream while it holds).
+    eventually(
+        common::WAIT,
+        "the publishing connection to notice the cut",
+        || async {
+            events
+                .first_after(cut, |e| {
+                    matches!(
+                        e,
+                        Lifecycle::Disconnected {
+                            link: Link::Publish,
+                            ..
+                        }
+                    )
+                })
+                .map(|_| ())
+        },
+    )
+    .await;
     relay.pass();
     tokio::time::timeout(common::WAIT, in_flight)
         .await

@@ -21,7 +21,7 @@
 use std::collections::BTreeSet;
 
 /// A frame that settles deliveries on the channel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Frame {
     /// `basic.nack(tag, multiple = false, requeue = true)`.
     Release(u64),
@@ -43,7 +43,7 @@ pub(crate) struct Flush<W> {
 
 /// The ack tracker of one channel; see the module docs. `W` is whoever waits for an ack to
 /// be sent (the shell's answer channel).
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct AckTracker<W> {
     /// Delivery tags handed out and not yet decided.
     undecided: BTreeSet<u64>,

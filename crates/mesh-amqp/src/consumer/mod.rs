@@ -38,6 +38,12 @@
 //!   closes its channel at the transport's close, so such an ack is sent (or reported)
 //!   before the connection goes.
 //!
+//! Every frame the tracker and the pump send on a channel (acks, releases, `basic.cancel`)
+//! and its close pass through the channel's gate ([`crate::gate`]), which a close marks
+//! first, whoever begins it (the broker's close callback does, before the client library
+//! answers it): nothing follows a channel's close on the wire, where the broker would
+//! answer it with a connection error. The `interleave` tests check every interleaving.
+//!
 //! # Re-attaching
 //!
 //! A consumer can stop without being asked to: the broker cancels it (`basic.cancel`, when
@@ -87,6 +93,8 @@
 //! - `acker`: what a handler's decision does (the copies published before the ack);
 //! - `settle`: the right to settle one delivery, and its commands to the tracker;
 //! - `tracker`: the ack tracker task, the shell of `ack`, the state machine;
+//! - `interleave` (tests): every interleaving of the tracker, the pump, the handlers and a
+//!   channel's close, against a model of the broker;
 //! - `forward`: the retry queues' forwarders.
 //!
 //! [`Subscription`]: mesh_core::Subscription
@@ -105,6 +113,8 @@ mod acker;
 mod attach;
 mod feed;
 pub(crate) mod forward;
+#[cfg(test)]
+mod interleave;
 #[cfg(test)]
 mod props;
 mod pump;

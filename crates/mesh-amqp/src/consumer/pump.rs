@@ -17,13 +17,13 @@ use tracing::Instrument;
 
 use crate::connection::backoff::Backoff;
 use crate::connection::link::LinkStatus;
-use crate::declare::{take_close, within, CloseSlot};
+use crate::declare::{take_close, CloseSlot};
 use crate::lifecycle::{Counters, Lifecycle};
 
 use super::acker::SubscriptionCtx;
 use super::attach::{attach, closing, AttachSpec, Consumer, Env};
 use super::feed::{Feed, Reader};
-use super::tracker::{close_channel, ChannelControl, Closing, Tracker};
+use super::tracker::{close_channel, Closing, Tracker};
 
 /// A consumer attached this long is stable: the next re-attach starts its backoff over.
 pub(super) const STABLE_AFTER: Duration = Duration::from_secs(5);
@@ -99,8 +99,6 @@ struct Attachment {
     /// Resolves (with an error) once the attachment's [`Reader`] is gone: its stream ended,
     /// or the subscription was dropped.
     ended: oneshot::Receiver<()>,
-    /// Held by whoever cancels the consumer or closes the channel; see [`ChannelControl`].
-    control: ChannelControl,
 }
 
 impl Attachment {
@@ -121,7 +119,6 @@ impl Attachment {
             stream,
             manual_ack,
         } = consumer;
-        let control = ChannelControl::default();
         let tracker = manual_ack.then(|| {
             // Not tracked as a task (it lives as long as the reader and the ackers, which
             // may outlive the transport), but by a token it drops once its channel is
@@ -130,7 +127,7 @@ impl Attachment {
                 shutdown: env.shutdown.clone(),
                 token: env.link.shared().channel_tasks.token(),
             };
-            Tracker::start(&channel, &closed, &control, prefetch, &ctx.queue, closing)
+            Tracker::start(&channel, &closed, prefetch, &ctx.queue, closing)
         });
         let (ended_tx, ended) = oneshot::channel();
         let reader = Reader {
@@ -149,7 +146,6 @@ impl Attachment {
             manual_ack,
             generation,
             ended,
-            control,
         };
         (attachment, reader)
     }
@@ -178,7 +174,7 @@ impl Pump {
                     // the ackers are gone; a no-ack one has none, and nothing can be
                     // settled on it.
                     if !attachment.manual_ack {
-                        close_channel(&attachment.channel, &attachment.control).await;
+                        close_channel(&attachment.channel, attachment.closed.gate()).await;
                     }
                     break;
                 }
@@ -366,22 +362,27 @@ fn why_ended(attachment: &Attachment, status: &watch::Receiver<LinkStatus>) -> E
     End::Lost { reason, connection }
 }
 
+/// Cancels the consumer, unless its channel's close began (see [`crate::gate`]).
+///
+/// Without waiting for the broker's `basic.cancel-ok`: the gate is held only while a frame is
+/// enqueued, never across a round trip (the broker's close callback waits for it, and the
+/// answer would come through that callback's task). The client library stops the consumer's
+/// stream at once; a delivery the broker sent before it read the cancel stays unacked in the
+/// library until the channel closes, and the broker requeues it then.
 async fn cancel_consumer(attachment: &Attachment) {
-    let _control = attachment.control.lock().await;
-    if !attachment.channel.is_open() {
-        return;
-    }
-    let args = BasicCancelArguments::new(&attachment.consumer_tag);
-    match within(
-        attachment.channel.basic_cancel(args),
-        "cancelling a consumer",
-    )
-    .await
-    {
-        Ok(Ok(_)) => {
+    let args = BasicCancelArguments::new(&attachment.consumer_tag)
+        .no_wait(true)
+        .finish();
+    let sent = attachment
+        .closed
+        .gate()
+        .send(&attachment.channel, attachment.channel.basic_cancel(args))
+        .await;
+    match sent {
+        Some(Ok(_)) => {
             tracing::info!(queue = %EscapedDisplay(&attachment.queue), "consumer cancelled")
         }
-        Ok(Err(e)) => tracing::debug!(error = %EscapedDisplay(&e), "basic.cancel failed"),
-        Err(e) => tracing::debug!(error = %EscapedDisplay(&e), "basic.cancel failed"),
+        Some(Err(e)) => tracing::debug!(error = %EscapedDisplay(&e), "basic.cancel failed"),
+        None => tracing::debug!("basic.cancel not sent: the channel's close began"),
     }
 }

@@ -15,6 +15,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::Instrument;
 
 use crate::declare::{take_close, within, CloseSlot};
+use crate::gate::{ChannelGate, Closer};
 
 use super::ack::{AckTracker, Flush, Frame};
 use super::attach::closing;
@@ -28,17 +29,6 @@ const ACK_BATCH: usize = 1024;
 /// other deliveries of the channel or nobody awaits these acks (see
 /// [`AckTracker::should_linger`]).
 pub(super) const ACK_LINGER: Duration = Duration::from_millis(1);
-
-/// Held while the pump cancels the consumer and while the ack tracker (or the pump) closes
-/// the channel, so the two never cross.
-///
-/// They would otherwise race when a subscription is dropped: the pump's `basic.cancel` and
-/// the tracker's `channel.close` leave at the same moment from two tasks, and the client
-/// library sends a method on a channel whose close already left without checking. The
-/// broker answers a method on a channel it has closed with a *connection* error (`504
-/// CHANNEL_ERROR - expected 'channel.open'`), which costs every channel of the consume
-/// connection. Under the lock each checks the channel is still open before sending.
-pub(super) type ChannelControl = Arc<tokio::sync::Mutex<()>>;
 
 /// A channel's ack tracker state. Shared rather than owned by the tracker task: the reader
 /// registers a delivery without waking the task. Locked only for a call into the state
@@ -63,7 +53,6 @@ impl Tracker {
     pub(super) fn start(
         channel: &Channel,
         closed: &CloseSlot,
-        control: &ChannelControl,
         prefetch: u16,
         queue: &str,
         closing: Closing,
@@ -76,7 +65,6 @@ impl Tracker {
             track(
                 channel.clone(),
                 closed.clone(),
-                control.clone(),
                 state.clone(),
                 usize::from(prefetch / 2),
                 rx,
@@ -109,7 +97,6 @@ pub(super) struct Closing {
 async fn track(
     channel: Channel,
     closed: CloseSlot,
-    control: ChannelControl,
     state: TrackerState,
     linger_acks: usize,
     mut commands: mpsc::UnboundedReceiver<AckCommand>,
@@ -128,7 +115,7 @@ async fn track(
                 None => break,
             },
             () = closing(&mut shutdown), if token.is_some() => {
-                close_channel(&channel, &control).await;
+                close_channel(&channel, closed.gate()).await;
                 token = None;
                 continue;
             }
@@ -165,8 +152,9 @@ async fn track(
                 {
                     // A closed channel's tags died with it (the broker requeued them);
                     // sending on it would reach whatever channel reuses its number, or
-                    // close the connection.
-                    break tracker.flush(channel.is_open());
+                    // close the connection. (A close that begins after this glance is
+                    // caught by the gate, in `send`.)
+                    break tracker.flush(channel.is_open() && !closed.gate().is_closing());
                 }
             }
             // Handlers are still running on deliveries of this channel, or nobody waits for
@@ -189,24 +177,38 @@ async fn track(
         }
     }
     // The reader and the ackers are gone: nothing more can be settled here.
-    close_channel(&channel, &control).await;
+    close_channel(&channel, closed.gate()).await;
     drop(token);
 }
 
-/// Closes a consumer channel unless it is closed already, never while the pump cancels its
-/// consumer (see [`ChannelControl`]).
-pub(super) async fn close_channel(channel: &Channel, control: &ChannelControl) {
-    let _control = control.lock().await;
-    if channel.is_open() {
+/// Closes a consumer channel unless its close began already (by the broker, or by the
+/// pump): marked begun under its gate first, so that nothing is sent on it after the
+/// `channel.close` (see [`crate::gate`]).
+pub(super) async fn close_channel(channel: &Channel, gate: &ChannelGate) {
+    if gate.close_began(Closer::Client).await && channel.is_open() {
         let _ = within(channel.clone().close(), "closing a consumer channel").await;
     }
 }
 
-/// Sends what the tracker decided and answers who waits for it.
+/// Sends what the tracker decided and answers who waits for it. The frames go under the
+/// channel's gate: none once its close began, whoever began it.
 async fn send(channel: &Channel, closed: &CloseSlot, flush: Flush<Done>) {
-    if flush.lost {
+    let Flush {
+        frames,
+        waiters,
+        lost,
+    } = flush;
+    let sent = if lost {
+        None
+    } else {
+        closed
+            .gate()
+            .send(channel, send_frames(channel, frames))
+            .await
+    };
+    let Some(failure) = sent else {
         let close = take_close(closed);
-        for done in flush.waiters {
+        for done in waiters {
             let error = TransportError::new(
                 TransportErrorKind::ConnectionLost,
                 "the delivery's channel is closed",
@@ -218,9 +220,23 @@ async fn send(channel: &Channel, closed: &CloseSlot, flush: Flush<Done>) {
             done.tell(Err(error));
         }
         return;
+    };
+    for done in waiters {
+        let outcome = match &failure {
+            None => Ok(()),
+            Some(e) => Err(TransportError::new(
+                TransportErrorKind::ConnectionLost,
+                format!("sending an ack failed: {e}"),
+            )),
+        };
+        done.tell(outcome);
     }
-    let mut failure = None;
-    for frame in flush.frames {
+}
+
+/// Enqueues `frames` on `channel` (no round trip: an ack and a nack have no answer); the
+/// first ack that failed, if any.
+async fn send_frames(channel: &Channel, frames: Vec<Frame>) -> Option<String> {
+    for frame in frames {
         match frame {
             Frame::Release(tag) => {
                 if let Err(e) = channel
@@ -235,20 +251,10 @@ async fn send(channel: &Channel, closed: &CloseSlot, flush: Flush<Done>) {
                     .basic_ack(BasicAckArguments::new(tag, multiple))
                     .await
                 {
-                    failure = Some(e.to_string());
-                    break;
+                    return Some(e.to_string());
                 }
             }
         }
     }
-    for done in flush.waiters {
-        let outcome = match &failure {
-            None => Ok(()),
-            Some(e) => Err(TransportError::new(
-                TransportErrorKind::ConnectionLost,
-                format!("sending an ack failed: {e}"),
-            )),
-        };
-        done.tell(outcome);
-    }
+    None
 }

@@ -1,12 +1,12 @@
 //! `mesh-soak`: the soak of `mesh_faults::soak` by hand, for as long as you like.
 //!
 //! ```text
-//! mesh-soak [--minutes N] [--seed S]
+//! mesh-soak [--minutes N] [--seed S|random]
 //! ```
 //!
 //! Forms a private three-node RabbitMQ cluster (removed when it exits), runs the soak's load
 //! for `N` minutes (default 3, fractions allowed) under the fault plan drawn from seed `S`
-//! (default: a random one, printed, so that a failed run can be replayed), and prints the
+//! (default or `random`: a fresh one, printed, so that a failed run can be replayed), and prints the
 //! fault timeline and the figures. The child processes are `faults-worker`, looked for next
 //! to this program: build it first (`cargo build -p mesh-faults --bins`).
 //!
@@ -19,7 +19,7 @@ use std::time::Duration;
 use anyhow::Context;
 use mesh_faults::soak::{self, SoakOptions, MIN_FAULTS};
 
-const USAGE: &str = "usage: mesh-soak [--minutes N] [--seed S]";
+const USAGE: &str = "usage: mesh-soak [--minutes N] [--seed S|random]";
 
 fn main() -> ExitCode {
     match run() {
@@ -39,7 +39,10 @@ fn run() -> anyhow::Result<ExitCode> {
         let value = args.next();
         match (arg.as_str(), value) {
             ("--minutes", Some(v)) => minutes = v.parse().context("--minutes")?,
-            ("--seed", Some(v)) => seed = v.parse().context("--seed")?,
+            ("--seed", Some(v)) => {
+                seed = mesh_faults::soak::parse_seed(&v)
+                    .context("--seed: a number (u64) or `random`")?
+            }
             _ => {
                 eprintln!("{USAGE}");
                 return Ok(ExitCode::from(2));

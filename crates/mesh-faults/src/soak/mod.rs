@@ -3,7 +3,8 @@
 //!
 //! This module owns the soak's plan ([`plan`]: a fault timeline drawn from a seed, so a failed
 //! run is replayed with the same seed), its run ([`run`]) and its [`SoakReport`]. The test
-//! `tests/soak.rs` runs it for three minutes with a fresh seed in the suite; the binary
+//! `tests/soak.rs` runs it for three minutes with a fixed seed ([`CI_SEED`]) in the suite
+//! (`MESH_SOAK_SEED=random` for a fresh one); the binary
 //! `mesh-soak` is a thin shell around [`run`] for replays and long soaks by hand
 //! (docs/RELIABILITY.md, "Soak").
 //!
@@ -62,7 +63,7 @@ use mesh_testkit::{shared_cluster, ClusterHarness, NodeOptions, Relay, TempStore
 
 pub use self::plan::{plan, FaultKind, PlannedFault, MIN_FAULTS};
 pub use self::report::{Injected, SoakReport};
-pub use self::settings::SoakOptions;
+pub use self::settings::{parse_seed, SoakOptions, CI_SEED};
 pub use self::work::{
     answer, fate, retry_policy, Fate, ATTEMPTS, CALLER, CONSUMER, EMITTERS, PATTERNS, SERVER, TOOL,
 };
