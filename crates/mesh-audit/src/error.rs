@@ -31,6 +31,9 @@ pub enum ErrorKind {
     ForeignQueue,
     /// A stored row holds a value this version cannot read (a timestamp, an id).
     Corrupt,
+    /// A dead letter asked for by id was re-driven before: a second re-drive must be asked
+    /// for as such ([`Redrive::Again`](crate::Redrive::Again)).
+    AlreadyRedriven,
 }
 
 /// An error of the audit logger or its store.
@@ -138,6 +141,7 @@ impl fmt::Display for Error {
             ErrorKind::NotRedrivable => "cannot re-drive",
             ErrorKind::ForeignQueue => "not a mesh consumer queue",
             ErrorKind::Corrupt => "stored row is unreadable",
+            ErrorKind::AlreadyRedriven => "re-driven already",
         };
         f.write_str(what)?;
         if !self.context.is_empty() {

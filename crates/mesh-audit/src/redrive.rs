@@ -25,6 +25,11 @@
 //! with separate databases each hold their own row and their own mark: re-drive from one of
 //! them; a second re-drive of the same dead letter from another store sends it again (the
 //! consumer sees it as a redelivery: at-least-once, as everywhere in mesh).
+//!
+//! A dead letter re-driven before is not sent again by the bulk forms (which take only those
+//! not re-driven yet), nor when named by id ([`Redrive::One`] fails with
+//! [`ErrorKind::AlreadyRedriven`]), unless a second re-drive is asked for as such
+//! ([`Redrive::Again`]); each re-drive adds one to the row's count.
 
 use mesh_core::text::EscapedDisplay;
 use std::time::Duration;
@@ -60,8 +65,11 @@ const DROPPED_HEADERS: [&str; 7] = [
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Redrive {
-    /// This one, whether or not it was re-driven before.
+    /// This one, unless it was re-driven before: then it fails with
+    /// [`ErrorKind::AlreadyRedriven`] and nothing is published.
     One(DeadLetterId),
+    /// This one, whether or not it was re-driven before (a second re-drive is asked for).
+    Again(DeadLetterId),
     /// Those matching the query, at most its limit, oldest first. Unless the query says
     /// otherwise ([`DeadLetterQuery::redriven`]), only those not re-driven yet.
     Matching(DeadLetterQuery),
@@ -76,7 +84,8 @@ pub struct RedriveReport {
     pub redriven: Vec<DeadLetterId>,
     /// Not re-driven, each with why: no failing queue recorded
     /// ([`ErrorKind::NotRedrivable`]), not a consumer queue ([`ErrorKind::ForeignQueue`]),
-    /// unroutable or not confirmed ([`ErrorKind::Transport`]).
+    /// re-driven before ([`ErrorKind::AlreadyRedriven`]), unroutable or not confirmed
+    /// ([`ErrorKind::Transport`]).
     pub failed: Vec<(DeadLetterId, Error)>,
 }
 
@@ -86,8 +95,9 @@ pub struct RedrivePlan {
     /// Would be published, each to this queue, in order. (Whether the queue exists is
     /// known only when publishing.)
     pub redrive: Vec<(DeadLetterId, String)>,
-    /// Would be refused, each with why ([`ErrorKind::NotRedrivable`] or
-    /// [`ErrorKind::ForeignQueue`]).
+    /// Would be refused, each with why ([`ErrorKind::NotRedrivable`],
+    /// [`ErrorKind::ForeignQueue`], or [`ErrorKind::AlreadyRedriven`] for a
+    /// [`Redrive::One`] re-driven before).
     pub refused: Vec<(DeadLetterId, Error)>,
 }
 
@@ -98,6 +108,16 @@ enum Sink<'a> {
         report: &'a mut RedriveReport,
     },
     Plan(&'a mut RedrivePlan),
+}
+
+impl Sink<'_> {
+    /// Records a dead letter that is not (or would not be) re-driven, with why.
+    fn refuse(&mut self, id: DeadLetterId, error: Error) {
+        match self {
+            Sink::Publish { report, .. } => report.failed.push((id, error)),
+            Sink::Plan(plan) => plan.refused.push((id, error)),
+        }
+    }
 }
 
 type Page = Vec<(DeadLetterRecord, Option<String>, Option<i64>)>;
@@ -119,7 +139,7 @@ impl Store {
         which: Redrive,
     ) -> Result<RedriveReport, Error> {
         let mut report = RedriveReport::default();
-        let one = matches!(which, Redrive::One(_));
+        let one = matches!(which, Redrive::One(_) | Redrive::Again(_));
         self.redrive_into(
             which,
             &mut Sink::Publish {
@@ -153,11 +173,24 @@ impl Store {
     }
 
     async fn redrive_into(&self, which: Redrive, sink: &mut Sink<'_>) -> Result<(), Error> {
-        match which {
-            Redrive::One(id) => {
+        match which.clone() {
+            Redrive::One(id) | Redrive::Again(id) => {
                 let found = self.dead_letter_full(id).await?.ok_or_else(|| {
                     Error::new(ErrorKind::NotFound, format!("no dead letter `{id}`"))
                 })?;
+                if let (Redrive::One(_), Some(at)) = (&which, found.0.redriven_at) {
+                    // A second re-drive hands the event to its consumer once more: only when
+                    // asked for by name. The record of the first stays as it is.
+                    let error = Error::new(
+                        ErrorKind::AlreadyRedriven,
+                        format!(
+                            "dead letter `{id}` was re-driven {} time(s), last at {at}",
+                            found.0.redrive_count
+                        ),
+                    );
+                    sink.refuse(id, error);
+                    return Ok(());
+                }
                 self.redrive_page(sink, vec![found]).await
             }
             Redrive::Matching(query) => {

@@ -10,7 +10,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{AuditStore, TempStore};
 use mesh::{Bus, HandlerError, MemoryBroker, Outgoing};
-use mesh_audit::{AuditLogger, AuditOptions, DeadLetterQuery, EventQuery, Redrive, Store};
+use mesh_audit::{
+    AuditLogger, AuditOptions, DeadLetterQuery, ErrorKind, EventQuery, Redrive, Store,
+};
 use mesh_core::{DeadReason, EventId, PublishOptions, Transport, WireMessage};
 use mesh_testkit::eventually;
 use tokio::task::JoinHandle;
@@ -424,6 +426,39 @@ async fn a_redriven_dead_letter_reaches_its_consumer_only() -> anyhow::Result<()
     // Nothing pending: a second re-drive of all does nothing.
     let again = store.redrive(&broker.transport(), Redrive::All).await?;
     assert!(again.redriven.is_empty() && again.failed.is_empty());
+    // Named by id, it is refused (nothing sent, the record kept) unless asked for again.
+    let refused = store
+        .redrive(&broker.transport(), Redrive::One(dead.id))
+        .await
+        .expect_err("a second re-drive by id is refused");
+    assert_eq!(refused.kind(), &ErrorKind::AlreadyRedriven, "{refused}");
+    let plan = store.redrive_plan(Redrive::One(dead.id)).await?;
+    assert!(plan.redrive.is_empty() && plan.refused.len() == 1);
+    assert_eq!(
+        store
+            .dead_letter(dead.id)
+            .await?
+            .expect("kept")
+            .redrive_count,
+        1
+    );
+    let again = store
+        .redrive(&broker.transport(), Redrive::Again(dead.id))
+        .await?;
+    assert_eq!(again.redriven, vec![dead.id]);
+    eventually(WAIT, "billing handling it once more", || {
+        let seen = billing_seen.lock().expect("lock").len();
+        async move { (seen == 2).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        store
+            .dead_letter(dead.id)
+            .await?
+            .expect("kept")
+            .redrive_count,
+        2
+    );
     // The audit trail has the event once: the re-drive did not pass through `mesh.events`.
     assert_eq!(
         store

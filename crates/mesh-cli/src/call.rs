@@ -25,9 +25,28 @@ fn print_reply(json: bool, reply: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One sentence for a call nobody serves, without the layers under it (the SDK's
+/// "transport failed", the unroutable publish, the broker's reply code 312, which read like a
+/// lost connection): no serve queue at all (the request was unroutable), or what the
+/// transport found (a serve queue nothing consumes, or one that is gone).
+fn no_server(tool: &ToolKey, error: &mesh::Error) -> String {
+    let found = std::error::Error::source(error);
+    let unroutable = found.and_then(std::error::Error::source).is_some();
+    match found {
+        Some(_) if unroutable => format!(
+            "no server for `{tool}`: no service serving it has started (its queue `{}` does \
+             not exist)",
+            mesh::raw::naming::serve_queue(tool)
+        ),
+        Some(found) => format!("cannot call `{tool}`: {found}"),
+        None => format!("cannot call `{tool}`: {error}"),
+    }
+}
+
 /// Runs `mesh call`.
 pub(crate) async fn run(global: &Global, args: &CallArgs) -> anyhow::Result<Code> {
-    ToolKey::parse(&args.tool).coded(Code::Usage, || format!("cannot call `{}`", args.tool))?;
+    let tool =
+        ToolKey::parse(&args.tool).coded(Code::Usage, || format!("cannot call `{}`", args.tool))?;
     serde_json::from_str::<serde::de::IgnoredAny>(&args.data)
         .coded(Code::Usage, || "--data is not JSON".to_owned())?;
     let node = config::node(global)?;
@@ -51,13 +70,9 @@ pub(crate) async fn run(global: &Global, args: &CallArgs) -> anyhow::Result<Code
                 output::json(&json!({"error": {"code": remote.code, "message": remote.message}}))?;
             }
             if error.is_no_server() {
-                // One sentence: what the transport found (no serve queue, or nothing
-                // consuming it), without the SDK's "transport failed" around it.
-                let found = std::error::Error::source(&error)
-                    .map_or_else(|| error.to_string(), ToString::to_string);
                 return Err(exit::fail_with_hint(
                     Code::NoServer,
-                    format!("cannot call `{}`: {found}", args.tool),
+                    no_server(&tool, &error),
                     error.hint().unwrap_or_default(),
                 ));
             }

@@ -3,12 +3,15 @@
 
 use anyhow::Context as _;
 use mesh::raw::DeadReason;
-use mesh_audit::{DeadLetterId, DeadLetterQuery, DeadLetterRecord, Order, Redrive, Store};
+use mesh::EventId;
+use mesh_audit::{
+    DeadLetterId, DeadLetterQuery, DeadLetterRecord, ErrorKind, Order, Redrive, Store,
+};
 use serde_json::{json, Value};
 
 use crate::cli::{DeadCommand, Global, RedriveArgs};
 use crate::config;
-use crate::exit::{fail, Code, WithCode};
+use crate::exit::{fail, fail_with_hint, Code, WithCode};
 use crate::output::{self, paint, BAD, DIM, GOOD, NAME};
 use crate::store::open;
 
@@ -79,6 +82,33 @@ fn show(json: bool, dead: &DeadLetterRecord) -> anyhow::Result<()> {
     output::line(format_args!("body:    {}", value["body"]))?;
     Ok(())
 }
+
+/// The dead letters `dead show ID` names: the one with this id, else those of the event with
+/// this id (an event may die in several consumers' queues), oldest first.
+async fn show_which(store: &Store, id: DeadLetterId) -> anyhow::Result<Vec<DeadLetterRecord>> {
+    if let Some(dead) = store
+        .dead_letter(id)
+        .await
+        .context("reading the dead letter")?
+    {
+        return Ok(vec![dead]);
+    }
+    let event: EventId = id
+        .to_string()
+        .parse()
+        .context("reading the id as an event id")?;
+    let query = DeadLetterQuery::new()
+        .event_id(event)
+        .order(Order::Asc)
+        .limit(SHOWN_PER_EVENT);
+    store
+        .dead_letters(&query)
+        .await
+        .context("listing the event's dead letters")
+}
+
+/// How many dead letters of one event `dead show` prints at most.
+const SHOWN_PER_EVENT: usize = 100;
 
 fn dead_id(text: &str) -> anyhow::Result<DeadLetterId> {
     text.parse()
@@ -168,18 +198,22 @@ pub(crate) async fn run(global: &Global, command: &DeadCommand) -> anyhow::Resul
         DeadCommand::Show { store, id } => {
             let id = dead_id(id)?;
             let store = open(global, store).await?;
-            let found = store
-                .dead_letter(id)
-                .await
-                .context("reading the dead letter");
+            let found = show_which(&store, id).await;
             store.close().await;
-            let Some(dead) = found? else {
-                return Err(fail(
+            let found = found?;
+            if found.is_empty() {
+                return Err(fail_with_hint(
                     Code::Error,
-                    format!("no dead letter {id} in the audit store"),
+                    format!("no dead letter {id}, and no dead letter of an event {id}, in the audit store"),
+                    format!(
+                        "dead letters have ids of their own: `mesh dead list` shows them (with \
+                         the event id of each); `mesh audit trace {id}` shows an event"
+                    ),
                 ));
-            };
-            show(global.json, &dead)?;
+            }
+            for dead in &found {
+                show(global.json, dead)?;
+            }
             Ok(Code::Ok)
         }
         DeadCommand::Redrive(args) => redrive(global, args).await,
@@ -241,7 +275,7 @@ async fn redrive_dry_run(
     let mut refused: Vec<(String, String)> = Vec::new();
     for which in which {
         let label = match &which {
-            Redrive::One(id) => id.to_string(),
+            Redrive::One(id) | Redrive::Again(id) => id.to_string(),
             _ => "*".to_owned(),
         };
         match store.redrive_plan(which).await {
@@ -306,7 +340,13 @@ async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
     } else if !args.ids.is_empty() {
         args.ids
             .iter()
-            .map(|id| dead_id(id).map(Redrive::One))
+            .map(|id| {
+                dead_id(id).map(if args.again {
+                    Redrive::Again
+                } else {
+                    Redrive::One
+                })
+            })
             .collect::<anyhow::Result<_>>()?
     } else {
         return Err(fail(
@@ -323,9 +363,10 @@ async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
     let transport = config::connect(config::amqp_options(global)?).await?;
     let mut redriven: Vec<DeadLetterId> = Vec::new();
     let mut failed: Vec<(String, String)> = Vec::new();
+    let mut again = 0;
     for which in which {
         let label = match &which {
-            Redrive::One(id) => id.to_string(),
+            Redrive::One(id) | Redrive::Again(id) => id.to_string(),
             _ => "*".to_owned(),
         };
         match store.redrive(&*transport, which).await {
@@ -338,7 +379,12 @@ async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
                         .map(|(id, e)| (id.to_string(), format!("{:#}", anyhow::Error::new(e)))),
                 );
             }
-            Err(e) => failed.push((label, format!("{:#}", anyhow::Error::new(e)))),
+            Err(e) => {
+                if matches!(e.kind(), ErrorKind::AlreadyRedriven) {
+                    again += 1;
+                }
+                failed.push((label, format!("{:#}", anyhow::Error::new(e))));
+            }
         }
     }
     transport.close().await;
@@ -361,13 +407,18 @@ async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
             failed.len()
         ))?;
     }
-    if failed.is_empty() {
-        Ok(Code::Ok)
-    } else {
-        Err(fail(
+    let message = format!("{} dead letter(s) could not be re-driven", failed.len());
+    match (failed.is_empty(), again) {
+        (true, _) => Ok(Code::Ok),
+        (false, 0) => Err(fail(Code::Error, message)),
+        (false, again) => Err(fail_with_hint(
             Code::Error,
-            format!("{} dead letter(s) could not be re-driven", failed.len()),
-        ))
+            message,
+            format!(
+                "{again} of them re-driven before: give --again to send them to their \
+                 consumers once more"
+            ),
+        )),
     }
 }
 

@@ -102,14 +102,40 @@ where
     })
 }
 
-/// A command line clap refused (or `--help`, `--version`, which are not failures).
+/// A command line clap refused (or `--help`, `--version`, which are not failures). Under
+/// `--json` (anywhere on the line) a refusal is one JSON object on stderr, as every other
+/// failure is; help and version are printed as they are.
 fn usage(error: &clap::Error) -> ExitCode {
     let code = match error.kind() {
         ClapErrorKind::DisplayHelp | ClapErrorKind::DisplayVersion => Code::Ok,
         _ => Code::Usage,
     };
-    let _ = error.print();
+    if code == Code::Usage && asks_for_json(std::env::args_os().skip(1)) {
+        let (message, hint) = cli::usage_error_parts(error);
+        print_json_error(&message, code, hint.as_deref());
+    } else {
+        let _ = error.print();
+    }
     code.into()
+}
+
+/// Whether `--json` is one of the arguments (before a `--` that ends the options): what
+/// clap could not parse may be anything else.
+fn asks_for_json(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    args.take_while(|arg| arg != "--")
+        .any(|arg| arg == "--json")
+}
+
+/// A failure under `--json`: one object on stderr, its message, its code's name and value,
+/// and what to do when known.
+fn print_json_error(message: &str, code: Code, hint: Option<&str>) {
+    let mut line = serde_json::json!({
+        "error": message, "kind": code.name(), "exit_code": code.value()
+    });
+    if let Some(hint) = hint {
+        line["hint"] = serde_json::json!(hint);
+    }
+    output::json_note(&line);
 }
 
 /// The exit code of a finished command; a failure is printed on stderr first (one line, its
@@ -122,13 +148,7 @@ fn finish(json: bool, result: anyhow::Result<Code>) -> ExitCode {
             let code = exit::classify(&error);
             let hint = exit::hint(&error);
             if json {
-                let mut line = serde_json::json!({
-                    "error": format!("{error:#}"), "kind": code.name(), "exit_code": code.value()
-                });
-                if let Some(hint) = &hint {
-                    line["hint"] = serde_json::json!(hint);
-                }
-                output::json_note(&line);
+                print_json_error(&format!("{error:#}"), code, hint.as_deref());
             } else {
                 // An error may quote the broker or a peer: the note escapes it like any output.
                 output::note(format_args!(

@@ -15,7 +15,8 @@
 //!                   [--rate N] [--dry-run]
 //! mesh audit query | count [-k PATTERN] [-s SOURCE] [--since T] [--until T] [-n LIMIT]
 //! mesh dead list [-q QUEUE] [-r REASON] [--pending] [--since T] [-n LIMIT]
-//! mesh dead redrive <ID…> | --all | -q QUEUE   [--dry-run]
+//! mesh dead show <ID | EVENT-ID>
+//! mesh dead redrive <ID…> [--again] | --all | -q QUEUE   [--dry-run]
 //! mesh dead purge [-q QUEUE] [-r REASON] [--redriven] | --all   [--dry-run]
 //! mesh logs tail [PATTERN] [-n COUNT]
 //! mesh contract export [-m OWNER] [-o FILE] [--format asyncapi|system] [--from FILE…]
@@ -101,7 +102,9 @@
 //!
 //! Errors are printed on one line to stderr with their cause chain
 //! (`error: cannot emit `x.y`: invalid key: unknown origin `x`, …`), followed by a line
-//! `hint: …` when the error says what to do (the audit store's do).
+//! `hint: …` when the error says what to do (the audit store's do). Under `--json` a failure,
+//! a refused command line included, is one JSON object on stderr: `error`, `kind` (the code's
+//! name), `exit_code` and, when known, `hint`.
 
 use std::process::ExitCode;
 

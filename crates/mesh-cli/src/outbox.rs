@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::{shown, Global, OutboxCommand, OutboxDatabaseArg, OutboxRelayArgs, Source};
 use crate::config;
-use crate::exit::{fail, Code, WithCode};
+use crate::exit::{fail, fail_with_hint, Code, WithCode};
 use crate::metrics;
 use crate::output::{self, paint, DIM};
 use crate::process;
@@ -149,11 +149,12 @@ async fn relay(global: &Global, args: &OutboxRelayArgs) -> anyhow::Result<Code> 
     let url = args.database.database.trim();
     let outcome = match database {
         Database::Postgres(options) => {
-            let pool = PgPoolOptions::new()
-                .max_connections(POOL_CONNECTIONS)
-                .acquire_timeout(config::connect_timeout(global))
-                .connect_with(options)
-                .await;
+            let pool = connect_postgres(
+                PgPoolOptions::new().max_connections(POOL_CONNECTIONS),
+                options,
+                config::connect_timeout(global),
+            )
+            .await;
             relay_on(args, plan, open(pool, url).await?, url, &shutdown).await
         }
         Database::Sqlite(options) => {
@@ -257,36 +258,83 @@ async fn close_all(buses: &[Bus]) {
     }
 }
 
-/// The outbox's counts, its pool closed after.
-async fn count<DB: Backend>(outbox: Outbox<DB>) -> Result<mesh_outbox::Counts, mesh_outbox::Error> {
-    let counts = outbox.counts().await;
-    outbox.pool().close().await;
+/// The outbox's counts if it has its tables (`None` if not), the pool closed after.
+async fn count_existing<DB: Backend>(
+    pool: Pool<DB>,
+) -> Result<Option<mesh_outbox::Counts>, mesh_outbox::Error> {
+    let counts = match Outbox::existing(pool.clone()).await {
+        Ok(Some(outbox)) => outbox.counts().await.map(Some),
+        Ok(None) => Ok(None),
+        Err(error) => Err(error),
+    };
+    pool.close().await;
     counts
 }
 
+/// A pool on PostgreSQL that fails at once when nothing listens at the address: sqlx's pool
+/// takes a refused connection for a server still starting and tries again until `timeout`.
+/// One connection is tried first; only what may heal (a server starting or shutting down,
+/// too many connections, a slow answer) is left to the pool's retries. The audit store
+/// connects the same way.
+async fn connect_postgres(
+    pool: PgPoolOptions,
+    options: PgConnectOptions,
+    timeout: Duration,
+) -> Result<sqlx::PgPool, sqlx::Error> {
+    use sqlx::Connection as _;
+    match tokio::time::timeout(timeout, sqlx::PgConnection::connect_with(&options)).await {
+        Ok(Ok(probe)) => {
+            let _ = probe.close().await;
+        }
+        Ok(Err(error)) if !may_heal(&error) => return Err(error),
+        Ok(Err(_)) | Err(_) => {}
+    }
+    pool.acquire_timeout(timeout).connect_with(options).await
+}
+
+/// A first connection's failure that the pool's retries may get past: PostgreSQL starting or
+/// shutting down (57P03), or out of connections (class 53).
+fn may_heal(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "57P03" || code.starts_with("53"))
+}
+
 /// Runs `mesh outbox status`: the table's pending and sent rows, and the oldest pending age.
+/// It reads only: a database without the outbox's tables is said to have none, and is left
+/// as it was.
 async fn status(global: &Global, arg: &OutboxDatabaseArg) -> anyhow::Result<Code> {
     let url = arg.database.trim();
     let timeout = config::connect_timeout(global);
+    let cannot_open = || format!("cannot open the outbox database {}", shown(url));
     let counts = match parse_database(url)? {
         Database::Postgres(options) => {
-            let pool = PgPoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(timeout)
-                .connect_with(options)
-                .await;
-            count(open(pool, url).await?).await
+            let pool = connect_postgres(PgPoolOptions::new().max_connections(1), options, timeout)
+                .await
+                .with_context(cannot_open)?;
+            count_existing(pool).await
         }
         Database::Sqlite(options) => {
             let pool = SqlitePoolOptions::new()
                 .max_connections(1)
                 .acquire_timeout(timeout)
-                .connect_with(options)
-                .await;
-            count(open(pool, url).await?).await
+                // A reader never makes the file, whatever the URL's mode says.
+                .connect_with(options.create_if_missing(false))
+                .await
+                .with_context(cannot_open)?;
+            count_existing(pool).await
         }
     }
     .with_context(|| format!("cannot count the outbox rows of {}", shown(url)))?;
+    let Some(counts) = counts else {
+        return Err(fail_with_hint(
+            Code::Error,
+            format!("no outbox in {}: it has no outbox tables", shown(url)),
+            "a service creates them when it opens its outbox (`Outbox::new`), and so does \
+             `mesh outbox relay`; check that this is the services' database",
+        ));
+    };
     if global.json {
         output::json(&json!({
             "pending": counts.pending,

@@ -37,6 +37,8 @@ struct Status<'a> {
     version: Option<String>,
     node: &'a Name,
     modules: Vec<ModuleQueue<'a>>,
+    /// The other nodes with module queues in this vhost, by name (where to look instead).
+    other_nodes: Vec<&'a str>,
     /// This node's audit logger dead-letter queue, and that queue if it exists.
     dead_queue: String,
     dead: Option<&'a QueueRow>,
@@ -52,7 +54,7 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
     let health = transport.health();
     transport.close().await;
     if !global.json {
-        print_connection(&shown, health.blocked, &node)?;
+        print_connection(&shown, health.blocked, &node, global.node.is_none())?;
     }
 
     let management = config::management(global)?;
@@ -63,6 +65,7 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
     });
     let queues = management.queues().await?;
     let mut modules = module_queues(&queues, &node);
+    let other_nodes = other_nodes(&queues, &node);
     let store = store::open_if_any(global, &args.store).await?;
     if let Some(store) = &store {
         for m in &mut modules {
@@ -79,6 +82,7 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
         version,
         node: &node,
         modules,
+        other_nodes,
         dead: queues.iter().find(|q| q.name == dead_queue),
         dead_queue,
         retired: queues.iter().find(|q| q.name == RETIRED_DEAD_QUEUE),
@@ -91,8 +95,14 @@ pub(crate) async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<Co
     Ok(Code::Ok)
 }
 
-/// The first lines: the broker and the node, printed before the management API is asked.
-fn print_connection(broker: &str, blocked: bool, node: &Name) -> anyhow::Result<()> {
+/// The first lines: the broker and the node (and, when none was given, that it is the host
+/// name's), printed before the management API is asked.
+fn print_connection(
+    broker: &str,
+    blocked: bool,
+    node: &Name,
+    from_host: bool,
+) -> anyhow::Result<()> {
     output::line(format_args!(
         "broker    {} {}",
         paint(NAME, broker),
@@ -102,7 +112,18 @@ fn print_connection(broker: &str, blocked: bool, node: &Name) -> anyhow::Result<
             paint(GOOD, "connected")
         }
     ))?;
-    output::line(format_args!("node      {}", paint(NAME, node.as_str())))?;
+    output::line(format_args!(
+        "node      {}{}",
+        paint(NAME, node.as_str()),
+        paint(
+            DIM,
+            if from_host {
+                " (the host name's: --node, MESH_NODE or a context names another)"
+            } else {
+                ""
+            }
+        )
+    ))?;
     Ok(())
 }
 
@@ -113,6 +134,7 @@ fn status_json(status: &Status<'_>) -> Value {
         "blocked": status.blocked,
         "rabbitmq_version": status.version,
         "node": status.node.as_str(),
+        "other_nodes": status.other_nodes,
         "modules": status.modules.iter().map(|m| json!({
             "module": m.module,
             "queue": m.queue.name,
@@ -147,6 +169,14 @@ fn print_queues(status: &Status<'_>) -> anyhow::Result<()> {
                 )
             )
         ))?;
+        if !status.other_nodes.is_empty() {
+            output::line(format_args!(
+                "          other nodes have module queues here: {} (give --node {} to see \
+                 its modules)",
+                paint(NAME, status.other_nodes.join(", ")),
+                status.other_nodes[0]
+            ))?;
+        }
     } else {
         output::line(format_args!(
             "{:<20} {:<8} {:>8} {:>8} {:>9} {:>9} {:>6}",
@@ -231,6 +261,21 @@ fn module_queues<'a>(queues: &'a [QueueRow], node: &Name) -> Vec<ModuleQueue<'a>
     modules
 }
 
+/// The nodes other than `node` with a module queue (`<node>.<module>.events`) among
+/// `queues`, by name, once each.
+fn other_nodes<'a>(queues: &'a [QueueRow], node: &Name) -> Vec<&'a str> {
+    let mut nodes: Vec<&str> = queues
+        .iter()
+        .filter(|q| naming::is_consumer_queue(&q.name))
+        .filter_map(|q| q.name.split('.').next())
+        // `shared.<module>.events` is a shared queue, not a node's.
+        .filter(|n| *n != node.as_str() && *n != "shared")
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    nodes
+}
+
 fn count(value: Option<u64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
@@ -276,6 +321,7 @@ mod tests {
             version: Some("3.10\r\nforged".to_owned()),
             node: &node,
             modules,
+            other_nodes: vec!["n2\u{9b}2J"],
             dead_queue: "n1.audit-logger.dead".to_owned(),
             dead: queues.first(),
             retired: None,

@@ -56,14 +56,16 @@ pub(crate) async fn open_if_any(global: &Global, arg: &StoreArg) -> anyhow::Resu
     open(global, arg).await.map(Some)
 }
 
-/// Opens the store of `--store` (or the context's, or the default one, which must exist).
+/// Opens the store of `--store` (or the context's, or the default one, which must exist) as
+/// the commands that read it do: a store an audit logger made, never created or migrated
+/// here (a database without its tables says so, with a hint).
 pub(crate) async fn open(global: &Global, arg: &StoreArg) -> anyhow::Result<Store> {
     let url = store_url(global, arg, false)?;
     let options: StoreOptions = url
         .parse()
         .coded(Code::Usage, || "invalid --store".to_owned())?;
     let shown = options.redacted_url();
-    Store::open(options)
+    Store::open_existing(options)
         .await
         .with_context(|| format!("opening the audit store {shown}"))
 }

@@ -97,6 +97,13 @@ impl<DB: Backend> Outbox<DB> {
         Ok(Outbox { pool })
     }
 
+    /// The outbox on `pool`'s database if its tables are there, `None` if not: reads only,
+    /// creates and upgrades nothing (for tools that look at an outbox, such as a status
+    /// command). A schema newer than this library's fails (`SchemaTooNew`).
+    pub async fn existing(pool: Pool<DB>) -> Result<Option<Outbox<DB>>, Error> {
+        Ok(DB::installed(&pool).await?.map(|_| Outbox { pool }))
+    }
+
     /// The pool.
     pub fn pool(&self) -> &Pool<DB> {
         &self.pool

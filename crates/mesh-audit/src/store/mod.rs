@@ -2,30 +2,28 @@
 //!
 //! One `Store` type over either backend. Both have the same tables (`events`,
 //! `event_conflicts`, `dead_letters`) created by their own migrations (`migrations/sqlite`, `migrations/postgres`), embedded in
-//! the binary and applied by [`Store::open`]. The SQL is shared ([`sql`]); only casts and
+//! the binary and applied by [`Store::open`] ([`Store::open_existing`], for readers, checks
+//! them and changes nothing). The SQL is shared ([`sql`]); only casts and
 //! select lists differ.
 
+mod connect;
 mod hint;
 mod rows;
 mod sql;
 mod walk;
 
 use std::collections::{HashMap, HashSet};
-use std::str::FromStr;
-use std::time::Duration;
 
 use mesh_core::{EventId, Timestamp};
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::postgres::PgPool;
+use sqlx::sqlite::SqlitePool;
 use sqlx::QueryBuilder;
 use tracing::info;
 
 use crate::convert::{time_from_text, time_to_text};
 use crate::error::{Error, ErrorKind};
-use crate::options::{Backend, StoreOptions, STORE_URL_HINT};
+use crate::options::{Backend, StoreOptions};
 use crate::record::{
     CausationNode, CausationTree, ConflictRecord, Counts, EventQuery, EventRecord, Flow, Found,
     MAX_TREE_NODES,
@@ -92,81 +90,27 @@ impl Store {
     /// Connects and brings the schema up to date (embedded migrations; safe to run from
     /// several processes at once).
     pub async fn open(options: StoreOptions) -> Result<Store, Error> {
-        let url = options.get_url();
-        let pool = match options.backend() {
-            Backend::Sqlite => {
-                let mut connect = SqliteConnectOptions::from_str(url)
-                    .map_err(|e| {
-                        Error::options(format!("store URL `{}`", options.redacted_url()))
-                            .with_source(e)
-                            .with_hint(STORE_URL_HINT)
-                    })?
-                    // WAL: readers (queries) never block the logger's writes.
-                    .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(if options.get_sqlite_synchronous_full() {
-                        SqliteSynchronous::Full
-                    } else {
-                        SqliteSynchronous::Normal
-                    })
-                    .busy_timeout(Duration::from_secs(30));
-                // Every connection to `:memory:` is a database of its own: keep exactly one.
-                let memory = url.contains(":memory:") || url.contains("mode=memory");
-                let mode = hint::sqlite_mode(url);
-                let creates = !memory
-                    && (mode == Some("rwc") || (mode.is_none() && options.get_create_if_missing()));
-                if creates {
-                    connect = connect.create_if_missing(true);
-                    hint::create_parent_dir(connect.get_filename(), &options)?;
-                }
-                let mut pool = SqlitePoolOptions::new().max_connections(if memory {
-                    1
-                } else {
-                    options.get_max_connections()
-                });
-                if memory {
-                    pool = pool
-                        .min_connections(1)
-                        .idle_timeout(None)
-                        .max_lifetime(None);
-                }
-                let path = connect.get_filename().to_path_buf();
-                Pool::Sqlite(pool.connect_with(connect).await.map_err(|e| {
-                    let hint = hint::sqlite(&path, &e, creates);
-                    Error::database(format!("opening {}", options.redacted_url()), e)
-                        .with_hint(hint)
-                })?)
-            }
-            Backend::Postgres => {
-                let connect = PgConnectOptions::from_str(url).map_err(|e| {
-                    Error::options(format!("store URL `{}`", options.redacted_url()))
-                        .with_source(e)
-                        .with_hint(STORE_URL_HINT)
-                })?;
-                let (host, port, database) = (
-                    connect.get_host().to_owned(),
-                    connect.get_port(),
-                    connect.get_database().map(str::to_owned),
-                );
-                Pool::Postgres(
-                    PgPoolOptions::new()
-                        .max_connections(options.get_max_connections())
-                        .acquire_timeout(Duration::from_secs(30))
-                        .connect_with(connect)
-                        .await
-                        .map_err(|e| {
-                            let hint = hint::postgres(&host, port, database.as_deref(), &e);
-                            Error::database(format!("connecting to {}", options.redacted_url()), e)
-                                .with_hint(hint)
-                        })?,
-                )
-            }
-        };
+        let pool = connect::pool(&options, connect::Mode::Create).await?;
         let store = Store { pool, options };
         if let Err(e) = store.migrate().await {
             store.close().await;
             return Err(e);
         }
         info!(store = %store.options.redacted_url(), backend = %store.backend(), "audit store open");
+        Ok(store)
+    }
+
+    /// Connects to a store an audit logger made, creating and changing nothing (what the
+    /// reading commands use): a missing SQLite file is an error with a hint, and so is a
+    /// database without the store's tables ([`ErrorKind::NotFound`]) or with a schema of
+    /// another version ([`ErrorKind::Migration`]). A SQLite URL's `mode=rwc` is ignored.
+    pub async fn open_existing(options: StoreOptions) -> Result<Store, Error> {
+        let pool = connect::pool(&options, connect::Mode::Existing).await?;
+        let store = Store { pool, options };
+        if let Err(e) = connect::check_schema(&store.pool, &store.options).await {
+            store.close().await;
+            return Err(e);
+        }
         Ok(store)
     }
 

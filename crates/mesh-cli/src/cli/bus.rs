@@ -109,10 +109,14 @@ Connects over AMQP (which also checks the URL, the credentials and the vhost), t
 queues <node>.*.events, their retry queues and <node>.audit-logger.dead (and the retired
 mesh.dead-letters while it exists) from the management API
 (counts are as of its last statistics sample, every 5 s by default). Each module's dead letters
-(not re-driven yet) are counted from the audit store, when there is one.
+(not re-driven yet) are counted from the audit store, when there is one (it only reads it).
 
-Example:
-  mesh status --node anchor";
+The node is the one of --node, MESH_NODE or the context, else the host name's; the output
+names it, and, when it has no module queue, the other nodes that do (the demo's is `demo`).
+
+Examples:
+  mesh status --node anchor
+  mesh status --node demo --json";
 
 /// `mesh logs`.
 #[derive(Debug, Subcommand)]

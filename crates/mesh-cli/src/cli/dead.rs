@@ -35,7 +35,8 @@ pub(crate) enum DeadCommand {
     Show {
         #[command(flatten)]
         store: StoreArg,
-        /// The dead letter's id (from `mesh dead list`)
+        /// The dead letter's id (from `mesh dead list`), or an event's id: then the event's dead
+        /// letters
         id: String,
     },
     /// Send dead letters back to the queue of the consumer that gave up on them
@@ -133,6 +134,10 @@ pub(crate) struct RedriveArgs {
     /// nothing, mark nothing
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// Re-drive the dead letters named by id even if they were re-driven before (refused
+    /// otherwise: their consumer would get the event once more)
+    #[arg(long, conflicts_with_all = ["all", "queue"])]
+    pub(crate) again: bool,
 }
 
 const DEAD_LIST_HELP: &str = "\
@@ -142,8 +147,12 @@ Examples:
   mesh dead list -q anchor.mailer.events -r delivery-limit -n 10";
 
 const DEAD_SHOW_HELP: &str = "\
-Example:
-  mesh dead show 3f0c1d1e-2b53-5b8e-9a43-0c2b3f1f4f55";
+A dead letter has an id of its own, not its event's: `mesh dead list` shows both. Given an
+event's id, it shows every dead letter of that event (one per consumer that gave up on it).
+
+Examples:
+  mesh dead show 3f0c1d1e-2b53-5b8e-9a43-0c2b3f1f4f55
+  mesh dead show 01a22f30-5f0e-4c4e-9d1c-7e0f3c1b2a44 --json";
 
 const DEAD_REDRIVE_HELP: &str = "\
 A re-driven dead letter keeps its event id, key, body and headers (less the dead-letter
@@ -153,6 +162,10 @@ starts afresh with its full retry policy. Only a mesh consumer queue is a target
 (serve.*, a retry queue, mesh.*, anything else) is refused, never published. Exits 1 if any
 could not be re-driven (or, with --dry-run, would be refused).
 
+--all and --queue take only the dead letters not re-driven yet. A dead letter named by id
+that was re-driven before is refused unless --again is given (the store keeps the count
+and the time of the last re-drive).
+
 The audit store owns the re-drive state: loggers writing one database share it. With
 separate databases, re-drive from one of them; re-driving the same dead letter from another
 store sends it again (at-least-once).
@@ -160,7 +173,8 @@ store sends it again (at-least-once).
 Examples:
   mesh dead redrive 3f0c1d1e-2b53-5b8e-9a43-0c2b3f1f4f55
   mesh dead redrive --queue anchor.mailer.events
-  mesh dead redrive --all --dry-run";
+  mesh dead redrive --all --dry-run
+  mesh dead redrive 3f0c1d1e-2b53-5b8e-9a43-0c2b3f1f4f55 --again";
 
 #[cfg(test)]
 mod tests {

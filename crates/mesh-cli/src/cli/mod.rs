@@ -177,6 +177,22 @@ pub(crate) fn parse() -> Result<Cli, clap::Error> {
     Ok(cli)
 }
 
+/// A usage error clap refused the line with, as the one-line message and hint a `--json`
+/// failure carries: clap's first line (what is wrong), then its tips, the usage line and
+/// where to read more, in one hint.
+pub(crate) fn usage_error_parts(error: &clap::Error) -> (String, Option<String>) {
+    // Plain text: clap's styles are dropped by `Display`.
+    let text = error.render().to_string();
+    let mut lines = text.lines().map(str::trim).filter(|line| !line.is_empty());
+    let message = lines
+        .next()
+        .map(|line| line.strip_prefix("error: ").unwrap_or(line).to_owned())
+        .unwrap_or_else(|| "invalid arguments".to_owned());
+    let rest: Vec<&str> = lines.collect();
+    let hint = (!rest.is_empty()).then(|| rest.join("; "));
+    (message, hint)
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -225,6 +241,17 @@ mod tests {
             }
             let _ = parse_time(&text);
         }
+    }
+
+    #[test]
+    fn a_usage_error_is_one_message_and_a_hint() {
+        use clap::Parser as _;
+        let error = Cli::try_parse_from(["mesh", "status", "--bogus"]).unwrap_err();
+        let (message, hint) = usage_error_parts(&error);
+        assert_eq!(message, "unexpected argument '--bogus' found");
+        let hint = hint.unwrap();
+        assert!(hint.contains("Usage: mesh status"), "{hint}");
+        assert!(!hint.contains('\n') && !hint.contains('\u{1b}'), "{hint:?}");
     }
 
     #[test]

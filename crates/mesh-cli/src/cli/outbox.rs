@@ -27,9 +27,10 @@ pub(crate) enum OutboxCommand {
 #[derive(Args)]
 pub(crate) struct OutboxDatabaseArg {
     /// The database the services write their outbox rows into: postgres://USER@HOST[:PORT]/DB
-    /// or sqlite:PATH (the file must exist). Its outbox tables are created or upgraded when
-    /// needed (PostgreSQL schema mesh_outbox, SQLite tables mesh_*). Prefer ~/.pgpass or
-    /// PGPASSWORD to a password in the URL, which is never shown
+    /// or sqlite:PATH (the file must exist). `relay` creates or upgrades its outbox tables
+    /// when needed (PostgreSQL schema mesh_outbox, SQLite tables mesh_*); `status` only
+    /// reads them. Prefer ~/.pgpass or PGPASSWORD to a password in the URL, which is never
+    /// shown
     #[arg(
         long,
         env = "MESH_OUTBOX_DATABASE",
@@ -144,8 +145,8 @@ Examples:
 const OUTBOX_STATUS_HELP: &str = "\
 Prints the rows not sent yet, the age of the oldest of them, and the rows sent and kept until
 a relay's cleanup deletes them (--retention); --json gives {\"pending\", \"sent\",
-\"oldest_pending_seconds\"}. Creates the outbox tables when the database has none yet, as
-the relay does.
+\"oldest_pending_seconds\"}. It only reads: a database without the outbox tables is an
+error saying so (exit code 1), and is left as it was.
 
 Examples:
   mesh outbox status --database postgres://shop@db/shop

@@ -11,7 +11,8 @@ use nix::unistd::Pid;
 use tokio::process::Child;
 
 use crate::{
-    assert_code, code, finish, json, mesh, options, run, stdout, transport, vhost, NODE, WAIT,
+    assert_code, code, finish, json, mesh, options, run, stderr, stdout, transport, vhost, NODE,
+    WAIT,
 };
 
 /// Starts `mesh audit run` and waits until its queue has a consumer.
@@ -310,6 +311,123 @@ async fn query_trace_and_dead_letters_round_trip() {
     )
     .await;
     assert_eq!(json(&output)["redrive_count"], 1);
+
+    // By its event's id, `dead show` finds the event's dead letters.
+    let event_id = dead["event_id"].as_str().unwrap().to_owned();
+    assert_ne!(event_id, id, "a dead letter has an id of its own");
+    let output = run(
+        Some(&url),
+        &["dead", "show", &event_id, "--json", "--store", store.url()],
+    )
+    .await;
+    assert_code(&output, 0);
+    // One per line: the event died again after its re-drive, maybe recorded by now.
+    let shown: Vec<serde_json::Value> = stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect();
+    assert!(
+        shown.iter().all(|d| d["event_id"] == event_id.as_str()),
+        "{shown:?}"
+    );
+    assert!(shown.iter().any(|d| d["id"] == id.as_str()), "{shown:?}");
+    // An id of neither: it says that dead letters have ids of their own, and where they are.
+    let unknown = "3f0c1d1e-2b53-5b8e-9a43-0c2b3f1f4f55";
+    let output = run(
+        Some(&url),
+        &["dead", "show", unknown, "--store", store.url()],
+    )
+    .await;
+    assert_code(&output, 1);
+    let err = stderr(&output);
+    assert!(
+        err.contains(&format!(
+            "no dead letter {unknown}, and no dead letter of an event {unknown}"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint: dead letters have ids of their own: `mesh dead list`"),
+        "{err}"
+    );
+
+    // A second re-drive by id is refused without --again; the store's record stays.
+    let output = run(
+        Some(&url),
+        &["dead", "redrive", &id, "--store", store.url()],
+    )
+    .await;
+    assert_code(&output, 1);
+    let text = stdout(&output);
+    assert!(
+        text.contains(&format!("failed {id}: re-driven already")),
+        "{text}"
+    );
+    assert!(
+        stderr(&output).contains("give --again"),
+        "{}",
+        stderr(&output)
+    );
+    let output = run(
+        Some(&url),
+        &["dead", "redrive", &id, "--dry-run", "--store", store.url()],
+    )
+    .await;
+    assert_code(&output, 1);
+    assert!(
+        stdout(&output).contains("would refuse"),
+        "{}",
+        stdout(&output)
+    );
+    let output = run(
+        Some(&url),
+        &["dead", "show", &id, "--json", "--store", store.url()],
+    )
+    .await;
+    assert_eq!(
+        json(&output)["redrive_count"],
+        1,
+        "refused: nothing sent, nothing marked"
+    );
+    let output = run(
+        Some(&url),
+        &[
+            "dead",
+            "redrive",
+            &id,
+            "--again",
+            "--json",
+            "--store",
+            store.url(),
+        ],
+    )
+    .await;
+    assert_code(&output, 0);
+    assert_eq!(json(&output)["redriven"], serde_json::json!([id]));
+    eventually(WAIT, "the event re-driven once more", || async {
+        (calls.load(Ordering::SeqCst) >= 3).then_some(())
+    })
+    .await;
+    let output = run(
+        Some(&url),
+        &["dead", "show", &id, "--json", "--store", store.url()],
+    )
+    .await;
+    assert_eq!(json(&output)["redrive_count"], 2);
+    // --again names dead letters: with --all or --queue it is a usage error.
+    let output = run(
+        Some(&url),
+        &[
+            "dead",
+            "redrive",
+            "--all",
+            "--again",
+            "--store",
+            store.url(),
+        ],
+    )
+    .await;
+    assert_code(&output, 2);
 
     let output = run(
         Some(&url),

@@ -70,9 +70,34 @@ async fn call_prints_the_reply_or_exits_with_the_errors_code() {
         "{err}"
     );
 
+    // No serve queue at all: one sentence naming the tool, none of the layers under it.
     let output = run(Some(&url), &["call", "nobody.serves.this"]).await;
     assert_code(&output, 4);
-    assert!(stderr(&output).contains("no server"), "{}", stderr(&output));
+    let err = stderr(&output);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "error: no server for `nobody.serves.this`: no service serving it has started (its \
+             queue `serve.nobody.serves.this` does not exist)",
+            "hint: start the service that serves the tool: a call is answered only while a \
+             server consumes the tool's queue",
+        ],
+        "{err}"
+    );
+    let output = run(Some(&url), &["call", "nobody.serves.this", "--json"]).await;
+    assert_code(&output, 4);
+    let error: serde_json::Value =
+        serde_json::from_str(stderr(&output).trim()).expect("one JSON object on stderr");
+    assert_eq!(error["kind"], "no-server");
+    assert_eq!(error["exit_code"], 4);
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("no server for `nobody.serves.this`: "),
+        "{error}"
+    );
 
     // The server goes away; its queue stays. A call says so within 3 s, not at its timeout.
     server.close().await;

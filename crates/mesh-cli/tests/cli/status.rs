@@ -54,3 +54,56 @@ async fn status_lists_this_nodes_module_queues() {
     other.close().await;
     vhost.delete().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_its_node_and_the_nodes_it_did_not_look_at() {
+    let vhost = vhost("cli-status-node").await;
+    let url = vhost.url();
+    // Only another node's module here (as after the demo, whose node is `demo`).
+    let other = Bus::builder()
+        .node("elsewhere")
+        .module("mailer")
+        .on_raw(["module.umami.#"], |_| async { Ok::<(), HandlerError>(()) })
+        .start(transport(options(&vhost)).await)
+        .await
+        .unwrap();
+
+    let output = run(Some(&url), &["status"]).await;
+    assert_code(&output, 0);
+    let text = stdout(&output);
+    assert!(
+        text.contains(&format!("node      {}\n", crate::NODE)),
+        "{text}"
+    );
+    assert!(text.contains("modules   none"), "{text}");
+    assert!(
+        text.contains("other nodes have module queues here: elsewhere (give --node elsewhere"),
+        "{text}"
+    );
+    let output = run(Some(&url), &["status", "--json"]).await;
+    assert_eq!(
+        json(&output)["other_nodes"],
+        serde_json::json!(["elsewhere"])
+    );
+
+    // The node of the flag is the one looked at.
+    let output = run(Some(&url), &["status", "--node", "elsewhere", "--json"]).await;
+    assert_code(&output, 0);
+    let status = json(&output);
+    assert_eq!(status["node"], "elsewhere");
+    assert_eq!(status["modules"][0]["module"], "mailer", "{status}");
+
+    // No node given: the host name's, and the output says so.
+    let child = crate::mesh(Some(&url))
+        .env_remove("MESH_NODE")
+        .arg("status")
+        .spawn()
+        .expect("the mesh binary starts");
+    let output = crate::finish(child).await;
+    assert_code(&output, 0);
+    let text = stdout(&output);
+    assert!(text.contains("(the host name's: --node"), "{text}");
+
+    other.close().await;
+    vhost.delete().await.unwrap();
+}

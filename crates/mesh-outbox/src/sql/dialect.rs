@@ -26,6 +26,8 @@ pub(crate) struct Dialect {
     pub(crate) clock: Clock,
     /// What an install runs before it reads the version: the version table (and its schema).
     pub(crate) install_prelude: &'static str,
+    /// Whether the version table exists (one boolean), read without creating anything.
+    pub(crate) versions_exist: &'static str,
     /// The advisory lock an install holds for its transaction, where the backend needs one
     /// to serialise installs on one database.
     pub(crate) install_lock: Option<i64>,
@@ -62,6 +64,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     float: "::float8",
     clock: Clock::Database,
     install_prelude: schema::POSTGRES_PRELUDE,
+    versions_exist: "SELECT to_regclass('mesh_outbox.versions') IS NOT NULL",
     install_lock: Some(schema::INSTALL_LOCK),
     schema_versions: schema::POSTGRES_VERSIONS,
     installing: "installing the outbox schema",
@@ -76,6 +79,8 @@ pub(crate) const SQLITE: Dialect = Dialect {
     float: "",
     clock: Clock::Process,
     install_prelude: schema::SQLITE_PRELUDE,
+    versions_exist: "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' \
+                     AND name = 'mesh_outbox_versions'",
     install_lock: None,
     schema_versions: schema::SQLITE_VERSIONS,
     installing: "installing the outbox tables",

@@ -63,6 +63,11 @@ pub trait Sql: sqlx::Database + Sized {
     /// Creates or upgrades the library's tables (safe from several processes at once).
     fn install(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), Error>>;
 
+    /// The schema's version in the database, `None` when it has none (no version table):
+    /// reads only, creates nothing. A version newer than this library's is
+    /// `SchemaTooNew`.
+    fn installed(pool: &Pool<Self>) -> BoxFuture<'_, Result<Option<i64>, Error>>;
+
     /// Writes rows in the caller's transaction.
     fn insert<'a>(
         conn: &'a mut Self::Connection,

@@ -125,6 +125,32 @@ macro_rules! impl_sql {
                 })
             }
 
+            fn installed(pool: &Pool<Self>) -> BoxFuture<'_, Result<Option<i64>, Error>> {
+                Box::pin(async move {
+                    let d: &Dialect = &$dialect;
+                    let failed = |e| Error::database("reading the outbox schema's version", e);
+                    let exists: bool = sqlx::query_scalar(d.versions_exist)
+                        .fetch_one(pool)
+                        .await
+                        .map_err(failed)?;
+                    if !exists {
+                        return Ok(None);
+                    }
+                    let current: Option<i64> =
+                        sqlx::query_scalar(&format!("SELECT max(version) FROM {}", d.versions))
+                            .fetch_one(pool)
+                            .await
+                            .map_err(failed)?;
+                    let known = latest(d.schema_versions);
+                    match current {
+                        Some(found) if found > known => {
+                            Err(Error::new(ErrorKind::SchemaTooNew { found, known }))
+                        }
+                        current => Ok(current),
+                    }
+                })
+            }
+
             fn insert<'a>(
                 conn: &'a mut Self::Connection,
                 rows: &'a [NewRow],
