@@ -63,7 +63,7 @@ async fn keys(api: &ManagementClient) -> Vec<String> {
     let mut keys: Vec<String> = api
         .queue_bindings("/", QUEUE)
         .await
-        .unwrap()
+        .expect("the logger queue's bindings")
         .into_iter()
         .filter(|b| b.source == "mesh.events")
         .map(|b| b.routing_key)
