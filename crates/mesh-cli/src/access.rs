@@ -6,6 +6,11 @@
 //! `"user" = "password"`, refused when others may read it) or `MESH_PASSWORD_<USER>` (the user
 //! name upper-cased, every byte that is not a letter or digit as `_`) for the users the file
 //! does not name. No output, error or log line holds one.
+//!
+//! Beside the users, the plan covers the limits of the spec's `[access]` table and the
+//! bindings on mesh's exchanges the contract does not explain (see `drift`).
+
+mod drift;
 
 use std::path::Path;
 
@@ -17,6 +22,8 @@ use crate::config;
 use crate::exit::{fail, Code};
 use crate::management::Management;
 use crate::output::{self, escape, paint, BAD, DIM, GOOD, WARN};
+pub(crate) use drift::remove_foreign;
+use drift::Drift;
 
 /// Runs one `access` command on a runtime of its own, as `topology` does.
 pub(crate) fn run(global: &Global, command: &AccessCommand) -> anyhow::Result<Code> {
@@ -42,11 +49,13 @@ async fn run_async(global: &Global, command: &AccessCommand) -> anyhow::Result<C
         .await
         .map_err(|e| management.error(e))?;
     let plan = access::plan(&grants, &broker, &passwords, spec.get_user_prefix());
+    let limits = crate::topology::access_limits(&args.spec)?;
+    let drift = Drift::read(&management, &limits, &grants).await?;
     let node = spec.get_node().as_str();
     match command {
         AccessCommand::Plan { check, .. } => {
-            show_plan(global, &management, node, &grants, &plan)?;
-            Ok(if *check && !plan.is_empty() {
+            show_plan(global, &management, node, &grants, &plan, &drift)?;
+            Ok(if *check && !(plan.is_empty() && drift.is_empty()) {
                 Code::Drift
             } else {
                 Code::Ok
@@ -54,20 +63,18 @@ async fn run_async(global: &Global, command: &AccessCommand) -> anyhow::Result<C
         }
         AccessCommand::Apply { dry_run: true, .. } => {
             refuse_missing_passwords(&plan)?;
-            dry_run(global, &management, node, &plan)
+            dry_run(global, &management, node, &plan, &drift)
         }
         AccessCommand::Apply { .. } => {
             let prefix = spec.get_user_prefix();
-            apply(
-                global,
-                &management,
-                node,
-                prefix,
-                &grants,
-                &plan,
-                &passwords,
-            )
-            .await
+            let planned = Planned {
+                grants: &grants,
+                plan: &plan,
+                passwords: &passwords,
+                limits: &limits,
+                drift: &drift,
+            };
+            apply(global, &management, node, prefix, planned).await
         }
     }
 }
@@ -251,9 +258,11 @@ fn show_plan(
     node: &str,
     grants: &[Grant],
     plan: &Plan,
+    drift: &Drift,
 ) -> anyhow::Result<()> {
     if global.json {
-        let (changes, notes) = plan_json(plan);
+        let (mut changes, notes) = plan_json(plan);
+        changes.extend(drift.to_json());
         output::json(&json!({
             "vhost": management.vhost(), "node": node,
             "users": grants.iter().map(grant_json).collect::<Vec<_>>(),
@@ -262,7 +271,8 @@ fn show_plan(
         return Ok(());
     }
     print_plan(plan)?;
-    if plan.is_empty() {
+    drift.print(None)?;
+    if plan.is_empty() && drift.is_empty() {
         print_agreement(management, node, grants.len())?;
     }
     Ok(())
@@ -295,9 +305,11 @@ fn dry_run(
     management: &Management,
     node: &str,
     plan: &Plan,
+    drift: &Drift,
 ) -> anyhow::Result<Code> {
     if global.json {
-        let (changes, notes) = plan_json(plan);
+        let (mut changes, notes) = plan_json(plan);
+        changes.extend(drift.to_json());
         output::json(&json!({
             "vhost": management.vhost(), "node": node, "dry_run": true,
             "would_apply": changes, "notes": notes,
@@ -313,6 +325,7 @@ fn dry_run(
             paint(GOOD, "would apply")
         ))?;
     }
+    drift.print(Some("would apply"))?;
     for note in &plan.notes {
         output::line(format_args!(
             "{} {}",
@@ -322,10 +335,20 @@ fn dry_run(
     }
     output::line(format_args!(
         "dry run: {} change(s); nothing was changed on vhost {}",
-        plan.changes.len(),
+        plan.changes.len() + drift.len(),
         escape(management.vhost())
     ))?;
     Ok(Code::Ok)
+}
+
+/// What apply works from: the grants, the users' plan with its passwords, and the limits
+/// with the drift beside the users.
+struct Planned<'a> {
+    grants: &'a [Grant],
+    plan: &'a Plan,
+    passwords: &'a Passwords,
+    limits: &'a access::LimitsSpec,
+    drift: &'a Drift,
 }
 
 async fn apply(
@@ -333,10 +356,15 @@ async fn apply(
     management: &Management,
     node: &str,
     prefix: &str,
-    grants: &[Grant],
-    plan: &Plan,
-    passwords: &Passwords,
+    planned: Planned<'_>,
 ) -> anyhow::Result<Code> {
+    let Planned {
+        grants,
+        plan,
+        passwords,
+        limits,
+        drift,
+    } = planned;
     refuse_missing_passwords(plan)?;
     let done = match access::apply(
         management.client(),
@@ -351,20 +379,31 @@ async fn apply(
         Err(AccessError::Management(e)) => return Err(management.error(e)),
         Err(other) => return Err(fail(Code::Usage, other.to_string())),
     };
+    // The users exist now: their limits can be set.
+    drift.apply(management).await?;
     // What the broker has now.
     let broker = access::read(management.client(), management.vhost())
         .await
         .map_err(|e| management.error(e))?;
     let after = access::plan(grants, &broker, passwords, prefix);
+    let drift_after = Drift::read(management, limits, grants).await?;
+    let agrees = after.is_empty() && drift_after.is_empty();
     if global.json {
-        let (changes, notes) = plan_json(&after);
+        let (mut changes, notes) = plan_json(&after);
+        changes.extend(drift_after.to_json());
+        let mut applied: Vec<Value> = done
+            .iter()
+            .map(|c| {
+                json!({
+                    "kind": c.kind(), "user": c.user(), "exchange": c.exchange(),
+                    "description": c.to_string()
+                })
+            })
+            .collect();
+        applied.extend(drift.to_json());
         output::json(&json!({
             "vhost": management.vhost(), "node": node,
-            "applied": done.iter().map(|c| json!({
-                "kind": c.kind(), "user": c.user(), "exchange": c.exchange(),
-                "description": c.to_string()
-            })).collect::<Vec<_>>(),
-            "changes": changes, "notes": notes,
+            "applied": applied, "changes": changes, "notes": notes,
         }))?;
     } else {
         for change in &done {
@@ -376,20 +415,22 @@ async fn apply(
                 paint(GOOD, "fixed")
             ))?;
         }
-        if after.is_empty() {
+        drift.print(Some("fixed"))?;
+        if agrees {
             print_plan(&after)?;
             print_agreement(management, node, grants.len())?;
         }
     }
-    if !after.is_empty() {
+    if !agrees {
         if !global.json {
             print_plan(&after)?;
+            drift_after.print(None)?;
         }
         return Err(fail(
             Code::Error,
             format!(
                 "the broker still differs from the access plan after apply ({} differences)",
-                after.changes.len()
+                after.changes.len() + drift_after.len()
             ),
         ));
     }

@@ -332,7 +332,9 @@ fn audit(prefix: &str, node: &Name) -> Grant {
     Grant {
         user: audit_user(prefix, node),
         role: Role::AuditLogger(node.clone()),
-        tags: Vec::new(),
+        // Its transport lists its queue's bindings through the management API to remove
+        // stale ones (removed over AMQP, with the permissions below): reading needs a tag.
+        tags: vec![OPERATOR_TAG.to_owned()],
         permissions: Permissions {
             configure: format!("^(?:{queues})$"),
             write: format!(

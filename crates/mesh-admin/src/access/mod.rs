@@ -52,8 +52,11 @@
 //!
 //! The operator ([`operator_user`]) has no topic permission (so no limit) and the tag
 //! `management`: it runs `mesh topology apply`, `mesh dead redrive` (through the default
-//! exchange) and `mesh status`. Module, context, node and audit-logger users have no tag:
-//! AMQP only. `mesh.reply` is a direct exchange, where topic permissions do not apply.
+//! exchange) and `mesh status`. The audit logger's user has the tag `management` too: at
+//! start its transport lists its queue's bindings through the management API and removes
+//! the stale ones over AMQP (its permissions below allow that unbinding, and the tag lets it
+//! read the vhost's objects, never change what its permissions forbid). Module, context and
+//! node users have no tag: AMQP only. `mesh.reply` is a direct exchange, where topic permissions do not apply.
 //!
 //! # Plan and apply
 //!
@@ -68,11 +71,20 @@
 //! and `PUT` the wanted ones again (the management API deletes them together; the user has
 //! no limit on topic keys in between).
 //!
+//! # Limits and foreign bindings
+//!
+//! Beside the users, the plan sets each planned user's `max-connections` and `max-channels`
+//! and the vhost's `max-queues` as the spec asks ([`LimitsSpec`], [`plan_limits`]: a limit
+//! that differs, is missing or is not asked for is a difference), and lists every binding on
+//! a mesh exchange the contract does not explain ([`foreign_bindings`](crate::topology::foreign_bindings)),
+//! which apply removes.
+//!
 //! Passwords never appear in a `Debug`, an error or a log line ([`Password`]).
 
 mod apply;
 mod definitions;
 mod grants;
+mod limits;
 mod password;
 mod plan;
 #[cfg(test)]
@@ -82,6 +94,10 @@ pub use apply::{apply, read, AccessError};
 pub use definitions::definitions;
 pub use grants::{
     escape, grants, AccessSpec, Grant, Permissions, Role, TopicGrant, LOGS_EXCHANGE, OPERATOR_TAG,
+};
+pub use limits::{
+    apply_limits, plan_limits, read_limits, BrokerLimits, LimitChange, LimitOwner, LimitsSpec,
+    MAX_CHANNELS, MAX_CONNECTIONS, MAX_QUEUES,
 };
 pub use mesh_core::naming::{audit_user, operator_user, owner_user};
 pub use password::{password_matches, sha256_password_hash, Password, Passwords};

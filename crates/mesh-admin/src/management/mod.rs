@@ -19,6 +19,7 @@
 //! public API.
 
 mod error;
+mod limits;
 mod options;
 
 use mesh_core::text::EscapedDisplay;
@@ -31,6 +32,7 @@ use serde_json::{Map, Value};
 use url::Url;
 
 pub use error::{ManagementError, ManagementErrorKind};
+pub use limits::LimitRow;
 pub use options::ManagementOptions;
 
 use options::shown;
@@ -556,6 +558,18 @@ impl ManagementClient {
         segments: &[&str],
         body: Option<&Value>,
     ) -> Result<Option<Value>, ManagementError> {
+        self.call_with(method, segments, body, true).await
+    }
+
+    /// [`call`](Self::call), asking for JSON only when `accept_json` (the limit endpoints
+    /// answer a change with no body and refuse, `406`, a request that accepts only JSON).
+    async fn call_with(
+        &self,
+        method: Method,
+        segments: &[&str],
+        body: Option<&Value>,
+        accept_json: bool,
+    ) -> Result<Option<Value>, ManagementError> {
         let path = Self::path(segments);
         let what = format!("{} /{path} on {}", method.name(), self.inner.shown);
         let url = self.inner.base.join(&path).map_err(|e| {
@@ -568,8 +582,10 @@ impl ManagementClient {
             Method::Post => http.post(url),
             Method::Delete => http.delete(url),
         }
-        .basic_auth(&self.inner.user, Some(&self.inner.password))
-        .header("accept", "application/json");
+        .basic_auth(&self.inner.user, Some(&self.inner.password));
+        if accept_json {
+            request = request.header("accept", "application/json");
+        }
         if let Some(body) = body {
             let bytes = serde_json::to_vec(body).map_err(|e| {
                 ManagementError::new(ManagementErrorKind::InvalidOptions, what.clone())

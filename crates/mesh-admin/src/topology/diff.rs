@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 
 use mesh_core::naming::{self, DEAD_EXCHANGE, RETIRED_DEAD_QUEUE};
 
+use super::foreign::{foreign_bindings, ForeignBinding};
 use super::wanted::{Wanted, WantedQueue};
 use crate::management::{BindingRow, ExchangeRow, QueueRow};
 
@@ -143,6 +144,9 @@ pub enum Difference {
         /// Its consumers (`None`: unknown).
         consumers: Option<u64>,
     },
+    /// A binding on (from or to) a mesh exchange that the contract does not explain (see
+    /// [`foreign_bindings`]): apply removes it.
+    ForeignBinding(ForeignBinding),
 }
 
 impl Difference {
@@ -155,7 +159,8 @@ impl Difference {
             Difference::ExchangeDiffers { .. } | Difference::QueueDiffers { .. } => '~',
             Difference::ExtraBinding { .. }
             | Difference::RetiredQueue { .. }
-            | Difference::RetiredDelayQueue { .. } => '-',
+            | Difference::RetiredDelayQueue { .. }
+            | Difference::ForeignBinding(_) => '-',
         }
     }
 
@@ -220,6 +225,7 @@ impl Difference {
                     )
                 }
             }
+            Difference::ForeignBinding(binding) => binding.describe(),
         }
     }
 
@@ -290,6 +296,7 @@ impl Difference {
                 "kind": "retired-delay-queue", "queue": name, "messages": messages,
                 "consumers": consumers
             }),
+            Difference::ForeignBinding(binding) => binding.to_json(),
         }
     }
 }
@@ -387,7 +394,7 @@ pub fn compare_queue(want: &WantedQueue, have: &QueueRow) -> Vec<Setting> {
 }
 
 /// Every difference, in the order `topology apply` fixes them: exchanges, queues, bindings
-/// (then the retired queues).
+/// (then the retired queues, then the foreign bindings).
 pub fn differences(wanted: &Wanted, actual: &Actual) -> Vec<Difference> {
     let mut out = Vec::new();
     for exchange in &wanted.exchanges {
@@ -497,6 +504,27 @@ pub fn differences(wanted: &Wanted, actual: &Actual) -> Vec<Difference> {
             });
         }
     }
+    // The bindings of a wanted queue from its exchange are compared above, pattern by
+    // pattern: the others on a mesh exchange must be explained by the contract.
+    let compared = |b: &BindingRow| {
+        wanted.queues.iter().any(|q| {
+            b.source == q.exchange
+                && b.destination == q.name
+                && b.destination_type == "queue"
+                && b.arguments.is_empty()
+        })
+    };
+    let unexplained: Vec<BindingRow> = actual
+        .bindings
+        .iter()
+        .filter(|b| !compared(b))
+        .cloned()
+        .collect();
+    out.extend(
+        foreign_bindings(&unexplained)
+            .into_iter()
+            .map(Difference::ForeignBinding),
+    );
     out
 }
 

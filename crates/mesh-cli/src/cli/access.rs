@@ -46,7 +46,8 @@ macro_rules! access_note {
         "\
 The plan has one broker user per identity: <prefix>module.<module> for each module of the spec,
 <prefix>mesh.<context> for each context, <prefix>node.<node> (unless node_user = false),
-<prefix>audit-logger.<node> when the spec has the module audit-logger, and <prefix>operator
+<prefix>audit-logger.<node> when the spec has the module audit-logger (tag management: it
+lists its queue's bindings), and <prefix>operator
 (tag management, every permission: it runs topology apply, dead redrive and status). Each
 may configure, read and write only its own queues (<node>.<module>.events on any node,
 shared.<module>.events, their retry queues, serve.<owner>.<tool…>, server-named amq.gen-…),
@@ -54,7 +55,10 @@ never configure an exchange nor write to the default exchange, publish on mesh.e
 under <origin>.<owner>.…, bind on mesh.events only its spec patterns, call any tool and serve
 only its own (docs/CONTRACT.md, \"Users and permissions\", has every expression).
 Users not in the plan are never changed; those carrying the prefix with permissions on the
-vhost are listed (?). This reads the management HTTP API as an administrator.
+vhost are listed (?). Every binding on a mesh exchange that the contract does not explain
+(an exchange bound to or from one, a queue mesh never names, a mesh queue bound where mesh
+never binds it) is a difference too, as in mesh topology plan. This reads the management HTTP
+API as an administrator.
 
 Passwords never go on the command line: --passwords FILE, or MESH_PASSWORD_<USER> with the
 user name upper-cased and every byte that is not a letter or digit as _ (module.umami:
@@ -65,21 +69,26 @@ The [access] table of the spec file (all optional):
   [access]
   user_prefix = \"acme/\"         # default none: users are global to a broker
   contexts = [\"billing-ctx\"]    # runtime contexts, each with a user mesh.<context>
-  node_user = true               # a user node.<node> for the node itself"
+  node_user = true               # a user node.<node> for the node itself
+  max_connections = 4            # each planned user's limit, the operator's excepted
+  max_channels = 64              # each planned user's channels per connection, likewise
+  max_queues = 1000              # the vhost's queue limit"
     };
 }
 
 const ACCESS_PLAN_HELP: &str = "\
-Each line is one difference: + missing, ~ differs, - a topic permission not wanted; ? a note
-(no password given, a user outside the plan). Exit code 9 with --check when there is any.
+Each line is one difference: + missing, ~ differs, - a topic permission, a limit or a foreign
+binding not wanted; ? a note (no password given, a user outside the plan). Exit code 9 with
+--check when there is any.
 
 Examples:
   MESH_PASSWORD_MODULE_UMAMI=… mesh access plan --spec mesh.toml --check
   mesh access plan --spec mesh.toml --passwords /etc/mesh/passwords.toml --json";
 const ACCESS_PLAN_LONG_HELP: &str = concat!(
     "\
-Each line is one difference: + missing, ~ differs, - a topic permission not wanted; ? a note
-(no password given, a user outside the plan). Exit code 9 with --check when there is any.
+Each line is one difference: + missing, ~ differs, - a topic permission, a limit or a foreign
+binding not wanted; ? a note (no password given, a user outside the plan). Exit code 9 with
+--check when there is any.
 
 Examples:
   MESH_PASSWORD_MODULE_UMAMI=… mesh access plan --spec mesh.toml --check
@@ -90,7 +99,7 @@ Examples:
 
 const ACCESS_APPLY_HELP: &str = "\
 Puts a user only when it is missing or its password or tags differ, then its permissions and
-topic permissions; then plans again. Refuses, changing nothing, when a planned user has no
+topic permissions, then the limits, and removes the foreign bindings; then plans again. Refuses, changing nothing, when a planned user has no
 password (exit code 2). --dry-run makes the same checks and prints each change apply would
 make (`would apply`), changing nothing.
 
@@ -100,7 +109,7 @@ Examples:
 const ACCESS_APPLY_LONG_HELP: &str = concat!(
     "\
 Puts a user only when it is missing or its password or tags differ, then its permissions and
-topic permissions; then plans again. Refuses, changing nothing, when a planned user has no
+topic permissions, then the limits, and removes the foreign bindings; then plans again. Refuses, changing nothing, when a planned user has no
 password (exit code 2). --dry-run makes the same checks and prints each change apply would
 make (`would apply`), changing nothing.
 

@@ -116,7 +116,9 @@ Example:
 );
 
 const PLAN_HELP: &str = "\
-Each line is one difference: + missing, ~ other arguments, - a binding not wanted.
+Each line is one difference: + missing, ~ other arguments, - a binding not wanted (a foreign
+binding too: one on a mesh exchange the contract does not explain, such as an exchange bound
+to an exchange or a queue mesh never names; apply removes it).
 
 Examples:
   mesh topology plan --bind 'billing=module.umami.#' --bind 'billing=node.*.joined'
@@ -124,7 +126,9 @@ Examples:
   mesh topology plan --spec mesh.toml --check --json";
 const PLAN_LONG_HELP: &str = concat!(
     "\
-Each line is one difference: + missing, ~ other arguments, - a binding not wanted.
+Each line is one difference: + missing, ~ other arguments, - a binding not wanted (a foreign
+binding too: one on a mesh exchange the contract does not explain, such as an exchange bound
+to an exchange or a queue mesh never names; apply removes it).
 
 Examples:
   mesh topology plan --bind 'billing=module.umami.#' --bind 'billing=node.*.joined'

@@ -234,6 +234,12 @@ async fn fix_bindings(
                 }
                 report.step(d, Action::Unbind)?;
             }
+            Difference::ForeignBinding(b) => {
+                if change {
+                    crate::access::remove_foreign(management, b).await?;
+                }
+                report.step(d, Action::Unbind)?;
+            }
             _ => {}
         }
     }

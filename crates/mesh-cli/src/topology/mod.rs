@@ -18,8 +18,8 @@ use crate::output::{self, paint, GOOD};
 use apply::apply;
 use mesh_admin::topology::{differences, Actual, Difference, Wanted};
 use show::show;
-pub(crate) use spec::access_spec;
 use spec::wanted;
+pub(crate) use spec::{access_limits, access_spec};
 use style::print_difference;
 
 /// Runs one `topology` command, on a runtime of its own (the management client is async;

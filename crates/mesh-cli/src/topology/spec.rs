@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context as _;
-use mesh::amqp::access::AccessSpec;
+use mesh::amqp::access::{AccessSpec, LimitsSpec};
 use mesh::amqp::{AmqpOptions, QueueType};
 use mesh::raw::naming::{
     self, AUDIT_MODULE, DEAD_EXCHANGE, EVENTS_EXCHANGE, REPLY_EXCHANGE, RETRY_EXCHANGE,
@@ -51,6 +51,12 @@ struct AccessTable {
     contexts: Vec<String>,
     /// Whether the node itself has a user `node.<node>` (default true).
     node_user: Option<bool>,
+    /// Each planned user's `max-connections` (the operator's excepted; default no limit).
+    max_connections: Option<u64>,
+    /// Each planned user's `max-channels` (the operator's excepted; default no limit).
+    max_channels: Option<u64>,
+    /// The vhost's `max-queues` (default no limit).
+    max_queues: Option<u64>,
 }
 
 /// The longest user prefix.
@@ -330,6 +336,15 @@ pub(crate) fn access_spec(
         spec = spec.module(name, patterns);
     }
     Ok(spec)
+}
+
+/// The limits the `[access]` table of the spec file at `path` sets.
+pub(crate) fn access_limits(path: &Path) -> anyhow::Result<LimitsSpec> {
+    let table = read_spec(path)?.access.unwrap_or_default();
+    Ok(LimitsSpec::new()
+        .max_connections(table.max_connections)
+        .max_channels(table.max_channels)
+        .max_queues(table.max_queues))
 }
 
 fn read_spec(path: &Path) -> anyhow::Result<SpecFile> {

@@ -2,6 +2,7 @@
 //! own (`mesh_testkit::TestVhost`), every wait bounded.
 
 mod access;
+mod access_drift;
 mod answers;
 mod audit;
 mod audit_run;

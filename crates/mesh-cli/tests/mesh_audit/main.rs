@@ -6,6 +6,7 @@
 mod log_lines;
 mod management;
 mod metrics;
+mod planned_user;
 mod process;
 
 mod common {

@@ -1,0 +1,265 @@
+//! What `mesh topology` and `mesh access` find beside users and queues, on a private node
+//! (users and their limits are global to a broker): bindings on mesh's exchanges that the
+//! contract does not explain, made by the operator's own user (an exchange bound into
+//! `mesh.events`, `mesh.reply` bound into `mesh.events`, a foreign queue), are drift for both
+//! checks, listed by `apply --dry-run` and removed by `apply`; each user's `max-connections`
+//! holds at the broker, and a limit changed by hand is drift.
+
+use std::process::Output;
+use std::time::Duration;
+
+use mesh::amqp::management::{ManagementClient, ManagementOptions};
+use mesh::amqp::AmqpOptions;
+use mesh_testkit::{eventually, NodeOptions, PrivateNode};
+
+use crate::{assert_code, finish, mesh, stdout, NODE, WAIT};
+
+fn variable(user: &str) -> String {
+    let mut name = "MESH_PASSWORD_".to_owned();
+    name.extend(user.bytes().map(|b| {
+        if b.is_ascii_alphanumeric() {
+            char::from(b.to_ascii_uppercase())
+        } else {
+            '_'
+        }
+    }));
+    name
+}
+
+struct Setup {
+    node: PrivateNode,
+    management_url: String,
+    spec: std::path::PathBuf,
+    users: Vec<(String, String)>,
+}
+
+impl Setup {
+    /// `mesh <command> <args…> --spec … --management-url …`, every password in the
+    /// environment.
+    async fn mesh(&self, command: &str, args: &[&str]) -> Output {
+        let mut child = mesh(Some(&self.node.url()));
+        child
+            .arg(command)
+            .args(args)
+            .arg("--spec")
+            .arg(&self.spec)
+            .arg("--management-url")
+            .arg(&self.management_url);
+        for (user, password) in &self.users {
+            child.env(variable(user), password);
+        }
+        finish(child.spawn().expect("mesh starts")).await
+    }
+
+    fn password(&self, user: &str) -> &str {
+        &self
+            .users
+            .iter()
+            .find(|(u, _)| u == user)
+            .expect("a planned user")
+            .1
+    }
+}
+
+/// The lines of `output` naming each foreign binding the test made.
+fn assert_names_foreign(output: &Output, foreign: &[&str]) {
+    let text = stdout(output);
+    for wanted in foreign {
+        assert!(
+            text.lines()
+                .any(|l| l.contains("foreign binding") && l.contains(wanted)),
+            "no line names {wanted}: {text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_bindings_and_limits_are_drift_and_apply_fixes_them() {
+    let node = PrivateNode::start(NodeOptions::default().management(true))
+        .await
+        .expect("a private RabbitMQ node with management");
+    let management_url = format!(
+        "http://127.0.0.1:{}",
+        node.management_port().expect("management enabled")
+    );
+    let prefix = format!("drift{}-", std::process::id());
+    let dir = std::env::temp_dir().join(format!("mesh-cli-drift-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("mesh.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "node = \"n1\"\n[access]\nuser_prefix = \"{prefix}\"\nmax_connections = 2\n\
+             max_channels = 16\nmax_queues = 100\n\
+             [[modules]]\nname = \"umami\"\npatterns = [\"module.umami.#\"]\n\
+             [[modules]]\nname = \"billing\"\npatterns = [\"module.umami.*.created\"]\n"
+        ),
+    )
+    .unwrap();
+    let node_user = format!("node.{NODE}");
+    let users: Vec<(String, String)> = [
+        "operator",
+        node_user.as_str(),
+        "module.billing",
+        "module.umami",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, user)| {
+        (
+            format!("{prefix}{user}"),
+            format!("pw-{i}-Dr1ft{}", std::process::id()),
+        )
+    })
+    .collect();
+    let setup = Setup {
+        node,
+        management_url,
+        spec,
+        users,
+    };
+    let operator = format!("{prefix}operator");
+    let umami = format!("{prefix}module.umami");
+
+    // The management listener may come up a moment after the node reports booted.
+    eventually(WAIT, "access apply succeeds", || async {
+        let output = setup.mesh("access", &["apply"]).await;
+        if output.status.code() != Some(0) {
+            eprintln!("{}{}", stdout(&output), crate::stderr(&output));
+        }
+        (output.status.code() == Some(0)).then_some(())
+    })
+    .await;
+    let output = setup.mesh("topology", &["apply"]).await;
+    assert_code(&output, 0);
+    let output = setup.mesh("access", &["plan", "--check"]).await;
+    assert_code(&output, 0);
+    let output = setup.mesh("topology", &["plan", "--check"]).await;
+    assert_code(&output, 0);
+
+    // The operator's own user binds what mesh never binds.
+    let api = ManagementClient::new(&ManagementOptions::new(format!(
+        "http://{}:{}@127.0.0.1:{}",
+        operator,
+        setup.password(&operator),
+        setup.node.management_port().unwrap()
+    )))
+    .unwrap();
+    api.put_exchange("/", "x.foreign", "topic", true)
+        .await
+        .unwrap();
+    api.bind_exchange("/", "x.foreign", "mesh.events", "#")
+        .await
+        .unwrap();
+    api.bind_exchange(
+        "/",
+        "mesh.reply",
+        "mesh.events",
+        "module.billing.invoice.paid",
+    )
+    .await
+    .unwrap();
+    api.put_queue("/", "foreign-queue", true, &serde_json::Map::new())
+        .await
+        .unwrap();
+    api.bind("/", "mesh.events", "foreign-queue", "module.billing.#")
+        .await
+        .unwrap();
+    let foreign = [
+        "x.foreign -> exchange mesh.events",
+        "mesh.reply -> exchange mesh.events on `module.billing.invoice.paid`",
+        "mesh.events -> queue foreign-queue on `module.billing.#`",
+    ];
+
+    for command in ["topology", "access"] {
+        let output = setup.mesh(command, &["plan", "--check"]).await;
+        assert_code(&output, 9);
+        assert_names_foreign(&output, &foreign);
+    }
+    let output = setup.mesh("topology", &["apply", "--dry-run"]).await;
+    assert_code(&output, 0);
+    assert_names_foreign(&output, &foreign);
+    assert!(
+        stdout(&output).contains("would unbind"),
+        "{}",
+        stdout(&output)
+    );
+    let output = setup.mesh("access", &["apply", "--dry-run"]).await;
+    assert_code(&output, 0);
+    assert_names_foreign(&output, &foreign);
+    // A dry run removes nothing.
+    let output = setup.mesh("access", &["plan", "--check"]).await;
+    assert_code(&output, 9);
+
+    let output = setup.mesh("topology", &["apply"]).await;
+    assert_code(&output, 0);
+    assert_names_foreign(&output, &foreign);
+    for command in ["topology", "access"] {
+        let output = setup.mesh(command, &["plan", "--check"]).await;
+        assert_code(&output, 0);
+    }
+    let left = api.bindings("/").await.unwrap();
+    assert!(
+        !left.iter().any(|b| !b.source.is_empty()
+            && (b.destination == "foreign-queue" || b.destination_type == "exchange")),
+        "{left:#?}"
+    );
+
+    // `access apply` removes them too.
+    api.bind_exchange(
+        "/",
+        "mesh.reply",
+        "mesh.events",
+        "module.billing.invoice.paid",
+    )
+    .await
+    .unwrap();
+    let output = setup.mesh("access", &["apply"]).await;
+    assert_code(&output, 0);
+    assert_names_foreign(&output, &foreign[1..2]);
+    let output = setup.mesh("topology", &["plan", "--check"]).await;
+    assert_code(&output, 0);
+
+    // umami may hold two connections (one transport), never a third.
+    let url = format!(
+        "amqp://{}:{}@127.0.0.1:{}/%2F",
+        umami,
+        setup.password(&umami),
+        setup.node.port()
+    );
+    let options: AmqpOptions = url.parse().unwrap();
+    let options = options.connect_timeout(Duration::from_secs(10));
+    let first = mesh::amqp::connect(options.clone())
+        .await
+        .expect("two connections are within umami's limit");
+    let refused = tokio::time::timeout(WAIT, mesh::amqp::connect(options.clone()))
+        .await
+        .expect("the refusal comes in time");
+    let error = refused.expect_err("a third connection is refused");
+    assert!(format!("{error:#}").contains("access refused"), "{error:#}");
+    // The same credentials connect once the first transport is gone: the limit refused it.
+    first.close().await;
+    let again = mesh::amqp::connect(options)
+        .await
+        .expect("within the limit again");
+    again.close().await;
+
+    // A limit changed by hand is drift, and apply restores it.
+    setup
+        .node
+        .rabbitmqctl(&["set_user_limits", &umami, r#"{"max-connections": 5}"#])
+        .await
+        .unwrap();
+    let output = setup.mesh("access", &["plan", "--check"]).await;
+    assert_code(&output, 9);
+    assert!(
+        stdout(&output).contains(&format!("user {umami} has max-connections 5, wants 2")),
+        "{}",
+        stdout(&output)
+    );
+    let output = setup.mesh("access", &["apply"]).await;
+    assert_code(&output, 0);
+    let output = setup.mesh("access", &["plan", "--check"]).await;
+    assert_code(&output, 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
