@@ -87,7 +87,8 @@
 //! - `acker`: what a handler's decision does (the copies published before the ack);
 //! - `settle`: the right to settle one delivery, and its commands to the tracker;
 //! - `tracker`: the ack tracker task, the shell of `ack`, the state machine;
-//! - `forward`: the retry queues' forwarders.
+//! - `forward`: the retry queues' forwarders;
+//! - `path`: the trusted-path rule, by which exchange and key a delivery may reach a queue.
 //!
 //! [`Subscription`]: mesh_core::Subscription
 //! [`DeliveryFeed`]: mesh_core::DeliveryFeed
@@ -105,6 +106,7 @@ mod acker;
 mod attach;
 mod feed;
 pub(crate) mod forward;
+mod path;
 #[cfg(test)]
 mod props;
 mod pump;
@@ -112,4 +114,5 @@ mod settle;
 mod tracker;
 
 pub(crate) use attach::{closing, consume, AttachSpec, Consumer, ConsumerCounts, Env, Source};
+pub(crate) use path::Arrival;
 pub(crate) use pump::subscribe;

@@ -96,6 +96,8 @@ pub(crate) enum ReasonArg {
     ForgedSource,
     /// The body does not match the JSON Schema of the handler that reads it
     SchemaInvalid,
+    /// Delivered to a consumer's queue by a path mesh sends no event by
+    ForeignPath,
 }
 
 impl From<ReasonArg> for DeadReason {
@@ -110,6 +112,7 @@ impl From<ReasonArg> for DeadReason {
             ReasonArg::Expired => DeadReason::Expired,
             ReasonArg::ForgedSource => DeadReason::ForgedSource,
             ReasonArg::SchemaInvalid => DeadReason::SchemaInvalid,
+            ReasonArg::ForeignPath => DeadReason::ForeignPath,
         }
     }
 }
