@@ -43,6 +43,10 @@ pub(crate) struct CloseSlot {
     /// Who may still send on the channel: marked closed by the broker's close before the
     /// client library answers it (see [`crate::gate`]).
     gate: ChannelGate,
+    /// Set while a durable queue is declared by a user that may lack `configure` on it
+    /// (see [`ensure_queue`]): a `403 ACCESS_REFUSED` close is then an answer, looked
+    /// into with a passive declare, not a fault.
+    refusal_expected: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl CloseSlot {
@@ -93,6 +97,16 @@ impl ChannelCallback for CloseCatcher {
             code: close.reply_code(),
             text: close.reply_text().clone(),
         };
+        if close.code == code::ACCESS_REFUSED
+            && self
+                .slot
+                .refusal_expected
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::debug!(role = self.role, text = %EscapedDisplay(&close.text), "refused (a queue the operator declares)");
+            self.slot.closed(close);
+            return Ok(());
+        }
         if close.code == code::NOT_FOUND
             && self.slot.probing.load(std::sync::atomic::Ordering::Relaxed)
         {
@@ -240,7 +254,16 @@ impl DeclareChannel {
             Some(close) => from_close(close, context),
             None => from_client(err, context),
         };
-        tracing::warn!(error = %EscapedDisplay(&error), "declaration failed");
+        let expected = matches!(error.kind(), TransportErrorKind::Forbidden { .. })
+            && self
+                .closed
+                .refusal_expected
+                .load(std::sync::atomic::Ordering::Relaxed);
+        if expected {
+            tracing::debug!(error = %EscapedDisplay(&error), "declaration refused, looking for the queue");
+        } else {
+            tracing::warn!(error = %EscapedDisplay(&error), "declaration failed");
+        }
         error
     }
 
@@ -462,6 +485,62 @@ impl DeclareChannel {
             if let Err(e) = self.channel.close().await {
                 tracing::debug!(error = %EscapedDisplay(&e), "closing a declare channel failed");
             }
+        }
+    }
+}
+
+/// Makes sure a durable queue exists as `decl` declares it. The declaration is tried first,
+/// so a user with `configure` on the queue learns of a queue with other arguments
+/// (`Incompatible`); one the broker refuses (`403`: the access plan gives a module's user no
+/// `configure` on durable queues, which `mesh topology apply` declares) is looked for with a
+/// passive declare, which needs no permission: it is enough that the queue exists, and the
+/// refusal is then neither counted nor reported. A queue that is missing fails with the
+/// refusal. `declare` is replaced by a fresh channel (from `open`) whenever the broker
+/// closed it.
+pub(crate) async fn ensure_queue<F, Fut>(
+    declare: &mut DeclareChannel,
+    decl: &QueueDecl,
+    open: F,
+) -> Result<(), TransportError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<DeclareChannel, TransportError>>,
+{
+    use std::sync::atomic::Ordering;
+    if !declare.is_open() {
+        *declare = open().await?;
+    }
+    declare
+        .closed
+        .refusal_expected
+        .store(true, Ordering::Relaxed);
+    let declared = declare.queue(decl).await;
+    declare
+        .closed
+        .refusal_expected
+        .store(false, Ordering::Relaxed);
+    let refusal = match declared {
+        Ok(()) => return Ok(()),
+        Err(error) if matches!(error.kind(), TransportErrorKind::Forbidden { .. }) => error,
+        Err(error) => return Err(error),
+    };
+    // The refusal closed the channel.
+    *declare = open().await?;
+    match declare.queue_state(&decl.name).await? {
+        Some(_) => {
+            tracing::debug!(queue = %EscapedDisplay(&decl.name), "queue declared by the operator, found");
+            Ok(())
+        }
+        None => {
+            // The probe's `404` closed that channel too.
+            *declare = open().await?;
+            Err(TransportError::new(
+                refusal.kind().clone(),
+                format!(
+                    "{refusal}; the queue does not exist and this user may not declare it \
+                     (under the access plan, `mesh topology apply` declares it)"
+                ),
+            ))
         }
     }
 }

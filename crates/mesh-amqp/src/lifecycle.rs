@@ -139,6 +139,10 @@ pub(crate) struct Counters {
     pub(crate) unmatched_returns: AtomicU64,
     /// Publishing channels replaced because the broker nacked everything on them.
     pub(crate) nack_run_reopens: AtomicU64,
+    /// Deliveries that came to a consumer's queue by a foreign path (see
+    /// `consumer::path`), or to the reply queue by another way than `mesh.reply` under its
+    /// name: never handed on.
+    pub(crate) foreign_deliveries: AtomicU64,
 }
 
 impl Counters {

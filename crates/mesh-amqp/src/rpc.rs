@@ -5,7 +5,9 @@
 //! on its own name, and consumed with `no_ack` on the consume connection. It is created on the first call and again once it is gone (its
 //! connection or channel was lost), since its name dies with it. Each call waits under a
 //! fresh correlation id; a reply nobody waits for any more (the call timed out, or it is a
-//! duplicate) is dropped and counted.
+//! duplicate) is dropped and counted, and so is a delivery that did not come through
+//! `mesh.reply` (or the default exchange, an earlier server's way) under the queue's name
+//! (`AmqpStats::foreign_deliveries`).
 //!
 //! Calls are not retried through failures: a reply can only come to the queue the request
 //! named. When the reply queue is lost, every call waiting on it fails at once with
@@ -156,6 +158,7 @@ impl Rpc {
                 consumer,
                 self.waiters.clone(),
                 self.late_replies.clone(),
+                link.shared().clone(),
                 alive_tx,
                 shutdown,
             )
@@ -175,6 +178,7 @@ async fn receive_replies(
     mut consumer: crate::consumer::Consumer,
     waiters: Waiters,
     late: Arc<AtomicU64>,
+    shared: Arc<crate::lifecycle::TransportShared>,
     alive: watch::Sender<bool>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -187,6 +191,22 @@ async fn receive_replies(
         let (Some(deliver), properties) = (message.deliver, message.basic_properties) else {
             continue;
         };
+        // A reply is one only through `mesh.reply` under this queue's name (or the default
+        // exchange, where servers of an earlier version reply and only the operator may
+        // write under the access plan): anything else (an exchange-to-exchange binding into
+        // `mesh.reply`, a foreign publisher) cannot be mesh's, and its headers would be
+        // believed.
+        let by_reply_path = deliver.exchange() == REPLY_EXCHANGE || deliver.exchange().is_empty();
+        if !by_reply_path || deliver.routing_key() != &consumer.queue {
+            crate::lifecycle::Counters::bump(&shared.counters.foreign_deliveries);
+            tracing::warn!(
+                exchange = %EscapedDisplay(deliver.exchange()),
+                key = %EscapedDisplay(deliver.routing_key()),
+                "dropped a delivery to the reply queue that did not come through `mesh.reply` \
+                 under its name"
+            );
+            continue;
+        }
         let reply = crate::convert::delivered(
             deliver.exchange(),
             deliver.routing_key().clone(),

@@ -17,7 +17,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::connection::backoff::Backoff;
 use crate::connection::link::ConsumeLink;
-use crate::consumer::{self, forward, AttachSpec, ConsumerCounts, Env, Source};
+use crate::consumer::{self, forward, Arrival, AttachSpec, ConsumerCounts, Env, Source};
 use crate::convert::check_short;
 use crate::declare::{self, DeclareChannel};
 use crate::event_bindings::EventBindings;
@@ -63,6 +63,11 @@ pub struct AmqpStats {
     /// for a second (a quorum queue's channel tied to a dead leader; see the publisher's
     /// docs).
     pub nack_run_reopens: u64,
+    /// Deliveries that came to a consumer's queue by a path mesh sends no event by (an
+    /// exchange-to-exchange binding, a foreign publisher), dead-lettered `foreign-path`, and
+    /// replies that came to the reply queue by another way than `mesh.reply` under its
+    /// name, dropped: never handed on.
+    pub foreign_deliveries: u64,
 }
 
 /// The RabbitMQ transport: a cheap, cloneable handle onto two connections (`<prefix>.publish`
@@ -202,6 +207,7 @@ impl AmqpTransport {
             consumer_cancels: Counters::get(&counters.consumer_cancels),
             reattached: Counters::get(&counters.reattached),
             nack_run_reopens: Counters::get(&counters.nack_run_reopens),
+            foreign_deliveries: Counters::get(&counters.foreign_deliveries),
         }
     }
 
@@ -354,6 +360,7 @@ impl AmqpTransport {
                     manual_ack: true,
                     delay_queues: retry_queues.into_iter().map(|(queue, _)| queue).collect(),
                     counts_deliveries: self.quorum(),
+                    arrival: Arrival::Events,
                 }
             }
             QueueSpec::DeadLetters(DeadQueue::Durable { name }) => {
@@ -364,6 +371,7 @@ impl AmqpTransport {
                     manual_ack: true,
                     delay_queues: Vec::new(),
                     counts_deliveries: self.quorum(),
+                    arrival: Arrival::Any,
                 }
             }
             QueueSpec::DeadLetters(DeadQueue::Tap) => AttachSpec {
@@ -375,6 +383,7 @@ impl AmqpTransport {
                 manual_ack: false,
                 delay_queues: Vec::new(),
                 counts_deliveries: false,
+                arrival: Arrival::Any,
             },
             QueueSpec::DeadLetters(DeadQueue::Retired) => {
                 // Never declared (its arguments are an older deployment's): consumed as it
@@ -391,6 +400,7 @@ impl AmqpTransport {
                     manual_ack: true,
                     delay_queues: Vec::new(),
                     counts_deliveries: false,
+                    arrival: Arrival::Any,
                 }
             }
             QueueSpec::Ephemeral => AttachSpec {
@@ -406,6 +416,7 @@ impl AmqpTransport {
                 manual_ack: false,
                 delay_queues: Vec::new(),
                 counts_deliveries: false,
+                arrival: Arrival::Events,
             },
         };
         let subscription = consumer::subscribe(self.env(), attach, true, forwarders).await?;
@@ -457,6 +468,7 @@ impl AmqpTransport {
             manual_ack: true,
             delay_queues: Vec::new(),
             counts_deliveries: self.quorum(),
+            arrival: Arrival::Requests,
         };
         consumer::subscribe(self.env(), attach, true, Vec::new()).await
     }
@@ -635,9 +647,12 @@ impl AmqpTransport {
         queue: QueueDecl,
         binding: BindingDecl,
     ) -> Result<(), TransportError> {
-        let declare = self.inner.consume.declare_channel().await?;
+        let mut declare = self.inner.consume.declare_channel().await?;
         let declared = async {
-            declare.queue(&queue).await?;
+            declare::ensure_queue(&mut declare, &queue, || {
+                self.inner.consume.declare_channel()
+            })
+            .await?;
             declare.bind(&binding).await
         }
         .await;
@@ -746,7 +761,10 @@ impl AmqpTransport {
             .collect();
         let mut declare = self.inner.consume.declare_channel().await?;
         let declared = async {
-            declare.queue(&queue).await?;
+            declare::ensure_queue(&mut declare, &queue, || {
+                self.inner.consume.declare_channel()
+            })
+            .await?;
             for (delay, step) in delays.iter_mut().zip(&spec.retry_delays) {
                 self.declare_retry_queue(&mut declare, name, delay, *step)
                     .await?;
@@ -808,7 +826,9 @@ impl AmqpTransport {
         decl: &mut QueueDecl,
         step: Duration,
     ) -> Result<(), TransportError> {
-        let error = match declare.queue(decl).await {
+        let ensured =
+            declare::ensure_queue(declare, decl, || self.inner.consume.declare_channel()).await;
+        let error = match ensured {
             Ok(()) => return Ok(()),
             Err(error) if matches!(error.kind(), TransportErrorKind::Incompatible { .. }) => error,
             Err(error) => return Err(error),

@@ -79,7 +79,7 @@
 //! `--connect-timeout` and the "ago" form of `--since`/`--until`. `--reason` takes the dead
 //! reasons of `mesh_core::DeadReason` (`max-attempts`, `permanent`, `undecodable`,
 //! `unread-schema`, `delivery-limit`, `rejected`, `expired`, `forged-source`,
-//! `schema-invalid`); any other value is a usage error listing them. `--bind M=P` binds module
+//! `schema-invalid`, `foreign-path`); any other value is a usage error listing them. `--bind M=P` binds module
 //! M's queue on pattern P whatever the order of the options; `--pattern` is the only
 //! `--module`'s, or, with several, the one's before it.
 //!

@@ -473,11 +473,16 @@ pub enum DeadReason {
     /// The body does not match the JSON Schema of the handler that reads it (checked only
     /// by a consumer that validates schemas).
     SchemaInvalid,
+    /// A delivery on a consumer's queue that came by a path mesh does not send events by
+    /// (not through `mesh.events`, nor through `mesh.retry` or the default exchange under
+    /// that queue's own name): an exchange-to-exchange binding, a foreign publisher. Its
+    /// `x-mesh-*` headers were dropped before it was dead-lettered.
+    ForeignPath,
 }
 
 impl DeadReason {
     /// Every reason, in the order they are documented (a command line lists them from it).
-    pub const ALL: [DeadReason; 9] = [
+    pub const ALL: [DeadReason; 10] = [
         DeadReason::MaxAttempts,
         DeadReason::Permanent,
         DeadReason::Undecodable,
@@ -487,6 +492,7 @@ impl DeadReason {
         DeadReason::Expired,
         DeadReason::ForgedSource,
         DeadReason::SchemaInvalid,
+        DeadReason::ForeignPath,
     ];
 
     /// The reason as written in `x-mesh-dead-reason`.
@@ -501,6 +507,7 @@ impl DeadReason {
             DeadReason::Expired => "expired",
             DeadReason::ForgedSource => "forged-source",
             DeadReason::SchemaInvalid => "schema-invalid",
+            DeadReason::ForeignPath => "foreign-path",
         }
     }
 
@@ -516,6 +523,7 @@ impl DeadReason {
             "expired" => DeadReason::Expired,
             "forged-source" => DeadReason::ForgedSource,
             "schema-invalid" => DeadReason::SchemaInvalid,
+            "foreign-path" => DeadReason::ForeignPath,
             _ => return None,
         })
     }
@@ -733,6 +741,24 @@ pub struct RequestMeta {
     pub time: Timestamp,
     /// What caused the call.
     pub causation_id: Option<String>,
+    /// The caller's broker-validated user: the request's `user-id`, which RabbitMQ checks
+    /// against the publishing connection's user (`None` when the request carries none, and
+    /// on a caller's side, where it is never sent: the transport stamps its own).
+    pub user: Option<String>,
+}
+
+/// Whether the validated `user` of a request may claim `source` as its caller: `user` is
+/// one of the users the access plan gives the identity named `source` ([`owner_user`] with
+/// `user_prefix`, as a module, a runtime context or a node). `None` never may.
+///
+/// [`owner_user`]: crate::naming::owner_user
+pub fn caller_is(source: &str, user: Option<&str>, user_prefix: &str) -> bool {
+    let (Some(user), Ok(name)) = (user, crate::key::Name::parse(source)) else {
+        return false;
+    };
+    [Origin::Module, Origin::Mesh, Origin::Node]
+        .into_iter()
+        .any(|origin| crate::naming::owner_user(user_prefix, origin, &name) == user)
 }
 
 /// Encodes a request to a tool. The transport sets `reply_to`, `correlation_id` and
@@ -773,6 +799,7 @@ pub fn decode_request(message: &WireMessage) -> Result<RequestMeta, DecodeError>
         node: required_text(headers, NODE)?.to_owned(),
         time,
         causation_id: text_header(headers, CAUSATION_ID)?.map(str::to_owned),
+        user: message.properties.user_id.clone(),
     })
 }
 
@@ -792,6 +819,9 @@ impl RemoteError {
     /// The code a server answers with when its handler panicked or its reply could not be
     /// serialized.
     pub const INTERNAL: &'static str = "internal";
+    /// The code a server enforcing identity answers with when a request's `x-source` is
+    /// not its validated user's identity ([`caller_is`]); the tool never sees it.
+    pub const FORGED_SOURCE: &'static str = "forged-source";
 
     /// A remote error with code `code` and message `message`.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> RemoteError {
@@ -873,6 +903,7 @@ mod tests {
             DeadReason::Expired => 6,
             DeadReason::ForgedSource => 7,
             DeadReason::SchemaInvalid => 8,
+            DeadReason::ForeignPath => 9,
         };
         for (i, reason) in DeadReason::ALL.into_iter().enumerate() {
             assert_eq!(index(reason), i);

@@ -113,6 +113,7 @@ fn a_time_whose_utc_form_cannot_be_stored_is_refused() {
                 node: "anchor".into(),
                 time: Timestamp::now(),
                 causation_id: None,
+                user: None,
             },
             Bytes::from_static(b"{}"),
         );
@@ -440,6 +441,7 @@ fn requests_carry_event_style_metadata() {
         node: "anchor".into(),
         time: Timestamp::now(),
         causation_id: Some("c".into()),
+        user: None,
     };
     let tool = ToolKey::parse("billing.quote").unwrap();
     let message = codec::encode_request(&tool, &meta, Bytes::from_static(b"{}"));
@@ -447,4 +449,27 @@ fn requests_carry_event_style_metadata() {
     let decoded = codec::decode_request(&message).unwrap();
     assert_eq!(decoded.id, meta.id);
     assert_eq!(decoded.causation_id.as_deref(), Some("c"));
+    // The caller's validated user is the request's `user-id`, never a header.
+    assert_eq!(decoded.user, None);
+    let mut stamped = message.clone();
+    stamped.properties.user_id = Some("module.umami".into());
+    stamped
+        .properties
+        .headers
+        .insert(codec::USER.into(), "module.billing".into());
+    let decoded = codec::decode_request(&stamped).unwrap();
+    assert_eq!(decoded.user.as_deref(), Some("module.umami"));
+}
+
+#[test]
+fn a_caller_is_only_the_identity_of_its_validated_user() {
+    assert!(codec::caller_is("umami", Some("module.umami"), ""));
+    assert!(codec::caller_is("umami", Some("p.module.umami"), "p."));
+    assert!(codec::caller_is("ops", Some("mesh.ops"), ""));
+    assert!(codec::caller_is("anchor", Some("node.anchor"), ""));
+    assert!(!codec::caller_is("billing", Some("module.umami"), ""));
+    assert!(!codec::caller_is("umami", Some("module.umami"), "p."));
+    assert!(!codec::caller_is("umami", None, ""));
+    // A source that is no name is no identity.
+    assert!(!codec::caller_is("", Some("module."), ""));
 }

@@ -33,6 +33,9 @@ pub(crate) struct ServeEntry {
     /// The JSON Schemas of its request and reply, when declared.
     pub(crate) request: Option<Schema>,
     pub(crate) reply: Option<Schema>,
+    /// With identity enforced, the access plan's user prefix: a request whose `x-source` is
+    /// not its validated user's identity is refused (`forged-source`).
+    pub(crate) enforce_identity: Option<String>,
 }
 
 impl ServeEntry {
@@ -70,6 +73,7 @@ impl ServeEntry {
             call,
             request: None,
             reply: None,
+            enforce_identity: None,
         }
     }
 
@@ -119,12 +123,39 @@ pub(crate) async fn serve_loop(
     debug!(tool = %entry.tool, "server stopped");
 }
 
+/// Whether, with identity enforced, a request's `x-source` is not its validated user's.
+fn forged_caller(entry: &ServeEntry, meta: &RequestMeta) -> bool {
+    entry
+        .enforce_identity
+        .as_deref()
+        .is_some_and(|prefix| !codec::caller_is(&meta.source, meta.user.as_deref(), prefix))
+}
+
 async fn answer(entry: &ServeEntry, request: Delivery) {
     let result = match codec::decode_request(&request.message) {
         Err(e) => Err(RemoteError::new(
             RemoteError::INVALID_REQUEST,
             e.to_string(),
         )),
+        Ok(meta) if forged_caller(entry, &meta) => {
+            warn!(
+                tool = %entry.tool,
+                source = %Escaped(&meta.source),
+                user = %Escaped(meta.user.as_deref().unwrap_or("")),
+                "request refused: its x-source is not its validated user's identity"
+            );
+            Err(RemoteError::new(
+                RemoteError::FORGED_SOURCE,
+                format!(
+                    "the request claims `{}` as its caller, but its validated user is {}",
+                    mesh_core::text::escape(&meta.source),
+                    meta.user.as_deref().map_or_else(
+                        || "none".to_owned(),
+                        |u| format!("`{}`", mesh_core::text::escape(u))
+                    ),
+                ),
+            ))
+        }
         Ok(meta) => {
             let span = tracing::info_span!(
                 "mesh.serve",
@@ -182,6 +213,7 @@ pub(crate) async fn call(
         node: emitter.node().to_string(),
         time: Timestamp::now(),
         causation_id: crate::causation::current(),
+        user: None,
     };
     let span = tracing::info_span!(
         "mesh.call",

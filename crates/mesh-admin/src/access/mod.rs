@@ -36,9 +36,15 @@
 //!
 //! where `A` = `X\.audit\-logger\.(?:events|dead)(?:\.retry\.[^.]+)?|mesh\.dead\-letters|amq\.gen-.+`
 //! for the audit logger of node `X` (it unbinds, drains and deletes the retired
-//! `mesh.dead-letters`). No user but the operator has `configure` on an exchange (the runtime
-//! declares mesh's exchanges passively; `configure` would let a module delete
-//! `mesh.events`), nor `write` on `amq.default` (the default exchange writes into any queue).
+//! `mesh.dead-letters`). No user but the operator has `configure` on mesh's exchanges (the
+//! runtime declares them passively; `configure` would let a module delete `mesh.events`), nor
+//! `write` on `amq.default` (the default exchange writes into any queue). A permission names
+//! a resource, not its kind: a module's `configure` on its queue names also lets it declare an
+//! *exchange* named like one of them (`x.umami.events`), which its `read` and `write` then
+//! cover too, so it can bind that exchange into `mesh.events` and publish there under any key.
+//! What such a path delivers is not an event: consumers take only what came through
+//! `mesh.events` (or their own name on `mesh.retry` and the default exchange), see
+//! `docs/SECURITY.md`, "The trusted-path rule".
 //!
 //! Topic permissions (write / read):
 //!

@@ -321,8 +321,9 @@ async fn replay(
                 }
             }
             Decl::Queue(queue) => {
-                let declare = reuse(channel.take(), &open).await?;
-                (declare.queue(queue).await, declare)
+                let mut declare = reuse(channel.take(), &open).await?;
+                let declared = crate::declare::ensure_queue(&mut declare, queue, &open).await;
+                (declared, declare)
             }
             Decl::Binding(binding) => {
                 let declare = reuse(channel.take(), &open).await?;

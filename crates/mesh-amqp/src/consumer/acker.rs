@@ -40,6 +40,10 @@ pub(crate) struct SubscriptionCtx {
     pub(crate) counts_deliveries: bool,
     /// Where retry, dead-letter and reply copies are published.
     pub(crate) publisher: Publisher,
+    /// Which paths its deliveries may come by.
+    pub(crate) arrival: super::path::Arrival,
+    /// The transport's counters (deliveries that came by a foreign path).
+    pub(crate) shared: Arc<crate::lifecycle::TransportShared>,
 }
 
 /// Settles one delivery; see [`Acker`].

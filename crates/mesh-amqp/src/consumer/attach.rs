@@ -18,6 +18,7 @@ use crate::publisher::Publisher;
 use crate::topology::{BindingDecl, Topology};
 
 use super::acker::SubscriptionCtx;
+use super::path::Arrival;
 
 /// Consumers the transport should have, and has, attached.
 #[derive(Debug, Default)]
@@ -47,6 +48,8 @@ pub(crate) struct AttachSpec {
     pub(crate) manual_ack: bool,
     pub(crate) delay_queues: Vec<String>,
     pub(crate) counts_deliveries: bool,
+    /// Which paths its deliveries may come by (see [`super::path`]).
+    pub(crate) arrival: Arrival,
 }
 
 /// What attaching needs from the transport.
@@ -126,7 +129,7 @@ pub(super) async fn attach(
         let queue = match &spec.source {
             Source::Named(queue) => {
                 if redeclare {
-                    redeclare_queue(&declare, queue, &spec.delay_queues, &env.topology).await?;
+                    redeclare_queue(&env.link, queue, &spec.delay_queues, &env.topology).await?;
                 }
                 queue.clone()
             }
@@ -157,6 +160,8 @@ pub(super) async fn attach(
                 delay_queues: spec.delay_queues.clone(),
                 counts_deliveries: spec.counts_deliveries,
                 publisher: env.publisher.clone(),
+                arrival: spec.arrival,
+                shared: env.link.shared().clone(),
             });
             Ok((consumer, ctx))
         }
@@ -167,9 +172,11 @@ pub(super) async fn attach(
     }
 }
 
-/// Declares a named queue, its retry queues and its bindings as the topology records them.
+/// Declares a named queue, its retry queues and its bindings as the topology records them,
+/// on a declare channel of their own (a queue the user may not declare closes the channel
+/// its declaration went on, see [`crate::declare::ensure_queue`]).
 async fn redeclare_queue(
-    declare: &DeclareChannel,
+    link: &ConsumeLink,
     queue: &str,
     delay_queues: &[String],
     topology: &Mutex<Topology>,
@@ -184,13 +191,22 @@ async fn redeclare_queue(
         ),
         Err(_) => return Ok(()),
     };
-    for decl in &queues {
-        declare.queue(decl).await?;
+    if queues.is_empty() && bindings.is_empty() {
+        return Ok(());
     }
-    for binding in &bindings {
-        declare.bind(binding).await?;
+    let mut declare = link.declare_channel().await?;
+    let declared = async {
+        for decl in &queues {
+            crate::declare::ensure_queue(&mut declare, decl, || link.declare_channel()).await?;
+        }
+        for binding in &bindings {
+            declare.bind(binding).await?;
+        }
+        Ok(())
     }
-    Ok(())
+    .await;
+    declare.close().await;
+    declared
 }
 
 /// Resolves once the transport is closing (or gone).

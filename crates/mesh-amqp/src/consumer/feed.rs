@@ -51,12 +51,34 @@ impl Reader {
             .tracker
             .as_ref()
             .map(|tracker| tracker.delivered(deliver.delivery_tag()));
+        let foreign = super::path::foreign(
+            ctx.arrival,
+            &ctx.queue,
+            deliver.exchange(),
+            deliver.routing_key(),
+        );
         let mut message = crate::convert::delivered(
             deliver.exchange(),
             deliver.routing_key().clone(),
             &basic_properties.unwrap_or_default(),
             content.unwrap_or_default(),
         );
+        if let Some(why) = foreign {
+            let acker = AmqpAcker {
+                ctx: ctx.clone(),
+                settle,
+                reply_to: None,
+                correlation_id: None,
+            };
+            set_aside(
+                acker,
+                message,
+                deliver.exchange(),
+                deliver.routing_key(),
+                why,
+            );
+            return None;
+        }
         // The broker's count belongs to this queue: a copy republished with it (a retry)
         // would carry a stale count into its next delivery, so it never stays in the message.
         let count = message.properties.headers.remove(DELIVERY_COUNT);
@@ -79,6 +101,71 @@ impl Reader {
             Box::new(acker),
         ))
     }
+}
+
+/// Dead-letters a delivery that came by a foreign path (`foreign-path`, with `why`), its
+/// `x-mesh-*` headers and the key they may have restored dropped first (nothing on that path
+/// can be mesh's), and counts it; on a no-ack subscription, only drops and counts it. It is
+/// never handed on. The copy is published, confirmed, and the original acked on a task of
+/// its own (the reader goes on); a failure releases the original, as any dead letter's does.
+///
+/// One published to `mesh.events.dead` (and routed on by an exchange-to-exchange binding) is
+/// only acked: every reader of dead letters has it already, and its dead-letter copy would
+/// take the same binding back here, forever.
+fn set_aside(
+    acker: AmqpAcker,
+    mut message: mesh_core::WireMessage,
+    exchange: &str,
+    key: &str,
+    why: String,
+) {
+    use mesh_core::codec::{self, DeadLetterNote, DeadReason};
+    use mesh_core::text::EscapedDisplay;
+    use mesh_core::{Acker, Timestamp};
+
+    crate::lifecycle::Counters::bump(&acker.ctx.shared.counters.foreign_deliveries);
+    message
+        .properties
+        .headers
+        .retain(|name, _| !codec::is_mesh_header(name));
+    key.clone_into(&mut message.routing_key);
+    let queue = acker.ctx.queue.clone();
+    tracing::warn!(
+        queue = %EscapedDisplay(&queue),
+        why = %EscapedDisplay(&why),
+        "a delivery came by a foreign path: dead-lettered `foreign-path`, never handled"
+    );
+    if acker.settle.is_none() {
+        return;
+    }
+    if exchange == mesh_core::naming::DEAD_EXCHANGE {
+        let acked = Box::new(acker).ack();
+        tokio::spawn(async move {
+            if let Err(error) = acked.await {
+                tracing::warn!(error = %EscapedDisplay(&error), "acking a delivery of a foreign path failed");
+            }
+        });
+        return;
+    }
+    codec::mark_dead(
+        &mut message,
+        &DeadLetterNote {
+            reason: DeadReason::ForeignPath,
+            attempts: 0,
+            last_error: Some(why),
+            queue,
+            time: Timestamp::now(),
+        },
+    );
+    let dead = Box::new(acker).dead_letter(message);
+    tokio::spawn(async move {
+        if let Err(error) = dead.await {
+            tracing::warn!(
+                error = %EscapedDisplay(&error),
+                "dead-lettering a delivery of a foreign path failed; it is delivered again"
+            );
+        }
+    });
 }
 
 /// What a [`Subscription`](mesh_core::Subscription) of this transport reads: the current

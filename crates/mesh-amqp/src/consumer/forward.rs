@@ -81,6 +81,7 @@ pub(crate) async fn start(
             // retry copy publishes it through `mesh.retry` under `queue`'s name, then acks.
             delay_queues: vec![queue.to_owned()],
             counts_deliveries,
+            arrival: super::Arrival::RetryCopies,
         };
         // Not counted in the transport's health or stats: a forwarder detached delays
         // retries and loses nothing, while readiness is about consuming the queue. Its stops

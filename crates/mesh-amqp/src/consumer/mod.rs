@@ -95,7 +95,8 @@
 //! - `tracker`: the ack tracker task, the shell of `ack`, the state machine;
 //! - `interleave` (tests): every interleaving of the tracker, the pump, the handlers and a
 //!   channel's close, against a model of the broker;
-//! - `forward`: the retry queues' forwarders.
+//! - `forward`: the retry queues' forwarders;
+//! - `path`: the trusted-path rule, by which exchange and key a delivery may reach a queue.
 //!
 //! [`Subscription`]: mesh_core::Subscription
 //! [`DeliveryFeed`]: mesh_core::DeliveryFeed
@@ -113,6 +114,7 @@ mod acker;
 mod attach;
 mod feed;
 pub(crate) mod forward;
+mod path;
 #[cfg(test)]
 mod interleave;
 #[cfg(test)]
@@ -122,4 +124,5 @@ mod settle;
 mod tracker;
 
 pub(crate) use attach::{closing, consume, AttachSpec, Consumer, ConsumerCounts, Env, Source};
+pub(crate) use path::Arrival;
 pub(crate) use pump::subscribe;

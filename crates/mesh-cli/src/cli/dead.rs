@@ -97,6 +97,8 @@ pub(crate) enum ReasonArg {
     ForgedSource,
     /// The body does not match the JSON Schema of the handler that reads it
     SchemaInvalid,
+    /// Delivered to a consumer's queue by a path mesh sends no event by
+    ForeignPath,
 }
 
 impl From<ReasonArg> for DeadReason {
@@ -111,6 +113,7 @@ impl From<ReasonArg> for DeadReason {
             ReasonArg::Expired => DeadReason::Expired,
             ReasonArg::ForgedSource => DeadReason::ForgedSource,
             ReasonArg::SchemaInvalid => DeadReason::SchemaInvalid,
+            ReasonArg::ForeignPath => DeadReason::ForeignPath,
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::{assert_code, finish, json, run, stderr, stdout, vhost, NODE};
 const UNREACHABLE: &str = "amqp://127.0.0.1:1";
 
 /// Every dead reason `--reason` accepts.
-const REASONS: [&str; 9] = [
+const REASONS: [&str; 10] = [
     "max-attempts",
     "permanent",
     "undecodable",
@@ -19,6 +19,7 @@ const REASONS: [&str; 9] = [
     "expired",
     "forged-source",
     "schema-invalid",
+    "foreign-path",
 ];
 
 #[tokio::test]

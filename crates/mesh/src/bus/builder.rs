@@ -227,6 +227,12 @@ impl BusBuilder {
     /// and never handled; so is one with no validated user. It needs the access plan's
     /// users (`mesh access apply`, `docs/SECURITY.md`) and a transport that validates users
     /// (RabbitMQ; the in-memory transport has none, so every event fails the check there).
+    ///
+    /// Its servers check their callers too: a request whose `x-source` is not its validated
+    /// user's identity ([`mesh_core::codec::caller_is`]) is answered with the remote error
+    /// `forged-source` ([`RemoteError::FORGED_SOURCE`](mesh_core::RemoteError)), and the
+    /// tool never sees it. A tool sees the caller's validated user in
+    /// [`RequestMeta::user`](mesh_core::RequestMeta) whether this is on or not.
     pub fn enforce_identity(mut self, enforce: bool) -> Self {
         self.enforce_identity = enforce;
         self
@@ -467,6 +473,7 @@ impl BusBuilder {
             emitter,
             prefetch: self.prefetch,
             retry: self.retry,
+            enforce_identity: self.enforce_identity.then(|| self.user_prefix.clone()),
             contract,
             stop,
             closed,

@@ -46,6 +46,9 @@ pub(crate) struct Inner {
     emitter: Emitter,
     prefetch: u16,
     retry: RetryPolicy,
+    /// With identity enforced, the user prefix of the access plan: its servers refuse a
+    /// request whose `x-source` is not its validated user's identity.
+    enforce_identity: Option<String>,
     /// What it announced (or would have): its handlers, tools and declared emits and calls.
     contract: ModuleContract,
     /// Fired by drain and close: every consumer loop stops taking deliveries, and emits are

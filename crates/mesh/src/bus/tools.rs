@@ -95,7 +95,10 @@ impl Bus {
     }
 
     /// Serves `entry`'s tool on a loop of the bus's.
-    pub(super) async fn start_serving(&self, entry: ServeEntry) -> Result<(), Error> {
+    pub(super) async fn start_serving(&self, mut entry: ServeEntry) -> Result<(), Error> {
+        entry
+            .enforce_identity
+            .clone_from(&self.inner.enforce_identity);
         let subscription =
             rpc::subscribe(self.inner.transport.as_ref(), &entry, self.inner.prefetch).await?;
         let stop = self.inner.stop.child_token();

@@ -1,0 +1,533 @@
+//! The side doors of broker-enforced identity, on a private RabbitMQ node with the access
+//! plan applied: what a module's user can do beyond publishing (exchange-to-exchange
+//! bindings, exchanges of its own) must not let it speak as another module.
+//!
+//! The spec: module `billing` reads `module.shop.#`, module `umami` reads `module.other.#`,
+//! module `shop` reads nothing. umami tries every source exchange (each mesh exchange, each
+//! `amq.*` built-in, one it declares itself) × every mesh destination: each
+//! `exchange.bind` the broker allows is then used to route an event forged as shop's (key
+//! `module.shop.order.placed`, `x-source: shop`, `x-mesh-user: module.shop`) into
+//! billing's queue, which with identity enforced must never handle it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use amqprs::channel::{
+    BasicPublishArguments, ExchangeBindArguments, ExchangeDeclareArguments, ExchangeUnbindArguments,
+};
+use amqprs::connection::{Connection, OpenConnectionArguments};
+use amqprs::{BasicProperties, FieldTable, FieldValue};
+use bytes::Bytes;
+use mesh::amqp::access::{self, AccessSpec, Password, Passwords};
+use mesh::amqp::management::{ManagementClient, ManagementOptions};
+use mesh::{Bus, HandlerError, Incoming};
+use mesh_amqp::AmqpTransport;
+use mesh_core::codec::{self, DeadReason};
+use mesh_core::{Name, TopicPattern};
+use mesh_testkit::{eventually, NodeOptions, PrivateNode};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Every exchange mesh declares.
+const MESH_EXCHANGES: [&str; 6] = [
+    "mesh.events",
+    "mesh.rpc",
+    "mesh.events.dead",
+    "mesh.retry",
+    "mesh.reply",
+    "mesh.logs",
+];
+
+/// RabbitMQ's built-in exchanges.
+const BUILT_IN: [&str; 6] = [
+    "amq.direct",
+    "amq.fanout",
+    "amq.headers",
+    "amq.match",
+    "amq.topic",
+    "amq.rabbitmq.trace",
+];
+
+/// The exchange umami tries to declare (its queue configure pattern matched it once).
+const OWN_EXCHANGE: &str = "x.umami.events";
+
+/// The forged event's key: shop's, which billing reads.
+const FORGED_KEY: &str = "module.shop.order.placed";
+
+struct Broker {
+    node: PrivateNode,
+    passwords: HashMap<String, String>,
+    client: ManagementClient,
+}
+
+fn access_spec() -> AccessSpec {
+    AccessSpec::new(Name::parse("n1").unwrap())
+        .module(
+            Name::parse("billing").unwrap(),
+            [TopicPattern::parse("module.shop.#").unwrap()],
+        )
+        .module(
+            Name::parse("umami").unwrap(),
+            [TopicPattern::parse("module.other.#").unwrap()],
+        )
+        .module(Name::parse("shop").unwrap(), [])
+}
+
+impl Broker {
+    async fn start() -> Broker {
+        let node = PrivateNode::start(NodeOptions::default().management(true))
+            .await
+            .expect("a private RabbitMQ node (rabbitmq-server must be installed)");
+        // The operator declares the exchanges, as `mesh topology apply` would.
+        let admin = mesh::amqp::connect(node.url().parse().expect("the node's URL"))
+            .await
+            .expect("the admin connects");
+        admin.close().await;
+        let management = format!(
+            "http://127.0.0.1:{}",
+            node.management_port().expect("management enabled")
+        );
+        let client = ManagementClient::new(
+            &ManagementOptions::new(management).credentials("guest", "guest"),
+        )
+        .expect("a management client");
+        let grants = access::grants(&access_spec());
+        let passwords: HashMap<String, String> = grants
+            .iter()
+            .map(|g| (g.user.clone(), uuid::Uuid::new_v4().simple().to_string()))
+            .collect();
+        let mut planned = Passwords::new();
+        for (user, password) in &passwords {
+            planned.insert(user.clone(), Password::new(password.clone()));
+        }
+        let broker = eventually(WAIT, "the management API answers", || {
+            let client = client.clone();
+            async move { access::read(&client, "/").await.ok() }
+        })
+        .await;
+        let plan = access::plan(&grants, &broker, &planned, "");
+        access::apply(&client, "/", &grants, &plan, &planned)
+            .await
+            .expect("the access plan is applied");
+        Broker {
+            node,
+            passwords,
+            client,
+        }
+    }
+
+    fn password(&self, user: &str) -> String {
+        self.passwords.get(user).expect("a planned user").clone()
+    }
+
+    async fn transport(&self, user: &str) -> AmqpTransport {
+        let options: mesh_amqp::AmqpOptions = self.node.url().parse().expect("the node's URL");
+        mesh::amqp::connect(
+            options
+                .credentials(user, self.password(user))
+                .connection_name(format!("side-doors-{user}")),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{user} connects: {e}"))
+    }
+
+    async fn raw(&self, user: &str) -> Connection {
+        let args =
+            OpenConnectionArguments::new("127.0.0.1", self.node.port(), user, &self.password(user));
+        Connection::open(&args).await.expect("raw connection")
+    }
+}
+
+/// An event forged as shop's, published by umami's user (its `user-id` validated).
+fn forged(id: &str) -> BasicProperties {
+    let mut headers = FieldTable::new();
+    for (name, value) in [
+        (codec::EVENT_ID, id.to_owned()),
+        (codec::SOURCE, "shop".to_owned()),
+        (codec::NODE, "n1".to_owned()),
+        (codec::TIME, "2026-12-02T00:00:00Z".to_owned()),
+        (codec::USER, "module.shop".to_owned()),
+        (codec::ROUTING_KEY, FORGED_KEY.to_owned()),
+    ] {
+        headers.insert(
+            name.try_into().unwrap(),
+            FieldValue::S(value.try_into().unwrap()),
+        );
+    }
+    let mut props = BasicProperties::default();
+    props
+        .with_content_type("application/json")
+        .with_delivery_mode(2)
+        .with_user_id("module.umami")
+        .with_headers(headers);
+    props
+}
+
+/// The key umami binds and publishes under to reach billing's queue through `destination`.
+fn key_to_billing(destination: &str) -> &'static str {
+    match destination {
+        // billing's queue is bound there on its own name (its retry copies coming back).
+        "mesh.retry" => "n1.billing.events",
+        _ => FORGED_KEY,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
+    let broker = Broker::start().await;
+
+    let handled = Arc::new(Mutex::new(Vec::<String>::new()));
+    let billing_transport = Arc::new(broker.transport("module.billing").await);
+    let billing = {
+        let handled = handled.clone();
+        Bus::builder()
+            .node("n1")
+            .module("billing")
+            .enforce_identity(true)
+            .on_raw(["module.shop.#"], move |incoming: Incoming<Bytes>| {
+                let handled = handled.clone();
+                async move {
+                    handled.lock().unwrap().push(incoming.meta.id().to_string());
+                    Ok::<(), HandlerError>(())
+                }
+            })
+            .start(billing_transport.clone())
+            .await
+            .expect("billing starts as its own user")
+    };
+    // The operator reads every dead letter.
+    let operator = Bus::builder()
+        .node("n1")
+        .module("ops")
+        .start(Arc::new(
+            mesh::amqp::connect(broker.node.url().parse().unwrap())
+                .await
+                .expect("the operator connects"),
+        ))
+        .await
+        .expect("the operator's bus starts");
+    let mut dead = operator
+        .dead_letters()
+        .await
+        .expect("a tap of dead letters");
+
+    let umami = broker.raw("module.umami").await;
+    // An exchange of umami's own, a source of the table if the broker lets umami declare it.
+    let declared = {
+        let channel = umami.open_channel(None).await.unwrap();
+        let declared = channel
+            .exchange_declare(ExchangeDeclareArguments::new(OWN_EXCHANGE, "topic"))
+            .await
+            .is_ok();
+        if declared {
+            let _ = channel.close().await;
+        }
+        declared
+    };
+
+    let sources: Vec<&str> = MESH_EXCHANGES
+        .iter()
+        .chain(BUILT_IN.iter())
+        .copied()
+        .chain(std::iter::once(OWN_EXCHANGE))
+        .collect();
+    let mut allowed = Vec::new();
+    let mut forged_ids = Vec::new();
+    for source in &sources {
+        for destination in MESH_EXCHANGES {
+            let key = key_to_billing(destination);
+            let channel = umami.open_channel(None).await.unwrap();
+            let bound = channel
+                .exchange_bind(ExchangeBindArguments::new(destination, source, key))
+                .await;
+            if bound.is_err() {
+                // Refused: the broker closed the channel.
+                continue;
+            }
+            allowed.push(format!("{source} -> {destination}"));
+            let id = uuid::Uuid::new_v4().to_string();
+            channel
+                .basic_publish(
+                    forged(&id),
+                    b"{}".to_vec(),
+                    BasicPublishArguments::new(source, key),
+                )
+                .await
+                .expect("published");
+            forged_ids.push(id);
+            // Each pair alone: the binding goes once the forgery is routed (in the channel's
+            // order), so no later publish takes it.
+            channel
+                .exchange_unbind(ExchangeUnbindArguments::new(destination, source, key))
+                .await
+                .expect("umami removes its own binding");
+            let _ = channel.close().await;
+        }
+    }
+    // The broker refuses every pair but those through exchanges umami may read and whose
+    // binding keys it may bind unchecked: the direct `mesh.reply`, `mesh.events.dead` (any
+    // key) and, when it could declare one, an exchange of its own.
+    assert!(
+        allowed.iter().all(|pair| pair.starts_with("mesh.reply ")
+            || pair.starts_with("mesh.events.dead ")
+            || pair.starts_with("x.umami.events ")),
+        "{allowed:?}"
+    );
+    assert!(!forged_ids.is_empty(), "no pair to try a forgery through");
+
+    // A genuine event of shop's after them all: once it is handled, every forgery before it
+    // in billing's queue was decided.
+    let shop = Bus::builder()
+        .node("n1")
+        .module("shop")
+        .start(Arc::new(broker.transport("module.shop").await))
+        .await
+        .expect("shop starts");
+    let genuine = shop
+        .emit_outgoing(mesh::Outgoing::json("order.placed", &serde_json::json!({"id": 1})).unwrap())
+        .await
+        .expect("shop emits its own event")
+        .to_string();
+    eventually(WAIT, "shop's genuine event is handled", || {
+        let handled = handled.lock().unwrap().clone();
+        let genuine = genuine.clone();
+        async move { handled.contains(&genuine).then_some(()) }
+    })
+    .await;
+    let handled_now = handled.lock().unwrap().clone();
+    assert_eq!(
+        handled_now,
+        std::slice::from_ref(&genuine),
+        "a forgery was handled: {allowed:?}"
+    );
+
+    // Each forgery that reached billing's queue by a foreign path was counted, and those
+    // not published to `mesh.events.dead` dead-lettered `foreign-path` by billing, with
+    // umami (the validated publisher) as their user, not shop.
+    let through_dead = allowed
+        .iter()
+        .filter(|p| p.starts_with("mesh.events.dead ") && reaches_billing(p))
+        .count();
+    let expected_dead = allowed
+        .iter()
+        .filter(|p| !p.starts_with("mesh.events.dead ") && reaches_billing(p))
+        .count();
+    let mut foreign = 0;
+    while foreign < expected_dead {
+        let letter = tokio::time::timeout(WAIT, dead.next())
+            .await
+            .expect("a dead letter in time")
+            .expect("the tap is open");
+        let Some(note) = letter.note.clone() else {
+            continue;
+        };
+        if note.reason != DeadReason::ForeignPath {
+            continue;
+        }
+        assert_eq!(note.queue, "n1.billing.events");
+        assert_eq!(
+            codec::validated_user(&letter.message),
+            Some("module.umami"),
+            "the forged x-mesh-user is not carried on"
+        );
+        assert!(
+            note.last_error
+                .as_deref()
+                .unwrap_or("")
+                .contains("delivered through"),
+            "{note:?}"
+        );
+        foreign += 1;
+    }
+    eventually(
+        WAIT,
+        "every forgery that reached billing is counted",
+        || {
+            let stats = billing_transport.stats();
+            async move {
+                // At least: a dead-letter copy may take a binding from `mesh.events.dead` still
+                // there back to billing's queue, where it is counted (and acked) again.
+                (stats.foreign_deliveries >= (expected_dead + through_dead) as u64).then_some(())
+            }
+        },
+    )
+    .await;
+    assert!(expected_dead > 0, "{allowed:?}");
+    eprintln!("pairs the broker allowed: {allowed:?}");
+    // The plan still lets a module declare an exchange named like its queues (its
+    // `configure` covers them): a residual risk of docs/SECURITY.md, which the trusted path
+    // makes harmless to consumers. When it could, the table went through it.
+    if declared {
+        assert!(
+            allowed.iter().any(|p| p.starts_with("x.umami.events ")),
+            "{allowed:?}"
+        );
+    }
+
+    let _ = umami.close().await;
+    shop.close().await;
+    operator.close().await;
+    billing.close().await;
+}
+
+/// Whether a forgery through `pair` reaches billing's queue: through `mesh.events` (bound on
+/// shop's keys) or `mesh.retry` (bound on its own name).
+fn reaches_billing(pair: &str) -> bool {
+    pair.ends_with("-> mesh.events") || pair.ends_with("-> mesh.retry")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_with_identity_enforced_knows_its_caller_and_refuses_a_claimed_one() {
+    let broker = Broker::start().await;
+    let callers = Arc::new(Mutex::new(Vec::<(String, Option<String>)>::new()));
+    let billing = {
+        let callers = callers.clone();
+        Bus::builder()
+            .node("n1")
+            .module("billing")
+            .enforce_identity(true)
+            .serve(
+                "billing.quote",
+                move |_: serde_json::Value, meta: mesh_core::RequestMeta| {
+                    let callers = callers.clone();
+                    async move {
+                        callers.lock().unwrap().push((meta.source, meta.user));
+                        Ok::<_, mesh_core::RemoteError>(serde_json::json!({"total": 7}))
+                    }
+                },
+            )
+            .start(Arc::new(broker.transport("module.billing").await))
+            .await
+            .expect("billing serves as its own user")
+    };
+    let umami = Arc::new(broker.transport("module.umami").await);
+    // umami's user, claiming to be billing.
+    let claiming = Bus::builder()
+        .node("n1")
+        .module("billing")
+        .start(umami.clone())
+        .await
+        .expect("a calling bus starts");
+    let error = claiming
+        .call::<_, serde_json::Value>("billing.quote", &serde_json::json!({}), WAIT)
+        .await
+        .expect_err("a request claiming billing from umami's user is refused");
+    let remote = error.remote().expect("a refusal from the server");
+    assert_eq!(
+        remote.code,
+        mesh_core::RemoteError::FORGED_SOURCE,
+        "{remote}"
+    );
+    assert!(remote.message.contains("module.umami"), "{remote}");
+    // umami as itself: served, and the tool sees its validated user.
+    let genuine = Bus::builder()
+        .node("n1")
+        .module("umami")
+        .start(umami.clone())
+        .await
+        .expect("umami's bus starts");
+    let quote: serde_json::Value = genuine
+        .call("billing.quote", &serde_json::json!({}), WAIT)
+        .await
+        .expect("umami's own request is served");
+    assert_eq!(quote, serde_json::json!({"total": 7}));
+    assert_eq!(
+        *callers.lock().unwrap(),
+        [("umami".to_owned(), Some("module.umami".to_owned()))],
+        "the tool saw only the genuine request, with its validated user"
+    );
+    genuine.close().await;
+    claiming.close().await;
+    billing.close().await;
+}
+
+fn consumer_spec(queue: &str) -> mesh_core::SubscriptionSpec {
+    mesh_core::SubscriptionSpec {
+        queue: mesh_core::QueueSpec::Durable {
+            name: queue.to_owned(),
+        },
+        patterns: vec![TopicPattern::parse("module.other.#").unwrap()],
+        prefetch: 4,
+        retry_delays: vec![Duration::from_millis(200)],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_without_configure_starts_on_queues_the_operator_declared() {
+    let broker = Broker::start().await;
+    // umami's user may configure only server-named queues.
+    let grants = access::grants(&access_spec());
+    let umami_grant = grants
+        .iter()
+        .find(|g| g.user == "module.umami")
+        .expect("umami's grant");
+    broker
+        .client
+        .put_permissions(
+            "/",
+            "module.umami",
+            r"^(?:amq\.gen-.+)$",
+            &umami_grant.permissions.write,
+            &umami_grant.permissions.read,
+        )
+        .await
+        .expect("umami's configure narrowed");
+    // The operator declares umami's queue and its retry queue (as `mesh topology apply`
+    // would), with the arguments the runtime declares.
+    let operator = mesh::amqp::connect(broker.node.url().parse().unwrap())
+        .await
+        .expect("the operator connects");
+    drop(
+        operator
+            .subscribe(consumer_spec("n1.umami.events"))
+            .await
+            .expect("the operator declares umami's queues"),
+    );
+
+    let umami = broker.transport("module.umami").await;
+    let mut subscription = umami
+        .subscribe(consumer_spec("n1.umami.events"))
+        .await
+        .expect("umami starts on the queues the operator declared");
+    // The refused declarations were answers, not faults.
+    assert_eq!(umami.stats().channel_closes, 0, "{:?}", umami.stats());
+    // And it consumes: an event of `module.other` reaches it.
+    let other = mesh::amqp::connect(broker.node.url().parse().unwrap())
+        .await
+        .expect("the operator connects again");
+    let mut message = mesh_core::WireMessage::new("module.other.thing", "{}");
+    message.properties.persistent = true;
+    other
+        .publish(message, mesh_core::PublishOptions::default())
+        .await
+        .expect("accepted")
+        .await
+        .expect("confirmed");
+    let delivery = tokio::time::timeout(WAIT, subscription.next())
+        .await
+        .expect("a delivery in time")
+        .expect("the subscription is open");
+    assert_eq!(delivery.message.routing_key, "module.other.thing");
+    delivery.ack().await.expect("acked");
+
+    // A queue nobody declared: refused, and the error says who declares it.
+    let Err(error) = umami.subscribe(consumer_spec("shared.umami.events")).await else {
+        panic!("umami subscribed to a queue nobody declared");
+    };
+    assert!(
+        matches!(
+            error.kind(),
+            mesh_core::TransportErrorKind::Forbidden { .. }
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("mesh topology apply"), "{error}");
+
+    drop(subscription);
+    other.close().await;
+    umami.close().await;
+    operator.close().await;
+}
