@@ -4,8 +4,6 @@ use crate::net;
 
 use std::fmt;
 use tokio::sync::{mpsc::error::SendError, oneshot::error::RecvError};
-#[cfg(feature = "urispec")]
-use uriparse::uri_reference::URIReferenceError;
 
 /// A list of errors can be returned by the APIs.
 #[derive(Debug)]
@@ -32,13 +30,6 @@ pub enum Error {
     InternalChannelError(String),
     /// Error during updating the secret
     UpdateSecretError(String),
-}
-
-#[cfg(feature = "urispec")]
-impl From<URIReferenceError> for Error {
-    fn from(err: URIReferenceError) -> Self {
-        Self::UriError(err.to_string())
-    }
 }
 
 impl From<net::Error> for Error {

@@ -79,13 +79,12 @@ impl TlsAdaptor {
         domain: String,
     ) -> std::io::Result<Self> {
         let root_cert_store = Self::build_root_store(root_ca_cert)?;
-        let client_certs: Vec<CertificateDer> =
-            CertificateDer::pem_file_iter(client_cert)
-                .map_err(pem_error_to_io)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(pem_error_to_io)?;
-        let client_key: PrivateKeyDer = PrivateKeyDer::from_pem_file(client_private_key)
+        let client_certs: Vec<CertificateDer> = CertificateDer::pem_file_iter(client_cert)
+            .map_err(pem_error_to_io)?
+            .collect::<Result<Vec<_>, _>>()
             .map_err(pem_error_to_io)?;
+        let client_key: PrivateKeyDer =
+            PrivateKeyDer::from_pem_file(client_private_key).map_err(pem_error_to_io)?;
         let config = ClientConfig::builder()
             .with_root_certificates(root_cert_store)
             .with_client_auth_cert(client_certs, client_key)
@@ -98,11 +97,10 @@ impl TlsAdaptor {
     fn build_root_store(root_ca_cert: Option<&Path>) -> std::io::Result<RootCertStore> {
         let mut root_store = RootCertStore::empty();
         if let Some(root_ca_cert) = root_ca_cert {
-            let certs: Vec<CertificateDer> =
-                CertificateDer::pem_file_iter(root_ca_cert)
-                    .map_err(pem_error_to_io)?
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(pem_error_to_io)?;
+            let certs: Vec<CertificateDer> = CertificateDer::pem_file_iter(root_ca_cert)
+                .map_err(pem_error_to_io)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(pem_error_to_io)?;
 
             let trust_anchors = certs
                 .iter()
@@ -241,8 +239,8 @@ e+VeXslTPB7gThTnpXpeO0PtYln+yBKLv6G+GA==
 
     #[test]
     fn missing_cert_file_preserves_not_found() {
-        let Err(e) = CertificateDer::pem_file_iter(Path::new("/nonexistent.pem"))
-            .map_err(pem_error_to_io)
+        let Err(e) =
+            CertificateDer::pem_file_iter(Path::new("/nonexistent.pem")).map_err(pem_error_to_io)
         else {
             panic!("expected error for missing cert file");
         };

@@ -411,62 +411,6 @@ impl SharedChannelInner {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use tokio::time;
-
-    use crate::{
-        channel::Channel,
-        connection::{Connection, OpenConnectionArguments},
-        test_utils::setup_logging,
-    };
-    use std::marker::PhantomData;
-
-    #[ignore = "https://github.com/gftea/amqprs/issues/69"]
-    #[tokio::test]
-    async fn test_channel_cloneable() {
-        // default: `IS_CLONEABLE = false` for all types
-        trait NotCloneable {
-            const IS_CLONEABLE: bool = false;
-        }
-        impl<T> NotCloneable for T {}
-
-        // For all cloneable type `T`, Wrapper<T> is cloneable.
-        // otherwise, it fallbacks to value from trait `NotCloneable`
-        struct Wrapper<T>(PhantomData<T>);
-        #[allow(dead_code)]
-        impl<T: Clone> Wrapper<T> {
-            const IS_CLONEABLE: bool = true;
-        }
-        // Prevent clippy to report assertion on const value.
-        assert_eq!(<Wrapper<Channel>>::IS_CLONEABLE.to_string(), "true");
-    }
-
-    #[tokio::test]
-    async fn test_channel_clone_and_drop() {
-        // open one channel, clone it, and drop both, check
-        setup_logging();
-
-        // test close on drop
-        let args = OpenConnectionArguments::new("localhost", 5672, "user", "bitnami");
-
-        let conn = Connection::open(&args).await.unwrap();
-        {
-            let ch1 = conn.open_channel(Some(1)).await.unwrap();
-            let ch2 = ch1.clone();
-            let h = tokio::spawn(async move {
-                time::sleep(time::Duration::from_millis(10)).await;
-                assert!(ch1.is_open());
-            });
-            h.await.unwrap();
-            time::sleep(time::Duration::from_millis(10)).await;
-            assert!(ch2.is_open());
-        }
-        time::sleep(time::Duration::from_millis(50)).await;
-        conn.close().await.unwrap();
-    }
-}
-
 /////////////////////////////////////////////////////////////////////////////
 mod dispatcher;
 pub(crate) use dispatcher::*;
