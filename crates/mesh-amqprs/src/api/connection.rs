@@ -459,6 +459,18 @@ impl OpenConnectionArguments {
 
 /////////////////////////////////////////////////////////////////////////////
 
+/// mesh's fork: a `connection.close` the server sends while the connection opens is its
+/// refusal, with its code and text.
+fn refused(frame: &Frame) -> Result<()> {
+    match frame {
+        Frame::Close(_, close) => Err(Error::ConnectionRefused {
+            reply_code: close.reply_code(),
+            reply_text: close.reply_text().to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 impl Connection {
     /// Open and returns a new connection.
     ///
@@ -543,6 +555,11 @@ impl Connection {
         let mut client_properties_capabilities = FieldTable::new();
         client_properties_capabilities
             .insert("consumer_cancel_notify".try_into().unwrap(), true.into());
+        // mesh's fork: a refused login is then answered with connection.close 403 at once.
+        client_properties_capabilities.insert(
+            "authentication_failure_close".try_into().unwrap(),
+            true.into(),
+        );
         client_properties.insert(
             "capabilities".try_into().unwrap(),
             FieldValue::F(client_properties_capabilities),
@@ -567,6 +584,7 @@ impl Connection {
 
         // S: OpenOk
         let (_, frame) = io_conn.read_frame().await?;
+        refused(&frame)?;
         unwrap_expected_method!(
             frame,
             Frame::OpenOk,
@@ -761,7 +779,14 @@ impl Connection {
         heartbeat: ShortUint,
     ) -> Result<(ShortUint, LongUint, ShortUint)> {
         // S: 'Tune'
-        let (_, frame) = io_conn.read_frame().await?;
+        let (_, frame) = io_conn
+            .read_frame()
+            .await
+            .map_err(|err| Error::ConnectionRefused {
+                reply_code: 0,
+                reply_text: err.to_string(),
+            })?;
+        refused(&frame)?;
         let tune = unwrap_expected_method!(
             frame,
             Frame::Tune,

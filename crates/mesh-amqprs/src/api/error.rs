@@ -30,6 +30,16 @@ pub enum Error {
     InternalChannelError(String),
     /// Error during updating the secret
     UpdateSecretError(String),
+    /// mesh's fork: the server refused to open the connection, answering with
+    /// `connection.close` (its code and text: 403 for a refused login, 530 for a vhost it
+    /// refuses), or closing the socket after `start-ok` and before `tune` (code 0), which is
+    /// how a server refuses a login to a client without `authentication_failure_close`.
+    ConnectionRefused {
+        /// The server's reply code; 0 when it closed the socket during the login.
+        reply_code: u16,
+        /// The server's reply text, or the socket error.
+        reply_text: String,
+    },
 }
 
 impl From<net::Error> for Error {
@@ -65,6 +75,10 @@ impl fmt::Display for Error {
                 write!(f, "AMQP internal communication error: {}", msg)
             }
             Error::UpdateSecretError(msg) => write!(f, "AMQP update secret error: {}", msg),
+            Error::ConnectionRefused {
+                reply_code,
+                reply_text,
+            } => write!(f, "AMQP connection refused: {reply_code} {reply_text}"),
         }
     }
 }
