@@ -88,10 +88,13 @@ impl ReaderHandler {
 
             // Method frames for synchronous response
             Frame::OpenChannelOk(method_header, open_channel_ok) => {
-                let responder = self
+                // mesh's fork: an answer nobody waits for (a peer's fault) is dropped.
+                let Some(responder) = self
                     .channel_manager
                     .remove_responder(&channel_id, method_header)
-                    .expect("responder must be registered");
+                else {
+                    return Ok(());
+                };
 
                 responder
                     .send(open_channel_ok.into_frame())
@@ -191,10 +194,13 @@ impl ReaderHandler {
                 Ok(())
             }
             Frame::UpdateSecretOk(method_header, update_secret_ok) => {
-                let responder = self
+                // mesh's fork: an answer nobody waits for (a peer's fault) is dropped.
+                let Some(responder) = self
                     .channel_manager
                     .remove_responder(&channel_id, method_header)
-                    .expect("responder must be registered");
+                else {
+                    return Ok(());
+                };
                 responder
                     .send(update_secret_ok.into_frame())
                     .map_err(|err_frame| {
@@ -212,12 +218,9 @@ impl ReaderHandler {
                         dispatcher.send(frame)?;
                         Ok(())
                     }
-                    None => {
-                        unreachable!(
-                            "dispatcher must be registered for channel {} of {}",
-                            channel_id, self.amqp_connection,
-                        );
-                    }
+                    // mesh's fork: a frame for a channel already gone (in flight when it
+                    // closed) or never opened is dropped.
+                    None => Ok(()),
                 }
             }
         }
@@ -245,7 +248,8 @@ impl ReaderHandler {
                     match command {
                         ConnManagementCommand::RegisterChannelResource(cmd) => {
                             let id = self.channel_manager.insert_resource(cmd.channel_id, cmd.resource);
-                            cmd.acker.send(id).expect("ack to command RegisterChannelResource must succeed");
+                            // mesh's fork: the caller may have given up waiting.
+                            let _ = cmd.acker.send(id);
                             #[cfg(feature="traces")]
                             debug!("register channel resource on connection {}", self.amqp_connection);
 
@@ -257,7 +261,8 @@ impl ReaderHandler {
                         },
                         ConnManagementCommand::RegisterResponder(cmd) => {
                             self.channel_manager.insert_responder(&cmd.channel_id, cmd.method_header, cmd.responder);
-                            cmd.acker.send(()).expect("ack to command RegisterResponder must succeed");
+                            // mesh's fork: the caller may have given up waiting.
+                            let _ = cmd.acker.send(());
                         },
                         ConnManagementCommand::RegisterConnectionCallback(cmd) => {
                             self.callback.replace(cmd.callback);

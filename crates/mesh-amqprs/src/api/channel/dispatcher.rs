@@ -162,12 +162,12 @@ impl ChannelDispatcher {
     }
 
     async fn forward_deliver(&mut self, consumer_message: ConsumerMessage) {
-        let consumer_tag = consumer_message
-            .deliver
-            .as_ref()
-            .unwrap()
-            .consumer_tag()
-            .clone();
+        // mesh's fork: content with no deliver before it (a peer's fault) is dropped; so the
+        // consumer tasks always get a deliver.
+        let Some(deliver) = consumer_message.deliver.as_ref() else {
+            return;
+        };
+        let consumer_tag = deliver.consumer_tag().clone();
         let consumer = self.get_or_new_consumer_resource(&consumer_tag);
         match consumer.get_tx() {
             Some(consumer_tx) => {
@@ -278,7 +278,8 @@ impl ChannelDispatcher {
                             }
                             DispatcherManagementCommand::RegisterOneshotResponder(cmd) => {
                                 self.responders.insert(cmd.method_header, cmd.responder);
-                                cmd.acker.send(()).unwrap();
+                                // mesh's fork: the caller may have given up waiting.
+                                let _ = cmd.acker.send(());
                             }
                             DispatcherManagementCommand::RegisterChannelCallback(cmd) => {
                                 self.callback.replace(cmd.callback);
@@ -308,10 +309,10 @@ impl ChannelDispatcher {
                             Frame::CloseChannelOk(method_header, close_channel_ok) => {
                                 self.channel.set_is_open(false);
 
-                                match self.responders.remove(method_header) {
-                                    Some(responder) => responder.send(close_channel_ok.into_frame()).unwrap(),
-                                    None => unreachable!("responder must be registered for {} on channel {}",
-                                    close_channel_ok.into_frame(), self.channel),
+                                // mesh's fork: the closer may have given up waiting, or the peer
+                                // sent a close-ok nobody asked for; the channel is closed either way.
+                                if let Some(responder) = self.responders.remove(method_header) {
+                                    let _ = responder.send(close_channel_ok.into_frame());
                                 }
                                 // exit
                                 break;
@@ -333,9 +334,10 @@ impl ChannelDispatcher {
                                 self.channel.set_is_open(false);
 
                                 // implictly respond OK to server
-                                self.channel.shared.outgoing_tx
+                                // mesh's fork: the connection's writer may be gone already.
+                                let _ = self.channel.shared.outgoing_tx
                                 .send((self.channel.channel_id(), CloseChannelOk.into_frame()))
-                                .await.unwrap();
+                                .await;
                                 // exit
                                 break;
                             }
@@ -398,23 +400,29 @@ impl ChannelDispatcher {
 
                                         if return_buffer.remaining == 0 {
                                             // do not wait for content body frame if content body size is zero
-                                            self.handle_return(return_buffer.ret.take().unwrap(), header.basic_properties, Vec::new()).await;
+                                            // mesh's fork: a header with no return before it (a peer's fault) is dropped.
+                                            if let Some(ret) = return_buffer.ret.take() {
+                                                self.handle_return(ret, header.basic_properties, Vec::new()).await;
+                                            }
                                         } else {
                                             return_buffer.basic_properties = Some(header.basic_properties);
                                             return_buffer.content = Some(Vec::new());
                                         }
                                     },
-                                    _  => unreachable!("invalid dispatcher state"),
+                                    // mesh's fork: a content header out of place (a peer's fault) is dropped.
+                                    _  => {}
                                 }
                             }
                             Frame::ContentBody(body) => {
                                 match self.state {
                                     State::Deliver => {
-                                        let mut content_buffer = message_buffer.content.take().unwrap();
+                                        // mesh's fork: a body with no header before it (a peer's fault) is dropped.
+                                        let Some(mut content_buffer) = message_buffer.content.take() else { continue };
                                         content_buffer.extend_from_slice(&body.inner);
                                         message_buffer.content.replace(content_buffer);
                                         // calculate remaining size of content body
-                                        message_buffer.remaining = message_buffer.remaining.checked_sub(body.inner.len()).expect("should never overflow");
+                                        // mesh's fork: a body longer than its header said (a peer's fault) ends the message.
+                                        message_buffer.remaining = message_buffer.remaining.saturating_sub(body.inner.len());
 
                                         if message_buffer.remaining == 0 {
                                             let consumer_message  = ConsumerMessage {
@@ -427,10 +435,10 @@ impl ChannelDispatcher {
                                         }
                                     }
                                     State::GetOk => {
-                                        let mut content_buffer = getok_content_buffer.content.take().unwrap();
+                                        let Some(mut content_buffer) = getok_content_buffer.content.take() else { continue };
                                         content_buffer.extend_from_slice(&body.inner);
                                         getok_content_buffer.content.replace(content_buffer);
-                                        getok_content_buffer.remaining = getok_content_buffer.remaining.checked_sub(body.inner.len()).expect("should never overflow");
+                                        getok_content_buffer.remaining = getok_content_buffer.remaining.saturating_sub(body.inner.len());
                                         if getok_content_buffer.remaining == 0 {
                                             let content = getok_content_buffer.content.take().unwrap();
                                             self.get_content_responder.take()
@@ -439,19 +447,22 @@ impl ChannelDispatcher {
                                         }
                                     },
                                     State::Return => {
-                                        let mut content_buffer = return_buffer.content.take().unwrap();
+                                        let Some(mut content_buffer) = return_buffer.content.take() else { continue };
                                         content_buffer.extend_from_slice(&body.inner);
                                         return_buffer.content.replace(content_buffer);
-                                        return_buffer.remaining = return_buffer.remaining.checked_sub(body.inner.len()).expect("should never overflow");
+                                        return_buffer.remaining = return_buffer.remaining.saturating_sub(body.inner.len());
 
                                         if return_buffer.remaining == 0 {
-                                            self.handle_return(
-                                                return_buffer.ret.take().unwrap(),
-                                                return_buffer.basic_properties.take().unwrap(),
-                                                return_buffer.content.take().unwrap()).await;
+                                            if let (Some(ret), Some(properties), Some(content)) = (
+                                                return_buffer.ret.take(),
+                                                return_buffer.basic_properties.take(),
+                                                return_buffer.content.take()) {
+                                                self.handle_return(ret, properties, content).await;
+                                            }
                                         }
                                     },
-                                    State::Initial | State::GetEmpty  => unreachable!("invalid dispatcher state on channel {}", self.channel),
+                                    // mesh's fork: a content body out of place (a peer's fault) is dropped.
+                                    State::Initial | State::GetEmpty  => {}
                                 }
                             }
                             ////////////////////////////////////////////////
@@ -487,10 +498,8 @@ impl ChannelDispatcher {
                                             );
                                         }
                                     }
-                                    None => unreachable!(
-                                        "responder must be registered for {} on channel {}",
-                                        frame, self.channel
-                                    ),
+                                    // mesh's fork: an answer nobody waits for (a peer's fault) is dropped.
+                                    None => {}
                                 }
                             }
                             //////////////////////////////////////////////////////////
@@ -505,9 +514,10 @@ impl ChannelDispatcher {
                                       }
                                       Ok(active) => {
                                          // respond to server that we have handled the request
-                                         self.channel.shared.outgoing_tx
+                                         // mesh's fork: the connection's writer may be gone already.
+                                         let _ = self.channel.shared.outgoing_tx
                                          .send((self.channel.channel_id(), FlowOk::new(active).into_frame()))
-                                         .await.unwrap();
+                                         .await;
                                       }
                                     };
                                 } else {
@@ -530,9 +540,10 @@ impl ChannelDispatcher {
 
                                         // respond to server that we have handled the request
                                         if !no_wait  {
-                                            self.channel.shared.outgoing_tx
+                                            // mesh's fork: the connection's writer may be gone already.
+                                            let _ = self.channel.shared.outgoing_tx
                                             .send((self.channel.channel_id(), CancelOk::new(consumer_tag.try_into().unwrap()).into_frame()))
-                                            .await.unwrap();
+                                            .await;
                                         }
                                       }
                                     };
