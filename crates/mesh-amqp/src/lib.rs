@@ -177,6 +177,7 @@ mod tls;
 mod topology;
 mod transport;
 
+pub use connection::ConnectRefused;
 pub use event_bindings::EventBindings;
 pub use lifecycle::{Lifecycle, Link};
 pub use options::{redact_url, AmqpOptions, BrokerAddress, QueueType, URL_ENV};

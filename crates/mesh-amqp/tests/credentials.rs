@@ -68,10 +68,15 @@ async fn a_rotated_password_file_is_read_at_the_next_connect_and_reconnect() {
     rabbitmqctl(None, &["change_password", &user.0, "second%#@?/"])
         .await
         .unwrap();
+    let refused = AmqpTransport::connect(options.clone().connection_name("pwfile-old"))
+        .await
+        .unwrap_err();
     assert!(
-        AmqpTransport::connect(options.clone().connection_name("pwfile-old"))
-            .await
-            .is_err()
+        matches!(
+            mesh_amqp::ConnectRefused::of(&refused),
+            Some(mesh_amqp::ConnectRefused::Login { user: u, .. }) if *u == user.0
+        ),
+        "a refused login: {refused:?}"
     );
 
     // The file follows: a new connect works, and so does the running transport's reconnect.

@@ -265,12 +265,25 @@ async fn connecting_to_the_wrong_place_fails_with_a_kind() {
     let vhost = common::vhost("refused").await;
     let wrong_password = common::options(&vhost, "refused").credentials("guest", "wrong");
     let error = AmqpTransport::connect(wrong_password).await.unwrap_err();
-    // The client library does not announce `authentication_failure_close`, so RabbitMQ
-    // answers a failed login by dropping the socket: it looks like a lost connection.
-    assert_eq!(error.kind(), &TransportErrorKind::ConnectionLost, "{error}");
+    // A refused login is a refusal of its own, not a lost connection.
+    assert_eq!(error.kind(), &TransportErrorKind::AccessRefused, "{error}");
+    assert!(
+        matches!(
+            mesh_amqp::ConnectRefused::of(&error),
+            Some(mesh_amqp::ConnectRefused::Login { user, .. }) if user == "guest"
+        ),
+        "{error:?}"
+    );
     let no_vhost = common::options(&vhost, "refused").vhost("mesh-no-such-vhost");
     let error = AmqpTransport::connect(no_vhost).await.unwrap_err();
     assert_eq!(error.kind(), &TransportErrorKind::AccessRefused, "{error}");
+    assert!(
+        matches!(
+            mesh_amqp::ConnectRefused::of(&error),
+            Some(mesh_amqp::ConnectRefused::Vhost { vhost, .. }) if vhost == "mesh-no-such-vhost"
+        ),
+        "{error:?}"
+    );
     // Nothing listens on port 1.
     let nowhere = common::options(&vhost, "refused")
         .address("127.0.0.1", 1)

@@ -19,6 +19,7 @@ const REEXPORTING: &[&str] = &[
     "tls.rs",
     "topology.rs",
     "transport.rs",
+    "connection/mod.rs",
 ];
 
 #[test]

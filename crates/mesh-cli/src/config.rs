@@ -164,7 +164,12 @@ pub(crate) async fn connect(options: AmqpOptions) -> anyhow::Result<Arc<dyn Tran
                 TransportErrorKind::InvalidOptions => Code::Usage,
                 _ => Code::Error,
             };
+            let refused = mesh::amqp::ConnectRefused::of(&error).cloned();
             let message = match error.kind() {
+                // Says which user and vhost itself; the chain adds the broker's words.
+                TransportErrorKind::AccessRefused if refused.is_some() => {
+                    format!("cannot connect to the broker at {shown}")
+                }
                 TransportErrorKind::AccessRefused => {
                     format!(
                         "the broker at {shown} refused access (credentials, vhost or permissions)"
@@ -175,10 +180,21 @@ pub(crate) async fn connect(options: AmqpOptions) -> anyhow::Result<Arc<dyn Tran
                 }
                 _ => format!("cannot connect to the broker at {shown}"),
             };
+            let hint = match refused {
+                Some(mesh::amqp::ConnectRefused::Login { .. }) => Some(
+                    "check the user and password of --url (or MESH_URL, or the password file)"
+                        .to_owned(),
+                ),
+                Some(mesh::amqp::ConnectRefused::Vhost { .. }) => Some(
+                    "check the vhost of --url (or MESH_URL) and the user's permissions on it"
+                        .to_owned(),
+                ),
+                _ => None,
+            };
             Err(anyhow::Error::new(error).context(crate::exit::Coded {
                 code,
                 message,
-                hint: None,
+                hint,
             }))
         }
     }

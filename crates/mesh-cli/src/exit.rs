@@ -39,6 +39,11 @@ pub(crate) enum Code {
     Forbidden,
     /// 11: `contract check`: the newer contract breaks a module (a breaking change).
     Incompatible,
+    /// 12: the broker refused the login: a wrong password or an unknown user.
+    LoginRefused,
+    /// 13: the broker refused the vhost: it does not exist, or the user has no permission
+    /// on it.
+    VhostRefused,
 }
 
 impl Code {
@@ -57,6 +62,8 @@ impl Code {
             Code::Drift => 9,
             Code::Forbidden => 10,
             Code::Incompatible => 11,
+            Code::LoginRefused => 12,
+            Code::VhostRefused => 13,
         }
     }
 
@@ -75,6 +82,8 @@ impl Code {
             Code::Drift => "drift",
             Code::Forbidden => "forbidden",
             Code::Incompatible => "incompatible",
+            Code::LoginRefused => "login-refused",
+            Code::VhostRefused => "vhost-refused",
         }
     }
 }
@@ -102,7 +111,9 @@ Exit codes:
   9  topology plan --check, access plan --check: the broker differs from the contract
      or the access plan
   10  forbidden: the broker refused this user the operation (its permissions)
-  11  contract check: a breaking change (the newer contract breaks a module)"
+  11  contract check: a breaking change (the newer contract breaks a module)
+  12  login refused: wrong password or unknown user
+  13  vhost refused: no such vhost, or the user has no permission on it"
     };
 }
 
@@ -172,6 +183,12 @@ pub(crate) fn classify(error: &anyhow::Error) -> Code {
     if is_forbidden(error) {
         return Code::Forbidden;
     }
+    // So is a refused login or vhost, wherever the connection was opened.
+    match refusal(error) {
+        Some(mesh::amqp::ConnectRefused::Login { .. }) => return Code::LoginRefused,
+        Some(mesh::amqp::ConnectRefused::Vhost { .. }) => return Code::VhostRefused,
+        _ => {}
+    }
     if let Some(coded) = error.downcast_ref::<Coded>() {
         return coded.code;
     }
@@ -238,6 +255,13 @@ fn is_forbidden(error: &anyhow::Error) -> bool {
                 .downcast_ref::<mesh::raw::TransportError>()
                 .is_some_and(|e| forbidden(Some(e.kind())))
     })
+}
+
+/// The broker's refusal of the login or vhost, somewhere in the error's chain.
+pub(crate) fn refusal(error: &anyhow::Error) -> Option<&mesh::amqp::ConnectRefused> {
+    error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<mesh::amqp::ConnectRefused>())
 }
 
 /// Whether the error is a closed output pipe (`mesh tail | head -1`), which is success.
@@ -316,6 +340,38 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_login_or_vhost_has_its_code_whatever_code_surrounds_it() {
+        for (refused, code) in [
+            (
+                mesh::amqp::ConnectRefused::Login {
+                    user: "alice".into(),
+                    vhost: "/".into(),
+                },
+                Code::LoginRefused,
+            ),
+            (
+                mesh::amqp::ConnectRefused::Vhost {
+                    user: "alice".into(),
+                    vhost: "nope".into(),
+                },
+                Code::VhostRefused,
+            ),
+        ] {
+            let error = mesh::raw::TransportError::new(
+                mesh::TransportErrorKind::AccessRefused,
+                "connecting",
+            )
+            .with_source(refused);
+            let error = Err::<(), _>(error)
+                .coded(Code::Error, || "cannot connect".into())
+                .unwrap_err();
+            assert_eq!(classify(&error), code);
+        }
+        assert_eq!(Code::LoginRefused.value(), 12);
+        assert_eq!(Code::VhostRefused.value(), 13);
+    }
+
+    #[test]
     fn codes_are_distinct() {
         let all = [
             Code::Ok,
@@ -330,6 +386,8 @@ mod tests {
             Code::Drift,
             Code::Forbidden,
             Code::Incompatible,
+            Code::LoginRefused,
+            Code::VhostRefused,
         ];
         for (i, a) in all.iter().enumerate() {
             assert!(exit_table!().contains(&format!("  {}  ", a.value())));

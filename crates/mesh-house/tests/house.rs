@@ -55,6 +55,11 @@ fn members() -> Vec<Member> {
     members
 }
 
+/// Upstream code kept as a crate of ours, close to its source so that the diff is only our
+/// fixes (docs/decisions/0012-a-fork-of-amqprs.md): its module graph is upstream's, cycles
+/// included, and is not reshaped here.
+const VENDORED: &[&str] = &["meshbus-amqprs"];
+
 fn sources(member: &Member) -> Sources {
     Sources::read_crate(&member.dir.join("src")).expect("a readable src folder")
 }
@@ -66,7 +71,10 @@ fn no_crate_has_a_file_level_import_cycle() {
     let mut found = Vec::new();
     let mut modules = 0;
     let mut edges = 0;
-    for member in &members {
+    for member in members
+        .iter()
+        .filter(|member| !VENDORED.contains(&member.name.as_str()))
+    {
         let sources = sources(member);
         for root in crate_roots(&sources, &member.dir.join("src")) {
             let graph = Graph::of(&sources, &root);

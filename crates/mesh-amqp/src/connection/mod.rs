@@ -10,7 +10,8 @@
 //! - `link`: the consume side's supervisor and its [`ConsumeLink`](link::ConsumeLink)
 //!   handle, which hands out channels of the current connection and replays the recorded
 //!   topology on every new one before it counts as up;
-//! - `backoff`: the reconnect and re-attach schedule, set from the options.
+//! - `backoff`: the reconnect and re-attach schedule, set from the options;
+//! - `refused`: a refused login or vhost ([`ConnectRefused`]), which retrying cannot cure.
 //!
 //! The events these produce, and the counters behind the transport's stats, are the
 //! transport's to show (`lifecycle`): consumers, channels and declarations report there too.
@@ -18,4 +19,7 @@
 pub(crate) mod backoff;
 pub(crate) mod link;
 pub(crate) mod owner;
+pub(crate) mod refused;
 pub(crate) mod state;
+
+pub use refused::ConnectRefused;

@@ -208,7 +208,12 @@ impl ConnectionOwner {
         self.connecting = None;
         let delay = self.backoff.next_delay();
         self.retry_at = Some(Instant::now() + delay);
-        tracing::warn!(link = %self.link(), error = %EscapedDisplay(&error), retry_in = ?delay, "reconnecting failed");
+        if super::ConnectRefused::of(error).is_some() {
+            // Not an outage: the password (file) may be rotated; it is read again next time.
+            tracing::error!(link = %self.link(), error = %EscapedDisplay(&error), retry_in = ?delay, "reconnecting failed: the broker refused the login or vhost; the password is read again at the next attempt");
+        } else {
+            tracing::warn!(link = %self.link(), error = %EscapedDisplay(&error), retry_in = ?delay, "reconnecting failed");
+        }
         self.shared.emit(Lifecycle::ReconnectFailed {
             link: self.link(),
             attempt: self.backoff.failures(),

@@ -309,9 +309,20 @@ pub(crate) async fn open(
                 )
             })
             .and_then(|r| {
-                r.map_err(|e| match &tls {
-                    Some((attempt, verified)) => from_tls_attempt(e, attempt, verified, &context),
-                    None => from_client(e, &context),
+                r.map_err(|e| {
+                    let refused = super::refused::from_refusal(
+                        &e,
+                        options.get_user(),
+                        options.get_vhost(),
+                        &context,
+                    );
+                    match (refused, &tls) {
+                        (Some(refused), _) => refused,
+                        (None, Some((attempt, verified))) => {
+                            from_tls_attempt(e, attempt, verified, &context)
+                        }
+                        (None, None) => from_client(e, &context),
+                    }
                 })
             });
         match opened {

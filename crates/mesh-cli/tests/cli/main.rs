@@ -17,6 +17,7 @@ mod errors;
 mod escaping;
 mod hostile;
 mod limits;
+mod login;
 mod logs;
 mod management;
 mod metrics;
