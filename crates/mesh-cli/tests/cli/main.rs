@@ -15,6 +15,7 @@ mod errors;
 mod escaping;
 mod hostile;
 mod limits;
+mod log_lines;
 mod logs;
 mod management;
 mod metrics;
