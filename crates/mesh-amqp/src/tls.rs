@@ -290,7 +290,7 @@ impl fmt::Debug for Attempt {
 impl Attempt {
     /// Reads the files and builds the configuration of one attempt.
     pub(crate) fn configure(options: &TlsOptions) -> Result<Attempt, TransportError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(ring_provider());
         let refusal = Arc::new(Mutex::new(None));
         let verifier: Arc<dyn ServerCertVerifier> = match options.verify {
             TlsVerify::Peer => {
@@ -410,6 +410,17 @@ pub(crate) fn verified_name<'a>(options: &'a TlsOptions, host: &'a str) -> &'a s
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host),
     }
+}
+
+/// rustls's *ring* provider, the one this crate builds rustls with.
+///
+/// rustls 0.23.48 deprecates the function itself ("no support for post-quantum algorithms":
+/// *ring* has no hybrid post-quantum key exchange), with no other way to name the provider;
+/// the only change that avoids it is another provider (aws-lc-rs). The allowance is limited
+/// to this one call, so that a user's crate with a newer rustls gets no warning from mesh.
+#[allow(deprecated)]
+fn ring_provider() -> CryptoProvider {
+    rustls::crypto::ring::default_provider()
 }
 
 /// Checks that `name` can be verified (a DNS name or an IP address).

@@ -120,7 +120,6 @@ pub(crate) async fn run(global: &Global, args: &ConsoleArgs) -> anyhow::Result<C
     // Registered before anything opens, so a SIGTERM from then on stops the console cleanly.
     let mut signals = process::Signals::register()?;
     let store = store::open(global, &args.store).await?;
-    process::install_logging();
     let listener = listen(args.addr).await?;
     let addr = listener.local_addr()?;
     let (console, transport) =

@@ -35,7 +35,9 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind as ClapErrorKind;
 
-use crate::cli::{AuditCli, AuditCliCommand, Cli, ColorWhen, Command, Global};
+use crate::cli::{
+    AuditCli, AuditCliCommand, AuditCommand, Cli, ColorWhen, Command, Global, OutboxCommand,
+};
 use crate::exit::Code;
 
 /// The `mesh` program: parses the command line, runs the command, exits with its code.
@@ -176,14 +178,27 @@ fn paint_as_asked(global: &Global) {
     }
 }
 
-/// Applies `--color` and the config file's context to the global options.
-fn prepare(global: &mut Global) -> anyhow::Result<()> {
+/// Applies `--color` and installs the logs (`RUST_LOG`, `--log-format`, `--color`): first
+/// thing, so that every command's records are logged as asked.
+fn prepare(global: &Global, logs: process::Logs) -> anyhow::Result<()> {
     paint_as_asked(global);
-    config::apply_context(global)
+    process::install_logging(global, logs)
+}
+
+/// What `command` logs unless `RUST_LOG` says otherwise: the commands that run as services
+/// log at `info`.
+fn logs_of(command: &Command) -> process::Logs {
+    match command {
+        Command::Audit(AuditCommand::Run(_))
+        | Command::Console(_)
+        | Command::Outbox(OutboxCommand::Relay(_)) => process::Logs::Service,
+        _ => process::Logs::Quiet,
+    }
 }
 
 fn run_audit(mut cli: AuditCli) -> anyhow::Result<Code> {
-    prepare(&mut cli.global)?;
+    prepare(&cli.global, process::Logs::Service)?;
+    config::apply_context(&mut cli.global)?;
     process::block_on(async {
         match &cli.command {
             AuditCliCommand::Run(args) => audit::run_logger(&cli.global, args).await,
@@ -192,7 +207,7 @@ fn run_audit(mut cli: AuditCli) -> anyhow::Result<Code> {
 }
 
 fn run(mut cli: Cli) -> anyhow::Result<Code> {
-    paint_as_asked(&cli.global);
+    prepare(&cli.global, logs_of(&cli.command))?;
     // These two need no broker and no config file: a broken file must not stop them.
     match &cli.command {
         Command::Completions(args) => return generate::completions(args),

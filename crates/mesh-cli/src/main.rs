@@ -48,7 +48,15 @@
 //! | `--management-url URL` | `MESH_MANAGEMENT_URL` | `management-url` | `http://<host>:15672` |
 //! | `--management-ca-file PEM` | `MESH_MANAGEMENT_CA_FILE` | `management-ca-file` | the URL's `cacertfile`, else the system's roots |
 //! | `--store URL` (audit, dead and contract commands, status) | `MESH_AUDIT_STORE` | `store` | `$XDG_DATA_HOME/mesh/audit.db` (`~/.local/share/mesh/audit.db`) |
+//! | `--log-format text\|json` | `MESH_LOG_FORMAT` | | `text` |
 //! | `--management-allow-http`, `--json`, `--color auto\|always\|never` | | | off, off, auto |
+//!
+//! Logs go to stderr, filtered by `RUST_LOG`: `info` for the commands that run as services
+//! (`audit run`, `mesh-audit run`, `console`, `outbox relay`), nothing for the others unless
+//! `RUST_LOG` asks (a `RUST_LOG` that is not a filter is a usage error). `--color` governs
+//! their colour as it does the output's: `auto` colours only when stderr is a terminal and
+//! `NO_COLOR` is unset, so a log file or journald never holds an escape code.
+//! `--log-format json` writes one JSON object per record.
 //!
 //! The config file is `MESH_CONFIG`, else `$XDG_CONFIG_HOME/mesh/config.toml`, else
 //! `~/.config/mesh/config.toml`: named contexts under `[contexts.NAME]` and an optional

@@ -138,7 +138,6 @@ fn plan_relay(global: &Global, args: &OutboxRelayArgs) -> anyhow::Result<RelayPl
 async fn relay(global: &Global, args: &OutboxRelayArgs) -> anyhow::Result<Code> {
     let database = parse_database(&args.database.database)?;
     let plan = plan_relay(global, args)?;
-    process::install_logging();
     // Registered before anything connects, so a SIGTERM from then on stops the relay
     // cleanly instead of killing it mid-round.
     let shutdown = CancellationToken::new();

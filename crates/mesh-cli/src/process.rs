@@ -1,5 +1,5 @@
 //! The process around a command: the tokio runtime it runs on and how that runtime is torn
-//! down, the log subscriber of the commands that run as services, and the signals that stop
+//! down, the log subscriber of every command, and the signals that stop
 //! the commands that run until stopped (`audit run`, `console`, `outbox relay`, `tail`,
 //! `logs tail`).
 //!
@@ -10,10 +10,14 @@
 use std::future::Future;
 use std::time::Duration;
 
+use std::error::Error as _;
+
 use anyhow::Context as _;
+use mesh::service::{LogColor, LogFormat, ServiceOptions};
 use tokio_util::sync::CancellationToken;
 
-use crate::exit::Code;
+use crate::cli::{ColorWhen, Global, LogFormatArg};
+use crate::exit::{fail, Code};
 
 /// How long the exit waits for the runtime's blocking tasks.
 const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
@@ -39,15 +43,57 @@ pub(crate) fn block_on(
     result
 }
 
-/// Installs the log subscriber of a command that runs as a service (`audit run`, `console`,
-/// `outbox relay`): to stderr, `RUST_LOG` or `info`.
-pub(crate) fn install_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+/// What a command logs unless `RUST_LOG` says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Logs {
+    /// A command that runs as a service (`audit run`, `mesh-audit run`, `console`, `outbox
+    /// relay`): `info`.
+    Service,
+    /// Any other: nothing.
+    Quiet,
+}
+
+/// Installs the process's log subscriber, for every command (mesh's one set-up, the service
+/// skeleton's): to stderr, filtered by `RUST_LOG` (else `info` for a service, nothing for
+/// the others), as `--log-format` says, coloured as `--color` says (`auto`: only when stderr
+/// is a terminal and `NO_COLOR` is unset, so a file or journald never gets escape codes).
+///
+/// A `RUST_LOG` that is not a filter is a usage error.
+pub(crate) fn install_logging(global: &Global, logs: Logs) -> anyhow::Result<()> {
+    let asked = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|f| !f.trim().is_empty());
+    let filter = match (&asked, logs) {
+        (Some(asked), _) => asked.as_str(),
+        (None, Logs::Service) => "info",
+        (None, Logs::Quiet) => "off",
+    };
+    let format = match global.log_format {
+        LogFormatArg::Text => LogFormat::Text,
+        LogFormatArg::Json => LogFormat::Json,
+    };
+    let color = match global.color {
+        ColorWhen::Auto => LogColor::Auto,
+        ColorWhen::Always => LogColor::Always,
+        ColorWhen::Never => LogColor::Never,
+    };
+    let options = ServiceOptions::new()
+        .log_format(format)
+        .log_color(color)
+        .log_filter(filter)
+        .map_err(|e| {
+            fail(
+                Code::Usage,
+                format!(
+                    "RUST_LOG `{}` is not a log filter: {}",
+                    filter.escape_debug(),
+                    e.source().map(ToString::to_string).unwrap_or_default()
+                ),
+            )
+        })?;
+    // Fails only when one is installed already: the first stays.
+    let _ = options.install_logs();
+    Ok(())
 }
 
 /// The signal that asked the process to stop.

@@ -346,6 +346,21 @@ fn the_audit_logger_runs_with_a_command_line_it_accepts() -> anyhow::Result<()> 
     Ok(())
 }
 
+/// `docker compose logs` gets plain lines: the logger runs with `--color never` (which the
+/// command-line check above accepts).
+#[test]
+fn the_audit_logger_logs_without_colour() -> anyhow::Result<()> {
+    let stack = Stack::new()?;
+    let config = stack.config()?;
+    let command = strings(&service(&config, "audit")?["command"]);
+    let never = command
+        .windows(2)
+        .any(|pair| pair[0] == "--color" && pair[1] == "never")
+        || command.iter().any(|word| word == "--color=never");
+    ensure!(never, "the logger runs with --color never: {command:?}");
+    Ok(())
+}
+
 #[test]
 fn no_secret_is_written_in_the_compose_file() -> anyhow::Result<()> {
     let text = deploy_file("compose.yaml")?;

@@ -213,6 +213,21 @@ fn two_stages_build_locked_and_run_as_a_user() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The image's logs are plain text: `NO_COLOR` set in the runtime stage, so even `docker run
+/// -t` (a terminal) gives lines without colour escape codes.
+#[test]
+fn the_image_logs_without_colour() -> anyhow::Result<()> {
+    let stages = stages(instructions(&deploy_file("Dockerfile")?));
+    let runtime = stages.last().context("a runtime stage")?;
+    let set: Vec<&str> = runtime
+        .iter()
+        .filter(|i| i.keyword == "ENV")
+        .flat_map(|i| i.args.split_whitespace())
+        .collect();
+    ensure!(set.contains(&"NO_COLOR=1"), "ENV NO_COLOR=1: {set:?}");
+    Ok(())
+}
+
 #[test]
 fn the_build_context_leaves_out_the_target_dir() -> anyhow::Result<()> {
     let ignore = fs::read_to_string(workspace().join(".dockerignore"))

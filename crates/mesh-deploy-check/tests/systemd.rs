@@ -126,6 +126,24 @@ fn the_unit_is_hardened() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// journald gets plain lines: the unit sets `NO_COLOR`, and no `--color always` or
+/// `MESH_LOG_FORMAT` that is not a format.
+#[test]
+fn the_unit_logs_without_colour() -> anyhow::Result<()> {
+    let settings = service_settings(&deploy_file(UNIT)?);
+    let env = values(&settings, "Environment");
+    ensure!(
+        env.contains(&"NO_COLOR=1"),
+        "Environment=NO_COLOR=1: {env:?}"
+    );
+    let exec = values(&settings, "ExecStart").join(" ");
+    ensure!(
+        !exec.contains("--color always") && !exec.contains("--color=always"),
+        "ExecStart colours its logs: {exec}"
+    );
+    Ok(())
+}
+
 #[test]
 fn no_password_on_the_command_line() -> anyhow::Result<()> {
     let settings = service_settings(&deploy_file(UNIT)?);

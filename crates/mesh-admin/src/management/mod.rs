@@ -672,6 +672,17 @@ impl ManagementClient {
     }
 }
 
+/// rustls's *ring* provider, the one this crate builds rustls with.
+///
+/// rustls 0.23.48 deprecates the function itself ("no support for post-quantum algorithms":
+/// *ring* has no hybrid post-quantum key exchange), with no other way to name the provider;
+/// the only change that avoids it is another provider (aws-lc-rs). The allowance is limited
+/// to this one call, so that a user's crate with a newer rustls gets no warning from mesh.
+#[allow(deprecated)]
+fn ring_provider() -> rustls::crypto::CryptoProvider {
+    rustls::crypto::ring::default_provider()
+}
+
 /// rustls with ring, verifying against the CA file's certificates only, or the system's
 /// roots without one; for a plain-HTTP client (`https` false), which never speaks TLS, no
 /// roots are loaded.
@@ -717,7 +728,7 @@ fn tls_config(
             tracing::debug!(added, ignored, "system root certificates");
         }
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(ring_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| {

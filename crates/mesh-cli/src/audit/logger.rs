@@ -79,7 +79,6 @@ pub(crate) async fn run_logger(global: &Global, args: &AuditRunArgs) -> anyhow::
         audit,
         ..
     } = plan_logger(global, args)?;
-    process::install_logging();
     output::note(paint(
         DIM,
         format!(

@@ -78,9 +78,22 @@ pub(crate) struct Global {
     #[arg(long, value_enum, env = "MESH_QUEUE_TYPE", global = true)]
     pub(crate) queue_type: Option<QueueTypeArg>,
 
-    /// When to colour the output
+    /// When to colour the output and the log lines on stderr (auto: only on a terminal, and
+    /// not when NO_COLOR is set; a file, a pipe or journald never gets escape codes)
     #[arg(long, value_enum, default_value_t = ColorWhen::Auto, global = true)]
     pub(crate) color: ColorWhen,
+
+    /// The form of the log lines on stderr (filtered by RUST_LOG: `info` for the commands
+    /// that run until stopped, none for the others unless RUST_LOG says): text, or one JSON
+    /// object per line for a log collector
+    #[arg(
+        long,
+        value_enum,
+        env = "MESH_LOG_FORMAT",
+        default_value_t = LogFormatArg::Text,
+        global = true
+    )]
+    pub(crate) log_format: LogFormatArg,
 
     /// The audit store of the chosen context, for the commands that take --store (filled in
     /// by `config::apply_context`).
@@ -106,6 +119,7 @@ impl std::fmt::Debug for Global {
             .field("json", &self.json)
             .field("queue_type", &self.queue_type)
             .field("color", &self.color)
+            .field("log_format", &self.log_format)
             .field(
                 "context_store",
                 &self.context_store.as_deref().map(mesh::amqp::redact_url),
@@ -123,6 +137,15 @@ pub(crate) enum ColorWhen {
     Always,
     /// Never colour.
     Never,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormatArg {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// `--queue-type`.

@@ -30,7 +30,7 @@ pub(crate) use self::contract::{
 };
 pub(crate) use self::dead::{DeadCommand, RedriveArgs};
 pub(crate) use self::generate::{CompletionsArgs, ManArgs};
-pub(crate) use self::global::{ColorWhen, EnvPassword, Global, QueueTypeArg};
+pub(crate) use self::global::{ColorWhen, EnvPassword, Global, LogFormatArg, QueueTypeArg};
 pub(crate) use self::outbox::{shown, OutboxCommand, OutboxDatabaseArg, OutboxRelayArgs, Source};
 pub(crate) use self::shared::StoreArg;
 pub(crate) use self::topology::{TopologyArgs, TopologyCommand};

@@ -18,6 +18,7 @@ mod escaping;
 mod hostile;
 mod limits;
 mod login;
+mod log_lines;
 mod logs;
 mod management;
 mod metrics;

@@ -29,8 +29,9 @@ fn spawn_logger(url: &str, store: &str, log: &std::path::Path) -> anyhow::Result
         .args(["--batch-size", "10", "--batch-wait", "20ms"])
         .env("MESH_URL", url)
         .env("RUST_LOG", "info")
-        // Colours are another matter: the file is to hold only what the records say.
-        .env("NO_COLOR", "1")
+        // No NO_COLOR: a log file gets no colour codes by default, so any escape byte in it
+        // would be a publisher's.
+        .env_remove("NO_COLOR")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)

@@ -21,7 +21,7 @@ fn spawn_logger(url: &str, store: &str, management_url: &str, log: &std::path::P
         .env("MESH_URL", url)
         .env_remove("MESH_MANAGEMENT_URL")
         .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
+        .env_remove("NO_COLOR")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)

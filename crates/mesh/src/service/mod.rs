@@ -8,7 +8,8 @@
 //!   finish and waits for every confirm, within a deadline; a second signal, or the deadline
 //!   passing, closes it at once;
 //! - logs on stderr, filtered by `RUST_LOG` (default `info`), as text (coloured only on a
-//!   terminal) or JSON lines ([`ServiceOptions::install_logs`]).
+//!   terminal, and not when `NO_COLOR` is set: [`LogColor`]) or JSON lines
+//!   ([`ServiceOptions::install_logs`]).
 //!
 //! ```no_run
 //! # async fn service(transport: std::sync::Arc<dyn mesh::raw::Transport>) -> Result<(), mesh::Error> {
@@ -38,7 +39,7 @@ use crate::bus::Bus;
 use crate::error::{Error, ErrorKind};
 use crate::telemetry::serve_prometheus;
 
-pub use logs::LogFormat;
+pub use logs::{LogColor, LogFormat};
 pub use options::{ServiceOptions, DEFAULT_DRAIN_DEADLINE, DEFAULT_METRICS_ADDR};
 pub use signals::Stop;
 

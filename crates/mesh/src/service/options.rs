@@ -3,7 +3,7 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use super::logs::{self, LogFormat};
+use super::logs::{self, LogColor, LogFormat};
 use crate::error::{Error, ErrorKind};
 
 /// Where the endpoint listens unless told otherwise: `127.0.0.1:9464`.
@@ -16,12 +16,13 @@ pub const DEFAULT_DRAIN_DEADLINE: Duration = Duration::from_secs(25);
 
 /// How [`run`](super::run) runs a service: `Default` (the endpoint on
 /// [`DEFAULT_METRICS_ADDR`], a drain deadline of [`DEFAULT_DRAIN_DEADLINE`], text logs at
-/// `info`), consuming setters, and [`from_env`](ServiceOptions::from_env).
+/// `info`, coloured only on a terminal without `NO_COLOR`), consuming setters, and [`from_env`](ServiceOptions::from_env).
 #[derive(Debug, Clone)]
 pub struct ServiceOptions {
     metrics_addr: Option<SocketAddr>,
     drain_deadline: Duration,
     log_format: LogFormat,
+    log_color: LogColor,
     log_filter: String,
 }
 
@@ -31,6 +32,7 @@ impl Default for ServiceOptions {
             metrics_addr: Some(DEFAULT_METRICS_ADDR),
             drain_deadline: DEFAULT_DRAIN_DEADLINE,
             log_format: LogFormat::Text,
+            log_color: LogColor::Auto,
             log_filter: "info".to_owned(),
         }
     }
@@ -98,6 +100,13 @@ impl ServiceOptions {
         self
     }
 
+    /// When text log lines carry colour: [`LogColor::Auto`] (the default) only when stderr
+    /// is a terminal and `NO_COLOR` is unset or empty.
+    pub fn log_color(mut self, color: LogColor) -> Self {
+        self.log_color = color;
+        self
+    }
+
     /// Which log records are kept, in `RUST_LOG`'s syntax (`info`, `mesh=debug,info`, …).
     ///
     /// Fails with [`ErrorKind::InvalidOptions`] when the filter does not parse.
@@ -109,13 +118,14 @@ impl ServiceOptions {
     }
 
     /// Installs the process's log subscriber: records kept by the filter, to stderr, as text
-    /// (coloured only when stderr is a terminal) or JSON lines. Call it first thing in
+    /// (coloured as [`log_color`](ServiceOptions::log_color) says: by default only on a
+    /// terminal, never in a file, a pipe or journald) or JSON lines. Call it first thing in
     /// `main`, so that connecting and starting the bus are logged too; [`run`](super::run)
     /// installs it otherwise.
     ///
     /// Fails with [`ErrorKind::Service`] when a subscriber is installed already.
     pub fn install_logs(&self) -> Result<(), Error> {
-        logs::install(self.log_format, &self.log_filter)
+        logs::install(self.log_format, self.log_color, &self.log_filter)
     }
 
     pub(crate) fn endpoint(&self) -> Option<SocketAddr> {
