@@ -114,9 +114,9 @@ mod acker;
 mod attach;
 mod feed;
 pub(crate) mod forward;
-mod path;
 #[cfg(test)]
 mod interleave;
+mod path;
 #[cfg(test)]
 mod props;
 mod pump;
