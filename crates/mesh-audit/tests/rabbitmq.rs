@@ -383,9 +383,19 @@ async fn a_dead_letter_is_redriven_to_its_consumer_only(backend: Backend) -> any
     assert!(marked.redriven_at.is_some());
     assert_eq!(marked.redrive_count, 1);
     assert_eq!(store.counts().await?.dead_letters_pending, 0);
-    // Re-driving one by id works whatever its state, and counts again.
-    let one = store
+    // Re-driving it by id again is refused unless asked for (`Redrive::Again`), which
+    // re-drives it whatever its state, and counts again.
+    let refused = store
         .redrive(redriver.as_ref(), Redrive::One(dead.id))
+        .await
+        .expect_err("a second re-drive needs Again");
+    assert_eq!(
+        refused.kind(),
+        &mesh_audit::ErrorKind::AlreadyRedriven,
+        "{refused}"
+    );
+    let one = store
+        .redrive(redriver.as_ref(), Redrive::Again(dead.id))
         .await?;
     assert_eq!(one.redriven, vec![dead.id]);
     eventually(WAIT, "billing handling the second re-drive", || {

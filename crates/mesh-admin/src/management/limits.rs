@@ -2,25 +2,7 @@
 //! `max-connections` and `max-channels`), vhost-wide limits (`/api/vhost-limits`), and
 //! bindings whatever they bind (a queue or an exchange).
 
-use serde::Deserialize;
-use serde_json::{Map, Value};
-
-use super::{ManagementClient, ManagementError, Method};
-
-/// The limits of one user or one vhost as the API lists them: limit name to value.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[non_exhaustive]
-pub struct LimitRow {
-    /// The user (for a user's limits).
-    #[serde(default)]
-    pub user: Option<String>,
-    /// The vhost (for a vhost's limits).
-    #[serde(default)]
-    pub vhost: Option<String>,
-    /// Each limit set, e.g. `max-connections` → `10`.
-    #[serde(default)]
-    pub value: Map<String, Value>,
-}
+use super::{LimitRow, ManagementClient, ManagementError, Method};
 
 impl ManagementClient {
     /// The limits of every user that has one.

@@ -32,7 +32,6 @@ use serde_json::{Map, Value};
 use url::Url;
 
 pub use error::{ManagementError, ManagementErrorKind};
-pub use limits::LimitRow;
 pub use options::ManagementOptions;
 
 use options::shown;
@@ -164,6 +163,21 @@ fn tags<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>
             .map(str::to_owned)
             .collect(),
     })
+}
+
+/// The limits of one user or one vhost as the API lists them: limit name to value.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[non_exhaustive]
+pub struct LimitRow {
+    /// The user (for a user's limits).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The vhost (for a vhost's limits).
+    #[serde(default)]
+    pub vhost: Option<String>,
+    /// Each limit set, e.g. `max-connections` → `10`.
+    #[serde(default)]
+    pub value: Map<String, Value>,
 }
 
 /// A user's permissions on a vhost: three regular expressions over resource names.

@@ -81,6 +81,8 @@ use crate::api::compliance_asserts::assert_path;
 use tracing::{debug, error, info};
 
 const DEFAULT_AMQP_PORT: u16 = 5672;
+// Only the TLS path reads it (upstream's URI parsing, which also did, is not in the fork).
+#[cfg(feature = "tls")]
 const AMQP_SCHEME: &str = "amqp";
 const AMQPS_SCHEME: &str = "amqps";
 

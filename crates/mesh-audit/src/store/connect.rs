@@ -5,13 +5,26 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::Connection as _;
 
-use super::{hint, Pool, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS};
+use super::hint;
 use crate::error::{Error, ErrorKind};
 use crate::options::{Backend, StoreOptions, STORE_URL_HINT};
+
+pub(super) static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
+pub(super) static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
+
+/// The store's pool, one per backend.
+#[derive(Debug, Clone)]
+pub(super) enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
 
 /// How long the pool waits for a connection (PostgreSQL that is starting, or busy).
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -15,9 +15,6 @@ mod walk;
 use std::collections::{HashMap, HashSet};
 
 use mesh_core::{EventId, Timestamp};
-use sqlx::migrate::Migrator;
-use sqlx::postgres::PgPool;
-use sqlx::sqlite::SqlitePool;
 use sqlx::QueryBuilder;
 use tracing::info;
 
@@ -29,22 +26,14 @@ use crate::record::{
     MAX_TREE_NODES,
 };
 
+use connect::{Pool, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS};
 use rows::{conflict_record, event_record, ConflictTuple, EventTuple};
 pub(crate) use rows::{now_text, DeadRow, EventRow};
 use sql::{Cursor, Dialect, POSTGRES, SQLITE};
 use walk::Walk;
 
-static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
-static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
-
 /// Ids per `IN (…)` list.
 const IDS_PER_STATEMENT: usize = 500;
-
-#[derive(Debug, Clone)]
-enum Pool {
-    Sqlite(SqlitePool),
-    Postgres(PgPool),
-}
 
 /// Runs `$body` with `$pool` bound to the concrete pool and `$d` to its [`Dialect`]: the body
 /// is compiled once per backend, so each gets its own placeholders (`?` or `$n`) and types.
