@@ -8,7 +8,7 @@
 //!
 //! # Quick Start
 //!
-//! ```rust
+//! ```rust,no_run
 //! use amqprs::{
 //!     callbacks,
 //!     security::SecurityCredentials,

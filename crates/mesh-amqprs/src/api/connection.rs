@@ -9,7 +9,7 @@
 //! to close the connection, but no guarantee to handle close errors.
 //!
 //! # Example
-//! ```rust
+//! ```rust,no_run
 //! # use amqprs::security::SecurityCredentials;
 //! # use amqprs::connection::{OpenConnectionArguments, Connection};
 //! # use amqprs::callbacks;

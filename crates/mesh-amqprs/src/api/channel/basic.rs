@@ -467,7 +467,7 @@ impl Channel {
     /// If `no-ack` is true, the `prefetch-size` and `prefetch-count` are ignored, flow control
     /// on application level maybe need to be introduced, othersie it relies on TCP backpresure.
     ///
-    /// ```
+    /// ```no_run
     /// # use amqprs::{
     /// #     callbacks::{DefaultChannelCallback, DefaultConnectionCallback},
     /// #     channel::{BasicCancelArguments, BasicConsumeArguments, BasicPublishArguments, QueueDeclareArguments},
