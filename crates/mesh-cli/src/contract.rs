@@ -23,9 +23,10 @@ use crate::store;
 /// `node.<n>.…`, `mesh.<c>.…`.
 const ANNOUNCEMENTS: &str = "*.*.contract.announced";
 
-/// How many of an owner's newest announcements are tried before giving up on it (each bad
-/// one is skipped with a warning).
-const TRIED_PER_OWNER: usize = 20;
+/// How many of an owner's announcements are read at a time, newest first, while looking for
+/// its newest readable one (each unreadable one is skipped with a warning; the pages go on
+/// until a readable one or the owner's oldest, through the key's index).
+const PAGE: usize = 20;
 
 /// Runs one `contract` command.
 pub(crate) async fn run(global: &Global, command: &ContractCommand) -> anyhow::Result<Code> {
@@ -83,41 +84,51 @@ async fn newest_announcements(
         .context("listing the contract announcements")?;
     let mut found = Vec::new();
     for (key, _) in keys {
+        match newest_readable(store, &key).await? {
+            Some(newest) => found.push(newest),
+            None => output::note(paint(
+                WARN,
+                format!("warning: no readable announcement under {key}"),
+            )),
+        }
+    }
+    Ok(found)
+}
+
+/// The newest readable announcement under one key, however far back: a page of [`PAGE`] at a
+/// time, newest first, each unreadable one named in a warning.
+async fn newest_readable(
+    store: &Store,
+    key: &str,
+) -> anyhow::Result<Option<(mesh::raw::Timestamp, mesh_core::contract::ModuleContract)>> {
+    let mut query = EventQuery::new()
+        .pattern(key.to_owned())
+        .order(Order::Desc)
+        .limit(PAGE);
+    loop {
         let events = store
-            .events(
-                &EventQuery::new()
-                    .pattern(key.clone())
-                    .order(Order::Desc)
-                    .limit(TRIED_PER_OWNER),
-            )
+            .events(&query)
             .await
             .with_context(|| format!("reading the announcements {key}"))?;
-        let newest = events.iter().find_map(|event| match announcement(event) {
-            Ok(contract) => Some((event.time, contract)),
-            Err(error) => {
-                output::note(paint(
+        for event in &events {
+            match announcement(event) {
+                Ok(contract) => return Ok(Some((event.time, contract))),
+                Err(error) => output::note(paint(
                     WARN,
                     format!(
                         "warning: skipping the announcement {} ({}): {error:#}",
                         event.id, &event.routing_key
                     ),
-                ));
-                None
+                )),
             }
-        });
-        match newest {
-            Some(newest) => found.push(newest),
-            None => output::note(paint(
-                WARN,
-                format!(
-                    "warning: no readable announcement among the newest {} of {}",
-                    events.len(),
-                    &key
-                ),
-            )),
+        }
+        match events.last() {
+            Some(last) if events.len() == PAGE => {
+                query = query.after(last.time, last.id);
+            }
+            _ => return Ok(None),
         }
     }
-    Ok(found)
 }
 
 fn announcement(event: &EventRecord) -> anyhow::Result<mesh_core::contract::ModuleContract> {

@@ -78,8 +78,9 @@ pub(crate) struct ContractCheckArgs {
 
 const CONTRACT_EXPORT_HELP: &str = "\
 Each bus announces its contract when it starts (the event <origin>.<owner>.contract.announced);
-the audit logger records it. export takes the newest announcement of every owner from the
-store (an unreadable one is skipped with a warning naming its event id) or the --from files,
+the audit logger records it. export takes the newest readable announcement of every owner
+from the store, however far back (each unreadable one skipped with a warning naming its event
+id), or the --from files,
 and writes one AsyncAPI 3.0 document: channels are routing keys, messages <key>.v<N> carry
 the payload schemas (their definitions in components/schemas), operations are per module
 (send, receive, and request/reply for tools). --module keeps one module's operations.

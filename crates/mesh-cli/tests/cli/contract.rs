@@ -401,3 +401,92 @@ async fn show_export_and_check_read_the_newest_announcements_from_the_store() {
     );
     store.close().await;
 }
+
+/// An owner whose newest announcements are all unreadable, more of them than one page of the
+/// search: `show`, `export` and `check` still use its last readable contract, however far
+/// back, and name every announcement they skipped.
+#[tokio::test]
+async fn an_owner_behind_many_unreadable_announcements_keeps_its_last_good_contract() {
+    let temp = TempStore::sqlite();
+    let store = open(&temp).await;
+    let minute = Duration::from_secs(60);
+    let mut events = vec![
+        announcement(&shop(1, "integer"), minute * 60),
+        announcement(&billing(), minute * 60),
+    ];
+    // 45 unreadable announcements of the shop, all newer than its good one (more than two
+    // pages of the search).
+    let bad: Vec<EventId> = (0..45).map(|_| EventId::new()).collect();
+    for (i, id) in bad.iter().enumerate() {
+        let ago = minute * 50 - Duration::from_secs(i as u64);
+        events.push(body_event(
+            *id,
+            "module.shop",
+            "shop",
+            r#"{"owner": 7}"#.to_owned(),
+            ago,
+        ));
+    }
+    store.record_events(&events).await.expect("recorded");
+
+    let output = run(None, &["contract", "show", "--store", temp.url()]).await;
+    assert_code(&output, 0);
+    let text = stdout(&output);
+    assert!(
+        text.lines().any(|l| l == "  served by   module.shop"),
+        "the shop's contract is still read:\n{text}"
+    );
+    let warning = stderr(&output);
+    for id in &bad {
+        assert!(
+            warning.contains(&format!(
+                "skipping the announcement {id} (module.shop.contract.announced)"
+            )),
+            "{id} named in\n{warning}"
+        );
+    }
+
+    // Exported, the shop is still there; checked against the system as it was announced,
+    // nothing changed (without the shop, its tool would read as no longer served).
+    let output = run(
+        None,
+        &[
+            "contract",
+            "export",
+            "--store",
+            temp.url(),
+            "--format",
+            "system",
+        ],
+    )
+    .await;
+    assert_code(&output, 0);
+    let system: Value = serde_json::from_str(&stdout(&output)).expect("JSON");
+    let owners: Vec<&str> = system["modules"]
+        .as_array()
+        .expect("modules")
+        .iter()
+        .filter_map(|m| m["owner"].as_str())
+        .collect();
+    assert!(owners.contains(&"module.shop"), "{owners:?}");
+    let dir = temp_dir();
+    let announced = write(
+        &dir,
+        "announced.json",
+        &json!([shop(1, "integer"), billing()]),
+    );
+    let output = run(
+        None,
+        &[
+            "contract",
+            "check",
+            "--against",
+            &announced,
+            "--store",
+            temp.url(),
+        ],
+    )
+    .await;
+    assert_code(&output, 0);
+    store.close().await;
+}
