@@ -21,7 +21,9 @@
 //!
 //! The document also carries the system itself, as the JSON text of its system document,
 //! under [`ASYNCAPI_EXTENSION`], so [`System::from_document`] reads it back exactly (as text,
-//! because the contracts' own `#/definitions/…` references would dangle in the document).
+//! because the contracts' own `#/definitions/…` references would dangle in the document), and
+//! the seal of its AsyncAPI half under [`DIGEST_EXTENSION`](crate::DIGEST_EXTENSION), so an
+//! edit to that half alone is refused rather than silently ignored (see `seal`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -152,7 +154,7 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
         ASYNCAPI_EXTENSION.into(),
         Value::String(carried.to_document().to_string()),
     );
-    Ok(Value::Object(document))
+    Ok(crate::seal::sealed(document))
 }
 
 fn sorted(map: BTreeMap<String, Value>) -> Value {

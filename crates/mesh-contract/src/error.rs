@@ -34,6 +34,12 @@ pub enum ErrorKind {
         /// The version found.
         version: String,
     },
+    /// An exported AsyncAPI document whose AsyncAPI half no longer matches its seal: edited
+    /// after the export, so its two halves may disagree.
+    EditedDocument {
+        /// What was found.
+        why: String,
+    },
     /// No contract of that owner in the system.
     UnknownModule {
         /// The owner asked for.
@@ -89,6 +95,12 @@ impl fmt::Display for Error {
                     "a system document of format {version}, this version reads 1"
                 )
             }
+            ErrorKind::EditedDocument { why } => write!(
+                f,
+                "an AsyncAPI document edited after `mesh contract export` ({why}): check reads \
+                 the system it carries, which the edit did not change; change the module's \
+                 contract where it is announced and export again"
+            ),
             ErrorKind::UnknownModule { owner } => write!(f, "no contract of `{owner}`"),
         }
     }

@@ -20,11 +20,13 @@ pub mod asyncapi;
 mod check;
 mod error;
 mod schema;
+mod seal;
 mod system;
 
 pub use check::{check, Finding, Rule, Side, Subject};
 pub use error::{Error, ErrorKind};
 pub use schema::MAX_SCHEMA_DEPTH;
+pub use seal::DIGEST_EXTENSION;
 pub use system::{
     check_contract, is_announcement_key, read_announcement, read_contract, KeyRow, System, ToolRow,
     ASYNCAPI_EXTENSION, SYSTEM_FORMAT, SYSTEM_FORMAT_KEY,

@@ -117,7 +117,8 @@ impl System {
 
     /// Reads a system from a document of any of the forms mesh writes: a system document
     /// ([`System::to_document`]), an AsyncAPI document made by [`crate::asyncapi::export`]
-    /// (its [`ASYNCAPI_EXTENSION`]), one module's contract (an announcement's body), an
+    /// (its [`ASYNCAPI_EXTENSION`], refused when its AsyncAPI half no longer matches its
+    /// seal, [`crate::DIGEST_EXTENSION`]), one module's contract (an announcement's body), an
     /// announcement event as `mesh audit query --json` or `mesh tail --json` prints it, or an
     /// array of these (a later contract of an owner replaces an earlier one). Every contract is
     /// checked ([`check_contract`]).
@@ -157,6 +158,7 @@ impl System {
                 } else if map.contains_key("asyncapi") {
                     match map.get(ASYNCAPI_EXTENSION) {
                         Some(Value::String(text)) if nesting == 0 => {
+                            crate::seal::verify(map)?;
                             let system: Value = serde_json::from_str(text).map_err(Error::json)?;
                             if system.get(SYSTEM_FORMAT_KEY).is_none() {
                                 return Err(unknown(

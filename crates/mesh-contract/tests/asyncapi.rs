@@ -269,3 +269,68 @@ fn the_export_of_each_module_is_valid_asyncapi_too() {
     };
     assert!(export(&system, &unknown).is_err());
 }
+
+/// The document says the system twice; an edit to its AsyncAPI half alone (which `check`
+/// does not read) is refused as a disagreement, never passed over. The same document with
+/// its keys reordered or its layout changed still reads.
+#[test]
+fn a_document_edited_after_the_export_is_refused_not_silently_read() {
+    use mesh_contract::{ErrorKind, DIGEST_EXTENSION};
+
+    let system = realistic_system();
+    let document = export(&system, &ExportOptions::default()).expect("exported");
+    assert!(document[DIGEST_EXTENSION]
+        .as_str()
+        .is_some_and(|seal| seal.starts_with("sha256:")));
+
+    // Pretty-printed and read back (a tool rewriting it): still the same system.
+    let rewritten: Value =
+        serde_json::from_str(&serde_json::to_string_pretty(&document).expect("text"))
+            .expect("JSON");
+    assert_eq!(
+        System::from_document(&rewritten).expect("reads back"),
+        system
+    );
+
+    // A payload edited: the order's total becomes text.
+    let mut edited = document.clone();
+    let messages = edited["components"]["messages"]
+        .as_object_mut()
+        .expect("messages");
+    let (id, message) = messages
+        .iter_mut()
+        .find(|(id, _)| id.starts_with("module.shop.order.placed.v"))
+        .expect("the order's message");
+    let total = &mut message["payload"]["properties"]["total"];
+    assert!(total.is_object(), "{id}: {message}");
+    *total = json!({"type": "string"});
+    let refused = System::from_document(&edited).expect_err("an edited document");
+    assert!(
+        matches!(refused.kind(), ErrorKind::EditedDocument { .. }),
+        "{refused}"
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("edited after `mesh contract export`"),
+        "{refused}"
+    );
+
+    // An operation removed, and the seal removed: refused too.
+    let mut edited = document.clone();
+    edited["operations"]
+        .as_object_mut()
+        .expect("operations")
+        .remove("module.billing.call.shop.quote");
+    assert!(System::from_document(&edited).is_err());
+    let mut unsealed = document.clone();
+    unsealed
+        .as_object_mut()
+        .expect("an object")
+        .remove(DIGEST_EXTENSION);
+    let refused = System::from_document(&unsealed).expect_err("no seal");
+    assert!(
+        matches!(refused.kind(), ErrorKind::EditedDocument { .. }),
+        "{refused}"
+    );
+}

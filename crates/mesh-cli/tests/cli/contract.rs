@@ -183,6 +183,49 @@ async fn hostile_files_are_a_usage_error_naming_the_file() {
     }
 }
 
+/// An exported document whose payload was edited afterwards, as either side of `check`: the
+/// edit is never passed over (check reads the system the document carries, which the edit did
+/// not change), so check refuses the document, naming it, with the usage exit code.
+#[tokio::test]
+async fn check_refuses_a_document_edited_after_the_export_either_side() {
+    let dir = temp_dir();
+    let files = write(&dir, "system.json", &json!([shop(1, "integer"), billing()]));
+    let exported = dir.join("exported.json").display().to_string();
+    let output = run(
+        None,
+        &["contract", "export", "--from", &files, "--out", &exported],
+    )
+    .await;
+    assert_code(&output, 0);
+    let mut document: Value =
+        serde_json::from_str(&std::fs::read_to_string(&exported).expect("written")).expect("JSON");
+    let message = &mut document["components"]["messages"]["module.shop.order.placed.v1"];
+    assert!(
+        message["payload"]["properties"]["total"].is_object(),
+        "{message}"
+    );
+    message["payload"]["properties"]["total"] = json!({"type": "string"});
+    let edited = write(&dir, "edited.json", &document);
+
+    // Unedited against itself: compatible.
+    let output = run(
+        None,
+        &["contract", "check", "--against", &exported, &exported],
+    )
+    .await;
+    assert_code(&output, 0);
+    for (old, new) in [(&exported, &edited), (&edited, &exported)] {
+        let output = run(None, &["contract", "check", "--against", old, new]).await;
+        assert_code(&output, 2);
+        let error = stderr(&output);
+        assert!(
+            error.contains(edited.as_str())
+                && error.contains("edited after `mesh contract export`"),
+            "{error}"
+        );
+    }
+}
+
 /// An announcement as a bus publishes it and the logger records it.
 fn announcement(contract: &Value, ago: Duration) -> mesh_core::WireMessage {
     let owner = contract["owner"].as_str().expect("an owner");
