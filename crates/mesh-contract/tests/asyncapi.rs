@@ -334,3 +334,66 @@ fn a_document_edited_after_the_export_is_refused_not_silently_read() {
         "{refused}"
     );
 }
+
+/// What a client built from the document alone needs of the wire: the exchange and key of
+/// every channel, the queue each handler and server receives from, persistence and acks, and
+/// the headers every message must carry (without them mesh dead-letters it as undecodable).
+#[test]
+fn the_document_says_the_wire_a_client_needs() {
+    let system = realistic_system();
+    let document = export(&system, &ExportOptions::default()).expect("exported");
+    assert_valid_asyncapi(&document);
+
+    let amqp = &document["channels"]["module.shop.order.placed"]["bindings"]["amqp"];
+    assert_eq!(amqp["is"], "routingKey");
+    assert_eq!(amqp["exchange"]["name"], "mesh.events");
+    assert_eq!(amqp["exchange"]["type"], "topic");
+    assert_eq!(amqp["exchange"]["durable"], true);
+    assert_eq!(
+        document["channels"]["tool.shop.quote"]["bindings"]["amqp"]["exchange"]["name"],
+        "mesh.rpc"
+    );
+    // The reply goes to the caller's own queue: no exchange of its own to bind.
+    assert!(document["channels"]["tool.shop.quote.reply"]
+        .get("bindings")
+        .is_none());
+
+    let operations = &document["operations"];
+    let send = &operations["module.shop.send.module.shop.order.placed"];
+    assert_eq!(send["bindings"]["amqp"]["deliveryMode"], 2);
+    assert_eq!(send["title"], "module.shop emits module.shop.order.placed");
+    let receive = &operations["module.billing.receive.module.shop.order.placed"];
+    assert_eq!(receive["bindings"]["amqp"]["ack"], true);
+    assert_eq!(receive["x-mesh-queue"], "anchor.billing.events");
+    assert_eq!(
+        operations["module.mailer.receive.module.shop.order.placed"]["x-mesh-queue"],
+        "relay.mailer.events"
+    );
+    assert_eq!(
+        operations["module.shop.serve.shop.quote"]["x-mesh-queue"],
+        "serve.shop.quote"
+    );
+    assert_eq!(
+        operations["module.billing.call.shop.quote"]["title"],
+        "module.billing calls shop.quote"
+    );
+
+    let messages = &document["components"]["messages"];
+    let headers = &messages["module.shop.order.placed.v2"]["headers"];
+    assert_eq!(
+        headers["required"],
+        json!(["x-event-id", "x-source", "x-node", "x-time"])
+    );
+    assert_eq!(headers["properties"]["x-schema"]["const"], 2);
+    assert_eq!(
+        messages["module.shop.order.placed.v2"]["title"],
+        "module.shop.order.placed v2"
+    );
+    assert!(messages["shop.quote.request"]["headers"]["required"]
+        .as_array()
+        .is_some_and(|r| r.contains(&json!("x-mesh-tool"))));
+    assert_eq!(
+        messages["shop.quote.reply"]["headers"]["properties"]["x-mesh-status"]["enum"],
+        json!(["ok", "error"])
+    );
+}

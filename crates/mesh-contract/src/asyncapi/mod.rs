@@ -35,6 +35,8 @@ use crate::schema::{component_name, DEFINITION_KEYS, MAX_SCHEMA_DEPTH};
 use crate::system::{System, ASYNCAPI_EXTENSION};
 use crate::Error;
 
+mod wire;
+
 /// The AsyncAPI version written.
 pub const ASYNCAPI_VERSION: &str = "3.0.0";
 
@@ -82,6 +84,7 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
                 &[id],
                 None,
                 None,
+                None,
             );
         }
         for handler in &module.handles {
@@ -101,6 +104,7 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
                     &messages,
                     None,
                     (!plain).then(|| handler.pattern.clone()),
+                    wire::events_queue(&module.node, owner),
                 );
                 continue;
             }
@@ -113,6 +117,7 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
                     &messages,
                     None,
                     Some(handler.pattern.clone()),
+                    wire::events_queue(&module.node, owner),
                 );
             }
         }
@@ -157,6 +162,24 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
     Ok(crate::seal::sealed(document))
 }
 
+/// An operation's title in words: `module.shop sends module.shop.order.placed`, from its id
+/// `<owner>.<verb>.<what>` (its owner is the id's first two words).
+fn describe_operation<'a>(
+    id: &'a str,
+    action: &str,
+    channel: &'a str,
+) -> (&'a str, &'static str, &'a str) {
+    let owner = id.match_indices('.').nth(1).map_or(id, |(at, _)| &id[..at]);
+    let verb = match (action, channel.starts_with("tool.")) {
+        ("send", false) => "emits",
+        ("receive", false) => "handles",
+        ("send", true) => "calls",
+        _ => "serves",
+    };
+    let what = channel.strip_prefix("tool.").unwrap_or(channel);
+    (owner, verb, what)
+}
+
 fn sorted(map: BTreeMap<String, Value>) -> Value {
     Value::Object(map.into_iter().collect())
 }
@@ -197,13 +220,11 @@ impl Doc {
         message.insert("name".into(), json!(name));
         message.insert("contentType".into(), json!("application/json"));
         if let Some(version) = version {
-            message.insert(
-                "headers".into(),
-                json!({"type": "object", "properties": {"x-schema": {
-                    "type": "integer", "const": version,
-                    "description": "The schema version of the body (absent means 1)"}}}),
-            );
+            message.insert("headers".into(), wire::event_headers(Some(version)));
             message.insert("x-mesh-schema-version".into(), json!(version));
+            message.insert("title".into(), json!(format!("{channel} v{version}")));
+        } else {
+            message.insert("title".into(), json!(name));
         }
         if let Some(schema) = schema {
             let payload = self.payload(id, schema);
@@ -285,12 +306,23 @@ impl Doc {
             id,
             action,
             &channel,
-            &[request],
-            Some((reply_channel, reply)),
+            std::slice::from_ref(&request),
+            Some((reply_channel, reply.clone())),
             None,
+            serving.then(|| wire::serve_queue(&tool.tool)).flatten(),
         );
+        for (id, headers) in [
+            (&request, wire::request_headers()),
+            (&reply, wire::reply_headers()),
+        ] {
+            if let Some(Value::Object(message)) = self.messages.get_mut(id) {
+                message.insert("headers".into(), headers);
+            }
+        }
     }
 
+    /// Adds operation `id`; `queue` is the queue it receives from.
+    #[allow(clippy::too_many_arguments)]
     fn operation(
         &mut self,
         id: String,
@@ -299,6 +331,7 @@ impl Doc {
         messages: &[String],
         reply: Option<(String, String)>,
         pattern: Option<String>,
+        queue: Option<String>,
     ) {
         let channel_ref = |c: &str| json!({"$ref": format!("#/channels/{}", pointer_token(c))});
         let message_ref = |c: &str, m: &str| json!({"$ref": format!("#/channels/{}/messages/{}", pointer_token(c), pointer_token(m))});
@@ -318,6 +351,19 @@ impl Doc {
         }
         if let Some(pattern) = pattern {
             operation.insert("x-mesh-pattern".into(), json!(pattern));
+        }
+        let (owner, verb, what) = describe_operation(&id, action, channel);
+        operation.insert("title".into(), json!(format!("{owner} {verb} {what}")));
+        operation.insert(
+            "bindings".into(),
+            if action == "send" {
+                wire::send_operation()
+            } else {
+                wire::receive_operation()
+            },
+        );
+        if let Some(queue) = queue {
+            operation.insert("x-mesh-queue".into(), json!(queue));
         }
         self.operations.insert(id, Value::Object(operation));
     }
@@ -339,6 +385,14 @@ impl Doc {
                             .collect(),
                     ),
                 );
+                if !address.is_null() {
+                    let bindings = if id.starts_with("tool.") {
+                        wire::tool_channel()
+                    } else {
+                        wire::event_channel()
+                    };
+                    channel.insert("bindings".into(), bindings);
+                }
                 if *pattern {
                     channel.insert("x-mesh-pattern".into(), json!(true));
                     channel.insert(
