@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use mesh_audit::{EventQuery, EventRecord, Order, Store};
-use mesh_contract::asyncapi::{export, ExportOptions};
+use mesh_contract::asyncapi::{export, ExportOptions, Server};
 use mesh_contract::{check, read_announcement, System};
 use mesh_core::contract::CONTRACT_FORMAT;
 use serde_json::json;
@@ -151,9 +151,12 @@ async fn run_export(global: &Global, args: &ContractExportArgs) -> anyhow::Resul
     }
     let document = match args.format {
         ContractFormat::Asyncapi => {
+            let url = args.server.as_deref().unwrap_or(crate::config::url(global));
             let options = ExportOptions {
                 module: args.module.clone(),
-                ..ExportOptions::default()
+                title: args.title.clone(),
+                version: args.document_version.clone(),
+                server: Some(server(url)?),
             };
             export(&system, &options).coded(Code::Usage, || "cannot export".to_owned())?
         }
@@ -175,6 +178,26 @@ async fn run_export(global: &Global, args: &ContractExportArgs) -> anyhow::Resul
         None => output::raw(&text)?,
     }
     Ok(Code::Ok)
+}
+
+/// The document's server from a broker URL: its first host, scheme and virtual host, never
+/// its user or password (the URL is read by the transport's parser, and written back by its
+/// `Display`, which leaves the password out; the user is cut here).
+fn server(url: &str) -> anyhow::Result<Server> {
+    let options: mesh::amqp::AmqpOptions = url.parse().coded(Code::Usage, || {
+        "the server URL is not an amqp:// URL".to_owned()
+    })?;
+    // `amqp[s]://user@host:port[,host:port…]/vhost`
+    let shown = options.to_string();
+    let (protocol, rest) = shown.split_once("://").unwrap_or(("amqp", &shown));
+    let rest = rest.split_once('@').map_or(rest, |(_, after)| after);
+    let (hosts, vhost) = rest.split_once('/').unwrap_or((rest, ""));
+    let host = hosts.split(',').next().unwrap_or(hosts);
+    Ok(Server {
+        host: host.to_owned(),
+        protocol: protocol.to_owned(),
+        pathname: format!("/{vhost}"),
+    })
 }
 
 async fn run_check(global: &Global, args: &ContractCheckArgs) -> anyhow::Result<Code> {

@@ -341,8 +341,17 @@ fn a_document_edited_after_the_export_is_refused_not_silently_read() {
 #[test]
 fn the_document_says_the_wire_a_client_needs() {
     let system = realistic_system();
-    let document = export(&system, &ExportOptions::default()).expect("exported");
+    let options = ExportOptions {
+        server: Some(mesh_contract::asyncapi::Server {
+            host: "broker.example:5672".into(),
+            protocol: "amqp".into(),
+            pathname: "/prod".into(),
+        }),
+        ..ExportOptions::default()
+    };
+    let document = export(&system, &options).expect("exported");
     assert_valid_asyncapi(&document);
+    assert_eq!(document["servers"]["broker"]["host"], "broker.example:5672");
 
     let amqp = &document["channels"]["module.shop.order.placed"]["bindings"]["amqp"];
     assert_eq!(amqp["is"], "routingKey");

@@ -50,6 +50,16 @@ pub(crate) struct ContractExportArgs {
     /// back by `contract check --against` and `--from`
     #[arg(long, value_enum, default_value_t = ContractFormat::Asyncapi)]
     pub(crate) format: ContractFormat,
+    /// The AsyncAPI document's title [default: mesh system, or the module's owner]
+    #[arg(long, value_name = "TITLE")]
+    pub(crate) title: Option<String>,
+    /// The AsyncAPI document's version [default: 1.0.0]
+    #[arg(long, value_name = "VERSION")]
+    pub(crate) document_version: Option<String>,
+    /// The broker the document names as its server, an amqp:// or amqps:// URL (any user or
+    /// password in it is left out) [default: the connection's URL]
+    #[arg(long, value_name = "URL")]
+    pub(crate) server: Option<String>,
 }
 
 /// `--format` of `contract export`.

@@ -226,6 +226,57 @@ async fn check_refuses_a_document_edited_after_the_export_either_side() {
     }
 }
 
+/// The exported document names the broker as its server, from `--server` or the connection's
+/// URL, without its user or password; its title and version come from the options.
+#[tokio::test]
+async fn export_names_the_broker_without_credentials_and_takes_a_title_and_version() {
+    let dir = temp_dir();
+    let files = write(&dir, "system.json", &json!([shop(1, "integer"), billing()]));
+    let output = run(
+        Some("amqps://alice:s3cr%40t@broker.example:5673,second.example/prod"),
+        &[
+            "contract",
+            "export",
+            "--from",
+            &files,
+            "--title",
+            "Shop system",
+            "--document-version",
+            "2.4.0",
+        ],
+    )
+    .await;
+    assert_code(&output, 0);
+    let text = stdout(&output);
+    assert!(!text.contains("alice") && !text.contains("s3cr"), "{text}");
+    let document: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(
+        document["servers"]["broker"],
+        json!({"host": "broker.example:5673", "protocol": "amqps", "pathname": "/prod",
+               "description": document["servers"]["broker"]["description"]})
+    );
+    assert_eq!(document["info"]["title"], "Shop system");
+    assert_eq!(document["info"]["version"], "2.4.0");
+
+    let output = run(
+        None,
+        &[
+            "contract",
+            "export",
+            "--from",
+            &files,
+            "--server",
+            "amqp://bob:pw@localhost/",
+        ],
+    )
+    .await;
+    assert_code(&output, 0);
+    let document: Value = serde_json::from_str(&stdout(&output)).expect("JSON");
+    assert_eq!(document["servers"]["broker"]["host"], "localhost:5672");
+    assert_eq!(document["servers"]["broker"]["pathname"], "/%2F");
+    assert!(!stdout(&output).contains("bob"));
+}
+
 /// An announcement as a bus publishes it and the logger records it.
 fn announcement(contract: &Value, ago: Duration) -> mesh_core::WireMessage {
     let owner = contract["owner"].as_str().expect("an owner");

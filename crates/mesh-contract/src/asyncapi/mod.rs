@@ -49,6 +49,19 @@ pub struct ExportOptions {
     pub title: Option<String>,
     /// The document's `info.version` [default: `1.0.0`].
     pub version: Option<String>,
+    /// The broker, as the document's one server `broker` (never with credentials).
+    pub server: Option<Server>,
+}
+
+/// The broker a document names as its server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    /// `host:port`.
+    pub host: String,
+    /// `amqp`, or `amqps` with TLS.
+    pub protocol: String,
+    /// The virtual host as a path, percent-encoded: `/%2F` for `/`, `/prod`.
+    pub pathname: String,
 }
 
 /// The AsyncAPI 3.0 document of `system` (or of one module of it), with sorted keys.
@@ -146,6 +159,15 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
                             mesh.events topic exchange; tools are served over mesh.rpc.",
         }),
     );
+    if let Some(server) = &options.server {
+        document.insert(
+            "servers".into(),
+            json!({"broker": {
+                "host": server.host, "protocol": server.protocol, "pathname": server.pathname,
+                "description": "The RabbitMQ broker and virtual host of the system. Credentials are the module's own (see the access plan)."
+            }}),
+        );
+    }
     document.insert("defaultContentType".into(), json!("application/json"));
     document.insert("channels".into(), sorted(doc.channels_value()));
     document.insert("operations".into(), sorted(doc.operations));
