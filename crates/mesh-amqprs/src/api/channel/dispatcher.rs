@@ -10,7 +10,7 @@ use crate::{
     api::{callbacks::ChannelCallback, channel::ReturnMessage},
     channel::GetOkMessage,
     frame::{CancelOk, CloseChannelOk, ContentBody, FlowOk, Frame, MethodHeader},
-    net::IncomingMessage,
+    net::{ConnManagementCommand, IncomingMessage},
     BasicProperties, Return,
 };
 #[cfg(feature = "traces")]
@@ -338,6 +338,15 @@ impl ChannelDispatcher {
                                 let _ = self.channel.shared.outgoing_tx
                                 .send((self.channel.channel_id(), CloseChannelOk.into_frame()))
                                 .await;
+                                // mesh's fork: give the channel's id back (upstream leaked it, and
+                                // once every id was leaked the next open panicked the reader),
+                                // unless a close of ours is in flight: its close-ok is still to
+                                // come and must not reach a channel that reuses the id.
+                                if !self.responders.contains_key(&CloseChannelOk::header()) {
+                                    let _ = self.channel.shared.conn_mgmt_tx
+                                    .send(ConnManagementCommand::DeregisterChannelResource(self.channel.channel_id()))
+                                    .await;
+                                }
                                 // exit
                                 break;
                             }
@@ -568,7 +577,10 @@ impl ChannelDispatcher {
                                     #[cfg(feature="traces")]
                                     error!("callback not registered on channel {}", self.channel);
                                 }                            }
-                            _ => unreachable!("dispatcher of channel {} receive unexpected frame {}", self.channel, frame),
+                            // mesh's fork: a method a server does not send on a channel (a
+                            // peer's fault: `connection.start` on channel 1, a `basic.publish`)
+                            // is dropped.
+                            _ => {}
                         }
                     }
                     // purge stale consumer resource
