@@ -2,11 +2,14 @@
 //! gave up. Each content case is followed by a good delivery, which must reach the consumer
 //! (nothing after the bad frames is lost), on a channel that still answers.
 
-use crate::channel::BasicConsumeArguments;
+use crate::channel::{BasicConsumeArguments, BasicGetArguments};
 
 use super::{
     channel_answers,
-    peer::{basic_return, body, channel_close_ok, deliver, header, method, Peer, TAG, WAIT},
+    peer::{
+        basic_return, body, channel_close_ok, deliver, get_empty, get_ok, header, method, Peer, TAG,
+        WAIT,
+    },
     still_serving,
 };
 
@@ -148,6 +151,38 @@ async fn a_caller_that_gave_up_a_channel_request_costs_no_panic() {
     tokio::select! {
         biased;
         _ = channel.flow(true) => panic!("the flow cannot be answered yet"),
+        () = std::future::ready(()) => {}
+    }
+    channel_answers(&channel).await;
+    still_serving(&peer).await;
+}
+
+/// `basic.get-empty`, `basic.get-ok` and its content when no `basic.get` waits: upstream's
+/// dispatcher expected a registered get responder.
+#[tokio::test]
+async fn a_get_answer_nobody_asked_for_is_dropped() {
+    consumer_survives(|id| {
+        vec![
+            get_empty(id),
+            get_ok(id),
+            header(id, 1),
+            body(id, b"x"),
+            get_ok(id),
+            header(id, 0),
+        ]
+    })
+    .await;
+}
+
+/// A `basic.get` given up while its answer is on the way: upstream's dispatcher unwrapped
+/// the hand-over to the caller that was gone.
+#[tokio::test]
+async fn a_get_whose_caller_gave_up_costs_no_panic() {
+    let peer = Peer::start(2047).await;
+    let channel = peer.connection.open_channel(None).await.unwrap();
+    tokio::select! {
+        biased;
+        _ = channel.basic_get(BasicGetArguments::new("q")) => panic!("the get cannot be answered yet"),
         () = std::future::ready(()) => {}
     }
     channel_answers(&channel).await;

@@ -90,6 +90,19 @@ pub(super) fn longstr(s: &str) -> Vec<u8> {
     buf
 }
 
+/// A field table of `(key, type octet, encoded value)` entries.
+pub(super) fn table(entries: &[(&str, u8, Vec<u8>)]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (key, kind, value) in entries {
+        body.extend(shortstr(key));
+        body.push(*kind);
+        body.extend_from_slice(value);
+    }
+    let mut buf = u32::try_from(body.len()).unwrap().to_be_bytes().to_vec();
+    buf.extend(body);
+    buf
+}
+
 /// A `basic` content header announcing `body_size` bytes, no properties.
 pub(super) fn header(channel: u16, body_size: u64) -> Vec<u8> {
     let mut payload = 60u16.to_be_bytes().to_vec();
@@ -120,6 +133,21 @@ pub(super) fn basic_return(channel: u16) -> Vec<u8> {
     args.extend(shortstr(""));
     args.extend(shortstr("nowhere"));
     method(channel, 60, 50, &args)
+}
+
+/// `basic.get-ok` for delivery tag 1, no message left.
+pub(super) fn get_ok(channel: u16) -> Vec<u8> {
+    let mut args = 1u64.to_be_bytes().to_vec();
+    args.push(0);
+    args.extend(shortstr(""));
+    args.extend(shortstr("q"));
+    args.extend_from_slice(&0u32.to_be_bytes());
+    method(channel, 60, 71, &args)
+}
+
+/// `basic.get-empty`.
+pub(super) fn get_empty(channel: u16) -> Vec<u8> {
+    method(channel, 60, 72, &shortstr(""))
 }
 
 /// `channel.close` from the server, 406 PRECONDITION_FAILED.
@@ -156,6 +184,17 @@ pub(super) struct Peer {
 impl Peer {
     /// A peer announcing `channel_max`, and the client connected to it.
     pub async fn start(channel_max: u16) -> Peer {
+        Peer::start_with(channel_max, &table(&[]))
+            .await
+            .expect("the handshake with the fake peer")
+    }
+
+    /// A peer whose `connection.start` carries `server_properties` (an encoded field
+    /// table), and the client's attempt to connect to it.
+    pub async fn start_with(
+        channel_max: u16,
+        server_properties: &[u8],
+    ) -> Result<Peer, crate::error::Error> {
         watch_panics();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -163,21 +202,21 @@ impl Peer {
         let (report, received) = mpsc::unbounded_channel();
         let hold_channel_close = Arc::new(AtomicBool::new(false));
         let hold = hold_channel_close.clone();
+        let properties = server_properties.to_vec();
         tokio::spawn(async move {
             let (stream, _) = listener.accept().await.unwrap();
-            serve(stream, channel_max, injected, report, hold).await;
+            serve(stream, channel_max, &properties, injected, report, hold).await;
         });
         let args = OpenConnectionArguments::new("127.0.0.1", port, "guest", "guest");
         let connection = tokio::time::timeout(WAIT, Connection::open(&args))
             .await
-            .expect("the handshake with the fake peer")
-            .expect("the handshake with the fake peer");
-        Peer {
+            .expect("the client answered the fake peer")?;
+        Ok(Peer {
             connection,
             inject,
             received,
             hold_channel_close,
-        }
+        })
     }
 
     /// Sends `frames` to the client; returns once they are written.
@@ -239,6 +278,7 @@ impl Wire {
 async fn serve(
     stream: TcpStream,
     channel_max: u16,
+    server_properties: &[u8],
     mut injected: mpsc::UnboundedReceiver<Inject>,
     report: mpsc::UnboundedSender<(u16, Frame)>,
     hold_channel_close: Arc<AtomicBool>,
@@ -251,13 +291,16 @@ async fn serve(
     wire.stream.read_exact(&mut protocol_header).await.unwrap();
     assert_eq!(&protocol_header, b"AMQP\x00\x00\x09\x01");
 
-    // connection.start: 0-9, no server properties, PLAIN, en_US
+    // connection.start: 0-9, the server properties, PLAIN, en_US
     let mut start = vec![0, 9];
-    start.extend_from_slice(&0u32.to_be_bytes());
+    start.extend_from_slice(server_properties);
     start.extend(longstr("PLAIN"));
     start.extend(longstr("en_US"));
     wire.write(&method(0, 10, 10, &start)).await;
-    let _start_ok = wire.read().await.unwrap();
+    // A client that refuses the start hangs up.
+    let Some(_start_ok) = wire.read().await else {
+        return;
+    };
     // connection.tune: channel_max, frame_max 128 KiB, no heartbeat of the server's own
     let mut tune = channel_max.to_be_bytes().to_vec();
     tune.extend_from_slice(&131_072u32.to_be_bytes());
@@ -292,6 +335,7 @@ async fn serve(
                     Frame::Qos(..) => Some(method(channel, 60, 11, &[])),
                     Frame::Consume(..) => Some(method(channel, 60, 21, &shortstr(TAG))),
                     Frame::UpdateSecret(..) => Some(method(channel, 10, 71, &[])),
+                    Frame::Get(..) => Some([get_ok(channel), header(channel, 3), body(channel, b"got")].concat()),
                     Frame::Close(..) => Some(method(channel, 10, 51, &[])),
                     _ => None,
                 };

@@ -104,3 +104,29 @@ async fn a_caller_that_gave_up_updating_the_secret_costs_no_panic() {
     }
     still_serving(&peer).await;
 }
+
+/// A server whose `connection.start` carries properties of the wrong type: upstream
+/// unwrapped each conversion in `Connection::open` (a panic in the caller's task).
+#[tokio::test]
+async fn server_properties_of_the_wrong_type_cost_no_panic() {
+    use super::peer::table;
+    // capabilities not a table: the open fails.
+    let not_a_table = table(&[("capabilities", b'S', longstr("yes"))]);
+    let refused = Peer::start_with(2047, &not_a_table).await;
+    assert!(
+        matches!(refused, Err(crate::error::Error::ConnectionOpenError(_))),
+        "{:?}",
+        refused.err()
+    );
+    // a capability that is not a bool, a product that is not a string: their defaults.
+    let odd = table(&[
+        (
+            "capabilities",
+            b'F',
+            table(&[("publisher_confirms", b'S', longstr("yes"))]),
+        ),
+        ("product", b't', vec![1]),
+    ]);
+    let peer = Peer::start_with(2047, &odd).await.unwrap();
+    still_serving(&peer).await;
+}
