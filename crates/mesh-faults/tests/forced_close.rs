@@ -154,7 +154,11 @@ async fn a_hundred_channel_closes_by_the_broker_under_load_cost_no_connection() 
     let rounds_took = rounds_began.elapsed();
     // The log is written asynchronously: wait until it shows every close.
     let channel_errors = eventually(WAIT, "the channel errors in the node's log", || {
-        let n = count_in_log(&node, log_from, &format!("unknown delivery tag {UNKNOWN_TAG}"));
+        let n = count_in_log(
+            &node,
+            log_from,
+            &format!("unknown delivery tag {UNKNOWN_TAG}"),
+        );
         async move { (n >= closed).then_some(n) }
     })
     .await;

@@ -7,8 +7,8 @@ use crate::channel::{BasicConsumeArguments, BasicGetArguments};
 use super::{
     channel_answers,
     peer::{
-        basic_return, body, channel_close_ok, deliver, get_empty, get_ok, header, method, Peer, TAG,
-        WAIT,
+        basic_return, body, channel_close_ok, deliver, get_empty, get_ok, header, method, Peer,
+        TAG, WAIT,
     },
     still_serving,
 };
