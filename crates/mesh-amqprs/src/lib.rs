@@ -70,6 +70,8 @@
 mod api;
 mod frame;
 mod net;
+#[cfg(test)]
+mod peer_tests;
 
 /// public API and types
 pub use api::*;

@@ -708,19 +708,25 @@ impl Connection {
         }
 
         // get server capabilities
-        let mut caps_table: FieldTable = start
+        // mesh's fork: a server property of the wrong type (a peer's fault) is an error or
+        // its default, not a panic.
+        let Ok(mut caps_table): std::result::Result<FieldTable, _> = start
             .server_properties
             .remove(&"capabilities".try_into().unwrap())
             .unwrap_or_else(|| FieldValue::F(FieldTable::default()))
             .try_into()
-            .unwrap();
+        else {
+            return Err(Error::ConnectionOpenError(
+                "the server's capabilities are not a table".to_string(),
+            ));
+        };
         // helper closure to get bool FieldValue
         let mut unwrap_bool_field = |key: &str| {
             let value: bool = caps_table
                 .remove(&key.try_into().unwrap())
                 .unwrap_or(FieldValue::t(false))
                 .try_into()
-                .unwrap();
+                .unwrap_or(false);
             value
         };
 
@@ -743,7 +749,7 @@ impl Connection {
                 .remove(&key.try_into().unwrap())
                 .unwrap_or_else(|| FieldValue::S("unknown".try_into().unwrap()))
                 .try_into()
-                .unwrap();
+                .unwrap_or_else(|_| "unknown".try_into().unwrap());
             value
         };
 

@@ -36,12 +36,9 @@ impl ChannelIdRepository {
         (pos, mask)
     }
 
-    pub fn allocate(&mut self) -> AmqpChannelId {
-        let pos = self
-            .id_state
-            .iter()
-            .position(|&v| v != 0b1111_1111)
-            .expect("id allocation never fail");
+    /// mesh's fork: `None` when every id is taken (upstream panicked in the reader).
+    pub fn allocate(&mut self) -> Option<AmqpChannelId> {
+        let pos = self.id_state.iter().position(|&v| v != 0b1111_1111)?;
         for i in 0..8 {
             let mask = INITIAL_BIT_MASK >> i;
             if self.is_free(pos, mask) {
@@ -49,10 +46,10 @@ impl ChannelIdRepository {
                 self.set_occupied(pos, mask);
                 // calculate the real id
                 let channel_id = pos as AmqpChannelId * 8 + i + 1;
-                return channel_id;
+                return Some(channel_id);
             }
         }
-        unreachable!("id allocation should always return");
+        None
     }
     /// true: OK, false: already released
     pub fn release(&mut self, id: AmqpChannelId) -> bool {
@@ -97,7 +94,7 @@ mod tests {
         let mut ids = HashSet::new();
         // allocate to max
         for _ in 0..channel_max {
-            let id = id_repo.allocate();
+            let id = id_repo.allocate().unwrap();
             // id should be unique
             assert_eq!(true, ids.insert(id));
         }
@@ -109,7 +106,7 @@ mod tests {
         let mut ids = HashSet::new();
 
         for _ in 0..channel_max {
-            let id = id_repo.allocate();
+            let id = id_repo.allocate().unwrap();
             // id should be unique
             assert_eq!(true, ids.insert(id));
         }
@@ -132,7 +129,7 @@ mod tests {
         }
         // can allocte to max again
         for _ in 0..channel_max {
-            id_repo.allocate();
+            id_repo.allocate().unwrap();
         }
     }
 
@@ -144,7 +141,7 @@ mod tests {
         let mut ids = HashSet::new();
         // allocate to max
         for _ in 0..channel_max {
-            let id = id_repo.allocate();
+            let id = id_repo.allocate().unwrap();
             // id should be unique
             assert_eq!(true, ids.insert(id));
         }
@@ -162,7 +159,7 @@ mod tests {
         let mut ids = HashSet::new();
         // allocate to max
         for _ in 0..u16::MAX {
-            let id = id_repo.allocate();
+            let id = id_repo.allocate().unwrap();
             // id should be unique
             assert_eq!(true, ids.insert(id));
         }
@@ -174,7 +171,7 @@ mod tests {
         let mut ids = HashSet::new();
 
         for _ in 0..u16::MAX {
-            let id = id_repo.allocate();
+            let id = id_repo.allocate().unwrap();
             // id should be unique
             assert_eq!(true, ids.insert(id));
         }

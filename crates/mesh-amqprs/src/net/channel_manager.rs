@@ -67,8 +67,8 @@ impl ChannelManager {
             }
             // allocate a channel id
             None => {
-                // allocate id never fail
-                let id = self.channel_id_repo.allocate();
+                // mesh's fork: every id taken is a failed open, not a panic.
+                let id = self.channel_id_repo.allocate()?;
                 match self.resource.insert(id, resource) {
                     Some(_old) => unreachable!("implementation error"),
                     None => id,
@@ -81,10 +81,10 @@ impl ChannelManager {
 
     /// remove channel resource, when channel to be closed
     pub fn remove_resource(&mut self, channel_id: &AmqpChannelId) -> Option<ChannelResource> {
-        assert!(
-            self.channel_id_repo.release(*channel_id),
-            "release a free id, implementation error"
-        );
+        // mesh's fork: an id released already (its resource gone) is not a panic.
+        if !self.channel_id_repo.release(*channel_id) {
+            return None;
+        }
         // remove responder means channel is to be  closed
         self.resource.remove(channel_id)
     }

@@ -214,8 +214,12 @@ impl ReaderHandler {
             _ => {
                 let dispatcher = self.channel_manager.get_dispatcher(&channel_id);
                 match dispatcher {
+                    // mesh's fork: a dispatcher that already exited (its channel closed by
+                    // the server, then a frame in flight for it: the close-ok answering a
+                    // close of ours that crossed the server's) costs the frame, not the
+                    // connection.
                     Some(dispatcher) => {
-                        dispatcher.send(frame)?;
+                        let _ = dispatcher.send(frame);
                         Ok(())
                     }
                     // mesh's fork: a frame for a channel already gone (in flight when it

@@ -10,7 +10,7 @@ use crate::{
     api::{callbacks::ChannelCallback, channel::ReturnMessage},
     channel::GetOkMessage,
     frame::{CancelOk, CloseChannelOk, ContentBody, FlowOk, Frame, MethodHeader},
-    net::IncomingMessage,
+    net::{ConnManagementCommand, IncomingMessage},
     BasicProperties, Return,
 };
 #[cfg(feature = "traces")]
@@ -338,6 +338,15 @@ impl ChannelDispatcher {
                                 let _ = self.channel.shared.outgoing_tx
                                 .send((self.channel.channel_id(), CloseChannelOk.into_frame()))
                                 .await;
+                                // mesh's fork: give the channel's id back (upstream leaked it, and
+                                // once every id was leaked the next open panicked the reader),
+                                // unless a close of ours is in flight: its close-ok is still to
+                                // come and must not reach a channel that reuses the id.
+                                if !self.responders.contains_key(&CloseChannelOk::header()) {
+                                    let _ = self.channel.shared.conn_mgmt_tx
+                                    .send(ConnManagementCommand::DeregisterChannelResource(self.channel.channel_id()))
+                                    .await;
+                                }
                                 // exit
                                 break;
                             }
@@ -346,16 +355,19 @@ impl ChannelDispatcher {
                             Frame::GetEmpty(_, get_empty) => {
                                 self.state = State::GetEmpty;
 
-                                self.get_content_responder.take()
-                                .expect("get responder must be registered")
-                                .send(get_empty.into_frame()).unwrap();
+                                // mesh's fork: an answer nobody asked for (a peer's fault), or
+                                // whose caller gave up, is dropped.
+                                if let Some(responder) = self.get_content_responder.take() {
+                                    let _ = responder.send(get_empty.into_frame());
+                                }
                             }
                             Frame::GetOk(_, get_ok) => {
                                 self.state = State::GetOk;
 
-                                self.get_content_responder.as_ref()
-                                .expect("get responder must be registered")
-                                .send(get_ok.into_frame()).unwrap();
+                                // mesh's fork: as for get-empty.
+                                if let Some(responder) = self.get_content_responder.as_ref() {
+                                    let _ = responder.send(get_ok.into_frame());
+                                }
                             }
                             Frame::Return(_, ret) => {
                                 self.state = State::Return;
@@ -386,11 +398,12 @@ impl ChannelDispatcher {
                                     State::GetOk => {
                                         getok_content_buffer.remaining = header.common.body_size.try_into().unwrap();
 
-                                        let responder = self.get_content_responder.as_ref().expect("get responder must be registered");
-                                        responder.send(header.into_frame()).unwrap();
+                                        // mesh's fork: as for get-empty.
+                                        let Some(responder) = self.get_content_responder.as_ref() else { continue };
+                                        let _ = responder.send(header.into_frame());
                                         // do not wait for content body frame if content body size is zero
                                         if getok_content_buffer.remaining  == 0 {
-                                            responder.send(ContentBody::new(Vec::new()).into_frame()).unwrap();
+                                            let _ = responder.send(ContentBody::new(Vec::new()).into_frame());
                                         } else {
                                             getok_content_buffer.content = Some(Vec::new());
                                         }
@@ -440,10 +453,10 @@ impl ChannelDispatcher {
                                         getok_content_buffer.content.replace(content_buffer);
                                         getok_content_buffer.remaining = getok_content_buffer.remaining.saturating_sub(body.inner.len());
                                         if getok_content_buffer.remaining == 0 {
-                                            let content = getok_content_buffer.content.take().unwrap();
-                                            self.get_content_responder.take()
-                                            .expect("get responder must be registered")
-                                            .send(ContentBody::new(content).into_frame()).unwrap();
+                                            // mesh's fork: as for get-empty.
+                                            if let (Some(content), Some(responder)) = (getok_content_buffer.content.take(), self.get_content_responder.take()) {
+                                                let _ = responder.send(ContentBody::new(content).into_frame());
+                                            }
                                         }
                                     },
                                     State::Return => {
@@ -568,7 +581,10 @@ impl ChannelDispatcher {
                                     #[cfg(feature="traces")]
                                     error!("callback not registered on channel {}", self.channel);
                                 }                            }
-                            _ => unreachable!("dispatcher of channel {} receive unexpected frame {}", self.channel, frame),
+                            // mesh's fork: a method a server does not send on a channel (a
+                            // peer's fault: `connection.start` on channel 1, a `basic.publish`)
+                            // is dropped.
+                            _ => {}
                         }
                     }
                     // purge stale consumer resource

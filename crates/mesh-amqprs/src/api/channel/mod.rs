@@ -334,6 +334,12 @@ impl Channel {
         Ok(())
     }
 
+    /// mesh's fork: whether the connection's writer is gone (for the fork's tests).
+    #[cfg(test)]
+    pub(crate) fn writer_gone(&self) -> bool {
+        self.shared.outgoing_tx.is_closed()
+    }
+
     pub(crate) fn clone_as_secondary(&self) -> Self {
         Self {
             shared: self.shared.clone(),
