@@ -17,7 +17,9 @@ pub enum AuthMechanism {
     /// The client certificate alone (`EXTERNAL`, RabbitMQ's plugin
     /// `rabbitmq_auth_mechanism_ssl`): the broker takes the user name from the certificate
     /// (its subject's common name with `ssl_cert_login_from = common_name`), no password is
-    /// sent. Needs `amqps://` with a client certificate ([`TlsOptions::client_cert`]).
+    /// sent. Needs `amqps://` with a client certificate ([`TlsOptions::client_cert`]). The
+    /// options' user must still name that user: every message carries it as `user-id`, and
+    /// the broker refuses one naming another (`406`).
     ///
     /// [`TlsOptions::client_cert`]: crate::TlsOptions::client_cert
     External,

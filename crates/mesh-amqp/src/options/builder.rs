@@ -136,8 +136,9 @@ impl fmt::Display for BrokerAddress {
 ///   `server_name_indication`. The files are read when the options are validated and again at
 ///   every (re)connect;
 /// - `auth_mechanism`: `plain` (the default) or `external`, a login by the client
-///   certificate alone ([`AuthMechanism::External`]; the user and password are then not
-///   sent).
+///   certificate alone ([`AuthMechanism::External`]: no password is read or sent; the URL's
+///   user must be the one the certificate logs in as, since every message carries it as
+///   `user-id`): `amqps://module.billing@rabbit/prod?auth_mechanism=external&certfile=…&keyfile=…`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct AmqpOptions {
     // `pub(super)`: what a URL says, which the URL parser (`url`) sets.
@@ -243,7 +244,9 @@ impl AmqpOptions {
 
     /// How to log in: a password ([`AuthMechanism::Plain`], the default) or the client
     /// certificate alone ([`AuthMechanism::External`], which needs [`tls`](Self::tls) with a
-    /// client certificate; the broker names the user after the certificate).
+    /// client certificate; the broker names the user after the certificate, and the user set
+    /// here must be that name: every message carries it as `user-id`, which the broker
+    /// checks).
     pub fn auth_mechanism(mut self, mechanism: AuthMechanism) -> Self {
         self.auth_mechanism = mechanism;
         self
