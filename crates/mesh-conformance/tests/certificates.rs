@@ -186,7 +186,11 @@ async fn a_client_certificate_alone_logs_in_as_its_module_and_speaks_only_as_it(
         .await
         .expect_err("a user-id other than the certificate's user is refused");
     assert!(forbidden(&error), "{}", error_chain(&error));
-    assert!(error_chain(&error).contains("user_id"), "{}", error_chain(&error));
+    assert!(
+        error_chain(&error).contains("user_id"),
+        "{}",
+        error_chain(&error)
+    );
 
     // No password logs in as a certificate user: it has none.
     let password_login = AmqpOptions::new()
@@ -198,20 +202,23 @@ async fn a_client_certificate_alone_logs_in_as_its_module_and_speaks_only_as_it(
         .await
         .expect_err("module.umami has no password");
     assert!(
-        matches!(ConnectRefused::of(&error), Some(ConnectRefused::Login { .. })),
+        matches!(
+            ConnectRefused::of(&error),
+            Some(ConnectRefused::Login { .. })
+        ),
         "{error:#}"
     );
     // A certificate of the trusted CA naming no planned user is refused.
     let stranger = setup.pki.client("module.nobody").unwrap();
-    let error = mesh::amqp::connect(setup.certificate_options(
-        "module.nobody",
-        &stranger,
-        "x509-stranger",
-    ))
-    .await
-    .expect_err("no user is named by the certificate");
+    let error =
+        mesh::amqp::connect(setup.certificate_options("module.nobody", &stranger, "x509-stranger"))
+            .await
+            .expect_err("no user is named by the certificate");
     assert!(
-        matches!(ConnectRefused::of(&error), Some(ConnectRefused::Login { .. })),
+        matches!(
+            ConnectRefused::of(&error),
+            Some(ConnectRefused::Login { .. })
+        ),
         "{error:#}"
     );
 
@@ -292,7 +299,11 @@ async fn only_the_modules_the_spec_lets_call_a_tool_reach_it() {
         .await
         .expect_err("shop may not call billing.quote");
     assert!(forbidden(&error), "{}", error_chain(&error));
-    assert!(error_chain(&error).contains("billing.quote"), "{}", error_chain(&error));
+    assert!(
+        error_chain(&error).contains("billing.quote"),
+        "{}",
+        error_chain(&error)
+    );
 
     // The tool saw umami's request only, with its validated user.
     let seen = eventually(WAIT, "the served request is recorded", || {

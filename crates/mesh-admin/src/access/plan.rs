@@ -316,8 +316,7 @@ pub fn plan(grants: &[Grant], broker: &BrokerAccess, passwords: &Passwords, pref
             Some(have) => {
                 if grant.certificate {
                     if !have.password_hash.is_empty() {
-                        out.changes
-                            .push(Change::HasPassword { user: user.clone() });
+                        out.changes.push(Change::HasPassword { user: user.clone() });
                     }
                 } else if let Some(password) = passwords.get(&user) {
                     match password_matches(

@@ -51,9 +51,7 @@ impl FromStr for AuthMechanism {
             "external" => Ok(AuthMechanism::External),
             // Not quoted: a URL's parameters are no place for secrets, but a mistyped one
             // may hold anything.
-            _ => Err(invalid(
-                "auth_mechanism is neither `plain` nor `external`",
-            )),
+            _ => Err(invalid("auth_mechanism is neither `plain` nor `external`")),
         }
     }
 }
@@ -64,7 +62,10 @@ mod tests {
 
     #[test]
     fn parses_both_mechanisms_in_any_case_and_nothing_else() {
-        assert_eq!("plain".parse::<AuthMechanism>().unwrap(), AuthMechanism::Plain);
+        assert_eq!(
+            "plain".parse::<AuthMechanism>().unwrap(),
+            AuthMechanism::Plain
+        );
         assert_eq!(
             "EXTERNAL".parse::<AuthMechanism>().unwrap(),
             AuthMechanism::External

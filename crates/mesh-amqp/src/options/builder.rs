@@ -542,7 +542,11 @@ impl AmqpOptions {
             return Err(invalid("the reconnect backoff needs 0 < min <= max"));
         }
         if self.auth_mechanism == AuthMechanism::External
-            && self.tls.as_ref().and_then(TlsOptions::get_cert_file).is_none()
+            && self
+                .tls
+                .as_ref()
+                .and_then(TlsOptions::get_cert_file)
+                .is_none()
         {
             return Err(invalid(
                 "auth_mechanism external logs in with the client certificate: it needs \

@@ -628,7 +628,8 @@ mod tests {
              calls = [\"billing.quote\"]\n[[modules]]\nname = \"billing\"\ncalls = []\n",
         )
         .unwrap();
-        let grants = mesh::amqp::access::grants(&access_spec(&access_path, None, no_default).unwrap());
+        let grants =
+            mesh::amqp::access::grants(&access_spec(&access_path, None, no_default).unwrap());
         let of = |user: &str| grants.iter().find(|g| g.user == user).unwrap();
         let rpc_write = |user: &str| {
             of(user)

@@ -71,7 +71,10 @@ async fn mesh_access_makes_a_certificate_user_and_mesh_emit_logs_in_with_the_cer
     )
     .unwrap();
     let umami = api.user("module.umami").await.unwrap();
-    assert!(umami.password_hash.is_empty(), "module.umami has no password");
+    assert!(
+        umami.password_hash.is_empty(),
+        "module.umami has no password"
+    );
 
     // A password given to it by hand is drift.
     api.put_user("module.umami", "by-hand", &[]).await.unwrap();
@@ -83,7 +86,12 @@ async fn mesh_access_makes_a_certificate_user_and_mesh_emit_logs_in_with_the_cer
         stdout(&output)
     );
     assert_code(&admin("access", &["apply"]).await, 0);
-    assert!(api.user("module.umami").await.unwrap().password_hash.is_empty());
+    assert!(api
+        .user("module.umami")
+        .await
+        .unwrap()
+        .password_hash
+        .is_empty());
 
     // `mesh emit` with umami's certificate alone (no password anywhere).
     let url = format!(
@@ -96,7 +104,12 @@ async fn mesh_access_makes_a_certificate_user_and_mesh_emit_logs_in_with_the_cer
     let (tail, _errors) = tail(&node.url(), "module.umami.#", &["--count", "1", "--json"]).await;
     let emitted = run(
         Some(&url),
-        &["emit", "module.umami.site.created", "--data", r#"{"site":"x509"}"#],
+        &[
+            "emit",
+            "module.umami.site.created",
+            "--data",
+            r#"{"site":"x509"}"#,
+        ],
     )
     .await;
     assert_code(&emitted, 0);

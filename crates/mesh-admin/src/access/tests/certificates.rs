@@ -22,18 +22,20 @@ fn a_certificate_user_needs_no_password_and_must_have_none() {
         passwords.insert(g.user.clone(), Password::new("pw"));
     }
     let fresh = plan(&grants, &BrokerAccess::default(), &passwords, "");
-    assert!(fresh
-        .changes
-        .contains(&Change::MissingUser {
-            user: "module.umami".into()
-        }));
+    assert!(fresh.changes.contains(&Change::MissingUser {
+        user: "module.umami".into()
+    }));
     assert!(fresh.missing_passwords().is_empty(), "{:?}", fresh.notes);
 
     // There with a password (any, even one given): a difference.
     let mut broker = broker_as_planned(&grants);
     passwords.insert("module.umami", Password::new("pw"));
     let had = plan(&grants, &broker, &passwords, "");
-    let umami: Vec<&Change> = had.changes.iter().filter(|c| c.user() == "module.umami").collect();
+    let umami: Vec<&Change> = had
+        .changes
+        .iter()
+        .filter(|c| c.user() == "module.umami")
+        .collect();
     assert_eq!(
         umami,
         [&Change::HasPassword {
@@ -78,7 +80,10 @@ fn definitions_give_a_certificate_user_an_empty_hash() {
 fn the_spec_limits_the_tools_a_module_calls() {
     let grants = grants(
         &spec()
-            .calls(name("umami"), [pattern("billing.quote"), pattern("shop.*.list")])
+            .calls(
+                name("umami"),
+                [pattern("billing.quote"), pattern("shop.*.list")],
+            )
             .calls(name("billing"), []),
     );
     let umami = topic_of(grant(&grants, "module.umami"), "mesh.rpc");
@@ -106,9 +111,15 @@ fn the_spec_limits_the_tools_a_module_calls() {
 #[test]
 fn a_tool_pattern_reads_as_the_broker_matches_keys() {
     for (text, keys) in [
-        ("billing.#", &["billing", "billing.quote", "billing.a.b"][..]),
+        (
+            "billing.#",
+            &["billing", "billing.quote", "billing.a.b"][..],
+        ),
         ("#.quote", &["quote", "billing.quote", "a.b.quote"][..]),
-        ("billing.#.quote", &["billing.quote", "billing.a.quote", "billing.a.b.quote"][..]),
+        (
+            "billing.#.quote",
+            &["billing.quote", "billing.a.quote", "billing.a.b.quote"][..],
+        ),
         ("*.quote", &["billing.quote", "shop.quote"][..]),
         ("#", &["a", "a.b"][..]),
         ("a-b.c_d", &["a-b.c_d"][..]),
