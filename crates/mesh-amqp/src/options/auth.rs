@@ -3,9 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use mesh_core::TransportError;
-
-use super::builder::invalid;
+use mesh_core::{TransportError, TransportErrorKind};
 
 /// The SASL mechanism a connection logs in with (the URL's `auth_mechanism` parameter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -51,7 +49,10 @@ impl FromStr for AuthMechanism {
             "external" => Ok(AuthMechanism::External),
             // Not quoted: a URL's parameters are no place for secrets, but a mistyped one
             // may hold anything.
-            _ => Err(invalid("auth_mechanism is neither `plain` nor `external`")),
+            _ => Err(TransportError::new(
+                TransportErrorKind::InvalidOptions,
+                "auth_mechanism is neither `plain` nor `external`",
+            )),
         }
     }
 }
