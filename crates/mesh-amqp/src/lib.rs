@@ -180,7 +180,7 @@ mod transport;
 pub use connection::ConnectRefused;
 pub use event_bindings::EventBindings;
 pub use lifecycle::{Lifecycle, Link};
-pub use options::{redact_url, AmqpOptions, BrokerAddress, QueueType, URL_ENV};
+pub use options::{redact_url, AmqpOptions, AuthMechanism, BrokerAddress, QueueType, URL_ENV};
 pub use plain::{PlainFollower, PlainLink, PlainMessage, PlainPublisher, CLIENT_LOG_TARGET};
 pub use tls::{TlsError, TlsErrorKind, TlsOptions, TlsVerify};
 pub use topology::{BindingDecl, ExchangeDecl, QueueDecl, Topology};

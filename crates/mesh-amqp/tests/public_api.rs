@@ -12,6 +12,7 @@ use std::path::Path;
 const REEXPORTING: &[&str] = &[
     "event_bindings.rs",
     "lifecycle.rs",
+    "options/auth.rs",
     "options/builder.rs",
     "options/mod.rs",
     "options/url.rs",

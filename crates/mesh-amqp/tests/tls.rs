@@ -8,6 +8,7 @@
 //!   connect, and the recovery scenarios (forced closes, a TCP cut) over TLS, losing nothing;
 //! - a node that requires a client certificate (`fail_if_no_peer_cert`): refused without one,
 //!   with the reason, and fine with one;
+//! - a certificate login (`EXTERNAL`) on a node that does not offer it: refused at once, typed;
 //! - an expired server certificate, served by an in-process rustls server: RabbitMQ's TLS
 //!   options are node-wide, so a third node would cost ~10 s for a refusal that happens in
 //!   the client's verifier before the server matters.
@@ -191,6 +192,45 @@ async fn mutual_tls_with_a_client_certificate_works() {
         "{listed}"
     );
     transport.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_login_the_broker_does_not_offer_is_refused_at_once() {
+    // This node has no `rabbitmq_auth_mechanism_ssl`: EXTERNAL is not offered, even to a
+    // client with a certificate it accepts.
+    let node = node().await;
+    let (pki, _, client) = pki();
+    let port = node.tls_port().unwrap();
+    let query = format!(
+        "{}&certfile={}&keyfile={}&auth_mechanism=external",
+        ca_query(pki.ca_file()),
+        client.cert.display(),
+        client.key.display()
+    );
+    let url = format!("amqps://mesh-client@127.0.0.1:{port}/?{query}");
+    let began = Instant::now();
+    let error = tokio::time::timeout(
+        3 * CONNECT_TIMEOUT,
+        AmqpTransport::connect(options(&url, "tls-external")),
+    )
+    .await
+    .expect("the connect returns")
+    .expect_err("EXTERNAL is not offered");
+    assert!(began.elapsed() < CONNECT_TIMEOUT, "{}", error_chain(&error));
+    assert_eq!(
+        error.kind(),
+        &TransportErrorKind::AccessRefused,
+        "{}",
+        error_chain(&error)
+    );
+    assert_eq!(
+        mesh_amqp::ConnectRefused::of(&error),
+        Some(&mesh_amqp::ConnectRefused::Mechanism {
+            mechanism: "EXTERNAL".into()
+        }),
+        "{}",
+        error_chain(&error)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -189,6 +189,12 @@ pub(crate) async fn connect(options: AmqpOptions) -> anyhow::Result<Arc<dyn Tran
                     "check the vhost of --url (or MESH_URL) and the user's permissions on it"
                         .to_owned(),
                 ),
+                Some(mesh::amqp::ConnectRefused::Mechanism { .. }) => Some(
+                    "a certificate login (auth_mechanism=external) needs the broker's plugin \
+                     rabbitmq_auth_mechanism_ssl, EXTERNAL in its auth_mechanisms, and a \
+                     client certificate it accepts"
+                        .to_owned(),
+                ),
                 _ => None,
             };
             Err(anyhow::Error::new(error).context(crate::exit::Coded {

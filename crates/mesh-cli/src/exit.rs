@@ -185,7 +185,9 @@ pub(crate) fn classify(error: &anyhow::Error) -> Code {
     }
     // So is a refused login or vhost, wherever the connection was opened.
     match refusal(error) {
-        Some(mesh::amqp::ConnectRefused::Login { .. }) => return Code::LoginRefused,
+        Some(
+            mesh::amqp::ConnectRefused::Login { .. } | mesh::amqp::ConnectRefused::Mechanism { .. },
+        ) => return Code::LoginRefused,
         Some(mesh::amqp::ConnectRefused::Vhost { .. }) => return Code::VhostRefused,
         _ => {}
     }
@@ -355,6 +357,12 @@ mod tests {
                     vhost: "nope".into(),
                 },
                 Code::VhostRefused,
+            ),
+            (
+                mesh::amqp::ConnectRefused::Mechanism {
+                    mechanism: "EXTERNAL".into(),
+                },
+                Code::LoginRefused,
             ),
         ] {
             let error = mesh::raw::TransportError::new(

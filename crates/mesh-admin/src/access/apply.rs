@@ -61,7 +61,8 @@ impl From<ManagementError> for AccessError {
 }
 
 /// Makes the changes of `plan` (made from `grants`) on `vhost`, user by user; returns them
-/// as made. Refuses, changing nothing, when a planned user has no password.
+/// as made. Refuses, changing nothing, when a planned user has no password (a user logging
+/// in by certificate needs none: it is put without one).
 pub async fn apply(
     client: &ManagementClient,
     vhost: &str,
@@ -71,7 +72,7 @@ pub async fn apply(
 ) -> Result<Vec<Change>, AccessError> {
     let missing: Vec<String> = grants
         .iter()
-        .filter(|g| !passwords.contains(&g.user))
+        .filter(|g| !g.certificate && !passwords.contains(&g.user))
         .map(|g| g.user.clone())
         .collect();
     if !missing.is_empty() {
@@ -87,7 +88,10 @@ pub async fn apply(
         if changes.is_empty() {
             continue;
         }
-        if changes.iter().any(|c| c.is_user()) {
+        if changes.iter().any(|c| c.is_user()) && grant.certificate {
+            let tags: Vec<&str> = grant.tags.iter().map(String::as_str).collect();
+            client.put_user_without_password(&grant.user, &tags).await?;
+        } else if changes.iter().any(|c| c.is_user()) {
             let password =
                 passwords
                     .get(&grant.user)

@@ -26,6 +26,8 @@ pub struct AccessSpec {
     contexts: BTreeSet<Name>,
     node_user: bool,
     audit_logger: bool,
+    certificates: BTreeSet<Name>,
+    calls: BTreeMap<Name, BTreeSet<String>>,
 }
 
 impl AccessSpec {
@@ -39,6 +41,8 @@ impl AccessSpec {
             contexts: BTreeSet::new(),
             node_user: true,
             audit_logger: false,
+            certificates: BTreeSet::new(),
+            calls: BTreeMap::new(),
         }
     }
 
@@ -61,6 +65,28 @@ impl AccessSpec {
             .entry(name)
             .or_default()
             .extend(patterns.into_iter().map(|p| p.to_string()));
+        self
+    }
+
+    /// The module `name` logs in with its client certificate alone (`EXTERNAL`, RabbitMQ's
+    /// plugin `rabbitmq_auth_mechanism_ssl`): its user is created without a password, so no
+    /// password logs in as it, and the certificate's subject common name must be the user's
+    /// name ([`owner_user`], `<prefix>module.<name>`; `audit-logger` names the audit
+    /// logger's user).
+    pub fn certificate_login(mut self, name: Name) -> AccessSpec {
+        self.certificates.insert(name);
+        self
+    }
+
+    /// The tools module `name` may call, as topic patterns over tool keys
+    /// (`<owner>.<tool…>`: `billing.quote`, `billing.#`), merged with an earlier call's; the
+    /// broker refuses its requests to any other (topic write on `mesh.rpc`). A module never
+    /// given here may call every tool; one given no pattern calls none.
+    pub fn calls(mut self, name: Name, tools: impl IntoIterator<Item = TopicPattern>) -> Self {
+        self.calls
+            .entry(name)
+            .or_default()
+            .extend(tools.into_iter().map(|p| p.to_string()));
         self
     }
 
@@ -172,6 +198,8 @@ pub struct Grant {
     pub permissions: Permissions,
     /// Its topic permissions, one per exchange, sorted by exchange.
     pub topic: Vec<TopicGrant>,
+    /// It logs in with its client certificate (`EXTERNAL`) and has no password.
+    pub certificate: bool,
 }
 
 /// `name` as a regular expression matching exactly it: every character a regular expression
@@ -237,6 +265,54 @@ fn write_exchanges() -> String {
     ])
 }
 
+/// A topic pattern (`*` one word, `#` any number of words) as an expression matching the
+/// routing keys it matches, unanchored: literal words escaped, `*` `[^.]+`, `#` zero or more
+/// words with their dots.
+pub(super) fn topic_expression(pattern: &str) -> String {
+    let words: Vec<&str> = pattern.split('.').collect();
+    if words == ["#"] {
+        return ANYTHING.to_owned();
+    }
+    let mut out = String::new();
+    // Whether a word has been written: the next one is preceded by a dot.
+    let mut started = false;
+    for word in words {
+        match word {
+            "#" if started => out.push_str(r"(?:\.[^.]+)*"),
+            "#" => out.push_str(r"(?:[^.]+\.)*"),
+            word => {
+                if started {
+                    out.push_str(r"\.");
+                }
+                if word == "*" {
+                    out.push_str("[^.]+");
+                } else {
+                    out.push_str(&escape(word));
+                }
+                started = true;
+            }
+        }
+    }
+    out
+}
+
+/// The `mesh.rpc` topic write of an identity: the tools it may call (every one without a
+/// list, none with an empty one).
+fn rpc_write(calls: Option<&BTreeSet<String>>) -> String {
+    match calls {
+        None => ANYTHING.to_owned(),
+        Some(tools) if tools.is_empty() => NOTHING.to_owned(),
+        Some(tools) => format!(
+            "^(?:{})$",
+            tools
+                .iter()
+                .map(|t| topic_expression(t))
+                .collect::<Vec<_>>()
+                .join("|")
+        ),
+    }
+}
+
 const NOTHING: &str = "^$";
 const ANYTHING: &str = ".*";
 
@@ -257,12 +333,14 @@ fn sorted(mut topic: Vec<TopicGrant>) -> Vec<TopicGrant> {
     topic
 }
 
-/// The grant of an identity; `patterns` is `Some` for a module (which consumes).
+/// The grant of an identity; `patterns` is `Some` for a module (which consumes), `calls`
+/// the tools it may call if the spec limits them.
 fn identity(
     prefix: &str,
     origin: Origin,
     owner: &Name,
     patterns: Option<&BTreeSet<String>>,
+    calls: Option<&BTreeSet<String>>,
 ) -> Grant {
     let n = escape(owner.as_str());
     let consumer = patterns.is_some();
@@ -302,6 +380,7 @@ fn identity(
         user: owner_user(prefix, origin, owner),
         role,
         tags: Vec::new(),
+        certificate: false,
         permissions: Permissions {
             configure: format!("^(?:{queues})$"),
             write: format!("^(?:{queues}|{write})$"),
@@ -313,7 +392,7 @@ fn identity(
                 format!(r"^{}\.{n}\.", escape(origin.as_str())),
                 events_read,
             ),
-            topic(RPC_EXCHANGE, ANYTHING, format!(r"^{n}\.")),
+            topic(RPC_EXCHANGE, rpc_write(calls), format!(r"^{n}\.")),
             topic(RETRY_EXCHANGE, retry_write, retry_read),
             topic(DEAD_EXCHANGE, ANYTHING, ANYTHING),
             topic(LOGS_EXCHANGE, format!(r"^[^.]+\.{n}\."), NOTHING),
@@ -335,6 +414,7 @@ fn audit(prefix: &str, node: &Name) -> Grant {
         // Its transport lists its queue's bindings through the management API to remove
         // stale ones (removed over AMQP, with the permissions below): reading needs a tag.
         tags: vec![OPERATOR_TAG.to_owned()],
+        certificate: false,
         permissions: Permissions {
             configure: format!("^(?:{queues})$"),
             write: format!(
@@ -362,6 +442,7 @@ fn operator(prefix: &str) -> Grant {
         user: operator_user(prefix),
         role: Role::Operator,
         tags: vec![OPERATOR_TAG.to_owned()],
+        certificate: false,
         permissions: Permissions {
             configure: ANYTHING.to_owned(),
             write: ANYTHING.to_owned(),
@@ -377,16 +458,26 @@ pub fn grants(spec: &AccessSpec) -> Vec<Grant> {
     let prefix = spec.prefix.as_str();
     let mut out = vec![operator(prefix)];
     if spec.audit_logger {
-        out.push(audit(prefix, &spec.node));
+        let mut logger = audit(prefix, &spec.node);
+        logger.certificate = spec.certificates.iter().any(|m| m.as_str() == AUDIT_MODULE);
+        out.push(logger);
     }
     if spec.node_user {
-        out.push(identity(prefix, Origin::Node, &spec.node, None));
+        out.push(identity(prefix, Origin::Node, &spec.node, None, None));
     }
     for context in &spec.contexts {
-        out.push(identity(prefix, Origin::Mesh, context, None));
+        out.push(identity(prefix, Origin::Mesh, context, None, None));
     }
     for (module, patterns) in &spec.modules {
-        out.push(identity(prefix, Origin::Module, module, Some(patterns)));
+        let mut grant = identity(
+            prefix,
+            Origin::Module,
+            module,
+            Some(patterns),
+            spec.calls.get(module),
+        );
+        grant.certificate = spec.certificates.contains(module);
+        out.push(grant);
     }
     // Two identities of one user name (a context named like the node…) would fight: keep
     // the first.

@@ -51,7 +51,7 @@
 //! | exchange | `<o>.<N>` | `audit-logger.<X>` |
 //! |---|---|---|
 //! | `mesh.events` | `^o\.N\.` / `^(?:P1\|P2…)$`, its spec patterns exactly (`^$` without) | `^$` / `.*` |
-//! | `mesh.rpc` | `.*` / `^N\.` (it calls any tool, serves only its own) | `^$` / `^$` |
+//! | `mesh.rpc` | `.*`, or `^(?:T1\|T2…)$` for the tools the spec lets it call ([`AccessSpec::calls`]) / `^N\.` (it serves only its own) | `^$` / `^$` |
 //! | `mesh.retry` | `^[^.]+\.N\.events(?:\.retry\.[^.]+)?$` / the same (`^$` / `^$` for a context or the node): its retry copies to its retry queues, and its retry forwarders' copies back to its queue | `^X\.audit-logger\.(?:events\|dead)(?:\.retry\.[^.]+)?$` / the same |
 //! | `mesh.events.dead` | `.*` / `.*` (a consumer dead-letters copies under other owners' keys) | `.*` / `.*` |
 //! | `mesh.logs` | `^[^.]+\.N\.` / `^$` | `^X\.audit-logger\.` / `^$` |
@@ -84,6 +84,11 @@
 //! that differs, is missing or is not asked for is a difference), and lists every binding on
 //! a mesh exchange the contract does not explain ([`foreign_bindings`](crate::topology::foreign_bindings)),
 //! which apply removes.
+//!
+//! A module the spec marks with [`AccessSpec::certificate_login`] logs in with its client
+//! certificate (`EXTERNAL`): its user is put without a password (an empty `password_hash`),
+//! needs none from the caller, and one found with a password is a change
+//! ([`Change::HasPassword`]).
 //!
 //! Passwords never appear in a `Debug`, an error or a log line ([`Password`]).
 

@@ -35,6 +35,12 @@ pub enum Change {
         /// The user.
         user: String,
     },
+    /// The user logs in with its client certificate, and has a password that would log in
+    /// as it too.
+    HasPassword {
+        /// The user.
+        user: String,
+    },
     /// The user's tags differ.
     TagsDiffer {
         /// The user.
@@ -91,6 +97,7 @@ impl Change {
         match self {
             Change::MissingUser { user }
             | Change::PasswordDiffers { user }
+            | Change::HasPassword { user }
             | Change::TagsDiffer { user, .. }
             | Change::MissingPermissions { user, .. }
             | Change::PermissionsDiffer { user, .. }
@@ -116,6 +123,7 @@ impl Change {
         match self {
             Change::MissingUser { .. } => "missing-user",
             Change::PasswordDiffers { .. } => "password-differs",
+            Change::HasPassword { .. } => "has-password",
             Change::TagsDiffer { .. } => "tags-differ",
             Change::MissingPermissions { .. } => "missing-permissions",
             Change::PermissionsDiffer { .. } => "permissions-differ",
@@ -142,7 +150,10 @@ impl Change {
     pub(super) fn is_user(&self) -> bool {
         matches!(
             self,
-            Change::MissingUser { .. } | Change::PasswordDiffers { .. } | Change::TagsDiffer { .. }
+            Change::MissingUser { .. }
+                | Change::PasswordDiffers { .. }
+                | Change::HasPassword { .. }
+                | Change::TagsDiffer { .. }
         )
     }
 }
@@ -154,6 +165,10 @@ impl fmt::Display for Change {
             Change::PasswordDiffers { user } => {
                 write!(f, "user {user} has another password")
             }
+            Change::HasPassword { user } => write!(
+                f,
+                "user {user} has a password, wants none (it logs in with its certificate)"
+            ),
             Change::TagsDiffer { user, want, have } => write!(
                 f,
                 "user {user} has tags [{}], wants [{}]",
@@ -286,18 +301,24 @@ fn sorted_tags(tags: &[String]) -> Vec<String> {
     tags
 }
 
-/// Compares `grants` with `broker`; `prefix` picks the unplanned users worth a note.
+/// Compares `grants` with `broker`; `prefix` picks the unplanned users worth a note. A user
+/// logging in by certificate ([`Grant::certificate`]) needs no password and must have none:
+/// a password given for it is ignored.
 pub fn plan(grants: &[Grant], broker: &BrokerAccess, passwords: &Passwords, prefix: &str) -> Plan {
     let mut out = Plan::default();
     for grant in grants {
         let user = grant.user.clone();
-        if !passwords.contains(&user) {
+        if !grant.certificate && !passwords.contains(&user) {
             out.notes.push(Note::NoPassword { user: user.clone() });
         }
         match broker.users.iter().find(|u| u.name == user) {
             None => out.changes.push(Change::MissingUser { user: user.clone() }),
             Some(have) => {
-                if let Some(password) = passwords.get(&user) {
+                if grant.certificate {
+                    if !have.password_hash.is_empty() {
+                        out.changes.push(Change::HasPassword { user: user.clone() });
+                    }
+                } else if let Some(password) = passwords.get(&user) {
                     match password_matches(
                         &have.password_hash,
                         have.hashing_algorithm.as_deref(),

@@ -8,6 +8,8 @@ use mesh_core::{Name, TopicPattern};
 use regex::Regex;
 use sha2::Digest as _;
 
+mod certificates;
+
 fn name(s: &str) -> Name {
     Name::parse(s).unwrap()
 }

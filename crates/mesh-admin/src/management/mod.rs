@@ -443,6 +443,20 @@ impl ManagementClient {
         Ok(())
     }
 
+    /// Creates the user `name`, or sets the tags of the one there is, with no password: no
+    /// password logs in as it (`password_hash` empty), only another mechanism such as a
+    /// client certificate (`EXTERNAL`).
+    pub async fn put_user_without_password(
+        &self,
+        name: &str,
+        tags: &[&str],
+    ) -> Result<(), ManagementError> {
+        let body = serde_json::json!({ "password_hash": "", "tags": tags.join(",") });
+        self.call(Method::Put, &["users", name], Some(&body))
+            .await?;
+        Ok(())
+    }
+
     /// Deletes the user `name` (with its permissions on every vhost).
     pub async fn delete_user(&self, name: &str) -> Result<(), ManagementError> {
         self.call(Method::Delete, &["users", name], None).await?;

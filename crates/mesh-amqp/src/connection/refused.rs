@@ -30,6 +30,13 @@ pub enum ConnectRefused {
         /// The vhost refused.
         vhost: String,
     },
+    /// The broker does not offer the login mechanism asked for: `EXTERNAL` needs the plugin
+    /// `rabbitmq_auth_mechanism_ssl`, `EXTERNAL` in `auth_mechanisms`, and a TLS connection
+    /// that presented a client certificate.
+    Mechanism {
+        /// The mechanism asked for (`PLAIN`, `EXTERNAL`).
+        mechanism: String,
+    },
 }
 
 impl fmt::Display for ConnectRefused {
@@ -47,6 +54,11 @@ impl fmt::Display for ConnectRefused {
                 "the broker refused vhost `{}` to user `{}`: no such vhost, or no permission on it",
                 escape(vhost),
                 escape(user)
+            ),
+            ConnectRefused::Mechanism { mechanism } => write!(
+                f,
+                "the broker does not offer the login mechanism {}",
+                escape(mechanism)
             ),
         }
     }
@@ -76,6 +88,18 @@ pub(crate) fn from_refusal(
     vhost: &str,
     context: &str,
 ) -> Option<TransportError> {
+    if let amqprs::error::Error::ConnectionOpenError(text) = error {
+        // The client library's own check of the broker's offer, before it logs in.
+        let mechanism = text
+            .strip_prefix("authentication '")?
+            .strip_suffix("' is not supported by server")?;
+        let refused = ConnectRefused::Mechanism {
+            mechanism: mechanism.to_owned(),
+        };
+        return Some(
+            TransportError::new(TransportErrorKind::AccessRefused, context).with_source(refused),
+        );
+    }
     let amqprs::error::Error::ConnectionRefused { reply_code, .. } = error else {
         return None;
     };
@@ -116,6 +140,23 @@ mod tests {
             };
             assert_eq!(refused, &expected);
         }
+    }
+
+    #[test]
+    fn a_mechanism_the_broker_does_not_offer_is_a_refusal() {
+        let error = amqprs::error::Error::ConnectionOpenError(
+            "authentication 'EXTERNAL' is not supported by server".to_owned(),
+        );
+        let error = from_refusal(&error, "u", "v", "c").expect("a refusal");
+        assert_eq!(error.kind(), &TransportErrorKind::AccessRefused);
+        assert_eq!(
+            ConnectRefused::of(&error),
+            Some(&ConnectRefused::Mechanism {
+                mechanism: "EXTERNAL".to_owned()
+            })
+        );
+        let locale = amqprs::error::Error::ConnectionOpenError("locale".to_owned());
+        assert!(from_refusal(&locale, "u", "v", "c").is_none());
     }
 
     #[test]

@@ -14,13 +14,14 @@ use std::time::{Duration, Instant};
 
 use amqprs::callbacks::ConnectionCallback;
 use amqprs::connection::{Connection, OpenConnectionArguments};
+use amqprs::security::SecurityCredentials;
 use amqprs::tls::TlsAdaptor;
 use amqprs::Close;
 use mesh_core::{BoxFuture, TransportError, TransportErrorKind};
 
 use crate::error::from_client;
 use crate::lifecycle::{Lifecycle, Link, TransportShared};
-use crate::options::AmqpOptions;
+use crate::options::{AmqpOptions, AuthMechanism};
 use crate::tls::{verified_name, Attempt, TlsError, TlsVerify};
 
 /// What one link's owner and the broker's callbacks report, for health checks and stats.
@@ -262,7 +263,11 @@ pub(crate) async fn open(
 ) -> Result<(Connection, usize), TransportError> {
     let name = format!("{}.{}", options.get_connection_name(), state.link);
     let heartbeat = u16::try_from(options.get_heartbeat().as_secs()).unwrap_or(u16::MAX);
-    let password = {
+    let external = options.get_auth_mechanism() == AuthMechanism::External;
+    // A certificate login sends no password: none is read.
+    let password = if external {
+        String::new()
+    } else {
         let options = options.clone();
         crate::blocking::off_runtime(move || options.load_password()).await?
     };
@@ -277,6 +282,9 @@ pub(crate) async fn open(
             options.get_user(),
             &password,
         );
+        if external {
+            args.credentials(SecurityCredentials::new_external());
+        }
         args.virtual_host(options.get_vhost())
             .connection_name(&name)
             .heartbeat(heartbeat);

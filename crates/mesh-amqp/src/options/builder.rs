@@ -10,6 +10,8 @@ use mesh_core::{TransportError, TransportErrorKind};
 
 use crate::tls::TlsOptions;
 
+use super::auth::AuthMechanism;
+
 /// The environment variable [`AmqpOptions::from_env`] reads.
 pub const URL_ENV: &str = "MESH_URL";
 
@@ -132,7 +134,11 @@ impl fmt::Display for BrokerAddress {
 ///   RabbitMQ's TLS parameters: `cacertfile`, `certfile`, `keyfile` (PEM file paths,
 ///   percent-decoded), `verify` (`verify_peer`, the default, or `verify_none`) and
 ///   `server_name_indication`. The files are read when the options are validated and again at
-///   every (re)connect.
+///   every (re)connect;
+/// - `auth_mechanism`: `plain` (the default) or `external`, a login by the client
+///   certificate alone ([`AuthMechanism::External`]: no password is read or sent; the URL's
+///   user must be the one the certificate logs in as, since every message carries it as
+///   `user-id`): `amqps://module.billing@rabbit/prod?auth_mechanism=external&certfile=…&keyfile=…`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct AmqpOptions {
     // `pub(super)`: what a URL says, which the URL parser (`url`) sets.
@@ -154,6 +160,7 @@ pub struct AmqpOptions {
     reconnect_max: Duration,
     pub(super) tls: Option<TlsOptions>,
     password_file: Option<PathBuf>,
+    pub(super) auth_mechanism: AuthMechanism,
 }
 
 impl Default for AmqpOptions {
@@ -181,6 +188,7 @@ impl Default for AmqpOptions {
             reconnect_max: Duration::from_secs(5),
             tls: None,
             password_file: None,
+            auth_mechanism: AuthMechanism::Plain,
         }
     }
 }
@@ -231,6 +239,16 @@ impl AmqpOptions {
     /// effect at the next connect, and it appears in no URL or command line.
     pub fn password_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.password_file = Some(path.into());
+        self
+    }
+
+    /// How to log in: a password ([`AuthMechanism::Plain`], the default) or the client
+    /// certificate alone ([`AuthMechanism::External`], which needs [`tls`](Self::tls) with a
+    /// client certificate; the broker names the user after the certificate, and the user set
+    /// here must be that name: every message carries it as `user-id`, which the broker
+    /// checks).
+    pub fn auth_mechanism(mut self, mechanism: AuthMechanism) -> Self {
+        self.auth_mechanism = mechanism;
         self
     }
 
@@ -393,6 +411,11 @@ impl AmqpOptions {
         Ok(password.to_owned())
     }
 
+    /// How the connection logs in.
+    pub fn get_auth_mechanism(&self) -> AuthMechanism {
+        self.auth_mechanism
+    }
+
     /// The TLS settings, if connecting with TLS.
     pub fn get_tls(&self) -> Option<&TlsOptions> {
         self.tls.as_ref()
@@ -518,9 +541,21 @@ impl AmqpOptions {
         if self.reconnect_min.is_zero() || self.reconnect_max < self.reconnect_min {
             return Err(invalid("the reconnect backoff needs 0 < min <= max"));
         }
+        if self.auth_mechanism == AuthMechanism::External
+            && self
+                .tls
+                .as_ref()
+                .and_then(TlsOptions::get_cert_file)
+                .is_none()
+        {
+            return Err(invalid(
+                "auth_mechanism external logs in with the client certificate: it needs \
+                 amqps:// with certfile and keyfile",
+            ));
+        }
         // Read the files now, so a missing or malformed one is reported before connecting;
-        // they are read again at every connect.
-        if self.password_file.is_some() {
+        // they are read again at every connect. A certificate login sends no password.
+        if self.password_file.is_some() && self.auth_mechanism == AuthMechanism::Plain {
             self.load_password()?;
         }
         if let Some(tls) = &self.tls {
@@ -552,6 +587,7 @@ impl fmt::Debug for AmqpOptions {
             .field("reconnect_max", &self.reconnect_max)
             .field("tls", &self.tls)
             .field("password_file", &self.password_file)
+            .field("auth_mechanism", &self.auth_mechanism)
             .finish()
     }
 }

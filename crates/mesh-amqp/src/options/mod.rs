@@ -7,13 +7,15 @@
 //! The password never leaves this module in text meant for people: `Debug` and `Display`
 //! redact it, and no parse error quotes a part of the URL that may hold it.
 //!
-//! `builder` holds the options themselves (defaults, setters, getters, validation); `url`
+//! `auth` holds the login mechanism; `builder` holds the options themselves (defaults, setters, getters, validation); `url`
 //! reads and writes them as a URL.
 //!
 //! [`FromStr`]: std::str::FromStr
 
+mod auth;
 mod builder;
 mod url;
 
+pub use auth::AuthMechanism;
 pub use builder::{AmqpOptions, BrokerAddress, QueueType, URL_ENV};
 pub use url::redact_url;

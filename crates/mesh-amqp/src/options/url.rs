@@ -143,6 +143,9 @@ impl FromStr for AmqpOptions {
                         tls_options = tls_options.verify(verify);
                         tls_parameters = true;
                     }
+                    "auth_mechanism" => {
+                        options.auth_mechanism = value.parse()?;
+                    }
                     "server_name_indication" => {
                         let name = percent_decode(value, "server_name_indication")?;
                         crate::tls::server_name(&name)?;
@@ -152,8 +155,8 @@ impl FromStr for AmqpOptions {
                     other => {
                         return Err(invalid(format!(
                             "unsupported URL parameter `{other}` (supported: heartbeat, \
-                             connection_timeout, cacertfile, certfile, keyfile, verify, \
-                             server_name_indication)"
+                             connection_timeout, auth_mechanism, cacertfile, certfile, keyfile, \
+                             verify, server_name_indication)"
                         )))
                     }
                 }
@@ -445,6 +448,36 @@ mod tests {
             o.get_tls().unwrap().get_ca_file(),
             Some(Path::new(&files.path("ca.pem")))
         );
+    }
+
+    #[test]
+    fn auth_mechanism_external_needs_a_client_certificate() {
+        use crate::AuthMechanism;
+        let files = Files::new("external");
+        let o = parse(&format!(
+            "amqps://h/v?auth_mechanism=external&certfile={}&keyfile={}",
+            files.path("client.pem"),
+            files.path("client.key"),
+        ));
+        assert_eq!(o.get_auth_mechanism(), AuthMechanism::External);
+        assert_eq!(parse("amqp://h").get_auth_mechanism(), AuthMechanism::Plain);
+        assert_eq!(
+            parse("amqp://h?auth_mechanism=plain").get_auth_mechanism(),
+            AuthMechanism::Plain
+        );
+        for url in [
+            "amqp://h/v?auth_mechanism=external".to_owned(),
+            format!(
+                "amqps://h/v?auth_mechanism=external&cacertfile={}",
+                files.path("ca.pem")
+            ),
+        ] {
+            assert!(refused(&url).contains("client certificate"), "{url}");
+        }
+        assert!(refused("amqp://h?auth_mechanism=cr-demo").contains("auth_mechanism"));
+        // A password file is not read for a certificate login.
+        let o = o.password_file(files.path("missing-password"));
+        assert!(o.validate().is_ok());
     }
 
     #[test]

@@ -228,7 +228,15 @@ impl Pending {
                 TransportErrorKind::Nacked,
                 format!("publishing `{}`", outgoing.payload.routing_key()),
             )),
-            Outcome::NotResent => Err(with_close(connection_lost())),
+            // A publish that is not resent (a request) lost with a channel the broker
+            // closed because of it is refused, not lost: retrying would be refused again.
+            Outcome::NotResent => match close.filter(|close| refuses(close, outgoing)) {
+                Some(close) => Err(from_close(
+                    close.clone(),
+                    &format!("publishing to exchange `{}`", outgoing.exchange),
+                )),
+                None => Err(with_close(connection_lost())),
+            },
             Outcome::TooLarge => {
                 let size = outgoing.payload.body().len();
                 let max = close.and_then(|close| match publish_refusal(close) {
@@ -300,6 +308,23 @@ impl WindowRoom {
     }
 }
 
+/// Whether the broker's `close` refused `outgoing` itself: a topic it may not write under
+/// its key, an exchange it may not write to, or the `user-id` every message carries.
+fn refuses(close: &BrokerClose, outgoing: &Publication) -> bool {
+    match publish_refusal(close) {
+        PublishRefusal::Topic { exchange, key } => {
+            exchange == outgoing.exchange && key == outgoing.payload.routing_key()
+        }
+        PublishRefusal::Exchange { code, exchange } => {
+            code == crate::error::code::ACCESS_REFUSED
+                && (exchange == outgoing.exchange
+                    || (exchange == "amq.default" && outgoing.exchange.is_empty()))
+        }
+        PublishRefusal::UserId => true,
+        PublishRefusal::TooLarge { .. } | PublishRefusal::Other => false,
+    }
+}
+
 pub(super) fn closed() -> TransportError {
     TransportError::new(TransportErrorKind::Closed, "publishing")
 }
@@ -309,4 +334,55 @@ pub(super) fn connection_lost() -> TransportError {
         TransportErrorKind::ConnectionLost,
         "the publishing connection was lost; not resent",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(exchange: &'static str, key: &str) -> Publication {
+        Publication {
+            exchange,
+            payload: Payload::Message {
+                routing_key: key.to_owned(),
+                message: WireMessage::new(key, "{}"),
+            },
+            mandatory: true,
+            force_persistent: false,
+            resend: false,
+        }
+    }
+
+    fn close(code: u16, text: &str) -> BrokerClose {
+        BrokerClose {
+            code,
+            text: text.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_close_refuses_the_publish_it_names_and_no_other() {
+        let topic = close(
+            403,
+            "ACCESS_REFUSED - access to topic 'billing.quote' in exchange 'mesh.rpc' in vhost \
+             '/' refused for user 'module.shop'",
+        );
+        assert!(refuses(&topic, &request("mesh.rpc", "billing.quote")));
+        assert!(!refuses(&topic, &request("mesh.rpc", "billing.refund")));
+        assert!(!refuses(&topic, &request("mesh.events", "billing.quote")));
+        let exchange = close(
+            403,
+            "ACCESS_REFUSED - write access to exchange 'amq.default' in vhost '/' refused for \
+             user 'u'",
+        );
+        assert!(refuses(&exchange, &request("", "q")));
+        assert!(!refuses(&exchange, &request("mesh.rpc", "q")));
+        let user_id = close(
+            406,
+            "PRECONDITION_FAILED - user_id property set to 'a' but authenticated user was 'b'",
+        );
+        assert!(refuses(&user_id, &request("mesh.rpc", "any.tool")));
+        let other = close(406, "PRECONDITION_FAILED - unknown delivery tag 7");
+        assert!(!refuses(&other, &request("mesh.rpc", "any.tool")));
+    }
 }

@@ -26,7 +26,9 @@ pub(crate) struct Global {
 
     /// The broker: amqp[s]://[user[:password]@]host[:port][/vhost][?params] (guest/guest when
     /// no credentials are given; %2F is the vhost `/`; amqps takes cacertfile, certfile,
-    /// keyfile, verify and server_name_indication) [default: amqp://127.0.0.1:5672]
+    /// keyfile, verify and server_name_indication; auth_mechanism=external logs in with the
+    /// client certificate alone, no password, as the URL's user) [default:
+    /// amqp://127.0.0.1:5672]
     #[arg(long, env = "MESH_URL", global = true, hide_env_values = true)]
     pub(crate) url: Option<String>,
 

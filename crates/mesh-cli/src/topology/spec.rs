@@ -72,9 +72,27 @@ struct ModuleSpec {
     queue_type: Option<QueueTypeArg>,
     #[serde(default)]
     shared: bool,
+    /// How the module's user logs in (`mesh access`): `password` (the default) or
+    /// `certificate` (its client certificate alone, `EXTERNAL`: created without a password).
+    #[serde(default)]
+    auth: ModuleAuth,
+    /// The tools the module may call (`mesh access`), as topic patterns over tool keys;
+    /// absent, every tool.
+    calls: Option<Vec<String>>,
     /// Given with `--module` rather than in the spec file.
     #[serde(skip)]
     from_command_line: bool,
+}
+
+/// How a module's user logs in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum ModuleAuth {
+    /// A password.
+    #[default]
+    Password,
+    /// The client certificate alone (`EXTERNAL`).
+    Certificate,
 }
 
 fn queue_type(arg: QueueTypeArg) -> QueueType {
@@ -179,6 +197,8 @@ fn command_line_modules(args: &TopologyArgs) -> anyhow::Result<Vec<ModuleSpec>> 
             patterns: Vec::new(),
             queue_type: None,
             shared: false,
+            auth: ModuleAuth::Password,
+            calls: None,
             from_command_line: true,
         })
         .collect();
@@ -215,6 +235,8 @@ fn command_line_modules(args: &TopologyArgs) -> anyhow::Result<Vec<ModuleSpec>> 
                     patterns: Vec::new(),
                     queue_type: None,
                     shared: false,
+                    auth: ModuleAuth::Password,
+                    calls: None,
                     from_command_line: true,
                 });
                 from_args.len() - 1
@@ -332,6 +354,18 @@ pub(crate) fn access_spec(
             patterns.push(TopicPattern::parse(pattern).coded(Code::Usage, || {
                 format!("invalid pattern `{pattern}` of module `{name}`")
             })?);
+        }
+        if module.auth == ModuleAuth::Certificate {
+            spec = spec.certificate_login(name.clone());
+        }
+        if let Some(calls) = &module.calls {
+            let mut tools = Vec::new();
+            for tool in calls {
+                tools.push(TopicPattern::parse(tool).coded(Code::Usage, || {
+                    format!("invalid tool pattern `{tool}` in the calls of module `{name}`")
+                })?);
+            }
+            spec = spec.calls(name.clone(), tools);
         }
         spec = spec.module(name, patterns);
     }
@@ -587,6 +621,38 @@ mod tests {
             users,
             ["acme/operator", "acme/mesh.ctx", "acme/module.billing"]
         );
+        // Per module: the certificate login and the tools it may call.
+        std::fs::write(
+            &access_path,
+            "node = \"n1\"\n[[modules]]\nname = \"umami\"\nauth = \"certificate\"\n\
+             calls = [\"billing.quote\"]\n[[modules]]\nname = \"billing\"\ncalls = []\n",
+        )
+        .unwrap();
+        let grants =
+            mesh::amqp::access::grants(&access_spec(&access_path, None, no_default).unwrap());
+        let of = |user: &str| grants.iter().find(|g| g.user == user).unwrap();
+        let rpc_write = |user: &str| {
+            of(user)
+                .topic
+                .iter()
+                .find(|t| t.exchange == "mesh.rpc")
+                .unwrap()
+                .write
+                .clone()
+        };
+        assert!(of("module.umami").certificate);
+        assert!(!of("module.billing").certificate);
+        assert_eq!(rpc_write("module.umami"), r"^(?:billing\.quote)$");
+        assert_eq!(rpc_write("module.billing"), "^$");
+        assert_eq!(rpc_write("node.n1"), ".*");
+        for bad in [
+            "[[modules]]\nname = \"m\"\nauth = \"kerberos\"\n",
+            "[[modules]]\nname = \"m\"\ncalls = [\"a..b\"]\n",
+        ] {
+            std::fs::write(&access_path, bad).unwrap();
+            let error = access_spec(&access_path, node(), no_default).unwrap_err();
+            assert_eq!(crate::exit::classify(&error), Code::Usage, "{bad}");
+        }
         std::fs::write(&access_path, "[access]\nuser_prefix = \"a\\nb\"\n").unwrap();
         let error = access_spec(&access_path, node(), no_default).unwrap_err();
         assert_eq!(crate::exit::classify(&error), Code::Usage);

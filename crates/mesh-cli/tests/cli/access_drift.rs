@@ -14,7 +14,7 @@ use mesh_testkit::{eventually, NodeOptions, PrivateNode};
 
 use crate::{assert_code, finish, mesh, stdout, NODE, WAIT};
 
-fn variable(user: &str) -> String {
+pub(crate) fn variable(user: &str) -> String {
     let mut name = "MESH_PASSWORD_".to_owned();
     name.extend(user.bytes().map(|b| {
         if b.is_ascii_alphanumeric() {

@@ -7,6 +7,7 @@ mod answers;
 mod audit;
 mod audit_run;
 mod call;
+mod certificates;
 mod console;
 mod contract;
 mod contract_live;

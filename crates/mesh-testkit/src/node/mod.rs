@@ -224,7 +224,7 @@ impl PrivateNode {
                 self.tls_port.map(|p| (p, self.dir.as_path())),
             ),
             &self.opts.advanced_config(),
-            self.opts.enabled_plugins(),
+            &self.opts.enabled_plugins(),
         )
     }
 

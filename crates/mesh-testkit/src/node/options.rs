@@ -24,6 +24,7 @@ pub struct NodeOptions {
     channel_tick_interval_ms: Option<u64>,
     extra_conf: Vec<String>,
     pub(super) management: bool,
+    certificate_login: bool,
     pub(super) tls: Option<TlsListener>,
     pub(super) boot_timeout: Duration,
 }
@@ -54,6 +55,7 @@ impl Default for NodeOptions {
             channel_tick_interval_ms: None,
             extra_conf: Vec::new(),
             management: false,
+            certificate_login: false,
             tls: None,
             boot_timeout: Duration::from_secs(60),
         }
@@ -119,6 +121,16 @@ impl NodeOptions {
             .extra_conf(format!("management.ssl.keyfile = {}", server.key.display()))
     }
 
+    /// Lets clients log in with their TLS client certificate alone: enables
+    /// `rabbitmq_auth_mechanism_ssl`, offers `EXTERNAL` beside `PLAIN` and `AMQPLAIN`, and
+    /// names the user after the certificate's subject common name (`ssl_cert_login_from =
+    /// common_name`). Only a TLS connection that presented a certificate is offered
+    /// `EXTERNAL`: pair it with [`NodeOptions::tls`].
+    pub fn certificate_login(mut self, enabled: bool) -> Self {
+        self.certificate_login = enabled;
+        self
+    }
+
     /// Adds a TLS listener on a free port of its own (see [`PrivateNode::tls_port`](crate::PrivateNode::tls_port)), beside
     /// the plain AMQP one.
     pub fn tls(mut self, listener: TlsListener) -> Self {
@@ -163,6 +175,14 @@ impl NodeOptions {
                 listener.require_client_cert
             ));
         }
+        if self.certificate_login {
+            conf.push_str(
+                "auth_mechanisms.1 = PLAIN\n\
+                 auth_mechanisms.2 = AMQPLAIN\n\
+                 auth_mechanisms.3 = EXTERNAL\n\
+                 ssl_cert_login_from = common_name\n",
+            );
+        }
         if let Some(v) = self.heartbeat {
             conf.push_str(&format!("heartbeat = {v}\n"));
         }
@@ -191,12 +211,15 @@ impl NodeOptions {
         }
     }
 
-    pub(crate) fn enabled_plugins(&self) -> &'static str {
-        if self.management {
-            "[rabbitmq_management].\n"
-        } else {
-            "[].\n"
-        }
+    pub(crate) fn enabled_plugins(&self) -> String {
+        let plugins: Vec<&str> = [
+            (self.management, "rabbitmq_management"),
+            (self.certificate_login, "rabbitmq_auth_mechanism_ssl"),
+        ]
+        .into_iter()
+        .filter_map(|(on, plugin)| on.then_some(plugin))
+        .collect();
+        format!("[{}].\n", plugins.join(","))
     }
 }
 
@@ -229,6 +252,18 @@ mod tests {
         assert!(!NodeOptions::default()
             .rabbitmq_conf("n", 1, None, None)
             .contains("ssl"));
+        let certificates = opts.management(true).certificate_login(true);
+        let conf = certificates.rabbitmq_conf("n", 1, None, Some((2, Path::new("/d"))));
+        for line in [
+            "auth_mechanisms.3 = EXTERNAL",
+            "ssl_cert_login_from = common_name",
+        ] {
+            assert!(conf.lines().any(|l| l == line), "{line} in:\n{conf}");
+        }
+        assert_eq!(
+            certificates.enabled_plugins(),
+            "[rabbitmq_management,rabbitmq_auth_mechanism_ssl].\n"
+        );
     }
 
     #[test]
