@@ -144,7 +144,7 @@ impl Dispatcher {
     /// kilobyte an allocation leaves the allocator's fast path): the decoding and matching
     /// happen before it, and it holds the delivery once, as captured, never moved into a
     /// local across an await.
-    fn handle(&self, delivery: Delivery) -> impl std::future::Future<Output = ()> + Send + '_ {
+    pub(crate) fn handle(&self, delivery: Delivery) -> impl std::future::Future<Output = ()> + Send + '_ {
         let plan = self.plan(&delivery);
         async move {
             // Matched by reference: bindings by value would be copies the future holds

@@ -96,6 +96,9 @@
 
 #[cfg(feature = "amqp")]
 mod amqp_admin;
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub mod bench_internals;
 mod bus;
 mod causation;
 mod dedup;
