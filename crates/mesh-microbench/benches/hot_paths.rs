@@ -17,15 +17,15 @@ use std::time::Instant;
 use gungraun::{
     library_benchmark, library_benchmark_group, main, Callgrind, EventKind, LibraryBenchmarkConfig,
 };
+use mesh::bench_internals::Consumer;
 use mesh_amqp::bench_internals::{self as internals, AckFrame, AckTracker, ClientProperties};
 use mesh_amqp::bench_internals::{Flushed, Window};
 use mesh_core::naming::EVENTS_EXCHANGE;
+use mesh_core::Delivery;
 use mesh_core::{
     codec, DecodeError, Envelope, EventName, KeyError, Name, Origin, RoutingKey, TopicPattern,
     TransportError, WireMessage,
 };
-use mesh::bench_internals::Consumer;
-use mesh_core::Delivery;
 use mesh_microbench::dispatch::Settles;
 use mesh_microbench::{Settled, BATCH, KEY};
 use std::sync::Arc;
@@ -318,5 +318,11 @@ main!(
     // and which slows Callgrind down.
     config = LibraryBenchmarkConfig::default()
         .tool(Callgrind::with_args(["--cache-sim=no"]).format([EventKind::Ir])),
-    library_benchmark_groups = [codec_group, convert_group, key_group, bookkeeping_group, dispatch_group]
+    library_benchmark_groups = [
+        codec_group,
+        convert_group,
+        key_group,
+        bookkeeping_group,
+        dispatch_group
+    ]
 );

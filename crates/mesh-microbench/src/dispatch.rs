@@ -94,6 +94,14 @@ pub fn consumer_and_deliveries(pattern: &str) -> (Consumer, Vec<Delivery>, Arc<S
 
 /// Checks the dispatch benchmark: every delivery was handled and acked, none otherwise.
 pub fn check_dispatched(settles: &Settles) {
-    assert_eq!(settles.acked.load(Ordering::Relaxed), BATCH, "every delivery acked");
-    assert_eq!(settles.other.load(Ordering::Relaxed), 0, "no other settling");
+    assert_eq!(
+        settles.acked.load(Ordering::Relaxed),
+        BATCH,
+        "every delivery acked"
+    );
+    assert_eq!(
+        settles.other.load(Ordering::Relaxed),
+        0,
+        "no other settling"
+    );
 }

@@ -10,7 +10,7 @@
 use mesh_core::{Delivery, RetryPolicy, TopicPattern};
 
 use crate::dispatch::{self, Dispatcher};
-use crate::handler::{HandlerDecl, HandlerEntry};
+use crate::handler::{HandlerCall, HandlerDecl, HandlerEntry};
 use crate::telemetry::record::Queue;
 
 /// A consumer of one queue with one raw handler that succeeds.
@@ -35,7 +35,7 @@ impl Consumer {
         let decl = HandlerDecl::raw(vec![pattern.to_owned()], None, |_event| async { Ok(()) });
         let handler = HandlerEntry {
             patterns: vec![TopicPattern::parse(pattern).unwrap()],
-            call: decl.call,
+            call: HandlerCall::of(decl.service),
             #[cfg(feature = "schemas")]
             check: None,
         };

@@ -109,6 +109,7 @@ mod event;
 mod handler;
 mod identity;
 mod incoming;
+pub mod layer;
 mod listen;
 mod outgoing;
 mod prepared;
