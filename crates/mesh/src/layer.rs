@@ -153,9 +153,9 @@ where
 /// What a lock holds, reached through `&mut` (no locking; a poisoned lock's value is still
 /// the service).
 fn unlocked<T: ?Sized>(lock: &mut std::sync::Mutex<Box<T>>) -> &mut T {
-    &mut **lock
-        .get_mut()
+    lock.get_mut()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_mut()
 }
 
 /// A handler's error as it passes up through layers: a [`std::error::Error`] holding the

@@ -146,7 +146,7 @@ impl Service<Meta> for Failing {
 
 /// Dispatches one first delivery of an event to a handler wrapped in `layer`; how it was
 /// settled.
-fn settle(layer: impl HandlerLayer) -> Vec<Settled> {
+fn settle(layer: &impl HandlerLayer) -> Vec<Settled> {
     let decl = HandlerDecl::raw(vec![KEY.to_owned()], None, |_| async { Ok(()) });
     let queue = Queue::new("test.ledger.events");
     let dispatcher = Dispatcher {
@@ -188,13 +188,13 @@ fn settle(layer: impl HandlerLayer) -> Vec<Settled> {
 #[test]
 fn a_shed_delivery_is_released_uncounted() {
     let shed = (LoadShedLayer::new(), Replace(Refusing { fails: false }));
-    assert_eq!(settle(shed), [Settled::Released]);
+    assert_eq!(settle(&shed), [Settled::Released]);
 }
 
 #[test]
 fn a_refusal_to_be_ready_releases_the_delivery_uncounted() {
     assert_eq!(
-        settle(Replace(Refusing { fails: true })),
+        settle(&Replace(Refusing { fails: true })),
         [Settled::Released]
     );
 }
@@ -202,17 +202,17 @@ fn a_refusal_to_be_ready_releases_the_delivery_uncounted() {
 #[test]
 fn a_timeout_is_a_counted_retry() {
     let timeout = Replace(Failing(|| Box::new(Elapsed::new())));
-    assert_eq!(settle(timeout), [Settled::Retried(1)]);
+    assert_eq!(settle(&timeout), [Settled::Retried(1)]);
 }
 
 #[test]
 fn a_layers_own_error_is_a_counted_retry_and_its_permanent_one_a_dead_letter() {
     let other = Replace(Failing(|| "the tenant is unknown".into()));
-    assert_eq!(settle(other), [Settled::Retried(1)]);
+    assert_eq!(settle(&other), [Settled::Retried(1)]);
     let permanent = Replace(Failing(|| {
         Box::new(HandlerFailed::from(HandlerError::permanent("no tenant")))
     }));
-    let settled = settle(permanent);
+    let settled = settle(&permanent);
     assert!(
         matches!(&settled[..], [Settled::DeadLettered(reason)] if reason.contains("permanent")),
         "{settled:?}"
@@ -221,7 +221,7 @@ fn a_layers_own_error_is_a_counted_retry_and_its_permanent_one_a_dead_letter() {
 
 #[test]
 fn a_layer_passing_through_acks_and_no_layer_calls_the_handler_directly() {
-    assert_eq!(settle(()), [Settled::Acked]);
+    assert_eq!(settle(&()), [Settled::Acked]);
     let decl = HandlerDecl::raw(vec![KEY.to_owned()], None, |_| async { Ok(()) });
     assert!(matches!(
         HandlerCall::of(decl.service),

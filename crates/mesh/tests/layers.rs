@@ -176,9 +176,12 @@ where
     }
 }
 
-/// The `tenant` spans made, each with its field and its parent span's name.
+/// A `tenant` span made: its field, and its parent span's name.
+type TenantSpan = (String, Option<String>);
+
+/// The `tenant` spans made.
 #[derive(Debug, Default, Clone)]
-struct Spans(Arc<Mutex<Vec<(String, Option<String>)>>>);
+struct Spans(Arc<Mutex<Vec<TenantSpan>>>);
 
 impl<S> tracing_subscriber::Layer<S> for Spans
 where

@@ -322,6 +322,8 @@ impl BusBuilder {
     /// As [`on`](BusBuilder::on), the handler wrapped in `layer` (inside the bus's layers,
     /// see [`layer`](BusBuilder::layer)). Several: a tuple of layers, or `tower`'s
     /// `ServiceBuilder`.
+    // Taken by value, as `tower`'s `ServiceBuilder::layer` takes it: the builder's idiom.
+    #[allow(clippy::needless_pass_by_value)]
     pub fn on_layered<E, L, F, Fut>(mut self, layer: L, handler: F) -> Self
     where
         E: Event,
@@ -337,6 +339,8 @@ impl BusBuilder {
 
     /// As [`on_raw`](BusBuilder::on_raw), the handler wrapped in `layer` (inside the bus's
     /// layers, see [`layer`](BusBuilder::layer)).
+    // Taken by value, as `tower`'s `ServiceBuilder::layer` takes it: the builder's idiom.
+    #[allow(clippy::needless_pass_by_value)]
     pub fn on_raw_layered<I, S, L, F, Fut>(mut self, patterns: I, layer: L, handler: F) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -357,6 +361,8 @@ impl BusBuilder {
 
     /// As [`serve`](BusBuilder::serve), the server wrapped in `layer` (inside the bus's
     /// layers, see [`layer`](BusBuilder::layer)).
+    // Taken by value, as `tower`'s `ServiceBuilder::layer` takes it: the builder's idiom.
+    #[allow(clippy::needless_pass_by_value)]
     pub fn serve_layered<Req, Resp, L, F, Fut>(
         mut self,
         tool: impl Into<String>,
