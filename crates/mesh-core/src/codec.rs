@@ -822,6 +822,11 @@ impl RemoteError {
     /// The code a server enforcing identity answers with when a request's `x-source` is
     /// not its validated user's identity ([`caller_is`]); the tool never sees it.
     pub const FORGED_SOURCE: &'static str = "forged-source";
+    /// The code a server answers with when a timeout layer around its tool gave up.
+    pub const TIMEOUT: &'static str = "timeout";
+    /// The code a server answers with when a layer around its tool refused the request
+    /// before the tool ran (it shed the load, or was not ready).
+    pub const OVERLOADED: &'static str = "overloaded";
 
     /// A remote error with code `code` and message `message`.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> RemoteError {
@@ -837,6 +842,8 @@ impl std::fmt::Display for RemoteError {
         write!(f, "{}: {}", self.code, self.message)
     }
 }
+
+impl std::error::Error for RemoteError {}
 
 /// Encodes a reply: a JSON payload on success, or a remote error with an empty JSON body.
 pub fn encode_reply(result: &Result<Bytes, RemoteError>) -> WireMessage {

@@ -17,14 +17,18 @@ use std::time::Instant;
 use gungraun::{
     library_benchmark, library_benchmark_group, main, Callgrind, EventKind, LibraryBenchmarkConfig,
 };
+use mesh::bench_internals::Consumer;
 use mesh_amqp::bench_internals::{self as internals, AckFrame, AckTracker, ClientProperties};
 use mesh_amqp::bench_internals::{Flushed, Window};
 use mesh_core::naming::EVENTS_EXCHANGE;
+use mesh_core::Delivery;
 use mesh_core::{
     codec, DecodeError, Envelope, EventName, KeyError, Name, Origin, RoutingKey, TopicPattern,
     TransportError, WireMessage,
 };
+use mesh_microbench::dispatch::Settles;
 use mesh_microbench::{Settled, BATCH, KEY};
+use std::sync::Arc;
 
 // 1. The codec: an event to the message that carries it, and back.
 
@@ -289,10 +293,36 @@ library_benchmark_group!(
     benchmarks = window, ack_tracker, ack_tracker_ack_many, ack_tracker_flush_each
 );
 
+// 5. The SDK's consumer loop: a delivery decoded, matched, handled (a handler that
+// succeeds, no user layer) and acked.
+
+fn dispatched((_, settles): (Consumer, Arc<Settles>)) {
+    mesh_microbench::dispatch::check_dispatched(&settles);
+}
+
+#[library_benchmark]
+#[bench::one_handler_x64(args = (KEY), setup = mesh_microbench::dispatch::consumer_and_deliveries, teardown = dispatched)]
+fn dispatch(
+    (consumer, deliveries, settles): (Consumer, Vec<Delivery>, Arc<Settles>),
+) -> (Consumer, Arc<Settles>) {
+    for delivery in deliveries {
+        consumer.deliver(black_box(delivery));
+    }
+    (consumer, settles)
+}
+
+library_benchmark_group!(name = dispatch_group; benchmarks = dispatch);
+
 main!(
     // Instructions only: no cache simulation, whose estimates are not what is asked here
     // and which slows Callgrind down.
     config = LibraryBenchmarkConfig::default()
         .tool(Callgrind::with_args(["--cache-sim=no"]).format([EventKind::Ir])),
-    library_benchmark_groups = [codec_group, convert_group, key_group, bookkeeping_group]
+    library_benchmark_groups = [
+        codec_group,
+        convert_group,
+        key_group,
+        bookkeeping_group,
+        dispatch_group
+    ]
 );

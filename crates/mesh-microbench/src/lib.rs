@@ -17,6 +17,8 @@
 
 use std::time::Instant;
 
+pub mod dispatch;
+
 use mesh_amqp::bench_internals::{self as internals, AckFrame, ClientProperties, Flushed, Window};
 use mesh_core::naming::EVENTS_EXCHANGE;
 use mesh_core::{

@@ -20,8 +20,9 @@ use mesh_core::{AckFailed, Delivery, RetryPolicy, Subscription, Timestamp};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn, Instrument, Span};
 
-use crate::handler::{HandlerEntry, Outcome, ParsedBody};
+use crate::handler::{failure, outcome, HandlerCall, HandlerEntry, Outcome, ParsedBody};
 use crate::incoming::Meta;
+use crate::layer::{self, Failed, HandlerService, Kind, Stack};
 use crate::telemetry::propagation;
 use crate::telemetry::record::{self, Queue};
 
@@ -144,7 +145,10 @@ impl Dispatcher {
     /// kilobyte an allocation leaves the allocator's fast path): the decoding and matching
     /// happen before it, and it holds the delivery once, as captured, never moved into a
     /// local across an await.
-    fn handle(&self, delivery: Delivery) -> impl std::future::Future<Output = ()> + Send + '_ {
+    pub(crate) fn handle(
+        &self,
+        delivery: Delivery,
+    ) -> impl std::future::Future<Output = ()> + Send + '_ {
         let plan = self.plan(&delivery);
         async move {
             // Matched by reference: bindings by value would be copies the future holds
@@ -295,6 +299,12 @@ impl Dispatcher {
     ) {
         match outcome {
             Outcome::Done => self.settle_ack(delivery).await,
+            Outcome::Release(why) => {
+                // Not counted: the attempt never ran. The broker delivers it again.
+                span.record("outcome", "release");
+                debug!(reason = %EscapedDisplay(&why), "a layer refused the event; released");
+                delivery.release();
+            }
             Outcome::GiveUp(reason, error) => {
                 span.record("outcome", "dead-letter");
                 warn!(reason = %EscapedDisplay(&reason), error = %EscapedDisplay(&error), "event dead-lettered");
@@ -389,24 +399,57 @@ async fn checked_call(handler: &HandlerEntry, refusal: Option<&str>, meta: Meta)
 
 /// Calls one handler, turning a panic into a retryable failure.
 async fn call(handler: &HandlerEntry, meta: Meta) -> Outcome {
-    match AssertUnwindSafe((handler.call)(meta)).catch_unwind().await {
-        Ok(outcome) => outcome,
-        Err(panic) => {
-            let text = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a handler panicked".to_owned());
-            Outcome::Retry(format!("handler panicked: {text}"))
-        }
+    let call = match &handler.call {
+        HandlerCall::Plain(call) => call(meta),
+        // Boxed: the future of a delivery without layers does not carry the layered call.
+        HandlerCall::Layered(stack) => return Box::pin(layered(stack, meta)).await,
+    };
+    match AssertUnwindSafe(call).catch_unwind().await {
+        Ok(result) => outcome(result),
+        Err(panic) => panicked(&*panic),
     }
 }
 
-/// A permanent failure outweighs a retryable one, which outweighs success.
+/// Calls a handler in its layers: waits for the stack to be ready, calls it, and reads what
+/// its result means (see `crate::layer`).
+async fn layered(stack: &Stack<HandlerService>, meta: Meta) -> Outcome {
+    match AssertUnwindSafe(stack.call(meta)).catch_unwind().await {
+        Ok(Ok(())) => Outcome::Done,
+        Ok(Err(Failed::NotReady(e))) => {
+            Outcome::Release(format!("a layer was not ready: {}", layer::chain(&e)))
+        }
+        Ok(Err(Failed::Error(e))) => match layer::kind(&e) {
+            Kind::Handler(error) => failure(error),
+            Kind::TimedOut => Outcome::Retry(format!(
+                "the handler timed out (a timeout layer): {}",
+                layer::chain(&e)
+            )),
+            Kind::Overloaded => {
+                Outcome::Release(format!("a layer shed the load: {}", layer::chain(&e)))
+            }
+            Kind::Remote(_) | Kind::Other => Outcome::Retry(layer::chain(&e)),
+        },
+        Err(panic) => panicked(&*panic),
+    }
+}
+
+/// A handler's (or a layer's) panic: a retryable failure.
+fn panicked(panic: &(dyn std::any::Any + Send)) -> Outcome {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a handler panicked".to_owned());
+    Outcome::Retry(format!("handler panicked: {text}"))
+}
+
+/// A permanent failure outweighs a retryable one, which outweighs a refusal (a release),
+/// which outweighs success.
 fn worse(a: Outcome, b: Outcome) -> Outcome {
     match (a, b) {
         (g @ Outcome::GiveUp(..), _) | (_, g @ Outcome::GiveUp(..)) => g,
         (r @ Outcome::Retry(_), _) | (_, r @ Outcome::Retry(_)) => r,
+        (r @ Outcome::Release(_), _) | (_, r @ Outcome::Release(_)) => r,
         _ => Outcome::Done,
     }
 }
@@ -445,6 +488,10 @@ impl Dispatcher {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "layer_tests.rs"]
+mod layer_tests;
 
 #[cfg(test)]
 mod tests {

@@ -247,6 +247,9 @@ impl From<mesh_core::DecodeError> for Error {
 #[derive(Debug)]
 pub struct HandlerError {
     permanent: bool,
+    /// The dead-letter reason of a permanent failure the runtime made (a body that does not
+    /// decode, a version not read); `None`: the handler's own (`permanent`).
+    reason: Option<mesh_core::DeadReason>,
     source: BoxError,
 }
 
@@ -255,6 +258,7 @@ impl HandlerError {
     pub fn retry(source: impl Into<BoxError>) -> HandlerError {
         HandlerError {
             permanent: false,
+            reason: None,
             source: source.into(),
         }
     }
@@ -263,7 +267,27 @@ impl HandlerError {
     pub fn permanent(source: impl Into<BoxError>) -> HandlerError {
         HandlerError {
             permanent: true,
+            reason: None,
             source: source.into(),
+        }
+    }
+
+    /// A permanent failure the runtime found before the handler ran, dead-lettered with
+    /// `reason`.
+    pub(crate) fn refused(reason: mesh_core::DeadReason, message: String) -> HandlerError {
+        HandlerError {
+            permanent: true,
+            reason: Some(reason),
+            source: message.into(),
+        }
+    }
+
+    /// The dead-letter reason of a permanent failure, `None` for a retryable one.
+    pub(crate) fn dead_reason(&self) -> Option<mesh_core::DeadReason> {
+        match (self.permanent, self.reason) {
+            (false, _) => None,
+            (true, Some(reason)) => Some(reason),
+            (true, None) => Some(mesh_core::DeadReason::Permanent),
         }
     }
 

@@ -4,12 +4,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use mesh_core::{DeadReason, Envelope, TopicPattern};
 
 use crate::error::HandlerError;
 use crate::event::Event;
 use crate::incoming::{Incoming, Meta};
+use crate::layer::{ErasedHandler, HandlerService, Stack};
 use crate::schema::Schema;
 
 /// What became of one handler call.
@@ -17,19 +17,40 @@ use crate::schema::Schema;
 pub(crate) enum Outcome {
     /// Done: the event may be acked.
     Done,
+    /// Refused by a layer before it ran (load shed, not ready): released back to its queue,
+    /// its attempt not counted.
+    Release(String),
     /// Failed, worth retrying.
     Retry(String),
     /// Failed for good.
     GiveUp(DeadReason, String),
 }
 
-pub(crate) type ErasedHandler = Arc<dyn Fn(Meta) -> BoxFuture<'static, Outcome> + Send + Sync>;
+/// How the consumer loop calls a handler.
+#[derive(Clone)]
+pub(crate) enum HandlerCall {
+    /// No layer: the handler itself, called directly.
+    Plain(ErasedHandler),
+    /// The handler in the user's layers.
+    Layered(Arc<Stack<HandlerService>>),
+}
 
-/// A handler as the builder holds it: its patterns, the function, and what it declares
+impl HandlerCall {
+    /// The call of `service`: direct when no layer wraps it.
+    pub(crate) fn of(service: HandlerService) -> HandlerCall {
+        match service.as_plain() {
+            Some(call) => HandlerCall::Plain(Arc::clone(call)),
+            None => HandlerCall::Layered(Arc::new(Stack::new(service))),
+        }
+    }
+}
+
+/// A handler as the builder holds it: its patterns, the service, and what it declares
 /// about the bodies it reads.
 pub(crate) struct HandlerDecl {
     pub(crate) patterns: Vec<String>,
-    pub(crate) call: ErasedHandler,
+    /// The handler as a service, in its own layers if it has some.
+    pub(crate) service: HandlerService,
     /// The schema version it reads (a typed handler's [`Event::SCHEMA`]).
     pub(crate) version: Option<u32>,
     /// The JSON Schema of the bodies it reads, when declared.
@@ -48,7 +69,7 @@ impl HandlerDecl {
     {
         HandlerDecl {
             patterns: vec![E::KEY.to_owned()],
-            call: typed::<E, F, Fut>(handler),
+            service: HandlerService::plain(typed::<E, F, Fut>(handler)),
             version: Some(E::SCHEMA),
             schema: E::json_schema(),
             subject: format!("`{}` version {}", std::any::type_name::<E>(), E::SCHEMA),
@@ -64,7 +85,7 @@ impl HandlerDecl {
         HandlerDecl {
             subject: format!("the handler of `{}`", patterns.join("`, `")),
             patterns,
-            call: raw(handler),
+            service: HandlerService::plain(raw(handler)),
             version: None,
             schema,
         }
@@ -76,7 +97,7 @@ impl HandlerDecl {
 #[derive(Clone)]
 pub(crate) struct HandlerEntry {
     pub(crate) patterns: Vec<TopicPattern>,
-    pub(crate) call: ErasedHandler,
+    pub(crate) call: HandlerCall,
     #[cfg(feature = "schemas")]
     pub(crate) check: Option<Arc<crate::schema::Check>>,
 }
@@ -125,11 +146,20 @@ impl HandlerEntry {
     }
 }
 
-fn outcome(result: Result<(), HandlerError>) -> Outcome {
+/// What a handler's result means for its delivery.
+pub(crate) fn outcome(result: Result<(), HandlerError>) -> Outcome {
     match result {
         Ok(()) => Outcome::Done,
-        Err(e) if e.is_permanent() => Outcome::GiveUp(DeadReason::Permanent, e.to_string()),
-        Err(e) => Outcome::Retry(e.to_string()),
+        Err(e) => failure(&e),
+    }
+}
+
+/// What a handler's error means for its delivery: a dead letter for a permanent one, a
+/// retry otherwise.
+pub(crate) fn failure(error: &HandlerError) -> Outcome {
+    match error.dead_reason() {
+        Some(reason) => Outcome::GiveUp(reason, error.to_string()),
+        None => Outcome::Retry(error.to_string()),
     }
 }
 
@@ -149,20 +179,22 @@ where
                 "schema version {version} of `{}` is not read by this consumer",
                 envelope.key
             );
-            return Box::pin(std::future::ready(Outcome::GiveUp(
+            return Box::pin(std::future::ready(Err(HandlerError::refused(
                 DeadReason::UnreadSchema,
                 reason,
-            )));
+            ))));
         }
         match serde_json::from_slice::<E>(&envelope.body) {
             Ok(event) => {
                 let handler = Arc::clone(&handler);
-                Box::pin(async move { outcome(handler(Incoming { event, meta }).await) })
+                // Called in the future, not here: a panic in its synchronous part is caught
+                // with the future's.
+                Box::pin(async move { handler(Incoming { event, meta }).await })
             }
-            Err(e) => Box::pin(std::future::ready(Outcome::GiveUp(
+            Err(e) => Box::pin(std::future::ready(Err(HandlerError::refused(
                 DeadReason::Undecodable,
                 format!("body does not fit `{}`: {e}", std::any::type_name::<E>()),
-            ))),
+            )))),
         }
     })
 }
@@ -177,6 +209,6 @@ where
     Arc::new(move |meta: Meta| {
         let event = meta.envelope().body.clone();
         let handler = Arc::clone(&handler);
-        Box::pin(async move { outcome(handler(Incoming { event, meta }).await) })
+        Box::pin(async move { handler(Incoming { event, meta }).await })
     })
 }

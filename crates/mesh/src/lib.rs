@@ -96,6 +96,9 @@
 
 #[cfg(feature = "amqp")]
 mod amqp_admin;
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub mod bench_internals;
 mod bus;
 mod causation;
 mod dedup;
@@ -106,6 +109,7 @@ mod event;
 mod handler;
 mod identity;
 mod incoming;
+pub mod layer;
 mod listen;
 mod outgoing;
 mod prepared;

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::FutureExt;
 use futures::StreamExt;
@@ -21,21 +20,75 @@ use tracing::{debug, warn, Instrument};
 
 use crate::emitter::Emitter;
 use crate::error::{Error, ErrorKind};
+use crate::layer::{self, ErasedServe, Failed, Kind, Stack, ToolRequest, ToolService};
 use crate::schema::Schema;
 use crate::telemetry::{propagation, record};
 
-type ErasedServe =
-    Arc<dyn Fn(Bytes, RequestMeta) -> BoxFuture<'static, Result<Bytes, RemoteError>> + Send + Sync>;
-
+/// A tool server as the builder holds it: its tool, its service (in its own layers if it has
+/// some) and its declared schemas.
 pub(crate) struct ServeEntry {
     pub(crate) tool: String,
-    call: ErasedServe,
+    pub(crate) service: ToolService,
     /// The JSON Schemas of its request and reply, when declared.
     pub(crate) request: Option<Schema>,
     pub(crate) reply: Option<Schema>,
+}
+
+/// A tool server as its loop runs it.
+pub(crate) struct Serving {
+    pub(crate) tool: String,
+    pub(crate) call: ToolCall,
     /// With identity enforced, the access plan's user prefix: a request whose `x-source` is
     /// not its validated user's identity is refused (`forged-source`).
     pub(crate) enforce_identity: Option<String>,
+}
+
+/// How a server's loop calls its tool.
+pub(crate) enum ToolCall {
+    /// No layer: the server itself, called directly.
+    Plain(ErasedServe),
+    /// The server in the user's layers.
+    Layered(Stack<ToolService>),
+}
+
+impl ToolCall {
+    /// The call of `service`: direct when no layer wraps it.
+    pub(crate) fn of(service: ToolService) -> ToolCall {
+        match service.as_plain() {
+            Some(call) => ToolCall::Plain(Arc::clone(call)),
+            None => ToolCall::Layered(Stack::new(service)),
+        }
+    }
+
+    /// Answers `request`: the tool's reply, or the error its stack's result means (see
+    /// `crate::layer`).
+    async fn answer(&self, request: ToolRequest) -> Result<Bytes, RemoteError> {
+        let stack = match self {
+            ToolCall::Plain(call) => return call(request).await,
+            ToolCall::Layered(stack) => stack,
+        };
+        match stack.call(request).await {
+            Ok(reply) => Ok(reply),
+            Err(Failed::NotReady(e)) => Err(RemoteError::new(
+                RemoteError::OVERLOADED,
+                format!("the tool's server was not ready: {}", layer::chain(&e)),
+            )),
+            Err(Failed::Error(e)) => Err(match layer::kind(&e) {
+                Kind::Remote(remote) => remote.clone(),
+                Kind::TimedOut => RemoteError::new(
+                    RemoteError::TIMEOUT,
+                    format!("the tool's server timed out: {}", layer::chain(&e)),
+                ),
+                Kind::Overloaded => RemoteError::new(
+                    RemoteError::OVERLOADED,
+                    format!("the tool's server shed the load: {}", layer::chain(&e)),
+                ),
+                Kind::Handler(_) | Kind::Other => {
+                    RemoteError::new(RemoteError::INTERNAL, layer::chain(&e))
+                }
+            }),
+        }
+    }
 }
 
 impl ServeEntry {
@@ -47,7 +100,7 @@ impl ServeEntry {
         Fut: Future<Output = Result<Resp, RemoteError>> + Send + 'static,
     {
         let handler = Arc::new(handler);
-        let call: ErasedServe = Arc::new(move |body: Bytes, meta: RequestMeta| {
+        let call: ErasedServe = Arc::new(move |ToolRequest { body, meta }| {
             let request = match serde_json::from_slice::<Req>(&body) {
                 Ok(request) => request,
                 Err(e) => {
@@ -70,10 +123,9 @@ impl ServeEntry {
         });
         ServeEntry {
             tool,
-            call,
+            service: ToolService::plain(call),
             request: None,
             reply: None,
-            enforce_identity: None,
         }
     }
 
@@ -89,10 +141,10 @@ impl ServeEntry {
 /// Subscribes to the requests of `entry`'s tool.
 pub(crate) async fn subscribe(
     transport: &dyn Transport,
-    entry: &ServeEntry,
+    tool: &str,
     prefetch: u16,
 ) -> Result<Subscription, Error> {
-    let tool = ToolKey::parse(&entry.tool)?;
+    let tool = ToolKey::parse(tool)?;
     Ok(transport.serve(ServeSpec { tool, prefetch }).await?)
 }
 
@@ -101,7 +153,7 @@ pub(crate) async fn subscribe(
 /// with no task per request. On `stop`, requests not yet started are released and those
 /// started are answered before this returns.
 pub(crate) async fn serve_loop(
-    entry: Arc<ServeEntry>,
+    entry: Arc<Serving>,
     mut subscription: Subscription,
     stop: CancellationToken,
 ) {
@@ -124,14 +176,14 @@ pub(crate) async fn serve_loop(
 }
 
 /// Whether, with identity enforced, a request's `x-source` is not its validated user's.
-fn forged_caller(entry: &ServeEntry, meta: &RequestMeta) -> bool {
+fn forged_caller(entry: &Serving, meta: &RequestMeta) -> bool {
     entry
         .enforce_identity
         .as_deref()
         .is_some_and(|prefix| !codec::caller_is(&meta.source, meta.user.as_deref(), prefix))
 }
 
-async fn answer(entry: &ServeEntry, request: Delivery) {
+async fn answer(entry: &Serving, request: Delivery) {
     let result = match codec::decode_request(&request.message) {
         Err(e) => Err(RemoteError::new(
             RemoteError::INVALID_REQUEST,
@@ -167,7 +219,10 @@ async fn answer(entry: &ServeEntry, request: Delivery) {
             );
             propagation::set_parent(&span, &request.message.properties.headers);
             let cause = meta.id;
-            let call = (entry.call)(request.message.body.clone(), meta);
+            let call = entry.call.answer(ToolRequest {
+                body: request.message.body.clone(),
+                meta,
+            });
             match AssertUnwindSafe(crate::causation::scope(cause, call))
                 .catch_unwind()
                 .instrument(span)

@@ -24,6 +24,7 @@ use crate::event::Event;
 use crate::handler::{HandlerDecl, HandlerEntry};
 use crate::identity::Identity;
 use crate::incoming::Incoming;
+use crate::layer::{BusLayer, HandlerLayer, ToolLayer};
 use crate::rpc::ServeEntry;
 use crate::schema::Schema;
 use crate::spool::EmitSpool;
@@ -86,6 +87,7 @@ pub struct BusBuilder {
     user_prefix: String,
     handlers: Vec<HandlerDecl>,
     serves: Vec<ServeEntry>,
+    layers: Vec<Arc<dyn BusLayer>>,
     emits: Vec<EmitDecl>,
     calls: Vec<ToolContract>,
     announce: bool,
@@ -109,6 +111,7 @@ impl std::fmt::Debug for BusBuilder {
             .field("shared", &self.shared)
             .field("enforce_identity", &self.enforce_identity)
             .field("handlers", &self.handlers.len())
+            .field("layers", &self.layers.len())
             .field("announce", &self.announce)
             .field("validate", &self.validate)
             .field("spool", &self.spool.is_some())
@@ -129,6 +132,7 @@ impl Default for BusBuilder {
             user_prefix: String::new(),
             handlers: Vec::new(),
             serves: Vec::new(),
+            layers: Vec::new(),
             emits: Vec::new(),
             calls: Vec::new(),
             announce: true,
@@ -298,6 +302,86 @@ impl BusBuilder {
         self
     }
 
+    /// Wraps every handler and tool server of the bus in `layer`, a [`tower`] `Layer`
+    /// (`TimeoutLayer`, `ConcurrencyLimitLayer`, `RateLimitLayer`, one of yours, …): see
+    /// [`mesh::layer`](crate::layer) for the order of the layers and what each result means
+    /// for a delivery (a timeout is a counted retry; a refusal before the handler ran
+    /// releases the delivery uncounted).
+    ///
+    /// Layers added first are outermost: a delivery passes them in the order they were
+    /// added, then the handler's own ([`on_layered`](BusBuilder::on_layered)). Each handler
+    /// and server gets an instance of its own (a `ConcurrencyLimitLayer(2)` allows two at
+    /// once per handler). A bus without layers calls its handlers directly.
+    ///
+    /// [`tower`]: https://docs.rs/tower
+    pub fn layer<L: BusLayer>(mut self, layer: L) -> Self {
+        self.layers.push(Arc::new(layer));
+        self
+    }
+
+    /// As [`on`](BusBuilder::on), the handler wrapped in `layer` (inside the bus's layers,
+    /// see [`layer`](BusBuilder::layer)). Several: a tuple of layers, or `tower`'s
+    /// `ServiceBuilder`.
+    // Taken by value, as `tower`'s `ServiceBuilder::layer` takes it: the builder's idiom.
+    #[allow(clippy::needless_pass_by_value)]
+    pub fn on_layered<E, L, F, Fut>(mut self, layer: L, handler: F) -> Self
+    where
+        E: Event,
+        L: HandlerLayer,
+        F: Fn(Incoming<E>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        let mut decl = HandlerDecl::typed::<E, F, Fut>(handler);
+        decl.service = layer.wrap_handler(decl.service);
+        self.handlers.push(decl);
+        self
+    }
+
+    /// As [`on_raw`](BusBuilder::on_raw), the handler wrapped in `layer` (inside the bus's
+    /// layers, see [`layer`](BusBuilder::layer)).
+    // Taken by value, as `tower`'s `ServiceBuilder::layer` takes it: the builder's idiom.
+    #[allow(clippy::needless_pass_by_value)]
+    pub fn on_raw_layered<I, S, L, F, Fut>(mut self, patterns: I, layer: L, handler: F) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+        L: HandlerLayer,
+        F: Fn(Incoming<Bytes>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        let mut decl = HandlerDecl::raw(
+            patterns.into_iter().map(Into::into).collect(),
+            None,
+            handler,
+        );
+        decl.service = layer.wrap_handler(decl.service);
+        self.handlers.push(decl);
+        self
+    }
+
+    /// As [`serve`](BusBuilder::serve), the server wrapped in `layer` (inside the bus's
+    /// layers, see [`layer`](BusBuilder::layer)).
+    // Taken by value, as `tower`'s `ServiceBuilder::layer` takes it: the builder's idiom.
+    #[allow(clippy::needless_pass_by_value)]
+    pub fn serve_layered<Req, Resp, L, F, Fut>(
+        mut self,
+        tool: impl Into<String>,
+        layer: L,
+        handler: F,
+    ) -> Self
+    where
+        Req: serde::de::DeserializeOwned + Send + 'static,
+        Resp: Serialize + Send + 'static,
+        L: ToolLayer,
+        F: Fn(Req, mesh_core::RequestMeta) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Resp, mesh_core::RemoteError>> + Send + 'static,
+    {
+        let mut entry = ServeEntry::new(tool.into(), handler);
+        entry.service = layer.wrap_tool(entry.service);
+        self.serves.push(entry);
+        self
+    }
+
     /// Serves tool `tool`: requests of type `Req`, replies of type `Resp` or a
     /// [`RemoteError`](mesh_core::RemoteError).
     pub fn serve<Req, Resp, F, Fut>(mut self, tool: impl Into<String>, handler: F) -> Self
@@ -439,7 +523,8 @@ impl BusBuilder {
             return Err(Error::options("prefetch must be at least 1"));
         }
         let mut contract = contract::empty(&identity, &node);
-        let handlers = contract::handlers(self.handlers, self.validate, &mut contract)?;
+        let handlers =
+            contract::handlers(self.handlers, &self.layers, self.validate, &mut contract)?;
         contract::emits(self.emits, &identity, &node, &mut contract)?;
         contract::tools(&self.serves, self.calls, &mut contract)?;
         let queue = match (&identity, self.shared) {
@@ -474,6 +559,7 @@ impl BusBuilder {
             prefetch: self.prefetch,
             retry: self.retry,
             enforce_identity: self.enforce_identity.then(|| self.user_prefix.clone()),
+            layers: self.layers,
             contract,
             stop,
             closed,

@@ -11,8 +11,9 @@ use mesh_core::contract::{HandlerContract, MessageContract, ModuleContract, Tool
 use mesh_core::{EventName, Name, RoutingKey, ToolKey, TopicPattern};
 
 use crate::error::{Error, ErrorKind};
-use crate::handler::{HandlerDecl, HandlerEntry};
+use crate::handler::{HandlerCall, HandlerDecl, HandlerEntry};
 use crate::identity::Identity;
+use crate::layer::BusLayer;
 use crate::rpc::ServeEntry;
 use crate::schema::{self, Schema};
 
@@ -43,9 +44,11 @@ pub(super) fn empty(identity: &Identity, node: &Name) -> ModuleContract {
 }
 
 /// Checks the declared handlers (patterns, schemas), adds their patterns to the contract,
-/// and makes their entries; with `validate`, each declared schema compiled to check bodies.
+/// and makes their entries, each in the bus's `layers` (the outermost first); with
+/// `validate`, each declared schema compiled to check bodies.
 pub(super) fn handlers(
     declared: Vec<HandlerDecl>,
+    layers: &[Arc<dyn BusLayer>],
     validate: bool,
     contract: &mut ModuleContract,
 ) -> Result<Vec<HandlerEntry>, Error> {
@@ -92,9 +95,15 @@ pub(super) fn handlers(
                 schema: declared.schema.as_ref().map(|s| s.as_json().clone()),
             });
         }
+        let service = layers
+            .iter()
+            .rev()
+            .fold(declared.service, |service, layer| {
+                layer.wrap_handler(service)
+            });
         handlers.push(HandlerEntry {
             patterns,
-            call: declared.call,
+            call: HandlerCall::of(service),
             #[cfg(feature = "schemas")]
             check,
         });

@@ -34,6 +34,7 @@ use tracing::{debug, warn};
 use crate::emitter::Emitter;
 use crate::error::Error;
 use crate::identity::Identity;
+use crate::layer::BusLayer;
 
 /// The default prefetch: deliveries in flight per consumer (the wire contract's 32).
 pub const DEFAULT_PREFETCH: u16 = 32;
@@ -49,6 +50,9 @@ pub(crate) struct Inner {
     /// With identity enforced, the user prefix of the access plan: its servers refuse a
     /// request whose `x-source` is not its validated user's identity.
     enforce_identity: Option<String>,
+    /// The layers around every handler and tool server, the outermost first: a tool served
+    /// on the running bus ([`Bus::serve`]) is wrapped in them too.
+    layers: Vec<Arc<dyn BusLayer>>,
     /// What it announced (or would have): its handlers, tools and declared emits and calls.
     contract: ModuleContract,
     /// Fired by drain and close: every consumer loop stops taking deliveries, and emits are

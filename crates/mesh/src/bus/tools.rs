@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::Bus;
 use crate::error::{Error, ErrorKind};
-use crate::rpc::{self, ServeEntry};
+use crate::rpc::{self, ServeEntry, Serving, ToolCall};
 
 impl Bus {
     /// Calls tool `tool` with a JSON request and waits up to `timeout` for its reply.
@@ -94,15 +94,28 @@ impl Bus {
         rpc::call(&self.inner.emitter, tool, body, timeout).await
     }
 
-    /// Serves `entry`'s tool on a loop of the bus's.
-    pub(super) async fn start_serving(&self, mut entry: ServeEntry) -> Result<(), Error> {
-        entry
-            .enforce_identity
-            .clone_from(&self.inner.enforce_identity);
-        let subscription =
-            rpc::subscribe(self.inner.transport.as_ref(), &entry, self.inner.prefetch).await?;
+    /// Serves `entry`'s tool on a loop of the bus's, in the bus's layers.
+    pub(super) async fn start_serving(&self, entry: ServeEntry) -> Result<(), Error> {
+        let subscription = rpc::subscribe(
+            self.inner.transport.as_ref(),
+            &entry.tool,
+            self.inner.prefetch,
+        )
+        .await?;
+        // The bus's layers around the server's own: the first added is the outermost.
+        let service = self
+            .inner
+            .layers
+            .iter()
+            .rev()
+            .fold(entry.service, |service, layer| layer.wrap_tool(service));
+        let serving = Serving {
+            tool: entry.tool,
+            call: ToolCall::of(service),
+            enforce_identity: self.inner.enforce_identity.clone(),
+        };
         let stop = self.inner.stop.child_token();
-        self.spawn_loop(rpc::serve_loop(Arc::new(entry), subscription, stop))
+        self.spawn_loop(rpc::serve_loop(Arc::new(serving), subscription, stop))
             .await;
         Ok(())
     }
