@@ -508,7 +508,11 @@ impl AmqpTransport {
         let (reply_queue, mut alive) = self
             .inner
             .rpc
-            .reply_queue(&self.inner.consume, self.shutdown())
+            .reply_queue(
+                &self.inner.consume,
+                self.inner.options.get_user(),
+                self.shutdown(),
+            )
             .await?;
         let correlation_id = uuid::Uuid::new_v4().to_string();
         let mut pending = self.inner.rpc.wait_for(correlation_id.clone());

@@ -285,7 +285,7 @@ fn base_exchanges() -> Vec<WantedExchange> {
         (RPC_EXCHANGE, "topic"),
         (DEAD_EXCHANGE, "topic"),
         (RETRY_EXCHANGE, "topic"),
-        (REPLY_EXCHANGE, "direct"),
+        (REPLY_EXCHANGE, "topic"),
         // Declared here so no module user needs `configure` on it to ship its logs.
         (naming::LOGS_EXCHANGE, "topic"),
     ]
@@ -397,11 +397,11 @@ mod tests {
                 "mesh.rpc",
                 "mesh.events.dead",
                 "mesh.retry",
-                "mesh.reply",
+                "mesh.replies",
                 "mesh.logs"
             ]
         );
-        assert_eq!(wanted.exchanges[4].kind, "direct");
+        assert_eq!(wanted.exchanges[4].kind, "topic");
         assert_eq!(wanted.exchanges[5].kind, "topic");
         // `mesh.dead-letters` is retired: no queue is wanted for dead letters by default.
         assert!(wanted.queues.is_empty());
