@@ -25,6 +25,7 @@ mod metrics;
 mod outbox;
 mod profiles;
 mod replay;
+mod reply_migration;
 mod secrets;
 mod service_example;
 mod shutdown;
