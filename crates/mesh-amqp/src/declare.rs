@@ -347,9 +347,7 @@ impl DeclareChannel {
         self.closed.refusal_expected.store(false, Ordering::Relaxed);
         match bound {
             Ok(()) => Ok(true),
-            Err(error) if matches!(error.kind(), TransportErrorKind::Forbidden { .. }) => {
-                Ok(false)
-            }
+            Err(error) if matches!(error.kind(), TransportErrorKind::Forbidden { .. }) => Ok(false),
             Err(error) => Err(error),
         }
     }

@@ -199,7 +199,9 @@ async fn bind_retired(link: &ConsumeLink, queue: &str, key: &str) {
         {
             Ok(true) => tracing::debug!("reply queue bound on the retired `mesh.reply` too"),
             Ok(false) => tracing::debug!("this user may not bind on the retired `mesh.reply`"),
-            Err(error) => tracing::debug!(error = %EscapedDisplay(&error), "binding on the retired `mesh.reply` failed"),
+            Err(error) => {
+                tracing::debug!(error = %EscapedDisplay(&error), "binding on the retired `mesh.reply` failed")
+            }
         }
     }
     declare.close().await;

@@ -202,13 +202,16 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
             .node("n1")
             .module("billing")
             .enforce_identity(true)
-            .on_raw(["module.shop.#", "module.umami.#"], move |incoming: Incoming<Bytes>| {
-                let handled = handled.clone();
-                async move {
-                    handled.lock().unwrap().push(incoming.meta.id().to_string());
-                    Ok::<(), HandlerError>(())
-                }
-            })
+            .on_raw(
+                ["module.shop.#", "module.umami.#"],
+                move |incoming: Incoming<Bytes>| {
+                    let handled = handled.clone();
+                    async move {
+                        handled.lock().unwrap().push(incoming.meta.id().to_string());
+                        Ok::<(), HandlerError>(())
+                    }
+                },
+            )
             .start(billing_transport.clone())
             .await
             .expect("billing starts as its own user")
@@ -253,34 +256,34 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
     let mut forged_ids = Vec::new();
     for source in &sources {
         for destination in MESH_EXCHANGES {
-          for key in keys_to_billing(source, destination) {
-            let channel = umami.open_channel(None).await.unwrap();
-            let bound = channel
-                .exchange_bind(ExchangeBindArguments::new(destination, source, key))
-                .await;
-            if bound.is_err() {
-                // Refused: the broker closed the channel.
-                continue;
+            for key in keys_to_billing(source, destination) {
+                let channel = umami.open_channel(None).await.unwrap();
+                let bound = channel
+                    .exchange_bind(ExchangeBindArguments::new(destination, source, key))
+                    .await;
+                if bound.is_err() {
+                    // Refused: the broker closed the channel.
+                    continue;
+                }
+                allowed.push(format!("{source} -> {destination} on {key}"));
+                let id = uuid::Uuid::new_v4().to_string();
+                channel
+                    .basic_publish(
+                        forged(&id),
+                        b"{}".to_vec(),
+                        BasicPublishArguments::new(source, key),
+                    )
+                    .await
+                    .expect("published");
+                forged_ids.push(id);
+                // Each pair alone: the binding goes once the forgery is routed (in the channel's
+                // order), so no later publish takes it.
+                channel
+                    .exchange_unbind(ExchangeUnbindArguments::new(destination, source, key))
+                    .await
+                    .expect("umami removes its own binding");
+                let _ = channel.close().await;
             }
-            allowed.push(format!("{source} -> {destination} on {key}"));
-            let id = uuid::Uuid::new_v4().to_string();
-            channel
-                .basic_publish(
-                    forged(&id),
-                    b"{}".to_vec(),
-                    BasicPublishArguments::new(source, key),
-                )
-                .await
-                .expect("published");
-            forged_ids.push(id);
-            // Each pair alone: the binding goes once the forgery is routed (in the channel's
-            // order), so no later publish takes it.
-            channel
-                .exchange_unbind(ExchangeUnbindArguments::new(destination, source, key))
-                .await
-                .expect("umami removes its own binding");
-            let _ = channel.close().await;
-          }
         }
     }
     // The broker refuses every pair but those through exchanges umami may read under keys it

@@ -798,7 +798,11 @@ mod tests {
         assert_eq!(diffs.len(), 1, "{diffs:#?}");
         assert!(diffs[0].is_deletable());
         assert_eq!(diffs[0].sign(), '-');
-        assert!(diffs[0].describe().contains("apply deletes it"), "{}", diffs[0].describe());
+        assert!(
+            diffs[0].describe().contains("apply deletes it"),
+            "{}",
+            diffs[0].describe()
+        );
         assert_eq!(diffs[0].to_json()["kind"], "retired-exchange");
         // A caller of an earlier version (bound on its queue's name) does.
         let actual = Actual {
@@ -809,6 +813,8 @@ mod tests {
         let diffs = differences(&wanted(), &actual);
         assert_eq!(diffs.len(), 1, "{diffs:#?}");
         assert!(!diffs[0].is_deletable());
-        assert!(diffs[0].describe().contains("1 caller(s) of an earlier version"));
+        assert!(diffs[0]
+            .describe()
+            .contains("1 caller(s) of an earlier version"));
     }
 }

@@ -244,7 +244,12 @@ mod tests {
             row("mesh.reply", "queue", "amq.gen-r1", "amq.gen-r1"),
             row("mesh.reply", "queue", "amq.gen-r1", "module.a.amq.gen-r1"),
             row("mesh.replies", "queue", "amq.gen-r1", "module.a.amq.gen-r1"),
-            row("mesh.replies", "queue", "amq.gen-r1", "acme/module.a.amq.gen-r1"),
+            row(
+                "mesh.replies",
+                "queue",
+                "amq.gen-r1",
+                "acme/module.a.amq.gen-r1",
+            ),
             row("mesh.events.dead", "queue", "n1.audit-logger.dead", "#"),
             row("mesh.events.dead", "queue", "amq.gen-t", "#"),
             row("mesh.events.dead", "queue", "mesh.dead-letters", "#"),

@@ -305,12 +305,17 @@ pub(crate) fn access_spec(
     let node = node_of(node, &file, default_node)?;
     let table = file.access.unwrap_or_default();
     let prefix = table.user_prefix.unwrap_or_default();
-    if prefix.len() > MAX_USER_PREFIX_LEN || prefix.chars().any(char::is_control) {
+    // A reply key starts with its caller's user name: one starting with `amq.` would look
+    // like the queue name of a caller of an earlier version.
+    if prefix.len() > MAX_USER_PREFIX_LEN
+        || prefix.chars().any(char::is_control)
+        || prefix.starts_with("amq.")
+    {
         return Err(fail(
             Code::Usage,
             format!(
                 "invalid user_prefix in the spec file: at most {MAX_USER_PREFIX_LEN} bytes, no \
-                 control character"
+                 control character, not starting with `amq.`"
             ),
         ));
     }

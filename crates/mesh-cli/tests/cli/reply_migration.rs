@@ -18,12 +18,8 @@ use crate::{assert_code, stdout, WAIT};
 /// A raw connection as the planned user `user` (without the prefix).
 async fn raw(setup: &Setup, user: &str) -> Connection {
     let user = format!("{}{user}", setup.prefix);
-    let args = OpenConnectionArguments::new(
-        "127.0.0.1",
-        setup.node.port(),
-        &user,
-        setup.password(&user),
-    );
+    let args =
+        OpenConnectionArguments::new("127.0.0.1", setup.node.port(), &user, setup.password(&user));
     Connection::open(&args).await.expect("a raw connection")
 }
 
@@ -73,7 +69,11 @@ async fn a_deployment_on_mesh_reply_is_reported_and_migrated_while_both_versions
         .await
         .expect("an earlier caller binds on mesh.reply");
     let (_, mut earlier_replies) = earlier_channel
-        .basic_consume_rx(BasicConsumeArguments::new(&earlier_queue, "replies").auto_ack(true).finish())
+        .basic_consume_rx(
+            BasicConsumeArguments::new(&earlier_queue, "replies")
+                .auto_ack(true)
+                .finish(),
+        )
         .await
         .unwrap();
 
@@ -166,7 +166,11 @@ async fn a_deployment_on_mesh_reply_is_reported_and_migrated_while_both_versions
         .await
         .unwrap();
     let (_, mut requests) = server
-        .basic_consume_rx(BasicConsumeArguments::new(&serve, "old").auto_ack(true).finish())
+        .basic_consume_rx(
+            BasicConsumeArguments::new(&serve, "old")
+                .auto_ack(true)
+                .finish(),
+        )
         .await
         .unwrap();
     let caller = billing.clone();
@@ -181,7 +185,10 @@ async fn a_deployment_on_mesh_reply_is_reported_and_migrated_while_both_versions
         .expect("the consumer is open");
     let properties = incoming.basic_properties.unwrap();
     let reply_to = properties.reply_to().cloned().unwrap();
-    assert!(reply_to.starts_with(&format!("{billing_user}.amq.gen-")), "{reply_to}");
+    assert!(
+        reply_to.starts_with(&format!("{billing_user}.amq.gen-")),
+        "{reply_to}"
+    );
     let mut reply = BasicProperties::default();
     reply
         .with_content_type("application/json")
