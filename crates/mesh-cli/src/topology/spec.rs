@@ -217,7 +217,11 @@ fn retry_and_serve_queues(
         for tool in &module.serves {
             let key = mesh::raw::ToolKey::parse(tool)
                 .ok()
-                .filter(|key| key.as_str().split('.').next() == Some(name.as_str()))
+                .filter(|key| {
+                    key.as_str()
+                        .split_once('.')
+                        .is_some_and(|(owner, _)| owner == name.as_str())
+                })
                 .ok_or_else(|| {
                     fail(
                         Code::Usage,
