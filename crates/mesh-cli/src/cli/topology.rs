@@ -94,8 +94,8 @@ A spec file (TOML, or JSON when it ends in .json):
   patterns = [\"module.umami.#\", \"node.*.joined\"]
   queue_type = \"classic\"       # optional
   shared = false               # optional: the queue shared.<module>.events
-  retry = ["5s", "1m"]         # optional: its retry steps, whose retry queues are declared
-  serves = ["billing.quote"]   # optional: its tools, whose serve.<key> queues are declared
+  retry = [\"5s\", \"1m\"]         # optional: its retry steps, whose retry queues are declared
+  serves = [\"billing.quote\"]   # optional: its tools, whose serve.<key> queues are declared
   [access]                     # optional: read by mesh access only"
     };
 }

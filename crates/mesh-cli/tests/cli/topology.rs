@@ -379,7 +379,11 @@ async fn the_retry_and_serve_queues_of_a_spec_are_what_the_sdk_declares() {
     bus.close().await;
     // On a vhost without them, apply declares them.
     let fresh = crate::vhost("cli-retry-serve-fresh").await;
-    let output = run(Some(&fresh.url()), &["topology", "apply", "--spec", spec_arg]).await;
+    let output = run(
+        Some(&fresh.url()),
+        &["topology", "apply", "--spec", spec_arg],
+    )
+    .await;
     assert_code(&output, 0);
     let text = stdout(&output);
     for queue in [
