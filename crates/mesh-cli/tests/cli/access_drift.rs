@@ -53,7 +53,7 @@ impl Setup {
         );
         let prefix = format!("{tag}{}-", std::process::id());
         let dir = std::env::temp_dir().join(format!("mesh-cli-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).expect("the spec's directory");
         let spec = dir.join("mesh.toml");
         let mut text = format!("node = \"n1\"\n[access]\nuser_prefix = \"{prefix}\"\n{access}");
         for (name, patterns) in modules {
@@ -61,7 +61,7 @@ impl Setup {
                 "[[modules]]\nname = \"{name}\"\npatterns = {patterns}\n"
             ));
         }
-        std::fs::write(&spec, text).unwrap();
+        std::fs::write(&spec, text).expect("the spec file");
         let node_user = format!("node.{NODE}");
         let mut names = vec!["operator".to_owned(), node_user];
         names.extend(modules.iter().map(|(name, _)| format!("module.{name}")));
@@ -134,9 +134,9 @@ impl Setup {
             "http://{}:{}@127.0.0.1:{}",
             operator,
             self.password(&operator),
-            self.node.management_port().unwrap()
+            self.node.management_port().expect("management enabled")
         )))
-        .unwrap()
+        .expect("a management client")
     }
 
     /// Transport options connecting as `user` (without the prefix).
@@ -148,7 +148,7 @@ impl Setup {
             self.password(&user),
             self.node.port()
         );
-        let options: AmqpOptions = url.parse().unwrap();
+        let options: AmqpOptions = url.parse().expect("a valid URL");
         options.connect_timeout(Duration::from_secs(10))
     }
 }

@@ -27,8 +27,8 @@ fn headers(pairs: &[(&str, &str)]) -> FieldTable {
     let mut table = FieldTable::new();
     for (name, value) in pairs {
         table.insert(
-            (*name).try_into().unwrap(),
-            FieldValue::S((*value).try_into().unwrap()),
+            (*name).try_into().expect("a short header name"),
+            FieldValue::S((*value).try_into().expect("a short header value")),
         );
     }
     table
