@@ -335,6 +335,23 @@ impl DeclareChannel {
         Ok(())
     }
 
+    /// Binds a queue where this user may not be allowed to: `Ok(false)` when the broker
+    /// refuses it (`403`, an answer, neither counted nor reported; the channel is closed).
+    pub(crate) async fn bind_if_allowed(
+        &self,
+        binding: &BindingDecl,
+    ) -> Result<bool, TransportError> {
+        use std::sync::atomic::Ordering;
+        self.closed.refusal_expected.store(true, Ordering::Relaxed);
+        let bound = self.bind(binding).await;
+        self.closed.refusal_expected.store(false, Ordering::Relaxed);
+        match bound {
+            Ok(()) => Ok(true),
+            Err(error) if matches!(error.kind(), TransportErrorKind::Forbidden { .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
     /// Removes a binding.
     pub(crate) async fn unbind(&self, binding: &BindingDecl) -> Result<(), TransportError> {
         check_short("a binding key", &binding.routing_key)?;

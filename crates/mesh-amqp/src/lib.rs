@@ -15,9 +15,9 @@
 //!
 //! Made sure of at connect (a passive declare, and a declaration only of one that is missing,
 //! so a module user without `configure` permission on them starts): durable topic exchanges
-//! `mesh.events`, `mesh.rpc`, `mesh.events.dead`, `mesh.retry` and `mesh.logs`, and the durable
-//! direct exchange `mesh.reply` (no queue: the shared `mesh.dead-letters` of old is retired, see
-//! [`AmqpTransport::unbind_retired_dead_queue`]).
+//! `mesh.events`, `mesh.rpc`, `mesh.events.dead`, `mesh.retry`, `mesh.logs` and `mesh.replies`
+//! (not the retired direct `mesh.reply`; no queue: the shared `mesh.dead-letters` of old is
+//! retired, see [`AmqpTransport::unbind_retired_dead_queue`]).
 //! Per subscription:
 //!
 //! | queue | arguments | bindings |
@@ -26,7 +26,7 @@
 //! | `<name>.retry.<label>` per retry step (at most 15 min) | `x-queue-type` only (one declared by an earlier version, with `x-message-ttl` and dead-lettering, is kept as it is) | its own name on `mesh.retry` (and `<name>` on `mesh.retry` on its own name, for the copies coming back) |
 //! | `serve.<key>` | `x-queue-type`, quorum: `x-delivery-limit` | `<key>` on `mesh.rpc` |
 //! | `QueueSpec::DeadLetters(DeadQueue::Durable { name })` | `x-queue-type` only: never dead-lettered, no delivery limit | `#` on `mesh.events.dead` |
-//! | ephemeral, RPC reply, `QueueSpec::DeadLetters(DeadQueue::Tap)` | exclusive, auto-delete, server-named | the patterns on `mesh.events` (ephemeral), its own name on `mesh.reply` (RPC reply), `#` on `mesh.events.dead` (tap) |
+//! | ephemeral, RPC reply, `QueueSpec::DeadLetters(DeadQueue::Tap)` | exclusive, auto-delete, server-named | the patterns on `mesh.events` (ephemeral), its reply key `<user>.<queue>` on `mesh.replies`, and on the retired `mesh.reply` while it exists (RPC reply), `#` on `mesh.events.dead` (tap) |
 //! | `QueueSpec::DeadLetters(DeadQueue::Retired)` | never declared: the retired `mesh.dead-letters` as it stands, consumed only while it exists | — |
 //!
 //! Everything declared is recorded as data in a [`Topology`] (see
@@ -50,7 +50,7 @@
 //! confirmed, before they ack it: the broker's TTL and dead-lettering play no part; see
 //! `docs/CONTRACT.md`, "Retry forwarders"; a copy that fails to publish for a passing reason
 //! is sent again, its delivery held, for up to 30 s before the delivery is released, so a
-//! burst of quick failures cannot run down a quorum queue's delivery limit); `reply` publishes to `mesh.reply` under the request's `reply_to` with its
+//! burst of quick failures cannot run down a quorum queue's delivery limit); `reply` publishes to `mesh.replies` (the retired `mesh.reply` for a `reply_to` of an earlier caller, `amq.…`) under the request's `reply_to` with its
 //! correlation id, then acks. Nothing mesh publishes goes through the default exchange but an
 //! operator's re-driven dead letter (`Target::Queue`). Quorum queues
 //! report `x-delivery-count` as [`Delivery::delivery_count`](mesh_core::Delivery); classic

@@ -140,8 +140,8 @@ pub(crate) struct Counters {
     /// Publishing channels replaced because the broker nacked everything on them.
     pub(crate) nack_run_reopens: AtomicU64,
     /// Deliveries that came to a consumer's queue by a foreign path (see
-    /// `consumer::path`), or to the reply queue by another way than `mesh.reply` under its
-    /// name: never handed on.
+    /// `consumer::path`), or to the reply queue by another way than a reply exchange under
+    /// its reply key: never handed on.
     pub(crate) foreign_deliveries: AtomicU64,
 }
 

@@ -1,13 +1,18 @@
 //! The caller's side of request/reply: one reply queue per transport and the calls waiting on
 //! it.
 //!
-//! The reply queue is exclusive, auto-delete and server-named, bound to `mesh.reply` (direct)
-//! on its own name, and consumed with `no_ack` on the consume connection. It is created on the first call and again once it is gone (its
+//! The reply queue is exclusive, auto-delete and server-named, bound to `mesh.replies`
+//! (topic) under its reply key `<user>.<queue>` (the transport's broker user, then the
+//! queue's name: the access plan lets a user bind there only under its own name), which is
+//! the requests' `reply_to`, and consumed with `no_ack` on the consume connection. While the
+//! retired direct `mesh.reply` exists (a deployment not yet migrated, where servers of an
+//! earlier version answer there), the queue is bound there under its reply key too, on a
+//! channel of its own, where a refusal or a missing exchange is an answer, not a fault. It is created on the first call and again once it is gone (its
 //! connection or channel was lost), since its name dies with it. Each call waits under a
 //! fresh correlation id; a reply nobody waits for any more (the call timed out, or it is a
 //! duplicate) is dropped and counted, and so is a delivery that did not come through
-//! `mesh.reply` (or the default exchange, an earlier server's way) under the queue's name
-//! (`AmqpStats::foreign_deliveries`).
+//! `mesh.replies` or `mesh.reply` (or the default exchange, an earlier server's way) under
+//! the queue's reply key (`AmqpStats::foreign_deliveries`).
 //!
 //! Calls are not retried through failures: a reply can only come to the queue the request
 //! named. When the reply queue is lost, every call waiting on it fails at once with
@@ -26,7 +31,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use mesh_core::naming::{self, REPLY_EXCHANGE};
+use mesh_core::naming::{self, REPLY_EXCHANGE, RETIRED_REPLY_EXCHANGE};
 use mesh_core::{ToolKey, TransportError, TransportErrorKind, WireMessage, NO_SERVER_CHECK};
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
@@ -49,7 +54,8 @@ pub(crate) struct Rpc {
 
 #[derive(Debug)]
 struct ReplyQueue {
-    name: String,
+    /// Its reply key (`<user>.<queue>`), the requests' `reply_to`.
+    key: String,
     alive: watch::Receiver<bool>,
 }
 
@@ -116,33 +122,36 @@ impl Rpc {
         }
     }
 
-    /// The reply queue's name and a watch of its liveness, creating the queue if there is
-    /// none alive.
+    /// The reply queue's reply key (the requests' `reply_to`) and a watch of its liveness,
+    /// creating the queue if there is none alive. `user` is the transport's broker user.
     pub(crate) async fn reply_queue(
         &self,
         link: &ConsumeLink,
+        user: &str,
         shutdown: watch::Receiver<bool>,
     ) -> Result<(String, watch::Receiver<bool>), TransportError> {
         let mut current = self.reply_queue.lock().await;
         if let Some(queue) = current.as_ref() {
             if *queue.alive.borrow() {
-                return Ok((queue.name.clone(), queue.alive.clone()));
+                return Ok((queue.key.clone(), queue.alive.clone()));
             }
         }
         let (channel, closed) = link.channel("rpc-reply").await?;
         let declare = DeclareChannel::wrap(channel.clone(), closed.clone());
         let declared = async {
             let name = declare.server_named().await?;
-            // Servers reply through `mesh.reply` under this name (never through the default
+            let key = naming::reply_key(user, &name);
+            // Servers reply through `mesh.replies` under this key (never through the default
             // exchange, which restricted users cannot write to).
             declare
-                .bind(&BindingDecl::new(REPLY_EXCHANGE, &name, &name))
+                .bind(&BindingDecl::new(REPLY_EXCHANGE, &name, &key))
                 .await?;
+            bind_retired(link, &name, &key).await;
             let consumer = consume(channel, closed, &name, 0, false).await?;
-            Ok::<_, TransportError>((name, consumer))
+            Ok::<_, TransportError>((key, consumer))
         }
         .await;
-        let (name, consumer) = match declared {
+        let (key, consumer) = match declared {
             Ok(declared) => declared,
             Err(error) => {
                 declare.close().await;
@@ -151,11 +160,12 @@ impl Rpc {
         };
         let (alive_tx, alive) = watch::channel(true);
         let span =
-            tracing::debug_span!(parent: None, "mesh_amqp.replies", queue = %EscapedDisplay(&name));
+            tracing::debug_span!(parent: None, "mesh_amqp.replies", key = %EscapedDisplay(&key));
         // Tracked: the transport's close waits for it to have closed its channel.
         link.shared().channel_tasks.spawn(
             receive_replies(
                 consumer,
+                key.clone(),
                 self.waiters.clone(),
                 self.late_replies.clone(),
                 link.shared().clone(),
@@ -164,18 +174,43 @@ impl Rpc {
             )
             .instrument(span),
         );
-        tracing::debug!(queue = %EscapedDisplay(&name), "reply queue ready");
+        tracing::debug!(key = %EscapedDisplay(&key), "reply queue ready");
         *current = Some(ReplyQueue {
-            name: name.clone(),
+            key: key.clone(),
             alive: alive.clone(),
         });
-        Ok((name, alive))
+        Ok((key, alive))
     }
+}
+
+/// Binds the reply queue `queue` under `key` on the retired `mesh.reply` too, when it still
+/// exists and the user may (servers of an earlier version publish replies there under the
+/// `reply_to`), on a channel of its own: a missing exchange or a refusal closes it, and is
+/// an answer (the deployment was migrated), not a fault.
+async fn bind_retired(link: &ConsumeLink, queue: &str, key: &str) {
+    let Ok((channel, closed)) = link.channel("rpc-reply-retired").await else {
+        return;
+    };
+    let declare = DeclareChannel::wrap(channel, closed);
+    if let Ok(true) = declare.exchange_exists(RETIRED_REPLY_EXCHANGE).await {
+        match declare
+            .bind_if_allowed(&BindingDecl::new(RETIRED_REPLY_EXCHANGE, queue, key))
+            .await
+        {
+            Ok(true) => tracing::debug!("reply queue bound on the retired `mesh.reply` too"),
+            Ok(false) => tracing::debug!("this user may not bind on the retired `mesh.reply`"),
+            Err(error) => {
+                tracing::debug!(error = %EscapedDisplay(&error), "binding on the retired `mesh.reply` failed")
+            }
+        }
+    }
+    declare.close().await;
 }
 
 /// Hands each reply to the call waiting under its correlation id.
 async fn receive_replies(
     mut consumer: crate::consumer::Consumer,
+    key: String,
     waiters: Waiters,
     late: Arc<AtomicU64>,
     shared: Arc<crate::lifecycle::TransportShared>,
@@ -191,19 +226,25 @@ async fn receive_replies(
         let (Some(deliver), properties) = (message.deliver, message.basic_properties) else {
             continue;
         };
-        // A reply is one only through `mesh.reply` under this queue's name (or the default
-        // exchange, where servers of an earlier version reply and only the operator may
-        // write under the access plan): anything else (an exchange-to-exchange binding into
-        // `mesh.reply`, a foreign publisher) cannot be mesh's, and its headers would be
+        // A reply is one only through `mesh.replies` (or the retired `mesh.reply`, where
+        // servers of an earlier version reply) under this queue's reply key, or through the
+        // default exchange under its name (older servers still; only the operator may write
+        // there under the access plan): anything else (an exchange-to-exchange binding into
+        // a reply exchange, a foreign publisher) cannot be mesh's, and its headers would be
         // believed.
-        let by_reply_path = deliver.exchange() == REPLY_EXCHANGE || deliver.exchange().is_empty();
-        if !by_reply_path || deliver.routing_key() != &consumer.queue {
+        let exchange = deliver.exchange().as_str();
+        let by_reply_path = match exchange {
+            REPLY_EXCHANGE | RETIRED_REPLY_EXCHANGE => deliver.routing_key() == &key,
+            "" => deliver.routing_key() == &consumer.queue,
+            _ => false,
+        };
+        if !by_reply_path {
             crate::lifecycle::Counters::bump(&shared.counters.foreign_deliveries);
             tracing::warn!(
                 exchange = %EscapedDisplay(deliver.exchange()),
                 key = %EscapedDisplay(deliver.routing_key()),
-                "dropped a delivery to the reply queue that did not come through `mesh.reply` \
-                 under its name"
+                "dropped a delivery to the reply queue that did not come through `mesh.replies` \
+                 under its reply key"
             );
             continue;
         }

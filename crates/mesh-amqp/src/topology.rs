@@ -43,7 +43,7 @@ pub(crate) const OVERFLOW: &str = "x-overflow";
 pub struct ExchangeDecl {
     /// Its name.
     pub name: String,
-    /// Its type (`topic` for every exchange mesh declares but `mesh.reply`, `direct`).
+    /// Its type (`topic` for every exchange mesh declares).
     pub kind: String,
     /// Whether it survives a broker restart.
     pub durable: bool,
@@ -187,8 +187,8 @@ fn queue_type_argument(options: &AmqpOptions) -> Headers {
 }
 
 /// What every transport declares at connect: `mesh.events`, `mesh.rpc`, `mesh.events.dead`,
-/// `mesh.retry` and `mesh.logs` (durable topic exchanges) and `mesh.reply` (durable,
-/// direct). No queue:
+/// `mesh.retry`, `mesh.logs` and `mesh.replies` (durable topic exchanges; the retired direct
+/// `mesh.reply` is not declared). No queue:
 /// each reader of dead letters binds its own to `mesh.events.dead` ([`dead_queue`], or a
 /// server-named tap), so none takes them from another (the shared `mesh.dead-letters` of old
 /// is retired).
@@ -200,10 +200,10 @@ pub(crate) fn base(_options: &AmqpOptions) -> Topology {
         DEAD_EXCHANGE,
         RETRY_EXCHANGE,
         LOGS_EXCHANGE,
+        REPLY_EXCHANGE,
     ] {
         topology.add_exchange(exchange(name, "topic"));
     }
-    topology.add_exchange(exchange(REPLY_EXCHANGE, "direct"));
     topology
 }
 
@@ -313,18 +313,13 @@ mod tests {
                 "mesh.events",
                 "mesh.events.dead",
                 "mesh.logs",
-                "mesh.reply",
+                "mesh.replies",
                 "mesh.retry",
                 "mesh.rpc"
             ]
         );
         for exchange in topology.exchanges() {
-            let kind = if exchange.name == "mesh.reply" {
-                "direct"
-            } else {
-                "topic"
-            };
-            assert_eq!(exchange.kind, kind, "{}", exchange.name);
+            assert_eq!(exchange.kind, "topic", "{}", exchange.name);
             assert!(exchange.durable);
         }
         // The shared `mesh.dead-letters` is retired: readers of dead letters bind their own.

@@ -65,8 +65,8 @@ pub struct AmqpStats {
     pub nack_run_reopens: u64,
     /// Deliveries that came to a consumer's queue by a path mesh sends no event by (an
     /// exchange-to-exchange binding, a foreign publisher), dead-lettered `foreign-path`, and
-    /// replies that came to the reply queue by another way than `mesh.reply` under its
-    /// name, dropped: never handed on.
+    /// replies that came to the reply queue by another way than `mesh.replies` (or the
+    /// retired `mesh.reply`) under its reply key, dropped: never handed on.
     pub foreign_deliveries: u64,
 }
 
@@ -508,7 +508,11 @@ impl AmqpTransport {
         let (reply_queue, mut alive) = self
             .inner
             .rpc
-            .reply_queue(&self.inner.consume, self.shutdown())
+            .reply_queue(
+                &self.inner.consume,
+                self.inner.options.get_user(),
+                self.shutdown(),
+            )
             .await?;
         let correlation_id = uuid::Uuid::new_v4().to_string();
         let mut pending = self.inner.rpc.wait_for(correlation_id.clone());

@@ -71,7 +71,7 @@ async fn durable_subscription_declares_exactly_the_contract() {
         ("mesh.events.dead", "topic"),
         ("mesh.logs", "topic"),
         ("mesh.retry", "topic"),
-        ("mesh.reply", "direct"),
+        ("mesh.replies", "topic"),
         ("mesh.rpc", "topic"),
     ]
     .into_iter()

@@ -149,6 +149,15 @@ impl Management {
             .with_context(|| format!("deleting queue `{name}`"))
     }
 
+    /// Deletes an exchange with its bindings.
+    pub(crate) async fn delete_exchange(&self, name: &str) -> anyhow::Result<()> {
+        self.client
+            .delete_exchange(&self.vhost, name)
+            .await
+            .map_err(|e| self.fail(e, false))
+            .with_context(|| format!("deleting exchange `{name}`"))
+    }
+
     /// Binds `queue` to `exchange` on `routing_key`.
     pub(crate) async fn bind(
         &self,

@@ -2,12 +2,14 @@
 //! plan applied: what a module's user can do beyond publishing (exchange-to-exchange
 //! bindings, exchanges of its own) must not let it speak as another module.
 //!
-//! The spec: module `billing` reads `module.shop.#`, module `umami` reads `module.other.#`,
-//! module `shop` reads nothing. umami tries every source exchange (each mesh exchange, each
-//! `amq.*` built-in, one it declares itself) × every mesh destination: each
-//! `exchange.bind` the broker allows is then used to route an event forged as shop's (key
-//! `module.shop.order.placed`, `x-source: shop`, `x-mesh-user: module.shop`) into
-//! billing's queue, which with identity enforced must never handle it.
+//! The spec: module `billing` reads `module.shop.#` and `module.umami.#`, module `umami` reads
+//! `module.other.#`, module `shop` reads nothing. umami tries every source exchange (each
+//! mesh exchange, the retired `mesh.reply`, each `amq.*` built-in, one it declares itself) ×
+//! every mesh destination: each `exchange.bind` the broker allows is then used to route an
+//! event forged as shop's (`x-source: shop`, `x-mesh-user: module.shop`, under shop's key
+//! `module.shop.order.placed` or, where the broker keeps umami to its own keys, umami's)
+//! into billing's queue, which with identity enforced must never handle it. And replies: no
+//! user can bind under another's reply key on `mesh.replies`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -31,14 +33,16 @@ use mesh_testkit::{eventually, NodeOptions, PrivateNode};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Every exchange mesh declares.
-const MESH_EXCHANGES: [&str; 6] = [
+/// Every exchange mesh declares, and the retired `mesh.reply` (absent here: a source or a
+/// destination the broker refuses with `404`).
+const MESH_EXCHANGES: [&str; 7] = [
     "mesh.events",
     "mesh.rpc",
     "mesh.events.dead",
     "mesh.retry",
-    "mesh.reply",
+    "mesh.replies",
     "mesh.logs",
+    "mesh.reply",
 ];
 
 /// RabbitMQ's built-in exchanges.
@@ -57,6 +61,10 @@ const OWN_EXCHANGE: &str = "x.umami.events";
 /// The forged event's key: shop's, which billing reads.
 const FORGED_KEY: &str = "module.shop.order.placed";
 
+/// A key of umami's own, which billing reads too: where the broker lets umami bind only its
+/// own keys (`mesh.replies`), the forgery goes under it, still claiming to be shop's.
+const UMAMI_KEY: &str = "module.umami.order.placed";
+
 struct Broker {
     node: PrivateNode,
     passwords: HashMap<String, String>,
@@ -67,7 +75,10 @@ fn access_spec() -> AccessSpec {
     AccessSpec::new(Name::parse("n1").unwrap())
         .module(
             Name::parse("billing").unwrap(),
-            [TopicPattern::parse("module.shop.#").unwrap()],
+            [
+                TopicPattern::parse("module.shop.#").unwrap(),
+                TopicPattern::parse("module.umami.#").unwrap(),
+            ],
         )
         .module(
             Name::parse("umami").unwrap(),
@@ -166,12 +177,16 @@ fn forged(id: &str) -> BasicProperties {
     props
 }
 
-/// The key umami binds and publishes under to reach billing's queue through `destination`.
-fn key_to_billing(destination: &str) -> &'static str {
-    match destination {
+/// The keys umami binds and publishes under to reach billing's queue from `source` through
+/// `destination`.
+fn keys_to_billing(source: &str, destination: &str) -> Vec<&'static str> {
+    match (source, destination) {
         // billing's queue is bound there on its own name (its retry copies coming back).
-        "mesh.retry" => "n1.billing.events",
-        _ => FORGED_KEY,
+        (_, "mesh.retry") => vec!["n1.billing.events"],
+        // umami may bind only its own reply keys on `mesh.replies`: shop's is refused, and
+        // its own is a key billing reads on `mesh.events`.
+        ("mesh.replies", _) => vec![FORGED_KEY, UMAMI_KEY],
+        _ => vec![FORGED_KEY],
     }
 }
 
@@ -187,13 +202,16 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
             .node("n1")
             .module("billing")
             .enforce_identity(true)
-            .on_raw(["module.shop.#"], move |incoming: Incoming<Bytes>| {
-                let handled = handled.clone();
-                async move {
-                    handled.lock().unwrap().push(incoming.meta.id().to_string());
-                    Ok::<(), HandlerError>(())
-                }
-            })
+            .on_raw(
+                ["module.shop.#", "module.umami.#"],
+                move |incoming: Incoming<Bytes>| {
+                    let handled = handled.clone();
+                    async move {
+                        handled.lock().unwrap().push(incoming.meta.id().to_string());
+                        Ok::<(), HandlerError>(())
+                    }
+                },
+            )
             .start(billing_transport.clone())
             .await
             .expect("billing starts as its own user")
@@ -238,42 +256,49 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
     let mut forged_ids = Vec::new();
     for source in &sources {
         for destination in MESH_EXCHANGES {
-            let key = key_to_billing(destination);
-            let channel = umami.open_channel(None).await.unwrap();
-            let bound = channel
-                .exchange_bind(ExchangeBindArguments::new(destination, source, key))
-                .await;
-            if bound.is_err() {
-                // Refused: the broker closed the channel.
-                continue;
+            for key in keys_to_billing(source, destination) {
+                let channel = umami.open_channel(None).await.unwrap();
+                let bound = channel
+                    .exchange_bind(ExchangeBindArguments::new(destination, source, key))
+                    .await;
+                if bound.is_err() {
+                    // Refused: the broker closed the channel.
+                    continue;
+                }
+                allowed.push(format!("{source} -> {destination} on {key}"));
+                let id = uuid::Uuid::new_v4().to_string();
+                channel
+                    .basic_publish(
+                        forged(&id),
+                        b"{}".to_vec(),
+                        BasicPublishArguments::new(source, key),
+                    )
+                    .await
+                    .expect("published");
+                forged_ids.push(id);
+                // Each pair alone: the binding goes once the forgery is routed (in the channel's
+                // order), so no later publish takes it.
+                channel
+                    .exchange_unbind(ExchangeUnbindArguments::new(destination, source, key))
+                    .await
+                    .expect("umami removes its own binding");
+                let _ = channel.close().await;
             }
-            allowed.push(format!("{source} -> {destination}"));
-            let id = uuid::Uuid::new_v4().to_string();
-            channel
-                .basic_publish(
-                    forged(&id),
-                    b"{}".to_vec(),
-                    BasicPublishArguments::new(source, key),
-                )
-                .await
-                .expect("published");
-            forged_ids.push(id);
-            // Each pair alone: the binding goes once the forgery is routed (in the channel's
-            // order), so no later publish takes it.
-            channel
-                .exchange_unbind(ExchangeUnbindArguments::new(destination, source, key))
-                .await
-                .expect("umami removes its own binding");
-            let _ = channel.close().await;
         }
     }
-    // The broker refuses every pair but those through exchanges umami may read and whose
-    // binding keys it may bind unchecked: the direct `mesh.reply`, `mesh.events.dead` (any
-    // key) and, when it could declare one, an exchange of its own.
+    // The broker refuses every pair but those through exchanges umami may read under keys it
+    // may bind: `mesh.replies` under its own keys only, `mesh.events.dead` (any key) and,
+    // when it could declare one, an exchange of its own. Never shop's key on `mesh.replies`.
     assert!(
-        allowed.iter().all(|pair| pair.starts_with("mesh.reply ")
+        allowed.iter().all(|pair| (pair.starts_with("mesh.replies ")
+            && pair.ends_with(&format!(" on {UMAMI_KEY}")))
             || pair.starts_with("mesh.events.dead ")
             || pair.starts_with("x.umami.events ")),
+        "{allowed:?}"
+    );
+    // The pair the broker must allow: its forgery is the trusted path's to stop.
+    assert!(
+        allowed.contains(&format!("mesh.replies -> mesh.events on {UMAMI_KEY}")),
         "{allowed:?}"
     );
     assert!(!forged_ids.is_empty(), "no pair to try a forgery through");
@@ -374,9 +399,9 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
 }
 
 /// Whether a forgery through `pair` reaches billing's queue: through `mesh.events` (bound on
-/// shop's keys) or `mesh.retry` (bound on its own name).
+/// shop's and umami's keys) or `mesh.retry` (bound on its own name).
 fn reaches_billing(pair: &str) -> bool {
-    pair.ends_with("-> mesh.events") || pair.ends_with("-> mesh.retry")
+    pair.contains("-> mesh.events on ") || pair.contains("-> mesh.retry on ")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -530,4 +555,123 @@ async fn a_module_without_configure_starts_on_queues_the_operator_declared() {
     other.close().await;
     umami.close().await;
     operator.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_user_can_bind_under_another_callers_reply_key() {
+    use amqprs::channel::{
+        BasicAckArguments, BasicConsumeArguments, QueueBindArguments, QueueDeclareArguments,
+    };
+    let broker = Broker::start().await;
+    // umami serves a tool of its own by hand, to see what a server sees of its callers.
+    let umami = broker.raw("module.umami").await;
+    let server = umami.open_channel(None).await.unwrap();
+    let (serve, _, _) = server
+        .queue_declare(QueueDeclareArguments::new("serve.umami.echo"))
+        .await
+        .expect("umami declares its own tool's queue")
+        .expect("a declare-ok");
+    server
+        .queue_bind(QueueBindArguments::new(&serve, "mesh.rpc", "umami.echo"))
+        .await
+        .expect("umami binds its own tool");
+    let (_, mut requests) = server
+        .basic_consume_rx(BasicConsumeArguments::new(&serve, "echo"))
+        .await
+        .expect("umami consumes its tool's queue");
+
+    let billing = Bus::builder()
+        .node("n1")
+        .module("billing")
+        .start(Arc::new(broker.transport("module.billing").await))
+        .await
+        .expect("billing starts as its own user");
+    let call = tokio::spawn(async move {
+        let reply = billing
+            .call::<_, serde_json::Value>("umami.echo", &serde_json::json!({"n": 1}), WAIT)
+            .await;
+        billing.close().await;
+        reply
+    });
+    let request = tokio::time::timeout(WAIT, requests.recv())
+        .await
+        .expect("billing's request in time")
+        .expect("the consumer is open");
+    let properties = request.basic_properties.expect("properties");
+    let reply_to = properties.reply_to().cloned().expect("a reply_to");
+    assert!(
+        reply_to.starts_with("module.billing.amq.gen-"),
+        "the reply key starts with the caller's user: {reply_to}"
+    );
+
+    // umami binds a queue of its own under billing's reply key: refused, and likewise
+    // through an exchange-to-exchange binding, or on the retired `mesh.reply`.
+    let own_queue = |channel: amqprs::channel::Channel| async move {
+        let (queue, _, _) = channel
+            .queue_declare(QueueDeclareArguments::exclusive_server_named())
+            .await
+            .expect("umami declares a server-named queue")
+            .expect("a declare-ok");
+        (channel, queue)
+    };
+    let (channel, queue) = own_queue(umami.open_channel(None).await.unwrap()).await;
+    let refused = channel
+        .queue_bind(QueueBindArguments::new(&queue, "mesh.replies", &reply_to))
+        .await;
+    assert!(refused.is_err(), "umami bound under billing's reply key");
+    for (exchange, key) in [
+        ("mesh.replies", "#"),
+        ("mesh.replies", "module.billing.#"),
+        ("mesh.reply", reply_to.as_str()),
+    ] {
+        let (channel, queue) = own_queue(umami.open_channel(None).await.unwrap()).await;
+        let bound = channel
+            .queue_bind(QueueBindArguments::new(&queue, exchange, key))
+            .await;
+        assert!(bound.is_err(), "umami bound {exchange} on {key}");
+    }
+    // Its own reply keys it may bind: the refusal was about the key.
+    let (channel, queue) = own_queue(umami.open_channel(None).await.unwrap()).await;
+    channel
+        .queue_bind(QueueBindArguments::new(
+            &queue,
+            "mesh.replies",
+            &format!("module.umami.{queue}"),
+        ))
+        .await
+        .expect("umami binds under its own reply key");
+
+    // And as a server it answers any caller: billing gets its reply.
+    let mut headers = FieldTable::new();
+    headers.insert(
+        codec::REPLY_STATUS.try_into().unwrap(),
+        FieldValue::S("ok".try_into().unwrap()),
+    );
+    let mut reply = BasicProperties::default();
+    reply
+        .with_content_type("application/json")
+        .with_user_id("module.umami")
+        .with_correlation_id(properties.correlation_id().expect("a correlation id"))
+        .with_headers(headers);
+    server
+        .basic_publish(
+            reply,
+            br#"{"n":1}"#.to_vec(),
+            BasicPublishArguments::new("mesh.replies", &reply_to),
+        )
+        .await
+        .expect("umami answers billing");
+    server
+        .basic_ack(BasicAckArguments::new(
+            request.deliver.expect("a deliver").delivery_tag(),
+            false,
+        ))
+        .await
+        .expect("acked");
+    let answer = call
+        .await
+        .expect("the call task")
+        .expect("billing's call is answered");
+    assert_eq!(answer, serde_json::json!({"n": 1}));
+    let _ = umami.close().await;
 }

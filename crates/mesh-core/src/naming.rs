@@ -26,10 +26,19 @@ pub const RETRY_EXCHANGE: &str = "mesh.retry";
 /// events, under `<node>.<source>.<level>` (see `mesh_logs`). Every transport makes sure it
 /// exists with the others, so no module needs `configure` permission to ship its logs.
 pub const LOGS_EXCHANGE: &str = "mesh.logs";
-/// The reply exchange (direct): a caller binds its server-named reply queue on the queue's
-/// own name, and a server publishes the reply here under the request's `reply_to`. It spares
-/// servers the default exchange, which writes into any queue.
-pub const REPLY_EXCHANGE: &str = "mesh.reply";
+/// The reply exchange (topic): a caller binds its server-named reply queue under its reply
+/// key, `<user>.<queue>` ([`reply_key`]), and a server publishes the reply here under the
+/// request's `reply_to`, that key. It spares servers the default exchange, which writes into
+/// any queue, and, being a topic exchange whose keys start with the caller's broker user,
+/// lets the access plan keep each user to binding its own replies (see `docs/SECURITY.md`).
+pub const REPLY_EXCHANGE: &str = "mesh.replies";
+/// The retired reply exchange (direct, bound on the reply queue's own name): anyone who
+/// learned a caller's reply queue could bind under it and overhear its replies. Nothing
+/// declares it any more; `mesh topology apply` deletes it, and until then a caller binds its
+/// reply key there too and a server answers a caller of an earlier version (a `reply_to`
+/// naming a queue, [`is_legacy_reply_to`]) there (see `docs/CONTRACT.md`, "From mesh.reply to
+/// mesh.replies").
+pub const RETIRED_REPLY_EXCHANGE: &str = "mesh.reply";
 /// The retired dead-letter queue: mesh once declared it bound to [`DEAD_EXCHANGE`] on `#`,
 /// and every reader of dead letters competed on it. Nothing declares it any more; an audit
 /// logger that finds it unbinds it, stores what it holds and deletes it once empty (see
@@ -102,6 +111,21 @@ pub fn audit_user(prefix: &str, node: &Name) -> String {
 /// topology and re-drives dead letters (through the default exchange).
 pub fn operator_user(prefix: &str) -> String {
     format!("{prefix}operator")
+}
+
+/// `<user>.<queue>`: the key a caller's replies travel under on [`REPLY_EXCHANGE`], its
+/// broker user followed by its server-named reply queue, e.g. `module.billing.amq.gen-Xy`.
+/// The access plan lets a user bind on `mesh.replies` only under its own name, so no other
+/// user can bind a queue under it.
+pub fn reply_key(user: &str, queue: &str) -> String {
+    format!("{user}.{queue}")
+}
+
+/// Whether a request's `reply_to` is a caller's of an earlier version: the name of its reply
+/// queue (server-named, `amq.…`), bound on [`RETIRED_REPLY_EXCHANGE`], rather than a
+/// [`reply_key`].
+pub fn is_legacy_reply_to(reply_to: &str) -> bool {
+    reply_to.starts_with("amq.")
 }
 
 /// `serve.<key>`: the shared, durable queue the servers of a tool compete on.
@@ -249,6 +273,14 @@ mod tests {
         ] {
             assert!(!is_retired_delay_queue(queue), "{queue:?}");
         }
+    }
+
+    #[test]
+    fn a_reply_key_starts_with_its_user_and_a_queue_name_is_of_old() {
+        let key = reply_key("acme/module.billing", "amq.gen-Xy_z");
+        assert_eq!(key, "acme/module.billing.amq.gen-Xy_z");
+        assert!(!is_legacy_reply_to(&key));
+        assert!(is_legacy_reply_to("amq.gen-Xy_z"));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::fmt;
 
 use mesh_core::naming::{
     audit_user, operator_user, owner_user, AUDIT_MODULE, DEAD_EXCHANGE, EVENTS_EXCHANGE,
-    REPLY_EXCHANGE, RETIRED_DEAD_QUEUE, RETRY_EXCHANGE, RPC_EXCHANGE,
+    REPLY_EXCHANGE, RETIRED_DEAD_QUEUE, RETIRED_REPLY_EXCHANGE, RETRY_EXCHANGE, RPC_EXCHANGE,
 };
 use mesh_core::{Name, Origin, TopicPattern};
 
@@ -242,7 +242,10 @@ fn alternatives(names: &[&str]) -> String {
         .join("|")
 }
 
-/// The exchanges every identity may read (bind from).
+/// The exchanges every identity may read (bind from). The retired `mesh.reply` stays while
+/// deployments migrate (callers and servers of both versions answer each other through it);
+/// `mesh topology apply` deletes it once no caller of an earlier version uses it, and then
+/// the permission names nothing (no module may configure an exchange).
 fn read_exchanges() -> String {
     alternatives(&[
         EVENTS_EXCHANGE,
@@ -250,6 +253,7 @@ fn read_exchanges() -> String {
         DEAD_EXCHANGE,
         RETRY_EXCHANGE,
         REPLY_EXCHANGE,
+        RETIRED_REPLY_EXCHANGE,
     ])
 }
 
@@ -261,6 +265,7 @@ fn write_exchanges() -> String {
         DEAD_EXCHANGE,
         RETRY_EXCHANGE,
         REPLY_EXCHANGE,
+        RETIRED_REPLY_EXCHANGE,
         LOGS_EXCHANGE,
     ])
 }
@@ -376,8 +381,9 @@ fn identity(
         Origin::Mesh => Role::Context(owner.clone()),
         Origin::Node => Role::Node(owner.clone()),
     };
+    let user = owner_user(prefix, origin, owner);
     Grant {
-        user: owner_user(prefix, origin, owner),
+        user: user.clone(),
         role,
         tags: Vec::new(),
         certificate: false,
@@ -396,11 +402,20 @@ fn identity(
             topic(RETRY_EXCHANGE, retry_write, retry_read),
             topic(DEAD_EXCHANGE, ANYTHING, ANYTHING),
             topic(LOGS_EXCHANGE, format!(r"^[^.]+\.{n}\."), NOTHING),
+            // It answers any caller, and binds only its own replies.
+            topic(REPLY_EXCHANGE, ANYTHING, own_replies(&user)),
         ]),
     }
 }
 
+/// The binding keys of `user`'s replies on `mesh.replies`: its reply keys,
+/// `<user>.<queue>`.
+fn own_replies(user: &str) -> String {
+    format!(r"^{}\.", escape(user))
+}
+
 fn audit(prefix: &str, node: &Name) -> Grant {
+    let user = audit_user(prefix, node);
     let x = escape(node.as_str());
     let logger = escape(AUDIT_MODULE);
     let own = format!(r"{x}\.{logger}\.(?:events|dead)");
@@ -409,7 +424,7 @@ fn audit(prefix: &str, node: &Name) -> Grant {
         escape(RETIRED_DEAD_QUEUE)
     );
     Grant {
-        user: audit_user(prefix, node),
+        user: user.clone(),
         role: Role::AuditLogger(node.clone()),
         // Its transport lists its queue's bindings through the management API to remove
         // stale ones (removed over AMQP, with the permissions below): reading needs a tag.
@@ -433,6 +448,7 @@ fn audit(prefix: &str, node: &Name) -> Grant {
             ),
             topic(DEAD_EXCHANGE, ANYTHING, ANYTHING),
             topic(LOGS_EXCHANGE, format!(r"^{x}\.{logger}\."), NOTHING),
+            topic(REPLY_EXCHANGE, NOTHING, own_replies(&user)),
         ]),
     }
 }

@@ -30,14 +30,15 @@
 //!
 //! | user | configure | write | read |
 //! |---|---|---|---|
-//! | `<o>.<N>` | `^(?:Q)$` | `^(?:Q\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.reply\|mesh\.logs)$` | `^(?:Q\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.reply)$` |
-//! | `audit-logger.<X>` | `^(?:A)$` | `^(?:A\|mesh\.events\.dead\|mesh\.retry\|mesh\.logs)$` | `^(?:A\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.reply)$` |
+//! | `<o>.<N>` | `^(?:Q)$` | `^(?:Q\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.replies\|mesh\.reply\|mesh\.logs)$` | `^(?:Q\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.replies\|mesh\.reply)$` |
+//! | `audit-logger.<X>` | `^(?:A)$` | `^(?:A\|mesh\.events\.dead\|mesh\.retry\|mesh\.logs)$` | `^(?:A\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.replies\|mesh\.reply)$` |
 //! | `operator` | `.*` | `.*` | `.*` |
 //!
 //! where `A` = `X\.audit\-logger\.(?:events|dead)(?:\.retry\.[^.]+)?|mesh\.dead\-letters|amq\.gen-.+`
 //! for the audit logger of node `X` (it unbinds, drains and deletes the retired
-//! `mesh.dead-letters`). No user but the operator has `configure` on mesh's exchanges (the
-//! runtime declares them passively; `configure` would let a module delete `mesh.events`), nor
+//! `mesh.dead-letters`). No user but the operator has `configure` on one of mesh's exchanges
+//! (the runtime declares them passively; `configure` would let a module delete `mesh.events`),
+//! though a module may declare an exchange of its own (below), nor
 //! `write` on `amq.default` (the default exchange writes into any queue). A permission names
 //! a resource, not its kind: a module's `configure` on its queue names also lets it declare an
 //! *exchange* named like one of them (`x.umami.events`), which its `read` and `write` then
@@ -55,6 +56,7 @@
 //! | `mesh.retry` | `^[^.]+\.N\.events(?:\.retry\.[^.]+)?$` / the same (`^$` / `^$` for a context or the node): its retry copies to its retry queues, and its retry forwarders' copies back to its queue | `^X\.audit-logger\.(?:events\|dead)(?:\.retry\.[^.]+)?$` / the same |
 //! | `mesh.events.dead` | `.*` / `.*` (a consumer dead-letters copies under other owners' keys) | `.*` / `.*` |
 //! | `mesh.logs` | `^[^.]+\.N\.` / `^$` | `^X\.audit-logger\.` / `^$` |
+//! | `mesh.replies` | `.*` / `^U\.` (it answers any caller, binds only its own reply keys `<U>.<queue>`; `U` its user name, escaped) | `^$` / `^U\.` |
 //!
 //! The operator ([`operator_user`]) has no topic permission (so no limit) and the tag
 //! `management`: it runs `mesh topology apply`, `mesh dead redrive` (through the default
@@ -62,7 +64,10 @@
 //! start its transport lists its queue's bindings through the management API and removes
 //! the stale ones over AMQP (its permissions below allow that unbinding, and the tag lets it
 //! read the vhost's objects, never change what its permissions forbid). Module, context and
-//! node users have no tag: AMQP only. `mesh.reply` is a direct exchange, where topic permissions do not apply.
+//! node users have no tag: AMQP only. The retired `mesh.reply` is a direct exchange, where
+//! topic permissions do not apply: it stays in `write` and `read` while deployments migrate
+//! (callers and servers of both versions answer each other through it), and names nothing
+//! once `mesh topology apply` has deleted it.
 //!
 //! # Plan and apply
 //!

@@ -102,7 +102,7 @@ fn a_module_configures_only_its_own_queues() {
             "mesh.rpc",
             "mesh.events.dead",
             "mesh.retry",
-            "mesh.reply",
+            "mesh.replies",
             "mesh.dead-letters",
             "amq.default",
             "n1.umami.events.delay.5s",
@@ -124,7 +124,7 @@ fn a_module_writes_to_mesh_exchanges_and_never_to_the_default_one() {
             "mesh.rpc",
             "mesh.events.dead",
             "mesh.retry",
-            "mesh.reply",
+            "mesh.replies",
             "mesh.logs",
             "n1.umami.events",
             "n1.umami.events.retry.5s",
@@ -146,7 +146,7 @@ fn a_module_writes_to_mesh_exchanges_and_never_to_the_default_one() {
             "mesh.rpc",
             "mesh.events.dead",
             "mesh.retry",
-            "mesh.reply",
+            "mesh.replies",
             "n1.umami.events",
         ],
         &[
@@ -239,12 +239,14 @@ fn the_expressions_are_the_documented_ones() {
     assert_eq!(
         umami.permissions.write,
         format!(
-            r"^(?:{q}|mesh\.events|mesh\.rpc|mesh\.events\.dead|mesh\.retry|mesh\.reply|mesh\.logs)$"
+            r"^(?:{q}|mesh\.events|mesh\.rpc|mesh\.events\.dead|mesh\.retry|mesh\.replies|mesh\.reply|mesh\.logs)$"
         )
     );
     assert_eq!(
         umami.permissions.read,
-        format!(r"^(?:{q}|mesh\.events|mesh\.rpc|mesh\.events\.dead|mesh\.retry|mesh\.reply)$")
+        format!(
+            r"^(?:{q}|mesh\.events|mesh\.rpc|mesh\.events\.dead|mesh\.retry|mesh\.replies|mesh\.reply)$"
+        )
     );
     let topic: Vec<(&str, &str, &str)> = umami
         .topic
@@ -261,6 +263,7 @@ fn the_expressions_are_the_documented_ones() {
             ),
             ("mesh.events.dead", ".*", ".*"),
             ("mesh.logs", r"^[^.]+\.umami\.", "^$"),
+            ("mesh.replies", ".*", r"^module\.umami\."),
             (
                 "mesh.retry",
                 r"^[^.]+\.umami\.events(?:\.retry\.[^.]+)?$",
@@ -584,4 +587,39 @@ fn every_difference_is_a_change() {
     let blind = super::plan(&grants, &broker, &Passwords::new(), "");
     assert!(!blind.changes.iter().any(|c| c.kind() == "password-differs"));
     assert_eq!(blind.missing_passwords().len(), grants.len());
+}
+
+#[test]
+fn a_user_binds_only_its_own_replies_and_answers_anyone() {
+    let grants = grants(&spec().user_prefix("acme/"));
+    let umami = grant(&grants, "acme/module.umami");
+    let replies = topic_of(umami, "mesh.replies");
+    matches(
+        &replies.read,
+        &["acme/module.umami.amq.gen-x"],
+        &[
+            "acme/module.billing.amq.gen-x",
+            "acme/module.umamix.amq.gen-x",
+            "module.umami.amq.gen-x",
+            "amq.gen-x",
+            "#",
+            "*.amq.gen-x",
+        ],
+    );
+    matches(
+        &replies.write,
+        &["acme/module.billing.amq.gen-x", "amq.gen-x"],
+        &[],
+    );
+    let logger = grants
+        .iter()
+        .find(|g| g.role == Role::AuditLogger(Name::parse("n1").unwrap()))
+        .expect("the audit logger's grant");
+    let replies = topic_of(logger, "mesh.replies");
+    matches(&replies.write, &[], &["acme/module.umami.amq.gen-x"]);
+    matches(
+        &replies.read,
+        &["acme/audit-logger.n1.amq.gen-x"],
+        &["acme/module.umami.amq.gen-x"],
+    );
 }

@@ -383,6 +383,13 @@ impl ManagementClient {
         Ok(())
     }
 
+    /// Deletes an exchange with its bindings.
+    pub async fn delete_exchange(&self, vhost: &str, name: &str) -> Result<(), ManagementError> {
+        self.call(Method::Delete, &["exchanges", vhost, name], None)
+            .await?;
+        Ok(())
+    }
+
     /// Binds `queue` to `exchange` on `routing_key`, without arguments.
     pub async fn bind(
         &self,

@@ -10,12 +10,19 @@
 //! expires back into its queue. `topology apply` deletes one that holds no message and has no
 //! consumer (counts checked first: quorum queues refuse a conditional `DELETE`), and leaves
 //! the others draining.
+//!
+//! The retired direct exchange `mesh.reply` is a difference while it exists (whatever its
+//! type: a passive declare finds it, so the runtime would never say): `topology apply`
+//! deletes it, last, once `mesh.replies` exists and no reply queue of a caller of an earlier
+//! version (bound on its own name) is bound to it.
 
 use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
-use mesh_core::naming::{self, DEAD_EXCHANGE, RETIRED_DEAD_QUEUE};
+use mesh_core::naming::{
+    self, DEAD_EXCHANGE, REPLY_EXCHANGE, RETIRED_DEAD_QUEUE, RETIRED_REPLY_EXCHANGE,
+};
 
 use super::foreign::{foreign_bindings, ForeignBinding};
 use super::wanted::{Wanted, WantedQueue};
@@ -147,6 +154,17 @@ pub enum Difference {
     /// A binding on (from or to) a mesh exchange that the contract does not explain (see
     /// [`foreign_bindings`]): apply removes it.
     ForeignBinding(ForeignBinding),
+    /// The retired direct `mesh.reply` still exists (a deployment not yet migrated to
+    /// `mesh.replies`): apply deletes it once no caller of an earlier version is bound to it
+    /// (see `docs/CONTRACT.md`, "From mesh.reply to mesh.replies").
+    RetiredExchange {
+        /// Its name.
+        name: String,
+        /// Its type on the broker.
+        kind: String,
+        /// Reply queues of callers of an earlier version bound to it (on their own name).
+        earlier_callers: usize,
+    },
 }
 
 impl Difference {
@@ -160,6 +178,7 @@ impl Difference {
             Difference::ExtraBinding { .. }
             | Difference::RetiredQueue { .. }
             | Difference::RetiredDelayQueue { .. }
+            | Difference::RetiredExchange { .. }
             | Difference::ForeignBinding(_) => '-',
         }
     }
@@ -226,16 +245,38 @@ impl Difference {
                 }
             }
             Difference::ForeignBinding(binding) => binding.describe(),
+            Difference::RetiredExchange {
+                name,
+                kind,
+                earlier_callers,
+            } => {
+                if self.is_deletable() {
+                    format!(
+                        "exchange {name} ({kind}) is retired, replaced by {REPLY_EXCHANGE} \
+                         (topic): apply deletes it"
+                    )
+                } else {
+                    format!(
+                        "exchange {name} ({kind}) is retired, replaced by {REPLY_EXCHANGE} \
+                         (topic), and {earlier_callers} caller(s) of an earlier version still \
+                         wait there: apply deletes it once they are upgraded"
+                    )
+                }
+            }
         }
     }
 
-    /// A retired delay queue with no message and no consumer, as last sampled.
+    /// A retired delay queue with no message and no consumer, as last sampled, or the
+    /// retired `mesh.reply` with no caller of an earlier version bound.
     pub fn is_deletable(&self) -> bool {
         matches!(
             self,
             Difference::RetiredDelayQueue {
                 messages: Some(0),
                 consumers: Some(0),
+                ..
+            } | Difference::RetiredExchange {
+                earlier_callers: 0,
                 ..
             }
         )
@@ -297,6 +338,14 @@ impl Difference {
                 "consumers": consumers
             }),
             Difference::ForeignBinding(binding) => binding.to_json(),
+            Difference::RetiredExchange {
+                name,
+                kind,
+                earlier_callers,
+            } => json!({
+                "kind": "retired-exchange", "exchange": name, "type": kind,
+                "earlier_callers": earlier_callers
+            }),
         }
     }
 }
@@ -525,6 +574,22 @@ pub fn differences(wanted: &Wanted, actual: &Actual) -> Vec<Difference> {
             .into_iter()
             .map(Difference::ForeignBinding),
     );
+    // Last: deleting it takes its bindings, so the foreign ones are removed first.
+    if let Some(retired) = actual.exchange(RETIRED_REPLY_EXCHANGE) {
+        out.push(Difference::RetiredExchange {
+            name: retired.name.clone(),
+            kind: retired.kind.clone(),
+            earlier_callers: actual
+                .bindings
+                .iter()
+                .filter(|b| {
+                    b.source == RETIRED_REPLY_EXCHANGE
+                        && b.destination_type == "queue"
+                        && b.routing_key == b.destination
+                })
+                .count(),
+        });
+    }
     out
 }
 
@@ -703,5 +768,53 @@ mod tests {
         assert!(diffs[1].describe().contains("still draining (2 messages"));
         assert_eq!(diffs[1].to_json()["kind"], "retired-delay-queue");
         assert_eq!(diffs[1].sign(), '-');
+    }
+
+    #[test]
+    fn the_retired_reply_exchange_goes_once_no_earlier_caller_waits_there() {
+        let retired: ExchangeRow = serde_json::from_value(json!({
+            "name": "mesh.reply", "type": "direct", "durable": true, "auto_delete": false,
+            "internal": false
+        }))
+        .unwrap();
+        let reply = |key: &str| -> BindingRow {
+            serde_json::from_value(json!({
+                "source": "mesh.reply", "destination": "amq.gen-r1", "destination_type": "queue",
+                "routing_key": key, "arguments": {}, "properties_key": key
+            }))
+            .unwrap()
+        };
+        let agreeing = queue(
+            &json!({"x-queue-type": "quorum", "x-dead-letter-exchange": "mesh.events.dead", "x-delivery-limit": 20}),
+            "quorum",
+        );
+        // An upgraded caller's binding (its reply key) does not keep it.
+        let actual = Actual {
+            exchanges: vec![exchange(), retired.clone()],
+            queues: vec![agreeing.clone()],
+            bindings: vec![binding("a.#"), binding("b.*"), reply("guest.amq.gen-r1")],
+        };
+        let diffs = differences(&wanted(), &actual);
+        assert_eq!(diffs.len(), 1, "{diffs:#?}");
+        assert!(diffs[0].is_deletable());
+        assert_eq!(diffs[0].sign(), '-');
+        assert!(
+            diffs[0].describe().contains("apply deletes it"),
+            "{}",
+            diffs[0].describe()
+        );
+        assert_eq!(diffs[0].to_json()["kind"], "retired-exchange");
+        // A caller of an earlier version (bound on its queue's name) does.
+        let actual = Actual {
+            exchanges: vec![exchange(), retired],
+            queues: vec![agreeing],
+            bindings: vec![binding("a.#"), binding("b.*"), reply("amq.gen-r1")],
+        };
+        let diffs = differences(&wanted(), &actual);
+        assert_eq!(diffs.len(), 1, "{diffs:#?}");
+        assert!(!diffs[0].is_deletable());
+        assert!(diffs[0]
+            .describe()
+            .contains("1 caller(s) of an earlier version"));
     }
 }

@@ -8,7 +8,8 @@
 //! | `mesh.events` | a consumer queue `<node>.<module>.events`, or a server-named `amq.gen-…` (an ephemeral subscription) | a topic pattern |
 //! | `mesh.rpc` | `serve.<tool>` | `<tool>` |
 //! | `mesh.retry` | a consumer queue or one of its retry queues `<queue>.retry.<step>` | the queue's own name |
-//! | `mesh.reply` | a server-named `amq.gen-…` | the queue's own name |
+//! | `mesh.replies` | a server-named `amq.gen-…` | its reply key, `<user>.<queue>` (ending in the queue's own name) |
+//! | `mesh.reply` (retired, until migrated) | a server-named `amq.gen-…` | the queue's own name, or its reply key |
 //! | `mesh.events.dead` | `<node>.audit-logger.dead`, or a server-named `amq.gen-…` (a tap) | `#` for the logger's queue |
 //! | `mesh.logs` | a server-named `amq.gen-…` (a follower) | a topic pattern |
 //!
@@ -25,7 +26,7 @@ use serde_json::{json, Value};
 
 use mesh_core::naming::{
     self, AUDIT_MODULE, DEAD_EXCHANGE, EVENTS_EXCHANGE, REPLY_EXCHANGE, RETIRED_DEAD_QUEUE,
-    RETRY_EXCHANGE, RPC_EXCHANGE,
+    RETIRED_REPLY_EXCHANGE, RETRY_EXCHANGE, RPC_EXCHANGE,
 };
 use mesh_core::Name;
 
@@ -34,15 +35,24 @@ use crate::management::BindingRow;
 /// The logs exchange of `mesh-logs` (not a dependency of this crate).
 const LOGS_EXCHANGE: &str = "mesh.logs";
 
-/// Every exchange of the contract.
-pub const MESH_EXCHANGES: [&str; 6] = [
+/// Every exchange of the contract, and the retired `mesh.reply` (whose bindings are checked
+/// as long as it exists).
+pub const MESH_EXCHANGES: [&str; 7] = [
     EVENTS_EXCHANGE,
     RPC_EXCHANGE,
     DEAD_EXCHANGE,
     RETRY_EXCHANGE,
     REPLY_EXCHANGE,
     LOGS_EXCHANGE,
+    RETIRED_REPLY_EXCHANGE,
 ];
+
+/// Whether `key` is a reply key of `queue`: `<user>.<queue>` with a user.
+fn is_reply_key_of(key: &str, queue: &str) -> bool {
+    key.strip_suffix(queue)
+        .and_then(|user| user.strip_suffix('.'))
+        .is_some_and(|user| !user.is_empty() && !user.contains(['*', '#']))
+}
 
 /// A binding on a mesh exchange the contract does not explain.
 #[derive(Debug, Clone, PartialEq)]
@@ -159,7 +169,10 @@ pub fn is_explained(row: &BindingRow) -> bool {
         RETRY_EXCHANGE => {
             key == queue && (naming::is_consumer_queue(queue) || is_retry_queue(queue))
         }
-        REPLY_EXCHANGE => key == queue && is_server_named(queue),
+        REPLY_EXCHANGE => is_server_named(queue) && is_reply_key_of(key, queue),
+        RETIRED_REPLY_EXCHANGE => {
+            is_server_named(queue) && (key == queue || is_reply_key_of(key, queue))
+        }
         DEAD_EXCHANGE => {
             (is_audit_dead_queue(queue) && key == "#")
                 || is_server_named(queue)
@@ -229,6 +242,14 @@ mod tests {
                 "n1.billing.events.retry.5s",
             ),
             row("mesh.reply", "queue", "amq.gen-r1", "amq.gen-r1"),
+            row("mesh.reply", "queue", "amq.gen-r1", "module.a.amq.gen-r1"),
+            row("mesh.replies", "queue", "amq.gen-r1", "module.a.amq.gen-r1"),
+            row(
+                "mesh.replies",
+                "queue",
+                "amq.gen-r1",
+                "acme/module.a.amq.gen-r1",
+            ),
             row("mesh.events.dead", "queue", "n1.audit-logger.dead", "#"),
             row("mesh.events.dead", "queue", "amq.gen-t", "#"),
             row("mesh.events.dead", "queue", "mesh.dead-letters", "#"),
@@ -271,6 +292,22 @@ mod tests {
             (
                 row("mesh.reply", "queue", "amq.gen-r1", "amq.gen-other"),
                 "never makes",
+            ),
+            (
+                row("mesh.replies", "queue", "amq.gen-r1", "amq.gen-r1"),
+                "never makes",
+            ),
+            (
+                row("mesh.replies", "queue", "amq.gen-r1", "#.amq.gen-r1"),
+                "never makes",
+            ),
+            (
+                row("mesh.replies", "queue", "amq.gen-r1", "module.a.amq.gen-r2"),
+                "never makes",
+            ),
+            (
+                row("mesh.replies", "exchange", "mesh.events", "module.a.x"),
+                "exchange-to-exchange",
             ),
             (
                 row(

@@ -7,7 +7,9 @@ use mesh_core::text::EscapedDisplay;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mesh_core::naming::{DEAD_EXCHANGE, REPLY_EXCHANGE, RETRY_EXCHANGE};
+use mesh_core::naming::{
+    is_legacy_reply_to, DEAD_EXCHANGE, REPLY_EXCHANGE, RETIRED_REPLY_EXCHANGE, RETRY_EXCHANGE,
+};
 use mesh_core::{
     AckBatch, AckFailed, Acker, BoxFuture, TransportError, TransportErrorKind, WireMessage,
 };
@@ -244,10 +246,19 @@ impl Acker for AmqpAcker {
             };
             let mut reply = reply;
             reply.properties.correlation_id = correlation_id;
+            // A caller of an earlier version names its reply queue, bound on the retired
+            // `mesh.reply`: answered there, once, as long as that exchange exists (a failure
+            // is not retried, so a deployment already migrated cannot make the request
+            // come back for ever).
+            let legacy = is_legacy_reply_to(&reply_to);
             // Not mandatory: a caller that gave up has no reply queue any more, and that is
             // not the server's failure.
             let outgoing = Publication {
-                exchange: REPLY_EXCHANGE,
+                exchange: if legacy {
+                    RETIRED_REPLY_EXCHANGE
+                } else {
+                    REPLY_EXCHANGE
+                },
                 payload: Payload::Message {
                     routing_key: reply_to,
                     message: reply,
@@ -256,6 +267,11 @@ impl Acker for AmqpAcker {
                 force_persistent: false,
                 resend: true,
             };
+            if legacy {
+                let published = Self::publish_copy(&ctx, outgoing).await;
+                settle.ack().await?;
+                return published;
+            }
             Self::publish_then_ack(ctx, settle, outgoing).await
         })
     }

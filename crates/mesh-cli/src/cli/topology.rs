@@ -67,8 +67,8 @@ Examples:
 macro_rules! topology_note {
     () => {
         "\
-The contract wants the exchanges mesh.events, mesh.rpc, mesh.events.dead and mesh.retry
-(durable topics) and mesh.reply (durable direct), and for each module given with --bind M=P
+The contract wants the exchanges mesh.events, mesh.rpc, mesh.events.dead, mesh.retry,
+mesh.replies and mesh.logs (durable topics; the retired direct mesh.reply is deleted), and for each module given with --bind M=P
 (repeatable; the pattern P of module M, in any order among the other options), with
 --module M --pattern P… or in --spec FILE, the queue <node>.<module>.events (x-queue-type,
 x-dead-letter-exchange mesh.events.dead and, on quorum queues, x-delivery-limit) bound to
@@ -94,6 +94,8 @@ A spec file (TOML, or JSON when it ends in .json):
   patterns = [\"module.umami.#\", \"node.*.joined\"]
   queue_type = \"classic\"       # optional
   shared = false               # optional: the queue shared.<module>.events
+  retry = [\"5s\", \"1m\"]         # optional: its retry steps, whose retry queues are declared
+  serves = [\"billing.quote\"]   # optional: its tools, whose serve.<key> queues are declared
   [access]                     # optional: read by mesh access only"
     };
 }

@@ -20,6 +20,7 @@ enum Action {
     LeaveForLogger,
     Delete,
     StillDraining,
+    StillUsed,
     Bind,
     Unbind,
     BindAgain,
@@ -36,6 +37,7 @@ impl Action {
             (Action::Delete, false) => "deleted",
             (Action::Delete, true) => "would delete",
             (Action::StillDraining, _) => "still draining",
+            (Action::StillUsed, _) => "kept while callers of an earlier version use it",
             (Action::Bind, false) => "bound",
             (Action::Bind, true) => "would bind",
             (Action::Unbind, false) => "unbound",
@@ -97,6 +99,19 @@ pub(super) async fn apply(
     let replaced = fix_entities(management, &diffs, change, &mut report).await?;
     fix_bindings(management, &diffs, &replaced, change, &mut report).await?;
     bind_again(management, wanted, &diffs, &replaced, change, &mut report).await?;
+    // Last, once `mesh.replies` exists: the retired `mesh.reply` goes with its bindings.
+    for d in &diffs {
+        if let Difference::RetiredExchange { name, .. } = d {
+            if !d.is_deletable() {
+                report.step(d, Action::StillUsed)?;
+                continue;
+            }
+            if change {
+                management.delete_exchange(name).await?;
+            }
+            report.step(d, Action::Delete)?;
+        }
+    }
     if global.json {
         output::json(&json!({
             "vhost": management.vhost(), "node": wanted.node.as_str(), "dry_run": dry_run,

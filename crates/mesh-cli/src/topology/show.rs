@@ -64,7 +64,8 @@ impl<'a> States<'a> {
         for d in diffs {
             let key = match d {
                 Difference::MissingExchange { name, .. }
-                | Difference::ExchangeDiffers { name, .. } => format!("exchange {name}"),
+                | Difference::ExchangeDiffers { name, .. }
+                | Difference::RetiredExchange { name, .. } => format!("exchange {name}"),
                 Difference::MissingQueue { name, .. }
                 | Difference::QueueDiffers { name, .. }
                 | Difference::RetiredQueue { name, .. }

@@ -79,6 +79,13 @@ struct ModuleSpec {
     /// The tools the module may call (`mesh access`), as topic patterns over tool keys;
     /// absent, every tool.
     calls: Option<Vec<String>>,
+    /// The retry steps of its consumer queue (`["5s", "1m"]`, as its bus's retry policy
+    /// has them): their retry queues are wanted, so its user needs no `configure` on them.
+    #[serde(default)]
+    retry: Vec<String>,
+    /// The tools it serves (`["billing.quote"]`): their `serve.<key>` queues are wanted.
+    #[serde(default)]
+    serves: Vec<String>,
     /// Given with `--module` rather than in the spec file.
     #[serde(skip)]
     from_command_line: bool,
@@ -146,6 +153,7 @@ pub(crate) fn wanted(
 
     let mut modules: Vec<ModuleSpec> = file.modules;
     modules.extend(command_line_modules(args)?);
+    let retry_and_serve = retry_and_serve_queues(&modules, &node, default_type, delivery_limit)?;
     let (queues, audit_dead) = queues_of(modules, &node, default_type)?;
 
     let mut wanted_queues: Vec<WantedQueue> = audit_dead
@@ -169,7 +177,88 @@ pub(crate) fn wanted(
             patterns,
         ));
     }
+    for queue in retry_and_serve {
+        if !wanted_queues.iter().any(|q| q.name == queue.name) {
+            wanted_queues.push(queue);
+        }
+    }
     Ok(Wanted::new(node, base_exchanges(), wanted_queues))
+}
+
+/// The longest retry step (as mesh's retry policy allows).
+const MAX_RETRY_STEP: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// The retry queues of each module's consumer queue (its `retry` steps; only a module with
+/// patterns has a queue) and the `serve.<key>` queue of each tool it serves, as mesh-amqp
+/// declares them (`topology::retry_queue`, `topology::serve_queue`): each bound on its own
+/// name on `mesh.retry`, on its key on `mesh.rpc`.
+fn retry_and_serve_queues(
+    modules: &[ModuleSpec],
+    node: &Name,
+    default_type: QueueType,
+    delivery_limit: u32,
+) -> anyhow::Result<Vec<WantedQueue>> {
+    let mut out = Vec::new();
+    for module in modules {
+        let name = Name::parse(&module.name).coded(Code::Usage, || {
+            format!("invalid module name `{}`", module.name)
+        })?;
+        let kind = module.queue_type.map(queue_type).unwrap_or(default_type);
+        if !module.patterns.is_empty() {
+            let queue = if module.shared {
+                naming::shared_queue(&name)
+            } else {
+                naming::consumer_queue(node, &name)
+            };
+            for step in &module.retry {
+                let delay = humantime::parse_duration(step.trim())
+                    .ok()
+                    .filter(|d| !d.is_zero() && *d <= MAX_RETRY_STEP)
+                    .ok_or_else(|| {
+                        fail(
+                            Code::Usage,
+                            format!(
+                                "invalid retry step `{step}` of module `{name}`: a duration of \
+                                 at most 15m (e.g. 5s, 1m)"
+                            ),
+                        )
+                    })?;
+                let retry = naming::retry_queue(&queue, delay);
+                out.push(WantedQueue::new(
+                    retry.clone(),
+                    queue_type_arguments(kind),
+                    RETRY_EXCHANGE,
+                    vec![retry],
+                ));
+            }
+        }
+        for tool in &module.serves {
+            let key = mesh::raw::ToolKey::parse(tool)
+                .ok()
+                .filter(|key| {
+                    key.as_str()
+                        .split_once('.')
+                        .is_some_and(|(owner, _)| owner == name.as_str())
+                })
+                .ok_or_else(|| {
+                    fail(
+                        Code::Usage,
+                        format!("invalid tool `{tool}` of module `{name}`: `{name}.<tool…>`"),
+                    )
+                })?;
+            let mut arguments = queue_type_arguments(kind);
+            if kind == QueueType::Quorum {
+                arguments.insert("x-delivery-limit".into(), Value::from(delivery_limit));
+            }
+            out.push(WantedQueue::new(
+                naming::serve_queue(&key),
+                arguments,
+                RPC_EXCHANGE,
+                vec![key.as_str().to_owned()],
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// The node: the global `--node` if given, else the spec file's, else `default_node`.
@@ -199,6 +288,8 @@ fn command_line_modules(args: &TopologyArgs) -> anyhow::Result<Vec<ModuleSpec>> 
             shared: false,
             auth: ModuleAuth::Password,
             calls: None,
+            retry: Vec::new(),
+            serves: Vec::new(),
             from_command_line: true,
         })
         .collect();
@@ -237,6 +328,8 @@ fn command_line_modules(args: &TopologyArgs) -> anyhow::Result<Vec<ModuleSpec>> 
                     shared: false,
                     auth: ModuleAuth::Password,
                     calls: None,
+                    retry: Vec::new(),
+                    serves: Vec::new(),
                     from_command_line: true,
                 });
                 from_args.len() - 1
@@ -307,7 +400,7 @@ fn base_exchanges() -> Vec<WantedExchange> {
         (RPC_EXCHANGE, "topic"),
         (DEAD_EXCHANGE, "topic"),
         (RETRY_EXCHANGE, "topic"),
-        (REPLY_EXCHANGE, "direct"),
+        (REPLY_EXCHANGE, "topic"),
         // Declared here so no module user needs `configure` on it to ship its logs.
         (naming::LOGS_EXCHANGE, "topic"),
     ]
@@ -327,12 +420,17 @@ pub(crate) fn access_spec(
     let node = node_of(node, &file, default_node)?;
     let table = file.access.unwrap_or_default();
     let prefix = table.user_prefix.unwrap_or_default();
-    if prefix.len() > MAX_USER_PREFIX_LEN || prefix.chars().any(char::is_control) {
+    // A reply key starts with its caller's user name: one starting with `amq.` would look
+    // like the queue name of a caller of an earlier version.
+    if prefix.len() > MAX_USER_PREFIX_LEN
+        || prefix.chars().any(char::is_control)
+        || prefix.starts_with("amq.")
+    {
         return Err(fail(
             Code::Usage,
             format!(
                 "invalid user_prefix in the spec file: at most {MAX_USER_PREFIX_LEN} bytes, no \
-                 control character"
+                 control character, not starting with `amq.`"
             ),
         ));
     }
@@ -431,11 +529,11 @@ mod tests {
                 "mesh.rpc",
                 "mesh.events.dead",
                 "mesh.retry",
-                "mesh.reply",
+                "mesh.replies",
                 "mesh.logs"
             ]
         );
-        assert_eq!(wanted.exchanges[4].kind, "direct");
+        assert_eq!(wanted.exchanges[4].kind, "topic");
         assert_eq!(wanted.exchanges[5].kind, "topic");
         // `mesh.dead-letters` is retired: no queue is wanted for dead letters by default.
         assert!(wanted.queues.is_empty());
@@ -662,6 +760,58 @@ mod tests {
         a.spec = Some(bad_path);
         let error = super::wanted(&a, None, node(), no_default).unwrap_err();
         assert_eq!(crate::exit::classify(&error), Code::Usage);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn retry_steps_and_served_tools_want_their_queues() {
+        let dir = std::env::temp_dir().join(format!("mesh-cli-spec-rs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mesh.toml");
+        std::fs::write(
+            &path,
+            "node = \"n1\"\ndelivery_limit = 7\n[[modules]]\nname = \"billing\"\npatterns = [\"module.umami.#\"]\nretry = [\"5s\", \"1m\"]\nserves = [\"billing.quote\"]\n[[modules]]\nname = \"quiet\"\nserves = [\"quiet.ping\"]\nretry = [\"5s\"]\nqueue_type = \"classic\"\n",
+        )
+        .unwrap();
+        let mut a = args(&[], &[]);
+        a.spec = Some(path.clone());
+        let wanted = wanted(&a, None, None, no_default).unwrap();
+        let find = |name: &str| wanted.queues.iter().find(|q| q.name == name);
+        for retry in ["n1.billing.events.retry.5s", "n1.billing.events.retry.1m"] {
+            let queue = find(retry).unwrap_or_else(|| panic!("{retry} is wanted"));
+            assert_eq!(queue.exchange, "mesh.retry");
+            assert_eq!(queue.patterns, [retry]);
+            assert_eq!(queue.arguments.len(), 1, "{:?}", queue.arguments);
+            assert_eq!(queue.arguments["x-queue-type"], "quorum");
+        }
+        let serve = find("serve.billing.quote").expect("billing's tool queue");
+        assert_eq!(serve.exchange, "mesh.rpc");
+        assert_eq!(serve.patterns, ["billing.quote"]);
+        assert_eq!(serve.arguments["x-delivery-limit"], 7);
+        // A module with no pattern has no queue, so no retry queue, but serves its tools.
+        assert!(find("n1.quiet.events.retry.5s").is_none());
+        let ping = find("serve.quiet.ping").expect("quiet's tool queue");
+        assert_eq!(ping.arguments["x-queue-type"], "classic");
+        assert!(!ping.arguments.contains_key("x-delivery-limit"));
+
+        for (bad, what) in [
+            ("retry = [\"0s\"]", "retry"),
+            ("retry = [\"16m\"]", "retry"),
+            ("retry = [\"soon\"]", "retry"),
+            ("serves = [\"other.quote\"]", "tool"),
+            ("serves = [\"billing\"]", "tool"),
+        ] {
+            std::fs::write(
+                &path,
+                format!(
+                    "[[modules]]\nname = \"billing\"\npatterns = [\"module.umami.#\"]\n{bad}\n"
+                ),
+            )
+            .unwrap();
+            let error = super::wanted(&a, None, node(), no_default).unwrap_err();
+            assert_eq!(crate::exit::classify(&error), Code::Usage, "{bad}");
+            assert!(format!("{error:#}").contains(what), "{bad}: {error:#}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,7 +1,7 @@
 //! What `mesh topology` and `mesh access` find beside users and queues, on a private node
 //! (users and their limits are global to a broker): bindings on mesh's exchanges that the
 //! contract does not explain, made by the operator's own user (an exchange bound into
-//! `mesh.events`, `mesh.reply` bound into `mesh.events`, a foreign queue), are drift for both
+//! `mesh.events`, `mesh.replies` bound into `mesh.events`, a foreign queue), are drift for both
 //! checks, listed by `apply --dry-run` and removed by `apply`; each user's `max-connections`
 //! holds at the broker, and a limit changed by hand is drift.
 
@@ -26,17 +26,84 @@ pub(crate) fn variable(user: &str) -> String {
     name
 }
 
-struct Setup {
-    node: PrivateNode,
+/// A private node (with management) and a spec file for node `n1`, with a password for each
+/// planned user (the operator, the node, each module) in the environment of every `mesh` it
+/// runs. Shared by the tests of drift on a private node.
+pub(crate) struct Setup {
+    pub(crate) node: PrivateNode,
     management_url: String,
     spec: std::path::PathBuf,
+    dir: std::path::PathBuf,
     users: Vec<(String, String)>,
+    /// The prefix of every user name.
+    pub(crate) prefix: String,
 }
 
 impl Setup {
+    /// Starts the node and writes the spec: `access` are the lines of its `[access]` table
+    /// after the user prefix, `modules` each module's name and its patterns (TOML array).
+    /// `access apply` and `topology apply` have run (and agree) when it returns.
+    pub(crate) async fn start(tag: &str, access: &str, modules: &[(&str, &str)]) -> Setup {
+        let node = PrivateNode::start(NodeOptions::default().management(true))
+            .await
+            .expect("a private RabbitMQ node with management");
+        let management_url = format!(
+            "http://127.0.0.1:{}",
+            node.management_port().expect("management enabled")
+        );
+        let prefix = format!("{tag}{}-", std::process::id());
+        let dir = std::env::temp_dir().join(format!("mesh-cli-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the spec's directory");
+        let spec = dir.join("mesh.toml");
+        let mut text = format!("node = \"n1\"\n[access]\nuser_prefix = \"{prefix}\"\n{access}");
+        for (name, patterns) in modules {
+            text.push_str(&format!(
+                "[[modules]]\nname = \"{name}\"\npatterns = {patterns}\n"
+            ));
+        }
+        std::fs::write(&spec, text).expect("the spec file");
+        let node_user = format!("node.{NODE}");
+        let mut names = vec!["operator".to_owned(), node_user];
+        names.extend(modules.iter().map(|(name, _)| format!("module.{name}")));
+        let users: Vec<(String, String)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, user)| {
+                (
+                    format!("{prefix}{user}"),
+                    format!("pw-{i}-Dr1ft{}", std::process::id()),
+                )
+            })
+            .collect();
+        let setup = Setup {
+            node,
+            management_url,
+            spec,
+            dir,
+            users,
+            prefix,
+        };
+        // The management listener may come up a moment after the node reports booted.
+        eventually(WAIT, "access apply succeeds", || async {
+            let output = setup.mesh("access", &["apply"]).await;
+            if output.status.code() != Some(0) {
+                eprintln!("{}{}", stdout(&output), crate::stderr(&output));
+            }
+            (output.status.code() == Some(0)).then_some(())
+        })
+        .await;
+        let output = setup.mesh("topology", &["apply"]).await;
+        assert_code(&output, 0);
+        let output = setup.mesh("access", &["plan", "--check"]).await;
+        assert_code(&output, 0);
+        let output = setup.mesh("topology", &["plan", "--check"]).await;
+        assert_code(&output, 0);
+        setup
+    }
+
     /// `mesh <command> <args…> --spec … --management-url …`, every password in the
     /// environment.
-    async fn mesh(&self, command: &str, args: &[&str]) -> Output {
+    pub(crate) async fn mesh(&self, command: &str, args: &[&str]) -> Output {
         let mut child = mesh(Some(&self.node.url()));
         child
             .arg(command)
@@ -51,13 +118,44 @@ impl Setup {
         finish(child.spawn().expect("mesh starts")).await
     }
 
-    fn password(&self, user: &str) -> &str {
+    pub(crate) fn password(&self, user: &str) -> &str {
         &self
             .users
             .iter()
             .find(|(u, _)| u == user)
             .expect("a planned user")
             .1
+    }
+
+    /// The management API as the operator's user.
+    pub(crate) fn operator_api(&self) -> ManagementClient {
+        let operator = format!("{}operator", self.prefix);
+        ManagementClient::new(&ManagementOptions::new(format!(
+            "http://{}:{}@127.0.0.1:{}",
+            operator,
+            self.password(&operator),
+            self.node.management_port().expect("management enabled")
+        )))
+        .expect("a management client")
+    }
+
+    /// Transport options connecting as `user` (without the prefix).
+    pub(crate) fn options(&self, user: &str) -> AmqpOptions {
+        let user = format!("{}{user}", self.prefix);
+        let url = format!(
+            "amqp://{}:{}@127.0.0.1:{}/%2F",
+            user,
+            self.password(&user),
+            self.node.port()
+        );
+        let options: AmqpOptions = url.parse().expect("a valid URL");
+        options.connect_timeout(Duration::from_secs(10))
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -75,76 +173,19 @@ fn assert_names_foreign(output: &Output, foreign: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_bindings_and_limits_are_drift_and_apply_fixes_them() {
-    let node = PrivateNode::start(NodeOptions::default().management(true))
-        .await
-        .expect("a private RabbitMQ node with management");
-    let management_url = format!(
-        "http://127.0.0.1:{}",
-        node.management_port().expect("management enabled")
-    );
-    let prefix = format!("drift{}-", std::process::id());
-    let dir = std::env::temp_dir().join(format!("mesh-cli-drift-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let spec = dir.join("mesh.toml");
-    std::fs::write(
-        &spec,
-        format!(
-            "node = \"n1\"\n[access]\nuser_prefix = \"{prefix}\"\nmax_connections = 2\n\
-             max_channels = 16\nmax_queues = 100\n\
-             [[modules]]\nname = \"umami\"\npatterns = [\"module.umami.#\"]\n\
-             [[modules]]\nname = \"billing\"\npatterns = [\"module.umami.*.created\"]\n"
-        ),
+    let setup = Setup::start(
+        "drift",
+        "max_connections = 2\nmax_channels = 16\nmax_queues = 100\n",
+        &[
+            ("umami", r#"["module.umami.#"]"#),
+            ("billing", r#"["module.umami.*.created"]"#),
+        ],
     )
-    .unwrap();
-    let node_user = format!("node.{NODE}");
-    let users: Vec<(String, String)> = [
-        "operator",
-        node_user.as_str(),
-        "module.billing",
-        "module.umami",
-    ]
-    .iter()
-    .enumerate()
-    .map(|(i, user)| {
-        (
-            format!("{prefix}{user}"),
-            format!("pw-{i}-Dr1ft{}", std::process::id()),
-        )
-    })
-    .collect();
-    let setup = Setup {
-        node,
-        management_url,
-        spec,
-        users,
-    };
-    let operator = format!("{prefix}operator");
-    let umami = format!("{prefix}module.umami");
-
-    // The management listener may come up a moment after the node reports booted.
-    eventually(WAIT, "access apply succeeds", || async {
-        let output = setup.mesh("access", &["apply"]).await;
-        if output.status.code() != Some(0) {
-            eprintln!("{}{}", stdout(&output), crate::stderr(&output));
-        }
-        (output.status.code() == Some(0)).then_some(())
-    })
     .await;
-    let output = setup.mesh("topology", &["apply"]).await;
-    assert_code(&output, 0);
-    let output = setup.mesh("access", &["plan", "--check"]).await;
-    assert_code(&output, 0);
-    let output = setup.mesh("topology", &["plan", "--check"]).await;
-    assert_code(&output, 0);
+    let umami = format!("{}module.umami", setup.prefix);
 
     // The operator's own user binds what mesh never binds.
-    let api = ManagementClient::new(&ManagementOptions::new(format!(
-        "http://{}:{}@127.0.0.1:{}",
-        operator,
-        setup.password(&operator),
-        setup.node.management_port().unwrap()
-    )))
-    .unwrap();
+    let api = setup.operator_api();
     api.put_exchange("/", "x.foreign", "topic", true)
         .await
         .unwrap();
@@ -153,7 +194,7 @@ async fn foreign_bindings_and_limits_are_drift_and_apply_fixes_them() {
         .unwrap();
     api.bind_exchange(
         "/",
-        "mesh.reply",
+        "mesh.replies",
         "mesh.events",
         "module.billing.invoice.paid",
     )
@@ -167,7 +208,7 @@ async fn foreign_bindings_and_limits_are_drift_and_apply_fixes_them() {
         .unwrap();
     let foreign = [
         "x.foreign -> exchange mesh.events",
-        "mesh.reply -> exchange mesh.events on `module.billing.invoice.paid`",
+        "mesh.replies -> exchange mesh.events on `module.billing.invoice.paid`",
         "mesh.events -> queue foreign-queue on `module.billing.#`",
     ];
 
@@ -208,7 +249,7 @@ async fn foreign_bindings_and_limits_are_drift_and_apply_fixes_them() {
     // `access apply` removes them too.
     api.bind_exchange(
         "/",
-        "mesh.reply",
+        "mesh.replies",
         "mesh.events",
         "module.billing.invoice.paid",
     )
@@ -221,14 +262,7 @@ async fn foreign_bindings_and_limits_are_drift_and_apply_fixes_them() {
     assert_code(&output, 0);
 
     // umami may hold two connections (one transport), never a third.
-    let url = format!(
-        "amqp://{}:{}@127.0.0.1:{}/%2F",
-        umami,
-        setup.password(&umami),
-        setup.node.port()
-    );
-    let options: AmqpOptions = url.parse().unwrap();
-    let options = options.connect_timeout(Duration::from_secs(10));
+    let options = setup.options("module.umami");
     let first = mesh::amqp::connect(options.clone())
         .await
         .expect("two connections are within umami's limit");
@@ -261,5 +295,4 @@ async fn foreign_bindings_and_limits_are_drift_and_apply_fixes_them() {
     assert_code(&output, 0);
     let output = setup.mesh("access", &["plan", "--check"]).await;
     assert_code(&output, 0);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

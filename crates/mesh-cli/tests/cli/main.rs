@@ -26,6 +26,7 @@ mod metrics;
 mod outbox;
 mod profiles;
 mod replay;
+mod reply_migration;
 mod secrets;
 mod service_example;
 mod shutdown;

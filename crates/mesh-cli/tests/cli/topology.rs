@@ -331,3 +331,75 @@ async fn apply_deletes_retired_delay_queues_once_empty_and_wants_no_queue_for_an
     transport.close().await;
     vhost.delete().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_and_serve_queues_of_a_spec_are_what_the_sdk_declares() {
+    let vhost = vhost("cli-retry-serve").await;
+    let url = vhost.url();
+    let bus = Bus::builder()
+        .node(crate::NODE)
+        .module("billing")
+        .retry(
+            mesh::RetryPolicy::new(
+                3,
+                vec![
+                    std::time::Duration::from_secs(5),
+                    std::time::Duration::from_secs(60),
+                ],
+            )
+            .unwrap(),
+        )
+        .on_raw(["module.umami.#"], |_| async { Ok::<(), HandlerError>(()) })
+        .serve(
+            "billing.quote",
+            |request: serde_json::Value, _: mesh::RequestMeta| async move {
+                Ok::<_, mesh::RemoteError>(request)
+            },
+        )
+        .start(transport(options(&vhost)).await)
+        .await
+        .expect("the module starts");
+    let dir = std::env::temp_dir().join(format!("mesh-cli-retry-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("mesh.toml");
+    std::fs::write(
+        &spec,
+        "[[modules]]\nname = \"billing\"\npatterns = [\"module.umami.#\"]\n\
+         retry = [\"5s\", \"1m\"]\nserves = [\"billing.quote\"]\n",
+    )
+    .unwrap();
+    let spec_arg = spec.to_str().unwrap();
+    let output = run(
+        Some(&url),
+        &["topology", "plan", "--json", "--check", "--spec", spec_arg],
+    )
+    .await;
+    assert_code(&output, 0);
+    assert_eq!(json(&output)["differences"], serde_json::json!([]));
+    bus.close().await;
+    // On a vhost without them, apply declares them.
+    let fresh = crate::vhost("cli-retry-serve-fresh").await;
+    let output = run(
+        Some(&fresh.url()),
+        &["topology", "apply", "--spec", spec_arg],
+    )
+    .await;
+    assert_code(&output, 0);
+    let text = stdout(&output);
+    for queue in [
+        format!("{}.billing.events.retry.5s", crate::NODE),
+        format!("{}.billing.events.retry.1m", crate::NODE),
+        "serve.billing.quote".to_owned(),
+    ] {
+        assert!(text.contains(&queue), "{queue}: {text}");
+    }
+    let output = run(
+        Some(&fresh.url()),
+        &["topology", "plan", "--check", "--spec", spec_arg],
+    )
+    .await;
+    assert_code(&output, 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+    fresh.delete().await.unwrap();
+    vhost.delete().await.unwrap();
+}

@@ -110,10 +110,11 @@ pub fn is_mesh_header(name: &str) -> bool {
 /// mesh never puts an `x-mesh-*` header on what it publishes to `mesh.events` or
 /// `mesh.rpc` (an emit or a call refuses them, [`is_reserved_header`]); it sets them only on
 /// a retry copy (published to `mesh.retry` under its retry queue's name, which the broker
-/// dead-letters back through `mesh.retry`), a reply (through `mesh.reply`), a re-driven dead
+/// dead-letters back through `mesh.retry`), a reply (through `mesh.replies`, or the retired
+/// `mesh.reply` to a caller of an earlier version), a re-driven dead
 /// letter (through the default exchange, by an operator) and the dead letters it publishes to
 /// `mesh.events.dead`. So they are believed on a delivery from one of those four exchanges
-/// (`mesh.retry`, `mesh.reply`, `""`, `mesh.events.dead`), and on no other: there, anyone
+/// (`mesh.retry`, `mesh.replies` or `mesh.reply`, `""`, `mesh.events.dead`), and on no other: there, anyone
 /// who could publish could have written them. Who may write to the four is the broker's
 /// permissions' business: with the access plan (`docs/SECURITY.md`), a module writes only
 /// its own retry queues' keys to `mesh.retry`, and no module writes to the default exchange.
@@ -122,6 +123,7 @@ pub fn mesh_headers_trusted_from(exchange: &str) -> bool {
         || exchange == crate::naming::DEAD_EXCHANGE
         || exchange == crate::naming::RETRY_EXCHANGE
         || exchange == crate::naming::REPLY_EXCHANGE
+        || exchange == crate::naming::RETIRED_REPLY_EXCHANGE
 }
 
 /// Removes every `x-mesh-*` header from a message delivered through `exchange` when mesh
