@@ -293,6 +293,13 @@ fn identity(
     } else {
         (NOTHING.to_owned(), NOTHING.to_owned())
     };
+    // Its dead letters are published under its consumer queues' names: it writes and reads
+    // those only (a context or the node has no consumer queue, so no dead letter).
+    let dead = if consumer {
+        format!(r"^[^.]+\.{n}\.events$")
+    } else {
+        NOTHING.to_owned()
+    };
     let role = match origin {
         Origin::Module => Role::Module(owner.clone()),
         Origin::Mesh => Role::Context(owner.clone()),
@@ -315,7 +322,7 @@ fn identity(
             ),
             topic(RPC_EXCHANGE, ANYTHING, format!(r"^{n}\.")),
             topic(RETRY_EXCHANGE, retry_write, retry_read),
-            topic(DEAD_EXCHANGE, ANYTHING, ANYTHING),
+            topic(DEAD_EXCHANGE, dead.clone(), dead),
             topic(LOGS_EXCHANGE, format!(r"^[^.]+\.{n}\."), NOTHING),
         ]),
     }
@@ -351,7 +358,12 @@ fn audit(prefix: &str, node: &Name) -> Grant {
                 format!(r"^{own}(?:\.retry\.[^.]+)?$"),
                 format!(r"^{own}(?:\.retry\.[^.]+)?$"),
             ),
-            topic(DEAD_EXCHANGE, ANYTHING, ANYTHING),
+            // It dead-letters under its own queue's name only, and reads every dead letter.
+            topic(
+                DEAD_EXCHANGE,
+                format!(r"^{x}\.{logger}\.events$"),
+                ANYTHING,
+            ),
             topic(LOGS_EXCHANGE, format!(r"^{x}\.{logger}\."), NOTHING),
         ]),
     }

@@ -223,8 +223,22 @@ fn a_module_publishes_only_its_own_keys() {
         &["n1.billing.info", "umami.x.y"],
     );
     matches(&logs.read, &[""], &["#", "n1.umami.info"]);
+    // Dead letters under its own queues' names only, written and read.
     let dead = topic_of(umami, "mesh.events.dead");
-    matches(&dead.write, &["module.billing.x"], &[]);
+    for expression in [&dead.write, &dead.read] {
+        matches(
+            expression,
+            &["n1.umami.events", "shared.umami.events", "*.umami.events"],
+            &[
+                "n1.billing.events",
+                "module.billing.x",
+                "module.umami.x",
+                "#",
+                "n1.umami.events.x",
+                "n1.umami.events.retry.5s",
+            ],
+        );
+    }
 }
 
 /// The expressions, as the crate docs and docs/CONTRACT.md write them.
@@ -257,7 +271,11 @@ fn the_expressions_are_the_documented_ones() {
                 r"^module\.umami\.",
                 r"^(?:module\.billing\.\#)$"
             ),
-            ("mesh.events.dead", ".*", ".*"),
+            (
+                "mesh.events.dead",
+                r"^[^.]+\.umami\.events$",
+                r"^[^.]+\.umami\.events$"
+            ),
             ("mesh.logs", r"^[^.]+\.umami\.", "^$"),
             (
                 "mesh.retry",
@@ -349,7 +367,13 @@ fn the_audit_logger_reads_everything_and_emits_nothing() {
         &[""],
         &["module.audit-logger.x", "module.umami.x"],
     );
-    matches(&topic_of(logger, "mesh.events.dead").read, &["#"], &[]);
+    let dead = topic_of(logger, "mesh.events.dead");
+    matches(&dead.read, &["#"], &[]);
+    matches(
+        &dead.write,
+        &["n1.audit-logger.events"],
+        &["n2.audit-logger.events", "n1.umami.events", "module.x.y"],
+    );
     // Not a module user.
     assert!(!grants.iter().any(|g| g.user == "module.audit-logger"));
 }

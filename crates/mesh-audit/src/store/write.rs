@@ -215,7 +215,7 @@ impl Store {
                 let mut qb = QueryBuilder::new(
                     "INSERT INTO dead_letters (id, event_id, routing_key, reason, attempts, \
                      last_error, queue, dead_at, received_at, content_type, message_id, \
-                     amqp_timestamp, headers, body, user_id) ",
+                     amqp_timestamp, headers, body, user_id, untrusted) ",
                 );
                 qb.push_values(chunk, |mut b, row| {
                     b.push_bind(row.id.as_str()).push_unseparated(d.uuid);
@@ -236,6 +236,7 @@ impl Store {
                         .push_unseparated(d.headers);
                     b.push_bind(row.body.as_slice());
                     b.push_bind(row.user_id.as_deref());
+                    b.push_bind(row.untrusted);
                 });
                 qb.push(" ON CONFLICT (id) DO NOTHING");
                 written.dead_letters += qb.build().execute(&mut *tx).await?.rows_affected();
