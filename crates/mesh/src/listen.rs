@@ -143,9 +143,10 @@ impl Bus {
 
     /// Taps the dead letters this bus may read: an exclusive, auto-delete, server-named
     /// queue of its own, bound to `mesh.events.dead`, with automatic acks (at-most-once,
-    /// like [`listen`](Bus::listen)). A module's tap is bound on `*.<module>.events`: the
-    /// dead letters its own consumers made (each published under its queue's name), which is
-    /// all the access plan lets a module read; a context's or the node's taps every dead
+    /// like [`listen`](Bus::listen)). A module's tap is bound on `*.<module>.events`,
+    /// `*.<module>.events.retry.*` and `serve.<module>.#`: the dead letters its own queues
+    /// made (each published under its queue's name), which is all the access plan lets a
+    /// module read; a context's or the node's taps every dead
     /// letter, as [`all_dead_letters`](Bus::all_dead_letters) does. (The in-memory broker
     /// has no permissions: its taps see every dead letter.)
     ///
@@ -163,9 +164,11 @@ impl Bus {
     /// queue is retired.)
     pub async fn dead_letters(&self) -> Result<DeadLetterTap, Error> {
         let patterns = match self.identity() {
-            crate::identity::Identity::Module(module) => {
-                vec![TopicPattern::parse(&format!("*.{module}.events"))?]
-            }
+            crate::identity::Identity::Module(module) => vec![
+                TopicPattern::parse(&format!("*.{module}.events"))?,
+                TopicPattern::parse(&format!("*.{module}.events.retry.*"))?,
+                TopicPattern::parse(&format!("serve.{module}.#"))?,
+            ],
             _ => Vec::new(),
         };
         self.tap_dead_letters(patterns).await

@@ -293,12 +293,12 @@ fn identity(
     } else {
         (NOTHING.to_owned(), NOTHING.to_owned())
     };
-    // Its dead letters are published under its consumer queues' names: it writes and reads
-    // those only (a context or the node has no consumer queue, so no dead letter).
+    // Its dead letters are published under the names of its queues that dead-letter (its
+    // consumer and retry queues, its serve queues): it writes and reads those only.
     let dead = if consumer {
-        format!(r"^[^.]+\.{n}\.events$")
+        format!(r"^(?:{own_queues}|serve\.{n}\..+)$")
     } else {
-        NOTHING.to_owned()
+        format!(r"^serve\.{n}\..+$")
     };
     let role = match origin {
         Origin::Module => Role::Module(owner.clone()),
@@ -361,7 +361,7 @@ fn audit(prefix: &str, node: &Name) -> Grant {
             // It dead-letters under its own queue's name only, and reads every dead letter.
             topic(
                 DEAD_EXCHANGE,
-                format!(r"^{x}\.{logger}\.events$"),
+                format!(r"^{own}(?:\.retry\.[^.]+)?$"),
                 ANYTHING,
             ),
             topic(LOGS_EXCHANGE, format!(r"^{x}\.{logger}\."), NOTHING),

@@ -53,7 +53,7 @@
 //! | `mesh.events` | `^o\.N\.` / `^(?:P1\|P2…)$`, its spec patterns exactly (`^$` without) | `^$` / `.*` |
 //! | `mesh.rpc` | `.*` / `^N\.` (it calls any tool, serves only its own) | `^$` / `^$` |
 //! | `mesh.retry` | `^[^.]+\.N\.events(?:\.retry\.[^.]+)?$` / the same (`^$` / `^$` for a context or the node): its retry copies to its retry queues, and its retry forwarders' copies back to its queue | `^X\.audit-logger\.(?:events\|dead)(?:\.retry\.[^.]+)?$` / the same |
-//! | `mesh.events.dead` | `^[^.]+\.N\.events$` / the same: its dead letters go under its consumer queues' names (`^$` / `^$` for a context or the node) | `^X\.audit-logger\.events$` / `.*` |
+//! | `mesh.events.dead` | `^(?:[^.]+\.N\.events(?:\.retry\.[^.]+)?\|serve\.N\..+)$` / the same: its dead letters go under the names of its queues (`^serve\.N\..+$` for a context or the node) | `^X\.audit-logger\.(?:events\|dead)(?:\.retry\.[^.]+)?$` / `.*` |
 //! | `mesh.logs` | `^[^.]+\.N\.` / `^$` | `^X\.audit-logger\.` / `^$` |
 //!
 //! The operator ([`operator_user`]) has no topic permission (so no limit) and the tag

@@ -228,14 +228,23 @@ fn a_module_publishes_only_its_own_keys() {
     for expression in [&dead.write, &dead.read] {
         matches(
             expression,
-            &["n1.umami.events", "shared.umami.events", "*.umami.events"],
+            &[
+                "n1.umami.events",
+                "shared.umami.events",
+                "*.umami.events",
+                "n1.umami.events.retry.5s",
+                "*.umami.events.retry.*",
+                "serve.umami.pay",
+                "serve.umami.#",
+            ],
             &[
                 "n1.billing.events",
                 "module.billing.x",
                 "module.umami.x",
                 "#",
                 "n1.umami.events.x",
-                "n1.umami.events.retry.5s",
+                "serve.billing.pay",
+                "serve.umamix.pay",
             ],
         );
     }
@@ -273,8 +282,8 @@ fn the_expressions_are_the_documented_ones() {
             ),
             (
                 "mesh.events.dead",
-                r"^[^.]+\.umami\.events$",
-                r"^[^.]+\.umami\.events$"
+                r"^(?:[^.]+\.umami\.events(?:\.retry\.[^.]+)?|serve\.umami\..+)$",
+                r"^(?:[^.]+\.umami\.events(?:\.retry\.[^.]+)?|serve\.umami\..+)$"
             ),
             ("mesh.logs", r"^[^.]+\.umami\.", "^$"),
             (
@@ -371,7 +380,7 @@ fn the_audit_logger_reads_everything_and_emits_nothing() {
     matches(&dead.read, &["#"], &[]);
     matches(
         &dead.write,
-        &["n1.audit-logger.events"],
+        &["n1.audit-logger.events", "n1.audit-logger.events.retry.5s"],
         &["n2.audit-logger.events", "n1.umami.events", "module.x.y"],
     );
     // Not a module user.

@@ -61,11 +61,24 @@ impl Store {
     }
 
     /// Records messages as dead letters (each dead letter once). Returns how many were new.
+    /// Their provenance is not judged (as by a logger not enforcing identity).
     pub async fn record_dead_letters(&self, messages: &[WireMessage]) -> Result<u64, Error> {
+        self.record_dead_letters_judged(messages, None).await
+    }
+
+    /// Records messages as dead letters, each judged as a logger enforcing identity with
+    /// `user_prefix` judges it (`Some`: untrusted unless
+    /// [`mesh_core::codec::dead_letter_trusted`]; `None`: not judged). Returns how many were
+    /// new.
+    pub async fn record_dead_letters_judged(
+        &self,
+        messages: &[WireMessage],
+        user_prefix: Option<&str>,
+    ) -> Result<u64, Error> {
         let received = now_text();
         let rows: Vec<DeadRow> = messages
             .iter()
-            .map(|message| DeadRow::new(message, &received, None))
+            .map(|message| DeadRow::new(message, &received, None).judged(message, user_prefix))
             .collect();
         let written = self
             .write(&[], &rows)

@@ -1,13 +1,15 @@
 //! A dead letter's provenance: whether what it claims (the queue that gave up on it, and so
 //! where a re-drive sends it, and the original publisher in `x-mesh-user`) may be believed.
 //!
-//! Under the access plan a module may publish to `mesh.events.dead` only under the names of
-//! its own consumer queues (`<node>.<module>.events`, `shared.<module>.events`), and the
+//! Under the access plan an identity may publish to `mesh.events.dead` only under the names of
+//! its own queues that dead-letter (`<node>.<module>.events`, `shared.<module>.events`, their
+//! retry queues, `serve.<owner>.…`), and the
 //! broker validates every `user-id`. So a dead letter mesh made (it carries
 //! `x-mesh-dead-reason`) is believed when its `user-id` is the owner of the queue its
-//! `x-mesh-dead-queue` names; one the broker made (no mesh reason, an `x-death` entry: a
+//! `x-mesh-dead-queue` names (for a serve queue, the module, context or node it serves for);
+//! one the broker made (no mesh reason, an `x-death` entry: a
 //! delivery limit, an expiry) keeps the original publisher's `user-id`, and is believed when
-//! the key it was delivered under is its queue's own name or a key no module may publish a
+//! the key it was delivered under is its queue's own name or a key no identity may publish a
 //! dead letter under (only the broker, dead-lettering, and the operator can). Anything else
 //! is untrusted: stored and shown as such, never re-driven without stripping its claims.
 
@@ -16,11 +18,18 @@ use crate::key::{Name, Origin};
 use crate::naming::{self, AUDIT_MODULE, SHARED_NODE};
 use crate::wire::{HeaderValue, WireMessage};
 
-/// The broker user owning the consumer queue `queue` under the access plan (with
-/// `user_prefix`): `<prefix>module.<module>` for `<node>.<module>.events` and
-/// `shared.<module>.events`, `<prefix>audit-logger.<node>` for `<node>.audit-logger.events`.
-/// `None` for a name that is not a consumer queue ([`naming::is_consumer_queue`]).
+/// The broker user owning the consumer queue `queue` (or one of its retry queues
+/// `<queue>.retry.<step>`) under the access plan (with `user_prefix`):
+/// `<prefix>module.<module>` for `<node>.<module>.events` and `shared.<module>.events`,
+/// `<prefix>audit-logger.<node>` for `<node>.audit-logger.events`. `None` for any other name
+/// ([`naming::is_consumer_queue`]).
 pub fn queue_owner_user(user_prefix: &str, queue: &str) -> Option<String> {
+    let queue = match queue.split_once(".events.retry.") {
+        Some((base, step)) if !step.is_empty() && !step.contains('.') => {
+            &queue[..base.len() + ".events".len()]
+        }
+        _ => queue,
+    };
     if !naming::is_consumer_queue(queue) {
         return None;
     }
@@ -36,14 +45,32 @@ pub fn queue_owner_user(user_prefix: &str, queue: &str) -> Option<String> {
     Some(naming::owner_user(user_prefix, Origin::Module, &module))
 }
 
-/// Whether a module may publish a dead letter under `key` under the access plan: a key of
-/// the form `<word>.<module>.events` (its topic write permission on `mesh.events.dead`).
-fn module_may_write(key: &str) -> bool {
-    let mut words = key.split('.');
-    matches!(
-        (words.next(), words.next(), words.next(), words.next()),
-        (Some(a), Some(b), Some("events"), None) if !a.is_empty() && !b.is_empty()
-    )
+/// Whether an identity may publish a dead letter under `key` under the access plan (its topic
+/// write permission on `mesh.events.dead`): the name of a queue that dead-letters, a consumer
+/// queue `<word>.<module>.events`, one of its retry queues `….retry.<step>`, or a serve queue
+/// `serve.…`.
+fn identity_may_write(key: &str) -> bool {
+    let words: Vec<&str> = key.split('.').collect();
+    match words.as_slice() {
+        ["serve", ..] => true,
+        [a, b, "events"] | [a, b, "events", "retry", _] => !a.is_empty() && !b.is_empty(),
+        _ => false,
+    }
+}
+
+/// Whether `user` owns the serve queue `serve.<owner>.<tool>`: the module, context or node
+/// named `<owner>` (each may serve its own tools).
+fn serves(user_prefix: &str, queue: &str, user: &str) -> bool {
+    let Some(owner) = queue
+        .strip_prefix("serve.")
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|owner| Name::parse(owner).ok())
+    else {
+        return false;
+    };
+    [Origin::Module, Origin::Mesh, Origin::Node]
+        .into_iter()
+        .any(|origin| naming::owner_user(user_prefix, origin, &owner) == user)
 }
 
 /// Whether a dead letter's claims may be believed (see the [module docs](self)), its users
@@ -61,12 +88,12 @@ pub fn dead_letter_trusted(message: &WireMessage, user_prefix: &str) -> bool {
         .and_then(crate::DeadReason::parse)
         .is_some();
     if mesh_made {
-        return match (
-            queue_owner_user(user_prefix, &note.queue),
-            message.properties.user_id.as_deref(),
-        ) {
-            (Some(owner), Some(user)) => owner == user,
-            _ => false,
+        let Some(user) = message.properties.user_id.as_deref() else {
+            return false;
+        };
+        return match queue_owner_user(user_prefix, &note.queue) {
+            Some(owner) => owner == user,
+            None => serves(user_prefix, &note.queue, user),
         };
     }
     let delivered_key = headers
@@ -74,7 +101,7 @@ pub fn dead_letter_trusted(message: &WireMessage, user_prefix: &str) -> bool {
         .and_then(HeaderValue::as_str)
         .unwrap_or(&message.routing_key);
     naming::is_consumer_queue(&note.queue)
-        && (delivered_key == note.queue || !module_may_write(delivered_key))
+        && (delivered_key == note.queue || !identity_may_write(delivered_key))
 }
 
 #[cfg(test)]
@@ -136,7 +163,12 @@ mod tests {
             Some("audit-logger.n1")
         );
         assert_eq!(queue_owner_user("", "serve.billing.pay"), None);
-        assert_eq!(queue_owner_user("", "n1.billing.events.retry.1s"), None);
+        assert_eq!(
+            queue_owner_user("", "n1.billing.events.retry.1s").as_deref(),
+            Some("module.billing")
+        );
+        assert_eq!(queue_owner_user("", "n1.billing.events.retry."), None);
+        assert_eq!(queue_owner_user("", "n1.billing.events.retry.1s.x"), None);
     }
 
     #[test]
@@ -149,7 +181,10 @@ mod tests {
         let mut anonymous = genuine.clone();
         anonymous.properties.user_id = None;
         assert!(!dead_letter_trusted(&anonymous, ""));
-        let foreign = mesh_made("serve.billing.pay", "module.billing", "n1.billing.events");
+        // A serve queue's dead letter (a request by a foreign path) from its server.
+        let served = mesh_made("serve.billing.pay", "module.billing", "serve.billing.pay");
+        assert!(dead_letter_trusted(&served, ""));
+        let foreign = mesh_made("serve.billing.pay", "module.umami", "serve.umami.x");
         assert!(!dead_letter_trusted(&foreign, ""));
     }
 
@@ -167,6 +202,10 @@ mod tests {
         // Published by umami under its own queue's name, naming billing's queue.
         assert!(!dead_letter_trusted(
             &broker_made("n1.billing.events", "n1.umami.events"),
+            ""
+        ));
+        assert!(!dead_letter_trusted(
+            &broker_made("n1.billing.events", "serve.umami.x"),
             ""
         ));
         assert!(!dead_letter_trusted(
