@@ -38,6 +38,16 @@ pub struct PlannedNode {
     client: ManagementClient,
 }
 
+impl std::fmt::Debug for PlannedNode {
+    /// Never a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlannedNode")
+            .field("port", &self.node.port())
+            .field("users", &self.passwords.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl PlannedNode {
     /// Starts a node, applies the plan of `spec` with a fresh password per user, and
     /// declares mesh's exchanges as the administrator.

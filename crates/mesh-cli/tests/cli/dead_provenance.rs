@@ -80,15 +80,13 @@ async fn stored(
     what: &str,
     pick: impl Fn(&DeadLetterRecord) -> bool,
 ) -> DeadLetterRecord {
-    eventually(WAIT, what, || {
-        let found = async {
-            let all = store
-                .dead_letters(&DeadLetterQuery::new().limit(100))
-                .await
-                .ok()?;
-            all.into_iter().find(|d| pick(d))
-        };
-        found
+    let pick = &pick;
+    eventually(WAIT, what, || async move {
+        let all = store
+            .dead_letters(&DeadLetterQuery::new().limit(100))
+            .await
+            .ok()?;
+        all.into_iter().find(|d| pick(d))
     })
     .await
 }
