@@ -395,10 +395,10 @@ fn target_queue(record: &DeadLetterRecord, options: RedriveOptions) -> Result<St
                  re-driven only with its x-mesh-* claims stripped, if asked for",
                 record.id,
                 codec::quote(queue),
-                record
-                    .user_id
-                    .as_deref()
-                    .map_or_else(|| "no validated user".to_owned(), |u| format!("`{}`", codec::quote(u)))
+                record.user_id.as_deref().map_or_else(
+                    || "no validated user".to_owned(),
+                    |u| format!("`{}`", codec::quote(u))
+                )
             ),
         ));
     }

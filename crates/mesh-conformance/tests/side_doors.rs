@@ -89,7 +89,8 @@ impl Broker {
     }
 
     async fn transport(&self, user: &str) -> AmqpTransport {
-        let options: mesh_amqp::AmqpOptions = self.planned.node.url().parse().expect("the node's URL");
+        let options: mesh_amqp::AmqpOptions =
+            self.planned.node.url().parse().expect("the node's URL");
         mesh::amqp::connect(
             options
                 .credentials(user, self.password(user))
@@ -100,8 +101,12 @@ impl Broker {
     }
 
     async fn raw(&self, user: &str) -> Connection {
-        let args =
-            OpenConnectionArguments::new("127.0.0.1", self.planned.node.port(), user, &self.password(user));
+        let args = OpenConnectionArguments::new(
+            "127.0.0.1",
+            self.planned.node.port(),
+            user,
+            &self.password(user),
+        );
         Connection::open(&args).await.expect("raw connection")
     }
 }

@@ -564,10 +564,7 @@ fn redrive_options(p: &Params, mut pairs: Pairs) -> (RedriveOptions, Pairs) {
     if strip {
         pairs.push((STRIP.to_owned(), "yes".to_owned()));
     }
-    (
-        RedriveOptions::new().strip_untrusted_claims(strip),
-        pairs,
-    )
+    (RedriveOptions::new().strip_untrusted_claims(strip), pairs)
 }
 
 /// A group of dead letters: `queue` (required), `reason` (optional).
@@ -665,7 +662,11 @@ pub(crate) async fn redrive(State(c): Shared, headers: HeaderMap, body: Bytes) -
             Redrive::One(id) => id.to_string(),
             _ => "group".to_owned(),
         };
-        match c.store.redrive_with(transport.as_ref(), which, options).await {
+        match c
+            .store
+            .redrive_with(transport.as_ref(), which, options)
+            .await
+        {
             Ok(report) => {
                 redriven.extend(report.redriven);
                 failed.extend(

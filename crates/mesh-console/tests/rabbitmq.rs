@@ -164,7 +164,10 @@ async fn an_untrusted_dead_letter_is_redriven_only_with_its_claims_stripped() ->
     let base = &served.base;
     let (status, html) = get(&format!("{base}/dead/{}", row.id)).await?;
     assert_eq!(status, 200, "{html}");
-    assert!(html.contains("untrusted: its publisher does not own"), "{html}");
+    assert!(
+        html.contains("untrusted: its publisher does not own"),
+        "{html}"
+    );
     let (status, html) = get(&format!("{base}/dead/redrive?id={}", row.id)).await?;
     assert_eq!(status, 200, "{html}");
     assert!(html.contains("1 would be refused"), "{html}");
@@ -180,7 +183,14 @@ async fn an_untrusted_dead_letter_is_redriven_only_with_its_claims_stripped() ->
     assert_eq!(status, 200, "{html}");
     assert!(html.contains("Re-driven: 0"), "{html}");
     assert!(html.contains("untrusted dead letter"), "{html}");
-    assert_eq!(store.dead_letter(row.id).await?.expect("kept").redrive_count, 0);
+    assert_eq!(
+        store
+            .dead_letter(row.id)
+            .await?
+            .expect("kept")
+            .redrive_count,
+        0
+    );
 
     let (status, html) = post(
         &format!("{base}/dead/redrive"),
@@ -200,7 +210,14 @@ async fn an_untrusted_dead_letter_is_redriven_only_with_its_claims_stripped() ->
     })
     .await;
     assert_eq!(*seen.lock().expect("lock"), vec![id]);
-    assert_eq!(store.dead_letter(row.id).await?.expect("kept").redrive_count, 1);
+    assert_eq!(
+        store
+            .dead_letter(row.id)
+            .await?
+            .expect("kept")
+            .redrive_count,
+        1
+    );
     billing.close().await;
     Ok(())
 }

@@ -18,7 +18,9 @@ use bytes::Bytes;
 use mesh::amqp::access::AccessSpec;
 use mesh::raw::{DeadReason, Name, TopicPattern};
 use mesh::{Bus, HandlerError, Incoming, Outgoing};
-use mesh_audit::{AuditLogger, AuditOptions, DeadLetterQuery, DeadLetterRecord, Store, StoreOptions};
+use mesh_audit::{
+    AuditLogger, AuditOptions, DeadLetterQuery, DeadLetterRecord, Store, StoreOptions,
+};
 use mesh_testkit::planned::PlannedNode;
 use mesh_testkit::{eventually, TempStore};
 use tokio_util::sync::CancellationToken;
@@ -307,7 +309,10 @@ async fn forged_dead_letters_are_untrusted_and_taps_see_their_own() {
     })
     .await;
     assert!(!refused.untrusted, "{refused:?}");
-    assert_eq!(handled.lock().unwrap().get("module.shop.order.placed"), None);
+    assert_eq!(
+        handled.lock().unwrap().get("module.shop.order.placed"),
+        None
+    );
 
     // The logger has every dead letter: billing's, umami's, the forgery.
     let all = store
