@@ -266,7 +266,7 @@ impl AuditOptions {
     /// well-formed event, recording its validated user whatever it is.
     ///
     /// With it, each dead letter's provenance is judged too
-    /// ([`mesh_core::codec::dead_letter_trusted`]): one whose publisher is not the owner of
+    /// ([`mesh_core::provenance::dead_letter_trusted`]): one whose publisher is not the owner of
     /// the queue it names is stored as untrusted, and never re-driven with its claims.
     pub fn enforce_identity(mut self, user_prefix: Option<String>) -> Self {
         self.enforce_identity = user_prefix;

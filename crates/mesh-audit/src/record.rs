@@ -134,7 +134,7 @@ pub struct DeadLetterRecord {
     pub user_id: Option<String>,
     /// Whether its claims (the queue that gave up on it, `x-mesh-user`) failed the
     /// provenance check of a logger enforcing identity
-    /// ([`mesh_core::codec::dead_letter_trusted`]): its publisher is not the owner of the
+    /// ([`mesh_core::provenance::dead_letter_trusted`]): its publisher is not the owner of the
     /// queue it names. Such a dead letter is never re-driven as it is
     /// ([`RedriveOptions::strip_untrusted_claims`](crate::RedriveOptions)). `false` when no
     /// check was made (a logger not enforcing identity, rows stored before the check).

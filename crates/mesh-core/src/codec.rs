@@ -12,10 +12,8 @@ use crate::key::{KeyError, Origin, RoutingKey};
 use crate::wire::{HeaderValue, Headers, Properties, WireMessage};
 
 mod headers;
-mod provenance;
 
 pub use self::headers::*;
-pub use self::provenance::{dead_letter_trusted, queue_owner_user};
 
 /// Why a message could not be read as an event. Each names the field at fault.
 #[derive(Debug, thiserror::Error)]

@@ -220,10 +220,10 @@ impl DeadRow {
     }
 
     /// The row with its provenance judged when identity is enforced (`Some(user_prefix)`):
-    /// untrusted unless [`codec::dead_letter_trusted`]. Without, no check is made.
+    /// untrusted unless [`mesh_core::provenance::dead_letter_trusted`]. Without, no check is made.
     pub(crate) fn judged(mut self, message: &WireMessage, user_prefix: Option<&str>) -> DeadRow {
         if let Some(prefix) = user_prefix {
-            self.untrusted = !codec::dead_letter_trusted(message, prefix);
+            self.untrusted = !mesh_core::provenance::dead_letter_trusted(message, prefix);
         }
         self
     }

@@ -68,7 +68,7 @@ impl Store {
 
     /// Records messages as dead letters, each judged as a logger enforcing identity with
     /// `user_prefix` judges it (`Some`: untrusted unless
-    /// [`mesh_core::codec::dead_letter_trusted`]; `None`: not judged). Returns how many were
+    /// [`mesh_core::provenance::dead_letter_trusted`]; `None`: not judged). Returns how many were
     /// new.
     pub async fn record_dead_letters_judged(
         &self,

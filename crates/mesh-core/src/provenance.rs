@@ -13,7 +13,7 @@
 //! dead letter under (only the broker, dead-lettering, and the operator can). Anything else
 //! is untrusted: stored and shown as such, never re-driven without stripping its claims.
 
-use super::{headers::*, read_dead_letter};
+use crate::codec::{read_dead_letter, DEAD_KEY, DEAD_REASON};
 use crate::key::{Name, Origin};
 use crate::naming::{self, AUDIT_MODULE, SHARED_NODE};
 use crate::wire::{HeaderValue, WireMessage};
@@ -107,7 +107,7 @@ pub fn dead_letter_trusted(message: &WireMessage, user_prefix: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::{mark_dead, DeadLetterNote};
+    use crate::codec::{mark_dead, DeadLetterNote, BROKER_DEATH};
     use crate::{DeadReason, Timestamp};
 
     fn mesh_made(queue: &str, user: &str, key: &str) -> WireMessage {
