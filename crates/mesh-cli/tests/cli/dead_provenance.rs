@@ -8,6 +8,8 @@
 //! and the node runs an audit logger. Each consumer fails an event of its own kind once,
 //! permanently, so it is dead-lettered; re-driven, it is handled.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
