@@ -442,6 +442,8 @@ pub(crate) fn stamp_routing_key(message: &mut WireMessage, publish_key: &str) {
 /// [`ROUTING_KEY_HEADER`]), with mesh's own headers only where mesh can have set them: on a
 /// delivery through any exchange but the default and the dead-letter exchange, every
 /// `x-mesh-*` header is removed first ([`mesh_core::codec::remove_unearned_mesh_headers`]).
+/// A dead letter also gets the key it was delivered under in
+/// [`mesh_core::codec::DEAD_KEY`].
 pub(crate) fn delivered(
     exchange: &str,
     routing_key: String,
@@ -456,6 +458,13 @@ pub(crate) fn delivered(
             exchange,
             removed,
             "ignored x-mesh-* headers that mesh does not set on this exchange"
+        );
+    }
+    if exchange == mesh_core::naming::DEAD_EXCHANGE {
+        // The key it came under, which provenance is judged on: replaces any value sent.
+        message.properties.headers.insert(
+            mesh_core::codec::DEAD_KEY.to_owned(),
+            HeaderValue::Str(message.routing_key.clone()),
         );
     }
     if let Some(original) = message.properties.headers.remove(ROUTING_KEY_HEADER) {

@@ -377,7 +377,12 @@ impl AmqpTransport {
             QueueSpec::DeadLetters(DeadQueue::Tap) => AttachSpec {
                 source: Source::Ephemeral {
                     exchange: DEAD_EXCHANGE,
-                    patterns: vec!["#".to_owned()],
+                    // A module's tap names its own queues (all it may read under the plan).
+                    patterns: if spec.patterns.is_empty() {
+                        vec!["#".to_owned()]
+                    } else {
+                        spec.patterns.iter().map(ToString::to_string).collect()
+                    },
                 },
                 prefetch: spec.prefetch,
                 manual_ack: false,

@@ -89,6 +89,12 @@ async fn a_dead_letter_lands_in_every_queue_of_dead_letters_intact() {
     );
     assert_eq!(copy.properties.user_id, None);
     copy.properties.user_id = user;
+    // Published under the queue's name (the event's key restored from `x-mesh-routing-key`),
+    // which the receiving transport records for provenance.
+    copy.properties.headers.insert(
+        codec::DEAD_KEY.into(),
+        mesh_core::HeaderValue::Str("n.dl.events".into()),
+    );
 
     // The tap has its copy too: it takes nothing from the durable reader.
     let tapped = common::next(&mut tap).await;

@@ -127,7 +127,7 @@ async fn a_forged_counter_skips_no_retry_and_a_forged_key_changes_no_handler() {
             .await
             .unwrap()
     };
-    let mut dead = bus.dead_letters().await.unwrap();
+    let mut dead = bus.all_dead_letters().await.unwrap();
     publish(&transport, forged_event()).await;
 
     let letter = tokio::time::timeout(common::WAIT, dead.next())

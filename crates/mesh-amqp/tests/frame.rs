@@ -123,7 +123,7 @@ async fn a_dead_letter_that_would_not_fit_is_trimmed_and_the_consumer_goes_on() 
         .start(Arc::new(transport.clone()))
         .await
         .unwrap();
-    let mut dead = bus.dead_letters().await.unwrap();
+    let mut dead = bus.all_dead_letters().await.unwrap();
 
     // A failure whose error is 100 KB: the dead letter quotes a bounded part of it.
     publish(&transport, padded("module.pad.small.fails", 10))

@@ -34,6 +34,11 @@ pub enum ErrorKind {
     /// A dead letter asked for by id was re-driven before: a second re-drive must be asked
     /// for as such ([`Redrive::Again`](crate::Redrive::Again)).
     AlreadyRedriven,
+    /// A dead letter's claims failed the provenance check (its publisher is not the owner
+    /// of the queue it names, [`DeadLetterRecord::untrusted`](crate::DeadLetterRecord)): it is
+    /// re-driven only with its `x-mesh-*` claims stripped, when asked for as such
+    /// ([`RedriveOptions::strip_untrusted_claims`](crate::RedriveOptions)).
+    Untrusted,
 }
 
 /// An error of the audit logger or its store.
@@ -142,6 +147,7 @@ impl fmt::Display for Error {
             ErrorKind::ForeignQueue => "not a mesh consumer queue",
             ErrorKind::Corrupt => "stored row is unreadable",
             ErrorKind::AlreadyRedriven => "re-driven already",
+            ErrorKind::Untrusted => "untrusted dead letter",
         };
         f.write_str(what)?;
         if !self.context.is_empty() {

@@ -81,7 +81,7 @@ pub use record::{
     DeadLetterQuery, DeadLetterRecord, EventQuery, EventRecord, Flow, Found, Order, DEFAULT_LIMIT,
     MAX_TREE_NODES,
 };
-pub use redrive::{Redrive, RedrivePlan, RedriveReport};
+pub use redrive::{Redrive, RedriveOptions, RedrivePlan, RedriveReport};
 pub use replay::{Replay, ReplayPlan, ReplayReport};
 #[cfg(feature = "service")]
 pub use service::AuditService;

@@ -588,11 +588,14 @@ impl AuditLogger {
         let received_at = now_text();
         match source {
             Source::DeadLetters => {
-                batch.dead.push(DeadRow::new(
-                    &delivery.message,
-                    &received_at,
-                    self.options.get_delivery_limit(),
-                ));
+                batch.dead.push(
+                    DeadRow::new(
+                        &delivery.message,
+                        &received_at,
+                        self.options.get_delivery_limit(),
+                    )
+                    .judged(&delivery.message, self.options.get_enforce_identity()),
+                );
                 batch.dead_deliveries.push(delivery);
                 batch.open();
             }

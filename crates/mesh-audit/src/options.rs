@@ -264,6 +264,10 @@ impl AuditOptions {
     /// `enforce_identity(true)` does. Turn it on only where every publisher connects as its
     /// own user under the access plan (see `docs/SECURITY.md`). `None` stores every
     /// well-formed event, recording its validated user whatever it is.
+    ///
+    /// With it, each dead letter's provenance is judged too
+    /// ([`mesh_core::provenance::dead_letter_trusted`]): one whose publisher is not the owner of
+    /// the queue it names is stored as untrusted, and never re-driven with its claims.
     pub fn enforce_identity(mut self, user_prefix: Option<String>) -> Self {
         self.enforce_identity = user_prefix;
         self

@@ -99,7 +99,8 @@ pub struct DeadLetterRecord {
     pub id: DeadLetterId,
     /// `x-event-id`, when the message carries a well-formed one.
     pub event_id: Option<EventId>,
-    /// The original routing key.
+    /// The original routing key (a dead letter travels under its queue's name, with this
+    /// in `x-mesh-routing-key`, restored on receipt).
     pub routing_key: String,
     /// Why it was set aside; `None` when the message carries no annotation mesh or the
     /// broker knows.
@@ -131,6 +132,13 @@ pub struct DeadLetterRecord {
     /// [`headers`](DeadLetterRecord::headers). `None` when it carried none, and for dead
     /// letters stored before the store recorded it.
     pub user_id: Option<String>,
+    /// Whether its claims (the queue that gave up on it, `x-mesh-user`) failed the
+    /// provenance check of a logger enforcing identity
+    /// ([`mesh_core::provenance::dead_letter_trusted`]): its publisher is not the owner of the
+    /// queue it names. Such a dead letter is never re-driven as it is
+    /// ([`RedriveOptions::strip_untrusted_claims`](crate::RedriveOptions)). `false` when no
+    /// check was made (a logger not enforcing identity, rows stored before the check).
+    pub untrusted: bool,
 }
 
 /// The order of query results, by time (then id).

@@ -26,6 +26,16 @@
 //! them; a second re-drive of the same dead letter from another store sends it again (the
 //! consumer sees it as a redelivery: at-least-once, as everywhere in mesh).
 //!
+//! # Only what can be believed
+//!
+//! A dead letter whose claims failed the provenance check of a logger enforcing identity
+//! ([`DeadLetterRecord::untrusted`]: its publisher is not the owner of the queue it names)
+//! is refused with [`ErrorKind::Untrusted`], nothing published, unless the re-drive asks for
+//! it with [`RedriveOptions::strip_untrusted_claims`]: then it goes with every `x-mesh-*`
+//! header removed, so its consumer believes nothing it claimed (with identity enforced, an
+//! event arriving with the operator's `user-id` and no `x-mesh-user` is refused as forged
+//! unless its key is the operator's).
+//!
 //! A dead letter re-driven before is not sent again by the bulk forms (which take only those
 //! not re-driven yet), nor when named by id ([`Redrive::One`] fails with
 //! [`ErrorKind::AlreadyRedriven`]), unless a second re-drive is asked for as such
@@ -51,15 +61,39 @@ const PAGE: usize = 200;
 
 /// The headers a re-driven message drops: the dead-letter annotations (mesh's and the
 /// broker's) and the retry ladder's attempt counter.
-const DROPPED_HEADERS: [&str; 7] = [
+const DROPPED_HEADERS: [&str; 8] = [
     codec::ATTEMPTS,
     codec::DEAD_REASON,
     codec::DEAD_ATTEMPTS,
     codec::DEAD_ERROR,
     codec::DEAD_QUEUE,
     codec::DEAD_TIME,
+    codec::DEAD_KEY,
     codec::BROKER_DEATH,
 ];
+
+/// How to re-drive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedriveOptions {
+    /// Re-drive untrusted dead letters too ([`DeadLetterRecord::untrusted`]), each with
+    /// every `x-mesh-*` header removed (default false: they are refused with
+    /// [`ErrorKind::Untrusted`]).
+    pub strip_untrusted_claims: bool,
+}
+
+impl RedriveOptions {
+    /// The default: untrusted dead letters refused.
+    pub fn new() -> RedriveOptions {
+        RedriveOptions::default()
+    }
+
+    /// Whether untrusted dead letters are re-driven with their claims stripped.
+    pub fn strip_untrusted_claims(mut self, yes: bool) -> RedriveOptions {
+        self.strip_untrusted_claims = yes;
+        self
+    }
+}
 
 /// Which dead letters to re-drive.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,16 +140,23 @@ enum Sink<'a> {
     Publish {
         transport: &'a dyn Transport,
         report: &'a mut RedriveReport,
+        options: RedriveOptions,
     },
-    Plan(&'a mut RedrivePlan),
+    Plan(&'a mut RedrivePlan, RedriveOptions),
 }
 
 impl Sink<'_> {
+    fn options(&self) -> RedriveOptions {
+        match self {
+            Sink::Publish { options, .. } | Sink::Plan(_, options) => *options,
+        }
+    }
+
     /// Records a dead letter that is not (or would not be) re-driven, with why.
     fn refuse(&mut self, id: DeadLetterId, error: Error) {
         match self {
             Sink::Publish { report, .. } => report.failed.push((id, error)),
-            Sink::Plan(plan) => plan.refused.push((id, error)),
+            Sink::Plan(plan, _) => plan.refused.push((id, error)),
         }
     }
 }
@@ -138,6 +179,18 @@ impl Store {
         transport: &dyn Transport,
         which: Redrive,
     ) -> Result<RedriveReport, Error> {
+        self.redrive_with(transport, which, RedriveOptions::new())
+            .await
+    }
+
+    /// [`redrive`](Store::redrive) with `options` (untrusted dead letters with their claims
+    /// stripped, when asked for).
+    pub async fn redrive_with(
+        &self,
+        transport: &dyn Transport,
+        which: Redrive,
+        options: RedriveOptions,
+    ) -> Result<RedriveReport, Error> {
         let mut report = RedriveReport::default();
         let one = matches!(which, Redrive::One(_) | Redrive::Again(_));
         self.redrive_into(
@@ -145,6 +198,7 @@ impl Store {
             &mut Sink::Publish {
                 transport,
                 report: &mut report,
+                options,
             },
         )
         .await?;
@@ -167,8 +221,18 @@ impl Store {
     ///
     /// [`Redrive::One`] fails with [`ErrorKind::NotFound`] for an unknown id.
     pub async fn redrive_plan(&self, which: Redrive) -> Result<RedrivePlan, Error> {
+        self.redrive_plan_with(which, RedriveOptions::new()).await
+    }
+
+    /// [`redrive_plan`](Store::redrive_plan) with `options`.
+    pub async fn redrive_plan_with(
+        &self,
+        which: Redrive,
+        options: RedriveOptions,
+    ) -> Result<RedrivePlan, Error> {
         let mut plan = RedrivePlan::default();
-        self.redrive_into(which, &mut Sink::Plan(&mut plan)).await?;
+        self.redrive_into(which, &mut Sink::Plan(&mut plan, options))
+            .await?;
         Ok(plan)
     }
 
@@ -235,13 +299,14 @@ impl Store {
     }
 
     async fn redrive_page(&self, sink: &mut Sink<'_>, page: Page) -> Result<(), Error> {
+        let options = sink.options();
         match sink {
-            Sink::Publish { transport, report } => {
-                self.publish_page(*transport, page, report).await
-            }
-            Sink::Plan(plan) => {
+            Sink::Publish {
+                transport, report, ..
+            } => self.publish_page(*transport, page, report, options).await,
+            Sink::Plan(plan, _) => {
                 for (record, _, _) in page {
-                    match target_queue(&record) {
+                    match target_queue(&record, options) {
                         Ok(queue) => plan.redrive.push((record.id, queue)),
                         Err(error) => plan.refused.push((record.id, error)),
                     }
@@ -257,10 +322,11 @@ impl Store {
         transport: &dyn Transport,
         page: Page,
         report: &mut RedriveReport,
+        options: RedriveOptions,
     ) -> Result<(), Error> {
         let mut pending = Vec::with_capacity(page.len());
         for (record, message_id, timestamp) in page {
-            let queue = match target_queue(&record) {
+            let queue = match target_queue(&record, options) {
                 Ok(queue) => queue,
                 Err(error) => {
                     warn!(id = %record.id, error = %EscapedDisplay(&error), "dead letter not re-driven");
@@ -303,7 +369,7 @@ impl Store {
 }
 
 /// The queue a dead letter may be re-driven to: the consumer queue it names, or why not.
-fn target_queue(record: &DeadLetterRecord) -> Result<String, Error> {
+fn target_queue(record: &DeadLetterRecord, options: RedriveOptions) -> Result<String, Error> {
     let Some(queue) = &record.queue else {
         return Err(Error::new(
             ErrorKind::NotRedrivable,
@@ -318,6 +384,21 @@ fn target_queue(record: &DeadLetterRecord) -> Result<String, Error> {
                  (<node>.<module>.events or shared.<module>.events)",
                 record.id,
                 codec::quote(queue)
+            ),
+        ));
+    }
+    if record.untrusted && !options.strip_untrusted_claims {
+        return Err(Error::new(
+            ErrorKind::Untrusted,
+            format!(
+                "dead letter `{}` names `{}`, but was published by {}, not its owner: \
+                 re-driven only with its x-mesh-* claims stripped, if asked for",
+                record.id,
+                codec::quote(queue),
+                record.user_id.as_deref().map_or_else(
+                    || "no validated user".to_owned(),
+                    |u| format!("`{}`", codec::quote(u))
+                )
             ),
         ));
     }
@@ -336,11 +417,15 @@ fn redriven_message(
     for name in DROPPED_HEADERS {
         headers.remove(name);
     }
+    if record.untrusted {
+        // Re-driven only as asked for: nothing it claimed goes along.
+        headers.retain(|name, _| !codec::is_mesh_header(name));
+    }
     // The re-driving connection stamps its own `user-id`: who published the original goes
     // along as `x-mesh-user`, believed on a delivery through the default exchange. A dead
     // letter mesh made carries it already; one the broker made (a delivery limit, an expiry)
     // still has the original's `user-id`, recorded as the dead letter's.
-    if !headers.contains_key(codec::USER) {
+    if !headers.contains_key(codec::USER) && !record.untrusted {
         if let Some(user) = &record.user_id {
             headers.insert(codec::USER.to_owned(), HeaderValue::Str(user.clone()));
         }
@@ -403,6 +488,7 @@ mod tests {
             redriven_at: None,
             redrive_count: 0,
             user_id: Some("module.a".into()),
+            untrusted: false,
         };
         let out = redriven_message(&record, Some("m".into()), Some(5));
         let names: Vec<&str> = out.properties.headers.keys().map(String::as_str).collect();
@@ -431,5 +517,25 @@ mod tests {
             "{:?}",
             out.properties.headers
         );
+
+        // An untrusted one is refused unless asked for, and then goes without any claim.
+        record.untrusted = true;
+        record.queue = Some("n.m.events".into());
+        let refused = target_queue(&record, RedriveOptions::new()).unwrap_err();
+        assert_eq!(refused.kind(), &ErrorKind::Untrusted);
+        assert_eq!(
+            target_queue(&record, RedriveOptions::new().strip_untrusted_claims(true)).unwrap(),
+            "n.m.events"
+        );
+        let out = redriven_message(&record, None, None);
+        assert!(
+            !out.properties
+                .headers
+                .keys()
+                .any(|name| codec::is_mesh_header(name)),
+            "{:?}",
+            out.properties.headers
+        );
+        assert_eq!(codec::validated_user(&out), None);
     }
 }

@@ -519,7 +519,7 @@ async fn every_logger_records_every_dead_letter_and_redrive_goes_only_to_consume
             .await?
     };
     let watcher = emitter(&url, "n1", "watcher").await?;
-    let mut tap = watcher.dead_letters().await?;
+    let mut tap = watcher.all_dead_letters().await?;
     let shop = emitter(&url, "n1", "shop").await?;
     let mut emitted = HashSet::new();
     for n in 0..TOTAL {

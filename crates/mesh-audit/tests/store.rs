@@ -800,6 +800,7 @@ async fn an_older_store_is_upgraded(backend: Backend) -> anyhow::Result<()> {
         "DROP TABLE event_conflicts",
         "ALTER TABLE events DROP COLUMN publisher",
         "ALTER TABLE dead_letters DROP COLUMN user_id",
+        "ALTER TABLE dead_letters DROP COLUMN untrusted",
         "DELETE FROM _sqlx_migrations WHERE version > 1",
     ];
     match backend {
@@ -975,6 +976,7 @@ async fn a_store_without_publishers_is_upgraded(backend: Backend) -> anyhow::Res
         "ALTER TABLE events DROP COLUMN publisher",
         "ALTER TABLE event_conflicts DROP COLUMN publisher",
         "ALTER TABLE dead_letters DROP COLUMN user_id",
+        "ALTER TABLE dead_letters DROP COLUMN untrusted",
         "DELETE FROM _sqlx_migrations WHERE version > 2",
     ];
     match backend {
@@ -1000,6 +1002,8 @@ async fn a_store_without_publishers_is_upgraded(backend: Backend) -> anyhow::Res
     let old_dead = store.dead_letters(&DeadLetterQuery::new()).await?;
     assert_eq!(old_dead.len(), 1);
     assert_eq!(old_dead[0].user_id, None);
+    // Stored before provenance was judged: not marked untrusted.
+    assert!(!old_dead[0].untrusted);
     assert_eq!(store.record_events(std::slice::from_ref(&after)).await?, 1);
     let new = store.event(id(&after)).await?.expect("stored");
     assert_eq!(new.publisher.as_deref(), Some("module.shop"));
@@ -1057,4 +1061,63 @@ async fn a_missing_sqlite_store_is_created_only_when_asked_and_the_error_hints()
         "{bad:?}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A dead letter's provenance, judged as a logger enforcing identity judges it, is stored and
+/// read back: one published by its queue's owner is believed, one naming another module's
+/// queue is untrusted, and one recorded unjudged is not marked.
+async fn provenance_is_recorded(backend: Backend) -> anyhow::Result<()> {
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    let original = event("module.shop.order.placed", "shop", "n1", at(0));
+    let dead_by = |user: &str, body: &'static str| {
+        let mut copy = original.clone();
+        copy.body = Bytes::from_static(body.as_bytes());
+        codec::mark_dead(
+            &mut copy,
+            &mesh_core::DeadLetterNote {
+                reason: mesh_core::DeadReason::Permanent,
+                attempts: 1,
+                last_error: None,
+                queue: "n1.billing.events".into(),
+                time: at(1),
+            },
+        );
+        copy.properties.user_id = Some(user.to_owned());
+        copy
+    };
+    let genuine = dead_by("module.billing", r#"{"n": 1}"#);
+    let forged = dead_by("module.umami", r#"{"n": 2}"#);
+    let unjudged = dead_by("module.umami", r#"{"n": 3}"#);
+    store
+        .record_dead_letters_judged(&[genuine, forged], Some(""))
+        .await?;
+    store.record_dead_letters(&[unjudged]).await?;
+    let mut seen: Vec<(String, bool)> = store
+        .dead_letters(&DeadLetterQuery::new())
+        .await?
+        .into_iter()
+        .map(|d| (String::from_utf8_lossy(&d.body).into_owned(), d.untrusted))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            (r#"{"n": 1}"#.to_owned(), false),
+            (r#"{"n": 2}"#.to_owned(), true),
+            (r#"{"n": 3}"#.to_owned(), false),
+        ]
+    );
+    store.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn provenance_is_recorded_sqlite() -> anyhow::Result<()> {
+    provenance_is_recorded(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn provenance_is_recorded_postgres() -> anyhow::Result<()> {
+    provenance_is_recorded(Backend::Postgres).await
 }

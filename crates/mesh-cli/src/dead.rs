@@ -5,7 +5,8 @@ use anyhow::Context as _;
 use mesh::raw::DeadReason;
 use mesh::EventId;
 use mesh_audit::{
-    DeadLetterId, DeadLetterQuery, DeadLetterRecord, ErrorKind, Order, Redrive, Store,
+    DeadLetterId, DeadLetterQuery, DeadLetterRecord, ErrorKind, Order, Redrive, RedriveOptions,
+    Store,
 };
 use serde_json::{json, Value};
 
@@ -27,6 +28,7 @@ fn dead_json(dead: &DeadLetterRecord, with_body: bool) -> Value {
         "dead_at": dead.dead_at.to_string(),
         "redriven_at": dead.redriven_at.map(|t| t.to_string()),
         "redrive_count": dead.redrive_count,
+        "untrusted": dead.untrusted,
     });
     if with_body {
         value["headers"] = dead.headers.clone();
@@ -52,6 +54,13 @@ fn dead_line(dead: &DeadLetterRecord) -> impl std::fmt::Display + '_ {
             dead.attempts,
             dead.last_error.as_deref().unwrap_or("-"),
         )?;
+        if dead.untrusted {
+            write!(
+                f,
+                "{}",
+                paint(BAD, " UNTRUSTED (its publisher does not own that queue)")
+            )?;
+        }
         if let Some(at) = dead.redriven_at {
             write!(
                 f,
@@ -270,6 +279,7 @@ async fn redrive_dry_run(
     global: &Global,
     store: &Store,
     which: Vec<Redrive>,
+    options: RedriveOptions,
 ) -> anyhow::Result<Code> {
     let mut would: Vec<(String, String)> = Vec::new();
     let mut refused: Vec<(String, String)> = Vec::new();
@@ -278,7 +288,7 @@ async fn redrive_dry_run(
             Redrive::One(id) | Redrive::Again(id) => id.to_string(),
             _ => "*".to_owned(),
         };
-        match store.redrive_plan(which).await {
+        match store.redrive_plan_with(which, options).await {
             Ok(plan) => {
                 would.extend(plan.redrive.into_iter().map(|(id, q)| (id.to_string(), q)));
                 refused.extend(
@@ -354,9 +364,10 @@ async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
             "say which: dead-letter ids, --all or --queue Q",
         ));
     };
+    let options = RedriveOptions::new().strip_untrusted_claims(args.strip_untrusted_claims);
     let store = open(global, &args.store).await?;
     if args.dry_run {
-        let outcome = redrive_dry_run(global, &store, which).await;
+        let outcome = redrive_dry_run(global, &store, which, options).await;
         store.close().await;
         return outcome;
     }
@@ -364,14 +375,20 @@ async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
     let mut redriven: Vec<DeadLetterId> = Vec::new();
     let mut failed: Vec<(String, String)> = Vec::new();
     let mut again = 0;
+    let mut untrusted = 0;
     for which in which {
         let label = match &which {
             Redrive::One(id) | Redrive::Again(id) => id.to_string(),
             _ => "*".to_owned(),
         };
-        match store.redrive(&*transport, which).await {
+        match store.redrive_with(&*transport, which, options).await {
             Ok(report) => {
                 redriven.extend(report.redriven);
+                untrusted += report
+                    .failed
+                    .iter()
+                    .filter(|(_, e)| matches!(e.kind(), ErrorKind::Untrusted))
+                    .count();
                 failed.extend(
                     report
                         .failed
@@ -382,6 +399,9 @@ async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
             Err(e) => {
                 if matches!(e.kind(), ErrorKind::AlreadyRedriven) {
                     again += 1;
+                }
+                if matches!(e.kind(), ErrorKind::Untrusted) {
+                    untrusted += 1;
                 }
                 failed.push((label, format!("{:#}", anyhow::Error::new(e))));
             }
@@ -408,10 +428,18 @@ async fn redrive(global: &Global, args: &RedriveArgs) -> anyhow::Result<Code> {
         ))?;
     }
     let message = format!("{} dead letter(s) could not be re-driven", failed.len());
-    match (failed.is_empty(), again) {
-        (true, _) => Ok(Code::Ok),
-        (false, 0) => Err(fail(Code::Error, message)),
-        (false, again) => Err(fail_with_hint(
+    match (failed.is_empty(), again, untrusted) {
+        (true, _, _) => Ok(Code::Ok),
+        (false, 0, 0) => Err(fail(Code::Error, message)),
+        (false, 0, untrusted) => Err(fail_with_hint(
+            Code::Error,
+            message,
+            format!(
+                "{untrusted} of them untrusted (check them with `mesh dead show`): give \
+                 --strip-untrusted-claims to send them without their x-mesh-* claims"
+            ),
+        )),
+        (false, again, _) => Err(fail_with_hint(
             Code::Error,
             message,
             format!(
@@ -455,6 +483,7 @@ mod tests {
                 redriven_at: Some(Timestamp::now()),
                 redrive_count: 1,
                 user_id: Some(value.to_owned()),
+                untrusted: true,
             };
             let (printed, out) = capture(|| show(false, &dead));
             printed.unwrap();

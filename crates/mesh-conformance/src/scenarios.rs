@@ -314,7 +314,7 @@ pub async fn a_handler_that_always_fails_is_dead_lettered_after_max_attempts(
         .await
         .expect("bus starts");
     let src = emitter(harness, "src").await;
-    let mut dead = src.dead_letters().await.expect("dead letters");
+    let mut dead = src.all_dead_letters().await.expect("dead letters");
     let poison_id = src
         .emit_outgoing(
             mesh::Outgoing::json("item.poison", &serde_json::json!({"poison": true}))
@@ -381,7 +381,7 @@ pub async fn a_permanent_error_dead_letters_after_one_call(harness: &dyn Harness
         .await
         .expect("bus starts");
     let src = emitter(harness, "src").await;
-    let mut dead = src.dead_letters().await.expect("dead letters");
+    let mut dead = src.all_dead_letters().await.expect("dead letters");
     let id = src
         .emit_outgoing(
             mesh::Outgoing::json("order.placed", &serde_json::json!({})).expect("a JSON payload"),
@@ -417,7 +417,7 @@ pub async fn an_undecodable_message_is_dead_lettered(harness: &dyn Harness) {
         .await
         .expect("bus starts");
     let src = emitter(harness, "src").await;
-    let mut dead = src.dead_letters().await.expect("dead letters");
+    let mut dead = src.all_dead_letters().await.expect("dead letters");
     let raw = harness.transport(Role::Module("src")).await;
 
     let good = event("module.src.raw.event", "src");
@@ -500,7 +500,7 @@ pub async fn an_unread_schema_version_is_dead_lettered(harness: &dyn Harness) {
         .await
         .expect("bus starts");
     let src = emitter(harness, "src").await;
-    let mut dead = src.dead_letters().await.expect("dead letters");
+    let mut dead = src.all_dead_letters().await.expect("dead letters");
     let id = src
         .emit(&ThingV2 {
             name: "x".into(),

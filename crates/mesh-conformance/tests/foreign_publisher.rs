@@ -77,7 +77,7 @@ async fn a_foreign_publish_reaches_the_handler_and_bad_ones_are_dead_lettered() 
         ))
         .await
         .expect("watcher starts");
-    let mut dead = watcher.dead_letters().await.expect("dead letters");
+    let mut dead = watcher.all_dead_letters().await.expect("dead letters");
 
     let raw = Connection::open(
         &OpenConnectionArguments::new("127.0.0.1", vhost.broker_addr().port(), "guest", "guest")

@@ -13,7 +13,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,13 +22,13 @@ use amqprs::channel::{
 use amqprs::connection::{Connection, OpenConnectionArguments};
 use amqprs::{BasicProperties, FieldTable, FieldValue};
 use bytes::Bytes;
-use mesh::amqp::access::{self, AccessSpec, Password, Passwords};
-use mesh::amqp::management::{ManagementClient, ManagementOptions};
+use mesh::amqp::access::{self, AccessSpec};
 use mesh::{Bus, HandlerError, Incoming};
 use mesh_amqp::AmqpTransport;
 use mesh_core::codec::{self, DeadReason};
 use mesh_core::{Name, TopicPattern};
-use mesh_testkit::{eventually, NodeOptions, PrivateNode};
+use mesh_testkit::eventually;
+use mesh_testkit::planned::PlannedNode;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -66,9 +65,7 @@ const FORGED_KEY: &str = "module.shop.order.placed";
 const UMAMI_KEY: &str = "module.umami.order.placed";
 
 struct Broker {
-    node: PrivateNode,
-    passwords: HashMap<String, String>,
-    client: ManagementClient,
+    planned: PlannedNode,
 }
 
 fn access_spec() -> AccessSpec {
@@ -88,54 +85,23 @@ fn access_spec() -> AccessSpec {
 }
 
 impl Broker {
+    /// A private node with the plan applied; the operator (the node's `guest`) declared the
+    /// exchanges, as `mesh topology apply` would.
     async fn start() -> Broker {
-        let node = PrivateNode::start(NodeOptions::default().management(true))
-            .await
-            .expect("a private RabbitMQ node (rabbitmq-server must be installed)");
-        // The operator declares the exchanges, as `mesh topology apply` would.
-        let admin = mesh::amqp::connect(node.url().parse().expect("the node's URL"))
-            .await
-            .expect("the admin connects");
-        admin.close().await;
-        let management = format!(
-            "http://127.0.0.1:{}",
-            node.management_port().expect("management enabled")
-        );
-        let client = ManagementClient::new(
-            &ManagementOptions::new(management).credentials("guest", "guest"),
-        )
-        .expect("a management client");
-        let grants = access::grants(&access_spec());
-        let passwords: HashMap<String, String> = grants
-            .iter()
-            .map(|g| (g.user.clone(), uuid::Uuid::new_v4().simple().to_string()))
-            .collect();
-        let mut planned = Passwords::new();
-        for (user, password) in &passwords {
-            planned.insert(user.clone(), Password::new(password.clone()));
-        }
-        let broker = eventually(WAIT, "the management API answers", || {
-            let client = client.clone();
-            async move { access::read(&client, "/").await.ok() }
-        })
-        .await;
-        let plan = access::plan(&grants, &broker, &planned, "");
-        access::apply(&client, "/", &grants, &plan, &planned)
-            .await
-            .expect("the access plan is applied");
         Broker {
-            node,
-            passwords,
-            client,
+            planned: PlannedNode::start(&access_spec())
+                .await
+                .expect("a private node under the access plan"),
         }
     }
 
     fn password(&self, user: &str) -> String {
-        self.passwords.get(user).expect("a planned user").clone()
+        self.planned.password(user).to_owned()
     }
 
     async fn transport(&self, user: &str) -> AmqpTransport {
-        let options: mesh_amqp::AmqpOptions = self.node.url().parse().expect("the node's URL");
+        let options: mesh_amqp::AmqpOptions =
+            self.planned.node.url().parse().expect("the node's URL");
         mesh::amqp::connect(
             options
                 .credentials(user, self.password(user))
@@ -146,8 +112,12 @@ impl Broker {
     }
 
     async fn raw(&self, user: &str) -> Connection {
-        let args =
-            OpenConnectionArguments::new("127.0.0.1", self.node.port(), user, &self.password(user));
+        let args = OpenConnectionArguments::new(
+            "127.0.0.1",
+            self.planned.node.port(),
+            user,
+            &self.password(user),
+        );
         Connection::open(&args).await.expect("raw connection")
     }
 }
@@ -221,14 +191,14 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
         .node("n1")
         .module("ops")
         .start(Arc::new(
-            mesh::amqp::connect(broker.node.url().parse().unwrap())
+            mesh::amqp::connect(broker.planned.node.url().parse().unwrap())
                 .await
                 .expect("the operator connects"),
         ))
         .await
         .expect("the operator's bus starts");
     let mut dead = operator
-        .dead_letters()
+        .all_dead_letters()
         .await
         .expect("a tap of dead letters");
 
@@ -490,7 +460,8 @@ async fn a_module_without_configure_starts_on_queues_the_operator_declared() {
         .find(|g| g.user == "module.umami")
         .expect("umami's grant");
     broker
-        .client
+        .planned
+        .management()
         .put_permissions(
             "/",
             "module.umami",
@@ -502,7 +473,7 @@ async fn a_module_without_configure_starts_on_queues_the_operator_declared() {
         .expect("umami's configure narrowed");
     // The operator declares umami's queue and its retry queue (as `mesh topology apply`
     // would), with the arguments the runtime declares.
-    let operator = mesh::amqp::connect(broker.node.url().parse().unwrap())
+    let operator = mesh::amqp::connect(broker.planned.node.url().parse().unwrap())
         .await
         .expect("the operator connects");
     drop(
@@ -520,7 +491,7 @@ async fn a_module_without_configure_starts_on_queues_the_operator_declared() {
     // The refused declarations were answers, not faults.
     assert_eq!(umami.stats().channel_closes, 0, "{:?}", umami.stats());
     // And it consumes: an event of `module.other` reaches it.
-    let other = mesh::amqp::connect(broker.node.url().parse().unwrap())
+    let other = mesh::amqp::connect(broker.planned.node.url().parse().unwrap())
         .await
         .expect("the operator connects again");
     let mut message = mesh_core::WireMessage::new("module.other.thing", "{}");

@@ -10,7 +10,9 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::html;
-use mesh_audit::{DeadLetterId, DeadLetterQuery, EventQuery, EventRecord, Order, Redrive};
+use mesh_audit::{
+    DeadLetterId, DeadLetterQuery, EventQuery, EventRecord, Order, Redrive, RedriveOptions,
+};
 use mesh_core::{EventId, Timestamp};
 use tracing::{info, warn};
 
@@ -407,7 +409,7 @@ pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                     tr {
                         @if c.actions() { th {} }
                         th { "Dead at" } th { "Key" } th { "Reason" } th { "Attempts" }
-                        th { "Re-driven" } th { "Id" }
+                        th { "Re-driven" } th { "Id" } th { "Provenance" }
                     }
                     @for dead in &list {
                         tr {
@@ -420,6 +422,7 @@ pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                             td.num { (dead.attempts) }
                             td.num { (dead.redrive_count) }
                             td { a.dead href=(under("/dead", dead.id)) { (dead.id) } }
+                            td { @if dead.untrusted { span.untrusted { "untrusted" } } }
                         }
                     }
                 }
@@ -507,6 +510,12 @@ pub(crate) async fn dead_letter(State(c): Shared, Path(id): Path<String>) -> Pag
                     @if let Some(at) = dead.redriven_at { ", last " (at) }
                 } }
                 tr { th { "Publisher" } td { (dead.user_id.as_deref().unwrap_or("—")) } }
+                tr { th { "Provenance" } td {
+                    @if dead.untrusted {
+                        span.untrusted { "untrusted: its publisher does not own the queue it names; \
+                            re-driven only with its x-mesh-* claims stripped" }
+                    } @else { "believed" }
+                } }
             }
             @if c.actions() {
                 p { a.action href=(link("/dead/redrive", [("id", id_text.as_str())])) { "Re-drive…" } }
@@ -545,6 +554,19 @@ fn redrive_which(p: &Params) -> Result<(Vec<Redrive>, Pairs), Fail> {
     Ok((vec![Redrive::Matching(query.limit(usize::MAX))], pairs))
 }
 
+/// The override a re-drive asks for: `strip_untrusted_claims=yes` re-drives untrusted dead
+/// letters with their `x-mesh-*` claims stripped (refused otherwise).
+const STRIP: &str = "strip_untrusted_claims";
+
+/// The re-drive's options, and the pairs naming its dead letters with the override kept.
+fn redrive_options(p: &Params, mut pairs: Pairs) -> (RedriveOptions, Pairs) {
+    let strip = p.get(STRIP) == Some("yes");
+    if strip {
+        pairs.push((STRIP.to_owned(), "yes".to_owned()));
+    }
+    (RedriveOptions::new().strip_untrusted_claims(strip), pairs)
+}
+
 /// A group of dead letters: `queue` (required), `reason` (optional).
 fn group(p: &Params) -> Result<(DeadLetterQuery, Pairs), Fail> {
     let queue = p.get("queue").ok_or_else(|| {
@@ -565,11 +587,13 @@ pub(crate) async fn redrive_confirm(State(c): Shared, RawQuery(raw): RawQuery) -
         return Err(refused);
     }
     let p = Params::parse(raw.as_deref());
-    let (which, pairs) = redrive_which(&p)?;
+    let (which, plain) = redrive_which(&p)?;
+    let (options, pairs) = redrive_options(&p, plain.clone());
     let mut to: BTreeMap<String, u64> = BTreeMap::new();
     let mut refused: Vec<(DeadLetterId, String)> = Vec::new();
+    let mut untrusted = 0usize;
     for which in which {
-        let plan = match c.store.redrive_plan(which).await {
+        let plan = match c.store.redrive_plan_with(which, options).await {
             Ok(plan) => plan,
             Err(e) if e.is_not_found() => return Err(missing(e.to_string())),
             Err(e) => return Err(unavailable("planning a re-drive", &e)),
@@ -577,9 +601,16 @@ pub(crate) async fn redrive_confirm(State(c): Shared, RawQuery(raw): RawQuery) -
         for (_, queue) in plan.redrive {
             *to.entry(queue).or_default() += 1;
         }
+        untrusted += plan
+            .refused
+            .iter()
+            .filter(|(_, e)| matches!(e.kind(), mesh_audit::ErrorKind::Untrusted))
+            .count();
         refused.extend(plan.refused.into_iter().map(|(id, e)| (id, e.to_string())));
     }
     let total: u64 = to.values().sum();
+    let mut stripped = plain;
+    stripped.push((STRIP.to_owned(), "yes".to_owned()));
     page(
         "Re-drive",
         html! {
@@ -595,6 +626,17 @@ pub(crate) async fn redrive_confirm(State(c): Shared, RawQuery(raw): RawQuery) -
                 h2 { (refused.len()) " would be refused" }
                 ul { @for (id, why) in &refused { li { (id) ": " (why) } } }
             }
+            @if untrusted > 0 && !options.strip_untrusted_claims {
+                p.untrusted {
+                    (untrusted) " untrusted: "
+                    a.action href=(link("/dead/redrive", stripped.iter().map(|(k, v)| (k.as_str(), v.as_str())))) {
+                        "re-drive them too, with their x-mesh-* claims stripped…"
+                    }
+                }
+            }
+            @if options.strip_untrusted_claims {
+                p.untrusted { "Untrusted dead letters go with every x-mesh-* header removed." }
+            }
             @if total > 0 { (confirm_form("/dead/redrive", &pairs, "Re-drive")) }
         },
     )
@@ -604,6 +646,7 @@ pub(crate) async fn redrive(State(c): Shared, headers: HeaderMap, body: Bytes) -
     let form = Params::from_bytes(&body);
     let who = guard(&c, "redrive", &headers, &form)?;
     let (which, pairs) = redrive_which(&form)?;
+    let (options, pairs) = redrive_options(&form, pairs);
     let Some(transport) = c.transport.clone() else {
         return Err(Fail::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -619,7 +662,11 @@ pub(crate) async fn redrive(State(c): Shared, headers: HeaderMap, body: Bytes) -
             Redrive::One(id) => id.to_string(),
             _ => "group".to_owned(),
         };
-        match c.store.redrive(transport.as_ref(), which).await {
+        match c
+            .store
+            .redrive_with(transport.as_ref(), which, options)
+            .await
+        {
             Ok(report) => {
                 redriven.extend(report.redriven);
                 failed.extend(

@@ -9,6 +9,7 @@
 //! - [`backoff`]: the one backoff schedule (exponential, capped, jittered) every retry loop
 //!   of the workspace draws its delays from;
 //! - [`naming`]: every exchange and queue name;
+//! - [`provenance`]: whether a dead letter's claims may be believed;
 //! - [`transport`]: the seam every transport implements.
 //!
 //! # Example
@@ -55,6 +56,7 @@ pub mod key;
 pub mod naming;
 pub mod pattern;
 pub mod policy;
+pub mod provenance;
 pub mod text;
 pub mod transport;
 pub mod wire;

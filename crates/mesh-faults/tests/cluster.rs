@@ -607,7 +607,7 @@ async fn watch_dead_letters(
     dead: &DeadLetters,
 ) -> tokio::task::JoinHandle<()> {
     let mut letters = bus
-        .dead_letters()
+        .all_dead_letters()
         .await
         .expect("subscribing to the dead letters");
     let (ledger, dead) = (ledger.clone(), dead.clone());

@@ -112,7 +112,7 @@ async fn events_in_the_retry_ladder_survive_a_broker_crash() {
     };
     // Dead letters are the other final outcome.
     let dead: Arc<Mutex<BTreeMap<String, Dead>>> = Arc::default();
-    let mut dead_letters = consumer.dead_letters().await.unwrap();
+    let mut dead_letters = consumer.all_dead_letters().await.unwrap();
     let dead_task = {
         let (ledger, outcomes, dead) = (ledger.clone(), outcomes.clone(), dead.clone());
         tokio::spawn(async move {

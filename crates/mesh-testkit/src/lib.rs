@@ -30,6 +30,8 @@
 //! - [`wait`]: [`eventually`], polling a condition under a timeout (tests never sleep to
 //!   synchronise);
 //! - `sdk` (feature `sdk`): a transport and an emitting bus of the mesh SDK on a URL;
+//! - `planned` (feature `sdk`): a private node under an applied access plan, with every
+//!   planned user's password;
 //! - [`free_port`] for a listener a test configures itself, and [`error_chain`] to show an
 //!   error with its sources on one line.
 //!
@@ -82,6 +84,8 @@ pub mod http;
 pub mod ledger;
 pub mod netns;
 pub mod node;
+#[cfg(feature = "sdk")]
+pub mod planned;
 pub mod postgres;
 pub mod prometheus;
 mod registry;

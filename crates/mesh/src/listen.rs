@@ -141,28 +141,54 @@ impl Bus {
         Ok(Listener { subscription })
     }
 
-    /// Taps the dead letters: an exclusive, auto-delete, server-named queue of its own,
-    /// bound to `mesh.events.dead` on `#`, with automatic acks (at-most-once, like
-    /// [`listen`](Bus::listen)).
+    /// Taps the dead letters this bus may read: an exclusive, auto-delete, server-named
+    /// queue of its own, bound to `mesh.events.dead`, with automatic acks (at-most-once,
+    /// like [`listen`](Bus::listen)). A module's tap is bound on `*.<module>.events`,
+    /// `*.<module>.events.retry.*` and `serve.<module>.#`: the dead letters its own queues
+    /// made (each published under its queue's name), which is all the access plan lets a
+    /// module read; a context's or the node's taps every dead
+    /// letter, as [`all_dead_letters`](Bus::all_dead_letters) does. (The in-memory broker
+    /// has no permissions: its taps see every dead letter.)
     ///
-    /// It sees every dead letter made from the moment this returns, and takes none from
+    /// It sees the dead letters made from the moment this returns, and takes none from
     /// anyone: the audit loggers record each one in their own queues
     /// (`<node>.audit-logger.dead`), which is where dead letters are kept, listed and
     /// re-driven (`mesh dead list`, `mesh dead redrive`). Dead letters made before the tap
     /// started, or while it was not connected, are not shown to it; nothing remains when it
     /// is dropped. [`DeadLetter::ack`] and [`DeadLetter::release`] settle nothing on the
-    /// broker.
+    /// broker. A dead letter the broker made itself (a delivery limit, an expiry) keeps the
+    /// original event's key: only [`all_dead_letters`](Bus::all_dead_letters) sees it.
     ///
     /// (Before, this consumed the shared durable queue `mesh.dead-letters` with manual
     /// acks, so a module reading dead letters took them away from the audit trail; that
     /// queue is retired.)
     pub async fn dead_letters(&self) -> Result<DeadLetterTap, Error> {
+        let patterns = match self.identity() {
+            crate::identity::Identity::Module(module) => vec![
+                TopicPattern::parse(&format!("*.{module}.events"))?,
+                TopicPattern::parse(&format!("*.{module}.events.retry.*"))?,
+                TopicPattern::parse(&format!("serve.{module}.#"))?,
+            ],
+            _ => Vec::new(),
+        };
+        self.tap_dead_letters(patterns).await
+    }
+
+    /// Taps every dead letter (bound on `#`), as [`dead_letters`](Bus::dead_letters) does
+    /// otherwise. Under the access plan only the operator's and the audit logger's users may
+    /// read them all: a module's user is refused (`Forbidden`).
+    pub async fn all_dead_letters(&self) -> Result<DeadLetterTap, Error> {
+        self.tap_dead_letters(Vec::new()).await
+    }
+
+    /// A tap bound on `patterns` (`#` when there is none).
+    async fn tap_dead_letters(&self, patterns: Vec<TopicPattern>) -> Result<DeadLetterTap, Error> {
         let subscription = self
             .inner
             .transport
             .subscribe(SubscriptionSpec {
                 queue: QueueSpec::DeadLetters(DeadQueue::Tap),
-                patterns: Vec::new(),
+                patterns,
                 prefetch: crate::bus::DEFAULT_PREFETCH,
                 retry_delays: Vec::new(),
             })

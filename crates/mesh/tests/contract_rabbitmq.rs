@@ -34,7 +34,7 @@ async fn validation_and_announcement_over_rabbitmq() -> anyhow::Result<()> {
         .start(transport(&vhost, "contract.umami").await)
         .await?;
     let mut announcements = umami.listen(["*.*.contract.announced"]).await?;
-    let mut dead = umami.dead_letters().await?;
+    let mut dead = umami.all_dead_letters().await?;
 
     let (tx, mut handled) = tokio::sync::mpsc::unbounded_channel();
     let stats = Bus::builder()

@@ -55,7 +55,7 @@ async fn a_forged_or_undecodable_event_is_dead_lettered_and_never_handled() {
         .start(Arc::new(broker.transport()))
         .await
         .expect("watcher starts");
-    let mut dead = watcher.dead_letters().await.expect("dead letters");
+    let mut dead = watcher.all_dead_letters().await.expect("dead letters");
     let raw = broker.transport();
 
     // `umami` claims to have emitted billing's event.

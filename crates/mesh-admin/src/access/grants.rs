@@ -376,6 +376,13 @@ fn identity(
     } else {
         (NOTHING.to_owned(), NOTHING.to_owned())
     };
+    // Its dead letters are published under the names of its queues that dead-letter (its
+    // consumer and retry queues, its serve queues): it writes and reads those only.
+    let dead = if consumer {
+        format!(r"^(?:{own_queues}|serve\.{n}\..+)$")
+    } else {
+        format!(r"^serve\.{n}\..+$")
+    };
     let role = match origin {
         Origin::Module => Role::Module(owner.clone()),
         Origin::Mesh => Role::Context(owner.clone()),
@@ -400,7 +407,7 @@ fn identity(
             ),
             topic(RPC_EXCHANGE, rpc_write(calls), format!(r"^{n}\.")),
             topic(RETRY_EXCHANGE, retry_write, retry_read),
-            topic(DEAD_EXCHANGE, ANYTHING, ANYTHING),
+            topic(DEAD_EXCHANGE, dead.clone(), dead),
             topic(LOGS_EXCHANGE, format!(r"^[^.]+\.{n}\."), NOTHING),
             // It answers any caller, and binds only its own replies.
             topic(REPLY_EXCHANGE, ANYTHING, own_replies(&user)),
@@ -446,7 +453,12 @@ fn audit(prefix: &str, node: &Name) -> Grant {
                 format!(r"^{own}(?:\.retry\.[^.]+)?$"),
                 format!(r"^{own}(?:\.retry\.[^.]+)?$"),
             ),
-            topic(DEAD_EXCHANGE, ANYTHING, ANYTHING),
+            // It dead-letters under its own queue's name only, and reads every dead letter.
+            topic(
+                DEAD_EXCHANGE,
+                format!(r"^{own}(?:\.retry\.[^.]+)?$"),
+                ANYTHING,
+            ),
             topic(LOGS_EXCHANGE, format!(r"^{x}\.{logger}\."), NOTHING),
             topic(REPLY_EXCHANGE, NOTHING, own_replies(&user)),
         ]),

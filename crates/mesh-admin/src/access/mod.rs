@@ -54,7 +54,7 @@
 //! | `mesh.events` | `^o\.N\.` / `^(?:P1\|P2…)$`, its spec patterns exactly (`^$` without) | `^$` / `.*` |
 //! | `mesh.rpc` | `.*`, or `^(?:T1\|T2…)$` for the tools the spec lets it call ([`AccessSpec::calls`]) / `^N\.` (it serves only its own) | `^$` / `^$` |
 //! | `mesh.retry` | `^[^.]+\.N\.events(?:\.retry\.[^.]+)?$` / the same (`^$` / `^$` for a context or the node): its retry copies to its retry queues, and its retry forwarders' copies back to its queue | `^X\.audit-logger\.(?:events\|dead)(?:\.retry\.[^.]+)?$` / the same |
-//! | `mesh.events.dead` | `.*` / `.*` (a consumer dead-letters copies under other owners' keys) | `.*` / `.*` |
+//! | `mesh.events.dead` | `^(?:[^.]+\.N\.events(?:\.retry\.[^.]+)?\|serve\.N\..+)$` / the same: its dead letters go under the names of its queues (`^serve\.N\..+$` for a context or the node) | `^X\.audit-logger\.(?:events\|dead)(?:\.retry\.[^.]+)?$` / `.*` |
 //! | `mesh.logs` | `^[^.]+\.N\.` / `^$` | `^X\.audit-logger\.` / `^$` |
 //! | `mesh.replies` | `.*` / `^U\.` (it answers any caller, binds only its own reply keys `<U>.<queue>`; `U` its user name, escaped) | `^$` / `^U\.` |
 //!

@@ -225,8 +225,31 @@ fn a_module_publishes_only_its_own_keys() {
         &["n1.billing.info", "umami.x.y"],
     );
     matches(&logs.read, &[""], &["#", "n1.umami.info"]);
+    // Dead letters under its own queues' names only, written and read.
     let dead = topic_of(umami, "mesh.events.dead");
-    matches(&dead.write, &["module.billing.x"], &[]);
+    for expression in [&dead.write, &dead.read] {
+        matches(
+            expression,
+            &[
+                "n1.umami.events",
+                "shared.umami.events",
+                "*.umami.events",
+                "n1.umami.events.retry.5s",
+                "*.umami.events.retry.*",
+                "serve.umami.pay",
+                "serve.umami.#",
+            ],
+            &[
+                "n1.billing.events",
+                "module.billing.x",
+                "module.umami.x",
+                "#",
+                "n1.umami.events.x",
+                "serve.billing.pay",
+                "serve.umamix.pay",
+            ],
+        );
+    }
 }
 
 /// The expressions, as the crate docs and docs/CONTRACT.md write them.
@@ -261,7 +284,11 @@ fn the_expressions_are_the_documented_ones() {
                 r"^module\.umami\.",
                 r"^(?:module\.billing\.\#)$"
             ),
-            ("mesh.events.dead", ".*", ".*"),
+            (
+                "mesh.events.dead",
+                r"^(?:[^.]+\.umami\.events(?:\.retry\.[^.]+)?|serve\.umami\..+)$",
+                r"^(?:[^.]+\.umami\.events(?:\.retry\.[^.]+)?|serve\.umami\..+)$"
+            ),
             ("mesh.logs", r"^[^.]+\.umami\.", "^$"),
             ("mesh.replies", ".*", r"^module\.umami\."),
             (
@@ -354,7 +381,13 @@ fn the_audit_logger_reads_everything_and_emits_nothing() {
         &[""],
         &["module.audit-logger.x", "module.umami.x"],
     );
-    matches(&topic_of(logger, "mesh.events.dead").read, &["#"], &[]);
+    let dead = topic_of(logger, "mesh.events.dead");
+    matches(&dead.read, &["#"], &[]);
+    matches(
+        &dead.write,
+        &["n1.audit-logger.events", "n1.audit-logger.events.retry.5s"],
+        &["n2.audit-logger.events", "n1.umami.events", "module.x.y"],
+    );
     // Not a module user.
     assert!(!grants.iter().any(|g| g.user == "module.audit-logger"));
 }

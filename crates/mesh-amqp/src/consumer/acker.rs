@@ -207,10 +207,12 @@ impl Acker for AmqpAcker {
             let Some(settle) = settle else {
                 return Ok(());
             };
+            // Under the queue's own name, which the access plan lets only its owner write
+            // and read on `mesh.events.dead`; its own key travels in `x-mesh-routing-key`.
             let outgoing = Publication {
                 exchange: DEAD_EXCHANGE,
                 payload: Payload::Message {
-                    routing_key: copy.routing_key.clone(),
+                    routing_key: ctx.queue.clone(),
                     message: copy,
                 },
                 mandatory: true,

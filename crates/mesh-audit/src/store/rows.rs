@@ -157,6 +157,8 @@ pub(crate) struct DeadRow {
     pub(crate) body: Vec<u8>,
     /// The `user-id` property: who published this copy.
     pub(crate) user_id: Option<String>,
+    /// Its claims failed the provenance check ([`DeadRow::judged`]).
+    pub(crate) untrusted: bool,
 }
 
 impl DeadRow {
@@ -213,7 +215,17 @@ impl DeadRow {
             headers,
             body: message.body.to_vec(),
             user_id: message.properties.user_id.as_deref().map(clean),
+            untrusted: false,
         }
+    }
+
+    /// The row with its provenance judged when identity is enforced (`Some(user_prefix)`):
+    /// untrusted unless [`mesh_core::provenance::dead_letter_trusted`]. Without, no check is made.
+    pub(crate) fn judged(mut self, message: &WireMessage, user_prefix: Option<&str>) -> DeadRow {
+        if let Some(prefix) = user_prefix {
+            self.untrusted = !mesh_core::provenance::dead_letter_trusted(message, prefix);
+        }
+        self
     }
 }
 
@@ -333,6 +345,7 @@ pub(crate) struct DeadTuple(
     Option<String>,
     i64,
     Option<String>,
+    bool,
 );
 
 /// A dead letter's record, and the properties re-drive needs (message id, AMQP timestamp).
@@ -357,6 +370,7 @@ pub(crate) fn dead_record(
         redriven_at,
         redrive_count,
         user_id,
+        untrusted,
     ) = row;
     let record = DeadLetterRecord {
         id: DeadLetterId(
@@ -377,6 +391,7 @@ pub(crate) fn dead_record(
         redriven_at: redriven_at.as_deref().map(time_from_text).transpose()?,
         redrive_count: u32::try_from(redrive_count).unwrap_or(0),
         user_id,
+        untrusted,
     };
     Ok((record, message_id, amqp_timestamp))
 }

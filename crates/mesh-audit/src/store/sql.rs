@@ -45,7 +45,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
                     headers, body, publisher",
     dead_columns: "id, event_id, routing_key, reason, attempts, last_error, queue, dead_at, \
                    received_at, content_type, message_id, amqp_timestamp, headers, body, \
-                   redriven_at, redrive_count, user_id",
+                   redriven_at, redrive_count, user_id, untrusted",
     conflict_columns: "id, event_id, routing_key, source, node, time, causation_id, schema, \
                        received_at, headers, body, publisher",
     id_text: "id",
@@ -83,7 +83,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
         pg_time!("received_at"),
         ", content_type, message_id, amqp_timestamp, headers::text, body, ",
         pg_time!("redriven_at"),
-        ", redrive_count::int8, user_id"
+        ", redrive_count::int8, user_id, untrusted"
     ),
     conflict_columns: concat!(
         "id::text, event_id::text, routing_key, source, node, ",

@@ -61,11 +61,24 @@ impl Store {
     }
 
     /// Records messages as dead letters (each dead letter once). Returns how many were new.
+    /// Their provenance is not judged (as by a logger not enforcing identity).
     pub async fn record_dead_letters(&self, messages: &[WireMessage]) -> Result<u64, Error> {
+        self.record_dead_letters_judged(messages, None).await
+    }
+
+    /// Records messages as dead letters, each judged as a logger enforcing identity with
+    /// `user_prefix` judges it (`Some`: untrusted unless
+    /// [`mesh_core::provenance::dead_letter_trusted`]; `None`: not judged). Returns how many were
+    /// new.
+    pub async fn record_dead_letters_judged(
+        &self,
+        messages: &[WireMessage],
+        user_prefix: Option<&str>,
+    ) -> Result<u64, Error> {
         let received = now_text();
         let rows: Vec<DeadRow> = messages
             .iter()
-            .map(|message| DeadRow::new(message, &received, None))
+            .map(|message| DeadRow::new(message, &received, None).judged(message, user_prefix))
             .collect();
         let written = self
             .write(&[], &rows)
@@ -215,7 +228,7 @@ impl Store {
                 let mut qb = QueryBuilder::new(
                     "INSERT INTO dead_letters (id, event_id, routing_key, reason, attempts, \
                      last_error, queue, dead_at, received_at, content_type, message_id, \
-                     amqp_timestamp, headers, body, user_id) ",
+                     amqp_timestamp, headers, body, user_id, untrusted) ",
                 );
                 qb.push_values(chunk, |mut b, row| {
                     b.push_bind(row.id.as_str()).push_unseparated(d.uuid);
@@ -236,6 +249,7 @@ impl Store {
                         .push_unseparated(d.headers);
                     b.push_bind(row.body.as_slice());
                     b.push_bind(row.user_id.as_deref());
+                    b.push_bind(row.untrusted);
                 });
                 qb.push(" ON CONFLICT (id) DO NOTHING");
                 written.dead_letters += qb.build().execute(&mut *tx).await?.rows_affected();

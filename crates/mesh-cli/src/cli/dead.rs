@@ -141,6 +141,10 @@ pub(crate) struct RedriveArgs {
     /// otherwise: their consumer would get the event once more)
     #[arg(long, conflicts_with_all = ["all", "queue"])]
     pub(crate) again: bool,
+    /// Re-drive untrusted dead letters too (their publisher is not the owner of the queue
+    /// they name), each with every x-mesh-* header removed (refused otherwise)
+    #[arg(long)]
+    pub(crate) strip_untrusted_claims: bool,
 }
 
 const DEAD_LIST_HELP: &str = "\
@@ -169,6 +173,11 @@ could not be re-driven (or, with --dry-run, would be refused).
 that was re-driven before is refused unless --again is given (the store keeps the count
 and the time of the last re-drive).
 
+A dead letter marked untrusted (a logger enforcing identity found that its publisher is not
+the owner of the queue it names: anyone may have written its claims) is refused unless
+--strip-untrusted-claims is given; it then goes without any x-mesh-* header, so its consumer
+believes nothing it claimed.
+
 The audit store owns the re-drive state: loggers writing one database share it. With
 separate databases, re-drive from one of them; re-driving the same dead letter from another
 store sends it again (at-least-once).
@@ -177,7 +186,8 @@ Examples:
   mesh dead redrive 3f0c1d1e-2b53-5b8e-9a43-0c2b3f1f4f55
   mesh dead redrive --queue anchor.mailer.events
   mesh dead redrive --all --dry-run
-  mesh dead redrive 3f0c1d1e-2b53-5b8e-9a43-0c2b3f1f4f55 --again";
+  mesh dead redrive 3f0c1d1e-2b53-5b8e-9a43-0c2b3f1f4f55 --again
+  mesh dead redrive 3f0c1d1e-2b53-5b8e-9a43-0c2b3f1f4f55 --strip-untrusted-claims";
 
 #[cfg(test)]
 mod tests {

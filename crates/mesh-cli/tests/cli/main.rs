@@ -12,6 +12,7 @@ mod console;
 mod contract;
 mod contract_live;
 mod contract_pairs;
+mod dead_provenance;
 mod dry_run;
 mod emit_tail;
 mod errors;

@@ -41,6 +41,11 @@ pub const DEAD_ERROR: &str = "x-mesh-dead-error";
 pub const DEAD_QUEUE: &str = "x-mesh-dead-queue";
 /// `x-mesh-dead-time`: when it was dead-lettered, RFC 3339.
 pub const DEAD_TIME: &str = "x-mesh-dead-time";
+/// `x-mesh-dead-key`: on a dead letter as a reader received it, the routing key it was
+/// delivered under on `mesh.events.dead` (before the transport restored its own key from
+/// `x-mesh-routing-key`). Set by the receiving transport, which replaces any value a
+/// publisher sent: what provenance is judged on ([`dead_letter_trusted`](crate::provenance::dead_letter_trusted)).
+pub const DEAD_KEY: &str = "x-mesh-dead-key";
 /// `x-death`: the broker's own dead-letter history (delivery limit, rejection, expiry).
 pub const BROKER_DEATH: &str = "x-death";
 

@@ -150,7 +150,7 @@ async fn tour(
     let [billing, mailer, umami] = buses else {
         anyhow::bail!("the tour needs billing, mailer and umami");
     };
-    let mut dead = umami.dead_letters().await?;
+    let mut dead = umami.all_dead_letters().await?;
 
     let id = umami
         .emit(&SiteCreated {
