@@ -20,6 +20,7 @@ use crate::connection::link::ConsumeLink;
 use crate::consumer::{self, forward, Arrival, AttachSpec, ConsumerCounts, Env, Source};
 use crate::convert::check_short;
 use crate::declare::{self, DeclareChannel};
+use crate::lanes::{first_failure, in_lanes, LANES};
 use crate::event_bindings::EventBindings;
 use crate::lifecycle::{Counters, Lifecycle, TransportShared};
 use crate::options::{AmqpOptions, QueueType};
@@ -68,6 +69,10 @@ pub struct AmqpStats {
     /// replies that came to the reply queue by another way than `mesh.reply` under its
     /// name, dropped: never handed on.
     pub foreign_deliveries: u64,
+    /// Declarations sent to the broker (exchanges, queues, bindings and unbindings, passive
+    /// ones included): each distinct object once when it is first asked for, and once per
+    /// replay after a reconnect.
+    pub declarations: u64,
 }
 
 /// The RabbitMQ transport: a cheap, cloneable handle onto two connections (`<prefix>.publish`
@@ -208,6 +213,7 @@ impl AmqpTransport {
             reattached: Counters::get(&counters.reattached),
             nack_run_reopens: Counters::get(&counters.nack_run_reopens),
             foreign_deliveries: Counters::get(&counters.foreign_deliveries),
+            declarations: Counters::get(&counters.declarations),
         }
     }
 
@@ -744,7 +750,7 @@ impl AmqpTransport {
         }
         let options = &self.inner.options;
         let queue = topology::consumer_queue(name, options);
-        let mut delays: Vec<_> = spec
+        let delays: Vec<_> = spec
             .retry_delays
             .iter()
             .map(|delay| topology::retry_queue(name, *delay, options))
@@ -759,28 +765,62 @@ impl AmqpTransport {
             .iter()
             .map(|p| BindingDecl::new(EVENTS_EXCHANGE, name, p.as_str()))
             .collect();
-        let mut declare = self.inner.consume.declare_channel().await?;
+        // Up to `LANES` declarations in flight together, for every subscription starting
+        // (see `crate::lanes`): the queue first (a refusal of it declares nothing more),
+        // then its retry queues, then its bindings.
+        let lanes = Some(&self.inner.shared.declare_lanes);
+        let open = || self.inner.consume.declare_channel();
+        let open = &open;
         let declared = async {
-            declare::ensure_queue(&mut declare, &queue, || {
-                self.inner.consume.declare_channel()
-            })
-            .await?;
-            for (delay, step) in delays.iter_mut().zip(&spec.retry_delays) {
-                self.declare_retry_queue(&mut declare, name, delay, *step)
-                    .await?;
-            }
-            for binding in wanted.iter().chain(&retry_bindings) {
-                declare.bind(binding).await?;
-            }
+            first_failure(
+                in_lanes(vec![&queue], 1, lanes, open, |mut declare, queue| async move {
+                    let declared = declare::ensure_queue(&mut declare, queue, open).await;
+                    (declared, Some(declare))
+                })
+                .await,
+            )?;
+            let delays = first_failure(
+                in_lanes(
+                    delays.into_iter().zip(spec.retry_delays.iter().copied()).collect(),
+                    LANES,
+                    lanes,
+                    open,
+                    |mut declare, (decl, step)| async move {
+                        let declared = self
+                            .declare_retry_queue(&mut declare, name, decl, step)
+                            .await;
+                        (declared, Some(declare))
+                    },
+                )
+                .await,
+            )?;
+            first_failure(
+                in_lanes(
+                    wanted.iter().chain(&retry_bindings).collect(),
+                    LANES,
+                    lanes,
+                    open,
+                    |declare, binding| async move { (declare.bind(binding).await, Some(declare)) },
+                )
+                .await,
+            )?;
             let stale = self.stale_bindings(name, &wanted).await;
-            for binding in &stale {
-                declare.unbind(binding).await?;
-            }
-            Ok::<_, TransportError>(stale)
+            first_failure(
+                in_lanes(
+                    stale.iter().collect(),
+                    1,
+                    lanes,
+                    open,
+                    |declare, binding| async move {
+                        (declare.unbind(binding).await, Some(declare))
+                    },
+                )
+                .await,
+            )?;
+            Ok::<_, TransportError>((delays, stale))
         }
         .await;
-        declare.close().await;
-        let stale = declared?;
+        let (delays, stale) = declared?;
         let delay_names = delays
             .iter()
             .map(|d| d.name.clone())
@@ -814,22 +854,23 @@ impl AmqpTransport {
         Ok(delay_names)
     }
 
-    /// Declares the retry queue `decl` of `queue`'s step `step`. One that exists with the
+    /// Declares the retry queue `decl` of `queue`'s step `step`, and returns the declaration
+    /// to record. One that exists with the
     /// arguments of an earlier version (TTL and dead-lettering, which the broker will not
-    /// change on an existing queue) is kept as it is: `decl` becomes its declaration, so
+    /// change on an existing queue) is kept as it is: its declaration is returned, so
     /// that declaring it again after a reconnect succeeds, and its forwarders serve it like
     /// any other (see [`topology::legacy_retry_queue`]).
     async fn declare_retry_queue(
         &self,
         declare: &mut DeclareChannel,
         queue: &str,
-        decl: &mut QueueDecl,
+        decl: QueueDecl,
         step: Duration,
-    ) -> Result<(), TransportError> {
+    ) -> Result<QueueDecl, TransportError> {
         let ensured =
-            declare::ensure_queue(declare, decl, || self.inner.consume.declare_channel()).await;
+            declare::ensure_queue(declare, &decl, || self.inner.consume.declare_channel()).await;
         let error = match ensured {
-            Ok(()) => return Ok(()),
+            Ok(()) => return Ok(decl),
             Err(error) if matches!(error.kind(), TransportErrorKind::Incompatible { .. }) => error,
             Err(error) => return Err(error),
         };
@@ -845,8 +886,7 @@ impl AmqpTransport {
             "this retry queue has the arguments of an earlier mesh (a TTL and dead-lettering): \
              kept as it is and forwarded; delete it while it is empty to have it declared anew"
         );
-        *decl = legacy;
-        Ok(())
+        Ok(legacy)
     }
 
     /// Bindings of `queue` on `mesh.events` that are not `wanted`: those the broker reports,
@@ -895,23 +935,20 @@ impl AmqpTransport {
 }
 
 /// Makes sure mesh's exchanges exist, declaring only those that are missing (see
-/// [`declare::ensure_exchange`]).
+/// [`declare::ensure_exchange`]), up to [`LANES`] in flight together.
 async fn declare_base(consume: &ConsumeLink, base: &Topology) -> Result<(), TransportError> {
-    let mut channel = None;
-    for exchange in base.exchanges() {
-        let (declared, next) =
-            declare::ensure_exchange(channel, exchange, || consume.declare_channel()).await;
-        channel = next;
-        if let Err(error) = declared {
-            if let Some(declare) = channel {
-                declare.close().await;
-            }
-            return Err(error);
-        }
-    }
-    if let Some(declare) = channel {
-        declare.close().await;
-    }
+    let open = || consume.declare_channel();
+    let open = &open;
+    first_failure(
+        in_lanes(
+            base.exchanges().collect(),
+            LANES,
+            Some(&consume.shared().declare_lanes),
+            open,
+            |declare, exchange| declare::ensure_exchange(Some(declare), exchange, open),
+        )
+        .await,
+    )?;
     tracing::debug!("base topology declared");
     Ok(())
 }

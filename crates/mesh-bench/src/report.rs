@@ -33,6 +33,8 @@ pub(crate) struct Results {
     pub(crate) records: Vec<Record>,
     /// The scale scenario's figures, when it ran.
     pub(crate) scale: Option<Figures>,
+    /// The declare scenario's figures, when it ran.
+    pub(crate) declare: Option<crate::scenarios::declare::Figures>,
 }
 
 impl Results {
@@ -359,6 +361,9 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
     if let Some(figures) = &results.scale {
         targets.extend(scale_targets(figures));
     }
+    if let Some(figures) = &results.declare {
+        targets.extend(crate::scenarios::declare::targets(figures));
+    }
     targets
 }
 
@@ -634,6 +639,7 @@ pub(crate) struct Document<'a> {
     pub(crate) targets: &'a [Target],
     pub(crate) runs: &'a [Record],
     pub(crate) scale: Option<&'a Figures>,
+    pub(crate) declare: Option<&'a crate::scenarios::declare::Figures>,
 }
 
 /// The plan as the JSON shows it.
@@ -714,6 +720,7 @@ mod tests {
         let verdict = |sqlite_rate: f64, postgres_rate: f64, postgres_rss: f64| {
             let results = Results {
                 scale: None,
+                declare: None,
                 records: vec![
                     record("audit ingest", "raw", 1_000.0, 20.0),
                     record("audit ingest", "mesh-audit", sqlite_rate, 30.0),
@@ -759,6 +766,7 @@ mod tests {
             };
             let results = Results {
                 scale: None,
+                declare: None,
                 records: vec![
                     latency("raw", 1.0, 2.0),
                     latency("mesh", mesh_p50, mesh_p99),
@@ -798,6 +806,7 @@ mod tests {
             let verdict = |mesh_rate: f64| {
                 let results = Results {
                     scale: None,
+                    declare: None,
                     records: vec![
                         record(scenario, "raw", 500.0, 20.0),
                         record(scenario, "raw-multiple", 1_000.0, 20.0),
@@ -828,6 +837,7 @@ mod tests {
             };
             let results = Results {
                 scale: None,
+                declare: None,
                 records: vec![
                     record("outbox direct emit", "mesh", 1_000.0, 20.0),
                     record("outbox postgres 100/tx", "mesh-outbox", outbox_rate, 20.0),
