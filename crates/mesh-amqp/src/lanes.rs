@@ -31,14 +31,18 @@ pub(crate) use crate::lifecycle::DECLARE_LANES as LANES;
 /// Runs `work` on every item, up to `width` at once (fewer if `permits` has fewer free),
 /// each lane on a declare channel of its own from `open`, reused while it stays open;
 /// returns the outcomes in the order of `items`. `work` gets the lane's channel and hands it
-/// back (`None` when it is of no further use). Every lane closes its channel at the end.
+/// back (`None` when it is of no further use). The first lane starts with `carried`, if
+/// any, and hands its channel back for the next phase (so a caller declaring in phases keeps
+/// one channel throughout, as one declaration at a time did); every other lane closes its
+/// channel at the end.
 pub(crate) async fn in_lanes<T, R, O, OFut, W, WFut>(
     items: Vec<T>,
     width: usize,
     permits: Option<&Semaphore>,
     open: &O,
+    carried: Option<DeclareChannel>,
     work: W,
-) -> Vec<Result<R, TransportError>>
+) -> (Vec<Result<R, TransportError>>, Option<DeclareChannel>)
 where
     O: Fn() -> OFut,
     OFut: Future<Output = Result<DeclareChannel, TransportError>>,
@@ -46,6 +50,9 @@ where
     WFut: Future<Output = (Result<R, TransportError>, Option<DeclareChannel>)>,
 {
     let count = items.len();
+    if count == 0 {
+        return (Vec::new(), carried);
+    }
     let queue: Mutex<VecDeque<(usize, T)>> = Mutex::new(items.into_iter().enumerate().collect());
     let outcomes: Mutex<Vec<Option<Result<R, TransportError>>>> =
         Mutex::new((0..count).map(|_| None).collect());
@@ -57,7 +64,8 @@ where
             }
         }
     };
-    let lane = || async {
+    let work = &work;
+    let lane = |mut channel: Option<DeclareChannel>, keep: bool| async move {
         let _permit = match permits {
             Some(permits) => match permits.acquire().await {
                 Ok(permit) => Some(permit),
@@ -66,7 +74,6 @@ where
             },
             None => None,
         };
-        let mut channel: Option<DeclareChannel> = None;
         while let Some((index, item)) = next() {
             let declare = match channel.take() {
                 Some(declare) if declare.is_open() => declare,
@@ -87,13 +94,24 @@ where
             channel = back;
             record(index, outcome);
         }
-        if let Some(declare) = channel {
-            declare.close().await;
+        match channel {
+            Some(declare) if keep && declare.is_open() => Some(declare),
+            Some(declare) => {
+                declare.close().await;
+                None
+            }
+            None => None,
         }
     };
-    let lanes = width.clamp(1, count.max(1));
-    futures::future::join_all((0..lanes).map(|_| lane())).await;
-    outcomes
+    let lanes = width.clamp(1, count);
+    let mut carried = Some(carried);
+    let kept = futures::future::join_all((0..lanes).map(|i| {
+        let keep = i == 0;
+        lane(carried.take().flatten(), keep)
+    }))
+    .await;
+    let kept = kept.into_iter().flatten().next();
+    let outcomes = outcomes
         .into_inner()
         .unwrap_or_default()
         .into_iter()
@@ -105,7 +123,8 @@ where
                 ))
             })
         })
-        .collect()
+        .collect();
+    (outcomes, kept)
 }
 
 /// The first failure of `outcomes`, in their order.

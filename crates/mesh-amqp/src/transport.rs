@@ -771,55 +771,69 @@ impl AmqpTransport {
         let lanes = Some(&self.inner.shared.declare_lanes);
         let open = || self.inner.consume.declare_channel();
         let open = &open;
+        // One channel carried through the phases (as one at a time had), the other lanes'
+        // opened for a phase.
+        let mut carried = None;
         let declared = async {
-            first_failure(
-                in_lanes(vec![&queue], 1, lanes, open, |mut declare, queue| async move {
+            let (declared, kept) = in_lanes(
+                vec![&queue],
+                1,
+                lanes,
+                open,
+                None,
+                |mut declare, queue| async move {
                     let declared = declare::ensure_queue(&mut declare, queue, open).await;
                     (declared, Some(declare))
-                })
-                .await,
-            )?;
-            let delays = first_failure(
-                in_lanes(
-                    delays.into_iter().zip(spec.retry_delays.iter().copied()).collect(),
-                    LANES,
-                    lanes,
-                    open,
-                    |mut declare, (decl, step)| async move {
-                        let declared = self
-                            .declare_retry_queue(&mut declare, name, decl, step)
-                            .await;
-                        (declared, Some(declare))
-                    },
-                )
-                .await,
-            )?;
-            first_failure(
-                in_lanes(
-                    wanted.iter().chain(&retry_bindings).collect(),
-                    LANES,
-                    lanes,
-                    open,
-                    |declare, binding| async move { (declare.bind(binding).await, Some(declare)) },
-                )
-                .await,
-            )?;
+                },
+            )
+            .await;
+            carried = kept;
+            first_failure(declared)?;
+            let (declared, kept) = in_lanes(
+                delays.into_iter().zip(spec.retry_delays.iter().copied()).collect(),
+                LANES,
+                lanes,
+                open,
+                carried.take(),
+                |mut declare, (decl, step)| async move {
+                    let declared = self
+                        .declare_retry_queue(&mut declare, name, decl, step)
+                        .await;
+                    (declared, Some(declare))
+                },
+            )
+            .await;
+            carried = kept;
+            let delays = first_failure(declared)?;
+            let (declared, kept) = in_lanes(
+                wanted.iter().chain(&retry_bindings).collect(),
+                LANES,
+                lanes,
+                open,
+                carried.take(),
+                |declare, binding| async move { (declare.bind(binding).await, Some(declare)) },
+            )
+            .await;
+            carried = kept;
+            first_failure(declared)?;
             let stale = self.stale_bindings(name, &wanted).await;
-            first_failure(
-                in_lanes(
-                    stale.iter().collect(),
-                    1,
-                    lanes,
-                    open,
-                    |declare, binding| async move {
-                        (declare.unbind(binding).await, Some(declare))
-                    },
-                )
-                .await,
-            )?;
+            let (declared, kept) = in_lanes(
+                stale.iter().collect(),
+                1,
+                lanes,
+                open,
+                carried.take(),
+                |declare, binding| async move { (declare.unbind(binding).await, Some(declare)) },
+            )
+            .await;
+            carried = kept;
+            first_failure(declared)?;
             Ok::<_, TransportError>((delays, stale))
         }
         .await;
+        if let Some(declare) = carried {
+            declare.close().await;
+        }
         let (delays, stale) = declared?;
         let delay_names = delays
             .iter()
@@ -939,16 +953,19 @@ impl AmqpTransport {
 async fn declare_base(consume: &ConsumeLink, base: &Topology) -> Result<(), TransportError> {
     let open = || consume.declare_channel();
     let open = &open;
-    first_failure(
-        in_lanes(
-            base.exchanges().collect(),
-            LANES,
-            Some(&consume.shared().declare_lanes),
-            open,
-            |declare, exchange| declare::ensure_exchange(Some(declare), exchange, open),
-        )
-        .await,
-    )?;
+    let (declared, carried) = in_lanes(
+        base.exchanges().collect(),
+        LANES,
+        Some(&consume.shared().declare_lanes),
+        open,
+        None,
+        |declare, exchange| declare::ensure_exchange(Some(declare), exchange, open),
+    )
+    .await;
+    if let Some(declare) = carried {
+        declare.close().await;
+    }
+    first_failure(declared)?;
     tracing::debug!("base topology declared");
     Ok(())
 }

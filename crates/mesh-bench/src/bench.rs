@@ -156,7 +156,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
             Scenario::Latency => latency::setup(ctx).await?,
             Scenario::Rpc => rpc::setup(ctx).await?,
             Scenario::Outbox => outbox::setup(ctx).await?,
-            Scenario::Audit | Scenario::Scale => {}
+            Scenario::Audit | Scenario::Scale | Scenario::Declare => {}
         }
     }
     let (raw, mesh) = (plan.raw, plan.mesh);
@@ -266,7 +266,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                     );
                 }
                 Scenario::Outbox => {}
-                Scenario::Scale => continue,
+                Scenario::Scale | Scenario::Declare => continue,
             }
             // Let the broker settle (fsyncs, GC of deleted segments) between scenarios.
             tokio::time::sleep(Duration::from_millis(500)).await;

@@ -290,33 +290,40 @@ async fn replay(
         Ok(DeclareChannel::wrap(c, slot))
     };
     let open = &open;
-    let exchanges = in_lanes(
+    // One channel carried through the phases, the other lanes' opened for a phase.
+    let (exchanges, carried) = in_lanes(
         topology.exchanges().collect(),
         LANES,
         None,
         open,
+        None,
         |declare, exchange| ensure_exchange(Some(declare), exchange, open),
     )
     .await;
-    let queues = in_lanes(
+    let (queues, carried) = in_lanes(
         topology.queues().collect(),
         LANES,
         None,
         open,
+        carried,
         |mut declare, queue| async move {
             let declared = ensure_queue(&mut declare, queue, open).await;
             (declared, Some(declare))
         },
     )
     .await;
-    let bindings = in_lanes(
+    let (bindings, carried) = in_lanes(
         topology.bindings().collect(),
         LANES,
         None,
         open,
+        carried,
         |declare, binding| async move { (declare.bind(binding).await, Some(declare)) },
     )
     .await;
+    if let Some(declare) = carried {
+        declare.close().await;
+    }
     let mut refused = 0usize;
     for declared in exchanges.into_iter().chain(queues).chain(bindings) {
         if let Err(error) = declared {

@@ -28,7 +28,6 @@ use amqprs::channel::{
     BasicConsumeArguments, BasicQosArguments, Channel, ExchangeDeclareArguments,
     QueueBindArguments, QueueDeclareArguments,
 };
-use amqprs::connection::Connection;
 use amqprs::{FieldTable, FieldValue};
 use anyhow::Context;
 use mesh::amqp::{AmqpOptions, AmqpTransport};
