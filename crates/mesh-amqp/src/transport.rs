@@ -20,8 +20,8 @@ use crate::connection::link::ConsumeLink;
 use crate::consumer::{self, forward, Arrival, AttachSpec, ConsumerCounts, Env, Source};
 use crate::convert::check_short;
 use crate::declare::{self, DeclareChannel};
-use crate::lanes::{first_failure, in_lanes, LANES};
 use crate::event_bindings::EventBindings;
+use crate::lanes::{first_failure, in_lanes, LANES};
 use crate::lifecycle::{Counters, Lifecycle, TransportShared};
 use crate::options::{AmqpOptions, QueueType};
 use crate::publisher::{Attempt, Payload, Publication, Publisher};
@@ -790,7 +790,10 @@ impl AmqpTransport {
             carried = kept;
             first_failure(declared)?;
             let (declared, kept) = in_lanes(
-                delays.into_iter().zip(spec.retry_delays.iter().copied()).collect(),
+                delays
+                    .into_iter()
+                    .zip(spec.retry_delays.iter().copied())
+                    .collect(),
                 LANES,
                 lanes,
                 open,

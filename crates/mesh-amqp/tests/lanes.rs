@@ -38,8 +38,7 @@ fn spec(i: usize) -> SubscriptionSpec {
 /// Every object the transport recorded: exchanges, queues, bindings.
 fn objects(transport: &AmqpTransport) -> u64 {
     let topology = transport.topology();
-    (topology.exchanges().count() + topology.queues().count() + topology.bindings().count())
-        as u64
+    (topology.exchanges().count() + topology.queues().count() + topology.bindings().count()) as u64
 }
 
 /// Publishes one event to each subscription and reads it from each.

@@ -8,7 +8,9 @@ use std::time::Duration;
 use crate::broker::{self, Broker};
 use crate::cli::{Plan, QueueKind, Scenario};
 use crate::report::Results;
-use crate::scenarios::{audit, consume, declare, e2e, emit, latency, outbox, rpc, scale, Ctx, Db, Run};
+use crate::scenarios::{
+    audit, consume, declare, e2e, emit, latency, outbox, rpc, scale, Ctx, Db, Run,
+};
 
 /// Runs the plan, adding every run to `results`; `notes` collects what the reader should
 /// know (skipped scenarios, measurement caveats).

@@ -72,8 +72,8 @@ pub(crate) async fn start(
     counts_deliveries: bool,
 ) -> Result<Vec<DropGuard>, TransportError> {
     // Attached together, each on a channel of its own (four round trips apart otherwise).
-    let attached = futures::future::try_join_all(retry_queues.iter().map(
-        |(retry_queue, step)| async move {
+    let attached =
+        futures::future::try_join_all(retry_queues.iter().map(|(retry_queue, step)| async move {
             let spec = AttachSpec {
                 source: Source::Named(retry_queue.clone()),
                 prefetch: FORWARD_PREFETCH,
@@ -96,9 +96,8 @@ pub(crate) async fn start(
             };
             let copies = subscribe(env, spec, true, Vec::new()).await?;
             Ok::<_, TransportError>((retry_queue, *step, copies))
-        },
-    ))
-    .await?;
+        }))
+        .await?;
     let mut guards = Vec::with_capacity(attached.len());
     for (retry_queue, step, copies) in attached {
         let stop = CancellationToken::new();

@@ -238,12 +238,16 @@ async fn raw_start(
             ("mesh.logs", "topic"),
             ("mesh.reply", "direct"),
         ];
-        in_lanes(&channels, exchanges.to_vec(), |ch, (name, kind)| async move {
-            let mut args = ExchangeDeclareArguments::new(name, kind);
-            args.durable = true;
-            ch.exchange_declare(args).await?;
-            Ok(())
-        })
+        in_lanes(
+            &channels,
+            exchanges.to_vec(),
+            |ch, (name, kind)| async move {
+                let mut args = ExchangeDeclareArguments::new(name, kind);
+                args.durable = true;
+                ch.exchange_declare(args).await?;
+                Ok(())
+            },
+        )
         .await?;
         let names: Vec<String> = queues.iter().map(|(name, _)| name.clone()).collect();
         in_lanes(&channels, queues, |ch, (name, arguments)| async move {
@@ -257,11 +261,15 @@ async fn raw_start(
             Ok(())
         })
         .await?;
-        in_lanes(&channels, bindings, |ch, (exchange, queue, key)| async move {
-            ch.queue_bind(QueueBindArguments::new(&queue, exchange, &key))
-                .await?;
-            Ok(())
-        })
+        in_lanes(
+            &channels,
+            bindings,
+            |ch, (exchange, queue, key)| async move {
+                ch.queue_bind(QueueBindArguments::new(&queue, exchange, &key))
+                    .await?;
+                Ok(())
+            },
+        )
         .await?;
         for channel in channels {
             let _ = channel.close().await;
@@ -309,9 +317,7 @@ async fn mesh_round(
     consumers: usize,
 ) -> anyhow::Result<Round> {
     let options: AmqpOptions = node.url().parse().context("the node's URL")?;
-    let options = options
-        .vhost(vhost)
-        .connection_name("bench.mesh.declare");
+    let options = options.vhost(vhost).connection_name("bench.mesh.declare");
     let began = Instant::now();
     let transport = mesh::amqp::connect(options)
         .await
@@ -319,8 +325,8 @@ async fn mesh_round(
     let shared: Arc<dyn Transport> = Arc::new(transport.clone());
     let mut buses = Vec::with_capacity(n);
     let mut failure = None;
-    for outcome in futures::future::join_all((0..n).map(|i| subscriber(i).start(shared.clone())))
-        .await
+    for outcome in
+        futures::future::join_all((0..n).map(|i| subscriber(i).start(shared.clone()))).await
     {
         match outcome {
             Ok(bus) => buses.push(bus),
@@ -377,8 +383,7 @@ async fn force_close(
         closed?;
     }
     until("every subscription consuming again", || {
-        transport.stats().reattached >= stats.reattached + n as u64
-            && transport.health().is_ready()
+        transport.stats().reattached >= stats.reattached + n as u64 && transport.health().is_ready()
     })
     .await?;
     let subscriptions = began.elapsed();
