@@ -66,12 +66,9 @@ where
     };
     let work = &work;
     let lane = |mut channel: Option<DeclareChannel>, keep: bool| async move {
+        // A semaphore never closed; were it, the lane runs unbounded rather than not at all.
         let _permit = match permits {
-            Some(permits) => match permits.acquire().await {
-                Ok(permit) => Some(permit),
-                // Never closed; were it, the lane runs unbounded rather than not at all.
-                Err(_) => None,
-            },
+            Some(permits) => permits.acquire().await.ok(),
             None => None,
         };
         while let Some((index, item)) = next() {

@@ -917,6 +917,7 @@ mod tests {
             let results = Results {
                 records: Vec::new(),
                 scale: Some(figures),
+                declare: None,
             };
             targets(&rows(&results), &results)
                 .into_iter()
@@ -947,6 +948,7 @@ mod tests {
             &Results {
                 records: Vec::new(),
                 scale: Some(scale_figures(10, 9.0, 1.0, 1.0)),
+                declare: None,
             },
         ));
         assert!(
