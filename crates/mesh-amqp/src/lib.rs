@@ -175,6 +175,7 @@ mod plain;
 mod proptesting;
 mod publisher;
 mod rpc;
+mod stats;
 mod tls;
 mod topology;
 mod transport;

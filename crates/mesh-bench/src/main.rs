@@ -22,6 +22,7 @@ mod raw;
 mod recorder;
 mod report;
 mod scenarios;
+mod target;
 mod tls;
 
 use std::io::Write;

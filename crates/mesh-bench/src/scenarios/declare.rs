@@ -42,7 +42,7 @@ use crate::broker::{self, Broker, Ctl};
 use crate::cli::Plan;
 use crate::management::Api;
 use crate::payload;
-use crate::report::Target;
+use crate::target::Target;
 
 /// Declarations in flight together on each side (mesh's own bound, `DECLARE_LANES` in
 /// `mesh-amqp`).
