@@ -47,6 +47,8 @@ pub(crate) struct CloseSlot {
     /// (see [`ensure_queue`]): a `403 ACCESS_REFUSED` close is then an answer, looked
     /// into with a passive declare, not a fault.
     refusal_expected: Arc<std::sync::atomic::AtomicBool>,
+    /// The transport's count of declarations sent (see [`DeclareChannel::sent`]).
+    declarations: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl CloseSlot {
@@ -193,7 +195,10 @@ pub(crate) async fn open_channel(
     let channel = within(connection.open_channel(None), "opening a channel")
         .await?
         .map_err(|e| from_client(e, "opening a channel"))?;
-    let slot = CloseSlot::default();
+    let slot = CloseSlot {
+        declarations: shared.counters.declarations.clone(),
+        ..CloseSlot::default()
+    };
     channel
         .register_callback(CloseCatcher {
             slot: slot.clone(),
@@ -267,6 +272,14 @@ impl DeclareChannel {
         error
     }
 
+    /// Counts a declaration about to be sent (exchanges, queues, bindings, passive ones
+    /// included): what [`crate::AmqpStats::declarations`] reports.
+    fn sent(&self) {
+        self.closed
+            .declarations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Declares an exchange. Declaring needs `configure` permission on it even when it
     /// exists, which the access plan gives no module: see [`ensure_exchange`].
     pub(crate) async fn exchange(&self, decl: &ExchangeDecl) -> Result<(), TransportError> {
@@ -274,6 +287,7 @@ impl DeclareChannel {
         let mut args = ExchangeDeclareArguments::new(&decl.name, &decl.kind);
         args.durable = decl.durable;
         let context = format!("declaring exchange `{}`", decl.name);
+        self.sent();
         within(self.channel.exchange_declare(args), &context)
             .await?
             .map_err(|e| self.error(e, &context))?;
@@ -297,6 +311,7 @@ impl DeclareChannel {
             .arguments(to_field_table(&decl.arguments)?)
             .finish();
         let context = format!("declaring queue `{}`", decl.name);
+        self.sent();
         within(self.channel.queue_declare(args), &context)
             .await?
             .map_err(|e| self.error(e, &context))?;
@@ -311,6 +326,7 @@ impl DeclareChannel {
             .auto_delete(true)
             .finish();
         let context = "declaring a server-named queue".to_owned();
+        self.sent();
         let declared = within(self.channel.queue_declare(args), &context)
             .await?
             .map_err(|e| self.error(e, &context))?;
@@ -329,6 +345,7 @@ impl DeclareChannel {
             "binding `{}` to `{}` on `{}`",
             binding.queue, binding.exchange, binding.routing_key
         );
+        self.sent();
         within(self.channel.queue_bind(args), &context)
             .await?
             .map_err(|e| self.error(e, &context))?;
@@ -361,6 +378,7 @@ impl DeclareChannel {
             "unbinding `{}` from `{}` on `{}`",
             binding.queue, binding.exchange, binding.routing_key
         );
+        self.sent();
         within(self.channel.queue_unbind(args), &context)
             .await?
             .map_err(|e| self.error(e, &context))?;
@@ -400,6 +418,7 @@ impl DeclareChannel {
                 .store(on, std::sync::atomic::Ordering::Relaxed);
         };
         probing(true);
+        self.sent();
         let answer = match within(self.channel.queue_declare(args), &context).await {
             Ok(Ok(declared)) => {
                 Ok(Some(declared.map_or((0, 0), |(_, messages, consumers)| {
@@ -468,6 +487,7 @@ impl DeclareChannel {
         self.closed
             .probing
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.sent();
         let answer = within(self.channel.exchange_declare(args), &context).await;
         let answer = match answer {
             Ok(Err(err)) => {

@@ -78,7 +78,8 @@
 //! connection's owner, its confirm channel and the unconfirmed window (`publisher`), and on
 //! a loss resends the window and fails what is not resent; the consume link's supervisor
 //! owns the consume connection's owner and hands out channels (`connection::link`), replays the
-//! topology before a new connection counts as up, and tells consumers to re-attach; each subscription's pump owns its consumer's
+//! topology before a new connection counts as up (up to 16 declarations in flight together,
+//! `lanes`), and tells consumers to re-attach; each subscription's pump owns its consumer's
 //! lifecycle (cancel, re-attach) while the subscription reads the consumer's stream itself
 //! (`consumer`). Everything else holds cheap handles. What decides correctness inside the
 //! publish task and each ack tracker is a state machine without I/O (`publisher::window`,
@@ -166,6 +167,7 @@ mod declare;
 mod error;
 mod event_bindings;
 mod gate;
+mod lanes;
 mod lifecycle;
 mod options;
 mod plain;
@@ -173,6 +175,7 @@ mod plain;
 mod proptesting;
 mod publisher;
 mod rpc;
+mod stats;
 mod tls;
 mod topology;
 mod transport;

@@ -9,10 +9,15 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
+
+/// Declarations in flight together at most (per replay, or per transport for the
+/// subscriptions starting), each on a channel of its own (see [`crate::lanes`]).
+pub(crate) const DECLARE_LANES: usize = 16;
 
 /// How long closing a transport waits for its channels to be closed before it closes the
 /// connections anyway: each close is one round trip, so only an unresponsive broker takes
@@ -143,6 +148,9 @@ pub(crate) struct Counters {
     /// `consumer::path`), or to the reply queue by another way than a reply exchange under
     /// its reply key: never handed on.
     pub(crate) foreign_deliveries: AtomicU64,
+    /// Declarations sent (exchanges, queues, bindings, passive ones included), shared with
+    /// every declare channel's [`CloseSlot`](crate::declare::CloseSlot).
+    pub(crate) declarations: Arc<AtomicU64>,
 }
 
 impl Counters {
@@ -173,6 +181,9 @@ pub(crate) struct TransportShared {
     /// when `close()` returns; likewise no channel may be dropped open, since the library
     /// then closes it on a task of its own, which nobody waits for.
     pub(crate) channel_tasks: TaskTracker,
+    /// Lanes of declarations in flight together for the subscriptions starting (see
+    /// [`crate::lanes`]).
+    pub(crate) declare_lanes: tokio::sync::Semaphore,
 }
 
 impl Default for TransportShared {
@@ -181,6 +192,7 @@ impl Default for TransportShared {
             counters: Counters::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
             channel_tasks: TaskTracker::new(),
+            declare_lanes: tokio::sync::Semaphore::new(DECLARE_LANES),
         }
     }
 }

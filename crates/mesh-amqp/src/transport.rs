@@ -21,54 +21,14 @@ use crate::consumer::{self, forward, Arrival, AttachSpec, ConsumerCounts, Env, S
 use crate::convert::check_short;
 use crate::declare::{self, DeclareChannel};
 use crate::event_bindings::EventBindings;
+use crate::lanes::{first_failure, in_lanes, LANES};
 use crate::lifecycle::{Counters, Lifecycle, TransportShared};
 use crate::options::{AmqpOptions, QueueType};
 use crate::publisher::{Attempt, Payload, Publication, Publisher};
 use crate::rpc::Rpc;
 use crate::topology::{self, BindingDecl, QueueDecl, Topology};
 
-/// Counters and gauges of the transport: what recovery did, what is in flight, and things
-/// that went wrong quietly. A snapshot; see [`AmqpTransport::stats`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct AmqpStats {
-    /// RPC replies that arrived for no waiting call (late or duplicate), dropped.
-    pub late_replies: u64,
-    /// `basic.return`s that matched no unsettled mandatory publish.
-    pub unmatched_returns: u64,
-    /// Publishes accepted and not yet settled by the broker (a gauge; at most the confirm
-    /// window).
-    pub unconfirmed: usize,
-    /// Their body bytes (a gauge; at most `max_unconfirmed_bytes`).
-    pub unconfirmed_bytes: usize,
-    /// How long the broker blocked a connection (memory or disk alarm), in all, including a
-    /// block going on now.
-    pub blocked_time: Duration,
-    /// Connections re-established after a loss (publish and consume counted alike).
-    pub reconnects: u64,
-    /// Publishes sent again, on a new channel, after their channel or connection was lost.
-    pub resent: u64,
-    /// Channels the broker closed while their connection stayed up.
-    pub channel_closes: u64,
-    /// Of those, closes for an unknown delivery tag (`406 PRECONDITION_FAILED - unknown
-    /// delivery tag`): an ack sent on a channel the delivery did not come on. Always 0
-    /// unless there is a bug.
-    pub unknown_delivery_tag_closes: u64,
-    /// Consumers that stopped without being asked to (cancelled by the broker, channel
-    /// closed, connection lost); retry forwarders are not counted.
-    pub consumer_cancels: u64,
-    /// Consumers attached again after stopping; retry forwarders are not counted.
-    pub reattached: u64,
-    /// Publishing channels replaced because the broker had nacked every publish on them
-    /// for a second (a quorum queue's channel tied to a dead leader; see the publisher's
-    /// docs).
-    pub nack_run_reopens: u64,
-    /// Deliveries that came to a consumer's queue by a path mesh sends no event by (an
-    /// exchange-to-exchange binding, a foreign publisher), dead-lettered `foreign-path`, and
-    /// replies that came to the reply queue by another way than `mesh.replies` (or the
-    /// retired `mesh.reply`) under its reply key, dropped: never handed on.
-    pub foreign_deliveries: u64,
-}
+pub use crate::stats::AmqpStats;
 
 /// The RabbitMQ transport: a cheap, cloneable handle onto two connections (`<prefix>.publish`
 /// and `<prefix>.consume`), each owned by a task of its own that reconnects it when it is
@@ -138,7 +98,7 @@ impl AmqpTransport {
         let base = topology::base(&options);
         let topology = Arc::new(Mutex::new(base.clone()));
         let consume = ConsumeLink::start(&options, shared.clone(), topology.clone()).await?;
-        if let Err(error) = declare_base(&consume, &base).await {
+        if let Err(error) = consume.declare_base(&base).await {
             consume.close().await;
             return Err(error);
         }
@@ -208,6 +168,7 @@ impl AmqpTransport {
             reattached: Counters::get(&counters.reattached),
             nack_run_reopens: Counters::get(&counters.nack_run_reopens),
             foreign_deliveries: Counters::get(&counters.foreign_deliveries),
+            declarations: Counters::get(&counters.declarations),
         }
     }
 
@@ -753,7 +714,7 @@ impl AmqpTransport {
         }
         let options = &self.inner.options;
         let queue = topology::consumer_queue(name, options);
-        let mut delays: Vec<_> = spec
+        let delays: Vec<_> = spec
             .retry_delays
             .iter()
             .map(|delay| topology::retry_queue(name, *delay, options))
@@ -768,28 +729,79 @@ impl AmqpTransport {
             .iter()
             .map(|p| BindingDecl::new(EVENTS_EXCHANGE, name, p.as_str()))
             .collect();
-        let mut declare = self.inner.consume.declare_channel().await?;
+        // Up to `LANES` declarations in flight together, for every subscription starting
+        // (see `crate::lanes`): the queue first (a refusal of it declares nothing more),
+        // then its retry queues, then its bindings.
+        let lanes = Some(&self.inner.shared.declare_lanes);
+        let open = || self.inner.consume.declare_channel();
+        let open = &open;
+        // One channel carried through the phases (as one at a time had), the other lanes'
+        // opened for a phase.
+        let mut carried = None;
         let declared = async {
-            declare::ensure_queue(&mut declare, &queue, || {
-                self.inner.consume.declare_channel()
-            })
-            .await?;
-            for (delay, step) in delays.iter_mut().zip(&spec.retry_delays) {
-                self.declare_retry_queue(&mut declare, name, delay, *step)
-                    .await?;
-            }
-            for binding in wanted.iter().chain(&retry_bindings) {
-                declare.bind(binding).await?;
-            }
+            let (declared, kept) = in_lanes(
+                vec![&queue],
+                1,
+                lanes,
+                open,
+                None,
+                |mut declare, queue| async move {
+                    let declared = declare::ensure_queue(&mut declare, queue, open).await;
+                    (declared, Some(declare))
+                },
+            )
+            .await;
+            carried = kept;
+            first_failure(declared)?;
+            let (declared, kept) = in_lanes(
+                delays
+                    .into_iter()
+                    .zip(spec.retry_delays.iter().copied())
+                    .collect(),
+                LANES,
+                lanes,
+                open,
+                carried.take(),
+                |mut declare, (decl, step)| async move {
+                    let declared = self
+                        .declare_retry_queue(&mut declare, name, decl, step)
+                        .await;
+                    (declared, Some(declare))
+                },
+            )
+            .await;
+            carried = kept;
+            let delays = first_failure(declared)?;
+            let (declared, kept) = in_lanes(
+                wanted.iter().chain(&retry_bindings).collect(),
+                LANES,
+                lanes,
+                open,
+                carried.take(),
+                |declare, binding| async move { (declare.bind(binding).await, Some(declare)) },
+            )
+            .await;
+            carried = kept;
+            first_failure(declared)?;
             let stale = self.stale_bindings(name, &wanted).await;
-            for binding in &stale {
-                declare.unbind(binding).await?;
-            }
-            Ok::<_, TransportError>(stale)
+            let (declared, kept) = in_lanes(
+                stale.iter().collect(),
+                1,
+                lanes,
+                open,
+                carried.take(),
+                |declare, binding| async move { (declare.unbind(binding).await, Some(declare)) },
+            )
+            .await;
+            carried = kept;
+            first_failure(declared)?;
+            Ok::<_, TransportError>((delays, stale))
         }
         .await;
-        declare.close().await;
-        let stale = declared?;
+        if let Some(declare) = carried {
+            declare.close().await;
+        }
+        let (delays, stale) = declared?;
         let delay_names = delays
             .iter()
             .map(|d| d.name.clone())
@@ -823,22 +835,23 @@ impl AmqpTransport {
         Ok(delay_names)
     }
 
-    /// Declares the retry queue `decl` of `queue`'s step `step`. One that exists with the
+    /// Declares the retry queue `decl` of `queue`'s step `step`, and returns the declaration
+    /// to record. One that exists with the
     /// arguments of an earlier version (TTL and dead-lettering, which the broker will not
-    /// change on an existing queue) is kept as it is: `decl` becomes its declaration, so
+    /// change on an existing queue) is kept as it is: its declaration is returned, so
     /// that declaring it again after a reconnect succeeds, and its forwarders serve it like
     /// any other (see [`topology::legacy_retry_queue`]).
     async fn declare_retry_queue(
         &self,
         declare: &mut DeclareChannel,
         queue: &str,
-        decl: &mut QueueDecl,
+        decl: QueueDecl,
         step: Duration,
-    ) -> Result<(), TransportError> {
+    ) -> Result<QueueDecl, TransportError> {
         let ensured =
-            declare::ensure_queue(declare, decl, || self.inner.consume.declare_channel()).await;
+            declare::ensure_queue(declare, &decl, || self.inner.consume.declare_channel()).await;
         let error = match ensured {
-            Ok(()) => return Ok(()),
+            Ok(()) => return Ok(decl),
             Err(error) if matches!(error.kind(), TransportErrorKind::Incompatible { .. }) => error,
             Err(error) => return Err(error),
         };
@@ -854,8 +867,7 @@ impl AmqpTransport {
             "this retry queue has the arguments of an earlier mesh (a TTL and dead-lettering): \
              kept as it is and forwarded; delete it while it is empty to have it declared anew"
         );
-        *decl = legacy;
-        Ok(())
+        Ok(legacy)
     }
 
     /// Bindings of `queue` on `mesh.events` that are not `wanted`: those the broker reports,
@@ -901,28 +913,6 @@ impl AmqpTransport {
         }
         existing.difference(wanted).cloned().collect()
     }
-}
-
-/// Makes sure mesh's exchanges exist, declaring only those that are missing (see
-/// [`declare::ensure_exchange`]).
-async fn declare_base(consume: &ConsumeLink, base: &Topology) -> Result<(), TransportError> {
-    let mut channel = None;
-    for exchange in base.exchanges() {
-        let (declared, next) =
-            declare::ensure_exchange(channel, exchange, || consume.declare_channel()).await;
-        channel = next;
-        if let Err(error) = declared {
-            if let Some(declare) = channel {
-                declare.close().await;
-            }
-            return Err(error);
-        }
-    }
-    if let Some(declare) = channel {
-        declare.close().await;
-    }
-    tracing::debug!("base topology declared");
-    Ok(())
 }
 
 impl Transport for AmqpTransport {

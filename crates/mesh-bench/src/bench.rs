@@ -8,7 +8,9 @@ use std::time::Duration;
 use crate::broker::{self, Broker};
 use crate::cli::{Plan, QueueKind, Scenario};
 use crate::report::Results;
-use crate::scenarios::{audit, consume, e2e, emit, latency, outbox, rpc, scale, Ctx, Db, Run};
+use crate::scenarios::{
+    audit, consume, declare, e2e, emit, latency, outbox, rpc, scale, Ctx, Db, Run,
+};
 
 /// Runs the plan, adding every run to `results`; `notes` collects what the reader should
 /// know (skipped scenarios, measurement caveats).
@@ -18,11 +20,18 @@ pub(crate) async fn run(
     results: &mut Results,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<()> {
-    if plan.scenarios.iter().any(|s| *s != Scenario::Scale) {
+    if plan
+        .scenarios
+        .iter()
+        .any(|s| !matches!(s, Scenario::Scale | Scenario::Declare))
+    {
         compare(plan, broker, results, notes).await?;
     }
     if plan.scenarios.contains(&Scenario::Scale) {
         results.scale = Some(scale::run(plan, notes).await?);
+    }
+    if plan.scenarios.contains(&Scenario::Declare) {
+        results.declare = Some(declare::run(plan, notes).await?);
     }
     Ok(())
 }
@@ -149,7 +158,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
             Scenario::Latency => latency::setup(ctx).await?,
             Scenario::Rpc => rpc::setup(ctx).await?,
             Scenario::Outbox => outbox::setup(ctx).await?,
-            Scenario::Audit | Scenario::Scale => {}
+            Scenario::Audit | Scenario::Scale | Scenario::Declare => {}
         }
     }
     let (raw, mesh) = (plan.raw, plan.mesh);
@@ -259,7 +268,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                     );
                 }
                 Scenario::Outbox => {}
-                Scenario::Scale => continue,
+                Scenario::Scale | Scenario::Declare => continue,
             }
             // Let the broker settle (fsyncs, GC of deleted segments) between scenarios.
             tokio::time::sleep(Duration::from_millis(500)).await;

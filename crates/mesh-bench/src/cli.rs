@@ -110,6 +110,11 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) scale_events: Option<u64>,
 
+    /// Subscriptions of the declare scenario (default 200, five queues and consumers each;
+    /// 10 with --short).
+    #[arg(long)]
+    pub(crate) declare_subscriptions: Option<usize>,
+
     /// Modules of the scale scenario's `mesh topology` spec (default 500; 20 with --short).
     #[arg(long)]
     pub(crate) scale_modules: Option<usize>,
@@ -180,6 +185,10 @@ pub(crate) enum Scenario {
     /// subscriptions, consuming a large backlog with flat memory, `mesh topology` on many
     /// modules. mesh alone (no raw side).
     Scale,
+    /// Declarations, on a private node: the first start of many subscriptions against a raw
+    /// client declaring the same objects with the same concurrency, and their re-attach
+    /// after a forced close.
+    Declare,
 }
 
 /// Which client the end-to-end emitter child runs.
@@ -269,6 +278,7 @@ pub(crate) struct Plan {
     pub(crate) scale_subscriptions: usize,
     pub(crate) scale_events: u64,
     pub(crate) scale_modules: usize,
+    pub(crate) declare_subscriptions: usize,
     pub(crate) mesh_bin: Option<PathBuf>,
 }
 
@@ -301,7 +311,9 @@ impl Args {
         scenarios.sort();
         scenarios.dedup();
         anyhow::ensure!(
-            !(self.tls && scenarios.contains(&Scenario::Scale)),
+            !(self.tls
+                && (scenarios.contains(&Scenario::Scale)
+                    || scenarios.contains(&Scenario::Declare))),
             "--tls does not apply to the scale scenario (it starts a plain node of its own): \
              run it without --tls"
         );
@@ -342,6 +354,7 @@ impl Args {
             scale_subscriptions: size(self.scale_subscriptions, 10, 200),
             scale_events: pick(self.scale_events, 20_000, 1_000_000),
             scale_modules: size(self.scale_modules, 20, 500),
+            declare_subscriptions: size(self.declare_subscriptions, 10, 200),
             mesh_bin: self.mesh_bin.clone(),
         };
         for (name, count) in [
@@ -366,6 +379,10 @@ impl Args {
         anyhow::ensure!(
             (1..=300).contains(&plan.scale_subscriptions),
             "--scale-subscriptions must be from 1 to 300"
+        );
+        anyhow::ensure!(
+            (1..=300).contains(&plan.declare_subscriptions),
+            "--declare-subscriptions must be from 1 to 300"
         );
         anyhow::ensure!(
             (1..=10_000).contains(&plan.scale_modules),

@@ -22,6 +22,7 @@ mod raw;
 mod recorder;
 mod report;
 mod scenarios;
+mod target;
 mod tls;
 
 use std::io::Write;
@@ -148,6 +149,14 @@ async fn bench_main(plan: cli::Plan, json: Option<std::path::PathBuf>) -> anyhow
         write!(out, "{}", report::scale_table(scale))?;
         writeln!(out)?;
     }
+    if let Some(declare) = &results.declare {
+        writeln!(
+            out,
+            "declare: raw then mesh each round, on a private node the bench started\n"
+        )?;
+        write!(out, "{}", scenarios::declare::table(declare))?;
+        writeln!(out)?;
+    }
     write!(out, "{}", report::targets_text(&targets))?;
     for note in &notes {
         writeln!(out, "note: {note}")?;
@@ -162,6 +171,7 @@ async fn bench_main(plan: cli::Plan, json: Option<std::path::PathBuf>) -> anyhow
             targets: &targets,
             runs: &results.records,
             scale: results.scale.as_ref(),
+            declare: results.declare.as_ref(),
         };
         let text = serde_json::to_string_pretty(&document)?;
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;

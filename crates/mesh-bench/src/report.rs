@@ -33,6 +33,8 @@ pub(crate) struct Results {
     pub(crate) records: Vec<Record>,
     /// The scale scenario's figures, when it ran.
     pub(crate) scale: Option<Figures>,
+    /// The declare scenario's figures, when it ran.
+    pub(crate) declare: Option<crate::scenarios::declare::Figures>,
 }
 
 impl Results {
@@ -243,20 +245,7 @@ pub(crate) fn rows(results: &Results) -> Vec<Row> {
     rows
 }
 
-/// One acceptance target and how the run fared.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Target {
-    pub(crate) name: String,
-    pub(crate) wanted: String,
-    pub(crate) actual: String,
-    pub(crate) met: bool,
-    /// Whether the run was the size the target is set for: a smaller one (`--short`)
-    /// reports its figure and `met` against the same bound, but gives no verdict.
-    pub(crate) judged: bool,
-    /// Whether the target sets a bound at all: a figure it asks only to be reported (the
-    /// added p99 latency, with its spread) has none, and gets no verdict.
-    pub(crate) bound: bool,
-}
+pub(crate) use crate::target::Target;
 
 pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
     let mut targets = Vec::new();
@@ -358,6 +347,9 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
     }
     if let Some(figures) = &results.scale {
         targets.extend(scale_targets(figures));
+    }
+    if let Some(figures) = &results.declare {
+        targets.extend(crate::scenarios::declare::targets(figures));
     }
     targets
 }
@@ -634,6 +626,7 @@ pub(crate) struct Document<'a> {
     pub(crate) targets: &'a [Target],
     pub(crate) runs: &'a [Record],
     pub(crate) scale: Option<&'a Figures>,
+    pub(crate) declare: Option<&'a crate::scenarios::declare::Figures>,
 }
 
 /// The plan as the JSON shows it.
@@ -714,6 +707,7 @@ mod tests {
         let verdict = |sqlite_rate: f64, postgres_rate: f64, postgres_rss: f64| {
             let results = Results {
                 scale: None,
+                declare: None,
                 records: vec![
                     record("audit ingest", "raw", 1_000.0, 20.0),
                     record("audit ingest", "mesh-audit", sqlite_rate, 30.0),
@@ -759,6 +753,7 @@ mod tests {
             };
             let results = Results {
                 scale: None,
+                declare: None,
                 records: vec![
                     latency("raw", 1.0, 2.0),
                     latency("mesh", mesh_p50, mesh_p99),
@@ -798,6 +793,7 @@ mod tests {
             let verdict = |mesh_rate: f64| {
                 let results = Results {
                     scale: None,
+                    declare: None,
                     records: vec![
                         record(scenario, "raw", 500.0, 20.0),
                         record(scenario, "raw-multiple", 1_000.0, 20.0),
@@ -828,6 +824,7 @@ mod tests {
             };
             let results = Results {
                 scale: None,
+                declare: None,
                 records: vec![
                     record("outbox direct emit", "mesh", 1_000.0, 20.0),
                     record("outbox postgres 100/tx", "mesh-outbox", outbox_rate, 20.0),
@@ -907,6 +904,7 @@ mod tests {
             let results = Results {
                 records: Vec::new(),
                 scale: Some(figures),
+                declare: None,
             };
             targets(&rows(&results), &results)
                 .into_iter()
@@ -937,6 +935,7 @@ mod tests {
             &Results {
                 records: Vec::new(),
                 scale: Some(scale_figures(10, 9.0, 1.0, 1.0)),
+                declare: None,
             },
         ));
         assert!(

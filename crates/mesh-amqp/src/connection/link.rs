@@ -20,8 +20,9 @@
 //! 2. the owner waits a backoff delay (100 ms doubling to 5 s by default, with jitter), then
 //!    tries the addresses in turn, starting after the one it lost;
 //! 3. on the new connection, before it counts as up, the supervisor's preparation declares
-//!    the whole [`Topology`] again: exchanges, then queues, then bindings. A declaration the
-//!    broker refuses is logged and skipped (its channel is replaced and the replay goes on),
+//!    the whole [`Topology`] again: exchanges, then queues, then bindings, each object once,
+//!    up to [`LANES`] declarations in flight together (see [`crate::lanes`]). A declaration
+//!    the broker refuses is logged and skipped (its channel is replaced and the replay goes on),
 //!    because one incompatible queue must not keep every other consumer away; a failure of
 //!    the connection itself fails the attempt;
 //! 4. only then the supervisor bumps the generation in [`LinkStatus`] with
@@ -40,7 +41,10 @@ use mesh_core::{TransportError, TransportErrorKind};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
-use crate::declare::{ensure_exchange, open_channel, within, CloseSlot, DeclareChannel};
+use crate::declare::{
+    ensure_exchange, ensure_queue, open_channel, within, CloseSlot, DeclareChannel,
+};
+use crate::lanes::{first_failure, in_lanes, LANES};
 use crate::lifecycle::{Link, TransportShared};
 use crate::options::AmqpOptions;
 use crate::topology::Topology;
@@ -85,6 +89,28 @@ impl std::fmt::Debug for ConsumeLink {
 }
 
 impl ConsumeLink {
+    /// Makes sure mesh's exchanges exist, declaring only those that are missing (see
+    /// [`ensure_exchange`]), up to [`LANES`] in flight together.
+    pub(crate) async fn declare_base(&self, base: &Topology) -> Result<(), TransportError> {
+        let open = || self.declare_channel();
+        let open = &open;
+        let (declared, carried) = in_lanes(
+            base.exchanges().collect(),
+            LANES,
+            Some(&self.shared().declare_lanes),
+            open,
+            None,
+            |declare, exchange| ensure_exchange(Some(declare), exchange, open),
+        )
+        .await;
+        if let Some(declare) = carried {
+            declare.close().await;
+        }
+        first_failure(declared)?;
+        tracing::debug!("base topology declared");
+        Ok(())
+    }
+
     /// Opens the consume connection and starts its supervisor, which replays `topology`
     /// after every reconnect.
     pub(crate) async fn start(
@@ -271,65 +297,57 @@ impl Supervisor {
     }
 }
 
-/// `declare` if it is still open, else a fresh channel from `open`.
-async fn reuse<F, Fut>(
-    declare: Option<DeclareChannel>,
-    open: &F,
-) -> Result<DeclareChannel, TransportError>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<DeclareChannel, TransportError>>,
-{
-    match declare {
-        Some(declare) if declare.is_open() => Ok(declare),
-        _ => open().await,
-    }
-}
-
 /// Declares `topology` on `connection`: exchanges (only those missing, see
-/// [`ensure_exchange`]), then queues, then bindings. A refused
-/// declaration (it closes its channel) is logged and skipped, on a fresh channel; only a
-/// failure of the connection fails the replay.
+/// [`ensure_exchange`]), then queues, then bindings, each phase up to [`LANES`] declarations
+/// in flight together (see [`crate::lanes`]). A refused declaration (it closes its lane's
+/// channel) is logged and skipped, the lane going on with a fresh channel; only a failure of
+/// the connection fails the replay.
 async fn replay(
     connection: &Connection,
     topology: &Topology,
     shared: Arc<TransportShared>,
 ) -> Result<(), TransportError> {
-    enum Decl<'a> {
-        Exchange(&'a crate::topology::ExchangeDecl),
-        Queue(&'a crate::topology::QueueDecl),
-        Binding(&'a crate::topology::BindingDecl),
-    }
-    let decls = topology
-        .exchanges()
-        .map(Decl::Exchange)
-        .chain(topology.queues().map(Decl::Queue))
-        .chain(topology.bindings().map(Decl::Binding));
-    let mut channel: Option<DeclareChannel> = None;
-    let mut refused = 0usize;
     let open = || async {
         let (c, slot) = open_channel(connection, "replay", shared.clone()).await?;
         Ok(DeclareChannel::wrap(c, slot))
     };
-    for decl in decls {
-        let (declared, declare) = match decl {
-            Decl::Exchange(exchange) => {
-                let (declared, next) = ensure_exchange(channel.take(), exchange, &open).await;
-                match next {
-                    Some(declare) => (declared, declare),
-                    None => return declared,
-                }
-            }
-            Decl::Queue(queue) => {
-                let mut declare = reuse(channel.take(), &open).await?;
-                let declared = crate::declare::ensure_queue(&mut declare, queue, &open).await;
-                (declared, declare)
-            }
-            Decl::Binding(binding) => {
-                let declare = reuse(channel.take(), &open).await?;
-                (declare.bind(binding).await, declare)
-            }
-        };
+    let open = &open;
+    // One channel carried through the phases, the other lanes' opened for a phase.
+    let (exchanges, carried) = in_lanes(
+        topology.exchanges().collect(),
+        LANES,
+        None,
+        open,
+        None,
+        |declare, exchange| ensure_exchange(Some(declare), exchange, open),
+    )
+    .await;
+    let (queues, carried) = in_lanes(
+        topology.queues().collect(),
+        LANES,
+        None,
+        open,
+        carried,
+        |mut declare, queue| async move {
+            let declared = ensure_queue(&mut declare, queue, open).await;
+            (declared, Some(declare))
+        },
+    )
+    .await;
+    let (bindings, carried) = in_lanes(
+        topology.bindings().collect(),
+        LANES,
+        None,
+        open,
+        carried,
+        |declare, binding| async move { (declare.bind(binding).await, Some(declare)) },
+    )
+    .await;
+    if let Some(declare) = carried {
+        declare.close().await;
+    }
+    let mut refused = 0usize;
+    for declared in exchanges.into_iter().chain(queues).chain(bindings) {
         if let Err(error) = declared {
             if !connection.is_open() {
                 return Err(error);
@@ -337,10 +355,6 @@ async fn replay(
             refused += 1;
             tracing::error!(error = %EscapedDisplay(&error), "replaying the topology: a declaration was refused; skipped");
         }
-        channel = Some(declare);
-    }
-    if let Some(declare) = channel {
-        declare.close().await;
     }
     tracing::debug!(refused, "topology declared again");
     Ok(())

@@ -71,30 +71,38 @@ pub(crate) async fn start(
     retry_queues: &[(String, Duration)],
     counts_deliveries: bool,
 ) -> Result<Vec<DropGuard>, TransportError> {
-    let mut guards = Vec::with_capacity(retry_queues.len());
-    for (retry_queue, step) in retry_queues {
-        let spec = AttachSpec {
-            source: Source::Named(retry_queue.clone()),
-            prefetch: FORWARD_PREFETCH,
-            manual_ack: true,
-            // The one "step" of a forwarder's deliveries is the queue itself: a retry of a
-            // retry copy publishes it through `mesh.retry` under `queue`'s name, then acks.
-            delay_queues: vec![queue.to_owned()],
-            counts_deliveries,
-            arrival: super::Arrival::RetryCopies,
-        };
-        // Not counted in the transport's health or stats: a forwarder detached delays
-        // retries and loses nothing, while readiness is about consuming the queue. Its stops
-        // and re-attaches are still reported as lifecycle events, under its queue's name.
-        let env = Env {
-            counts: Arc::new(ConsumerCounts::default()),
-            in_stats: false,
-            ..env.clone()
-        };
-        let copies = subscribe(env, spec, true, Vec::new()).await?;
+    // Attached together, each on a channel of its own (four round trips apart otherwise).
+    let attached =
+        futures::future::try_join_all(retry_queues.iter().map(|(retry_queue, step)| async move {
+            let spec = AttachSpec {
+                source: Source::Named(retry_queue.clone()),
+                prefetch: FORWARD_PREFETCH,
+                manual_ack: true,
+                // The one "step" of a forwarder's deliveries is the queue itself: a retry of
+                // a retry copy publishes it through `mesh.retry` under `queue`'s name, then
+                // acks.
+                delay_queues: vec![queue.to_owned()],
+                counts_deliveries,
+                arrival: super::Arrival::RetryCopies,
+            };
+            // Not counted in the transport's health or stats: a forwarder detached delays
+            // retries and loses nothing, while readiness is about consuming the queue. Its
+            // stops and re-attaches are still reported as lifecycle events, under its
+            // queue's name.
+            let env = Env {
+                counts: Arc::new(ConsumerCounts::default()),
+                in_stats: false,
+                ..env.clone()
+            };
+            let copies = subscribe(env, spec, true, Vec::new()).await?;
+            Ok::<_, TransportError>((retry_queue, *step, copies))
+        }))
+        .await?;
+    let mut guards = Vec::with_capacity(attached.len());
+    for (retry_queue, step, copies) in attached {
         let stop = CancellationToken::new();
         let span = tracing::info_span!(parent: None, "mesh_amqp.forwarder", queue = %EscapedDisplay(&retry_queue));
-        tokio::spawn(run(copies, *step, stop.clone()).instrument(span));
+        tokio::spawn(run(copies, step, stop.clone()).instrument(span));
         guards.push(stop.drop_guard());
     }
     Ok(guards)

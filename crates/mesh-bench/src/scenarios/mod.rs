@@ -5,10 +5,12 @@
 //! gives them) and consumed by the raw client directly when it is the raw side's turn; the
 //! emit sink is declared by the bench. Every run empties what it filled.
 //!
-//! [`scale`] is apart: mesh alone, on a private node of its own.
+//! [`scale`] is apart: mesh alone, on a private node of its own; so is [`declare`], which
+//! compares mesh's declarations with a raw client's on a private node of its own.
 
 pub(crate) mod audit;
 pub(crate) mod consume;
+pub(crate) mod declare;
 pub(crate) mod e2e;
 pub(crate) mod emit;
 pub(crate) mod latency;

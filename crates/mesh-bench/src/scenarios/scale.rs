@@ -579,7 +579,7 @@ impl Scale<'_> {
 
 /// Subscriber `i` of the attach measurement: module `mNNNN`, one pattern, a handler that
 /// does nothing (nothing is published to it), everything else default.
-fn subscriber(i: usize) -> BusBuilder {
+pub(crate) fn subscriber(i: usize) -> BusBuilder {
     Bus::builder()
         .node(NODE)
         .module(format!("m{i:04}"))
@@ -644,7 +644,7 @@ fn milestones(samples: &[RssSample], events: u64) -> Vec<RssSample> {
 }
 
 /// Waits until `ready()`, looking every [`POLL`], for at most [`PATIENCE`].
-async fn until(what: &str, mut ready: impl FnMut() -> bool) -> anyhow::Result<()> {
+pub(crate) async fn until(what: &str, mut ready: impl FnMut() -> bool) -> anyhow::Result<()> {
     let deadline = Instant::now() + PATIENCE;
     while !ready() {
         anyhow::ensure!(Instant::now() < deadline, "{what}: not after {PATIENCE:?}");
@@ -657,7 +657,7 @@ async fn until(what: &str, mut ready: impl FnMut() -> bool) -> anyhow::Result<()
 /// queues re-attached (subscriptions and forwarders alike report `ConsumerReattached` under
 /// their queue's name); fails if the events cannot be followed (the receiver fell behind,
 /// or the transport closed).
-async fn follow(
+pub(crate) async fn follow(
     mut events: broadcast::Receiver<Lifecycle>,
     consumers: usize,
 ) -> Result<Instant, String> {

@@ -4,7 +4,6 @@
 //! in this order, so a bus that starts announces only keys it owns and schemas a reader can
 //! use.
 
-#[cfg(feature = "schemas")]
 use std::sync::Arc;
 
 use mesh_core::contract::{HandlerContract, MessageContract, ModuleContract, ToolContract};
