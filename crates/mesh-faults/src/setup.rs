@@ -27,8 +27,9 @@ pub async fn vhost(node: &PrivateNode, name: &str) -> anyhow::Result<String> {
 }
 
 /// Options for the harness's `guest` (every permission) on `vhost` of `node`: the operator
-/// declaring mesh's exchanges before the modules connect, never a module.
-fn guest_options(node: &PrivateNode, vhost: &str) -> AmqpOptions {
+/// declaring mesh's exchanges before the modules connect, or watching every dead letter (under
+/// the plan only the operator and the audit logger read them all), never a module.
+pub fn guest_options(node: &PrivateNode, vhost: &str) -> AmqpOptions {
     format!(
         "amqp://guest:guest@127.0.0.1:{}/{}",
         node.port(),
@@ -48,7 +49,7 @@ fn guest_options(node: &PrivateNode, vhost: &str) -> AmqpOptions {
 const OPERATOR_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Like [`guest_options`] on `vhost` of `cluster`, every node given in node order.
-fn guest_cluster_options(cluster: &Cluster, vhost: &str) -> AmqpOptions {
+pub fn guest_cluster_options(cluster: &Cluster, vhost: &str) -> AmqpOptions {
     cluster
         .url(vhost)
         .parse::<AmqpOptions>()

@@ -668,8 +668,15 @@ async fn poison_is_dead_lettered_after_the_configured_attempts() {
             .await
             .unwrap()
     };
+    // The operator watches the dead letters: under the plan a module reads only its own.
+    let watcher = Bus::builder()
+        .node("faults")
+        .module("watcher")
+        .start(connect(setup::guest_cluster_options(&cluster, vhost)).await)
+        .await
+        .unwrap();
     let dead: DeadLetters = Arc::default();
-    let dead_task = watch_dead_letters(&consumer, &ledger, &dead).await;
+    let dead_task = watch_dead_letters(&watcher, &ledger, &dead).await;
     let source = Bus::builder()
         .node("faults")
         .module("source")
@@ -701,6 +708,7 @@ async fn poison_is_dead_lettered_after_the_configured_attempts() {
     dead_task.abort();
     source.close().await;
     consumer.close().await;
+    watcher.close().await;
 }
 
 /// m2. A poison event on which the handler's process crashes every time: the consumer is
@@ -739,7 +747,9 @@ async fn poison_that_crashes_its_consumer_is_dead_lettered_by_the_delivery_limit
     let watcher = Bus::builder()
         .node("faults")
         .module("watcher")
-        .start(connect(access.cluster_options(&cluster, &[2, 0, 1], "watcher")).await)
+        // The operator: the broker's own dead letters (the delivery limit) are read only by
+        // the operator and the audit logger under the plan.
+        .start(connect(setup::guest_cluster_options(&cluster, vhost)).await)
         .await
         .unwrap();
     let dead: DeadLetters = Arc::default();

@@ -112,7 +112,15 @@ async fn events_in_the_retry_ladder_survive_a_broker_crash() {
     };
     // Dead letters are the other final outcome.
     let dead: Arc<Mutex<BTreeMap<String, Dead>>> = Arc::default();
-    let mut dead_letters = consumer.all_dead_letters().await.unwrap();
+    // Watched by the operator: under the plan a module reads only its own queues' dead
+    // letters, and the broker's own (the delivery limit) only the operator and the logger.
+    let watcher = Bus::builder()
+        .node("faults")
+        .module("watcher")
+        .start(connect(setup::guest_options(&node, &vhost)).await)
+        .await
+        .unwrap();
+    let mut dead_letters = watcher.all_dead_letters().await.unwrap();
     let dead_task = {
         let (ledger, outcomes, dead) = (ledger.clone(), outcomes.clone(), dead.clone());
         tokio::spawn(async move {
@@ -249,5 +257,6 @@ async fn events_in_the_retry_ladder_survive_a_broker_crash() {
 
     dead_task.abort();
     consumer.close().await;
+    watcher.close().await;
     source.close().await;
 }
