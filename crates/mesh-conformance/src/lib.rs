@@ -7,6 +7,7 @@
 //! paused clock cannot run against a broker.
 
 mod harness;
+mod kit;
 pub mod scenarios;
 
 pub use harness::{Harness, MemoryHarness, Role, SUITE_MODULES, SUITE_NODE};

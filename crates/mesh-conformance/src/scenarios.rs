@@ -2,7 +2,6 @@
 //! on conditions with a timeout, never on bare sleeps.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,16 +17,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 use crate::harness::{Harness, Role};
-
-/// How long any single wait may take before the scenario fails.
-const WAIT: Duration = Duration::from_secs(60);
-
-async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(WAIT, future).await {
-        Ok(value) => value,
-        Err(_) => panic!("timed out after {WAIT:?} waiting for {what}"),
-    }
-}
+use crate::kit::{within, Tally, WAIT};
 
 /// Short delays so the suite runs in seconds on a real broker.
 fn short_policy(attempts: u32) -> RetryPolicy {
@@ -36,51 +26,6 @@ fn short_policy(attempts: u32) -> RetryPolicy {
         vec![Duration::from_millis(200), Duration::from_millis(400)],
     )
     .expect("a valid policy")
-}
-
-/// Counts calls per key, with a notification on each.
-#[derive(Default)]
-struct Tally {
-    counts: Mutex<HashMap<String, u32>>,
-    changed: Notify,
-}
-
-impl Tally {
-    fn hit(&self, key: impl Into<String>) {
-        *self
-            .counts
-            .lock()
-            .expect("tally lock")
-            .entry(key.into())
-            .or_default() += 1;
-        self.changed.notify_waiters();
-    }
-
-    fn get(&self, key: &str) -> u32 {
-        self.counts
-            .lock()
-            .expect("tally lock")
-            .get(key)
-            .copied()
-            .unwrap_or(0)
-    }
-
-    fn snapshot(&self) -> HashMap<String, u32> {
-        self.counts.lock().expect("tally lock").clone()
-    }
-
-    async fn wait_for(&self, what: &str, condition: impl Fn(&HashMap<String, u32>) -> bool) {
-        within(what, async {
-            loop {
-                let notified = self.changed.notified();
-                if condition(&self.counts.lock().expect("tally lock")) {
-                    return;
-                }
-                notified.await;
-            }
-        })
-        .await;
-    }
 }
 
 /// An event with an empty JSON body from `source` on node `n1`, as published by hand.
