@@ -188,3 +188,26 @@ async fn a_get_whose_caller_gave_up_costs_no_panic() {
     channel_answers(&channel).await;
     still_serving(&peer).await;
 }
+
+/// A `basic.get` answered with content and no `get-ok` before it (the dispatcher still in the
+/// state an earlier, unasked `get-ok` left): upstream's `basic_get` hit `unreachable!` in the
+/// caller's task; the fork returns an error naming what came, and the channel goes on.
+#[tokio::test]
+async fn a_get_answered_with_content_before_its_get_ok_is_an_error() {
+    let peer = Peer::start(2047).await;
+    let channel = peer.connection.open_channel(None).await.unwrap();
+    let id = channel.channel_id();
+    peer.send(&[get_ok(id)]).await;
+    channel_answers(&channel).await;
+    peer.headless_get(true);
+    let answer = tokio::time::timeout(WAIT, channel.basic_get(BasicGetArguments::new("q")))
+        .await
+        .expect("the get ended");
+    peer.headless_get(false);
+    let error = answer
+        .expect_err("content first is not a message")
+        .to_string();
+    assert!(error.contains("got a content header"), "{error}");
+    channel_answers(&channel).await;
+    still_serving(&peer).await;
+}

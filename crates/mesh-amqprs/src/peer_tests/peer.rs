@@ -179,6 +179,8 @@ pub(super) struct Peer {
     received: mpsc::UnboundedReceiver<(u16, Frame)>,
     /// While set, the peer leaves a client's `channel.close` unanswered.
     hold_channel_close: Arc<AtomicBool>,
+    /// While set, the peer answers a `basic.get` with its content only, no `get-ok`.
+    headless_get: Arc<AtomicBool>,
 }
 
 impl Peer {
@@ -202,10 +204,13 @@ impl Peer {
         let (report, received) = mpsc::unbounded_channel();
         let hold_channel_close = Arc::new(AtomicBool::new(false));
         let hold = hold_channel_close.clone();
+        let headless_get = Arc::new(AtomicBool::new(false));
+        let headless = headless_get.clone();
         let properties = server_properties.to_vec();
         tokio::spawn(async move {
             let (stream, _) = listener.accept().await.unwrap();
-            serve(stream, channel_max, &properties, injected, report, hold).await;
+            let answers = Answers { hold, headless };
+            serve(stream, channel_max, &properties, injected, report, answers).await;
         });
         let args = OpenConnectionArguments::new("127.0.0.1", port, "guest", "guest");
         let connection = tokio::time::timeout(WAIT, Connection::open(&args))
@@ -216,6 +221,7 @@ impl Peer {
             inject,
             received,
             hold_channel_close,
+            headless_get,
         })
     }
 
@@ -235,6 +241,11 @@ impl Peer {
 
     pub fn hold_channel_close(&self, hold: bool) {
         self.hold_channel_close.store(hold, Ordering::SeqCst);
+    }
+
+    /// Whether the peer answers a `basic.get` with its content only, no `get-ok` before it.
+    pub fn headless_get(&self, headless: bool) {
+        self.headless_get.store(headless, Ordering::SeqCst);
     }
 
     /// Waits for the client's next frame that `wanted` accepts.
@@ -275,13 +286,21 @@ impl Wire {
     }
 }
 
+/// How the peer answers, as the test sets it while it runs.
+struct Answers {
+    /// Leave a client's `channel.close` unanswered.
+    hold: Arc<AtomicBool>,
+    /// Answer a `basic.get` with its content only.
+    headless: Arc<AtomicBool>,
+}
+
 async fn serve(
     stream: TcpStream,
     channel_max: u16,
     server_properties: &[u8],
     mut injected: mpsc::UnboundedReceiver<Inject>,
     report: mpsc::UnboundedSender<(u16, Frame)>,
-    hold_channel_close: Arc<AtomicBool>,
+    answers: Answers,
 ) {
     let mut wire = Wire {
         stream,
@@ -328,13 +347,16 @@ async fn serve(
                 let Some((channel, frame)) = read else { return };
                 let answer = match &frame {
                     Frame::OpenChannel(..) => Some(method(channel, 20, 11, &longstr(""))),
-                    Frame::CloseChannel(..) if !hold_channel_close.load(Ordering::SeqCst) => {
+                    Frame::CloseChannel(..) if !answers.hold.load(Ordering::SeqCst) => {
                         Some(channel_close_ok(channel))
                     }
                     Frame::Flow(..) => Some(method(channel, 20, 21, &[1])),
                     Frame::Qos(..) => Some(method(channel, 60, 11, &[])),
                     Frame::Consume(..) => Some(method(channel, 60, 21, &shortstr(TAG))),
                     Frame::UpdateSecret(..) => Some(method(channel, 10, 71, &[])),
+                    Frame::Get(..) if answers.headless.load(Ordering::SeqCst) => {
+                        Some([header(channel, 3), body(channel, b"got")].concat())
+                    }
                     Frame::Get(..) => Some([get_ok(channel), header(channel, 3), body(channel, b"got")].concat()),
                     Frame::Close(..) => Some(method(channel, 10, 51, &[])),
                     _ => None,

@@ -1,5 +1,5 @@
 use amqp_serde::types::AmqpDeliveryTag;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 #[cfg(feature = "traces")]
 use tracing::{debug, trace};
 
@@ -866,10 +866,13 @@ impl Channel {
         let get = Get::new(0, args.queue.try_into().unwrap(), args.no_ack);
 
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let command = RegisterGetContentResponder { tx };
+        let (acker, acker_rx) = oneshot::channel();
+        let command = RegisterGetContentResponder { tx, acker };
         self.shared.dispatcher_mgmt_tx.send(
             DispatcherManagementCommand::RegisterGetContentResponder(command),
         )?;
+        // mesh's fork: the answer must find the responder registered (see the command).
+        acker_rx.await?;
 
         self.shared
             .outgoing_tx
@@ -880,21 +883,37 @@ impl Channel {
         })? {
             Frame::GetEmpty(_, _) => return Ok(None),
             Frame::GetOk(_, get_ok) => get_ok,
-            _ => unreachable!("expect GetOk or GetEmpty"),
+            // mesh's fork: a frame out of order (a peer's fault) is an error, not a panic.
+            other => {
+                return Err(Error::InternalChannelError(format!(
+                    "expected get-ok or get-empty in answer to basic.get, got {}",
+                    get_answer_kind(&other)
+                )))
+            }
         };
 
         let basic_properties = match rx.recv().await.ok_or_else(|| {
             Error::InternalChannelError("failed to receive Get ContentHeader".to_string())
         })? {
             Frame::ContentHeader(header) => header.basic_properties,
-            _ => unreachable!("expect ContentHeader"),
+            other => {
+                return Err(Error::InternalChannelError(format!(
+                    "expected the content header of a get-ok, got {}",
+                    get_answer_kind(&other)
+                )))
+            }
         };
 
         let content = match rx.recv().await.ok_or_else(|| {
             Error::InternalChannelError("failed to receive Get ContentBody".to_string())
         })? {
             Frame::ContentBody(content) => content.inner,
-            _ => unreachable!("expect ContentBody"),
+            other => {
+                return Err(Error::InternalChannelError(format!(
+                    "expected the content body of a get-ok, got {}",
+                    get_answer_kind(&other)
+                )))
+            }
         };
         Ok(Some((get_ok, basic_properties, content)))
     }
@@ -955,5 +974,17 @@ impl Channel {
             .send((self.shared.channel_id, publish_combo))
             .await?;
         Ok(())
+    }
+}
+
+/// What a frame out of order in a `basic.get` answer was, for the error: its kind only, never
+/// its content (a body may hold anything).
+fn get_answer_kind(frame: &Frame) -> &'static str {
+    match frame {
+        Frame::GetOk(..) => "get-ok",
+        Frame::GetEmpty(..) => "get-empty",
+        Frame::ContentHeader(_) => "a content header",
+        Frame::ContentBody(_) => "a content body",
+        _ => "another frame",
     }
 }

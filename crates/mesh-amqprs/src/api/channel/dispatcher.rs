@@ -275,6 +275,8 @@ impl ChannelDispatcher {
                             },
                             DispatcherManagementCommand::RegisterGetContentResponder(cmd) => {
                                 self.get_content_responder.replace(cmd.tx);
+                                // mesh's fork: the caller may have given up waiting.
+                                let _ = cmd.acker.send(());
                             }
                             DispatcherManagementCommand::RegisterOneshotResponder(cmd) => {
                                 self.responders.insert(cmd.method_header, cmd.responder);

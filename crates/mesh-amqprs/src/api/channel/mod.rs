@@ -86,6 +86,12 @@ pub(crate) struct DeregisterContentConsumer {
 /// so the sender should be mpsc instead of oneshot.
 pub(crate) struct RegisterGetContentResponder {
     tx: mpsc::UnboundedSender<IncomingMessage>,
+    /// mesh's fork: acknowledges that the responder is registered, before the `basic.get`
+    /// goes out. The registration and the answer reach the dispatcher on two queues; without
+    /// the acknowledgement a dispatcher preempted between polling the one and the other saw
+    /// the `get-ok` first, handed it to nobody, and gave the caller its content header as
+    /// the first frame (upstream's `unreachable!`).
+    acker: oneshot::Sender<()>,
 }
 
 /// Command to register oneshot sender for response from server.
