@@ -40,13 +40,22 @@ if ! [ -x "$tools/bin/gungraun-runner" ]; then
 fi
 
 # The `bench` profile: the workspace's release settings. A benchmark whose id ends in `_xN`
-# puts N messages through: its count per message is printed below its total.
+# puts N messages through: its count per message is printed below its total. Each count is
+# bounded by its line in crates/mesh-microbench/baseline.tsv plus a tolerance (a hard limit
+# in the harness: a count above it fails the run); the counts are printed last in that
+# file's format, to paste there when a change moves one on purpose.
 PATH="$tools/bin:$PATH" cargo bench --quiet -p mesh-microbench --bench hot_paths -- "$@" |
   awk '
     { print }
-    /^hot_paths::/ { batch = match($0, /_x[0-9]+:/) ? substr($0, RSTART + 2, RLENGTH - 3) + 0 : 0 }
-    /^  Instructions:/ && batch > 0 {
-      split($2, counts, "|")
-      printf "  %-44s%11d\n", "Instructions per message (of " batch "):", counts[1] / batch + 0.5
+    /^hot_paths::/ {
+      batch = match($0, /_x[0-9]+:/) ? substr($0, RSTART + 2, RLENGTH - 3) + 0 : 0
+      n = split($1, path, "::"); id = $2; sub(/:.*/, "", id); key = path[n] "::" id
     }
+    /^  Instructions:/ {
+      split($2, counts, "|")
+      lines = lines key "\t" counts[1] "\n"
+      if (batch > 0)
+        printf "  %-44s%11d\n", "Instructions per message (of " batch "):", counts[1] / batch + 0.5
+    }
+    END { printf "\nThe counts as lines of crates/mesh-microbench/baseline.tsv:\n%s", lines }
   '

@@ -30,6 +30,42 @@ use mesh_microbench::dispatch::Settles;
 use mesh_microbench::{Settled, BATCH, KEY};
 use std::sync::Arc;
 
+// 0. The bound of each count: the checked-in baseline plus a tolerance.
+
+/// Each benchmark's count of instructions as checked in, one `<function>::<id><TAB><count>`
+/// a line (`#` starts a comment). A count that changes on purpose is written here in the same
+/// commit (the script prints the lines to paste).
+const BASELINE: &str = include_str!("../baseline.tsv");
+
+/// How far above its baseline a count may go before the run fails, in percent: above what
+/// a count moves with no change to the code it measures (nothing between runs of one build;
+/// up to about 2 % between builds, as code and data move), below the 5 % a regression must
+/// be caught at. `delivered` varies more (the client's header order changes with each
+/// process): its baseline is the highest count seen.
+const TOLERANCE_PERCENT: u64 = 3;
+
+/// The configuration of the benchmark `id`: its count may not pass its baseline by more
+/// than [`TOLERANCE_PERCENT`] (a hard limit: gungraun fails the run, with exit code 3).
+fn limit(id: &str) -> LibraryBenchmarkConfig {
+    let count = baseline(BASELINE, id).unwrap_or_else(|| {
+        panic!("no count for `{id}` in crates/mesh-microbench/baseline.tsv: add its line")
+    });
+    let mut config = LibraryBenchmarkConfig::default();
+    config.tool(
+        Callgrind::default().hard_limits([(EventKind::Ir, count + count * TOLERANCE_PERCENT / 100)]),
+    );
+    config
+}
+
+/// The count of `id` in a baseline's text.
+fn baseline(text: &str, id: &str) -> Option<u64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_once('\t'))
+        .find(|(name, _)| name.trim() == id)
+        .and_then(|(_, count)| count.trim().parse().ok())
+}
+
 // 1. The codec: an event to the message that carries it, and back.
 
 fn encoded((envelope, message): (Envelope, WireMessage)) {
@@ -37,8 +73,8 @@ fn encoded((envelope, message): (Envelope, WireMessage)) {
 }
 
 #[library_benchmark]
-#[bench::typical(args = (false), setup = mesh_microbench::envelope, teardown = encoded)]
-#[bench::caused(args = (true), setup = mesh_microbench::envelope, teardown = encoded)]
+#[bench::typical(args = (false), setup = mesh_microbench::envelope, teardown = encoded, config = limit("encode::typical"))]
+#[bench::caused(args = (true), setup = mesh_microbench::envelope, teardown = encoded, config = limit("encode::caused"))]
 fn encode(envelope: Envelope) -> (Envelope, WireMessage) {
     let message = codec::encode(black_box(&envelope));
     (envelope, black_box(message))
@@ -50,8 +86,8 @@ fn decoded((message, decoded): (WireMessage, Result<Envelope, DecodeError>)) {
 }
 
 #[library_benchmark]
-#[bench::typical(args = (false), setup = mesh_microbench::message, teardown = decoded)]
-#[bench::caused(args = (true), setup = mesh_microbench::message, teardown = decoded)]
+#[bench::typical(args = (false), setup = mesh_microbench::message, teardown = decoded, config = limit("decode::typical"))]
+#[bench::caused(args = (true), setup = mesh_microbench::message, teardown = decoded, config = limit("decode::caused"))]
 fn decode(message: WireMessage) -> (WireMessage, Result<Envelope, DecodeError>) {
     let envelope = codec::decode(black_box(&message));
     (message, black_box(envelope))
@@ -66,7 +102,7 @@ fn converted((message, properties): (WireMessage, Result<ClientProperties, Trans
 }
 
 #[library_benchmark]
-#[bench::event(args = (true), setup = mesh_microbench::converted_message, teardown = converted)]
+#[bench::event(args = (true), setup = mesh_microbench::converted_message, teardown = converted, config = limit("to_properties::event"))]
 fn to_properties(message: WireMessage) -> (WireMessage, Result<ClientProperties, TransportError>) {
     let properties = internals::to_properties(black_box(&message), false);
     (message, black_box(properties))
@@ -78,7 +114,7 @@ fn consumed((_, message): (ClientProperties, WireMessage)) {
 }
 
 #[library_benchmark]
-#[bench::event(args = (true), setup = mesh_microbench::delivery, teardown = consumed)]
+#[bench::event(args = (true), setup = mesh_microbench::delivery, teardown = consumed, config = limit("delivered::event"))]
 fn delivered(
     (properties, routing_key, body): (ClientProperties, String, Vec<u8>),
 ) -> (ClientProperties, WireMessage) {
@@ -96,7 +132,7 @@ fn bounded((message, bound): (WireMessage, usize)) {
 }
 
 #[library_benchmark]
-#[bench::event(args = (true), setup = mesh_microbench::message, teardown = bounded)]
+#[bench::event(args = (true), setup = mesh_microbench::message, teardown = bounded, config = limit("header_frame_bound::event"))]
 fn header_frame_bound(message: WireMessage) -> (WireMessage, usize) {
     let bound = internals::header_frame_bound(black_box(&message));
     (message, black_box(bound))
@@ -118,8 +154,8 @@ fn key_refused(parsed: Result<RoutingKey, KeyError>) {
 }
 
 #[library_benchmark]
-#[bench::typical(args = (KEY), teardown = key_checked)]
-#[bench::too_few_words(args = ("module.billing"), teardown = key_refused)]
+#[bench::typical(args = (KEY), teardown = key_checked, config = limit("key_parse::typical"))]
+#[bench::too_few_words(args = ("module.billing"), teardown = key_refused, config = limit("key_parse::too_few_words"))]
 fn key_parse(text: &str) -> Result<RoutingKey, KeyError> {
     black_box(RoutingKey::parse(black_box(text)))
 }
@@ -129,7 +165,7 @@ fn key_built((_, _, built): (Name, EventName, Result<RoutingKey, KeyError>)) {
 }
 
 #[library_benchmark]
-#[bench::typical(setup = mesh_microbench::key_parts, teardown = key_built)]
+#[bench::typical(setup = mesh_microbench::key_parts, teardown = key_built, config = limit("key_new::typical"))]
 fn key_new(
     (origin, name, event): (Origin, Name, EventName),
 ) -> (Name, EventName, Result<RoutingKey, KeyError>) {
@@ -142,7 +178,7 @@ fn pattern_checked((text, parsed): (&str, Result<TopicPattern, KeyError>)) {
 }
 
 #[library_benchmark]
-#[bench::wildcards(args = ("module.*.invoice.#"), teardown = pattern_checked)]
+#[bench::wildcards(args = ("module.*.invoice.#"), teardown = pattern_checked, config = limit("pattern_parse::wildcards"))]
 fn pattern_parse(text: &str) -> (&str, Result<TopicPattern, KeyError>) {
     (text, black_box(TopicPattern::parse(black_box(text))))
 }
@@ -156,11 +192,11 @@ fn pattern_case((text, expected): (&str, bool)) -> (TopicPattern, bool) {
 }
 
 #[library_benchmark]
-#[bench::literal(args = ((KEY, true)), setup = pattern_case, teardown = pattern_matched)]
-#[bench::star(args = (("module.*.invoice.*", true)), setup = pattern_case, teardown = pattern_matched)]
-#[bench::hash_tail(args = (("module.billing.#", true)), setup = pattern_case, teardown = pattern_matched)]
-#[bench::hash_head(args = (("#.paid", true)), setup = pattern_case, teardown = pattern_matched)]
-#[bench::miss(args = (("module.shipping.#", false)), setup = pattern_case, teardown = pattern_matched)]
+#[bench::literal(args = ((KEY, true)), setup = pattern_case, teardown = pattern_matched, config = limit("pattern_matches::literal"))]
+#[bench::star(args = (("module.*.invoice.*", true)), setup = pattern_case, teardown = pattern_matched, config = limit("pattern_matches::star"))]
+#[bench::hash_tail(args = (("module.billing.#", true)), setup = pattern_case, teardown = pattern_matched, config = limit("pattern_matches::hash_tail"))]
+#[bench::hash_head(args = (("#.paid", true)), setup = pattern_case, teardown = pattern_matched, config = limit("pattern_matches::hash_head"))]
+#[bench::miss(args = (("module.shipping.#", false)), setup = pattern_case, teardown = pattern_matched, config = limit("pattern_matches::miss"))]
 fn pattern_matches((pattern, expected): (TopicPattern, bool)) -> (TopicPattern, bool, bool) {
     let matched = black_box(&pattern).matches(black_box(KEY));
     (pattern, expected, black_box(matched))
@@ -210,8 +246,8 @@ fn window_cycle(window: &mut Window, now: Instant, multiple: bool) -> Settled {
 }
 
 #[library_benchmark]
-#[bench::single_acks_x64(args = (false), setup = warm, teardown = window_checked)]
-#[bench::multiple_ack_x64(args = (true), setup = warm, teardown = window_checked)]
+#[bench::single_acks_x64(args = (false), setup = warm, teardown = window_checked, config = limit("window::single_acks_x64"))]
+#[bench::multiple_ack_x64(args = (true), setup = warm, teardown = window_checked, config = limit("window::multiple_ack_x64"))]
 fn window((mut window, now, multiple): (Window, Instant, bool)) -> (Window, Settled) {
     let settled = window_cycle(black_box(&mut window), now, black_box(multiple));
     (window, black_box(settled))
@@ -236,8 +272,8 @@ fn around_gap((_, flushed): (AckTracker, Flushed)) {
 
 // Deliveries `1..=BATCH` handed out, then each acked (but `skip`), then one flush.
 #[library_benchmark]
-#[bench::in_order_x64(args = (AckTracker::default(), None), teardown = one_multiple_ack)]
-#[bench::gap_x64(args = (AckTracker::default(), Some(BATCH / 2)), teardown = around_gap)]
+#[bench::in_order_x64(args = (AckTracker::default(), None), teardown = one_multiple_ack, config = limit("ack_tracker::in_order_x64"))]
+#[bench::gap_x64(args = (AckTracker::default(), Some(BATCH / 2)), teardown = around_gap, config = limit("ack_tracker::gap_x64"))]
 fn ack_tracker(mut tracker: AckTracker, skip: Option<u64>) -> (AckTracker, Flushed) {
     for tag in 1..=BATCH {
         tracker.delivered(black_box(tag));
@@ -253,7 +289,7 @@ fn ack_tracker(mut tracker: AckTracker, skip: Option<u64>) -> (AckTracker, Flush
 
 // Deliveries `1..=BATCH` handed out, then acked together (`Delivery::ack_all`), one flush.
 #[library_benchmark]
-#[bench::batch_x64(args = (AckTracker::default()), teardown = one_batch_ack)]
+#[bench::batch_x64(args = (AckTracker::default()), teardown = one_batch_ack, config = limit("ack_tracker_ack_many::batch_x64"))]
 fn ack_tracker_ack_many(mut tracker: AckTracker) -> (AckTracker, Flushed) {
     for tag in 1..=BATCH {
         tracker.delivered(black_box(tag));
@@ -270,7 +306,7 @@ fn each_flushed((_, single_frames): (AckTracker, u64)) {
 // Each delivery handed out, acked and flushed on its own (a consumer that acks slower than
 // the tracker sends); counts the flushes that sent exactly its single ack.
 #[library_benchmark]
-#[bench::each_x64(args = (AckTracker::default()), teardown = each_flushed)]
+#[bench::each_x64(args = (AckTracker::default()), teardown = each_flushed, config = limit("ack_tracker_flush_each::each_x64"))]
 fn ack_tracker_flush_each(mut tracker: AckTracker) -> (AckTracker, u64) {
     let mut single_frames = 0;
     for tag in 1..=BATCH {
@@ -301,7 +337,7 @@ fn dispatched((_, settles): (Consumer, Arc<Settles>)) {
 }
 
 #[library_benchmark]
-#[bench::one_handler_x64(args = (KEY), setup = mesh_microbench::dispatch::consumer_and_deliveries, teardown = dispatched)]
+#[bench::one_handler_x64(args = (KEY), setup = mesh_microbench::dispatch::consumer_and_deliveries, teardown = dispatched, config = limit("dispatch::one_handler_x64"))]
 fn dispatch(
     (consumer, deliveries, settles): (Consumer, Vec<Delivery>, Arc<Settles>),
 ) -> (Consumer, Arc<Settles>) {
