@@ -52,7 +52,8 @@ fn limit(id: &str) -> LibraryBenchmarkConfig {
     });
     let mut config = LibraryBenchmarkConfig::default();
     config.tool(
-        Callgrind::default().hard_limits([(EventKind::Ir, count + count * TOLERANCE_PERCENT / 100)]),
+        Callgrind::default()
+            .hard_limits([(EventKind::Ir, count + count * TOLERANCE_PERCENT / 100)]),
     );
     config
 }
