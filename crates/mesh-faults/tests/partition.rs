@@ -10,6 +10,8 @@
 //! 3. A flapping partition: the node is cut and healed every few seconds for a minute (cuts
 //!    shorter and longer than the tick time); afterwards the cluster is whole and the ledger
 //!    balances.
+//! 4. The node that leads the consumer's quorum queue, and holds the emitting client's
+//!    connection, is cut: the client is confirmed again on the majority, in bounded time.
 //!
 //! Each scenario forms a cluster of its own (~30 s) and removes it at its end; they take turns
 //! ([`SERIAL`]), as three clusters at once would not fit two cores.
