@@ -101,7 +101,10 @@ async fn a_publishing_channel_that_answers_nothing_is_replaced() {
         (transport.stats().stuck_reopens >= 1).then(Instant::now)
     })
     .await;
-    emitter.wait_confirmed(at_suspend + 100, WAIT).await.unwrap();
+    emitter
+        .wait_confirmed(at_suspend + 100, WAIT)
+        .await
+        .unwrap();
     let recovered_at = Instant::now();
     let resumed = node.rabbitmqctl(&["eval", RESUME]).await.unwrap();
 

@@ -909,8 +909,8 @@ mod tests {
     #[test]
     fn a_window_without_confirms_is_stuck_after_its_own_time_and_a_new_channel_starts_over() {
         let start = Instant::now();
-        let mut window: Window<Msg> = Window::new(start);
-        assert_eq!(window.stuck_at(true), None);
+        let empty: Window<Msg> = Window::new(start);
+        assert_eq!(empty.stuck_at(true), None);
         let mut window = published(3, start);
         // Only while something waits on a live connection, from the last progress, later
         // than the stall is reported.
