@@ -800,7 +800,8 @@ const LEADER_EVENTS: usize = 3_000;
 const LEADER_PACE: Duration = Duration::from_millis(10);
 const LEADER_DEADLINE: Duration = Duration::from_secs(5);
 /// How long the roaming client of scenario 4 may go without a confirm on the majority after
-/// it left the cut node: 3× the recovery measured (see docs/RELIABILITY.md, p4).
+/// it left the cut node: 3× the transport's 10 s limit for a stuck publishing channel (7.4 s
+/// measured, docs/RELIABILITY.md, p4).
 const LEADER_RECOVERY: Duration = Duration::from_secs(30);
 
 /// What each channel on a node holds of its quorum queue clients (`rabbit_fifo_client`
