@@ -144,6 +144,8 @@ pub(crate) struct Counters {
     pub(crate) unmatched_returns: AtomicU64,
     /// Publishing channels replaced because the broker nacked everything on them.
     pub(crate) nack_run_reopens: AtomicU64,
+    /// Publishing channels replaced because nothing was confirmed on them for a while.
+    pub(crate) stuck_reopens: AtomicU64,
     /// Deliveries that came to a consumer's queue by a foreign path (see
     /// `consumer::path`), or to the reply queue by another way than a reply exchange under
     /// its reply key: never handed on.

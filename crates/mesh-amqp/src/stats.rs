@@ -39,6 +39,10 @@ pub struct AmqpStats {
     /// for a second (a quorum queue's channel tied to a dead leader; see the publisher's
     /// docs).
     pub nack_run_reopens: u64,
+    /// Publishing channels replaced because nothing was confirmed on them for 10 s while the
+    /// broker did not say it blocks the connection (RabbitMQ 3.10's channel stuck on a quorum
+    /// queue's unreachable leader; see the publisher's docs).
+    pub stuck_reopens: u64,
     /// Deliveries that came to a consumer's queue by a path mesh sends no event by (an
     /// exchange-to-exchange binding, a foreign publisher), dead-lettered `foreign-path`, and
     /// replies that came to the reply queue by another way than `mesh.replies` (or the

@@ -167,6 +167,7 @@ impl AmqpTransport {
             consumer_cancels: Counters::get(&counters.consumer_cancels),
             reattached: Counters::get(&counters.reattached),
             nack_run_reopens: Counters::get(&counters.nack_run_reopens),
+            stuck_reopens: Counters::get(&counters.stuck_reopens),
             foreign_deliveries: Counters::get(&counters.foreign_deliveries),
             declarations: Counters::get(&counters.declarations),
         }

@@ -10,6 +10,8 @@
 //! 3. A flapping partition: the node is cut and healed every few seconds for a minute (cuts
 //!    shorter and longer than the tick time); afterwards the cluster is whole and the ledger
 //!    balances.
+//! 4. The node that leads the consumer's quorum queue, and holds the emitting client's
+//!    connection, is cut: the client is confirmed again on the majority, in bounded time.
 //!
 //! Each scenario forms a cluster of its own (~30 s) and removes it at its end; they take turns
 //! ([`SERIAL`]), as three clusters at once would not fit two cores.
@@ -791,4 +793,181 @@ async fn a_flapping_partition_for_a_minute_then_the_ledger_balances() {
     for bus in [roaming_bus, pinned_bus, sink] {
         bus.close().await;
     }
+}
+
+/// Events of scenario 4, their pace and the emitting client's publish deadline.
+const LEADER_EVENTS: usize = 3_000;
+const LEADER_PACE: Duration = Duration::from_millis(10);
+const LEADER_DEADLINE: Duration = Duration::from_secs(5);
+/// How long the roaming client of scenario 4 may go without a confirm on the majority after
+/// it left the cut node: 3× the transport's 10 s limit for a stuck publishing channel (7.4 s
+/// measured, docs/RELIABILITY.md, p4).
+const LEADER_RECOVERY: Duration = Duration::from_secs(30);
+
+/// What each channel on a node holds of its quorum queue clients (`rabbit_fifo_client`
+/// states: leader, queue status, slow, pending commands, a timer set), or, for a channel too
+/// busy to tell, where it is (its stack), for scenario 4's probe.
+const QUEUE_CLIENTS: &str = "W = fun W(T) when is_tuple(T), tuple_size(T) =:= 11, \
+    element(1, T) =:= state, is_tuple(element(2, T)), element(1, element(2, T)) =:= cfg -> \
+    [{element(3, T), element(4, T), element(7, T), maps:size(element(9, T)), \
+    element(11, T) =/= undefined}]; W(T) when is_tuple(T) -> W(tuple_to_list(T)); \
+    W(M) when is_map(M) -> W(maps:values(M)); W([H | R]) -> W(H) ++ W(R); W(_) -> [] end, \
+    [case catch sys:get_state(P, 1000) of {'EXIT', _} -> \
+    {P, busy, erlang:process_info(P, current_stacktrace)}; S -> {P, W(S)} end \
+    || P <- rabbit_channel:list_local()].";
+
+/// 4. The node that leads the consumer's quorum queue, and holds the emitting client's
+/// connection, is cut into the minority: once the client is on the majority, its publishes
+/// are confirmed there again within [`LEADER_RECOVERY`], and no try waits past its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_queue_leader_does_not_stall_the_publisher_on_the_majority() {
+    let _serial = SERIAL.lock().await;
+    setup::init_tracing();
+    let began = Instant::now();
+    let cluster = cluster("p4").await;
+    let vhost = "leader";
+    cluster.add_vhost(vhost).await.unwrap();
+    let access = setup::netns_access(&cluster, vhost).await.unwrap();
+    let victim = 0;
+
+    // The consumer declares its quorum queue through the victim, so the victim leads it
+    // (`client-local` leader placement); checked.
+    let ledger = Ledger::new();
+    let sink = sink(&cluster, &[victim, 1, 2], &access, &ledger).await;
+    let leader = eventually(WAIT, "the sink queue's leader", || async {
+        let queues = cluster.quorum_queues(vhost).await.ok()?;
+        queues.iter().find(|q| q.name == SINK_QUEUE)?.leader
+    })
+    .await;
+    assert_eq!(leader, victim, "the victim leads the consumer's queue");
+    let bus = emitter_bus(
+        &cluster,
+        &[victim, 1, 2],
+        &access,
+        "source",
+        "source",
+        Some(LEADER_DEADLINE),
+    )
+    .await;
+    let health = HealthLog::start(bus.clone());
+    let roaming = Emitter::start(
+        bus.clone(),
+        ledger.clone(),
+        EmitPlan::new(LEADER_EVENTS, "led").paced(LEADER_PACE),
+    );
+    roaming.wait_confirmed(300, WAIT).await.unwrap();
+    assert_eq!(node_of(&cluster, "source.publish").await, victim);
+
+    cluster.cut(victim).unwrap();
+    let cut_at = Instant::now();
+    let paused_at = cluster.await_paused(victim, PAUSE_LIMIT).await.unwrap();
+    let moved_to = moved_off(&cluster, "source.publish", victim).await;
+    let left_at = health
+        .first_after(cut_at, timeline::disconnected)
+        .expect("the client was disconnected after the cut");
+    // While no confirm came on the majority, what the node the client moved to holds of its
+    // channel's queue client, about every 3 s (for the figures: why it waits).
+    let at_move = roaming.confirmed();
+    let mut probes = 0;
+    while roaming.confirms().first_after(left_at).is_none() && probes < 8 {
+        probes += 1;
+        let probe = cluster
+            .rabbitmqctl(moved_to, &["eval", QUEUE_CLIENTS])
+            .await;
+        let connections = cluster
+            .rabbitmqctl(moved_to, &["list_connections", "name", "state"])
+            .await;
+        eprintln!(
+            "[p4] {} after the client left, no confirm on the majority yet; its channels' queue \
+             clients {{leader, status, slow, pending, timer}} or stacks: {probe:?}; connections: \
+             {connections:?}",
+            secs(left_at.elapsed())
+        );
+        let _ = roaming
+            .wait_confirmed(at_move + 1, Duration::from_secs(3))
+            .await;
+    }
+    // The partition lasts until the client got 100 confirms on the majority, or gave up
+    // waiting for them, and at least ISOLATION.
+    let mut on_majority = roaming
+        .wait_confirmed(at_move + 100, LEADER_RECOVERY / 2)
+        .await;
+    if on_majority.is_err() {
+        let connections = cluster
+            .rabbitmqctl(moved_to, &["list_connections", "name", "state"])
+            .await;
+        let channels = cluster
+            .rabbitmqctl(
+                moved_to,
+                &["list_channels", "name", "state", "messages_unconfirmed"],
+            )
+            .await;
+        eprintln!(
+            "[p4] no confirm on the majority {} after the move; connections: {connections:?}; \
+             channels: {channels:?}; queues: {:?}",
+            secs(left_at.elapsed()),
+            cluster.quorum_queues(vhost).await
+        );
+        on_majority = roaming.wait_confirmed(at_move + 100, WAIT).await;
+    }
+    tokio::time::sleep(ISOLATION.saturating_sub(cut_at.elapsed())).await;
+    let heal_at = Instant::now();
+    cluster.heal(victim).unwrap();
+    let resumed_at = resumed(&cluster, victim).await;
+    whole(&cluster, victim).await;
+    roaming
+        .wait_confirmed(LEADER_EVENTS, HANDLE_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("the client did not finish: {e}"));
+    let report = ledger.wait_all_handled(HANDLE_TIMEOUT).await;
+    cluster.await_queues_in_sync(vhost, WHOLE).await.unwrap();
+    let drained = cluster.await_drained(vhost, WAIT).await;
+
+    let first_on_majority = roaming.confirms().first_after(left_at);
+    let recovery = first_on_majority.map(|t| t.saturating_duration_since(left_at));
+    let (longest_emit, longest_try) = longest_emits(&roaming.tries());
+    let stats = bus.transport_stats();
+    eprintln!(
+        "[p4] queue {SINK_QUEUE} led by node {leader}; cut: the node paused {} after, the client \
+         left it {} after and was listed on node {moved_to}; first confirm on the majority {} \
+         after it left ({on_majority:?}); healed {} after the cut, resumed {} later, whole {} \
+         after the heal",
+        secs(paused_at - cut_at),
+        secs(left_at - cut_at),
+        mesh_faults::opt_secs(recovery),
+        secs(heal_at - cut_at),
+        secs(resumed_at - heal_at),
+        secs(Instant::now() - heal_at),
+    );
+    eprintln!(
+        "[p4] longest emit {} (longest try {}, deadline {}); failures {:?}; stats {stats:?}; \
+         drained {}; {report}; total {}",
+        secs(longest_emit),
+        secs(longest_try),
+        secs(LEADER_DEADLINE),
+        roaming.failures(),
+        drained
+            .as_ref()
+            .map_or_else(|e| format!("NOT: {e:#}"), |d| format!("in {}", secs(*d))),
+        secs(began.elapsed())
+    );
+    report.assert_clean();
+    assert_eq!(report.confirmed, LEADER_EVENTS);
+    assert!(roaming.fatal().is_empty(), "{:?}", roaming.fatal());
+    let recovery = recovery.expect("no confirm on the majority");
+    assert!(
+        recovery <= LEADER_RECOVERY,
+        "the first confirm on the majority came {} after the client left the cut node (limit {})",
+        secs(recovery),
+        secs(LEADER_RECOVERY)
+    );
+    assert!(
+        longest_try <= LEADER_DEADLINE * 3,
+        "a try waited {} (deadline {})",
+        secs(longest_try),
+        secs(LEADER_DEADLINE)
+    );
+    drained.unwrap();
+    bus.close().await;
+    sink.close().await;
 }

@@ -31,6 +31,9 @@ pub(crate) struct LinkState {
     shared: Arc<TransportShared>,
     connected: AtomicBool,
     blocked: AtomicBool,
+    /// Whether the broker said `connection.blocked` (an alarm) on the current connection, and
+    /// has not said `connection.unblocked` since.
+    broker_blocked: AtomicBool,
     /// Which connection of this link is current (bumped by its owner for each new one).
     current: AtomicU64,
     /// Blocked time: the total of past blocks, and when the current one began.
@@ -46,6 +49,7 @@ impl LinkState {
             shared,
             connected: AtomicBool::new(false),
             blocked: AtomicBool::new(false),
+            broker_blocked: AtomicBool::new(false),
             current: AtomicU64::new(0),
             blocked_time: Mutex::new((Duration::ZERO, None)),
             close_reason: Mutex::new(None),
@@ -66,8 +70,15 @@ impl LinkState {
     pub(crate) fn set_connected(&self, connected: bool) {
         self.connected.store(connected, Ordering::Release);
         if !connected {
+            self.broker_blocked.store(false, Ordering::Release);
             self.unblock();
         }
+    }
+
+    /// Whether the broker said it blocks the current connection (a memory or disk alarm):
+    /// then confirms stall for that reason, not because the connection is stuck.
+    pub(crate) fn broker_blocked(&self) -> bool {
+        self.broker_blocked.load(Ordering::Acquire)
     }
 
     pub(crate) fn blocked(&self) -> bool {
@@ -172,8 +183,8 @@ impl ConnectionCallback for LinkCallback {
     }
 
     // RabbitMQ sends `connection.blocked` only to clients that announce the capability,
-    // which amqprs 2.1 does not; the publisher infers a block from stalled confirms instead
-    // (see `publisher`). These stay for a client library that does.
+    // which mesh's fork of amqprs does (upstream 2.1 does not); the publisher also infers a
+    // block from stalled confirms (see `publisher`), and tells the two apart.
     async fn blocked(&mut self, connection: &Connection, reason: String) {
         // A memory or disk alarm: the broker stops reading from publishing connections, so
         // confirms stop and the unconfirmed window fills up.
@@ -183,6 +194,7 @@ impl ConnectionCallback for LinkCallback {
             "broker blocked the connection"
         );
         if self.state.is_current(self.connection) {
+            self.state.broker_blocked.store(true, Ordering::Release);
             self.state.block(reason);
         }
     }
@@ -193,6 +205,7 @@ impl ConnectionCallback for LinkCallback {
             "broker unblocked the connection"
         );
         if self.state.is_current(self.connection) {
+            self.state.broker_blocked.store(false, Ordering::Release);
             self.state.unblock();
         }
     }

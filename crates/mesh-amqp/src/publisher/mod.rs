@@ -81,13 +81,24 @@
 //! # Blocked
 //!
 //! During a memory or disk alarm RabbitMQ stops reading from publishing connections. It
-//! says so with `connection.blocked` only to clients that announce that capability, and
-//! amqprs 2.1 does not; the connection just goes quiet (heartbeats still flow, so it is not
-//! lost). So the task infers the block: when messages wait in the window and no confirm came
-//! for [`STALL_AFTER`] while the connection is up, the link is reported blocked (in `health()`,
-//! a [`Lifecycle::Blocked`] event, the blocked time) until the next confirm. An overloaded
-//! broker that confirms nothing for that long is reported the same way, which is what a
-//! readiness check wants to know.
+//! says so with `connection.blocked` only to clients that announce that capability, which
+//! mesh's fork of amqprs does (upstream 2.1 does not): the link is then reported blocked
+//! (in `health()`, a [`Lifecycle::Blocked`] event, the blocked time) until
+//! `connection.unblocked`. The task also infers a block: when messages wait in the window
+//! and no confirm came for [`STALL_AFTER`] while the connection is up, the link is reported
+//! blocked until the next confirm. An overloaded broker that confirms nothing for that long
+//! is reported the same way, which is what a readiness check wants to know.
+//!
+//! # Stuck
+//!
+//! A channel on which nothing was confirmed for [`STUCK_AFTER`] (10 s) while messages wait,
+//! the connection is up and the broker does *not* say it blocks it, is given up: its
+//! unconfirmed publishes are resent on a new channel (counted in `AmqpStats::stuck_reopens`),
+//! as after a lost channel. RabbitMQ 3.10 can hold a publishing channel in a call to a
+//! quorum queue's leader that a partition made unreachable: the channel answers nothing
+//! (no confirm, no nack, not even to `rabbitmqctl`) while the rest of the connection, and a
+//! new channel, work (docs/RELIABILITY.md, scenario p4). During an alarm the broker says
+//! `connection.blocked`, and no channel is replaced: a new one would not help.
 //!
 //! Channel callbacks of the client library run on its own tasks; they only forward
 //! [`Event`]s, tagged with the channel's generation so that late events of a replaced channel
@@ -117,6 +128,7 @@
 //! [`NACK_RUN_REOPEN`]: window::NACK_RUN_REOPEN
 //! [`PublishTask`]: task::PublishTask
 //! [`STALL_AFTER`]: window::STALL_AFTER
+//! [`STUCK_AFTER`]: window::STUCK_AFTER
 //! [`Backpressure`]: mesh_core::TransportErrorKind::Backpressure
 //! [`Unroutable`]: mesh_core::TransportErrorKind::Unroutable
 //! [`Nacked`]: mesh_core::TransportErrorKind::Nacked

@@ -29,7 +29,7 @@ use super::callback::{Event, PublishCallback};
 use super::publication::{
     check_header_frame, closed, connection_lost, frame_max, Command, Pending, WindowRoom,
 };
-use super::window::{self, Progress, Returned, NACK_RUN_REOPEN, STALL_AFTER};
+use super::window::{self, Progress, Returned, NACK_RUN_REOPEN, STALL_AFTER, STUCK_AFTER};
 
 /// How many queued publishes the task takes in before it publishes them.
 const COMMAND_BATCH: usize = 256;
@@ -76,6 +76,7 @@ enum Step {
     Link(LinkEvent),
     ChannelRetry,
     Stalled,
+    Stuck,
     Command(Option<Command>),
 }
 
@@ -136,12 +137,22 @@ impl PublishTask {
                 .window
                 .stall_at(self.owner.connection().is_some())
                 .map(Instant::from_std);
+            // A channel with nothing confirmed for STUCK_AFTER is replaced, unless the broker
+            // said it blocks the connection (an alarm: a new channel would not help).
+            let stuck_at = if self.state.broker_blocked() || self.channel.is_none() {
+                None
+            } else {
+                self.window
+                    .stuck_at(self.owner.connection().is_some())
+                    .map(Instant::from_std)
+            };
             let step = tokio::select! {
                 biased;
                 Some(event) = self.events.recv() => Step::Event(event),
                 event = self.owner.event() => Step::Link(event),
                 () = sleep_opt(self.channel_retry_at) => Step::ChannelRetry,
                 () = sleep_opt(stall_at) => Step::Stalled,
+                () = sleep_opt(stuck_at) => Step::Stuck,
                 command = self.commands.recv() => Step::Command(command),
             };
             match step {
@@ -149,6 +160,7 @@ impl PublishTask {
                 Step::Link(event) => self.on_link(event),
                 Step::ChannelRetry => self.channel_retry_at = None,
                 Step::Stalled => self.on_stalled(),
+                Step::Stuck => self.on_stuck(),
                 Step::Command(Some(Command::Publish(pending))) => {
                     self.window.push(pending);
                     // Take in what else is queued, so it goes out in one go.
@@ -376,6 +388,23 @@ impl PublishTask {
              the broker is blocking publishers (a memory or disk alarm) or is overloaded",
             self.window.in_flight()
         ));
+    }
+
+    /// Nothing was confirmed on the channel for [`STUCK_AFTER`] and the broker does not say
+    /// it blocks the connection: RabbitMQ 3.10 can hold a channel in a call to a quorum
+    /// queue's leader that is unreachable (a partition), answering nothing, while a new
+    /// channel publishes at once. The channel is given up and its unconfirmed publishes
+    /// resent on a new one (with the channel backoff, reset by the next confirm).
+    fn on_stuck(&mut self) {
+        Counters::bump(&self.shared.counters.stuck_reopens);
+        tracing::warn!(
+            for_ = ?STUCK_AFTER,
+            unconfirmed = self.window.in_flight(),
+            "no publish confirm on the channel and the broker does not say it blocks the \
+             connection; opening a new channel"
+        );
+        self.drop_channel(None);
+        self.retry_channel_later();
     }
 
     /// What a confirm did: unblock, and replace a channel the broker nacks everything on.

@@ -29,6 +29,11 @@ pub(crate) const NACK_RUN_REOPEN: Duration = Duration::from_secs(1);
 /// connection is reported blocked (see the publisher's module docs).
 pub(crate) const STALL_AFTER: Duration = Duration::from_secs(5);
 
+/// How long messages may wait for a confirm, with none coming and the broker not saying it
+/// blocks the connection, before the publishing connection is given up as stuck and replaced
+/// (see the publisher's module docs, "Stuck").
+pub(crate) const STUCK_AFTER: Duration = Duration::from_secs(10);
+
 /// What the window reads of a message.
 pub(crate) trait Message {
     /// Published again after a lost channel (`false`: fails instead, RPC requests).
@@ -380,6 +385,13 @@ impl<M: Message> Window<M> {
     pub(crate) fn stall_at(&self, connected: bool) -> Option<Instant> {
         (!self.stalled && !self.in_flight.is_empty() && connected)
             .then_some(self.progress_at + STALL_AFTER)
+    }
+
+    /// When the window will have waited so long for a confirm that its connection counts as
+    /// stuck, if it is waiting: messages are in flight on a live connection (which the
+    /// broker does not say it blocks) and nothing was confirmed for [`STUCK_AFTER`].
+    pub(crate) fn stuck_at(&self, connected: bool) -> Option<Instant> {
+        (!self.in_flight.is_empty() && connected).then_some(self.progress_at + STUCK_AFTER)
     }
 
     /// The stall time came: the link is to be reported blocked until the next confirm.
@@ -892,6 +904,34 @@ mod tests {
         assert_eq!(window.stall_at(true), Some(confirmed_at + STALL_AFTER));
         assert!(!window.on_ack(1, 2, false, confirmed_at).unblocked);
         assert_eq!(window.stall_at(true), None);
+    }
+
+    #[test]
+    fn a_window_without_confirms_is_stuck_after_its_own_time_and_a_new_channel_starts_over() {
+        let start = Instant::now();
+        let empty: Window<Msg> = Window::new(start);
+        assert_eq!(empty.stuck_at(true), None);
+        let mut window = published(3, start);
+        // Only while something waits on a live connection, from the last progress, later
+        // than the stall is reported.
+        assert_eq!(window.stuck_at(true), Some(start + STUCK_AFTER));
+        assert_eq!(window.stuck_at(false), None);
+        assert!(STUCK_AFTER > STALL_AFTER);
+        window.stall();
+        assert_eq!(window.stuck_at(true), Some(start + STUCK_AFTER));
+        let confirmed_at = start + Duration::from_secs(3);
+        window.on_ack(1, 1, false, confirmed_at);
+        assert_eq!(window.stuck_at(true), Some(confirmed_at + STUCK_AFTER));
+        // The stuck channel is given up: what it held waits unsent (no clock), then goes out
+        // on the next channel, whose clock starts with that send.
+        window.channel_lost();
+        assert_eq!(window.stuck_at(true), None);
+        assert_eq!(window.backlog(), 2);
+        window.channel_opened(2);
+        let resent_at = confirmed_at + STUCK_AFTER;
+        send_all(&mut window, resent_at);
+        assert_eq!(window.in_flight(), 2);
+        assert_eq!(window.stuck_at(true), Some(resent_at + STUCK_AFTER));
     }
 
     #[test]

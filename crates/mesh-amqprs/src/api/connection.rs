@@ -473,6 +473,21 @@ fn refused(frame: &Frame) -> Result<()> {
     }
 }
 
+/// The capabilities the client announces in `connection.start-ok`.
+fn client_capabilities() -> FieldTable {
+    let mut capabilities = FieldTable::new();
+    capabilities.insert("consumer_cancel_notify".try_into().unwrap(), true.into());
+    // mesh's fork: a refused login is then answered with connection.close 403 at once.
+    capabilities.insert(
+        "authentication_failure_close".try_into().unwrap(),
+        true.into(),
+    );
+    // mesh's fork: the broker then says `connection.blocked`/`unblocked` during its alarms
+    // (the `ConnectionCallback`'s `blocked`/`unblocked`), rather than only going quiet.
+    capabilities.insert("connection.blocked".try_into().unwrap(), true.into());
+    capabilities
+}
+
 impl Connection {
     /// Open and returns a new connection.
     ///
@@ -554,17 +569,9 @@ impl Connection {
             "version".try_into().unwrap(),
             FieldValue::S("0.1".try_into().unwrap()),
         );
-        let mut client_properties_capabilities = FieldTable::new();
-        client_properties_capabilities
-            .insert("consumer_cancel_notify".try_into().unwrap(), true.into());
-        // mesh's fork: a refused login is then answered with connection.close 403 at once.
-        client_properties_capabilities.insert(
-            "authentication_failure_close".try_into().unwrap(),
-            true.into(),
-        );
         client_properties.insert(
             "capabilities".try_into().unwrap(),
-            FieldValue::F(client_properties_capabilities),
+            FieldValue::F(client_capabilities()),
         );
 
         // S: `Start` C: `StartOk`
@@ -1231,4 +1238,24 @@ fn generate_connection_name(domain: &str) -> String {
         COUNTER.fetch_add(1, Ordering::Relaxed),
         domain
     )
+}
+
+/// mesh's fork: the capabilities announced.
+#[cfg(test)]
+mod capability_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::{client_capabilities, FieldValue};
+
+    #[test]
+    fn the_client_announces_authentication_failure_close_and_connection_blocked() {
+        let capabilities = client_capabilities();
+        for name in [
+            "consumer_cancel_notify",
+            "authentication_failure_close",
+            "connection.blocked",
+        ] {
+            let value = capabilities.get(&name.try_into().unwrap());
+            assert_eq!(value, Some(&FieldValue::from(true)), "{name}");
+        }
+    }
 }
