@@ -198,6 +198,22 @@ fn the_export_of_a_system_is_valid_asyncapi_and_lists_everything() {
             "receive",
             "node.*.joined",
         ),
+        // Every module announces its contract.
+        (
+            "module.shop.send.module.shop.contract.announced",
+            "send",
+            "module.shop.contract.announced",
+        ),
+        (
+            "module.billing.send.module.billing.contract.announced",
+            "send",
+            "module.billing.contract.announced",
+        ),
+        (
+            "module.mailer.send.module.mailer.contract.announced",
+            "send",
+            "module.mailer.contract.announced",
+        ),
     ];
     assert_eq!(
         operations.as_object().expect("operations").len(),

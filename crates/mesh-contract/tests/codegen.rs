@@ -1,0 +1,176 @@
+//! `codegen::rust` on the demo: billing's generated types are exactly the committed
+//! tests/generated/billing.rs, which compiles here (this test crate depends on mesh, serde,
+//! serde_json and schemars 1, as a consumer's crate would), reads the events the demo's umami
+//! emits through a bus, and derives a schema `check` finds compatible with the emitter's; a
+//! breaking change of the emitter is a finding naming billing, while the generated type
+//! would refuse the new body.
+
+use std::sync::Arc;
+
+use mesh::{Bus, Event, Incoming, MemoryBroker};
+use mesh_contract::codegen::{rust, CodegenOptions};
+use mesh_contract::{check, Rule, System};
+use serde::{Deserialize, Serialize};
+
+#[path = "../../mesh/examples/demo/modules.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod modules;
+
+/// The committed output of `mesh contract codegen rust --module module.billing` on the demo.
+#[path = "generated/billing.rs"]
+mod generated;
+
+const GENERATED: &str = "tests/generated/billing.rs";
+
+/// The demo's system, as its buses announce it (the buses drained).
+async fn demo_system() -> anyhow::Result<System> {
+    let broker = MemoryBroker::new();
+    let (done, _) = tokio::sync::mpsc::unbounded_channel();
+    let mut system = System::new();
+    for builder in [
+        modules::billing(done.clone()),
+        modules::mailer(done)?,
+        modules::umami(),
+    ] {
+        let bus: Bus = builder.start(Arc::new(broker.transport())).await?;
+        system.insert(bus.contract().clone());
+        bus.drain().await?;
+    }
+    Ok(system)
+}
+
+fn billing_options() -> CodegenOptions {
+    CodegenOptions {
+        module: Some("module.billing".into()),
+    }
+}
+
+#[tokio::test]
+async fn billing_code_is_the_committed_file() -> anyhow::Result<()> {
+    let code = rust(&demo_system().await?, &billing_options())?;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(GENERATED);
+    if std::env::var_os("MESH_WRITE_CODEGEN").is_some() {
+        std::fs::write(&path, &code)?;
+    }
+    let committed = std::fs::read_to_string(&path)?;
+    assert_eq!(
+        committed, code,
+        "{GENERATED} is not what codegen writes: regenerate it with MESH_WRITE_CODEGEN=1 cargo test -p meshbus-contract --test codegen"
+    );
+    assert!(code.contains("impl mesh::Event for UmamiSiteCreated"), "{code}");
+    assert!(
+        !code.contains("Quote"),
+        "billing serves billing.quote, it neither consumes nor calls it:\n{code}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn generated_types_read_the_demos_events_through_a_bus() -> anyhow::Result<()> {
+    assert_eq!(generated::UmamiSiteCreated::KEY, modules::SiteCreated::KEY);
+    assert_eq!(generated::UmamiSiteCreated::SCHEMA, 1);
+    let sent = modules::SiteCreated {
+        site: "blog".into(),
+        owner: "ada".into(),
+    };
+    // As JSON: the emitter's body reads into the generated type and writes back unchanged.
+    let body = serde_json::to_value(&sent)?;
+    let read: generated::UmamiSiteCreated = serde_json::from_value(body.clone())?;
+    assert_eq!(serde_json::to_value(&read)?, body);
+
+    // Through a bus: umami emits its own type, a module handles the generated one.
+    let broker = MemoryBroker::new();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let consumer = Bus::builder()
+        .node(modules::NODE)
+        .module("billing")
+        .on(move |incoming: Incoming<generated::UmamiSiteCreated>| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(incoming.event);
+                Ok(())
+            }
+        })
+        .start(Arc::new(broker.transport()))
+        .await?;
+    let umami = modules::umami()
+        .start(Arc::new(broker.transport()))
+        .await?;
+    umami.emit(&sent).await?;
+    let handled = tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
+        .await?
+        .expect("the handler ran");
+    assert_eq!(
+        handled,
+        generated::UmamiSiteCreated {
+            site: "blog".into(),
+            owner: "ada".into()
+        }
+    );
+
+    // The generated type's schema, announced by the consumer, is compatible with the emitter.
+    let before = demo_system().await?;
+    let mut after = before.clone();
+    let mut contract = consumer.contract().clone();
+    contract.serves = before
+        .module("module.billing")
+        .expect("billing")
+        .serves
+        .clone();
+    after.insert(contract);
+    assert_eq!(check(&before, &after), Vec::new());
+    umami.drain().await?;
+    consumer.drain().await?;
+    Ok(())
+}
+
+/// umami's event after a breaking change: `owner` is now a number.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+struct SiteCreatedBroken {
+    site: String,
+    owner: u64,
+}
+
+impl Event for SiteCreatedBroken {
+    const KEY: &'static str = modules::SiteCreated::KEY;
+    fn json_schema() -> Option<mesh::Schema> {
+        Some(mesh::Schema::of::<Self>())
+    }
+}
+
+#[tokio::test]
+async fn a_breaking_change_of_the_emitter_fails_check_before_the_code_misreads() -> anyhow::Result<()>
+{
+    let before = demo_system().await?;
+    let broker = MemoryBroker::new();
+    let umami = Bus::builder()
+        .node(modules::NODE)
+        .module("umami")
+        .emits::<SiteCreatedBroken>()
+        .calls::<modules::QuoteRequest, u64>(modules::QUOTE)
+        .start(Arc::new(broker.transport()))
+        .await?;
+    let mut after = before.clone();
+    after.insert(umami.contract().clone());
+    umami.drain().await?;
+
+    let findings = check(&before, &after);
+    let finding = findings
+        .iter()
+        .find(|f| f.subject.to_string() == modules::SiteCreated::KEY)
+        .unwrap_or_else(|| panic!("no finding on the key: {findings:?}"));
+    assert_ne!(finding.rule, Rule::ToolNoLongerServed);
+    assert_eq!(finding.path, "/owner", "{finding:?}");
+    assert!(
+        finding.broken.iter().any(|m| m == "module.billing"),
+        "{finding:?}"
+    );
+    // The body the changed emitter writes: the generated type refuses it rather than
+    // misreading it (and check said so first).
+    let body = serde_json::to_value(SiteCreatedBroken {
+        site: "blog".into(),
+        owner: 7,
+    })?;
+    assert!(serde_json::from_value::<generated::UmamiSiteCreated>(body).is_err());
+    Ok(())
+}
