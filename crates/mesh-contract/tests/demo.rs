@@ -63,10 +63,16 @@ async fn the_demo_system_exports_to_valid_asyncapi() -> anyhow::Result<()> {
             "module.billing.receive.module.umami.site.created",
             "receive",
         ),
-        ("module.billing.send.module.billing.contract.announced", "send"),
+        (
+            "module.billing.send.module.billing.contract.announced",
+            "send",
+        ),
         ("module.billing.serve.billing.quote", "receive"),
         ("module.mailer.receive.module.umami.site.created", "receive"),
-        ("module.mailer.send.module.mailer.contract.announced", "send"),
+        (
+            "module.mailer.send.module.mailer.contract.announced",
+            "send",
+        ),
         ("module.umami.call.billing.quote", "send"),
         ("module.umami.send.module.umami.contract.announced", "send"),
         ("module.umami.send.module.umami.site.created", "send"),
@@ -90,7 +96,10 @@ async fn the_demo_system_exports_to_valid_asyncapi() -> anyhow::Result<()> {
     let validator = jsonschema::draft7::new(&payload).expect("the announcement's schema");
     for contract in system.modules() {
         let body = serde_json::to_value(contract)?;
-        let errors: Vec<String> = validator.iter_errors(&body).map(|e| e.to_string()).collect();
+        let errors: Vec<String> = validator
+            .iter_errors(&body)
+            .map(|e| e.to_string())
+            .collect();
         assert!(errors.is_empty(), "{}: {errors:?}", contract.owner);
     }
     assert!(

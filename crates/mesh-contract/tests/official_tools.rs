@@ -73,7 +73,12 @@ fn fields(models: &Value, name: &str) -> BTreeSet<String> {
         .iter()
         .find(|m| m["name"] == name)
         .unwrap_or_else(|| {
-            let names: Vec<&Value> = models.as_array().into_iter().flatten().map(|m| &m["name"]).collect();
+            let names: Vec<&Value> = models
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|m| &m["name"])
+                .collect();
             panic!("no model {name} among {names:?}")
         });
     model["properties"]

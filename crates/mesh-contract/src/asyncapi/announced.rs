@@ -48,12 +48,8 @@ pub(super) fn add(doc: &mut Doc, module: &ModuleContract) {
 /// The JSON Schema of a [`ModuleContract`] of format [`CONTRACT_FORMAT`] (the shape
 /// `mesh_core::contract` serialises).
 fn schema() -> Value {
-    let schema_of = |what: &str| {
-        json!({"description": format!("The JSON Schema of {what}, when declared (draft-07 style, its shared parts under `definitions`)")})
-    };
-    let list = |name: &str, what: &str| {
-        json!({"type": "array", "description": what, "items": {"$ref": format!("#/definitions/{name}")}})
-    };
+    let schema_of = |what: &str| json!({"description": format!("The JSON Schema of {what}, when declared (draft-07 style, its shared parts under `definitions`)")});
+    let list = |name: &str, what: &str| json!({"type": "array", "description": what, "items": {"$ref": format!("#/definitions/{name}")}});
     json!({
         "type": "object",
         "required": ["owner", "node"],

@@ -129,14 +129,21 @@ fn select<'a>(system: &'a System, module: Option<&str>) -> Result<Selection<'a>,
 }
 
 /// `site.created` → `SiteCreated`: the words of `text` (split at anything not a letter or
-/// digit), each with its first letter upper case; a leading digit gets a `T` before it.
+/// digit), each with its first letter upper case (the rest lower case in a word of capitals
+/// only); a leading digit gets a `T` before it.
 pub(crate) fn camel(text: &str) -> String {
     let mut out = String::new();
     for word in text.split(|c: char| !c.is_ascii_alphanumeric()) {
+        // An all-capitals word (`FR`, `HTTP`) is a word, not a run of initials: `Fr`.
+        let shouting = word.len() > 1 && !word.chars().any(|c| c.is_ascii_lowercase());
         let mut chars = word.chars();
         if let Some(first) = chars.next() {
             out.push(first.to_ascii_uppercase());
-            out.extend(chars);
+            if shouting {
+                out.extend(chars.map(|c| c.to_ascii_lowercase()));
+            } else {
+                out.extend(chars);
+            }
         }
     }
     if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
