@@ -4,7 +4,8 @@
 // - diagnostics: every diagnostic of @asyncapi/parser (severity 0 error, 1 warning, 2 info,
 //   3 hint), with its code, message and path;
 // - typescript, python: the models @asyncapi/modelina generates, each with its name, its
-//   properties (as the model names them, and as they are on the wire) and its code.
+//   properties (as the model names them, and as they are on the wire) and its code; the
+//   properties of an unwrapped dictionary (additionalProperties) are left out.
 // Exit 0 when it ran (whatever it found), 2 when it could not.
 import { readFile } from 'node:fs/promises';
 import { Parser } from '@asyncapi/parser';
@@ -34,7 +35,11 @@ async function main() {
       const models = await generator.generate(document);
       report[name] = models.map((m) => ({
         name: m.modelName,
-        properties: Object.values(m.model.properties ?? {}).map((p) => ({
+        // Modelina adds a dictionary property holding the properties no schema names (an
+        // object's additionalProperties default to true): not a field of the message.
+        properties: Object.values(m.model.properties ?? {})
+          .filter((p) => p.property?.serializationType !== 'unwrap')
+          .map((p) => ({
           name: p.propertyName,
           wire: p.unconstrainedPropertyName,
           required: p.required,

@@ -51,6 +51,7 @@ fn schema() -> Value {
     let schema_of = |what: &str| json!({"description": format!("The JSON Schema of {what}, when declared (draft-07 style, its shared parts under `definitions`)")});
     let list = |name: &str, what: &str| json!({"type": "array", "description": what, "items": {"$ref": format!("#/definitions/{name}")}});
     json!({
+        "title": "ModuleContract",
         "type": "object",
         "required": ["owner", "node"],
         "properties": {
