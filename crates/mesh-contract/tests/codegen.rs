@@ -22,11 +22,19 @@ mod modules;
 /// The committed output of `mesh contract codegen rust` on the realistic system.
 #[path = "generated/system.rs"]
 #[allow(unreachable_pub)]
+#[rustfmt::skip]
 mod generated_system;
+
+/// The committed output of `mesh contract codegen rust` on the odd system.
+#[path = "generated/odd.rs"]
+#[allow(unreachable_pub)]
+#[rustfmt::skip]
+mod generated_odd;
 
 /// The committed output of `mesh contract codegen rust --module module.billing` on the demo.
 #[path = "generated/billing.rs"]
 #[allow(unreachable_pub)]
+#[rustfmt::skip]
 mod generated;
 
 const GENERATED: &str = "tests/generated/billing.rs";
@@ -268,5 +276,109 @@ fn generated_types_of_a_realistic_system_read_its_events_and_check_finds_them_co
         serde_json::to_value(&request)?,
         serde_json::json!({"plan": "pro", "seats": 3})
     );
+    Ok(())
+}
+
+/// Names and schemas that are hard on a code generator: keywords, digits, names that differ
+/// only by case or punctuation, prelude names, recursion, unions, tuples, external
+/// references, control characters in descriptions, no schema at all.
+fn odd_system() -> System {
+    let odd = serde_json::json!({
+        "type": "object",
+        "required": ["type", "self", "1st", "a-b"],
+        "properties": {
+            "type": {"type": "string"},
+            "self": {"type": "integer", "format": "uint8"},
+            "1st": {"type": "boolean"},
+            "a-b": {"type": ["string", "null"]},
+            "aB": {"type": "number"},
+            "a_b": {"type": "string"},
+            "tree": {"$ref": "#"},
+            "node": {"$ref": "#/definitions/Node"},
+            "mix": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+            "tuple": {"type": "array", "items": [{"type": "string"}]},
+            "map": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "kind": {"enum": ["self", "Self", "a b", "", "1"]},
+            "String": {"$ref": "#/definitions/String"},
+            "desc": {"type": "string", "description": "line one\r\nline\u{7}two */ \"quoted\" \\"},
+            "ext": {"$ref": "http://example.com/x.json"},
+            "A": {"$ref": "#/definitions/A"},
+            "inline": {"type": "object", "properties": {"x": {"type": "integer", "minimum": 0}}},
+            "looped": {"$ref": "#/definitions/Looped"},
+        },
+        "definitions": {
+            "Node": {"type": "object", "properties": {
+                "next": {"anyOf": [{"$ref": "#/definitions/Node"}, {"type": "null"}]}}},
+            "String": {"type": "string", "enum": ["x"]},
+            "A": {"$ref": "#/definitions/B"},
+            "B": {"$ref": "#/definitions/A"},
+            "Looped": {"type": "array", "items": {"$ref": "#/definitions/Looped"}},
+        },
+    });
+    let contracts = serde_json::json!([
+        {"owner": "module.odd", "node": "n",
+         "emits": [{"key": "module.odd.type", "version": 3, "schema": odd},
+                   {"key": "module.odd.no-schema", "version": 1},
+                   {"key": "module.odd.plain", "version": 1, "schema": {"type": "string"}}],
+         "serves": [{"tool": "odd.t", "request": {"type": "string"},
+                     "reply": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}]},
+        {"owner": "module.caller", "node": "n",
+         "calls": [{"tool": "odd.t"}, {"tool": "nobody.serves"}]},
+    ]);
+    System::from_document(&contracts).expect("the odd contracts read")
+}
+
+#[test]
+fn odd_names_and_schemas_give_code_that_compiles_and_reads_their_bodies() -> anyhow::Result<()> {
+    use generated_odd as g;
+    let system = odd_system();
+    assert_committed(
+        &rust(&system, &CodegenOptions::default())?,
+        "tests/generated/odd.rs",
+    )?;
+    let body = serde_json::json!({
+        "type": "t", "self": 255, "1st": true, "a-b": null, "aB": 1.5, "a_b": "u",
+        "tree": {"type": "inner", "self": 0, "1st": false, "a-b": "x"},
+        "node": {"next": {"next": {}}},
+        "mix": 7, "tuple": ["a"], "map": {"k": 1}, "kind": "Self", "String": "x",
+        "desc": "d", "ext": {"anything": [1]}, "A": "whatever", "inline": {"x": 3},
+        "looped": [[], [[]]],
+    });
+    let read: g::OddType = serde_json::from_value(body.clone())?;
+    assert_eq!(read.r#type, "t");
+    assert_eq!(read.self_, 255);
+    assert_eq!(serde_json::to_value(&read)?, body);
+    assert_eq!(<g::OddType as Event>::SCHEMA, 3);
+    let none: g::OddNoSchema = serde_json::from_value(serde_json::json!([1, "two"]))?;
+    assert!(<g::OddNoSchema as Event>::json_schema().is_none());
+    assert_eq!(serde_json::to_value(&none)?, serde_json::json!([1, "two"]));
+    let plain: g::OddPlain = serde_json::from_value(serde_json::json!("text"))?;
+    assert_eq!(plain.0, "text");
+    let request: g::OddTRequest = "hi".to_owned();
+    let reply: g::OddTReply = Some(serde_json::json!({"any": "thing"}));
+    assert_eq!(g::ODD_T, "odd.t");
+    assert_eq!(g::NOBODY_SERVES, "nobody.serves");
+    let unknown_request: g::NobodyServesRequest = serde_json::json!(1);
+    let unknown_reply: g::NobodyServesReply = serde_json::json!(2);
+    let _ = (request, reply, unknown_request, unknown_reply);
+    // Only what a module consumes or calls: the caller handles nothing and calls two tools.
+    let caller = rust(
+        &system,
+        &CodegenOptions {
+            module: Some("module.caller".into()),
+        },
+    )?;
+    assert!(!caller.contains("impl mesh::Event"), "{caller}");
+    assert!(
+        caller.contains("ODD_T") && caller.contains("NOBODY_SERVES"),
+        "{caller}"
+    );
+    let unknown = rust(
+        &system,
+        &CodegenOptions {
+            module: Some("module.nobody".into()),
+        },
+    );
+    assert!(unknown.is_err());
     Ok(())
 }

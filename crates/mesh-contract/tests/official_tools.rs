@@ -137,11 +137,7 @@ async fn the_official_tools_read_the_demos_document_and_a_client_built_from_it_i
             set(&["site", "owner"]),
             "{language}"
         );
-        assert_eq!(
-            fields(models, "QuoteRequest"),
-            set(&["plan"]),
-            "{language}"
-        );
+        assert_eq!(fields(models, "QuoteRequest"), set(&["plan"]), "{language}");
         assert_eq!(
             fields(models, "ModuleContract"),
             set(&["owner", "node", "emits", "handles", "serves", "calls"]),

@@ -124,7 +124,7 @@ pub(crate) enum Command {
     /// Follow the log records processes ship to the mesh.logs exchange
     #[command(subcommand)]
     Logs(LogsCommand),
-    /// Export, show and check the contracts the modules announced (AsyncAPI 3.0)
+    /// Export, show and check the contracts the modules announced (AsyncAPI 3.0); generate code
     #[command(subcommand)]
     Contract(ContractCommand),
     /// Relay a transactional outbox's committed events to the broker, and count its rows

@@ -18,7 +18,8 @@ use crate::schema::{DEFINITION_KEYS, MAX_SCHEMA_DEPTH};
 
 const VALUE: &str = "serde_json::Value";
 const DERIVE: &str = "#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]";
-const DERIVE_ENUM: &str = "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]";
+/// One derive a line, as rustfmt writes a derive longer than its line.
+const DERIVE_ENUM: &str = "#[derive(\n    Debug,\n    Clone,\n    Copy,\n    PartialEq,\n    Eq,\n    Hash,\n    serde::Serialize,\n    serde::Deserialize,\n    schemars::JsonSchema,\n)]";
 
 /// The whole file.
 pub(super) fn file(
@@ -95,6 +96,10 @@ struct Scope<'a> {
     resolved: BTreeMap<String, String>,
     /// Definitions being written (a reference to one is boxed: a recursive type).
     open: BTreeSet<String>,
+    /// The open ones written as a newtype or an alias (not a struct): a reference back to
+    /// one reads as `serde_json::Value`, since a transparent type holding itself would
+    /// recurse without reading any input (or be an alias of itself).
+    transparent: BTreeSet<String>,
 }
 
 impl<'a> Scope<'a> {
@@ -109,6 +114,7 @@ impl<'a> Scope<'a> {
             definitions,
             resolved: BTreeMap::new(),
             open: BTreeSet::from([root_name.to_owned()]),
+            transparent: BTreeSet::new(),
         }
     }
 }
@@ -136,6 +142,7 @@ impl Gen {
             }
             Some(schema) => {
                 let mut scope = Scope::new(schema, name);
+                scope.transparent.insert(name.to_owned());
                 let inner = self.ty(schema, &mut scope, &format!("{name}Body"), 0);
                 self.newtype(name, &inner, &description(schema));
             }
@@ -189,6 +196,7 @@ impl Gen {
                 }
                 Some(schema) => {
                     let mut scope = Scope::new(schema, &name);
+                    scope.transparent.insert(name.clone());
                     let inner = self.ty(schema, &mut scope, &format!("{name}Body"), 0);
                     self.items.push(format!(
                         "{}pub type {name} = {inner};\n",
@@ -317,6 +325,9 @@ impl Gen {
 
     fn reference(&mut self, reference: &str, scope: &mut Scope<'_>, depth: usize) -> String {
         if reference == "#" {
+            if scope.transparent.contains(&scope.root_name) {
+                return VALUE.to_owned();
+            }
             return format!("Box<{}>", scope.root_name);
         }
         let name = DEFINITION_KEYS.iter().find_map(|key| {
@@ -329,7 +340,9 @@ impl Gen {
             return VALUE.to_owned();
         };
         if let Some(resolved) = scope.resolved.get(&name) {
-            return if scope.open.contains(resolved) {
+            return if scope.transparent.contains(resolved) {
+                VALUE.to_owned()
+            } else if scope.open.contains(resolved) {
                 format!("Box<{resolved}>")
             } else {
                 resolved.clone()
@@ -357,8 +370,10 @@ impl Gen {
             let (values, docs): (Vec<Value>, Vec<Option<String>>) = values.into_iter().unzip();
             self.write_enum(&type_name, &values, &docs, definition);
         } else {
+            scope.transparent.insert(type_name.clone());
             let inner = self.ty(definition, scope, &format!("{type_name}Body"), depth + 1);
             self.newtype(&type_name, &inner, &description(definition));
+            scope.transparent.remove(&type_name);
         }
         scope.open.remove(&type_name);
         type_name
@@ -416,7 +431,7 @@ impl Gen {
             }
             // `Self` is the one keyword in upper camel case.
             let base = match camel(text) {
-                keyword if keyword == "Self" => "Self_".to_owned(),
+                keyword if keyword == "Self" => "SelfValue".to_owned(),
                 other => other,
             };
             let mut variant = base.clone();
@@ -510,7 +525,11 @@ impl Gen {
                 let _ = writeln!(out, "#[schemars(title = {title:?})]");
             }
         }
-        let _ = write!(out, "pub struct {name} {{\n{fields}}}\n");
+        if fields.is_empty() {
+            let _ = writeln!(out, "pub struct {name} {{}}");
+        } else {
+            let _ = write!(out, "pub struct {name} {{\n{fields}}}\n");
+        }
         self.items.push(out);
     }
 }
