@@ -1,12 +1,11 @@
 //! The announcement channels: every bus announces its own contract as the event
-//! `<origin>.<owner>.contract.announced` (body a [`ModuleContract`], `x-schema`
+//! `<origin>.<owner>.contract.announced` (body a `ModuleContract`, `x-schema`
 //! [`CONTRACT_FORMAT`]), so each exported module has that channel and a `send` operation on
-//! it, and all of them share one message, `contract.announced.v<format>`.
+//! it, and all of them share one message, `contract.announced.v<format>`: its key, id, title
+//! and schema, which the exporter writes.
 
-use mesh_core::contract::{ModuleContract, ANNOUNCED_EVENT, CONTRACT_FORMAT};
+use mesh_core::contract::{ANNOUNCED_EVENT, CONTRACT_FORMAT};
 use serde_json::{json, Value};
-
-use super::Doc;
 
 /// The announcement key of `owner`: `module.<m>` announces under `module.<m>.…`, a context
 /// `context.<c>` under `mesh.<c>.…`, a node under `node.<n>.…`.
@@ -16,38 +15,22 @@ pub(crate) fn key(owner: &str) -> String {
     format!("{origin}.{name}.{ANNOUNCED_EVENT}")
 }
 
-/// Adds `module`'s announcement channel, the shared message and its `send` operation.
-pub(super) fn add(doc: &mut Doc, module: &ModuleContract) {
-    let channel = key(&module.owner);
-    let id = format!("{ANNOUNCED_EVENT}.v{CONTRACT_FORMAT}");
-    let fresh = !doc.messages.contains_key(&id);
-    doc.message(&channel, &id, &id, Some(CONTRACT_FORMAT), Some(&schema()));
-    if fresh {
-        if let Some(Value::Object(message)) = doc.messages.get_mut(&id) {
-            message.insert(
-                "title".into(),
-                json!(format!("contract announced v{CONTRACT_FORMAT}")),
-            );
-            message.insert(
-                "summary".into(),
-                json!("A bus's contract, announced when it starts: what it emits, handles, serves and calls, with the JSON Schemas it declared"),
-            );
-        }
-    }
-    doc.operation(
-        format!("{}.send.{channel}", module.owner),
-        "send",
-        &channel,
-        &[id],
-        None,
-        None,
-        None,
-    );
+/// The id (and name) of the one message every announcement channel carries.
+pub(super) fn message_id() -> String {
+    format!("{ANNOUNCED_EVENT}.v{CONTRACT_FORMAT}")
 }
+
+/// The message's title.
+pub(super) fn title() -> String {
+    format!("contract announced v{CONTRACT_FORMAT}")
+}
+
+/// The message's summary.
+pub(super) const SUMMARY: &str = "A bus's contract, announced when it starts: what it emits, handles, serves and calls, with the JSON Schemas it declared";
 
 /// The JSON Schema of a [`ModuleContract`] of format [`CONTRACT_FORMAT`] (the shape
 /// `mesh_core::contract` serialises).
-fn schema() -> Value {
+pub(super) fn schema() -> Value {
     let schema_of = |what: &str| json!({"description": format!("The JSON Schema of {what}, when declared (draft-07 style, its shared parts under `definitions`)")});
     let list = |name: &str, what: &str| json!({"type": "array", "description": what, "items": {"$ref": format!("#/definitions/{name}")}});
     json!({

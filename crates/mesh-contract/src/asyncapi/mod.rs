@@ -30,7 +30,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mesh_core::contract::{ModuleContract, ToolContract};
+use mesh_core::contract::{ModuleContract, ToolContract, CONTRACT_FORMAT};
 use mesh_core::topic_matches;
 use serde_json::{json, Map, Value};
 
@@ -147,7 +147,24 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
     // After the handlers: a wildcard handler is not shown receiving the announcements (the
     // audit logger and the console read them through patterns of their own).
     for module in carried.modules() {
-        announced::add(&mut doc, module);
+        let channel = announced::key(&module.owner);
+        let id = announced::message_id();
+        let fresh = !doc.messages.contains_key(&id);
+        let schema = announced::schema();
+        doc.message(&channel, &id, &id, Some(CONTRACT_FORMAT), Some(&schema));
+        if let (true, Some(Value::Object(message))) = (fresh, doc.messages.get_mut(&id)) {
+            message.insert("title".into(), json!(announced::title()));
+            message.insert("summary".into(), json!(announced::SUMMARY));
+        }
+        doc.operation(
+            format!("{}.send.{channel}", module.owner),
+            "send",
+            &channel,
+            &[id],
+            None,
+            None,
+            None,
+        );
     }
     let title = options
         .title

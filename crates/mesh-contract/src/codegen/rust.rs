@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
 
-use super::{camel, schema_of, EventSource, ToolSource};
+use super::source::{camel, schema_of, EventSource, ToolSource};
 use crate::schema::{DEFINITION_KEYS, MAX_SCHEMA_DEPTH};
 
 const VALUE: &str = "serde_json::Value";
