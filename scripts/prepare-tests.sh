@@ -7,7 +7,8 @@
 # scripts/prepare-postgres.sh when missing) for the audit store's tests, docker compose (or
 # Debian's docker-compose) and systemd-analyze for the tests of deploy/, iproute2 and the
 # right to create network namespaces for the partition tests, Chromium and chromedriver for
-# the console's browser tests, groff for the man pages, jq for the scripts.
+# the console's browser tests, groff for the man pages, jq for the scripts, Node with
+# AsyncAPI's npm packages and Python's pika for the contract's test of AsyncAPI's tools.
 #
 # The README's test command (scripts/test.sh) runs it first; CI runs it once before its
 # lanes, so no two package installs ever run at once.
@@ -94,6 +95,25 @@ rm -f "/tmp/$probe.err"
 # Chromium through chromedriver.
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   apt_install chromium chromium-driver
+fi
+
+# The contract's test of AsyncAPI's own tools (crates/mesh-contract/tests/official_tools.rs):
+# Node with the npm packages locked in tests/asyncapi (@asyncapi/parser, @asyncapi/modelina),
+# installed there by `npm ci` again only when the lock changed, and Python's pika.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  apt_install nodejs npm
+fi
+lock_sum=$(sha256sum tests/asyncapi/package-lock.json | cut -d' ' -f1)
+stamp=tests/asyncapi/node_modules/.mesh-lock-sha256
+if [ "$(cat "$stamp" 2>/dev/null)" != "$lock_sum" ]; then
+  log "installing the AsyncAPI tools (npm ci in tests/asyncapi)"
+  # No install scripts: the packages need none to run.
+  (cd tests/asyncapi && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
+  echo "$lock_sum" >"$stamp"
+fi
+if ! python3 -c 'import pika' >/dev/null 2>&1; then
+  log "installing pika"
+  python3 -m pip install --quiet 'pika>=1.3,<2' || apt_install python3-pika
 fi
 
 # The test script and scripts/features.sh read cargo's JSON output.

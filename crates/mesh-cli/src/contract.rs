@@ -1,4 +1,4 @@
-//! `mesh contract export | show | check`: the modules' announced contracts, from the audit
+//! `mesh contract export | show | check | codegen`: the modules' announced contracts, from the audit
 //! store (the newest `<origin>.<owner>.contract.announced` of each owner) or from files, on
 //! top of the `mesh-contract` library (which does the export and the check without I/O).
 
@@ -7,13 +7,14 @@ use std::path::Path;
 use anyhow::Context as _;
 use mesh_audit::{EventQuery, EventRecord, Order, Store};
 use mesh_contract::asyncapi::{export, ExportOptions, Server};
+use mesh_contract::codegen::CodegenOptions;
 use mesh_contract::{check, read_announcement, System};
 use mesh_core::contract::CONTRACT_FORMAT;
 use serde_json::json;
 
 use crate::cli::{
-    ContractCheckArgs, ContractCommand, ContractExportArgs, ContractFormat, ContractSource, Global,
-    StoreArg,
+    CodegenLanguage, ContractCheckArgs, ContractCodegenArgs, ContractCommand, ContractExportArgs,
+    ContractFormat, ContractSource, Global, StoreArg,
 };
 use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, paint, BAD, DIM, GOOD, NAME, WARN};
@@ -38,6 +39,7 @@ pub(crate) async fn run(global: &Global, command: &ContractCommand) -> anyhow::R
             Ok(Code::Ok)
         }
         ContractCommand::Check(args) => run_check(global, args).await,
+        ContractCommand::Codegen(args) => run_codegen(global, args).await,
     }
 }
 
@@ -176,6 +178,31 @@ async fn run_export(global: &Global, args: &ContractExportArgs) -> anyhow::Resul
             output::note(paint(DIM, format!("wrote {}", path.display())));
         }
         None => output::raw(&text)?,
+    }
+    Ok(Code::Ok)
+}
+
+async fn run_codegen(global: &Global, args: &ContractCodegenArgs) -> anyhow::Result<Code> {
+    let system = load(global, &args.source).await?;
+    if system.is_empty() {
+        output::note(paint(
+            WARN,
+            "warning: no contract announced: the code has no type",
+        ));
+    }
+    let options = CodegenOptions {
+        module: args.module.clone(),
+    };
+    let code = match args.language {
+        CodegenLanguage::Rust => mesh_contract::codegen::rust(&system, &options)
+            .coded(Code::Usage, || "cannot generate the code".to_owned())?,
+    };
+    match &args.out {
+        Some(path) => {
+            std::fs::write(path, code).with_context(|| format!("writing {}", path.display()))?;
+            output::note(paint(DIM, format!("wrote {}", path.display())));
+        }
+        None => output::raw(code.as_bytes())?,
     }
     Ok(Code::Ok)
 }

@@ -22,6 +22,7 @@
 //! mesh contract export [-m OWNER] [-o FILE] [--format asyncapi|system] [--from FILE…]
 //! mesh contract show [--from FILE…]
 //! mesh contract check --against OLD [NEW]
+//! mesh contract codegen rust [-m OWNER] [-o FILE] [--from FILE…]
 //! mesh outbox relay --database URL -s ORIGIN.OWNER… [--batch N] [--poll-interval 10ms]
 //!                   [--lease-ttl 60s] [--publish-deadline 30s] [--retention 1h]
 //!                   [--owner NAME] [--metrics-addr ADDR]
@@ -80,8 +81,8 @@
 //! | `-t` | `--timeout` | `call` |
 //! | `-q` | `--queue` | `dead list`, `dead redrive`, `dead purge` |
 //! | `-r` | `--reason` | `dead list`, `dead purge` |
-//! | `-m` / `-p` / `-b` | `--module` / `--pattern` / `--bind` | `topology show`, `plan`, `apply` (`-m` also `contract export`) |
-//! | `-o` | `--out` | `man`, `contract export` |
+//! | `-m` / `-p` / `-b` | `--module` / `--pattern` / `--bind` | `topology show`, `plan`, `apply` (`-m` also `contract export`, `contract codegen`) |
+//! | `-o` | `--out` | `man`, `contract export`, `contract codegen` |
 //!
 //! Durations have one syntax (`500ms`, `5s`, `1m30s`, `2h`, `1day`) in `--timeout`,
 //! `--connect-timeout` and the "ago" form of `--since`/`--until`. `--reason` takes the dead

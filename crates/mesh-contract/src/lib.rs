@@ -8,6 +8,8 @@
 //!   announcement of each owner wins), checking each on the way in: keys, patterns, tools and
 //!   schemas from the wire are refused with an [`Error`], never a panic;
 //! - exports a system, or one module of it, as an AsyncAPI 3.0 document ([`asyncapi`]);
+//! - writes the Rust types of the events and tools a module consumes or calls
+//!   ([`codegen`]);
 //! - compares two systems and lists the breaking changes, each with the rule, the key or
 //!   tool, the field and whom it breaks ([`check()`]).
 //!
@@ -18,6 +20,7 @@
 
 pub mod asyncapi;
 mod check;
+pub mod codegen;
 mod error;
 mod schema;
 mod seal;

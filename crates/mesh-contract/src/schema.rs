@@ -215,7 +215,13 @@ fn shape_at(value: &Value, depth: usize) -> Value {
                 if ANNOTATIONS.contains(&key.as_str()) {
                     continue;
                 }
-                out.insert(key.clone(), shape_names(key, &map[key], depth + 1));
+                let mut shaped = shape_names(key, &map[key], depth + 1);
+                // `required` is a set: its order accepts nothing more or less.
+                if let (true, Value::Array(names)) = (key == "required", &mut shaped) {
+                    names.sort_by_key(Value::to_string);
+                    names.dedup();
+                }
+                out.insert(key.clone(), shaped);
             }
             Value::Object(out)
         }
@@ -335,5 +341,14 @@ mod tests {
         let c = json!({"properties": {"name": {"type": "string"}}, "type": "object"});
         assert_ne!(shape(&a), shape(&c));
         assert_eq!(component_name("Wrapper<String>"), "Wrapper_String_");
+    }
+
+    #[test]
+    fn the_order_of_required_names_is_no_change_of_shape() {
+        let a = json!({"type": "object", "required": ["site", "owner"]});
+        let b = json!({"type": "object", "required": ["owner", "site", "owner"]});
+        assert_eq!(shape(&a), shape(&b));
+        let c = json!({"type": "object", "required": ["site"]});
+        assert_ne!(shape(&a), shape(&c));
     }
 }

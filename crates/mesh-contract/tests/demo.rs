@@ -63,9 +63,18 @@ async fn the_demo_system_exports_to_valid_asyncapi() -> anyhow::Result<()> {
             "module.billing.receive.module.umami.site.created",
             "receive",
         ),
+        (
+            "module.billing.send.module.billing.contract.announced",
+            "send",
+        ),
         ("module.billing.serve.billing.quote", "receive"),
         ("module.mailer.receive.module.umami.site.created", "receive"),
+        (
+            "module.mailer.send.module.mailer.contract.announced",
+            "send",
+        ),
         ("module.umami.call.billing.quote", "send"),
+        ("module.umami.send.module.umami.contract.announced", "send"),
         ("module.umami.send.module.umami.site.created", "send"),
     ];
     assert_eq!(
@@ -73,6 +82,29 @@ async fn the_demo_system_exports_to_valid_asyncapi() -> anyhow::Result<()> {
         expected.into_iter().collect(),
         "{:#}",
         document["operations"]
+    );
+
+    // The announcements are channels too, and their message describes what a bus announces.
+    let announced = "module.billing.contract.announced";
+    assert_eq!(document["channels"][announced]["address"], announced);
+    assert_eq!(
+        document["channels"][announced]["bindings"]["amqp"]["exchange"]["name"],
+        "mesh.events"
+    );
+    let mut payload = messages["contract.announced.v1"]["payload"].clone();
+    payload["components"] = document["components"].clone();
+    let validator = jsonschema::draft7::new(&payload).expect("the announcement's schema");
+    for contract in system.modules() {
+        let body = serde_json::to_value(contract)?;
+        let errors: Vec<String> = validator
+            .iter_errors(&body)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", contract.owner);
+    }
+    assert!(
+        !validator.is_valid(&serde_json::json!({"owner": "module.billing"})),
+        "a contract without its node is refused"
     );
 
     // Read back from the document, the same system.

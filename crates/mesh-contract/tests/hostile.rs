@@ -1,8 +1,9 @@
 //! Schemas from the wire: any JSON, references that dangle, loop or point at the root, deep
-//! nesting. Reading, exporting and checking never panic, terminate, and a system is always
-//! compatible with itself.
+//! nesting. Reading, exporting, checking and generating code never panic, terminate, and a
+//! system is always compatible with itself.
 
 use mesh_contract::asyncapi::{export, ExportOptions};
+use mesh_contract::codegen::{rust, CodegenOptions};
 use mesh_contract::{check, System};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -90,7 +91,12 @@ proptest! {
         prop_assert!(document.is_ok());
         let document = document.unwrap_or_default();
         prop_assert_eq!(export(&new, &ExportOptions::default()).ok(), Some(document.clone()));
-        prop_assert_eq!(System::from_document(&document).ok(), Some(new));
+        prop_assert_eq!(System::from_document(&document).ok(), Some(new.clone()));
+        let code = rust(&new, &CodegenOptions::default());
+        prop_assert!(code.is_ok());
+        prop_assert_eq!(rust(&new, &CodegenOptions::default()).ok(), code.ok());
+        let consumer = CodegenOptions { module: Some("module.b".into()) };
+        prop_assert!(rust(&new, &consumer).is_ok());
     }
 }
 
@@ -110,6 +116,7 @@ fn self_and_mutual_references_terminate() {
     let _ = check(&old, &new);
     let _ = check(&new, &old);
     assert!(export(&old, &ExportOptions::default()).is_ok());
+    assert!(rust(&old, &CodegenOptions::default()).is_ok());
 }
 
 #[test]

@@ -21,6 +21,9 @@ pub(crate) enum ContractCommand {
     /// List the breaking changes from a saved contract to the current one (exit 11 if any)
     #[command(after_help = CONTRACT_CHECK_HELP)]
     Check(ContractCheckArgs),
+    /// Write the types of the events and tools a module consumes or calls, from the contracts
+    #[command(after_help = CONTRACT_CODEGEN_HELP)]
+    Codegen(ContractCodegenArgs),
 }
 
 /// Where the contracts come from: the audit store, or files.
@@ -69,6 +72,30 @@ pub(crate) enum ContractFormat {
     Asyncapi,
     /// The system document: every module's contract as it announced it
     System,
+}
+
+/// `mesh contract codegen`.
+#[derive(Debug, Args)]
+pub(crate) struct ContractCodegenArgs {
+    /// The language of the code
+    #[arg(value_enum, value_name = "LANGUAGE")]
+    pub(crate) language: CodegenLanguage,
+    #[command(flatten)]
+    pub(crate) source: ContractSource,
+    /// Only what this module consumes (the events its handlers match) or calls (its owner,
+    /// e.g. module.billing) [default: every event and tool of the system]
+    #[arg(short, long, value_name = "OWNER")]
+    pub(crate) module: Option<String>,
+    /// Write the code to FILE instead of stdout
+    #[arg(short, long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+}
+
+/// The languages of `contract codegen`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CodegenLanguage {
+    /// Rust: serde and schemars types, with the mesh `Event` impl of each event
+    Rust,
 }
 
 /// `mesh contract check`.
@@ -121,3 +148,17 @@ Examples:
   mesh contract export --out before.json        # in CI, on the main branch
   mesh contract check --against before.json     # against the store's current contracts
   mesh contract check --against before.json after.json --json";
+
+const CONTRACT_CODEGEN_HELP: &str = "\
+Writes one Rust file from the contracts (the store's newest readable announcements, or the
+--from files): for each event a module's handlers match, a struct deriving serde's Serialize
+and Deserialize and schemars' JsonSchema, with its mesh::Event impl (the key, the emitter's
+schema version and the derived schema); for each tool it calls, the tool key as a constant and
+the request and reply types (the server's schemas). Without --module: every event and tool.
+The file needs the crates meshbus (as mesh), serde (feature derive), serde_json and schemars 1.
+A consumer then reads the emitter's published shape instead of a hand copy, and
+`contract check` names a breaking change of the emitter before the code would misread it.
+
+Examples:
+  mesh contract codegen rust --module module.billing --out src/contract.rs
+  mesh contract codegen rust --from contract.json";

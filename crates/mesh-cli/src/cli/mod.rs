@@ -26,7 +26,8 @@ pub(crate) use self::audit::{
 pub(crate) use self::bus::{CallArgs, EmitArgs, LogsCommand, LogsTailArgs, StatusArgs, TailArgs};
 pub(crate) use self::console::ConsoleArgs;
 pub(crate) use self::contract::{
-    ContractCheckArgs, ContractCommand, ContractExportArgs, ContractFormat, ContractSource,
+    CodegenLanguage, ContractCheckArgs, ContractCodegenArgs, ContractCommand, ContractExportArgs,
+    ContractFormat, ContractSource,
 };
 pub(crate) use self::dead::{DeadCommand, RedriveArgs};
 pub(crate) use self::generate::{CompletionsArgs, ManArgs};
@@ -123,7 +124,7 @@ pub(crate) enum Command {
     /// Follow the log records processes ship to the mesh.logs exchange
     #[command(subcommand)]
     Logs(LogsCommand),
-    /// Export, show and check the contracts the modules announced (AsyncAPI 3.0)
+    /// Export, show and check the contracts the modules announced (AsyncAPI 3.0); generate code
     #[command(subcommand)]
     Contract(ContractCommand),
     /// Relay a transactional outbox's committed events to the broker, and count its rows

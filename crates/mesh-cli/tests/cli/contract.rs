@@ -1,4 +1,5 @@
 //! `mesh contract`: the exit codes of `check` on a breaking and a compatible pair of files,
+//! `codegen rust` on files,
 //! and `show`, `export` and `check` reading announcements from a seeded audit store (the
 //! newest of each owner; an unreadable one skipped with a warning naming its event id). No
 //! broker: the announcements are written into the store as the audit logger would.
@@ -181,6 +182,66 @@ async fn hostile_files_are_a_usage_error_naming_the_file() {
         let error = stderr(&output);
         assert!(error.contains(&file) && error.contains(words), "{error}");
     }
+}
+
+/// `codegen rust`: the types of what a module consumes or calls, on stdout or in a file; an
+/// unknown module is a usage error.
+#[tokio::test]
+async fn codegen_writes_the_types_a_module_consumes_or_calls() {
+    let dir = temp_dir();
+    let files = [
+        write(&dir, "shop.json", &shop(1, "integer")),
+        write(&dir, "billing.json", &billing()),
+        write(&dir, "mailer.json", &mailer()),
+    ];
+    let mut args = vec![
+        "contract",
+        "codegen",
+        "rust",
+        "--module",
+        "module.billing",
+        "--from",
+    ];
+    args.extend(files.iter().map(String::as_str));
+    let output = run(None, &args).await;
+    assert_code(&output, 0);
+    let code = stdout(&output);
+    assert!(code.contains("pub struct ShopOrderPlaced {"), "{code}");
+    assert!(
+        code.contains("const KEY: &'static str = \"module.shop.order.placed\";"),
+        "{code}"
+    );
+    assert!(
+        code.contains("pub const SHOP_QUOTE: &str = \"shop.quote\";"),
+        "{code}"
+    );
+    assert!(code.contains("pub struct ShopQuoteRequest {"), "{code}");
+    // billing emits invoice.paid; it does not handle it.
+    assert!(!code.contains("InvoicePaid"), "{code}");
+
+    let out = dir.join("contract.rs");
+    let out_arg = out.display().to_string();
+    let mut to_file = args.clone();
+    to_file.extend(["--out", out_arg.as_str()]);
+    assert_code(&run(None, &to_file).await, 0);
+    assert_eq!(std::fs::read_to_string(&out).expect("written"), code);
+
+    let mut unknown = vec![
+        "contract",
+        "codegen",
+        "rust",
+        "-m",
+        "module.nobody",
+        "--from",
+    ];
+    unknown.extend(files.iter().map(String::as_str));
+    let output = run(None, &unknown).await;
+    assert_code(&output, 2);
+    assert!(
+        stderr(&output).contains("module.nobody"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 /// An exported document whose payload was edited afterwards, as either side of `check`: the

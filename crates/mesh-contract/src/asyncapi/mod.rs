@@ -18,6 +18,9 @@
 //! - **Operations**, per module: `<owner>.send.<key>` for an emit, `<owner>.receive.<key>` for
 //!   a handler, `<owner>.serve.<t>` (`receive`, with a `reply`) and `<owner>.call.<t>`
 //!   (`send`, with a `reply`) for tools.
+//! - **Announcements**: every exported module's `<origin>.<owner>.contract.announced` is a
+//!   channel with the shared message `contract.announced.v1` (the contract's own shape) and
+//!   a `send` operation `<owner>.send.<key>`.
 //!
 //! The document also carries the system itself, as the JSON text of its system document,
 //! under [`ASYNCAPI_EXTENSION`], so [`System::from_document`] reads it back exactly (as text,
@@ -27,7 +30,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mesh_core::contract::{ModuleContract, ToolContract};
+use mesh_core::contract::{ModuleContract, ToolContract, CONTRACT_FORMAT};
 use mesh_core::topic_matches;
 use serde_json::{json, Map, Value};
 
@@ -35,6 +38,7 @@ use crate::schema::{component_name, DEFINITION_KEYS, MAX_SCHEMA_DEPTH};
 use crate::system::{System, ASYNCAPI_EXTENSION};
 use crate::Error;
 
+mod announced;
 mod wire;
 
 /// The AsyncAPI version written.
@@ -139,6 +143,28 @@ pub fn export(system: &System, options: &ExportOptions) -> Result<Value, Error> 
                 doc.tool(owner, tool, serving);
             }
         }
+    }
+    // After the handlers: a wildcard handler is not shown receiving the announcements (the
+    // audit logger and the console read them through patterns of their own).
+    for module in carried.modules() {
+        let channel = announced::key(&module.owner);
+        let id = announced::message_id();
+        let fresh = !doc.messages.contains_key(&id);
+        let schema = announced::schema();
+        doc.message(&channel, &id, &id, Some(CONTRACT_FORMAT), Some(&schema));
+        if let (true, Some(Value::Object(message))) = (fresh, doc.messages.get_mut(&id)) {
+            message.insert("title".into(), json!(announced::title()));
+            message.insert("summary".into(), json!(announced::SUMMARY));
+        }
+        doc.operation(
+            format!("{}.send.{channel}", module.owner),
+            "send",
+            &channel,
+            &[id],
+            None,
+            None,
+            None,
+        );
     }
     let title = options
         .title
@@ -631,11 +657,13 @@ mod tests {
         let schemas = &doc["components"]["schemas"];
         assert_eq!(schemas["Money"], json!({"type": "integer"}));
         assert_eq!(schemas["Money_2"], json!({"type": "string"}));
-        assert_eq!(
-            schemas.as_object().unwrap().len(),
-            2,
-            "the same shape is shared: {schemas}"
-        );
+        let money = schemas
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|name| name.starts_with("Money"))
+            .count();
+        assert_eq!(money, 2, "the same shape is shared: {schemas}");
         let messages = &doc["components"]["messages"];
         assert_eq!(
             messages["module.b.paid.x.v1"]["payload"]["properties"]["m"]["$ref"],

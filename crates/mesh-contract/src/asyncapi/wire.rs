@@ -71,7 +71,7 @@ pub(crate) fn event_headers(version: Option<u32>) -> Value {
             "x-event-id": {"type": "string", "format": "uuid",
                 "description": "The event's id, one per event: a redelivery or a resend carries the same (mesh writes UUIDv7)"},
             "x-source": {"type": "string",
-                "description": "The emitter: the module, context or node that owns the key's second word"},
+                "description": "The emitter's name: the key's second word (umami for module.umami.site.created); a module or node event whose x-source is another name is dead-lettered (forged-source)"},
             "x-node": {"type": "string", "description": "The node the event was emitted from"},
             "x-time": {"type": "string", "format": "date-time",
                 "description": "When it was emitted, RFC 3339"},
