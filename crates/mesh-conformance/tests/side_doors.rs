@@ -8,8 +8,10 @@
 //! every mesh destination: each `exchange.bind` the broker allows is then used to route an
 //! event forged as shop's (`x-source: shop`, `x-mesh-user: module.shop`, under shop's key
 //! `module.shop.order.placed` or, where the broker keeps umami to its own keys, umami's)
-//! into billing's queue, which with identity enforced must never handle it. And replies: no
-//! user can bind under another's reply key on `mesh.replies`.
+//! into billing's queue, which with identity enforced must never handle it. umami may not
+//! declare an exchange at all: under the plan its `configure` covers server-named queues
+//! only, and the operator declares every durable queue (as `mesh topology apply` does). And
+//! replies: no user can bind under another's reply key on `mesh.replies`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -22,11 +24,11 @@ use amqprs::channel::{
 use amqprs::connection::{Connection, OpenConnectionArguments};
 use amqprs::{BasicProperties, FieldTable, FieldValue};
 use bytes::Bytes;
-use mesh::amqp::access::{self, AccessSpec};
+use mesh::amqp::access::AccessSpec;
 use mesh::{Bus, HandlerError, Incoming};
 use mesh_amqp::AmqpTransport;
 use mesh_core::codec::{self, DeadReason};
-use mesh_core::{Name, TopicPattern};
+use mesh_core::{Name, RetryPolicy, TopicPattern};
 use mesh_testkit::eventually;
 use mesh_testkit::planned::PlannedNode;
 
@@ -54,7 +56,8 @@ const BUILT_IN: [&str; 6] = [
     "amq.rabbitmq.trace",
 ];
 
-/// The exchange umami tries to declare (its queue configure pattern matched it once).
+/// The exchange umami tries to declare (its queues' configure pattern matched it once; the
+/// plan now gives it `configure` on server-named queues only).
 const OWN_EXCHANGE: &str = "x.umami.events";
 
 /// The forged event's key: shop's, which billing reads.
@@ -163,6 +166,17 @@ fn keys_to_billing(source: &str, destination: &str) -> Vec<&'static str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
     let broker = Broker::start().await;
+    // billing's queue is the operator's to declare: billing's user may not.
+    broker
+        .planned
+        .declare_consumer(
+            "n1",
+            "billing",
+            &["module.shop.#", "module.umami.#"],
+            &RetryPolicy::default(),
+        )
+        .await
+        .expect("the operator declares billing's queues");
 
     let handled = Arc::new(Mutex::new(Vec::<String>::new()));
     let billing_transport = Arc::new(broker.transport("module.billing").await);
@@ -203,18 +217,27 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
         .expect("a tap of dead letters");
 
     let umami = broker.raw("module.umami").await;
-    // An exchange of umami's own, a source of the table if the broker lets umami declare it.
-    let declared = {
+    // An exchange of umami's own, named like its queue or like anything else: refused (the
+    // broker closes the channel), so it is no source of the table.
+    for name in [OWN_EXCHANGE, "n1.umami.events", "serve.umami.echo"] {
         let channel = umami.open_channel(None).await.unwrap();
         let declared = channel
-            .exchange_declare(ExchangeDeclareArguments::new(OWN_EXCHANGE, "topic"))
-            .await
-            .is_ok();
-        if declared {
-            let _ = channel.close().await;
-        }
-        declared
-    };
+            .exchange_declare(ExchangeDeclareArguments::new(name, "topic"))
+            .await;
+        assert!(declared.is_err(), "umami declared exchange {name}");
+    }
+    let exchanges = broker
+        .planned
+        .management()
+        .exchanges("/")
+        .await
+        .expect("the exchanges listed");
+    assert!(
+        !exchanges
+            .iter()
+            .any(|e| e.name == OWN_EXCHANGE || e.name.contains("umami")),
+        "{exchanges:?}"
+    );
 
     let sources: Vec<&str> = MESH_EXCHANGES
         .iter()
@@ -257,13 +280,12 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
         }
     }
     // The broker refuses every pair but those through exchanges umami may read under keys it
-    // may bind: `mesh.replies` under its own keys only, `mesh.events.dead` (any key) and,
-    // when it could declare one, an exchange of its own. Never shop's key on `mesh.replies`.
+    // may bind: `mesh.replies` under its own keys only, `mesh.events.dead` (any key). Never
+    // shop's key on `mesh.replies`, never from an exchange of umami's own.
     assert!(
         allowed.iter().all(|pair| (pair.starts_with("mesh.replies ")
             && pair.ends_with(&format!(" on {UMAMI_KEY}")))
-            || pair.starts_with("mesh.events.dead ")
-            || pair.starts_with("x.umami.events ")),
+            || pair.starts_with("mesh.events.dead ")),
         "{allowed:?}"
     );
     // The pair the broker must allow: its forgery is the trusted path's to stop.
@@ -352,15 +374,6 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
     .await;
     assert!(expected_dead > 0, "{allowed:?}");
     eprintln!("pairs the broker allowed: {allowed:?}");
-    // The plan still lets a module declare an exchange named like its queues (its
-    // `configure` covers them): a residual risk of docs/SECURITY.md, which the trusted path
-    // makes harmless to consumers. When it could, the table went through it.
-    if declared {
-        assert!(
-            allowed.iter().any(|p| p.starts_with("x.umami.events ")),
-            "{allowed:?}"
-        );
-    }
 
     let _ = umami.close().await;
     shop.close().await;
@@ -377,6 +390,11 @@ fn reaches_billing(pair: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_with_identity_enforced_knows_its_caller_and_refuses_a_claimed_one() {
     let broker = Broker::start().await;
+    broker
+        .planned
+        .declare_tool("billing.quote")
+        .await
+        .expect("the operator declares billing's tool queue");
     let callers = Arc::new(Mutex::new(Vec::<(String, Option<String>)>::new()));
     let billing = {
         let callers = callers.clone();
@@ -453,24 +471,18 @@ fn consumer_spec(queue: &str) -> mesh_core::SubscriptionSpec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_without_configure_starts_on_queues_the_operator_declared() {
     let broker = Broker::start().await;
-    // umami's user may configure only server-named queues.
-    let grants = access::grants(&access_spec());
-    let umami_grant = grants
-        .iter()
-        .find(|g| g.user == "module.umami")
-        .expect("umami's grant");
-    broker
+    // Under the plan umami's user may configure only server-named queues.
+    let permissions = broker
         .planned
         .management()
-        .put_permissions(
-            "/",
-            "module.umami",
-            r"^(?:amq\.gen-.+)$",
-            &umami_grant.permissions.write,
-            &umami_grant.permissions.read,
-        )
+        .permissions("/")
         .await
-        .expect("umami's configure narrowed");
+        .expect("the permissions listed");
+    let umami_configure = permissions
+        .iter()
+        .find(|p| p.user == "module.umami")
+        .map(|p| p.configure.clone());
+    assert_eq!(umami_configure.as_deref(), Some(r"^(?:amq\.gen-.+)$"));
     // The operator declares umami's queue and its retry queue (as `mesh topology apply`
     // would), with the arguments the runtime declares.
     let operator = mesh::amqp::connect(broker.planned.node.url().parse().unwrap())
@@ -537,10 +549,20 @@ async fn no_user_can_bind_under_another_callers_reply_key() {
     // umami serves a tool of its own by hand, to see what a server sees of its callers.
     let umami = broker.raw("module.umami").await;
     let server = umami.open_channel(None).await.unwrap();
-    let (serve, _, _) = server
-        .queue_declare(QueueDeclareArguments::new("serve.umami.echo"))
+    // Its tool's queue is the operator's to declare; umami finds it (a passive declare).
+    broker
+        .planned
+        .declare_tool("umami.echo")
         .await
-        .expect("umami declares its own tool's queue")
+        .expect("the operator declares umami's tool queue");
+    let (serve, _, _) = server
+        .queue_declare(
+            QueueDeclareArguments::new("serve.umami.echo")
+                .passive(true)
+                .finish(),
+        )
+        .await
+        .expect("umami finds its own tool's queue")
         .expect("a declare-ok");
     server
         .queue_bind(QueueBindArguments::new(&serve, "mesh.rpc", "umami.echo"))
