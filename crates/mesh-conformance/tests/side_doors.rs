@@ -8,7 +8,8 @@
 //! every mesh destination: each `exchange.bind` the broker allows is then used to route an
 //! event forged as shop's (`x-source: shop`, `x-mesh-user: module.shop`, under shop's key
 //! `module.shop.order.placed` or, where the broker keeps umami to its own keys, umami's)
-//! into billing's queue, which with identity enforced must never handle it. umami may not
+//! into billing's queue, which with identity enforced must never handle it, nor the audit
+//! logger enforcing identity store as an event (the node runs one). umami may not
 //! declare an exchange at all: under the plan its `configure` covers server-named queues
 //! only, and the operator declares every durable queue (as `mesh topology apply` does). And
 //! replies: no user can bind under another's reply key on `mesh.replies`.
@@ -28,9 +29,11 @@ use mesh::amqp::access::AccessSpec;
 use mesh::{Bus, HandlerError, Incoming};
 use mesh_amqp::AmqpTransport;
 use mesh_core::codec::{self, DeadReason};
-use mesh_core::{Name, RetryPolicy, TopicPattern};
-use mesh_testkit::eventually;
+use mesh_audit::{AuditLogger, AuditOptions, DeadLetterQuery, Store, StoreOptions};
+use mesh_core::{EventId, Name, RetryPolicy, TopicPattern};
 use mesh_testkit::planned::PlannedNode;
+use mesh_testkit::{eventually, TempStore};
+use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -85,6 +88,7 @@ fn access_spec() -> AccessSpec {
             [TopicPattern::parse("module.other.#").unwrap()],
         )
         .module(Name::parse("shop").unwrap(), [])
+        .audit_logger(true)
 }
 
 impl Broker {
@@ -178,6 +182,33 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
         .await
         .expect("the operator declares billing's queues");
 
+    // The audit logger, as its planned user, enforcing identity: it reads every event.
+    let temp = TempStore::sqlite();
+    let store = Store::open(StoreOptions::url(temp.url()).unwrap())
+        .await
+        .expect("the audit store");
+    let logger_transport = broker
+        .planned
+        .transport("audit-logger.n1")
+        .await
+        .expect("the audit logger connects");
+    let shutdown = CancellationToken::new();
+    let logger = {
+        let logger = AuditLogger::new(
+            store.clone(),
+            AuditOptions::new()
+                .node("n1")
+                .enforce_identity(Some(String::new())),
+        );
+        let (transport, shutdown) = (logger_transport.clone(), shutdown.clone());
+        tokio::spawn(async move { logger.run(transport.as_ref(), &shutdown).await })
+    };
+    eventually(WAIT, "the logger's two consumers", || {
+        let attached = mesh_core::Transport::health(logger_transport.as_ref()).consumers_attached;
+        async move { (attached >= 2).then_some(()) }
+    })
+    .await;
+
     let handled = Arc::new(Mutex::new(Vec::<String>::new()));
     let billing_transport = Arc::new(broker.transport("module.billing").await);
     let billing = {
@@ -247,6 +278,8 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
         .collect();
     let mut allowed = Vec::new();
     let mut forged_ids = Vec::new();
+    // Those routed into `mesh.events`, where the audit logger's queue is bound on `#`.
+    let mut into_events = Vec::new();
     for source in &sources {
         for destination in MESH_EXCHANGES {
             for key in keys_to_billing(source, destination) {
@@ -268,6 +301,9 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
                     )
                     .await
                     .expect("published");
+                if destination == "mesh.events" {
+                    into_events.push(id.clone());
+                }
                 forged_ids.push(id);
                 // Each pair alone: the binding goes once the forgery is routed (in the channel's
                 // order), so no later publish takes it.
@@ -375,10 +411,45 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
     assert!(expected_dead > 0, "{allowed:?}");
     eprintln!("pairs the broker allowed: {allowed:?}");
 
+    // The audit logger stored the genuine event as shop's, and each forgery that reached its
+    // queue it dead-lettered (it is among the dead letters it stored, from its own queue) and
+    // never stored as an event: as nobody's, so not as shop's.
+    let genuine_id: EventId = genuine.parse().unwrap();
+    let stored = eventually(WAIT, "the logger stores shop's genuine event", || {
+        let store = store.clone();
+        async move { store.event(genuine_id).await.unwrap() }
+    })
+    .await;
+    assert_eq!(stored.source, "shop");
+    assert_eq!(stored.publisher.as_deref(), Some("module.shop"));
+    assert!(!into_events.is_empty(), "{allowed:?}");
+    for id in &into_events {
+        let id: EventId = id.parse().unwrap();
+        let letter = eventually(WAIT, "the logger dead-letters a forgery", || {
+            let store = store.clone();
+            async move {
+                let query = DeadLetterQuery::new()
+                    .event_id(id)
+                    .queue("n1.audit-logger.events");
+                store.dead_letters(&query).await.unwrap().into_iter().next()
+            }
+        })
+        .await;
+        assert_eq!(letter.user_id.as_deref(), Some("audit-logger.n1"));
+        assert!(store.event(id).await.unwrap().is_none(), "a forgery was stored");
+    }
+
     let _ = umami.close().await;
     shop.close().await;
     operator.close().await;
     billing.close().await;
+    shutdown.cancel();
+    logger
+        .await
+        .expect("the logger's task")
+        .expect("the logger stops cleanly");
+    logger_transport.close().await;
+    store.close().await;
 }
 
 /// Whether a forgery through `pair` reaches billing's queue: through `mesh.events` (bound on
