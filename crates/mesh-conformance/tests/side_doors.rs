@@ -28,8 +28,8 @@ use bytes::Bytes;
 use mesh::amqp::access::AccessSpec;
 use mesh::{Bus, HandlerError, Incoming};
 use mesh_amqp::AmqpTransport;
-use mesh_core::codec::{self, DeadReason};
 use mesh_audit::{AuditLogger, AuditOptions, DeadLetterQuery, Store, StoreOptions};
+use mesh_core::codec::{self, DeadReason};
 use mesh_core::{EventId, Name, RetryPolicy, TopicPattern};
 use mesh_testkit::planned::PlannedNode;
 use mesh_testkit::{eventually, TempStore};
@@ -436,7 +436,10 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
         })
         .await;
         assert_eq!(letter.user_id.as_deref(), Some("audit-logger.n1"));
-        assert!(store.event(id).await.unwrap().is_none(), "a forgery was stored");
+        assert!(
+            store.event(id).await.unwrap().is_none(),
+            "a forgery was stored"
+        );
     }
 
     let _ = umami.close().await;

@@ -723,6 +723,26 @@ mod tests {
             users,
             ["acme/operator", "acme/mesh.ctx", "acme/module.billing"]
         );
+        // Modules configure server-named queues only, unless the spec gives theirs back.
+        let configure = |text: &str| {
+            std::fs::write(&access_path, text).unwrap();
+            let spec = access_spec(&access_path, None, no_default).unwrap();
+            mesh::amqp::access::grants(&spec)
+                .into_iter()
+                .find(|g| g.user == "module.billing")
+                .unwrap()
+                .permissions
+                .configure
+        };
+        let module = "[[modules]]\nname = \"billing\"\npatterns = [\"module.umami.#\"]\n";
+        assert_eq!(
+            configure(&format!("node = \"n1\"\n{module}")),
+            r"^(?:amq\.gen-.+)$"
+        );
+        assert!(configure(&format!(
+            "node = \"n1\"\n[access]\nruntime_declares_queues = true\n{module}"
+        ))
+        .contains(r"billing\.events"));
         // Per module: the certificate login and the tools it may call.
         std::fs::write(
             &access_path,
