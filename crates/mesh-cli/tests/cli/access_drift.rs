@@ -325,7 +325,8 @@ async fn a_module_declares_no_exchange_and_starts_on_the_queues_topology_apply_d
         setup.password(&umami),
     );
     let raw = Connection::open(&args).await.expect("a raw connection");
-    for name in ["x.umami.events", "n1.umami.events", "serve.umami.echo"] {
+    let queue = format!("{NODE}.umami.events");
+    for name in ["x.umami.events", queue.as_str(), "serve.umami.echo"] {
         let channel = raw.open_channel(None).await.unwrap();
         let declared = channel
             .exchange_declare(ExchangeDeclareArguments::new(name, "topic"))
@@ -355,9 +356,7 @@ async fn a_module_declares_no_exchange_and_starts_on_the_queues_topology_apply_d
         .expect("umami connects");
     let mut subscription = transport
         .subscribe(SubscriptionSpec {
-            queue: QueueSpec::Durable {
-                name: "n1.umami.events".to_owned(),
-            },
+            queue: QueueSpec::Durable { name: queue },
             patterns: vec![TopicPattern::parse("module.umami.#").unwrap()],
             prefetch: 1,
             retry_delays: Vec::new(),
