@@ -357,6 +357,7 @@ fn sorted(mut topic: Vec<TopicGrant>) -> Vec<TopicGrant> {
 }
 
 /// Whose grant [`identity`] makes, and what the spec says of it.
+#[derive(Clone, Copy)]
 struct Identity<'a> {
     origin: Origin,
     owner: &'a Name,
