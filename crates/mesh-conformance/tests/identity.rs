@@ -63,7 +63,9 @@ impl Broker {
             .module(
                 Name::parse("billing").unwrap(),
                 [TopicPattern::parse("module.umami.#").unwrap()],
-            );
+            )
+            // Its modules declare their own queues: the narrowed default is side_doors.rs's.
+            .runtime_declares_queues(true);
         let grants = access::grants(&spec);
         let passwords: HashMap<String, String> = grants
             .iter()

@@ -34,7 +34,11 @@ impl RabbitHarness {
         let prefix = format!("{}/", vhost.name());
         let mut spec = AccessSpec::new(Name::parse(SUITE_NODE).expect("a node name"))
             .user_prefix(prefix.clone())
-            .audit_logger(true);
+            .audit_logger(true)
+            // The scenarios' modules declare their own queues (each scenario its own retry
+            // steps): the plan's narrowed default, with the operator declaring them, is
+            // side_doors.rs's.
+            .runtime_declares_queues(true);
         for (module, patterns) in SUITE_MODULES {
             spec = spec.module(
                 Name::parse(module).expect("a module name"),

@@ -8,8 +8,11 @@
 //! every mesh destination: each `exchange.bind` the broker allows is then used to route an
 //! event forged as shop's (`x-source: shop`, `x-mesh-user: module.shop`, under shop's key
 //! `module.shop.order.placed` or, where the broker keeps umami to its own keys, umami's)
-//! into billing's queue, which with identity enforced must never handle it. And replies: no
-//! user can bind under another's reply key on `mesh.replies`.
+//! into billing's queue, which with identity enforced must never handle it, nor the audit
+//! logger enforcing identity store as an event (the node runs one). umami may not
+//! declare an exchange at all: under the plan its `configure` covers server-named queues
+//! only, and the operator declares every durable queue (as `mesh topology apply` does). And
+//! replies: no user can bind under another's reply key on `mesh.replies`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -22,13 +25,15 @@ use amqprs::channel::{
 use amqprs::connection::{Connection, OpenConnectionArguments};
 use amqprs::{BasicProperties, FieldTable, FieldValue};
 use bytes::Bytes;
-use mesh::amqp::access::{self, AccessSpec};
+use mesh::amqp::access::AccessSpec;
 use mesh::{Bus, HandlerError, Incoming};
 use mesh_amqp::AmqpTransport;
+use mesh_audit::{AuditLogger, AuditOptions, DeadLetterQuery, Store, StoreOptions};
 use mesh_core::codec::{self, DeadReason};
-use mesh_core::{Name, TopicPattern};
-use mesh_testkit::eventually;
+use mesh_core::{EventId, Name, RetryPolicy, TopicPattern};
 use mesh_testkit::planned::PlannedNode;
+use mesh_testkit::{eventually, TempStore};
+use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -54,7 +59,8 @@ const BUILT_IN: [&str; 6] = [
     "amq.rabbitmq.trace",
 ];
 
-/// The exchange umami tries to declare (its queue configure pattern matched it once).
+/// The exchange umami tries to declare (its queues' configure pattern matched it once; the
+/// plan now gives it `configure` on server-named queues only).
 const OWN_EXCHANGE: &str = "x.umami.events";
 
 /// The forged event's key: shop's, which billing reads.
@@ -82,6 +88,7 @@ fn access_spec() -> AccessSpec {
             [TopicPattern::parse("module.other.#").unwrap()],
         )
         .module(Name::parse("shop").unwrap(), [])
+        .audit_logger(true)
 }
 
 impl Broker {
@@ -163,6 +170,44 @@ fn keys_to_billing(source: &str, destination: &str) -> Vec<&'static str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
     let broker = Broker::start().await;
+    // billing's queue is the operator's to declare: billing's user may not.
+    broker
+        .planned
+        .declare_consumer(
+            "n1",
+            "billing",
+            &["module.shop.#", "module.umami.#"],
+            &RetryPolicy::default(),
+        )
+        .await
+        .expect("the operator declares billing's queues");
+
+    // The audit logger, as its planned user, enforcing identity: it reads every event.
+    let temp = TempStore::sqlite();
+    let store = Store::open(StoreOptions::url(temp.url()).unwrap())
+        .await
+        .expect("the audit store");
+    let logger_transport = broker
+        .planned
+        .transport("audit-logger.n1")
+        .await
+        .expect("the audit logger connects");
+    let shutdown = CancellationToken::new();
+    let logger = {
+        let logger = AuditLogger::new(
+            store.clone(),
+            AuditOptions::new()
+                .node("n1")
+                .enforce_identity(Some(String::new())),
+        );
+        let (transport, shutdown) = (logger_transport.clone(), shutdown.clone());
+        tokio::spawn(async move { logger.run(transport.as_ref(), &shutdown).await })
+    };
+    eventually(WAIT, "the logger's two consumers", || {
+        let attached = mesh_core::Transport::health(logger_transport.as_ref()).consumers_attached;
+        async move { (attached >= 2).then_some(()) }
+    })
+    .await;
 
     let handled = Arc::new(Mutex::new(Vec::<String>::new()));
     let billing_transport = Arc::new(broker.transport("module.billing").await);
@@ -203,18 +248,27 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
         .expect("a tap of dead letters");
 
     let umami = broker.raw("module.umami").await;
-    // An exchange of umami's own, a source of the table if the broker lets umami declare it.
-    let declared = {
+    // An exchange of umami's own, named like its queue or like anything else: refused (the
+    // broker closes the channel), so it is no source of the table.
+    for name in [OWN_EXCHANGE, "n1.umami.events", "serve.umami.echo"] {
         let channel = umami.open_channel(None).await.unwrap();
         let declared = channel
-            .exchange_declare(ExchangeDeclareArguments::new(OWN_EXCHANGE, "topic"))
-            .await
-            .is_ok();
-        if declared {
-            let _ = channel.close().await;
-        }
-        declared
-    };
+            .exchange_declare(ExchangeDeclareArguments::new(name, "topic"))
+            .await;
+        assert!(declared.is_err(), "umami declared exchange {name}");
+    }
+    let exchanges = broker
+        .planned
+        .management()
+        .exchanges("/")
+        .await
+        .expect("the exchanges listed");
+    assert!(
+        !exchanges
+            .iter()
+            .any(|e| e.name == OWN_EXCHANGE || e.name.contains("umami")),
+        "{exchanges:?}"
+    );
 
     let sources: Vec<&str> = MESH_EXCHANGES
         .iter()
@@ -224,6 +278,8 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
         .collect();
     let mut allowed = Vec::new();
     let mut forged_ids = Vec::new();
+    // Those routed into `mesh.events`, where the audit logger's queue is bound on `#`.
+    let mut into_events = Vec::new();
     for source in &sources {
         for destination in MESH_EXCHANGES {
             for key in keys_to_billing(source, destination) {
@@ -245,6 +301,9 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
                     )
                     .await
                     .expect("published");
+                if destination == "mesh.events" {
+                    into_events.push(id.clone());
+                }
                 forged_ids.push(id);
                 // Each pair alone: the binding goes once the forgery is routed (in the channel's
                 // order), so no later publish takes it.
@@ -257,13 +316,12 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
         }
     }
     // The broker refuses every pair but those through exchanges umami may read under keys it
-    // may bind: `mesh.replies` under its own keys only, `mesh.events.dead` (any key) and,
-    // when it could declare one, an exchange of its own. Never shop's key on `mesh.replies`.
+    // may bind: `mesh.replies` under its own keys only, `mesh.events.dead` (any key). Never
+    // shop's key on `mesh.replies`, never from an exchange of umami's own.
     assert!(
         allowed.iter().all(|pair| (pair.starts_with("mesh.replies ")
             && pair.ends_with(&format!(" on {UMAMI_KEY}")))
-            || pair.starts_with("mesh.events.dead ")
-            || pair.starts_with("x.umami.events ")),
+            || pair.starts_with("mesh.events.dead ")),
         "{allowed:?}"
     );
     // The pair the broker must allow: its forgery is the trusted path's to stop.
@@ -319,10 +377,10 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
         let Some(note) = letter.note.clone() else {
             continue;
         };
-        if note.reason != DeadReason::ForeignPath {
+        // The audit logger's own (from its queue) are looked at below.
+        if note.reason != DeadReason::ForeignPath || note.queue != "n1.billing.events" {
             continue;
         }
-        assert_eq!(note.queue, "n1.billing.events");
         assert_eq!(
             codec::validated_user(&letter.message),
             Some("module.umami"),
@@ -352,13 +410,35 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
     .await;
     assert!(expected_dead > 0, "{allowed:?}");
     eprintln!("pairs the broker allowed: {allowed:?}");
-    // The plan still lets a module declare an exchange named like its queues (its
-    // `configure` covers them): a residual risk of docs/SECURITY.md, which the trusted path
-    // makes harmless to consumers. When it could, the table went through it.
-    if declared {
+
+    // The audit logger stored the genuine event as shop's, and each forgery that reached its
+    // queue it dead-lettered (it is among the dead letters it stored, from its own queue) and
+    // never stored as an event: as nobody's, so not as shop's.
+    let genuine_id: EventId = genuine.parse().unwrap();
+    let stored = eventually(WAIT, "the logger stores shop's genuine event", || {
+        let store = store.clone();
+        async move { store.event(genuine_id).await.unwrap() }
+    })
+    .await;
+    assert_eq!(stored.source, "shop");
+    assert_eq!(stored.publisher.as_deref(), Some("module.shop"));
+    assert!(!into_events.is_empty(), "{allowed:?}");
+    for id in &into_events {
+        let id: EventId = id.parse().unwrap();
+        let letter = eventually(WAIT, "the logger dead-letters a forgery", || {
+            let store = store.clone();
+            async move {
+                let query = DeadLetterQuery::new()
+                    .event_id(id)
+                    .queue("n1.audit-logger.events");
+                store.dead_letters(&query).await.unwrap().into_iter().next()
+            }
+        })
+        .await;
+        assert_eq!(letter.user_id.as_deref(), Some("audit-logger.n1"));
         assert!(
-            allowed.iter().any(|p| p.starts_with("x.umami.events ")),
-            "{allowed:?}"
+            store.event(id).await.unwrap().is_none(),
+            "a forgery was stored"
         );
     }
 
@@ -366,6 +446,13 @@ async fn no_exchange_umami_may_bind_lets_it_speak_as_shop() {
     shop.close().await;
     operator.close().await;
     billing.close().await;
+    shutdown.cancel();
+    logger
+        .await
+        .expect("the logger's task")
+        .expect("the logger stops cleanly");
+    logger_transport.close().await;
+    store.close().await;
 }
 
 /// Whether a forgery through `pair` reaches billing's queue: through `mesh.events` (bound on
@@ -377,6 +464,11 @@ fn reaches_billing(pair: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_with_identity_enforced_knows_its_caller_and_refuses_a_claimed_one() {
     let broker = Broker::start().await;
+    broker
+        .planned
+        .declare_tool("billing.quote")
+        .await
+        .expect("the operator declares billing's tool queue");
     let callers = Arc::new(Mutex::new(Vec::<(String, Option<String>)>::new()));
     let billing = {
         let callers = callers.clone();
@@ -453,24 +545,18 @@ fn consumer_spec(queue: &str) -> mesh_core::SubscriptionSpec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_without_configure_starts_on_queues_the_operator_declared() {
     let broker = Broker::start().await;
-    // umami's user may configure only server-named queues.
-    let grants = access::grants(&access_spec());
-    let umami_grant = grants
-        .iter()
-        .find(|g| g.user == "module.umami")
-        .expect("umami's grant");
-    broker
+    // Under the plan umami's user may configure only server-named queues.
+    let permissions = broker
         .planned
         .management()
-        .put_permissions(
-            "/",
-            "module.umami",
-            r"^(?:amq\.gen-.+)$",
-            &umami_grant.permissions.write,
-            &umami_grant.permissions.read,
-        )
+        .permissions("/")
         .await
-        .expect("umami's configure narrowed");
+        .expect("the permissions listed");
+    let umami_configure = permissions
+        .iter()
+        .find(|p| p.user == "module.umami")
+        .map(|p| p.configure.clone());
+    assert_eq!(umami_configure.as_deref(), Some(r"^(?:amq\.gen-.+)$"));
     // The operator declares umami's queue and its retry queue (as `mesh topology apply`
     // would), with the arguments the runtime declares.
     let operator = mesh::amqp::connect(broker.planned.node.url().parse().unwrap())
@@ -537,10 +623,20 @@ async fn no_user_can_bind_under_another_callers_reply_key() {
     // umami serves a tool of its own by hand, to see what a server sees of its callers.
     let umami = broker.raw("module.umami").await;
     let server = umami.open_channel(None).await.unwrap();
-    let (serve, _, _) = server
-        .queue_declare(QueueDeclareArguments::new("serve.umami.echo"))
+    // Its tool's queue is the operator's to declare; umami finds it (a passive declare).
+    broker
+        .planned
+        .declare_tool("umami.echo")
         .await
-        .expect("umami declares its own tool's queue")
+        .expect("the operator declares umami's tool queue");
+    let (serve, _, _) = server
+        .queue_declare(
+            QueueDeclareArguments::new("serve.umami.echo")
+                .passive(true)
+                .finish(),
+        )
+        .await
+        .expect("umami finds its own tool's queue")
         .expect("a declare-ok");
     server
         .queue_bind(QueueBindArguments::new(&serve, "mesh.rpc", "umami.echo"))

@@ -19,7 +19,14 @@
 //!   own queue, like TTL retry queues dead-lettering through `mesh.retry`;
 //! - per-message expiration: a message that waited longer is dropped, never delivered;
 //! - exclusive, auto-delete, server-named queues with automatic acks;
-//! - request/reply through `mesh.rpc`, a per-connection reply queue and correlation ids.
+//! - request/reply through `mesh.rpc`, a per-connection reply queue and correlation ids;
+//! - dead letters on `mesh.events.dead` routed under the dead-lettering queue's name (each
+//!   keeping its event's key), so a module's tap, bound on its own queues' names, reads its
+//!   own dead letters only, as under RabbitMQ's access plan.
+//!
+//! It has no users: nothing carries a validated user, no permission refuses a publish under
+//! another module's key or a tap on `#`, and `enforce_identity` dead-letters every event. One
+//! process shares one memory; broker-enforced identity is RabbitMQ's (`docs/SECURITY.md`).
 //!
 //! Timers use tokio's clock, so tests may pause it (`tokio::time::pause()`).
 //!

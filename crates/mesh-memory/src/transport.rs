@@ -102,7 +102,13 @@ impl MemoryTransport {
                 }
                 QueueSpec::DeadLetters(DeadQueue::Tap) => {
                     let name = state.declare_ephemeral(connection);
-                    state.set_bindings(DEAD_EXCHANGE, &name, &every());
+                    // The queue names it asks for (a module's tap: its own), else all.
+                    let patterns = if patterns.is_empty() {
+                        every()
+                    } else {
+                        patterns.clone()
+                    };
+                    state.set_bindings(DEAD_EXCHANGE, &name, &patterns);
                     (name, true)
                 }
                 QueueSpec::DeadLetters(DeadQueue::Retired) => {

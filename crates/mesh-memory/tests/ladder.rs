@@ -160,6 +160,31 @@ async fn a_dead_letter_lands_in_every_queue_of_dead_letters() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_modules_tap_reads_the_dead_letters_of_its_own_queues_only() {
+    let broker = MemoryBroker::new();
+    let transport = broker.transport();
+    let mut sub = transport
+        .subscribe(durable("n.a.events", &["module.x.#"], 4))
+        .await
+        .unwrap();
+    // Bound on their modules' queue names, as `Bus::dead_letters` binds them.
+    let tap_of = |module: &str| SubscriptionSpec {
+        patterns: patterns(&[&format!("*.{module}.events"), &format!("serve.{module}.#")]),
+        ..dead_tap()
+    };
+    let mut own = transport.subscribe(tap_of("a")).await.unwrap();
+    let mut other = transport.subscribe(tap_of("b")).await.unwrap();
+
+    emit(&transport, "module.x.poison", "poison").await;
+    dead_letter_next(&mut sub).await;
+    // Under its queue's name, with its event's own key.
+    let letter = next(&mut own).await;
+    assert_eq!(letter.message.routing_key, "module.x.poison");
+    assert_eq!(body(&letter), "poison");
+    nothing_more(&mut other).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_durable_queue_of_dead_letters_keeps_them_for_a_reader_that_is_away() {
     let broker = MemoryBroker::new();
     let transport = broker.transport();

@@ -2,7 +2,10 @@
 //! to a broker, so tests of broker-enforced identity run on a node of their own. The node's
 //! `guest` applies the plan through the management API and declares mesh's exchanges (as
 //! `mesh topology apply` would: no planned user but the operator may); every planned user
-//! gets a password generated for the run.
+//! gets a password generated for the run. Under the plan a module declares only server-named
+//! queues: its durable queues are the operator's to declare first
+//! ([`PlannedNode::declare_consumer`], [`PlannedNode::declare_tool`]), as `mesh topology
+//! apply` does with a spec listing each module's `retry` steps and `serves`.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -24,6 +27,7 @@ use anyhow::Context as _;
 use mesh::amqp::access::{self, AccessSpec, Password, Passwords};
 use mesh::amqp::management::{ManagementClient, ManagementOptions};
 use mesh::amqp::{AmqpOptions, AmqpTransport};
+use mesh::raw::{QueueSpec, RetryPolicy, ServeSpec, SubscriptionSpec, ToolKey, TopicPattern};
 
 use crate::{eventually, NodeOptions, PrivateNode};
 
@@ -123,6 +127,59 @@ impl PlannedNode {
             .credentials(user, self.password(user))
             .connection_name(format!("planned-{user}"));
         Ok(Arc::new(mesh::amqp::connect(options).await?))
+    }
+
+    /// Declares, as the operator, the durable queue of `module` on node `node` (its retry
+    /// queues for `retry`'s steps, its bindings on `patterns`), as `mesh topology apply` does:
+    /// a module's user may not. `retry` is the module's bus's policy (`RetryPolicy::default()`
+    /// unless it sets one).
+    pub async fn declare_consumer(
+        &self,
+        node: &str,
+        module: &str,
+        patterns: &[&str],
+        retry: &RetryPolicy,
+    ) -> anyhow::Result<()> {
+        let patterns = patterns
+            .iter()
+            .map(|p| TopicPattern::parse(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let operator = self.operator().await?;
+        // Declared and attached, then dropped at once: nothing is published to it yet.
+        let declared = operator
+            .subscribe(SubscriptionSpec {
+                queue: QueueSpec::Durable {
+                    name: format!("{node}.{module}.events"),
+                },
+                patterns,
+                prefetch: 1,
+                retry_delays: retry.delays().to_vec(),
+            })
+            .await;
+        let declared = declared.map(drop);
+        operator.close().await;
+        Ok(declared?)
+    }
+
+    /// Declares, as the operator, the serve queue of `tool` (`serve.<tool>`, bound on its key
+    /// on `mesh.rpc`), as `mesh topology apply` does for a module's `serves`.
+    pub async fn declare_tool(&self, tool: &str) -> anyhow::Result<()> {
+        let operator = self.operator().await?;
+        let declared = operator
+            .serve(ServeSpec {
+                tool: ToolKey::parse(tool)?,
+                prefetch: 1,
+            })
+            .await
+            .map(drop);
+        operator.close().await;
+        Ok(declared?)
+    }
+
+    /// A transport as the node's administrator, the plan's operator.
+    async fn operator(&self) -> anyhow::Result<AmqpTransport> {
+        let options: AmqpOptions = self.node.url().parse()?;
+        Ok(mesh::amqp::connect(options.connection_name("planned-operator")).await?)
     }
 
     /// The management API as the administrator.

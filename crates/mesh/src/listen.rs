@@ -147,8 +147,9 @@ impl Bus {
     /// `*.<module>.events.retry.*` and `serve.<module>.#`: the dead letters its own queues
     /// made (each published under its queue's name), which is all the access plan lets a
     /// module read; a context's or the node's taps every dead
-    /// letter, as [`all_dead_letters`](Bus::all_dead_letters) does. (The in-memory broker
-    /// has no permissions: its taps see every dead letter.)
+    /// letter, as [`all_dead_letters`](Bus::all_dead_letters) does. The in-memory broker
+    /// routes dead letters the same way (under their queue's name), so a module's tap sees
+    /// the same there; it has no users and no permissions, so nothing refuses a tap on `#`.
     ///
     /// It sees the dead letters made from the moment this returns, and takes none from
     /// anyone: the audit loggers record each one in their own queues

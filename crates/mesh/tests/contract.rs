@@ -345,7 +345,7 @@ async fn with_validation_a_body_that_breaks_the_schema_is_dead_lettered_schema_i
         .module("umami")
         .start(transport(&broker))
         .await?;
-    let mut dead = umami.dead_letters().await?;
+    let mut dead = consumer.dead_letters().await?;
 
     // A required field missing: refused before deserializing, the error names it.
     let missing = json!({"site": "blog", "plan": "basic"}).to_string();
@@ -401,7 +401,7 @@ async fn without_validation_the_same_bodies_reach_serde() -> anyhow::Result<()> 
         .module("umami")
         .start(transport(&broker))
         .await?;
-    let mut dead = umami.dead_letters().await?;
+    let mut dead = consumer.dead_letters().await?;
     let missing = json!({"site": "blog", "plan": "basic"}).to_string();
     umami
         .emit_outgoing(Outgoing::raw(SiteCreated::KEY, missing)?)
@@ -440,7 +440,7 @@ async fn a_typed_schema_checks_only_the_version_it_describes() -> anyhow::Result
         .module("billing")
         .start(transport(&broker))
         .await?;
-    let mut dead = billing.dead_letters().await?;
+    let mut dead = consumer.dead_letters().await?;
     // Version 2 (read, but not the version the schema describes) with an invoice number
     // version 3's schema refuses and serde reads: not checked, so it reaches the handler.
     let v2 = json!({"invoice": 5_000_000, "plan": "basic"}).to_string();
@@ -496,7 +496,7 @@ async fn a_raw_handler_s_declared_schema_is_checked() -> anyhow::Result<()> {
         .module("shop")
         .start(transport(&broker))
         .await?;
-    let mut dead = shop.dead_letters().await?;
+    let mut dead = consumer.dead_letters().await?;
     shop.emit_outgoing(Outgoing::json("order.placed", &json!({"total": 3}))?)
         .await?;
     let note = next_dead(&mut dead).await?;

@@ -28,6 +28,7 @@ pub struct AccessSpec {
     audit_logger: bool,
     certificates: BTreeSet<Name>,
     calls: BTreeMap<Name, BTreeSet<String>>,
+    runtime_declares_queues: bool,
 }
 
 impl AccessSpec {
@@ -43,6 +44,7 @@ impl AccessSpec {
             audit_logger: false,
             certificates: BTreeSet::new(),
             calls: BTreeMap::new(),
+            runtime_declares_queues: false,
         }
     }
 
@@ -99,6 +101,19 @@ impl AccessSpec {
     /// Whether the node itself gets a user (owning `node.<node>.…`; default true).
     pub fn node_user(mut self, yes: bool) -> AccessSpec {
         self.node_user = yes;
+        self
+    }
+
+    /// Whether modules, contexts and the node may declare their own durable queues
+    /// (`configure` on their consumer, retry and serve queues' names), as plans before this
+    /// option gave them; default false: `configure` on server-named `amq.gen-…` queues only,
+    /// so no identity but the operator can declare an exchange (a permission names a
+    /// resource, not its kind: `configure` on a queue name lets a user declare an exchange so
+    /// named). Then `mesh topology apply` declares every durable queue (each module's `retry`
+    /// steps and `serves` listed in the spec), and the runtime finds them with a passive
+    /// declare. True only while a deployment's spec does not list them yet.
+    pub fn runtime_declares_queues(mut self, yes: bool) -> AccessSpec {
+        self.runtime_declares_queues = yes;
         self
     }
 
@@ -319,6 +334,9 @@ fn rpc_write(calls: Option<&BTreeSet<String>>) -> String {
 }
 
 const NOTHING: &str = "^$";
+/// Server-named queues (RPC replies, ephemeral subscriptions, taps): RabbitMQ refuses a
+/// client's declaration of any `amq.…` name, queue or exchange.
+const SERVER_NAMED: &str = r"amq\.gen-.+";
 const ANYTHING: &str = ".*";
 
 pub(super) fn topic(
@@ -338,15 +356,28 @@ fn sorted(mut topic: Vec<TopicGrant>) -> Vec<TopicGrant> {
     topic
 }
 
-/// The grant of an identity; `patterns` is `Some` for a module (which consumes), `calls`
-/// the tools it may call if the spec limits them.
-fn identity(
-    prefix: &str,
+/// Whose grant [`identity`] makes, and what the spec says of it.
+#[derive(Clone, Copy)]
+struct Identity<'a> {
     origin: Origin,
-    owner: &Name,
-    patterns: Option<&BTreeSet<String>>,
-    calls: Option<&BTreeSet<String>>,
-) -> Grant {
+    owner: &'a Name,
+    /// `Some` for a module (which consumes).
+    patterns: Option<&'a BTreeSet<String>>,
+    /// The tools it may call, if the spec limits them.
+    calls: Option<&'a BTreeSet<String>>,
+    /// It may declare its durable queues ([`AccessSpec::runtime_declares_queues`]).
+    declares_queues: bool,
+}
+
+/// The grant of an identity.
+fn identity(prefix: &str, of: Identity<'_>) -> Grant {
+    let Identity {
+        origin,
+        owner,
+        patterns,
+        calls,
+        declares_queues,
+    } = of;
     let n = escape(owner.as_str());
     let consumer = patterns.is_some();
     let own_queues = format!(r"[^.]+\.{n}\.events(?:\.retry\.[^.]+)?");
@@ -355,8 +386,15 @@ fn identity(
         queues.push(own_queues.clone());
     }
     queues.push(format!(r"serve\.{n}\..+"));
-    queues.push(r"amq\.gen-.+".to_owned());
+    queues.push(SERVER_NAMED.to_owned());
     let queues = queues.join("|");
+    // Without configure on its durable queues, it declares only server-named ones (an
+    // exchange cannot be named `amq.…`): `mesh topology apply` declared the others.
+    let configure = if declares_queues {
+        format!("^(?:{queues})$")
+    } else {
+        format!("^(?:{SERVER_NAMED})$")
+    };
     let (read, write) = (read_exchanges(), write_exchanges());
     let events_read = match patterns {
         Some(patterns) if !patterns.is_empty() => format!(
@@ -395,7 +433,7 @@ fn identity(
         tags: Vec::new(),
         certificate: false,
         permissions: Permissions {
-            configure: format!("^(?:{queues})$"),
+            configure,
             write: format!("^(?:{queues}|{write})$"),
             read: format!("^(?:{queues}|{read})$"),
         },
@@ -490,19 +528,28 @@ pub fn grants(spec: &AccessSpec) -> Vec<Grant> {
         logger.certificate = spec.certificates.iter().any(|m| m.as_str() == AUDIT_MODULE);
         out.push(logger);
     }
+    let declares_queues = spec.runtime_declares_queues;
+    let of = |origin, owner| Identity {
+        origin,
+        owner,
+        patterns: None,
+        calls: None,
+        declares_queues,
+    };
     if spec.node_user {
-        out.push(identity(prefix, Origin::Node, &spec.node, None, None));
+        out.push(identity(prefix, of(Origin::Node, &spec.node)));
     }
     for context in &spec.contexts {
-        out.push(identity(prefix, Origin::Mesh, context, None, None));
+        out.push(identity(prefix, of(Origin::Mesh, context)));
     }
     for (module, patterns) in &spec.modules {
         let mut grant = identity(
             prefix,
-            Origin::Module,
-            module,
-            Some(patterns),
-            spec.calls.get(module),
+            Identity {
+                patterns: Some(patterns),
+                calls: spec.calls.get(module),
+                ..of(Origin::Module, module)
+            },
         );
         grant.certificate = spec.certificates.contains(module);
         out.push(grant);

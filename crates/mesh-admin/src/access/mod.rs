@@ -30,7 +30,7 @@
 //!
 //! | user | configure | write | read |
 //! |---|---|---|---|
-//! | `<o>.<N>` | `^(?:Q)$` | `^(?:Q\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.replies\|mesh\.reply\|mesh\.logs)$` | `^(?:Q\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.replies\|mesh\.reply)$` |
+//! | `<o>.<N>` | `^(?:amq\.gen-.+)$` (`^(?:Q)$` with [`AccessSpec::runtime_declares_queues`]) | `^(?:Q\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.replies\|mesh\.reply\|mesh\.logs)$` | `^(?:Q\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.replies\|mesh\.reply)$` |
 //! | `audit-logger.<X>` | `^(?:A)$` | `^(?:A\|mesh\.events\.dead\|mesh\.retry\|mesh\.logs)$` | `^(?:A\|mesh\.events\|mesh\.rpc\|mesh\.events\.dead\|mesh\.retry\|mesh\.replies\|mesh\.reply)$` |
 //! | `operator` | `.*` | `.*` | `.*` |
 //!
@@ -38,14 +38,18 @@
 //! for the audit logger of node `X` (it unbinds, drains and deletes the retired
 //! `mesh.dead-letters`). No user but the operator has `configure` on one of mesh's exchanges
 //! (the runtime declares them passively; `configure` would let a module delete `mesh.events`),
-//! though a module may declare an exchange of its own (below), nor
-//! `write` on `amq.default` (the default exchange writes into any queue). A permission names
-//! a resource, not its kind: a module's `configure` on its queue names also lets it declare an
-//! *exchange* named like one of them (`x.umami.events`), which its `read` and `write` then
-//! cover too, so it can bind that exchange into `mesh.events` and publish there under any key.
-//! What such a path delivers is not an event: consumers take only what came through
-//! `mesh.events` (or their own name on `mesh.retry` and the default exchange), see
-//! `docs/SECURITY.md`, "The trusted-path rule".
+//! nor `write` on `amq.default` (the default exchange writes into any queue). A permission
+//! names a resource, not its kind: `configure` on a queue name would also let a user declare
+//! an *exchange* so named, which its `read` and `write` then cover too, so it could bind that
+//! exchange into `mesh.events` and publish there under any key. So modules, contexts and the
+//! node configure only server-named queues (RabbitMQ refuses a client any `amq.…` name, queue
+//! or exchange): `mesh topology apply` declares their durable queues (a spec lists each
+//! module's `retry` steps and `serves`), and the runtime finds them with a passive declare.
+//! [`AccessSpec::runtime_declares_queues`] gives back `configure` on `Q` while a deployment's
+//! spec does not list them yet. The audit logger keeps `configure` on `A` (it declares its own
+//! queues and deletes the retired one). What any side path delivers is not an event anyway:
+//! consumers take only what came through `mesh.events` (or their own name on `mesh.retry` and
+//! the default exchange), see `docs/SECURITY.md`, "The trusted-path rule".
 //!
 //! Topic permissions (write / read):
 //!

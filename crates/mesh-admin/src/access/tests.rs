@@ -77,8 +77,31 @@ fn the_spec_gives_one_user_per_identity() {
 }
 
 #[test]
-fn a_module_configures_only_its_own_queues() {
+fn a_module_configures_only_server_named_queues() {
     let grants = grants(&spec());
+    for user in ["module.umami", "node.n1", "mesh.ctx"] {
+        // Not even an exchange named like its queues (`x.umami.events`): the operator
+        // declares its durable queues.
+        matches(
+            &grant(&grants, user).permissions.configure,
+            &["amq.gen-abc", "amq.gen-JzTY20BRgKO-HjmUJj0wLg"],
+            &[
+                "n1.umami.events",
+                "x.umami.events",
+                "n1.umami.events.retry.5s",
+                "serve.umami.sites.create",
+                "serve.n1.ping",
+                "amq.gen-",
+                "amq.direct",
+                "mesh.events",
+            ],
+        );
+    }
+}
+
+#[test]
+fn a_module_that_declares_its_queues_configures_only_its_own() {
+    let grants = grants(&spec().runtime_declares_queues(true));
     let umami = grant(&grants, "module.umami");
     matches(
         &umami.permissions.configure,
@@ -258,7 +281,7 @@ fn the_expressions_are_the_documented_ones() {
     let grants = grants(&spec());
     let umami = grant(&grants, "module.umami");
     let q = r"[^.]+\.umami\.events(?:\.retry\.[^.]+)?|serve\.umami\..+|amq\.gen-.+";
-    assert_eq!(umami.permissions.configure, format!("^(?:{q})$"));
+    assert_eq!(umami.permissions.configure, r"^(?:amq\.gen-.+)$");
     assert_eq!(
         umami.permissions.write,
         format!(
@@ -308,8 +331,14 @@ fn the_expressions_are_the_documented_ones() {
         format!(r"^(?:{a}|mesh\.events\.dead|mesh\.retry|mesh\.logs)$")
     );
     let node = grant(&grants, "node.n1");
+    assert_eq!(node.permissions.configure, r"^(?:amq\.gen-.+)$");
+    let declaring = super::grants(&spec().runtime_declares_queues(true));
     assert_eq!(
-        node.permissions.configure,
+        grant(&declaring, "module.umami").permissions.configure,
+        format!("^(?:{q})$")
+    );
+    assert_eq!(
+        grant(&declaring, "node.n1").permissions.configure,
         r"^(?:serve\.n1\..+|amq\.gen-.+)$"
     );
 }
@@ -327,7 +356,7 @@ fn contexts_and_the_node_consume_no_durable_queue() {
     let grants = grants(&spec());
     let node = grant(&grants, "node.n1");
     matches(
-        &node.permissions.configure,
+        &node.permissions.read,
         &["serve.n1.ping", "amq.gen-1"],
         &["x.n1.events", "n1.n1.events", "n1.umami.events"],
     );
@@ -401,7 +430,7 @@ fn names_are_escaped() {
     let grants = grants(&spec);
     let module = grant(&grants, "module.a+b");
     matches(
-        &module.permissions.configure,
+        &module.permissions.read,
         &["n-1.a+b.events"],
         &["n-1.aab.events", "n-1.aaab.events"],
     );

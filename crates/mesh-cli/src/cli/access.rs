@@ -49,9 +49,11 @@ The plan has one broker user per identity: <prefix>module.<module> for each modu
 <prefix>audit-logger.<node> when the spec has the module audit-logger (tag management: it
 lists its queue's bindings), and <prefix>operator
 (tag management, every permission: it runs topology apply, dead redrive and status). Each
-may configure, read and write only its own queues (<node>.<module>.events on any node,
-shared.<module>.events, their retry queues, serve.<owner>.<tool…>, server-named amq.gen-…),
-never configure an exchange nor write to the default exchange, publish on mesh.events only
+may read and write only its own queues (<node>.<module>.events on any node,
+shared.<module>.events, their retry queues, serve.<owner>.<tool…>, server-named amq.gen-…)
+and configure (declare, delete) only server-named ones: mesh topology apply declares the
+others (list each module's retry steps and served tools in the spec) and the runtime finds
+them; it never configures an exchange nor writes to the default exchange, publish on mesh.events only
 under <origin>.<owner>.…, bind on mesh.events only its spec patterns, call any tool and serve
 only its own (docs/CONTRACT.md, \"Users and permissions\", has every expression).
 Users not in the plan are never changed; those carrying the prefix with permissions on the
@@ -70,6 +72,8 @@ The [access] table of the spec file (all optional):
   user_prefix = \"acme/\"         # default none: users are global to a broker
   contexts = [\"billing-ctx\"]    # runtime contexts, each with a user mesh.<context>
   node_user = true               # a user node.<node> for the node itself
+  runtime_declares_queues = false # true: modules may declare their own queues (and so an
+                                 # exchange named like one); only while retry/serves lag
   max_connections = 4            # each planned user's limit, the operator's excepted
   max_channels = 64              # each planned user's channels per connection, likewise
   max_queues = 1000              # the vhost's queue limit"

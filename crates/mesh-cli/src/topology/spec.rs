@@ -51,6 +51,9 @@ struct AccessTable {
     contexts: Vec<String>,
     /// Whether the node itself has a user `node.<node>` (default true).
     node_user: Option<bool>,
+    /// Whether modules, contexts and the node may declare their own durable queues (default
+    /// false: `mesh topology apply` declares them, with each module's `retry` and `serves`).
+    runtime_declares_queues: Option<bool>,
     /// Each planned user's `max-connections` (the operator's excepted; default no limit).
     max_connections: Option<u64>,
     /// Each planned user's `max-channels` (the operator's excepted; default no limit).
@@ -436,7 +439,8 @@ pub(crate) fn access_spec(
     }
     let mut spec = AccessSpec::new(node)
         .user_prefix(prefix)
-        .node_user(table.node_user.unwrap_or(true));
+        .node_user(table.node_user.unwrap_or(true))
+        .runtime_declares_queues(table.runtime_declares_queues.unwrap_or(false));
     for context in &table.contexts {
         let name = Name::parse(context).coded(Code::Usage, || {
             format!("invalid context name `{context}` in the spec file")
@@ -719,6 +723,26 @@ mod tests {
             users,
             ["acme/operator", "acme/mesh.ctx", "acme/module.billing"]
         );
+        // Modules configure server-named queues only, unless the spec gives theirs back.
+        let configure = |text: &str| {
+            std::fs::write(&access_path, text).unwrap();
+            let spec = access_spec(&access_path, None, no_default).unwrap();
+            mesh::amqp::access::grants(&spec)
+                .into_iter()
+                .find(|g| g.user == "module.billing")
+                .unwrap()
+                .permissions
+                .configure
+        };
+        let module = "[[modules]]\nname = \"billing\"\npatterns = [\"module.umami.#\"]\n";
+        assert_eq!(
+            configure(&format!("node = \"n1\"\n{module}")),
+            r"^(?:amq\.gen-.+)$"
+        );
+        assert!(configure(&format!(
+            "node = \"n1\"\n[access]\nruntime_declares_queues = true\n{module}"
+        ))
+        .contains(r"billing\.events"));
         // Per module: the certificate login and the tools it may call.
         std::fs::write(
             &access_path,

@@ -296,3 +296,93 @@ async fn foreign_bindings_and_limits_are_drift_and_apply_fixes_them() {
     let output = setup.mesh("access", &["plan", "--check"]).await;
     assert_code(&output, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_declares_no_exchange_and_starts_on_the_queues_topology_apply_declared() {
+    use amqprs::channel::{ExchangeBindArguments, ExchangeDeclareArguments};
+    use amqprs::connection::{Connection, OpenConnectionArguments};
+    use mesh::raw::{QueueSpec, SubscriptionSpec, TopicPattern};
+
+    // `access apply` and `topology apply` ran, and `access plan --check` and `topology plan
+    // --check` passed (exit 0) on the plan as it is by default: no `configure` on durable
+    // queues for a module.
+    let setup = Setup::start("narrow", "", &[("umami", r#"["module.umami.#"]"#)]).await;
+    let umami = format!("{}module.umami", setup.prefix);
+    let api = setup.operator_api();
+    let permissions = api.permissions("/").await.unwrap();
+    let configure = permissions
+        .iter()
+        .find(|p| p.user == umami)
+        .map(|p| p.configure.as_str());
+    assert_eq!(configure, Some(r"^(?:amq\.gen-.+)$"), "{permissions:#?}");
+
+    // umami declares no exchange, named like its queue or not, and so binds none of its own
+    // into `mesh.events`: the broker refuses each (and closes the channel).
+    let args = OpenConnectionArguments::new(
+        "127.0.0.1",
+        setup.node.port(),
+        &umami,
+        setup.password(&umami),
+    );
+    let raw = Connection::open(&args).await.expect("a raw connection");
+    let queue = format!("{NODE}.umami.events");
+    for name in ["x.umami.events", queue.as_str(), "serve.umami.echo"] {
+        let channel = raw.open_channel(None).await.unwrap();
+        let declared = channel
+            .exchange_declare(ExchangeDeclareArguments::new(name, "topic"))
+            .await;
+        assert!(declared.is_err(), "umami declared exchange {name}");
+        let channel = raw.open_channel(None).await.unwrap();
+        let bound = channel
+            .exchange_bind(ExchangeBindArguments::new(
+                "mesh.events",
+                name,
+                "module.billing.invoice.paid",
+            ))
+            .await;
+        assert!(bound.is_err(), "umami bound {name} into mesh.events");
+    }
+    let exchanges = api.exchanges("/").await.unwrap();
+    assert!(
+        !exchanges.iter().any(|e| e.name.contains("umami")),
+        "{exchanges:#?}"
+    );
+    let _ = raw.close().await;
+
+    // Its runtime starts on the queue `topology apply` declared (its own declaration refused,
+    // a passive one finds it) and consumes from it.
+    let transport = mesh::amqp::connect(setup.options("module.umami"))
+        .await
+        .expect("umami connects");
+    let mut subscription = transport
+        .subscribe(SubscriptionSpec {
+            queue: QueueSpec::Durable { name: queue },
+            patterns: vec![TopicPattern::parse("module.umami.#").unwrap()],
+            prefetch: 1,
+            retry_delays: Vec::new(),
+        })
+        .await
+        .expect("umami starts on the queue topology apply declared");
+    let mut message = mesh::raw::WireMessage::new("module.umami.thing", "{}");
+    message.properties.persistent = true;
+    transport
+        .publish(message, mesh::raw::PublishOptions::default())
+        .await
+        .expect("accepted")
+        .await
+        .expect("confirmed");
+    let delivery = tokio::time::timeout(WAIT, subscription.next())
+        .await
+        .expect("a delivery in time")
+        .expect("the subscription is open");
+    assert_eq!(delivery.message.routing_key, "module.umami.thing");
+    delivery.ack().await.expect("acked");
+    drop(subscription);
+    transport.close().await;
+
+    // And the plan still agrees with the broker.
+    for command in ["access", "topology"] {
+        let output = setup.mesh(command, &["plan", "--check"]).await;
+        assert_code(&output, 0);
+    }
+}

@@ -18,7 +18,7 @@ use amqprs::connection::{Connection, OpenConnectionArguments};
 use amqprs::{BasicProperties, FieldTable, FieldValue};
 use bytes::Bytes;
 use mesh::amqp::access::AccessSpec;
-use mesh::raw::{DeadReason, Name, TopicPattern};
+use mesh::raw::{DeadReason, Name, RetryPolicy, TopicPattern};
 use mesh::{Bus, HandlerError, Incoming, Outgoing};
 use mesh_audit::{
     AuditLogger, AuditOptions, DeadLetterQuery, DeadLetterRecord, Store, StoreOptions,
@@ -161,6 +161,12 @@ async fn forged_dead_letters_are_untrusted_and_taps_see_their_own() {
     })
     .await;
 
+    // Their queues are the operator's to declare (as `mesh topology apply` does).
+    for module in ["billing", "umami"] {
+        node.declare_consumer("n1", module, &["module.shop.#"], &RetryPolicy::default())
+            .await
+            .expect("the operator declares the consumers' queues");
+    }
     let handled = Arc::new(Mutex::new(HashMap::<String, u32>::new()));
     let billing = consumer(&node, "billing", handled.clone()).await;
     let umami = consumer(&node, "umami", Arc::new(Mutex::new(HashMap::new()))).await;

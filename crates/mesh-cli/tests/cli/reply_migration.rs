@@ -38,7 +38,8 @@ fn headers(pairs: &[(&str, &str)]) -> FieldTable {
 async fn a_deployment_on_mesh_reply_is_reported_and_migrated_while_both_versions_talk() {
     let setup = Setup::start(
         "replies",
-        "",
+        // Its modules of both versions declare their own serve queues.
+        "runtime_declares_queues = true\n",
         &[
             ("umami", r#"["module.umami.#"]"#),
             ("billing", r#"["module.billing.#"]"#),

@@ -307,7 +307,20 @@ impl State {
         message: &WireMessage,
         fx: &mut Effects,
     ) -> usize {
-        let targets = self.bindings.route(exchange, &message.routing_key);
+        self.publish_under(exchange, &message.routing_key, message, fx)
+    }
+
+    /// Like [`publish`](Self::publish), routed by `key` rather than the message's own key
+    /// (which it keeps): a dead letter goes under its queue's name, as on RabbitMQ (where
+    /// the event's key travels in a header and the receiving transport restores it).
+    pub(crate) fn publish_under(
+        &mut self,
+        exchange: &'static str,
+        key: &str,
+        message: &WireMessage,
+        fx: &mut Effects,
+    ) -> usize {
+        let targets = self.bindings.route(exchange, key);
         let mut message = Cow::Borrowed(message);
         let forged = message
             .properties
@@ -497,7 +510,9 @@ impl State {
             }
             Settlement::DeadLetter(copy) => {
                 debug!(queue = queue_name, tag, "dead-lettered");
-                self.publish(DEAD_EXCHANGE, &copy, fx);
+                // Under the queue's name, so a tap bound on its own queues' names
+                // (`Bus::dead_letters`) reads only those.
+                self.publish_under(DEAD_EXCHANGE, queue_name, &copy, fx);
             }
             Settlement::Reply(mut reply) => {
                 let request = unacked.message.wire.properties;

@@ -356,6 +356,33 @@ fn dead_letter_publishes_the_copy_on_the_dead_exchange() {
 }
 
 #[test]
+fn a_dead_letter_is_routed_by_its_queue_name_and_keeps_its_key() {
+    let mut state = State::new();
+    let mut fx = Effects::default();
+    durable(&mut state, "n1.billing.events", &["#"]);
+    // A tap of billing's own queues, one of umami's, and one of every dead letter.
+    for (tap, pattern) in [
+        ("billing-tap", "*.billing.events"),
+        ("umami-tap", "*.umami.events"),
+        ("all", "#"),
+    ] {
+        state.declare_durable(tap).expect("a valid queue name");
+        state.set_bindings(DEAD_EXCHANGE, tap, &set(&[pattern]));
+    }
+    let c = state.open_connection();
+    let (consumer, _sub) = consumer(c, Some(1), 4);
+    state.add_consumer("n1.billing.events", consumer, &mut fx);
+    state.publish(EVENTS_EXCHANGE, &message("module.shop.a", "a"), &mut fx);
+    let first = handouts(take(&mut fx));
+    let copy = message("module.shop.a", "a-dead");
+    settle(&mut state, &first[0], Settlement::DeadLetter(copy), &mut fx)
+        .expect("an unsettled delivery");
+    assert_eq!(state.queue_depth("billing-tap"), Some(1));
+    assert_eq!(state.queue_depth("umami-tap"), Some(0));
+    assert_eq!(state.queue_depth("all"), Some(1));
+}
+
+#[test]
 fn a_reply_goes_to_the_waiting_call_and_a_late_one_is_counted() {
     let mut state = State::new();
     let mut fx = Effects::default();
