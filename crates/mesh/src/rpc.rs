@@ -12,7 +12,9 @@ use futures::stream::FuturesUnordered;
 use futures::FutureExt;
 use futures::StreamExt;
 use mesh_core::codec::{self, RemoteError, RequestMeta};
-use mesh_core::{Delivery, EventId, ServeSpec, Subscription, Timestamp, ToolKey, Transport};
+use mesh_core::{
+    Delivery, EventId, ServeSpec, Subscription, Timestamp, ToolKey, Transport, WireMessage,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -244,7 +246,7 @@ async fn answer(entry: &Serving, request: Delivery) {
                 );
                 Err(RemoteError::new(RemoteError::SCHEMA_INVALID, problem))
             }
-            None => serve_one(entry, &request, meta).await,
+            None => serve_one(entry, &request.message, meta).await,
         },
     };
     record::served(&entry.tool, if result.is_ok() { "ok" } else { "error" });
@@ -266,7 +268,7 @@ async fn answer(entry: &Serving, request: Delivery) {
 /// scope: its reply, or its error (a panic answered `internal`).
 async fn serve_one(
     entry: &Serving,
-    request: &Delivery,
+    request: &WireMessage,
     meta: RequestMeta,
 ) -> Result<Bytes, RemoteError> {
     let span = tracing::info_span!(
@@ -277,10 +279,10 @@ async fn serve_one(
         causation_id = meta.causation_id.as_deref(),
         source = %Escaped(&meta.source),
     );
-    propagation::set_parent(&span, &request.message.properties.headers);
+    propagation::set_parent(&span, &request.properties.headers);
     let cause = meta.id;
     let call = entry.call.answer(ToolRequest {
-        body: request.message.body.clone(),
+        body: request.body.clone(),
         meta,
     });
     match AssertUnwindSafe(crate::causation::scope(cause, call))
