@@ -83,8 +83,8 @@ pub fn contract_docs(system: &System, title: &str) -> String {
                 header {
                     h1 { (title) }
                     p.summary {
-                        (system.len()) " modules, " (keys.len()) " keys, "
-                        (tools.len()) " tools"
+                        (count(system.len(), "module")) ", " (count(keys.len(), "key")) ", "
+                        (count(tools.len(), "tool"))
                     }
                 }
                 main {
@@ -105,6 +105,11 @@ pub fn contract_docs(system: &System, title: &str) -> String {
         }
     };
     page.into_string()
+}
+
+/// `n` and `noun`, plural unless one.
+fn count(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
 /// The anchor of an article: its kind and name, percent-encoded (a pattern's `#`).
@@ -369,6 +374,7 @@ mod tests {
         assert!(!page.contains("<script"), "{page}");
         assert!(page.contains("<td>n&lt;1&gt;</td>"));
         assert!(page.contains(RemoteError::SCHEMA_INVALID));
+        assert!(page.contains("2 modules, 2 keys, 1 tool"), "{page}");
     }
 
     #[test]
