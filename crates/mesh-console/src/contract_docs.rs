@@ -374,7 +374,7 @@ mod tests {
         assert!(!page.contains("<script"), "{page}");
         assert!(page.contains("<td>n&lt;1&gt;</td>"));
         assert!(page.contains(RemoteError::SCHEMA_INVALID));
-        assert!(page.contains("2 modules, 2 keys, 1 tool"), "{page}");
+        assert!(page.contains("2 modules, 1 key, 1 tool"), "{page}");
     }
 
     #[test]
