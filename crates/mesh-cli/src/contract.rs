@@ -1,6 +1,8 @@
-//! `mesh contract export | show | check | codegen`: the modules' announced contracts, from the audit
-//! store (the newest `<origin>.<owner>.contract.announced` of each owner) or from files, on
-//! top of the `mesh-contract` library (which does the export and the check without I/O).
+//! `mesh contract export | show | check | codegen | docs`: the modules' announced contracts,
+//! from the audit store (the newest `<origin>.<owner>.contract.announced` of each owner) or
+//! from files, on top of the `mesh-contract` library (which does the export, the check and
+//! the code without I/O) and the console's page of the contracts
+//! (`mesh_console::contract_docs`).
 
 use std::path::Path;
 
@@ -13,8 +15,8 @@ use mesh_core::contract::CONTRACT_FORMAT;
 use serde_json::json;
 
 use crate::cli::{
-    CodegenLanguage, ContractCheckArgs, ContractCodegenArgs, ContractCommand, ContractExportArgs,
-    ContractFormat, ContractSource, Global, StoreArg,
+    CodegenLanguage, ContractCheckArgs, ContractCodegenArgs, ContractCommand, ContractDocsArgs,
+    ContractExportArgs, ContractFormat, ContractSource, Global, StoreArg,
 };
 use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, paint, BAD, DIM, GOOD, NAME, WARN};
@@ -40,6 +42,7 @@ pub(crate) async fn run(global: &Global, command: &ContractCommand) -> anyhow::R
         }
         ContractCommand::Check(args) => run_check(global, args).await,
         ContractCommand::Codegen(args) => run_codegen(global, args).await,
+        ContractCommand::Docs(args) => run_docs(global, args).await,
     }
 }
 
@@ -178,6 +181,29 @@ async fn run_export(global: &Global, args: &ContractExportArgs) -> anyhow::Resul
             output::note(paint(DIM, format!("wrote {}", path.display())));
         }
         None => output::raw(&text)?,
+    }
+    Ok(Code::Ok)
+}
+
+async fn run_docs(global: &Global, args: &ContractDocsArgs) -> anyhow::Result<Code> {
+    let system = load(global, &args.source).await?;
+    if system.is_empty() {
+        output::note(paint(
+            WARN,
+            "warning: no contract announced: the page lists nothing",
+        ));
+    }
+    let title = args
+        .title
+        .as_deref()
+        .unwrap_or(mesh_console::DEFAULT_DOCS_TITLE);
+    let page = mesh_console::contract_docs(&system, title);
+    match &args.out {
+        Some(path) => {
+            std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
+            output::note(paint(DIM, format!("wrote {}", path.display())));
+        }
+        None => output::raw(page.as_bytes())?,
     }
     Ok(Code::Ok)
 }

@@ -24,6 +24,10 @@
 //! - `/modules/{queue}`: a module queue, and `/replay` (confirmation on `GET`, the action on
 //!   `POST`): stored events re-published into that queue only ([`Store::replay`](mesh_audit::Store::replay)).
 //!
+//! Apart from the server, [`contract_docs`] renders the contracts of a system
+//! ([`mesh_contract::System`]) as one self-contained HTML page (inline style, no script,
+//! nothing loaded): `mesh contract docs` writes it.
+//!
 //! # Safe by default
 //!
 //! Every `POST` is refused with 403, and changes nothing, unless
@@ -63,6 +67,7 @@ mod assets;
 mod auth;
 mod broker;
 mod console;
+mod contract_docs;
 mod headers;
 mod input;
 mod live;
@@ -79,6 +84,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use auth::{TokenError, Tokens, MIN_TOKEN_LEN};
 pub use console::{Console, DEFAULT_SEARCH_READS};
+pub use contract_docs::{contract_docs, DEFAULT_DOCS_TITLE};
 
 /// The default address: loopback only.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8642";

@@ -827,6 +827,10 @@ impl RemoteError {
     /// The code a server answers with when a layer around its tool refused the request
     /// before the tool ran (it shed the load, or was not ready).
     pub const OVERLOADED: &'static str = "overloaded";
+    /// The code a server validating schemas answers with when a request's body does not
+    /// match the JSON Schema of the tool's request (its first violation, paths only, as the
+    /// message); the tool never sees it.
+    pub const SCHEMA_INVALID: &'static str = "schema-invalid";
 
     /// A remote error with code `code` and message `message`.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> RemoteError {

@@ -154,6 +154,14 @@ impl Error {
         )
     }
 
+    /// Whether a call was refused because its request does not match the JSON Schema the
+    /// tool's server declared and validates ([`RemoteError::SCHEMA_INVALID`]; see
+    /// [`BusBuilder::validate_schemas`](crate::BusBuilder::validate_schemas)): the tool
+    /// never ran, and the same request would be refused again.
+    pub fn is_schema_invalid(&self) -> bool {
+        matches!(&self.kind, ErrorKind::Remote { code, .. } if code == RemoteError::SCHEMA_INVALID)
+    }
+
     /// The tool's error, when a call was answered with one.
     pub fn remote(&self) -> Option<RemoteError> {
         match &self.kind {

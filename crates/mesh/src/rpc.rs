@@ -12,7 +12,9 @@ use futures::stream::FuturesUnordered;
 use futures::FutureExt;
 use futures::StreamExt;
 use mesh_core::codec::{self, RemoteError, RequestMeta};
-use mesh_core::{Delivery, EventId, ServeSpec, Subscription, Timestamp, ToolKey, Transport};
+use mesh_core::{
+    Delivery, EventId, ServeSpec, Subscription, Timestamp, ToolKey, Transport, WireMessage,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +23,8 @@ use tracing::{debug, warn, Instrument};
 use crate::emitter::Emitter;
 use crate::error::{Error, ErrorKind};
 use crate::layer::{self, ErasedServe, Failed, Kind, Stack, ToolRequest, ToolService};
+#[cfg(feature = "schemas")]
+use crate::schema;
 use crate::schema::Schema;
 use crate::telemetry::{propagation, record};
 
@@ -32,6 +36,10 @@ pub(crate) struct ServeEntry {
     /// The JSON Schemas of its request and reply, when declared.
     pub(crate) request: Option<Schema>,
     pub(crate) reply: Option<Schema>,
+    /// With validation on, its request schema compiled: a request that does not match it
+    /// is refused (`schema-invalid`) before the tool runs.
+    #[cfg(feature = "schemas")]
+    pub(crate) check: Option<Arc<schema::Check>>,
 }
 
 /// A tool server as its loop runs it.
@@ -41,6 +49,9 @@ pub(crate) struct Serving {
     /// With identity enforced, the access plan's user prefix: a request whose `x-source` is
     /// not its validated user's identity is refused (`forged-source`).
     pub(crate) enforce_identity: Option<String>,
+    /// With validation on, the tool's request schema compiled (see [`ServeEntry::check`]).
+    #[cfg(feature = "schemas")]
+    pub(crate) check: Option<Arc<schema::Check>>,
 }
 
 /// How a server's loop calls its tool.
@@ -126,6 +137,8 @@ impl ServeEntry {
             service: ToolService::plain(call),
             request: None,
             reply: None,
+            #[cfg(feature = "schemas")]
+            check: None,
         }
     }
 
@@ -183,6 +196,22 @@ fn forged_caller(entry: &Serving, meta: &RequestMeta) -> bool {
         .is_some_and(|prefix| !codec::caller_is(&meta.source, meta.user.as_deref(), prefix))
 }
 
+/// With validation on, why a request's body does not match the tool's request schema (its
+/// first violation, paths only, bounded); `None` when it matches or nothing is checked.
+#[cfg(feature = "schemas")]
+fn invalid_body(entry: &Serving, body: &[u8]) -> Option<String> {
+    let check = entry.check.as_deref()?;
+    match schema::parse(body) {
+        Ok(value) => check.check(&value).err(),
+        Err(e) => Some(check.describe(&e)),
+    }
+}
+
+#[cfg(not(feature = "schemas"))]
+fn invalid_body(_entry: &Serving, _body: &[u8]) -> Option<String> {
+    None
+}
+
 async fn answer(entry: &Serving, request: Delivery) {
     let result = match codec::decode_request(&request.message) {
         Err(e) => Err(RemoteError::new(
@@ -208,33 +237,17 @@ async fn answer(entry: &Serving, request: Delivery) {
                 ),
             ))
         }
-        Ok(meta) => {
-            let span = tracing::info_span!(
-                "mesh.serve",
-                otel.kind = "server",
-                tool = %entry.tool,
-                id = %meta.id,
-                causation_id = meta.causation_id.as_deref(),
-                source = %Escaped(&meta.source),
-            );
-            propagation::set_parent(&span, &request.message.properties.headers);
-            let cause = meta.id;
-            let call = entry.call.answer(ToolRequest {
-                body: request.message.body.clone(),
-                meta,
-            });
-            match AssertUnwindSafe(crate::causation::scope(cause, call))
-                .catch_unwind()
-                .instrument(span)
-                .await
-            {
-                Ok(result) => result,
-                Err(_) => Err(RemoteError::new(
-                    RemoteError::INTERNAL,
-                    "the tool's handler panicked",
-                )),
+        Ok(meta) => match invalid_body(entry, &request.message.body) {
+            Some(problem) => {
+                debug!(
+                    tool = %entry.tool,
+                    problem = %Escaped(&problem),
+                    "request refused: schema-invalid"
+                );
+                Err(RemoteError::new(RemoteError::SCHEMA_INVALID, problem))
             }
-        }
+            None => serve_one(entry, &request.message, meta).await,
+        },
     };
     record::served(&entry.tool, if result.is_ok() { "ok" } else { "error" });
     if request.message.properties.reply_to.is_none() {
@@ -248,6 +261,40 @@ async fn answer(entry: &Serving, request: Delivery) {
     if let Err(e) = request.reply(codec::encode_reply(&result)).await {
         // Not acked: the request is redelivered and answered again.
         warn!(tool = %entry.tool, error = %EscapedDisplay(&e), "reply could not be sent");
+    }
+}
+
+/// Calls the tool on a request that passed the runtime's checks, in its span and causation
+/// scope: its reply, or its error (a panic answered `internal`).
+async fn serve_one(
+    entry: &Serving,
+    request: &WireMessage,
+    meta: RequestMeta,
+) -> Result<Bytes, RemoteError> {
+    let span = tracing::info_span!(
+        "mesh.serve",
+        otel.kind = "server",
+        tool = %entry.tool,
+        id = %meta.id,
+        causation_id = meta.causation_id.as_deref(),
+        source = %Escaped(&meta.source),
+    );
+    propagation::set_parent(&span, &request.properties.headers);
+    let cause = meta.id;
+    let call = entry.call.answer(ToolRequest {
+        body: request.body.clone(),
+        meta,
+    });
+    match AssertUnwindSafe(crate::causation::scope(cause, call))
+        .catch_unwind()
+        .instrument(span)
+        .await
+    {
+        Ok(result) => result,
+        Err(_) => Err(RemoteError::new(
+            RemoteError::INTERNAL,
+            "the tool's handler panicked",
+        )),
     }
 }
 

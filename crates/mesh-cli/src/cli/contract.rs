@@ -1,4 +1,4 @@
-//! `mesh contract …`: export, show and check the contracts the modules announced.
+//! `mesh contract …`: export, show, check and document the contracts the modules announced.
 
 use std::path::PathBuf;
 
@@ -24,6 +24,10 @@ pub(crate) enum ContractCommand {
     /// Write the types of the events and tools a module consumes or calls, from the contracts
     #[command(after_help = CONTRACT_CODEGEN_HELP)]
     Codegen(ContractCodegenArgs),
+    /// Write the contracts as one self-contained HTML page: per key its schemas, versions,
+    /// emitters and handlers; per tool its request, reply, errors, servers and callers
+    #[command(after_help = CONTRACT_DOCS_HELP)]
+    Docs(ContractDocsArgs),
 }
 
 /// Where the contracts come from: the audit store, or files.
@@ -113,6 +117,19 @@ pub(crate) struct ContractCheckArgs {
     pub(crate) store: StoreArg,
 }
 
+/// `mesh contract docs`.
+#[derive(Debug, Args)]
+pub(crate) struct ContractDocsArgs {
+    #[command(flatten)]
+    pub(crate) source: ContractSource,
+    /// Write the page to FILE instead of stdout
+    #[arg(short, long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+    /// The page's title [default: mesh system]
+    #[arg(long, value_name = "TITLE")]
+    pub(crate) title: Option<String>,
+}
+
 const CONTRACT_EXPORT_HELP: &str = "\
 Each bus announces its contract when it starts (the event <origin>.<owner>.contract.announced);
 the audit logger records it. export takes the newest readable announcement of every owner
@@ -162,3 +179,14 @@ A consumer then reads the emitter's published shape instead of a hand copy, and
 Examples:
   mesh contract codegen rust --module module.billing --out src/contract.rs
   mesh contract codegen rust --from contract.json";
+const CONTRACT_DOCS_HELP: &str = "\
+The system of `contract show` (the newest readable announcement of every owner in the store,
+or the --from files) as one HTML page for people: a table of contents, the modules, then one
+section per key (the versions, emitters and handlers, each schema pretty-printed) and per tool
+(servers, callers, request and reply schemas, the error codes a reply may carry). The page is
+self-contained (its style inline, no script, nothing fetched): open it from a file or publish
+it anywhere. Every name and schema text is HTML-escaped.
+
+Examples:
+  mesh contract docs --out contracts.html
+  mesh contract docs --from contract.json --title 'shop contracts' > contracts.html";

@@ -26,8 +26,8 @@ pub(crate) use self::audit::{
 pub(crate) use self::bus::{CallArgs, EmitArgs, LogsCommand, LogsTailArgs, StatusArgs, TailArgs};
 pub(crate) use self::console::ConsoleArgs;
 pub(crate) use self::contract::{
-    CodegenLanguage, ContractCheckArgs, ContractCodegenArgs, ContractCommand, ContractExportArgs,
-    ContractFormat, ContractSource,
+    CodegenLanguage, ContractCheckArgs, ContractCodegenArgs, ContractCommand, ContractDocsArgs,
+    ContractExportArgs, ContractFormat, ContractSource,
 };
 pub(crate) use self::dead::{DeadCommand, RedriveArgs};
 pub(crate) use self::generate::{CompletionsArgs, ManArgs};

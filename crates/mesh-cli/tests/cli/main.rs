@@ -10,6 +10,7 @@ mod call;
 mod certificates;
 mod console;
 mod contract;
+mod contract_docs;
 mod contract_live;
 mod contract_pairs;
 mod dead_provenance;

@@ -505,7 +505,17 @@ impl BusBuilder {
     /// A handler without a schema is not checked. A body that does not match is
     /// dead-lettered with reason `schema-invalid`, the first violation (its path and what
     /// is wrong, never the body's values; at most 1 KiB) as its last error, and the handler
-    /// is not called. Schemas are compiled once, by [`start`](BusBuilder::start) (which,
+    /// is not called.
+    ///
+    /// Its tool servers check every request against the request schema they declared
+    /// ([`serve_with_schemas`](BusBuilder::serve_with_schemas)) before the tool (and its
+    /// layers) runs: a request that does not match is answered with the remote error
+    /// `schema-invalid` ([`RemoteError::SCHEMA_INVALID`](mesh_core::RemoteError), the first
+    /// violation as its message, paths only), which the caller's [`Bus::call`] returns as
+    /// [`ErrorKind::Remote`](crate::ErrorKind::Remote) ([`Error::is_schema_invalid`]): a
+    /// refusal, never a dead letter nor a timeout.
+    ///
+    /// Schemas are compiled once, by [`start`](BusBuilder::start) (which,
     /// validating or not, fails with [`ErrorKind::InvalidSchema`] on a declared schema that
     /// does not compile or uses `$defs`); no remote reference is ever fetched.
     ///
@@ -517,7 +527,7 @@ impl BusBuilder {
     }
 
     /// Validates the options, declares the queue, and starts consuming.
-    pub async fn start(self, transport: Arc<dyn Transport>) -> Result<Bus, Error> {
+    pub async fn start(mut self, transport: Arc<dyn Transport>) -> Result<Bus, Error> {
         let (node, identity) = identify(self.node, self.identity)?;
         if self.prefetch == 0 {
             return Err(Error::options("prefetch must be at least 1"));
@@ -526,7 +536,7 @@ impl BusBuilder {
         let handlers =
             contract::handlers(self.handlers, &self.layers, self.validate, &mut contract)?;
         contract::emits(self.emits, &identity, &node, &mut contract)?;
-        contract::tools(&self.serves, self.calls, &mut contract)?;
+        contract::tools(&mut self.serves, self.calls, self.validate, &mut contract)?;
         let queue = match (&identity, self.shared) {
             (Identity::Module(module), false) => Some(naming::consumer_queue(&node, module)),
             (Identity::Module(module), true) => Some(naming::shared_queue(module)),

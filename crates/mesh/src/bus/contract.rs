@@ -149,14 +149,26 @@ pub(super) fn emits(
 }
 
 /// Checks the tools served and the calls declared (names, schemas) and adds them to the
-/// contract.
+/// contract; with `validate`, each served tool's request schema compiled to check requests.
 pub(super) fn tools(
-    serves: &[ServeEntry],
+    serves: &mut [ServeEntry],
     calls: Vec<ToolContract>,
+    validate: bool,
     contract: &mut ModuleContract,
 ) -> Result<(), Error> {
-    for serve in serves {
+    #[cfg(not(feature = "schemas"))]
+    let _ = validate;
+    for serve in serves.iter_mut() {
         ToolKey::parse(&serve.tool)?;
+        #[cfg(feature = "schemas")]
+        if let (Some(request), true) = (&serve.request, validate) {
+            let subject = format!("the request of tool `{}`", serve.tool);
+            refuse_defs(request.as_json(), &subject)?;
+            serve.check = Some(Arc::new(
+                schema::Check::compile(request.as_json(), None, subject.clone())
+                    .map_err(|problem| invalid_schema(&subject, problem))?,
+            ));
+        }
         contract.serves.push(ToolContract {
             tool: serve.tool.clone(),
             request: serve.request.as_ref().map(|s| s.as_json().clone()),

@@ -113,6 +113,8 @@ impl Bus {
             tool: entry.tool,
             call: ToolCall::of(service),
             enforce_identity: self.inner.enforce_identity.clone(),
+            #[cfg(feature = "schemas")]
+            check: entry.check,
         };
         let stop = self.inner.stop.child_token();
         self.spawn_loop(rpc::serve_loop(Arc::new(serving), subscription, stop))
