@@ -63,6 +63,7 @@ mod error;
 pub mod logger;
 mod options;
 mod record;
+pub mod retention;
 pub mod redrive;
 pub mod replay;
 #[cfg(feature = "service")]
@@ -83,9 +84,10 @@ pub use record::{
 };
 pub use redrive::{Redrive, RedriveOptions, RedrivePlan, RedriveReport};
 pub use replay::{Replay, ReplayPlan, ReplayReport};
+pub use retention::Retention;
 #[cfg(feature = "service")]
 pub use service::AuditService;
-pub use store::Store;
+pub use store::{Prune, Pruned, Store, DEFAULT_PRUNE_CHUNK};
 
 #[cfg(test)]
 mod tests {

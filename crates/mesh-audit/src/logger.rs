@@ -143,16 +143,19 @@ pub struct LoggerStats {
     pub rejected: u64,
     /// Transactions committed.
     pub batches: u64,
+    /// Rows retention removed (every table; see [`AuditOptions::retain`](crate::AuditOptions::retain)).
+    pub rows_pruned: u64,
 }
 
 #[derive(Debug, Default)]
-struct Counters {
+pub(crate) struct Counters {
     events_stored: AtomicU64,
     duplicates: AtomicU64,
     id_conflicts: AtomicU64,
     dead_letters_stored: AtomicU64,
     rejected: AtomicU64,
     batches: AtomicU64,
+    pub(crate) rows_pruned: AtomicU64,
     /// Both subscriptions are open and a run is taking their deliveries.
     consuming: AtomicBool,
 }
@@ -250,7 +253,12 @@ impl AuditLogger {
             dead_letters_stored: c.dead_letters_stored.load(Ordering::Relaxed),
             rejected: c.rejected.load(Ordering::Relaxed),
             batches,
+            rows_pruned: c.rows_pruned.load(Ordering::Relaxed),
         }
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     /// Whether a [`run`](AuditLogger::run) is consuming both queues now (of this logger or
@@ -355,6 +363,10 @@ impl AuditLogger {
         );
         let consuming = Consuming::new(&self.counters.consuming);
 
+        // Retention runs where a batch's write would, between batches: one bounded step,
+        // due first at once, then as `retention_step` sets (`None` while one runs).
+        let retention = self.options.get_retain().cloned();
+        let due: crate::retention::Due = std::sync::Mutex::new(retention.as_ref().map(|_| Instant::now()));
         let mut batch = Batch::default();
         // The batch being written while the next one fills; one at most, so no more than
         // two batches are unacked at a time.
@@ -368,9 +380,28 @@ impl AuditLogger {
         let timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(timer);
         let mut armed = None;
+        let prune_timer = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(prune_timer);
+        let mut prune_armed = None;
         loop {
             if shutdown.is_cancelled() {
                 break;
+            }
+            if let Some(retention) = retention.as_ref().filter(|_| writing.is_none()) {
+                let next = due.lock().ok().and_then(|d| *d);
+                if next.is_some_and(|next| next <= Instant::now()) {
+                    if let Ok(mut d) = due.lock() {
+                        *d = None;
+                    }
+                    writing = Some(Box::pin(self.retention_step(retention, &due)));
+                    continue;
+                }
+                if next != prune_armed {
+                    if let Some(next) = next {
+                        prune_timer.as_mut().reset(next);
+                    }
+                    prune_armed = next;
+                }
             }
             let deadline = batch.opened.map(|t| t + self.options.get_batch_wait());
             if deadline.is_some_and(|d| d <= Instant::now())
@@ -396,6 +427,9 @@ impl AuditLogger {
                     outcome?;
                 }
                 () = &mut timer, if armed.is_some() => {}
+                () = &mut prune_timer, if prune_armed.is_some() && writing.is_none() => {
+                    prune_armed = None;
+                }
                 delivery = events.next() => match delivery {
                     Some(delivery) => self.take(Source::Events, delivery, &mut batch).await,
                     None => { ended = Some(queue.clone()); break; }

@@ -54,7 +54,10 @@ macro_rules! with_pool {
 
 // After `with_pool!`, which their bodies use.
 mod dead;
+mod prune;
 mod write;
+
+pub use prune::{Prune, Pruned, DEFAULT_PRUNE_CHUNK};
 
 /// The audit store. Cheap to clone: clones share one connection pool.
 #[derive(Debug, Clone)]
@@ -82,6 +85,10 @@ impl Store {
         let pool = connect::pool(&options, connect::Mode::Create).await?;
         let store = Store { pool, options };
         if let Err(e) = store.migrate().await {
+            store.close().await;
+            return Err(e);
+        }
+        if let Err(e) = store.prepare_partitions_ahead().await {
             store.close().await;
             return Err(e);
         }
