@@ -115,9 +115,9 @@ impl Retention {
 /// When the logger's next retention step is due: `None` while one runs.
 pub(crate) type Due = Mutex<Option<Instant>>;
 
-/// A retention step takes at most this share of the logger's time while rows are left: the
-/// next step waits for four times as long as this one took.
-const PACE: u32 = 4;
+/// While rows are left, the next retention step waits this many times as long as the last one
+/// took: retention takes at most a tenth of the logger's time.
+const PACE: u32 = 9;
 
 impl AuditLogger {
     /// One retention step: removes a bounded chunk of what is older than the retention, and
