@@ -13,9 +13,9 @@
 --
 -- An existing store is converted in place: the old table becomes the partition
 -- `events_legacy`, holding every arrival up to the end of the UTC day of its newest row. The
--- cost is one pass over the old rows (its `(id, received_at)` key and arrival index built,
--- the partition bound checked, its ids copied to `event_ids`), while the migration holds the
--- old table locked; the logger runs the migration before it consumes. A store already
+-- cost is a few passes over the old rows (its `(id, received_at)` key and arrival index
+-- built, the partition bound checked, its ids copied to `event_ids`), while the migration
+-- holds the old table locked; the logger runs the migration before it consumes. A store already
 -- partitioned is left as it is (the migration is idempotent).
 
 DO $migration$
@@ -27,7 +27,9 @@ BEGIN
     END IF;
 
     ALTER TABLE events RENAME TO events_legacy;
-    ALTER TABLE events_legacy RENAME CONSTRAINT events_pkey TO events_legacy_pkey;
+    -- The key of a partition: `event_ids` keeps each id once from now on.
+    ALTER TABLE events_legacy DROP CONSTRAINT events_pkey;
+    ALTER TABLE events_legacy ADD CONSTRAINT events_legacy_pkey PRIMARY KEY (id, received_at);
     ALTER INDEX events_by_time RENAME TO events_legacy_by_time;
     ALTER INDEX events_by_key RENAME TO events_legacy_by_key;
     ALTER INDEX events_by_source RENAME TO events_legacy_by_source;

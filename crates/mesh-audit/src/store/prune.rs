@@ -12,6 +12,7 @@ use sqlx::QueryBuilder;
 use time::{Duration, OffsetDateTime, Time};
 use tracing::info;
 
+use super::sql::{Dialect, POSTGRES, SQLITE};
 use super::{Pool, Store};
 use crate::convert::{time_from_text, time_to_text};
 use crate::error::Error;
