@@ -363,3 +363,78 @@ async fn the_migration_keeps_every_row_postgres() -> anyhow::Result<()> {
     store.close().await;
     Ok(())
 }
+
+/// The logger with `--retain 3d` removes the old rows, a step at a time between its batches,
+/// while it stores every new event (the in-process transport: no broker).
+async fn the_logger_prunes_while_it_ingests(backend: Backend) -> anyhow::Result<()> {
+    use std::sync::Arc;
+
+    use mesh::{Bus, MemoryBroker, Outgoing};
+    use mesh_audit::{AuditLogger, AuditOptions};
+    use mesh_testkit::eventually;
+    use tokio_util::sync::CancellationToken;
+
+    let temp = TempStore::new(backend).await?;
+    let store: Store = temp.open().await?;
+    let now = Timestamp::now();
+    let long_ago = now.checked_sub(DAY * 5).expect("in range");
+    store.prepare_partitions(long_ago, now).await?;
+    for _ in 0..4 {
+        let old: Vec<WireMessage> = (0..500)
+            .map(|_| event(EventId::new(), parse("2999-12-31T23:59:59Z"), "{}"))
+            .collect();
+        store.record_events_arrived(&old, long_ago).await?;
+    }
+
+    let broker = MemoryBroker::new();
+    let options = AuditOptions::new()
+        .node("n1")
+        .retain(Some(Retention::new(DAY * 3).chunk(300)));
+    let logger = AuditLogger::new(store.clone(), options);
+    let shutdown = CancellationToken::new();
+    let task = {
+        let (logger, shutdown, transport) = (logger.clone(), shutdown.clone(), broker.transport());
+        tokio::spawn(async move { logger.run(&transport, &shutdown).await })
+    };
+    let bus = Bus::builder()
+        .node("n1")
+        .module("shop")
+        .start(Arc::new(broker.transport()))
+        .await?;
+    eventually(Duration::from_secs(20), "the audit queue's consumer", || {
+        let attached = broker.consumer_count("n1.audit-logger.events").unwrap_or(0);
+        async move { (attached == 1).then_some(()) }
+    })
+    .await;
+    for n in 0..1_000 {
+        bus.emit_outgoing(Outgoing::json("order.placed", &serde_json::json!({ "n": n }))?)
+            .await?;
+    }
+    let cutoff = now.checked_sub(DAY * 3).expect("in range");
+    eventually(Duration::from_secs(60), "new events stored, old ones pruned", || {
+        let (store, logger) = (store.clone(), logger.clone());
+        async move {
+            let stats = logger.stats();
+            let oldest = store.oldest_arrival().await.ok()??;
+            (stats.events_stored == 1_000 && stats.rows_pruned == 2_000 && oldest >= cutoff)
+                .then_some(())
+        }
+    })
+    .await;
+    assert_eq!(stored_ids(&temp).await?.len(), 1_000, "every new event, once");
+    shutdown.cancel();
+    task.await??;
+    bus.close().await;
+    store.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_logger_prunes_while_it_ingests_sqlite() -> anyhow::Result<()> {
+    the_logger_prunes_while_it_ingests(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn the_logger_prunes_while_it_ingests_postgres() -> anyhow::Result<()> {
+    the_logger_prunes_while_it_ingests(Backend::Postgres).await
+}
