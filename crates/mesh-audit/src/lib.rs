@@ -63,9 +63,9 @@ mod error;
 pub mod logger;
 mod options;
 mod record;
-pub mod retention;
 pub mod redrive;
 pub mod replay;
+pub mod retention;
 #[cfg(feature = "service")]
 mod service;
 mod store;

@@ -366,7 +366,8 @@ impl AuditLogger {
         // Retention runs where a batch's write would, between batches: one bounded step,
         // due first at once, then as `retention_step` sets (`None` while one runs).
         let retention = self.options.get_retain().cloned();
-        let due: crate::retention::Due = std::sync::Mutex::new(retention.as_ref().map(|_| Instant::now()));
+        let due: crate::retention::Due =
+            std::sync::Mutex::new(retention.as_ref().map(|_| Instant::now()));
         let mut batch = Batch::default();
         // The batch being written while the next one fills; one at most, so no more than
         // two batches are unacked at a time.

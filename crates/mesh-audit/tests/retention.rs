@@ -157,7 +157,12 @@ async fn keeps_exactly_the_newest_days(backend: Backend) -> anyhow::Result<()> {
     assert_eq!(preview.dead_letters, 1, "only the re-driven dead letter");
     assert_eq!(stored_ids(&temp).await?, all, "a dry run changes nothing");
 
-    let pruned = store.prune(&Prune { chunk: 100, ..prune.clone() }).await?;
+    let pruned = store
+        .prune(&Prune {
+            chunk: 100,
+            ..prune.clone()
+        })
+        .await?;
     assert_eq!(pruned.events, preview.events);
     assert_eq!(pruned.dead_letters, 1);
     if backend == Backend::Postgres {
@@ -206,9 +211,7 @@ async fn ingest_meanwhile_loses_nothing(backend: Backend) -> anyhow::Result<()> 
     let long_ago = now.checked_sub(DAY * 5).expect("in range");
     store.prepare_partitions(long_ago, now).await?;
     for _ in 0..20 {
-        let old: Vec<WireMessage> = (0..500)
-            .map(|_| event(EventId::new(), now, "{}"))
-            .collect();
+        let old: Vec<WireMessage> = (0..500).map(|_| event(EventId::new(), now, "{}")).collect();
         store.record_events_arrived(&old, long_ago).await?;
     }
     let fresh: Vec<WireMessage> = (0..20_000)
@@ -259,7 +262,12 @@ async fn a_redelivery_across_partitions_is_stored_once(backend: Backend) -> anyh
     store.prepare_partitions(yesterday, now).await?;
     let id = EventId::new();
     let first = event(id, yesterday, r#"{"n": 1}"#);
-    assert_eq!(store.record_events_arrived(&[first.clone()], yesterday).await?, 1);
+    assert_eq!(
+        store
+            .record_events_arrived(&[first.clone()], yesterday)
+            .await?,
+        1
+    );
     // Redelivered today, alone and in a batch twice over with another.
     assert_eq!(store.record_events(&[first.clone()]).await?, 0);
     let other = event(EventId::new(), now, "{}");
@@ -345,7 +353,12 @@ async fn the_migration_keeps_every_row_postgres() -> anyhow::Result<()> {
 
     // A migrated event delivered again is not stored twice.
     let some: EventId = ids.iter().next().expect("an id").parse()?;
-    assert_eq!(store.record_events(&[event(some, Timestamp::now(), "{}")]).await?, 0);
+    assert_eq!(
+        store
+            .record_events(&[event(some, Timestamp::now(), "{}")])
+            .await?,
+        0
+    );
 
     // Retention applies to the migrated rows as to any: newest three days kept.
     let prune = Retention::new(DAY * 3).prune_at(Timestamp::now())?;
@@ -401,27 +414,42 @@ async fn the_logger_prunes_while_it_ingests(backend: Backend) -> anyhow::Result<
         .module("shop")
         .start(Arc::new(broker.transport()))
         .await?;
-    eventually(Duration::from_secs(20), "the audit queue's consumer", || {
-        let attached = broker.consumer_count("n1.audit-logger.events").unwrap_or(0);
-        async move { (attached == 1).then_some(()) }
-    })
+    eventually(
+        Duration::from_secs(20),
+        "the audit queue's consumer",
+        || {
+            let attached = broker.consumer_count("n1.audit-logger.events").unwrap_or(0);
+            async move { (attached == 1).then_some(()) }
+        },
+    )
     .await;
     for n in 0..1_000 {
-        bus.emit_outgoing(Outgoing::json("order.placed", &serde_json::json!({ "n": n }))?)
-            .await?;
+        bus.emit_outgoing(Outgoing::json(
+            "order.placed",
+            &serde_json::json!({ "n": n }),
+        )?)
+        .await?;
     }
     let cutoff = now.checked_sub(DAY * 3).expect("in range");
-    eventually(Duration::from_secs(60), "new events stored, old ones pruned", || {
-        let (store, logger) = (store.clone(), logger.clone());
-        async move {
-            let stats = logger.stats();
-            let oldest = store.oldest_arrival().await.ok()??;
-            (stats.events_stored == 1_000 && stats.rows_pruned == 2_000 && oldest >= cutoff)
-                .then_some(())
-        }
-    })
+    eventually(
+        Duration::from_secs(60),
+        "new events stored, old ones pruned",
+        || {
+            let (store, logger) = (store.clone(), logger.clone());
+            async move {
+                let stats = logger.stats();
+                let oldest = store.oldest_arrival().await.ok()??;
+                (stats.events_stored == 1_000 && stats.rows_pruned == 2_000 && oldest >= cutoff)
+                    .then_some(())
+            }
+        },
+    )
     .await;
-    assert_eq!(stored_ids(&temp).await?.len(), 1_000, "every new event, once");
+    assert_eq!(
+        stored_ids(&temp).await?.len(),
+        1_000,
+        "every new event, once"
+    );
     shutdown.cancel();
     task.await??;
     bus.close().await;

@@ -250,7 +250,11 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                         ("audit retention postgres", Db::Postgres),
                     ] {
                         add(name, "mesh-audit", audit::retained(ctx, db, false).await?);
-                        add(name, "mesh-audit-retain", audit::retained(ctx, db, true).await?);
+                        add(
+                            name,
+                            "mesh-audit-retain",
+                            audit::retained(ctx, db, true).await?,
+                        );
                     }
                 }
                 Scenario::Outbox if mesh => {

@@ -87,7 +87,8 @@ impl Pruned {
 
 /// The start of the UTC day holding `time`.
 fn day_of(time: OffsetDateTime) -> OffsetDateTime {
-    time.to_offset(time::UtcOffset::UTC).replace_time(Time::MIDNIGHT)
+    time.to_offset(time::UtcOffset::UTC)
+        .replace_time(Time::MIDNIGHT)
 }
 
 /// The partition of the UTC day starting at `day`: `events_pYYYYMMDD`.
@@ -112,7 +113,9 @@ fn partition_day(name: &str) -> Option<OffsetDateTime> {
         &digits[4..6],
         &digits[6..]
     );
-    Timestamp::parse(&text).ok().map(|t| t.as_offset_date_time())
+    Timestamp::parse(&text)
+        .ok()
+        .map(|t| t.as_offset_date_time())
 }
 
 /// The text form of a time the store compares with, or an error for one outside its range.
@@ -322,22 +325,23 @@ impl Store {
             " AND redriven_at IS NOT NULL"
         };
         let rollups_before = prune.rollups_before.map(time_to_text).transpose()?;
-        let count = |table: &'static str, column: &'static str, bound: String, and: &'static str| {
-            let store = self.clone();
-            async move {
-                let n: i64 = with_pool!(store, |pool, d| {
-                    let mut qb = QueryBuilder::new(format!(
-                        "SELECT count(*) FROM {table} WHERE {column} < "
-                    ));
-                    qb.push_bind(bound).push(d.time).push(and);
-                    qb.build_query_scalar()
-                        .fetch_one(pool)
-                        .await
-                        .map_err(|e| Error::database(format!("counting `{table}`"), e))?
-                });
-                Ok::<u64, Error>(u64::try_from(n).unwrap_or(0))
-            }
-        };
+        let count =
+            |table: &'static str, column: &'static str, bound: String, and: &'static str| {
+                let store = self.clone();
+                async move {
+                    let n: i64 = with_pool!(store, |pool, d| {
+                        let mut qb = QueryBuilder::new(format!(
+                            "SELECT count(*) FROM {table} WHERE {column} < "
+                        ));
+                        qb.push_bind(bound).push(d.time).push(and);
+                        qb.build_query_scalar()
+                            .fetch_one(pool)
+                            .await
+                            .map_err(|e| Error::database(format!("counting `{table}`"), e))?
+                    });
+                    Ok::<u64, Error>(u64::try_from(n).unwrap_or(0))
+                }
+            };
         Ok(Pruned {
             events: count("events", "received_at", before.clone(), "").await?,
             conflicts: count("event_conflicts", "received_at", before.clone(), "").await?,
@@ -395,18 +399,19 @@ impl Store {
         };
         let first = day_of(from.as_offset_date_time());
         let last = day_of(until.as_offset_date_time());
-        let days = (last - first).whole_days().clamp(-1, MAX_PARTITION_DAYS - 1);
+        let days = (last - first)
+            .whole_days()
+            .clamp(-1, MAX_PARTITION_DAYS - 1);
         let mut created = 0;
         for n in 0..=days {
             let day = first + Duration::days(n);
             let (lower, upper) = (text(day)?, text(day + Duration::days(1))?);
             let name = partition_name(day);
-            let exists: bool =
-                sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
-                    .bind(&name)
-                    .fetch_one(pool)
-                    .await
-                    .map_err(|e| Error::database("preparing partitions", e))?;
+            let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+                .bind(&name)
+                .fetch_one(pool)
+                .await
+                .map_err(|e| Error::database("preparing partitions", e))?;
             if exists {
                 continue;
             }
@@ -438,7 +443,12 @@ mod tests {
         let name = partition_name(day_of(day));
         assert_eq!(name, "events_p20261207");
         assert_eq!(partition_day(&name), Some(day_of(day)));
-        for other in ["events_legacy", "events_default", "events_p2026120", "events_p2026x207"] {
+        for other in [
+            "events_legacy",
+            "events_default",
+            "events_p2026120",
+            "events_p2026x207",
+        ] {
             assert_eq!(partition_day(other), None, "{other}");
         }
     }

@@ -124,7 +124,10 @@ impl Store {
             // decides for the whole statement; SQLite's `ON CONFLICT` skips the later rows.
             let firsts: Vec<&EventRow> = if d.partitioned {
                 let mut seen: HashSet<&str> = HashSet::new();
-                events.iter().filter(|row| seen.insert(row.id.as_str())).collect()
+                events
+                    .iter()
+                    .filter(|row| seen.insert(row.id.as_str()))
+                    .collect()
             } else {
                 events.iter().collect()
             };
@@ -132,7 +135,8 @@ impl Store {
                 let mut attempt = sqlx::Connection::begin(&mut *tx).await?;
                 let mut count = 0;
                 for chunk in statement_chunks(&firsts) {
-                    let mut qb = insert_events(d, chunk, |mut b, row| push_event_columns!(b, d, row));
+                    let mut qb =
+                        insert_events(d, chunk, |mut b, row| push_event_columns!(b, d, row));
                     qb.push(d.on_conflict);
                     count += qb.build().execute(&mut *attempt).await?.rows_affected();
                 }
@@ -149,7 +153,8 @@ impl Store {
             let mut inserted: HashSet<String> = HashSet::new();
             if !all_new {
                 for chunk in statement_chunks(&firsts) {
-                    let mut qb = insert_events(d, chunk, |mut b, row| push_event_columns!(b, d, row));
+                    let mut qb =
+                        insert_events(d, chunk, |mut b, row| push_event_columns!(b, d, row));
                     qb.push(d.on_conflict).push(" RETURNING ").push(d.id_text);
                     let ids: Vec<String> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
                     written.events += ids.len() as u64;

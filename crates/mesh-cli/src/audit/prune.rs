@@ -39,7 +39,11 @@ pub(crate) async fn prune(global: &Global, args: PruneArgs<'_>) -> anyhow::Resul
     };
     store.close().await;
     let pruned: Pruned = outcome.context("pruning the audit store")?;
-    let verb = if args.dry_run { "would remove" } else { "removed" };
+    let verb = if args.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
     if global.json {
         output::json(&json!({
             "dry_run": args.dry_run,
@@ -61,7 +65,10 @@ pub(crate) async fn prune(global: &Global, args: PruneArgs<'_>) -> anyhow::Resul
             paint(DIM, format_args!("(arrived before {})", args.before)),
         ))?;
         if let Some(oldest) = oldest {
-            output::line(paint(DIM, format_args!("oldest event kept arrived {oldest}")))?;
+            output::line(paint(
+                DIM,
+                format_args!("oldest event kept arrived {oldest}"),
+            ))?;
         }
     }
     Ok(Code::Ok)

@@ -384,7 +384,10 @@ mod tests {
         assert!(parse_batch_wait("50").is_err(), "a unit is required");
         assert_eq!(parse_prefetch("65535"), Ok(u16::MAX));
         assert!(parse_prefetch("0").is_err());
-        assert_eq!(parse_retention("3d"), Ok(Duration::from_secs(3 * 24 * 3600)));
+        assert_eq!(
+            parse_retention("3d"),
+            Ok(Duration::from_secs(3 * 24 * 3600))
+        );
         assert_eq!(parse_retention("1m"), Ok(Duration::from_secs(60)));
         for bad in ["59s", "101y", "3", "", "-3d", "99999999999999999999d"] {
             assert!(parse_retention(bad).is_err(), "{bad:?}");
