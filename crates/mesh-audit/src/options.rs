@@ -207,7 +207,8 @@ pub struct AuditOptions {
     prefetch: u16,
     delivery_limit: Option<u32>,
     enforce_identity: Option<String>,
-    retain: Option<crate::retention::Retention>,
+    // Boxed: the options travel inside the logger, kept small.
+    retain: Option<Box<crate::retention::Retention>>,
 }
 
 /// The `x-delivery-limit` mesh-amqp declares quorum queues with by default
@@ -284,13 +285,13 @@ impl AuditOptions {
     /// removed continuously, a bounded step at a time between batches, by arrival
     /// (`received_at`), never by an event's `x-time` (see [`crate::Retention`]).
     pub fn retain(mut self, retention: Option<crate::retention::Retention>) -> Self {
-        self.retain = retention;
+        self.retain = retention.map(Box::new);
         self
     }
 
     /// See [`AuditOptions::retain`].
     pub fn get_retain(&self) -> Option<&crate::retention::Retention> {
-        self.retain.as_ref()
+        self.retain.as_deref()
     }
 
     /// Rows per transaction, at most (default 500; 1 to [`MAX_BATCH_SIZE`]). A batch closes at this size or after
