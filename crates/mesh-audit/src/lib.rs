@@ -84,10 +84,10 @@ pub use record::{
 };
 pub use redrive::{Redrive, RedriveOptions, RedrivePlan, RedriveReport};
 pub use replay::{Replay, ReplayPlan, ReplayReport};
-pub use retention::Retention;
+pub use retention::{Prune, Pruned, Retention, DEFAULT_PRUNE_CHUNK};
 #[cfg(feature = "service")]
 pub use service::AuditService;
-pub use store::{Prune, Pruned, Store, DEFAULT_PRUNE_CHUNK};
+pub use store::Store;
 
 #[cfg(test)]
 mod tests {

@@ -886,3 +886,48 @@ async fn pause(duration: Duration, shutdown: &CancellationToken) -> bool {
         () = shutdown.cancelled() => false,
     }
 }
+
+impl AuditLogger {
+    /// One retention step: removes a bounded chunk of what is older than the retention, and
+    /// sets when the next is due. A failure is logged and retried after the interval: it
+    /// never stops the logger.
+    pub(crate) async fn retention_step(
+        &self,
+        retention: &crate::retention::Retention,
+        due: &crate::retention::Due,
+    ) -> Result<(), Error> {
+        let started = Instant::now();
+        let outcome = async {
+            let prune = retention.prune_at(Timestamp::now())?;
+            let step = self.store().prune_step(&prune).await?;
+            if step.done {
+                self.store().prepare_partitions_ahead().await?;
+                telemetry::oldest_arrival(self.store().oldest_arrival().await?);
+            }
+            Ok::<crate::retention::Pruned, Error>(step)
+        }
+        .await;
+        let next = match outcome {
+            Ok(step) => {
+                self.counters()
+                    .rows_pruned
+                    .fetch_add(step.rows(), Ordering::Relaxed);
+                telemetry::pruned(&step);
+                debug!(?step, "retention step");
+                if step.done {
+                    Instant::now() + retention.interval
+                } else {
+                    Instant::now() + started.elapsed() * crate::retention::PACE
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "retention step failed; retrying later");
+                Instant::now() + retention.interval
+            }
+        };
+        if let Ok(mut due) = due.lock() {
+            *due = Some(next);
+        }
+        Ok(())
+    }
+}

@@ -2,18 +2,13 @@
 //! continuously, a bounded step at a time between the logger's batches, by arrival
 //! (`received_at`), never by an event's `x-time`. See [`Store::prune_step`] and decision 0022.
 
-use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use mesh_core::Timestamp;
 use tokio::time::Instant;
-use tracing::{debug, warn};
 
 use crate::error::Error;
-use crate::logger::AuditLogger;
-use crate::store::{Prune, Pruned, DEFAULT_PRUNE_CHUNK};
-use crate::telemetry;
 
 /// The shortest retention accepted: a minute.
 pub const MIN_RETENTION: Duration = Duration::from_secs(60);
@@ -25,7 +20,7 @@ pub struct Retention {
     rollups: Option<Duration>,
     pending_dead_letters: bool,
     chunk: usize,
-    interval: Duration,
+    pub(crate) interval: Duration,
 }
 
 impl Retention {
@@ -117,49 +112,69 @@ pub(crate) type Due = Mutex<Option<Instant>>;
 
 /// While rows are left, the next retention step waits this many times as long as the last one
 /// took: retention takes at most a tenth of the logger's time.
-const PACE: u32 = 9;
+pub(crate) const PACE: u32 = 9;
 
-impl AuditLogger {
-    /// One retention step: removes a bounded chunk of what is older than the retention, and
-    /// sets when the next is due. A failure is logged and retried after the interval: it
-    /// never stops the logger.
-    pub(crate) async fn retention_step(
-        &self,
-        retention: &Retention,
-        due: &Due,
-    ) -> Result<(), Error> {
-        let started = Instant::now();
-        let outcome = async {
-            let prune = retention.prune_at(Timestamp::now())?;
-            let step = self.store().prune_step(&prune).await?;
-            if step.done {
-                self.store().prepare_partitions_ahead().await?;
-                telemetry::oldest_arrival(self.store().oldest_arrival().await?);
-            }
-            Ok::<Pruned, Error>(step)
+/// Rows removed per statement by default.
+pub const DEFAULT_PRUNE_CHUNK: usize = 5_000;
+
+/// What to remove: see `Store::prune`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prune {
+    /// Events, id conflicts and re-driven dead letters that arrived before this time.
+    pub before: Timestamp,
+    /// Rollup minutes (by the events' `x-time`) before this time; `None` keeps them all.
+    /// Rollups are small (a row per minute, key and source) and keep a longer history than
+    /// the events, so the overview and the map still show it.
+    pub rollups_before: Option<Timestamp>,
+    /// Also dead letters not re-driven yet (pending). Off by default: retention never
+    /// removes a dead letter an operator has not dealt with.
+    pub pending_dead_letters: bool,
+    /// Rows per statement (at least 1).
+    pub chunk: usize,
+}
+
+impl Prune {
+    /// Removes what arrived before `before`, in chunks of [`DEFAULT_PRUNE_CHUNK`], keeping
+    /// the rollups and pending dead letters.
+    pub fn before(before: Timestamp) -> Prune {
+        Prune {
+            before,
+            rollups_before: None,
+            pending_dead_letters: false,
+            chunk: DEFAULT_PRUNE_CHUNK,
         }
-        .await;
-        let next = match outcome {
-            Ok(step) => {
-                self.counters()
-                    .rows_pruned
-                    .fetch_add(step.rows(), Ordering::Relaxed);
-                telemetry::pruned(&step);
-                debug!(?step, "retention step");
-                if step.done {
-                    Instant::now() + retention.interval
-                } else {
-                    Instant::now() + started.elapsed() * PACE
-                }
-            }
-            Err(e) => {
-                warn!(error = %e, "retention step failed; retrying later");
-                Instant::now() + retention.interval
-            }
-        };
-        if let Ok(mut due) = due.lock() {
-            *due = Some(next);
-        }
-        Ok(())
+    }
+}
+
+/// What a prune removed (or, from `Store::prune_preview`, would remove).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pruned {
+    /// Event rows.
+    pub events: u64,
+    /// Id-conflict rows.
+    pub conflicts: u64,
+    /// Dead-letter rows.
+    pub dead_letters: u64,
+    /// Rollup rows.
+    pub rollups: u64,
+    /// Whole partitions of `events` dropped (PostgreSQL; their rows are in `events`).
+    pub partitions_dropped: u64,
+    /// Nothing is left to remove (after a step: no further step needed).
+    pub done: bool,
+}
+
+impl Pruned {
+    /// Rows removed from every table.
+    pub fn rows(&self) -> u64 {
+        self.events + self.conflicts + self.dead_letters + self.rollups
+    }
+
+    pub(crate) fn add(&mut self, other: &Pruned) {
+        self.events += other.events;
+        self.conflicts += other.conflicts;
+        self.dead_letters += other.dead_letters;
+        self.rollups += other.rollups;
+        self.partitions_dropped += other.partitions_dropped;
+        self.done = other.done;
     }
 }

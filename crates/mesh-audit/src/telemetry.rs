@@ -45,7 +45,7 @@ pub mod names {
 }
 
 /// Rows a retention step removed.
-pub(crate) fn pruned(step: &crate::store::Pruned) {
+pub(crate) fn pruned(step: &crate::retention::Pruned) {
     for (table, rows) in [
         ("events", step.events),
         ("event_conflicts", step.conflicts),

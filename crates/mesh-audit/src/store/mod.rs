@@ -57,8 +57,6 @@ mod dead;
 mod prune;
 mod write;
 
-pub use prune::{Prune, Pruned, DEFAULT_PRUNE_CHUNK};
-
 /// The audit store. Cheap to clone: clones share one connection pool.
 #[derive(Debug, Clone)]
 pub struct Store {

@@ -16,74 +16,10 @@ use super::sql::{Dialect, POSTGRES, SQLITE};
 use super::{Pool, Store};
 use crate::convert::{time_from_text, time_to_text};
 use crate::error::Error;
-
-/// Rows removed per statement by default.
-pub const DEFAULT_PRUNE_CHUNK: usize = 5_000;
+use crate::retention::{Prune, Pruned};
 
 /// Days of partitions [`Store::prepare_partitions`] creates at most per call.
 const MAX_PARTITION_DAYS: i64 = 3_660;
-
-/// What to remove: see [`Store::prune`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Prune {
-    /// Events, id conflicts and re-driven dead letters that arrived before this time.
-    pub before: Timestamp,
-    /// Rollup minutes (by the events' `x-time`) before this time; `None` keeps them all.
-    /// Rollups are small (a row per minute, key and source) and keep a longer history than
-    /// the events, so the overview and the map still show it.
-    pub rollups_before: Option<Timestamp>,
-    /// Also dead letters not re-driven yet (pending). Off by default: retention never
-    /// removes a dead letter an operator has not dealt with.
-    pub pending_dead_letters: bool,
-    /// Rows per statement (at least 1).
-    pub chunk: usize,
-}
-
-impl Prune {
-    /// Removes what arrived before `before`, in chunks of [`DEFAULT_PRUNE_CHUNK`], keeping
-    /// the rollups and pending dead letters.
-    pub fn before(before: Timestamp) -> Prune {
-        Prune {
-            before,
-            rollups_before: None,
-            pending_dead_letters: false,
-            chunk: DEFAULT_PRUNE_CHUNK,
-        }
-    }
-}
-
-/// What a prune removed (or, from [`Store::prune_preview`], would remove).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Pruned {
-    /// Event rows.
-    pub events: u64,
-    /// Id-conflict rows.
-    pub conflicts: u64,
-    /// Dead-letter rows.
-    pub dead_letters: u64,
-    /// Rollup rows.
-    pub rollups: u64,
-    /// Whole partitions of `events` dropped (PostgreSQL; their rows are in `events`).
-    pub partitions_dropped: u64,
-    /// Nothing is left to remove (after a step: no further step needed).
-    pub done: bool,
-}
-
-impl Pruned {
-    /// Rows removed from every table.
-    pub fn rows(&self) -> u64 {
-        self.events + self.conflicts + self.dead_letters + self.rollups
-    }
-
-    fn add(&mut self, other: &Pruned) {
-        self.events += other.events;
-        self.conflicts += other.conflicts;
-        self.dead_letters += other.dead_letters;
-        self.rollups += other.rollups;
-        self.partitions_dropped += other.partitions_dropped;
-        self.done = other.done;
-    }
-}
 
 /// The start of the UTC day holding `time`.
 fn day_of(time: OffsetDateTime) -> OffsetDateTime {
