@@ -65,6 +65,7 @@ mod options;
 mod record;
 pub mod redrive;
 pub mod replay;
+pub mod retention;
 #[cfg(feature = "service")]
 mod service;
 mod store;
@@ -83,6 +84,7 @@ pub use record::{
 };
 pub use redrive::{Redrive, RedriveOptions, RedrivePlan, RedriveReport};
 pub use replay::{Replay, ReplayPlan, ReplayReport};
+pub use retention::{Prune, Pruned, Retention, DEFAULT_PRUNE_CHUNK};
 #[cfg(feature = "service")]
 pub use service::AuditService;
 pub use store::Store;

@@ -143,16 +143,19 @@ pub struct LoggerStats {
     pub rejected: u64,
     /// Transactions committed.
     pub batches: u64,
+    /// Rows retention removed (every table; see [`AuditOptions::retain`](crate::AuditOptions::retain)).
+    pub rows_pruned: u64,
 }
 
 #[derive(Debug, Default)]
-struct Counters {
+pub(crate) struct Counters {
     events_stored: AtomicU64,
     duplicates: AtomicU64,
     id_conflicts: AtomicU64,
     dead_letters_stored: AtomicU64,
     rejected: AtomicU64,
     batches: AtomicU64,
+    pub(crate) rows_pruned: AtomicU64,
     /// Both subscriptions are open and a run is taking their deliveries.
     consuming: AtomicBool,
 }
@@ -250,7 +253,12 @@ impl AuditLogger {
             dead_letters_stored: c.dead_letters_stored.load(Ordering::Relaxed),
             rejected: c.rejected.load(Ordering::Relaxed),
             batches,
+            rows_pruned: c.rows_pruned.load(Ordering::Relaxed),
         }
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     /// Whether a [`run`](AuditLogger::run) is consuming both queues now (of this logger or
@@ -355,6 +363,11 @@ impl AuditLogger {
         );
         let consuming = Consuming::new(&self.counters.consuming);
 
+        // Retention runs where a batch's write would, between batches: one bounded step,
+        // due first at once, then as `retention_step` sets (`None` while one runs).
+        let retention = self.options.get_retain().cloned();
+        let due: crate::retention::Due =
+            std::sync::Mutex::new(retention.as_ref().map(|_| Instant::now()));
         let mut batch = Batch::default();
         // The batch being written while the next one fills; one at most, so no more than
         // two batches are unacked at a time.
@@ -368,9 +381,28 @@ impl AuditLogger {
         let timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(timer);
         let mut armed = None;
+        let prune_timer = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(prune_timer);
+        let mut prune_armed = None;
         loop {
             if shutdown.is_cancelled() {
                 break;
+            }
+            if let Some(retention) = retention.as_ref().filter(|_| writing.is_none()) {
+                let next = due.lock().ok().and_then(|d| *d);
+                if next.is_some_and(|next| next <= Instant::now()) {
+                    if let Ok(mut d) = due.lock() {
+                        *d = None;
+                    }
+                    writing = Some(Box::pin(self.retention_step(retention, &due)));
+                    continue;
+                }
+                if next != prune_armed {
+                    if let Some(next) = next {
+                        prune_timer.as_mut().reset(next);
+                    }
+                    prune_armed = next;
+                }
             }
             let deadline = batch.opened.map(|t| t + self.options.get_batch_wait());
             if deadline.is_some_and(|d| d <= Instant::now())
@@ -396,6 +428,9 @@ impl AuditLogger {
                     outcome?;
                 }
                 () = &mut timer, if armed.is_some() => {}
+                () = &mut prune_timer, if prune_armed.is_some() && writing.is_none() => {
+                    prune_armed = None;
+                }
                 delivery = events.next() => match delivery {
                     Some(delivery) => self.take(Source::Events, delivery, &mut batch).await,
                     None => { ended = Some(queue.clone()); break; }
@@ -849,5 +884,50 @@ async fn pause(duration: Duration, shutdown: &CancellationToken) -> bool {
     tokio::select! {
         () = tokio::time::sleep(duration) => true,
         () = shutdown.cancelled() => false,
+    }
+}
+
+impl AuditLogger {
+    /// One retention step: removes a bounded chunk of what is older than the retention, and
+    /// sets when the next is due. A failure is logged and retried after the interval: it
+    /// never stops the logger.
+    pub(crate) async fn retention_step(
+        &self,
+        retention: &crate::retention::Retention,
+        due: &crate::retention::Due,
+    ) -> Result<(), Error> {
+        let started = Instant::now();
+        let outcome = async {
+            let prune = retention.prune_at(Timestamp::now())?;
+            let step = self.store().prune_step(&prune).await?;
+            if step.done {
+                self.store().prepare_partitions_ahead().await?;
+                telemetry::oldest_arrival(self.store().oldest_arrival().await?);
+            }
+            Ok::<crate::retention::Pruned, Error>(step)
+        }
+        .await;
+        let next = match outcome {
+            Ok(step) => {
+                self.counters()
+                    .rows_pruned
+                    .fetch_add(step.rows(), Ordering::Relaxed);
+                telemetry::pruned(&step);
+                debug!(?step, "retention step");
+                if step.done {
+                    Instant::now() + retention.interval
+                } else {
+                    Instant::now() + started.elapsed() * crate::retention::PACE
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "retention step failed; retrying later");
+                Instant::now() + retention.interval
+            }
+        };
+        if let Ok(mut due) = due.lock() {
+            *due = Some(next);
+        }
+        Ok(())
     }
 }

@@ -207,6 +207,8 @@ pub struct AuditOptions {
     prefetch: u16,
     delivery_limit: Option<u32>,
     enforce_identity: Option<String>,
+    // Boxed: the options travel inside the logger, kept small.
+    retain: Option<Box<crate::retention::Retention>>,
 }
 
 /// The `x-delivery-limit` mesh-amqp declares quorum queues with by default
@@ -223,6 +225,7 @@ impl Default for AuditOptions {
             prefetch: DEFAULT_PREFETCH,
             delivery_limit: Some(DEFAULT_DELIVERY_LIMIT),
             enforce_identity: None,
+            retain: None,
         }
     }
 }
@@ -276,6 +279,19 @@ impl AuditOptions {
     /// See [`AuditOptions::enforce_identity`]: the user prefix when identity is enforced.
     pub fn get_enforce_identity(&self) -> Option<&str> {
         self.enforce_identity.as_deref()
+    }
+
+    /// Retention (default none: everything is kept): what arrived longer ago than it is
+    /// removed continuously, a bounded step at a time between batches, by arrival
+    /// (`received_at`), never by an event's `x-time` (see [`crate::Retention`]).
+    pub fn retain(mut self, retention: Option<crate::retention::Retention>) -> Self {
+        self.retain = retention.map(Box::new);
+        self
+    }
+
+    /// See [`AuditOptions::retain`].
+    pub fn get_retain(&self) -> Option<&crate::retention::Retention> {
+        self.retain.as_deref()
     }
 
     /// Rows per transaction, at most (default 500; 1 to [`MAX_BATCH_SIZE`]). A batch closes at this size or after
@@ -336,6 +352,9 @@ impl AuditOptions {
         }
         if self.prefetch == 0 {
             return Err(Error::options("the prefetch must be at least 1"));
+        }
+        if let Some(retention) = &self.retain {
+            retention.validate()?;
         }
         if let Some(prefix) = &self.enforce_identity {
             if prefix.len() > MAX_USER_PREFIX_LEN || prefix.chars().any(char::is_control) {

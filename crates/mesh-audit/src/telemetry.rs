@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use mesh_core::DeadReason;
-use metrics::{counter, histogram};
+use metrics::{counter, gauge, histogram};
 
 /// The names of the metrics the audit logger records, with their labels.
 ///
@@ -36,6 +36,34 @@ pub mod names {
     pub const WRITE_ERRORS: &str = "mesh_audit_store_write_errors_total";
     /// Histogram: from a batch's first write attempt to its commit, retries included.
     pub const BATCH_DURATION: &str = "mesh_audit_batch_duration_seconds";
+    /// Counter `{table}`: rows retention removed (`events`, `event_conflicts`,
+    /// `dead_letters`, `event_rollups`), by arrival (see `AuditOptions::retain`).
+    pub const PRUNED_ROWS: &str = "mesh_audit_pruned_rows_total";
+    /// Gauge: when the oldest event kept arrived, in seconds since the Unix epoch (set by
+    /// retention each time it finds nothing more to remove; absent while the store is empty).
+    pub const OLDEST_EVENT_ARRIVAL: &str = "mesh_audit_oldest_event_arrival_seconds";
+}
+
+/// Rows a retention step removed.
+pub(crate) fn pruned(step: &crate::retention::Pruned) {
+    for (table, rows) in [
+        ("events", step.events),
+        ("event_conflicts", step.conflicts),
+        ("dead_letters", step.dead_letters),
+        ("event_rollups", step.rollups),
+    ] {
+        if rows > 0 {
+            counter!(names::PRUNED_ROWS, "table" => table).increment(rows);
+        }
+    }
+}
+
+/// When the oldest event kept arrived.
+pub(crate) fn oldest_arrival(oldest: Option<mesh_core::Timestamp>) {
+    if let Some(oldest) = oldest {
+        let seconds = oldest.as_offset_date_time().unix_timestamp_nanos() as f64 / 1e9;
+        gauge!(names::OLDEST_EVENT_ARRIVAL).set(seconds);
+    }
 }
 
 /// A transaction committed: `events` new event rows and `conflicts` new id conflicts out of
@@ -92,6 +120,15 @@ pub fn describe() {
         "Events dead-lettered instead of stored, by reason."
     );
     describe_counter!(BATCHES, "Transactions committed.");
+    describe_counter!(
+        PRUNED_ROWS,
+        "Rows retention removed, by table, by arrival time."
+    );
+    metrics::describe_gauge!(
+        OLDEST_EVENT_ARRIVAL,
+        Unit::Seconds,
+        "When the oldest event kept arrived, in seconds since the Unix epoch."
+    );
     describe_counter!(
         WRITE_ERRORS,
         "Writes to the audit store that failed, by kind (transient or refused)."

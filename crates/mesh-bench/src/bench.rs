@@ -158,7 +158,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
             Scenario::Latency => latency::setup(ctx).await?,
             Scenario::Rpc => rpc::setup(ctx).await?,
             Scenario::Outbox => outbox::setup(ctx).await?,
-            Scenario::Audit | Scenario::Scale | Scenario::Declare => {}
+            Scenario::Audit | Scenario::AuditRetain | Scenario::Scale | Scenario::Declare => {}
         }
     }
     let (raw, mesh) = (plan.raw, plan.mesh);
@@ -244,6 +244,19 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                         add("audit ingest", "mesh-audit-pg", postgres);
                     }
                 }
+                Scenario::AuditRetain if mesh => {
+                    for (name, db) in [
+                        ("audit retention sqlite", Db::Sqlite),
+                        ("audit retention postgres", Db::Postgres),
+                    ] {
+                        add(name, "mesh-audit", audit::retained(ctx, db, false).await?);
+                        add(
+                            name,
+                            "mesh-audit-retain",
+                            audit::retained(ctx, db, true).await?,
+                        );
+                    }
+                }
                 Scenario::Outbox if mesh => {
                     let side = "mesh-outbox";
                     add("outbox direct emit", "mesh", outbox::direct(ctx).await?);
@@ -267,7 +280,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                         outbox::lag(ctx, Db::Sqlite).await?,
                     );
                 }
-                Scenario::Outbox => {}
+                Scenario::Outbox | Scenario::AuditRetain => {}
                 Scenario::Scale | Scenario::Declare => continue,
             }
             // Let the broker settle (fsyncs, GC of deleted segments) between scenarios.

@@ -178,6 +178,9 @@ pub(crate) enum Scenario {
     Rpc,
     /// The audit logger's ingest into SQLite and into PostgreSQL, against raw consume.
     Audit,
+    /// The audit logger's ingest into a store holding as many events past `--retain 3d`,
+    /// removing them meanwhile, against the same without retention (SQLite and PostgreSQL).
+    AuditRetain,
     /// The transactional outbox on PostgreSQL and SQLite (throughput to the confirm, the
     /// relay's lag), against mesh's direct emit.
     Outbox,

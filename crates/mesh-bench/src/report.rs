@@ -157,6 +157,16 @@ const fn sides(
 }
 
 /// An outbox run against mesh's direct emit (`reference`, a scenario of its own).
+/// A retention run against the same run without retention.
+const fn retention(scenario: &'static str) -> Comparison {
+    Comparison {
+        name: scenario,
+        label: "no pruning",
+        baseline: (scenario, "mesh-audit"),
+        candidate: (scenario, "mesh-audit-retain"),
+    }
+}
+
 const fn outbox(scenario: &'static str, reference: &'static str) -> Comparison {
     Comparison {
         name: scenario,
@@ -166,7 +176,7 @@ const fn outbox(scenario: &'static str, reference: &'static str) -> Comparison {
     }
 }
 
-const COMPARISONS: [Comparison; 17] = [
+const COMPARISONS: [Comparison; 19] = [
     sides("emit pipelined", "raw", "mesh"),
     sides("emit one at a time", "raw", "mesh"),
     sides("consume ack each", "raw", "mesh"),
@@ -193,6 +203,8 @@ const COMPARISONS: [Comparison; 17] = [
         baseline: ("audit ingest", "raw"),
         candidate: ("audit ingest", "mesh-audit-pg"),
     },
+    retention("audit retention sqlite"),
+    retention("audit retention postgres"),
     outbox("outbox postgres 100/tx", "outbox direct emit"),
     outbox("outbox postgres 1/tx", "outbox direct emit"),
     outbox("outbox sqlite 100/tx", "outbox direct emit"),
@@ -278,6 +290,13 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
             // as fast, PostgreSQL (its server sharing the cores) at least 0.8 of it.
             ("audit ingest", "raw", _) => targets.push(ratio(1.0)),
             ("audit ingest postgres", "raw", _) => targets.push(ratio(0.8)),
+            // Retention removing old rows between batches costs ingest at most a fifth.
+            ("audit retention sqlite" | "audit retention postgres", _, "events/s") => {
+                targets.push(Target {
+                    wanted: "pruning/none >= 0.80".to_owned(),
+                    ..ratio(0.8)
+                })
+            }
             ("outbox postgres 100/tx", _, "events/s") => targets.push(Target {
                 wanted: "outbox/direct emit >= 0.50".to_owned(),
                 ..ratio(0.5)
@@ -328,7 +347,7 @@ pub(crate) fn targets(rows: &[Row], results: &Results) -> Vec<Target> {
         .filter(|r| {
             matches!(
                 r.side,
-                "mesh" | "mesh-audit" | "mesh-audit-pg" | "mesh-outbox"
+                "mesh" | "mesh-audit" | "mesh-audit-pg" | "mesh-audit-retain" | "mesh-outbox"
             )
         })
         .map(|r| r.peak_rss_mb)

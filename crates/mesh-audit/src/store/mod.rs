@@ -54,6 +54,7 @@ macro_rules! with_pool {
 
 // After `with_pool!`, which their bodies use.
 mod dead;
+mod prune;
 mod write;
 
 /// The audit store. Cheap to clone: clones share one connection pool.
@@ -82,6 +83,10 @@ impl Store {
         let pool = connect::pool(&options, connect::Mode::Create).await?;
         let store = Store { pool, options };
         if let Err(e) = store.migrate().await {
+            store.close().await;
+            return Err(e);
+        }
+        if let Err(e) = store.prepare_partitions_ahead().await {
             store.close().await;
             return Err(e);
         }

@@ -34,6 +34,11 @@ pub(crate) struct Dialect {
     pub(crate) identity_columns: &'static str,
     /// A rollup's minute as stored time text.
     pub(crate) minute: &'static str,
+    /// `events` is partitioned by arrival, each id kept once by `event_ids` (PostgreSQL,
+    /// decision 0022).
+    pub(crate) partitioned: bool,
+    /// What ends an insert into `events` (see `write::insert_events`).
+    pub(crate) on_conflict: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -51,6 +56,8 @@ pub(crate) const SQLITE: Dialect = Dialect {
     id_text: "id",
     identity_columns: "id, routing_key, source, body",
     minute: "minute",
+    partitioned: false,
+    on_conflict: " ON CONFLICT (id) DO NOTHING",
 };
 
 /// `to_char` in the stored time format, in UTC whatever the session's time zone.
@@ -96,6 +103,9 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     // `json` keeps the text as it came, so this is the body byte for byte.
     identity_columns: "id::text, routing_key, source, body::text",
     minute: pg_time!("minute"),
+    partitioned: true,
+    // `event_ids` decided which rows are new: the insert into `events` cannot conflict.
+    on_conflict: "",
 };
 
 /// Rows per `INSERT` statement, at most: a power of two (see [`statement_chunks`]). The

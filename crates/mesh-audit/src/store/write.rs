@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use mesh_core::{codec, WireMessage};
+use mesh_core::{codec, Timestamp, WireMessage};
 use sqlx::QueryBuilder;
 
 use super::rows::{now_text, ConflictRow, DeadRow, EventRow, Identity};
@@ -44,7 +44,18 @@ impl Store {
     /// [`ErrorKind::InvalidMessage`](crate::ErrorKind::InvalidMessage) before anything is written. For imports and tests; the
     /// logger batches deliveries itself.
     pub async fn record_events(&self, messages: &[WireMessage]) -> Result<u64, Error> {
-        let received = now_text();
+        self.record_events_arrived(messages, Timestamp::now()).await
+    }
+
+    /// [`Store::record_events`] as if the logger had stored them at `arrived` (their
+    /// `received_at`, which retention goes by): for imports keeping their arrival, and tests
+    /// of retention.
+    pub async fn record_events_arrived(
+        &self,
+        messages: &[WireMessage],
+        arrived: Timestamp,
+    ) -> Result<u64, Error> {
+        let received = crate::convert::time_to_text(arrived)?;
         let rows = messages
             .iter()
             .map(|message| {
@@ -109,13 +120,24 @@ impl Store {
             // than the batch holds, it is rolled back and the rows inserted again, naming
             // their ids, so the rows below know which were new.
             let mut all_new = true;
+            // PostgreSQL inserts each id of the batch once (its first row), as `event_ids`
+            // decides for the whole statement; SQLite's `ON CONFLICT` skips the later rows.
+            let firsts: Vec<&EventRow> = if d.partitioned {
+                let mut seen: HashSet<&str> = HashSet::new();
+                events
+                    .iter()
+                    .filter(|row| seen.insert(row.id.as_str()))
+                    .collect()
+            } else {
+                events.iter().collect()
+            };
             if !events.is_empty() {
                 let mut attempt = sqlx::Connection::begin(&mut *tx).await?;
                 let mut count = 0;
-                for chunk in statement_chunks(events) {
-                    let mut qb = QueryBuilder::new(INSERT_EVENTS);
-                    qb.push_values(chunk, |mut b, row| push_event_columns!(b, d, row));
-                    qb.push(" ON CONFLICT (id) DO NOTHING");
+                for chunk in statement_chunks(&firsts) {
+                    let mut qb =
+                        insert_events(d, chunk, |mut b, row| push_event_columns!(b, d, row));
+                    qb.push(d.on_conflict);
                     count += qb.build().execute(&mut *attempt).await?.rows_affected();
                 }
                 // An id goes in at most once, so as many rows as the batch holds means each
@@ -130,11 +152,10 @@ impl Store {
             }
             let mut inserted: HashSet<String> = HashSet::new();
             if !all_new {
-                for chunk in statement_chunks(events) {
-                    let mut qb = QueryBuilder::new(INSERT_EVENTS);
-                    qb.push_values(chunk, |mut b, row| push_event_columns!(b, d, row));
-                    qb.push(" ON CONFLICT (id) DO NOTHING RETURNING ")
-                        .push(d.id_text);
+                for chunk in statement_chunks(&firsts) {
+                    let mut qb =
+                        insert_events(d, chunk, |mut b, row| push_event_columns!(b, d, row));
+                    qb.push(d.on_conflict).push(" RETURNING ").push(d.id_text);
                     let ids: Vec<String> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
                     written.events += ids.len() as u64;
                     inserted.extend(ids);
@@ -257,6 +278,35 @@ impl Store {
             tx.commit().await?;
         });
         Ok(written)
+    }
+}
+
+/// An insert of `rows` into `events`, to be ended by the dialect's `on_conflict`. On
+/// PostgreSQL, whose `events` is partitioned by arrival and so cannot key on the id alone,
+/// each id is first inserted into `event_ids` (decision 0022): only the rows whose id went in
+/// there are inserted into `events`, and the statement's count (or `RETURNING`) is theirs.
+fn insert_events<'a, DB, F>(d: &Dialect, rows: &'a [&EventRow], push: F) -> QueryBuilder<'a, DB>
+where
+    DB: sqlx::Database,
+    F: FnMut(sqlx::query_builder::Separated<'_, 'a, DB, &'static str>, &'a &EventRow),
+{
+    if d.partitioned {
+        let mut qb = QueryBuilder::new(
+            "WITH v (id, routing_key, source, node, time, causation_id, schema, received_at, \
+             headers, body, publisher) AS (",
+        );
+        qb.push_values(rows, push);
+        qb.push(
+            "), fresh AS (INSERT INTO event_ids (id, received_at) \
+             SELECT id, received_at FROM v ON CONFLICT (id) DO NOTHING RETURNING id) ",
+        );
+        qb.push(INSERT_EVENTS)
+            .push("SELECT v.* FROM v JOIN fresh USING (id)");
+        qb
+    } else {
+        let mut qb = QueryBuilder::new(INSERT_EVENTS);
+        qb.push_values(rows, push);
+        qb
     }
 }
 

@@ -180,3 +180,89 @@ pub(crate) async fn mesh(ctx: &Ctx, db: Db) -> anyhow::Result<Run> {
     broker::delete(&ctx.admin, QUEUE).await?;
     Ok(Run::rate("events/s", events, cost.wall.as_secs_f64(), cost))
 }
+
+/// How long ago the events a retention run finds in its store arrived.
+const OLD: Duration = Duration::from_secs(5 * 24 * 3600);
+/// The retention of the retention runs: the old events are all past it.
+const RETAIN: Duration = Duration::from_secs(3 * 24 * 3600);
+
+/// The audit logger ingesting the backlog into a store already holding as many events that
+/// arrived five days ago (with an `x-time` of 1970), with `--retain 3d` (`retain`, removing
+/// them meanwhile, between its batches) or without. Every backlog event must be stored, once;
+/// with retention, some old ones must have been removed during the run.
+pub(crate) async fn retained(ctx: &Ctx, db: Db, retain: bool) -> anyhow::Result<Run> {
+    use mesh::raw::{codec, Envelope, EventId, Headers, RoutingKey, Timestamp};
+    declare(ctx).await?;
+    prefill(ctx).await?;
+    let events = ctx.plan.audit_backlog;
+    let temp = db.store().await?;
+    let store = Store::open(StoreOptions::url(temp.url())?).await?;
+    let now = Timestamp::now();
+    let arrived = now.checked_sub(OLD).context("five days ago")?;
+    store.prepare_partitions(arrived, now).await?;
+    let old_time = Timestamp::parse("1970-01-01T00:00:00Z")?;
+    let key = RoutingKey::parse(KEY)?;
+    let mut left = events;
+    while left > 0 {
+        let n = left.min(500);
+        let batch: Vec<_> = (0..n)
+            .map(|_| {
+                codec::encode(&Envelope {
+                    id: EventId::new(),
+                    key: key.clone(),
+                    source: "bench".to_owned(),
+                    node: NODE.to_owned(),
+                    time: old_time,
+                    causation_id: None,
+                    schema: None,
+                    extra_headers: Headers::new(),
+                    body: bytes::Bytes::from_static(b"{\"old\": true}"),
+                })
+            })
+            .collect();
+        store.record_events_arrived(&batch, arrived).await?;
+        left -= n;
+    }
+    let options = AuditOptions::new()
+        .node(NODE)
+        .retain(retain.then(|| mesh_audit::Retention::new(RETAIN)));
+    let logger = AuditLogger::new(store, options);
+    let transport = Arc::new(
+        mesh::amqp::connect(ctx.broker.mesh_options(
+            &ctx.vhost,
+            ctx.kind,
+            ctx.plan.in_flight,
+            "audit",
+        ))
+        .await?,
+    );
+    let meter = Meter::start();
+    let running = spawn(logger, transport);
+    let stored = tokio::time::timeout(patience(events), async {
+        while running.logger.stats().events_stored < events && !running.task.is_finished() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let cost = meter.finish();
+    let stats = running.logger.stats();
+    let store = running.logger.store().clone();
+    // Every backlog event stored, once: counted by their x-time, after the old ones'.
+    let recent = mesh_audit::EventQuery::new().since(Timestamp::parse("1971-01-01T00:00:00Z")?);
+    let kept = store.count_events(&recent).await;
+    running.stop().await?;
+    stored.map_err(|_| {
+        anyhow::anyhow!(
+            "the audit logger stalled at {} of {events}",
+            stats.events_stored
+        )
+    })?;
+    let kept = kept?;
+    anyhow::ensure!(kept == events, "{kept} of {events} backlog events stored");
+    anyhow::ensure!(
+        !retain || stats.rows_pruned > 0,
+        "no old row was pruned during the run"
+    );
+    broker::delete(&ctx.admin, QUEUE).await?;
+    Ok(Run::rate("events/s", events, cost.wall.as_secs_f64(), cost))
+}

@@ -52,7 +52,12 @@ pub(crate) fn plan_logger(global: &Global, args: &AuditRunArgs) -> anyhow::Resul
         .enforce_identity(
             args.enforce_identity
                 .then(|| args.user_prefix.clone().unwrap_or_default()),
-        );
+        )
+        .retain(args.retain.map(|retain| {
+            mesh_audit::Retention::new(retain)
+                .rollups(args.retain_rollups)
+                .pending_dead_letters(args.retain_pending_dead_letters)
+        }));
     audit
         .validate()
         .coded(Code::Usage, || "invalid audit logger options".to_owned())?;

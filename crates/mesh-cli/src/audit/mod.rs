@@ -1,8 +1,9 @@
-//! `mesh audit query | count | replay | trace` over the audit store, and `mesh audit run`
+//! `mesh audit query | count | replay | prune | trace` over the audit store, and `mesh audit run`
 //! (the logger, in [`logger`]), on top of the `mesh-audit` library (its logger service and
 //! its store's query and replay API).
 
 mod logger;
+mod prune;
 
 use anyhow::Context as _;
 use mesh::raw::EventId;
@@ -135,6 +136,25 @@ pub(crate) async fn run(global: &Global, command: &AuditCommand) -> anyhow::Resu
             result
         }
         AuditCommand::Replay(args) => replay(global, args).await,
+        AuditCommand::Prune {
+            store,
+            before,
+            rollups_before,
+            pending_dead_letters,
+            dry_run,
+        } => {
+            prune::prune(
+                global,
+                prune::PruneArgs {
+                    store,
+                    before: *before,
+                    rollups_before: *rollups_before,
+                    pending_dead_letters: *pending_dead_letters,
+                    dry_run: *dry_run,
+                },
+            )
+            .await
+        }
         AuditCommand::Trace { store, id } => {
             let id: EventId = id
                 .parse()

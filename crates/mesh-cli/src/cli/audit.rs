@@ -48,6 +48,25 @@ pub(crate) enum AuditCommand {
     /// Re-publish stored events into one module's queue only, so it can catch up
     #[command(after_help = AUDIT_REPLAY_HELP)]
     Replay(ReplayArgs),
+    /// Remove what arrived before a time: events, id conflicts and re-driven dead letters
+    #[command(after_help = AUDIT_PRUNE_HELP)]
+    Prune {
+        #[command(flatten)]
+        store: StoreArg,
+        /// Remove rows that arrived (were stored) before T: RFC 3339, or a duration ago
+        /// (3d, 12h); never by the events' own x-time
+        #[arg(long, value_name = "T", value_parser = parse_time)]
+        before: Timestamp,
+        /// Also remove rollup minutes (by x-time) before T [default: keep them all]
+        #[arg(long, value_name = "T", value_parser = parse_time)]
+        rollups_before: Option<Timestamp>,
+        /// Also remove dead letters not re-driven yet [default: never]
+        #[arg(long)]
+        pending_dead_letters: bool,
+        /// Count what would be removed, and remove nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Draw the causation tree of an event: its causes and everything it caused
     #[command(after_help = AUDIT_TRACE_HELP)]
     Trace {
@@ -137,6 +156,18 @@ pub(crate) struct AuditRunArgs {
         value_parser = parse_user_prefix
     )]
     pub(crate) user_prefix: Option<String>,
+    /// Keep events, id conflicts and re-driven dead letters this long after they arrived
+    /// (1m to 100y; by arrival, never by x-time), removing older ones continuously between
+    /// batches [default: keep everything]
+    #[arg(long, value_name = "DURATION", value_parser = parse_retention)]
+    pub(crate) retain: Option<Duration>,
+    /// Keep the rollups (the overview's and map's counts) this long, by minute of x-time; at
+    /// least --retain [default: keep them all]
+    #[arg(long, value_name = "DURATION", requires = "retain", value_parser = parse_retention)]
+    pub(crate) retain_rollups: Option<Duration>,
+    /// With --retain, also remove dead letters not re-driven yet [default: never]
+    #[arg(long, requires = "retain")]
+    pub(crate) retain_pending_dead_letters: bool,
     #[command(flatten)]
     pub(crate) metrics: MetricsArg,
     /// Also serve the operator's console (as `mesh console`) on this address, over the
@@ -184,6 +215,20 @@ pub(crate) fn parse_batch_wait(text: &str) -> Result<Duration, String> {
         Duration::ZERO,
         mesh_audit::MAX_BATCH_WAIT,
         "0ms to 1h",
+    )
+}
+
+/// The longest `--retain` and `--retain-rollups`: a hundred years.
+const MAX_RETENTION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `--retain`, `--retain-rollups`: a duration from [`mesh_audit::retention::MIN_RETENTION`]
+/// (a minute) to a hundred years.
+pub(crate) fn parse_retention(text: &str) -> Result<Duration, String> {
+    parse_duration_within(
+        text,
+        mesh_audit::retention::MIN_RETENTION,
+        MAX_RETENTION,
+        "1m to 100y",
     )
 }
 
@@ -299,6 +344,18 @@ Examples:
   mesh audit replay --key 'module.shop.order.*' --since 2h --to anchor.billing --dry-run
   mesh audit replay --key 'module.shop.#' --since 2026-12-01T00:00:00Z --to anchor.billing --rate 200";
 
+const AUDIT_PRUNE_HELP: &str = "\
+Rows go by when the audit logger stored them (their arrival), never by the events' own
+x-time: an event sent with an x-time of 1970 is kept as long as any other. Dead letters not
+re-driven yet are kept unless --pending-dead-letters; the rollups (what the console's overview
+and map count) are kept unless --rollups-before. On PostgreSQL, whole days of events are
+dropped as partitions and the rest removed in chunks; on SQLite, in chunks. A running logger
+can prune by itself: mesh audit run --retain 30d.
+
+Examples:
+  mesh audit prune --before 30d --dry-run
+  mesh audit prune --before 2026-11-01T00:00:00Z --rollups-before 365d";
+
 const AUDIT_TRACE_HELP: &str = "\
 Example:
   mesh audit trace 01a22f43-591c-7190-bfdc-009e3b6ca06f";
@@ -327,6 +384,14 @@ mod tests {
         assert!(parse_batch_wait("50").is_err(), "a unit is required");
         assert_eq!(parse_prefetch("65535"), Ok(u16::MAX));
         assert!(parse_prefetch("0").is_err());
+        assert_eq!(
+            parse_retention("3d"),
+            Ok(Duration::from_secs(3 * 24 * 3600))
+        );
+        assert_eq!(parse_retention("1m"), Ok(Duration::from_secs(60)));
+        for bad in ["59s", "101y", "3", "", "-3d", "99999999999999999999d"] {
+            assert!(parse_retention(bad).is_err(), "{bad:?}");
+        }
         assert!(parse_prefetch("65536").is_err());
         let longest = "p".repeat(mesh_audit::MAX_USER_PREFIX_LEN);
         assert_eq!(parse_user_prefix(&longest), Ok(longest.clone()));
