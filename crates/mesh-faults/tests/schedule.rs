@@ -18,9 +18,9 @@ use bytes::Bytes;
 use futures::stream::{self, StreamExt as _};
 use mesh::amqp::QueueType;
 use mesh::{Bus, Incoming, Outgoing, Timestamp};
+use mesh_faults::secs;
 use mesh_faults::setup::{self, connect};
 use mesh_faults::worker::Worker;
-use mesh_faults::secs;
 use mesh_testkit::{eventually, NodeOptions, PrivateNode};
 
 const EVENTS: usize = 1_000;
@@ -99,9 +99,20 @@ fn arrived(seen: &Seen) -> usize {
 /// each first arrival, sorted, and the duplicates.
 fn check(scheduled: &HashMap<String, Timestamp>, seen: &Seen) -> (Vec<Duration>, usize) {
     let seen = seen.lock().expect("the sink's map");
-    let lost: Vec<&String> = scheduled.keys().filter(|id| !seen.contains_key(*id)).collect();
-    assert!(lost.is_empty(), "{} events lost, e.g. {:?}", lost.len(), lost.first());
-    let unexpected = seen.keys().filter(|id| !scheduled.contains_key(*id)).count();
+    let lost: Vec<&String> = scheduled
+        .keys()
+        .filter(|id| !seen.contains_key(*id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} events lost, e.g. {:?}",
+        lost.len(),
+        lost.first()
+    );
+    let unexpected = seen
+        .keys()
+        .filter(|id| !scheduled.contains_key(*id))
+        .count();
     assert_eq!(unexpected, 0, "events nobody scheduled arrived");
     let mut lateness = Vec::with_capacity(scheduled.len());
     let mut duplicates = 0;
@@ -110,9 +121,16 @@ fn check(scheduled: &HashMap<String, Timestamp>, seen: &Seen) -> (Vec<Duration>,
         duplicates += arrivals.len() - 1;
         for (time, at) in arrivals {
             assert_eq!(time, due, "x-time of {id} is its due time");
-            assert!(at >= due, "{id} arrived at {at}, before it was due at {due}");
+            assert!(
+                at >= due,
+                "{id} arrived at {at}, before it was due at {due}"
+            );
         }
-        let first = arrivals.iter().map(|(_, at)| *at).min().expect("an arrival");
+        let first = arrivals
+            .iter()
+            .map(|(_, at)| *at)
+            .min()
+            .expect("an arrival");
         let late = first.unix_nanos() - due.unix_nanos();
         lateness.push(Duration::from_nanos(u64::try_from(late).unwrap_or(0)));
     }
@@ -152,12 +170,25 @@ async fn scheduled_events_arrive_through_a_broker_restart_and_a_killed_forwarder
         .unwrap();
 
     let began = Instant::now();
-    let scheduled = schedule(&source, EVENTS, Duration::from_secs(5), Duration::from_secs(30)).await;
+    let scheduled = schedule(
+        &source,
+        EVENTS,
+        Duration::from_secs(5),
+        Duration::from_secs(30),
+    )
+    .await;
     eprintln!("[schedule] {EVENTS} scheduled in {}", secs(began.elapsed()));
 
     // The broker goes away once the first events arrived, most still waiting on hops.
-    eventually(WAIT, "the first events arrive", || async { (arrived(&seen) >= 50).then_some(()) }).await;
-    eprintln!("[schedule] broker killed at {} ({} arrived)", secs(began.elapsed()), arrived(&seen));
+    eventually(WAIT, "the first events arrive", || async {
+        (arrived(&seen) >= 50).then_some(())
+    })
+    .await;
+    eprintln!(
+        "[schedule] broker killed at {} ({} arrived)",
+        secs(began.elapsed()),
+        arrived(&seen)
+    );
     node.kill().await.expect("killing the node");
     node.start_again().await.expect("starting the node again");
     eprintln!("[schedule] broker back at {}", secs(began.elapsed()));
@@ -168,7 +199,11 @@ async fn scheduled_events_arrive_through_a_broker_restart_and_a_killed_forwarder
         (arrived(&seen) >= before_kill).then_some(())
     })
     .await;
-    eprintln!("[schedule] forwarder killed at {} ({} arrived)", secs(began.elapsed()), arrived(&seen));
+    eprintln!(
+        "[schedule] forwarder killed at {} ({} arrived)",
+        secs(began.elapsed()),
+        arrived(&seen)
+    );
     forwarder.kill().await.expect("SIGKILL the forwarder");
     let mut forwarder = spawn();
     forwarder.ready(WAIT).await.unwrap();
@@ -218,7 +253,10 @@ async fn a_schedule_longer_than_the_consumer_timeout_arrives_on_time() {
     .await;
     let (lateness, _) = check(&scheduled, &seen);
     let worst = lateness.last().copied().unwrap_or_default();
-    eprintln!("[schedule-timeout] 20 events {ahead:?} ahead: lateness p50 {:?} max {worst:?}", percentile(&lateness, 0.5));
+    eprintln!(
+        "[schedule-timeout] 20 events {ahead:?} ahead: lateness p50 {:?} max {worst:?}",
+        percentile(&lateness, 0.5)
+    );
     // A copy held past the consumer timeout would be taken back and come back a timeout or
     // more late; on time is well under that (three times the usual lateness under load).
     assert!(worst < Duration::from_secs(5), "late by {worst:?}");

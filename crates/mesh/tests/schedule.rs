@@ -28,7 +28,9 @@ async fn forwarder(broker: &MemoryBroker) -> Bus {
 }
 
 /// A consumer of `module.umami.#` that sends on what it got and when.
-async fn watcher(broker: &MemoryBroker) -> (Bus, mpsc::UnboundedReceiver<(Incoming<Bytes>, Timestamp)>) {
+async fn watcher(
+    broker: &MemoryBroker,
+) -> (Bus, mpsc::UnboundedReceiver<(Incoming<Bytes>, Timestamp)>) {
     let (seen, got) = mpsc::unbounded_channel();
     let bus = Bus::builder()
         .node("n1")
@@ -67,16 +69,25 @@ async fn a_scheduled_event_arrives_when_due_and_not_before() {
     assert_eq!(event.meta.id(), id);
     assert_eq!(event.meta.key().as_str(), "module.umami.reminder.due");
     let due = event.meta.time();
-    assert!(due.unix_nanos() - asked.unix_nanos() >= 1_500_000_000, "x-time is the due time");
+    assert!(
+        due.unix_nanos() - asked.unix_nanos() >= 1_500_000_000,
+        "x-time is the due time"
+    );
     assert!(at >= due, "arrived at {at}, before it was due at {due}");
     assert!(
-        event.meta.headers().keys().all(|name| !codec::is_mesh_header(name)),
+        event
+            .meta
+            .headers()
+            .keys()
+            .all(|name| !codec::is_mesh_header(name)),
         "no x-mesh-* header reaches mesh.events: {:?}",
         event.meta.headers().keys().collect::<Vec<_>>()
     );
     // Only the one event, and nothing left waiting.
     assert!(
-        tokio::time::timeout(Duration::from_millis(300), got.recv()).await.is_err(),
+        tokio::time::timeout(Duration::from_millis(300), got.recv())
+            .await
+            .is_err(),
         "delivered once"
     );
     assert_eq!(broker.queue_depth("scheduled.umami.events"), Some(0));
@@ -120,11 +131,15 @@ async fn another_modules_key_is_refused() {
     let err = umami
         .emit_outgoing_after(
             Duration::from_secs(1),
-            Outgoing::raw("module.billing.invoice.due", Bytes::from_static(b"{}")).expect("an outgoing"),
+            Outgoing::raw("module.billing.invoice.due", Bytes::from_static(b"{}"))
+                .expect("an outgoing"),
         )
         .await
         .expect_err("another module's key");
-    assert!(matches!(err.kind(), ErrorKind::ForeignKey { .. }), "{err:?}");
+    assert!(
+        matches!(err.kind(), ErrorKind::ForeignKey { .. }),
+        "{err:?}"
+    );
     assert_eq!(broker.queue_depth("scheduled.umami.events"), Some(0));
 }
 
@@ -139,10 +154,17 @@ async fn without_a_schedule_queue_scheduling_fails_as_unroutable() {
         .await
         .expect("starts");
     let err = umami
-        .emit_outgoing_after(Duration::from_secs(1), Outgoing::json("a.b", &1).expect("an outgoing"))
+        .emit_outgoing_after(
+            Duration::from_secs(1),
+            Outgoing::json("a.b", &1).expect("an outgoing"),
+        )
         .await
         .expect_err("no schedule queue");
-    assert_eq!(err.transport_kind(), Some(&TransportErrorKind::Unroutable), "{err:?}");
+    assert_eq!(
+        err.transport_kind(),
+        Some(&TransportErrorKind::Unroutable),
+        "{err:?}"
+    );
     // A context has no schedule queue, and cannot forward one.
     let context = Bus::builder()
         .node("n1")
@@ -152,7 +174,10 @@ async fn without_a_schedule_queue_scheduling_fails_as_unroutable() {
         .await
         .expect("starts");
     let err = context
-        .emit_outgoing_after(Duration::from_secs(1), Outgoing::json("a.b", &1).expect("an outgoing"))
+        .emit_outgoing_after(
+            Duration::from_secs(1),
+            Outgoing::json("a.b", &1).expect("an outgoing"),
+        )
         .await
         .expect_err("a context");
     assert_eq!(err.kind(), &ErrorKind::InvalidOptions);
@@ -187,7 +212,10 @@ async fn without_a_schedule_queue_scheduling_fails_as_unroutable() {
 async fn a_forged_copy_in_the_schedule_queue_is_dead_lettered() {
     let broker = MemoryBroker::new();
     let umami = forwarder(&broker).await;
-    let mut dead = umami.dead_letters().await.expect("a tap of umami's dead letters");
+    let mut dead = umami
+        .dead_letters()
+        .await
+        .expect("a tap of umami's dead letters");
     let (_billing_watch, mut got) = {
         let (seen, got) = mpsc::unbounded_channel();
         let bus = Bus::builder()
@@ -214,7 +242,10 @@ async fn a_forged_copy_in_the_schedule_queue_is_dead_lettered() {
         let mut message = WireMessage::new(key, Bytes::from_static(b"{}"));
         message.properties.content_type = Some(codec::CONTENT_TYPE_JSON.into());
         let headers = &mut message.properties.headers;
-        headers.insert(codec::EVENT_ID.into(), mesh::raw::EventId::new().to_string().into());
+        headers.insert(
+            codec::EVENT_ID.into(),
+            mesh::raw::EventId::new().to_string().into(),
+        );
         headers.insert(codec::SOURCE.into(), "billing".into());
         headers.insert(codec::NODE.into(), "n1".into());
         headers.insert(codec::TIME.into(), Timestamp::now().text().into());
@@ -243,9 +274,17 @@ async fn a_forged_copy_in_the_schedule_queue_is_dead_lettered() {
         reasons.push(letter.note.map(|n| n.reason));
     }
     reasons.sort_by_key(|r| r.map(DeadReason::as_str));
-    assert_eq!(reasons, vec![Some(DeadReason::ForgedSource), Some(DeadReason::Undecodable)]);
+    assert_eq!(
+        reasons,
+        vec![
+            Some(DeadReason::ForgedSource),
+            Some(DeadReason::Undecodable)
+        ]
+    );
     assert!(
-        tokio::time::timeout(Duration::from_millis(300), got.recv()).await.is_err(),
+        tokio::time::timeout(Duration::from_millis(300), got.recv())
+            .await
+            .is_err(),
         "never emitted"
     );
     eventually(WAIT, "the schedule queue is empty", || async {

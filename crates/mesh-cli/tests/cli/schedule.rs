@@ -14,7 +14,11 @@ async fn emit_after_two_seconds_arrives_after_two_seconds() {
     let vhost = vhost("cli-schedule").await;
     let url = vhost.url();
     // Before any bus of umami forwards scheduled events there is no schedule queue.
-    let early = run(Some(&url), &["emit", "module.umami.reminder.due", "--after", "2s"]).await;
+    let early = run(
+        Some(&url),
+        &["emit", "module.umami.reminder.due", "--after", "2s"],
+    )
+    .await;
     assert_code(&early, 7);
 
     let forwarder = Bus::builder()
@@ -44,7 +48,15 @@ async fn emit_after_two_seconds_arrives_after_two_seconds() {
     let asked = Timestamp::now();
     let emitted = run(
         Some(&url),
-        &["--json", "emit", "module.umami.reminder.due", "--data", r#"{"n":1}"#, "--after", "2s"],
+        &[
+            "--json",
+            "emit",
+            "module.umami.reminder.due",
+            "--data",
+            r#"{"n":1}"#,
+            "--after",
+            "2s",
+        ],
     )
     .await;
     assert_code(&emitted, 0);
@@ -56,12 +68,21 @@ async fn emit_after_two_seconds_arrives_after_two_seconds() {
     assert_eq!(line["id"], event.meta.id().to_string().as_str());
     assert_eq!(line["due"], event.meta.time().text().as_str());
     let waited = at.unix_nanos() - asked.unix_nanos();
-    assert!(waited >= 2_000_000_000, "delivered {waited} ns after it was asked for, before 2 s");
+    assert!(
+        waited >= 2_000_000_000,
+        "delivered {waited} ns after it was asked for, before 2 s"
+    );
     assert!(at >= event.meta.time(), "before its due time");
 
     // --at, and refusals: not a module's key, another module's source, both flags.
-    let due = Timestamp::now().checked_add(Duration::from_millis(500)).expect("in range");
-    let at_run = run(Some(&url), &["emit", "module.umami.reminder.due", "--at", &due.text()]).await;
+    let due = Timestamp::now()
+        .checked_add(Duration::from_millis(500))
+        .expect("in range");
+    let at_run = run(
+        Some(&url),
+        &["emit", "module.umami.reminder.due", "--at", &due.text()],
+    )
+    .await;
     assert_code(&at_run, 0);
     let (event, at) = tokio::time::timeout(WAIT, got.recv())
         .await
@@ -71,8 +92,22 @@ async fn emit_after_two_seconds_arrives_after_two_seconds() {
     assert!(at >= due, "before its due time");
     for args in [
         &["emit", "node.n1.ping", "--after", "1s"][..],
-        &["emit", "module.billing.invoice.due", "--source", "umami", "--after", "1s"][..],
-        &["emit", "module.umami.a", "--after", "1s", "--at", "2030-01-01T00:00:00Z"][..],
+        &[
+            "emit",
+            "module.billing.invoice.due",
+            "--source",
+            "umami",
+            "--after",
+            "1s",
+        ][..],
+        &[
+            "emit",
+            "module.umami.a",
+            "--after",
+            "1s",
+            "--at",
+            "2030-01-01T00:00:00Z",
+        ][..],
         &["emit", "module.umami.a", "--after", "soon"][..],
         &["emit", "module.umami.a", "--at", "tomorrow"][..],
     ] {

@@ -250,8 +250,8 @@ fn run() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }),
         ["forward-scheduled", url, node, module] => runtime.block_on(async {
-            let options =
-                child_options(url, &format!("{module}-forward-{pid}"))?.queue_type(QueueType::Quorum);
+            let options = child_options(url, &format!("{module}-forward-{pid}"))?
+                .queue_type(QueueType::Quorum);
             let _bus = Bus::builder()
                 .node(*node)
                 .module(*module)

@@ -202,7 +202,9 @@ impl BusBuilder {
     pub fn forward_scheduled(mut self, forward: bool) -> Self {
         self.forward_scheduled = match (forward, self.forward_scheduled) {
             (true, Some(longest)) => Some(longest),
-            (true, None) => Some(crate::schedule::plan::HOPS[crate::schedule::plan::HOPS.len() - 1]),
+            (true, None) => {
+                Some(crate::schedule::plan::HOPS[crate::schedule::plan::HOPS.len() - 1])
+            }
             (false, _) => None,
         };
         self

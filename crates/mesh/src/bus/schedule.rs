@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
+use mesh_core::EventId;
 use mesh_core::{
     codec, naming, HeaderValue, PublishOptions, Target, Timestamp, TransportError,
     TransportErrorKind,
 };
-use mesh_core::EventId;
 
 use super::Bus;
 use crate::error::{Error, ErrorKind};
@@ -37,11 +37,7 @@ impl Bus {
     }
 
     /// Schedules a typed event for `after` from now; see [`Bus::emit_at`].
-    pub async fn emit_after<E: Event>(
-        &self,
-        after: Duration,
-        event: &E,
-    ) -> Result<EventId, Error> {
+    pub async fn emit_after<E: Event>(&self, after: Duration, event: &E) -> Result<EventId, Error> {
         self.emit_at(due_after(after)?, event).await
     }
 

@@ -118,11 +118,19 @@ impl Forwarder {
 
     /// Starts what `copy` needs now (its emit, its hop, its dead letter), or hands it back
     /// with how long to hold it.
-    fn place(self: &Arc<Self>, copy: Delivery, sending: &mut Sending) -> Option<(Duration, Delivery)> {
+    fn place(
+        self: &Arc<Self>,
+        copy: Delivery,
+        sending: &mut Sending,
+    ) -> Option<(Duration, Delivery)> {
         let due = match plan::due_of(&copy.message) {
             Ok(due) => due,
             Err(e) => {
-                sending.push(Box::pin(dead_letter(copy, DeadReason::Undecodable, e.to_string())));
+                sending.push(Box::pin(dead_letter(
+                    copy,
+                    DeadReason::Undecodable,
+                    e.to_string(),
+                )));
                 return None;
             }
         };

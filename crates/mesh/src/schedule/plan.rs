@@ -94,12 +94,24 @@ mod tests {
             next(after(Duration::from_millis(300)), now, &HOPS),
             Next::Hold(Duration::from_millis(300))
         );
-        assert_eq!(next(after(Duration::from_secs(1)), now, &HOPS), Next::Hop(0));
-        assert_eq!(next(after(Duration::from_secs(29)), now, &HOPS), Next::Hop(1));
-        assert_eq!(next(after(Duration::from_secs(86_400)), now, &HOPS), Next::Hop(4));
+        assert_eq!(
+            next(after(Duration::from_secs(1)), now, &HOPS),
+            Next::Hop(0)
+        );
+        assert_eq!(
+            next(after(Duration::from_secs(29)), now, &HOPS),
+            Next::Hop(1)
+        );
+        assert_eq!(
+            next(after(Duration::from_secs(86_400)), now, &HOPS),
+            Next::Hop(4)
+        );
         let short = hops_up_to(Duration::from_secs(5));
         assert_eq!(short, vec![Duration::from_secs(1), Duration::from_secs(5)]);
-        assert_eq!(next(after(Duration::from_secs(86_400)), now, &short), Next::Hop(1));
+        assert_eq!(
+            next(after(Duration::from_secs(86_400)), now, &short),
+            Next::Hop(1)
+        );
     }
 
     #[test]
