@@ -621,7 +621,7 @@ impl BusBuilder {
         }
         if let Some(longest) = self.forward_scheduled {
             let hops = crate::schedule::plan::hops_up_to(longest);
-            crate::schedule::start(&bus, hops).await?;
+            super::schedule::start_forwarding(&bus, hops).await?;
         }
         if self.announce && !bus.inner.contract.is_empty() {
             bus.announce().await;

@@ -20,7 +20,7 @@ pub(crate) mod builder;
 mod contract;
 mod emit;
 pub(crate) mod pending;
-mod schedule;
+pub(crate) mod schedule;
 mod tools;
 
 use std::future::Future;

@@ -1,12 +1,13 @@
-//! Scheduling on a bus: [`Bus::emit_at`], [`Bus::emit_after`] and their [`Outgoing`] forms.
-//! The forwarder that emits them when due is `crate::schedule`.
+//! Scheduling on a bus: [`Bus::emit_at`], [`Bus::emit_after`] and their [`Outgoing`] forms,
+//! and the start of the module's schedule forwarder (`crate::schedule`), which emits them when
+//! due.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use mesh_core::EventId;
 use mesh_core::{
-    codec, naming, HeaderValue, PublishOptions, Target, Timestamp, TransportError,
-    TransportErrorKind,
+    codec, naming, EventId, HeaderValue, PublishOptions, QueueSpec, SubscriptionSpec, Target,
+    Timestamp, TransportError, TransportErrorKind,
 };
 
 use super::Bus;
@@ -14,6 +15,8 @@ use crate::error::{Error, ErrorKind};
 use crate::event::Event;
 use crate::identity::Identity;
 use crate::outgoing::Outgoing;
+use crate::schedule::forward::Forwarder;
+use crate::schedule::SCHEDULE_PREFETCH;
 
 impl Bus {
     /// Schedules a typed event for `at`: it is emitted, as this module's, no earlier than
@@ -104,6 +107,37 @@ impl Bus {
     pub(crate) fn emit_deadline(&self) -> Option<Duration> {
         self.inner.emitter.emit_deadline()
     }
+}
+
+/// Declares the module's schedule queue with its ladder of `hops` and starts its forwarder.
+pub(super) async fn start_forwarding(bus: &Bus, hops: Vec<Duration>) -> Result<(), Error> {
+    let Identity::Module(module) = bus.identity() else {
+        return Err(Error::options(
+            "only a module forwards scheduled events; give the bus a module identity",
+        ));
+    };
+    let queue = naming::schedule_queue(module);
+    let spec = SubscriptionSpec {
+        queue: QueueSpec::Durable {
+            name: queue.clone(),
+        },
+        // Bound to nothing on `mesh.events`: copies come only through `mesh.retry`.
+        patterns: Vec::new(),
+        prefetch: SCHEDULE_PREFETCH,
+        retry_delays: hops.clone(),
+    };
+    let copies = bus.inner.transport.subscribe(spec).await?;
+    tracing::info!(queue, "forwarding scheduled events");
+    let forwarder = Arc::new(Forwarder {
+        transport: Arc::clone(&bus.inner.transport),
+        identity: bus.identity().clone(),
+        node: bus.node().clone(),
+        hops,
+        deadline: bus.emit_deadline(),
+    });
+    let stop = bus.inner.stop.child_token();
+    bus.spawn_loop(forwarder.run(copies, stop)).await;
+    Ok(())
 }
 
 /// Now plus `after`, within the range of a [`Timestamp`].

@@ -15,47 +15,6 @@
 pub(crate) mod forward;
 pub mod plan;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use mesh_core::{naming, QueueSpec, SubscriptionSpec};
-use tracing::info;
-
-use crate::bus::Bus;
-use crate::error::Error;
-use crate::identity::Identity;
-
 /// How many scheduled copies one forwarder holds at once (those due within the shortest hop,
 /// and those on their way to a hop or to `mesh.events`); more wait in the queue.
 pub const SCHEDULE_PREFETCH: u16 = 1000;
-
-/// Declares the module's schedule queue with its ladder and starts its forwarder.
-pub(crate) async fn start(bus: &Bus, hops: Vec<Duration>) -> Result<(), Error> {
-    let Identity::Module(module) = bus.identity() else {
-        return Err(Error::options(
-            "only a module forwards scheduled events; give the bus a module identity",
-        ));
-    };
-    let queue = naming::schedule_queue(module);
-    let spec = SubscriptionSpec {
-        queue: QueueSpec::Durable {
-            name: queue.clone(),
-        },
-        // Bound to nothing on `mesh.events`: copies come only through `mesh.retry`.
-        patterns: Vec::new(),
-        prefetch: SCHEDULE_PREFETCH,
-        retry_delays: hops.clone(),
-    };
-    let copies = bus.inner.transport.subscribe(spec).await?;
-    info!(queue, "forwarding scheduled events");
-    let forwarder = Arc::new(forward::Forwarder {
-        transport: Arc::clone(&bus.inner.transport),
-        identity: bus.identity().clone(),
-        node: bus.node().clone(),
-        hops,
-        deadline: bus.emit_deadline(),
-    });
-    let stop = bus.inner.stop.child_token();
-    bus.spawn_loop(forwarder.run(copies, stop)).await;
-    Ok(())
-}
