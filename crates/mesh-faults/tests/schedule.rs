@@ -14,10 +14,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use futures::stream::{self, StreamExt as _};
 use mesh::amqp::QueueType;
-use mesh::{Bus, Incoming, Outgoing, Timestamp};
+use mesh::{Bus, Outgoing, Timestamp};
 use mesh_faults::secs;
 use mesh_faults::setup::{self, connect};
 use mesh_faults::worker::Worker;
@@ -42,7 +40,7 @@ async fn sink(access: &setup::Access) -> (Bus, Seen) {
             .module("sink")
             .prefetch(256)
             .announce(false)
-            .on_raw(["module.source.#"], move |e: Incoming<Bytes>| {
+            .on_raw(["module.source.#"], move |e| {
                 let seen = seen.clone();
                 async move {
                     let now = Timestamp::now();
@@ -71,23 +69,26 @@ async fn schedule(
 ) -> HashMap<String, Timestamp> {
     let began = Timestamp::now();
     let spread = last - first;
-    let scheduled: Vec<(String, Timestamp)> = stream::iter(0..n)
-        .map(|i| {
-            let ahead = first + spread.mul_f64(i as f64 / n as f64);
-            let due = began.checked_add(ahead).expect("in range");
-            async move {
-                let outgoing = Outgoing::json("reminder.due", &i).expect("an outgoing");
-                let id = source
-                    .emit_outgoing_at(due, outgoing)
-                    .await
-                    .unwrap_or_else(|e| panic!("scheduling event {i}: {e:#}"));
-                (id.to_string(), due)
-            }
-        })
-        .buffer_unordered(64)
-        .collect()
-        .await;
-    scheduled.into_iter().collect()
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let ahead = first + spread.mul_f64(i as f64 / n as f64);
+        let due = began.checked_add(ahead).expect("in range");
+        let source = source.clone();
+        tasks.spawn(async move {
+            let outgoing = Outgoing::json("reminder.due", &i).expect("an outgoing");
+            let id = source
+                .emit_outgoing_at(due, outgoing)
+                .await
+                .unwrap_or_else(|e| panic!("scheduling event {i}: {e:#}"));
+            (id.to_string(), due)
+        });
+    }
+    let mut scheduled = HashMap::with_capacity(n);
+    while let Some(done) = tasks.join_next().await {
+        let (id, due) = done.expect("a scheduling task");
+        scheduled.insert(id, due);
+    }
+    scheduled
 }
 
 /// How many distinct scheduled events arrived.
