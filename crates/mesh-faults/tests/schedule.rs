@@ -171,6 +171,10 @@ async fn scheduled_events_arrive_through_a_broker_restart_and_a_killed_forwarder
         .unwrap();
 
     let began = Instant::now();
+    eprintln!(
+        "[schedule] began at {} ms after the epoch",
+        Timestamp::now().unix_nanos() / 1_000_000
+    );
     let scheduled = schedule(
         &source,
         EVENTS,
@@ -214,6 +218,23 @@ async fn scheduled_events_arrive_through_a_broker_restart_and_a_killed_forwarder
     })
     .await;
     let (lateness, duplicates) = check(&scheduled, &seen);
+    {
+        // Where the duplicates come from: how many events, and when their extra copies came.
+        let seen = seen.lock().expect("the sink's map");
+        let twice = seen.values().filter(|a| a.len() > 1).count();
+        let max = seen.values().map(Vec::len).max().unwrap_or(0);
+        let mut extra: Vec<i128> = seen
+            .values()
+            .filter(|a| a.len() > 1)
+            .flat_map(|a| a.iter().skip(1).map(|(_, at)| at.unix_nanos() / 1_000_000))
+            .collect();
+        extra.sort_unstable();
+        eprintln!(
+            "[schedule] {twice} events arrived more than once (at most {max} times); extra copies from {:?} to {:?} ms after the epoch",
+            extra.first(),
+            extra.last()
+        );
+    }
     eprintln!(
         "[schedule] all {EVENTS} arrived by {}: none early, none lost, {duplicates} duplicates; lateness p50 {:?} p99 {:?} max {:?}",
         secs(began.elapsed()),
