@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt as _;
-use mesh_core::naming::{self, DEAD_EXCHANGE, EVENTS_EXCHANGE, RETIRED_DEAD_QUEUE, RPC_EXCHANGE};
+use mesh_core::naming::{
+    self, DEAD_EXCHANGE, EVENTS_EXCHANGE, RETIRED_DEAD_QUEUE, RETRY_EXCHANGE, RPC_EXCHANGE,
+};
 use mesh_core::{
     BoxFuture, Confirm, DeadQueue, Envelope, Health, PublishOptions, QueueSpec, ServeSpec,
     Subscription, SubscriptionSpec, Target, ToolKey, Transport, TransportError, TransportErrorKind,
@@ -253,7 +255,7 @@ impl AmqpTransport {
                     .publish(outgoing, options.deadline)
                     .await
             }
-            Target::Queue(_) => {
+            Target::Queue(_) | Target::Retry(_) => {
                 self.publish(mesh_core::codec::encode(&envelope), options)
                     .await
             }
@@ -267,9 +269,11 @@ impl AmqpTransport {
         options: PublishOptions,
     ) -> Result<Attempt, TransportError> {
         self.check_open()?;
-        let (exchange, routing_key) = match options.target {
-            Target::Events => (EVENTS_EXCHANGE, message.routing_key.clone()),
-            Target::Queue(queue) => ("", queue),
+        let (exchange, routing_key, force_persistent) = match options.target {
+            Target::Events => (EVENTS_EXCHANGE, message.routing_key.clone(), false),
+            Target::Queue(queue) => ("", queue, false),
+            // A scheduled event waits in a durable queue, maybe for days: kept on disk.
+            Target::Retry(key) => (RETRY_EXCHANGE, key, true),
         };
         let outgoing = Publication {
             exchange,
@@ -278,7 +282,7 @@ impl AmqpTransport {
                 message,
             },
             mandatory: options.mandatory,
-            force_persistent: false,
+            force_persistent,
             resend: true,
         };
         self.inner.publisher.try_publish(outgoing, options.deadline)

@@ -86,6 +86,12 @@ pub(crate) async fn run(global: &Global, args: &EmitArgs) -> anyhow::Result<Code
         }
         _ => config::node(global)?,
     };
+    if (args.at.is_some() || args.after.is_some()) && key.origin() != Origin::Module {
+        return Err(anyhow::anyhow!(
+            "only a module's key can be scheduled (a schedule queue is a module's)"
+        ))
+        .coded(Code::Usage, || format!("cannot schedule `{key}`"));
+    }
     let emitter = Emitter {
         origin: key.origin(),
         owner: args.source.clone().unwrap_or_else(|| key.name().to_owned()),
@@ -101,8 +107,18 @@ pub(crate) async fn run(global: &Global, args: &EmitArgs) -> anyhow::Result<Code
         .start(transport)
         .await
         .context("starting the bus")?;
+    let due = match (args.at, args.after) {
+        (Some(at), _) => Some(at),
+        (None, Some(after)) => Some(
+            mesh::Timestamp::now()
+                .checked_add(after)
+                .context("--after reaches past 9999-12-31")
+                .coded(Code::Usage, || format!("cannot schedule `{}`", args.key))?,
+        ),
+        (None, None) => None,
+    };
     let result = match args.count {
-        None => emit_one(global, &bus, &template, data).await,
+        None => emit_one(global, &bus, &template, data, due).await,
         Some(count) => emit_many(global, &bus, &template, &data, count, args.rate).await,
     };
     let _ = bus.drain().await;
@@ -169,16 +185,22 @@ async fn emit_one(
     bus: &Bus,
     template: &Template,
     data: String,
+    due: Option<mesh::Timestamp>,
 ) -> anyhow::Result<Code> {
     let outgoing = template.outgoing(data.into_bytes())?;
-    let id = bus
-        .emit_outgoing(outgoing)
-        .await
-        .coded(Code::NotConfirmed, || {
-            format!("`{}` was not confirmed by the broker", template.key)
-        })?;
+    let id = match due {
+        None => bus.emit_outgoing(outgoing).await,
+        Some(due) => bus.emit_outgoing_at(due, outgoing).await,
+    }
+    .coded(Code::NotConfirmed, || {
+        format!("`{}` was not confirmed by the broker", template.key)
+    })?;
     if global.json {
-        output::json(&json!({"id": id.to_string(), "key": template.key}))?;
+        let mut line = json!({"id": id.to_string(), "key": template.key});
+        if let Some(due) = due {
+            line["due"] = json!(due.text());
+        }
+        output::json(&line)?;
     } else {
         output::line(id)?;
     }

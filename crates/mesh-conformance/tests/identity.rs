@@ -429,3 +429,110 @@ async fn with_identity_enforced_only_the_owner_s_user_is_believed() {
     operator.close().await;
     billing.close().await;
 }
+
+/// Scheduling: a module schedules only its own keys. umami scheduling `module.billing.…` is
+/// refused by the SDK; umami's user may not write billing's schedule queue on `mesh.retry`
+/// (the broker refuses it), nor consume it; a billing key smuggled into umami's own schedule
+/// queue is set aside (`forged-source`), never emitted. umami's own scheduled event arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_schedules_only_its_own_keys() {
+    let broker = Broker::start().await;
+    let (seen, mut got) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let billing = Bus::builder()
+        .node("n1")
+        .module("billing")
+        .announce(false)
+        .forward_scheduled(true)
+        .on_raw(["module.umami.#"], move |incoming: Incoming<Bytes>| {
+            let seen = seen.clone();
+            async move {
+                let _ = seen.send(incoming.meta.key().to_string());
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .start(Arc::new(broker.transport("module.billing").await))
+        .await
+        .expect("billing forwards its own scheduled events");
+    let umami = Bus::builder()
+        .node("n1")
+        .module("umami")
+        .announce(false)
+        .forward_scheduled(true)
+        .start(Arc::new(broker.transport("module.umami").await))
+        .await
+        .expect("umami declares and forwards its own schedule queue");
+    let mut dead = umami
+        .dead_letters()
+        .await
+        .expect("umami taps its dead letters");
+
+    let error = umami
+        .emit_outgoing_after(
+            Duration::from_millis(100),
+            mesh::Outgoing::raw("module.billing.invoice.due", Bytes::from_static(b"{}")).unwrap(),
+        )
+        .await
+        .expect_err("another module's key");
+    assert!(
+        matches!(error.kind(), mesh::ErrorKind::ForeignKey { .. }),
+        "{error:?}"
+    );
+
+    let raw = broker.transport("module.umami").await;
+    let due = |mut message: WireMessage| {
+        message
+            .properties
+            .headers
+            .insert(codec::DUE.into(), mesh_core::Timestamp::now().text().into());
+        message
+    };
+    let schedule = |queue: &str| PublishOptions {
+        target: Target::Retry(queue.to_owned()),
+        mandatory: true,
+        deadline: Some(WAIT),
+    };
+    let error = raw
+        .publish(
+            due(event("module.billing.invoice.due", "billing")),
+            schedule("scheduled.billing.events"),
+        )
+        .await
+        .expect("accepted into the window")
+        .await
+        .expect_err("billing's schedule queue is not umami's to write");
+    assert!(forbidden(error.kind()), "{error}");
+    let error = raw
+        .subscribe(spec("scheduled.billing.events", &[]))
+        .await
+        .expect_err("nor to consume");
+    assert!(forbidden(error.kind()), "{error}");
+
+    // Into umami's own queue: a billing key is set aside, umami's own is emitted.
+    for (key, source) in [
+        ("module.billing.invoice.due", "billing"),
+        ("module.umami.site.due", "umami"),
+    ] {
+        raw.publish(due(event(key, source)), schedule("scheduled.umami.events"))
+            .await
+            .expect("accepted into the window")
+            .await
+            .expect("umami writes its own schedule queue");
+    }
+    let letter = tokio::time::timeout(WAIT, dead.next())
+        .await
+        .expect("dead-lettered in time")
+        .expect("the tap runs");
+    assert_eq!(
+        letter.note.map(|n| n.reason),
+        Some(DeadReason::ForgedSource)
+    );
+    assert_eq!(letter.message.routing_key, "module.billing.invoice.due");
+    let arrived = tokio::time::timeout(WAIT, got.recv())
+        .await
+        .expect("umami's own arrives in time")
+        .expect("billing runs");
+    assert_eq!(arrived, "module.umami.site.due");
+    raw.close().await;
+    umami.close().await;
+    billing.close().await;
+}

@@ -134,6 +134,12 @@ impl Timestamp {
         self.0.checked_sub(duration).and_then(Timestamp::checked)
     }
 
+    /// `duration` after this time, when that is still within the range.
+    pub fn checked_add(&self, duration: std::time::Duration) -> Option<Timestamp> {
+        let duration = time::Duration::try_from(duration).ok()?;
+        self.0.checked_add(duration).and_then(Timestamp::checked)
+    }
+
     /// The time as `time`'s type.
     pub fn as_offset_date_time(&self) -> OffsetDateTime {
         self.0

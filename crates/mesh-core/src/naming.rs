@@ -46,6 +46,8 @@ pub const RETIRED_REPLY_EXCHANGE: &str = "mesh.reply";
 pub const RETIRED_DEAD_QUEUE: &str = "mesh.dead-letters";
 /// The node name reserved for shared queues (`shared.<module>.events`).
 pub const SHARED_NODE: &str = "shared";
+/// The node name reserved for schedule queues (`scheduled.<module>.events`).
+pub const SCHEDULE_NODE: &str = "scheduled";
 /// The module name of the audit logger.
 pub const AUDIT_MODULE: &str = "audit-logger";
 
@@ -57,6 +59,16 @@ pub fn consumer_queue(node: &Name, module: &Name) -> String {
 /// `shared.<module>.events`: one queue for the workers of a module on every node.
 pub fn shared_queue(module: &Name) -> String {
     format!("{SHARED_NODE}.{module}.events")
+}
+
+/// `scheduled.<module>.events`: a module's schedule queue. A scheduled event waits there and
+/// on its retry ladder (`scheduled.<module>.events.retry.<hop>`) until it is due; its
+/// module's buses that forward scheduled events take it from there and emit it (see
+/// `docs/CONTRACT.md`, "Scheduled events"). It reaches the queue only through
+/// [`RETRY_EXCHANGE`] under the queue's own name, which the access plan lets only its module
+/// write.
+pub fn schedule_queue(module: &Name) -> String {
+    format!("{SCHEDULE_NODE}.{module}.events")
 }
 
 /// `<node>.audit-logger.events`: the audit logger's queue, bound to `#`.
@@ -200,6 +212,7 @@ mod tests {
             "anchor.umami.events"
         );
         assert_eq!(shared_queue(&name("umami")), "shared.umami.events");
+        assert_eq!(schedule_queue(&name("umami")), "scheduled.umami.events");
         assert_eq!(audit_queue(&name("anchor")), "anchor.audit-logger.events");
         assert_eq!(
             audit_dead_queue(&name("anchor")),

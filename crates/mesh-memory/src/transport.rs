@@ -170,7 +170,10 @@ impl Transport for MemoryTransport {
                 state.ensure_open(connection)?;
                 Ok::<_, Fault>(match &options.target {
                     Target::Events => state.publish(EVENTS_EXCHANGE, &message, fx),
-                    Target::Queue(queue) => usize::from(state.enqueue(queue, message, fx)),
+                    // `mesh.retry` binds each queue on its own name alone.
+                    Target::Queue(queue) | Target::Retry(queue) => {
+                        usize::from(state.enqueue(queue, message, fx))
+                    }
                 })
             })?;
             if routed == 0 && options.mandatory {

@@ -114,6 +114,7 @@ mod listen;
 mod outgoing;
 mod prepared;
 mod rpc;
+pub mod schedule;
 mod schema;
 #[cfg(feature = "service")]
 pub mod service;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use crate::cli::shared::{MetricsArg, StoreArg};
-use crate::cli::values::{parse_duration, parse_rate};
+use crate::cli::values::{parse_delay, parse_due, parse_duration, parse_rate};
+use mesh::Timestamp;
 
 /// `mesh emit`.
 #[derive(Debug, Args)]
@@ -43,6 +44,16 @@ pub(crate) struct EmitArgs {
     /// one a day, 0.0000116, to 1000000)
     #[arg(long, value_name = "R", requires = "count", value_parser = parse_rate)]
     pub(crate) rate: Option<f64>,
+
+    /// Schedule it: emitted no earlier than this RFC 3339 time (a module's key only; see
+    /// "Scheduled events" below)
+    #[arg(long, value_name = "TIME", value_parser = parse_due, conflicts_with_all = ["after", "count"])]
+    pub(crate) at: Option<Timestamp>,
+
+    /// Schedule it: emitted no earlier than this long from now (e.g. 2s, 15m, 1day; up to 10
+    /// years)
+    #[arg(long, value_name = "DURATION", value_parser = parse_delay, conflicts_with = "count")]
+    pub(crate) after: Option<Duration>,
 }
 
 /// `mesh tail`.
@@ -78,6 +89,10 @@ pub(crate) struct CallArgs {
 pub(super) const EMIT_HELP: &str = "\
 The key says who emits: module.<m>.… is emitted as module <m>, mesh.<c>.… as context <c>,
 node.<n>.… as node <n>. --source, when given, must name the same owner.
+Scheduled events (--at, --after): the event goes to module <m>'s schedule queue
+scheduled.<m>.events and is emitted, with x-time its due time, by a bus of <m> that forwards
+scheduled events (BusBuilder::forward_scheduled), no earlier than due; it waits while none
+runs. Exit 7 (not-confirmed) when no such bus ever declared the queue.
 
 With --count N, event n (1..=N) carries the body {\"seq\": n, \"data\": <data>}; the events are
 pipelined (as many in flight as the broker's confirms allow) or paced with --rate.

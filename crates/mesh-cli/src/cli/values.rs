@@ -47,6 +47,21 @@ pub(crate) fn parse_duration_within(
     }
 }
 
+/// `mesh emit --after`: a delay from 1 ms to 10 years.
+pub(crate) fn parse_delay(text: &str) -> Result<Duration, String> {
+    parse_duration_within(
+        text,
+        Duration::from_millis(1),
+        Duration::from_secs(10 * 366 * 24 * 3600),
+        "1ms to 10 years",
+    )
+}
+
+/// `mesh emit --at`: an RFC 3339 time.
+pub(crate) fn parse_due(text: &str) -> Result<Timestamp, String> {
+    Timestamp::parse(text).map_err(|e| format!("not an RFC 3339 time within range: {e}"))
+}
+
 /// `--since`/`--until`: an RFC 3339 time, or a duration ago in the syntax of
 /// [`parse_duration`] (`90s`, `2h`, `1day`), no earlier than the year 1.
 pub(crate) fn parse_time(text: &str) -> Result<Timestamp, String> {

@@ -57,6 +57,10 @@ pub const REPLY_ERROR_CODE: &str = "x-mesh-error-code";
 pub const REPLY_ERROR_MESSAGE: &str = "x-mesh-error-message";
 /// `x-mesh-tool`: the tool key a request was sent to.
 pub const TOOL: &str = "x-mesh-tool";
+/// `x-mesh-due`: on a scheduled event while it waits (in its module's schedule queue and on
+/// that queue's retry ladder, all through `mesh.retry`), when it is due, RFC 3339. Removed
+/// before the event is emitted to `mesh.events`, where no `x-mesh-*` header is believed.
+pub const DUE: &str = "x-mesh-due";
 /// `x-mesh-routing-key`: a message's own routing key while it travels under another one
 /// (a retry copy through a retry queue, a re-driven dead letter sent straight to a queue:
 /// the broker rewrites the key on both paths). A transport restores it on delivery.

@@ -20,6 +20,10 @@ pub enum Target {
     /// Straight into one queue (the default exchange): a re-driven dead letter goes back
     /// to the failing consumer only.
     Queue(String),
+    /// `mesh.retry` under a key: a module's scheduled event into its schedule queue
+    /// ([`crate::naming::schedule_queue`]), bound there on its own name. The access plan lets
+    /// a module write only its own queues' names on `mesh.retry`.
+    Retry(String),
 }
 
 /// How to publish.

@@ -9,6 +9,7 @@
 //! faults-worker audit <amqp-url> <node> <store-url>
 //! faults-worker soak-consume <amqp-url> <node> <module> <prefetch>
 //! faults-worker answer <amqp-url> <node> <module> <tool>
+//! faults-worker forward-scheduled <amqp-url> <node> <module>
 //! ```
 //!
 //! - `serve`: serves `<tool>`; each request's handler says `serving <request id>` and then
@@ -28,6 +29,8 @@
 //!   poison, failing every attempt). Says `handled <id> <attempt>` when its handler succeeds
 //!   and `failed <id> <attempt>` when it fails (retryably) on purpose.
 //! - `answer`: serves `<tool>`, answering a number `n` with `2n + 1`; says `served <n>`.
+//! - `forward-scheduled`: forwards `<module>`'s scheduled events (`BusBuilder::forward_scheduled`)
+//!   and nothing else: the process the schedule scenario kills.
 //!
 //! `<amqp-url>` names the user (a module's, or for `audit` the audit logger's, under the
 //! access plan: `mesh_faults::setup::Login`) and the password comes in `MESH_PASSWORD`
@@ -56,7 +59,8 @@ const USAGE: &str = "usage: faults-worker serve <amqp-url> <node> <module> <tool
        faults-worker consume <amqp-url> <quorum|classic> <node> <module> <pattern> <prefetch>
        faults-worker audit <amqp-url> <node> <store-url>
        faults-worker soak-consume <amqp-url> <node> <module> <prefetch>
-       faults-worker answer <amqp-url> <node> <module> <tool>";
+       faults-worker answer <amqp-url> <node> <module> <tool>
+       faults-worker forward-scheduled <amqp-url> <node> <module>";
 
 fn main() -> ExitCode {
     child_main("faults-worker", run)
@@ -239,6 +243,21 @@ fn run() -> anyhow::Result<ExitCode> {
                     Ok::<u64, mesh::RemoteError>(soak::answer(n))
                 })
                 .start(transport)
+                .await
+                .context("starting the bus")?;
+            say("ready")?;
+            until_stdin_closes().await?;
+            Ok(ExitCode::SUCCESS)
+        }),
+        ["forward-scheduled", url, node, module] => runtime.block_on(async {
+            let options = child_options(url, &format!("{module}-forward-{pid}"))?
+                .queue_type(QueueType::Quorum);
+            let _bus = Bus::builder()
+                .node(*node)
+                .module(*module)
+                .announce(false)
+                .forward_scheduled(true)
+                .start(connect(options).await?)
                 .await
                 .context("starting the bus")?;
             say("ready")?;

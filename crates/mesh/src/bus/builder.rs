@@ -93,6 +93,8 @@ pub struct BusBuilder {
     announce: bool,
     validate: bool,
     spool: Option<SpoolSlot>,
+    /// Forward the module's scheduled events, with hops up to this long.
+    forward_scheduled: Option<Duration>,
 }
 
 /// A bus's spool, held both ways: the builder starts it (handing it the bus), the bus's
@@ -115,6 +117,7 @@ impl std::fmt::Debug for BusBuilder {
             .field("announce", &self.announce)
             .field("validate", &self.validate)
             .field("spool", &self.spool.is_some())
+            .field("forward_scheduled", &self.forward_scheduled)
             .finish_non_exhaustive()
     }
 }
@@ -138,6 +141,7 @@ impl Default for BusBuilder {
             announce: true,
             validate: false,
             spool: None,
+            forward_scheduled: None,
         }
     }
 }
@@ -186,6 +190,32 @@ impl BusBuilder {
     /// node, instead of this node's own queue.
     pub fn shared(mut self, shared: bool) -> Self {
         self.shared = shared;
+        self
+    }
+
+    /// Forward this module's scheduled events (default: no): declare its schedule queue
+    /// `scheduled.<module>.events` and its ladder, and emit each scheduled event (of any
+    /// bus of the module, [`Bus::emit_at`]) once it is due. Run it in at least one process
+    /// of a module that schedules; while none runs, scheduled events wait (and
+    /// [`Bus::emit_at`] fails as unroutable until one first declared the queue). Several
+    /// may run: each event is emitted by one of them (at least once).
+    pub fn forward_scheduled(mut self, forward: bool) -> Self {
+        self.forward_scheduled = match (forward, self.forward_scheduled) {
+            (true, Some(longest)) => Some(longest),
+            (true, None) => {
+                Some(crate::schedule::plan::HOPS[crate::schedule::plan::HOPS.len() - 1])
+            }
+            (false, _) => None,
+        };
+        self
+    }
+
+    /// The longest hop of the schedule ladder (default 10 minutes; from 1 s to 15 minutes):
+    /// a scheduled copy is held unacked by a forwarder for at most this long. Set it below
+    /// the broker's consumer timeout when that is shorter than 20 minutes (a held copy
+    /// taken back comes back late). Implies [`forward_scheduled(true)`](Self::forward_scheduled).
+    pub fn longest_schedule_hop(mut self, longest: Duration) -> Self {
+        self.forward_scheduled = Some(longest);
         self
     }
 
@@ -548,6 +578,20 @@ impl BusBuilder {
             ));
         }
 
+        if let Some(longest) = self.forward_scheduled {
+            use crate::schedule::plan::{MAX_LONGEST_HOP, MIN_LONGEST_HOP};
+            if !(MIN_LONGEST_HOP..=MAX_LONGEST_HOP).contains(&longest) {
+                return Err(Error::options(format!(
+                    "the longest schedule hop must be within {MIN_LONGEST_HOP:?} and {MAX_LONGEST_HOP:?}"
+                )));
+            }
+            if !matches!(identity, Identity::Module(_)) {
+                return Err(Error::options(
+                    "only a module forwards scheduled events; give the bus a module identity",
+                ));
+            }
+        }
+
         let (spool, held) = match self.spool {
             Some(SpoolSlot { seam, held }) => (Some(seam), Some(held)),
             None => (None, None),
@@ -585,6 +629,10 @@ impl BusBuilder {
         for entry in self.serves {
             bus.start_serving(entry).await?;
         }
+        if let Some(longest) = self.forward_scheduled {
+            let hops = crate::schedule::plan::hops_up_to(longest);
+            super::schedule::start_forwarding(&bus, hops).await?;
+        }
         if self.announce && !bus.inner.contract.is_empty() {
             bus.announce().await;
         }
@@ -616,6 +664,12 @@ fn identify(
         return Err(Error::options(format!(
             "node name `{}` is reserved for shared queues",
             naming::SHARED_NODE
+        )));
+    }
+    if node.as_str() == naming::SCHEDULE_NODE {
+        return Err(Error::options(format!(
+            "node name `{}` is reserved for schedule queues",
+            naming::SCHEDULE_NODE
         )));
     }
     let identity = match identity {

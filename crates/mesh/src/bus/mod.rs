@@ -10,6 +10,8 @@
 //!   (`crate::emitter`);
 //! - `pending`: [`PendingEmit`](crate::PendingEmit), an emit whose confirm is awaited
 //!   later;
+//! - `schedule`: scheduled emits ([`Bus::emit_at`], [`Bus::emit_after`]), through the
+//!   module's schedule queue and its forwarder (`crate::schedule`);
 //! - `tools`: calling and serving tools.
 //!
 //! The handle names none of them: they add to it (`impl Bus`) from below.
@@ -18,6 +20,7 @@ pub(crate) mod builder;
 mod contract;
 mod emit;
 pub(crate) mod pending;
+pub(crate) mod schedule;
 mod tools;
 
 use std::future::Future;

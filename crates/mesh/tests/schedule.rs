@@ -1,0 +1,296 @@
+//! Scheduled events on the memory broker: emitted when due and not before, through a
+//! forwarder's restart; only the module's own keys; refused where no schedule queue exists.
+//! (The same on RabbitMQ, with restarts and the broker's permissions: mesh-faults'
+//! `schedule` test and mesh-conformance's `identity` test.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use mesh::raw::codec::{self, DeadReason};
+use mesh::raw::{HeaderValue, PublishOptions, Target, Transport, WireMessage};
+use mesh::{Bus, ErrorKind, Incoming, MemoryBroker, Outgoing, Timestamp, TransportErrorKind};
+use mesh_testkit::eventually;
+use tokio::sync::mpsc;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// The module `umami` forwarding its scheduled events.
+async fn forwarder(broker: &MemoryBroker) -> Bus {
+    Bus::builder()
+        .node("n1")
+        .module("umami")
+        .forward_scheduled(true)
+        .announce(false)
+        .start(Arc::new(broker.transport()))
+        .await
+        .expect("the forwarder starts")
+}
+
+/// A consumer of `module.umami.#` that sends on what it got and when.
+async fn watcher(
+    broker: &MemoryBroker,
+) -> (Bus, mpsc::UnboundedReceiver<(Incoming<Bytes>, Timestamp)>) {
+    let (seen, got) = mpsc::unbounded_channel();
+    let bus = Bus::builder()
+        .node("n1")
+        .module("watcher")
+        .announce(false)
+        .on_raw(["module.umami.#"], move |e: Incoming<Bytes>| {
+            let seen = seen.clone();
+            async move {
+                let _ = seen.send((e, Timestamp::now()));
+                Ok(())
+            }
+        })
+        .start(Arc::new(broker.transport()))
+        .await
+        .expect("the watcher starts");
+    (bus, got)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_event_arrives_when_due_and_not_before() {
+    let broker = MemoryBroker::new();
+    let umami = forwarder(&broker).await;
+    let (_watcher, mut got) = watcher(&broker).await;
+    let asked = Timestamp::now();
+    let id = umami
+        .emit_outgoing_after(
+            Duration::from_millis(1500),
+            Outgoing::json("reminder.due", &"call back").expect("an outgoing"),
+        )
+        .await
+        .expect("scheduled");
+    let (event, at) = tokio::time::timeout(WAIT, got.recv())
+        .await
+        .expect("delivered in time")
+        .expect("the watcher runs");
+    assert_eq!(event.meta.id(), id);
+    assert_eq!(event.meta.key().as_str(), "module.umami.reminder.due");
+    let due = event.meta.time();
+    assert!(
+        due.unix_nanos() - asked.unix_nanos() >= 1_500_000_000,
+        "x-time is the due time"
+    );
+    assert!(at >= due, "arrived at {at}, before it was due at {due}");
+    assert!(
+        event
+            .meta
+            .headers()
+            .keys()
+            .all(|name| !codec::is_mesh_header(name)),
+        "no x-mesh-* header reaches mesh.events: {:?}",
+        event.meta.headers().keys().collect::<Vec<_>>()
+    );
+    // Only the one event, and nothing left waiting.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), got.recv())
+            .await
+            .is_err(),
+        "delivered once"
+    );
+    assert_eq!(broker.queue_depth("scheduled.umami.events"), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_event_outlives_its_forwarder() {
+    let broker = MemoryBroker::new();
+    let first = forwarder(&broker).await;
+    // A bus that only schedules: no forwarder of its own.
+    let scheduler = Bus::builder()
+        .node("n2")
+        .module("umami")
+        .announce(false)
+        .start(Arc::new(broker.transport()))
+        .await
+        .expect("the scheduler starts");
+    let id = scheduler
+        .emit_outgoing_after(
+            Duration::from_secs(2),
+            Outgoing::json("reservation.expired", &7).expect("an outgoing"),
+        )
+        .await
+        .expect("scheduled");
+    // The forwarder goes away with the copy on its ladder; a new one takes over.
+    first.close().await;
+    let (_watcher, mut got) = watcher(&broker).await;
+    let _second = forwarder(&broker).await;
+    let (event, at) = tokio::time::timeout(WAIT, got.recv())
+        .await
+        .expect("delivered in time")
+        .expect("the watcher runs");
+    assert_eq!(event.meta.id(), id);
+    assert!(at >= event.meta.time(), "not before it was due");
+}
+
+#[tokio::test]
+async fn another_modules_key_is_refused() {
+    let broker = MemoryBroker::new();
+    let umami = forwarder(&broker).await;
+    let err = umami
+        .emit_outgoing_after(
+            Duration::from_secs(1),
+            Outgoing::raw("module.billing.invoice.due", Bytes::from_static(b"{}"))
+                .expect("an outgoing"),
+        )
+        .await
+        .expect_err("another module's key");
+    assert!(
+        matches!(err.kind(), ErrorKind::ForeignKey { .. }),
+        "{err:?}"
+    );
+    assert_eq!(broker.queue_depth("scheduled.umami.events"), Some(0));
+}
+
+#[tokio::test]
+async fn without_a_schedule_queue_scheduling_fails_as_unroutable() {
+    let broker = MemoryBroker::new();
+    let umami = Bus::builder()
+        .node("n1")
+        .module("umami")
+        .announce(false)
+        .start(Arc::new(broker.transport()))
+        .await
+        .expect("starts");
+    let err = umami
+        .emit_outgoing_after(
+            Duration::from_secs(1),
+            Outgoing::json("a.b", &1).expect("an outgoing"),
+        )
+        .await
+        .expect_err("no schedule queue");
+    assert_eq!(
+        err.transport_kind(),
+        Some(&TransportErrorKind::Unroutable),
+        "{err:?}"
+    );
+    // A context has no schedule queue, and cannot forward one.
+    let context = Bus::builder()
+        .node("n1")
+        .context("ctx")
+        .announce(false)
+        .start(Arc::new(broker.transport()))
+        .await
+        .expect("starts");
+    let err = context
+        .emit_outgoing_after(
+            Duration::from_secs(1),
+            Outgoing::json("a.b", &1).expect("an outgoing"),
+        )
+        .await
+        .expect_err("a context");
+    assert_eq!(err.kind(), &ErrorKind::InvalidOptions);
+    let err = Bus::builder()
+        .node("n1")
+        .context("ctx")
+        .forward_scheduled(true)
+        .start(Arc::new(broker.transport()))
+        .await
+        .expect_err("a context cannot forward");
+    assert_eq!(err.kind(), &ErrorKind::InvalidOptions);
+    let err = Bus::builder()
+        .node("scheduled")
+        .module("umami")
+        .start(Arc::new(broker.transport()))
+        .await
+        .expect_err("a reserved node name");
+    assert_eq!(err.kind(), &ErrorKind::InvalidOptions);
+    let err = Bus::builder()
+        .node("n1")
+        .module("umami")
+        .longest_schedule_hop(Duration::from_secs(3600))
+        .start(Arc::new(broker.transport()))
+        .await
+        .expect_err("a hop longer than 15 minutes");
+    assert_eq!(err.kind(), &ErrorKind::InvalidOptions);
+}
+
+/// A copy put in the schedule queue by hand (not through `emit_at`) under another module's
+/// key, or with no due time, is dead-lettered, never emitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_copy_in_the_schedule_queue_is_dead_lettered() {
+    let broker = MemoryBroker::new();
+    let umami = forwarder(&broker).await;
+    let mut dead = umami
+        .dead_letters()
+        .await
+        .expect("a tap of umami's dead letters");
+    let (_billing_watch, mut got) = {
+        let (seen, got) = mpsc::unbounded_channel();
+        let bus = Bus::builder()
+            .node("n1")
+            .module("billing-watch")
+            .announce(false)
+            .on_raw(["module.billing.#"], move |e: Incoming<Bytes>| {
+                let seen = seen.clone();
+                async move {
+                    let _ = seen.send(e.meta.key().to_string());
+                    Ok(())
+                }
+            })
+            .start(Arc::new(broker.transport()))
+            .await
+            .expect("starts");
+        (bus, got)
+    };
+    let raw = broker.transport();
+    for (key, due) in [
+        ("module.billing.invoice.due", Some(Timestamp::now().text())),
+        ("module.umami.site.created", None),
+    ] {
+        let mut message = WireMessage::new(key, Bytes::from_static(b"{}"));
+        message.properties.content_type = Some(codec::CONTENT_TYPE_JSON.into());
+        let headers = &mut message.properties.headers;
+        headers.insert(
+            codec::EVENT_ID.into(),
+            mesh::raw::EventId::new().to_string().into(),
+        );
+        headers.insert(codec::SOURCE.into(), "billing".into());
+        headers.insert(codec::NODE.into(), "n1".into());
+        headers.insert(codec::TIME.into(), Timestamp::now().text().into());
+        if let Some(due) = due {
+            headers.insert(codec::DUE.into(), HeaderValue::Str(due));
+        }
+        let confirm = raw
+            .publish(
+                message,
+                PublishOptions {
+                    target: Target::Retry("scheduled.umami.events".into()),
+                    mandatory: true,
+                    deadline: None,
+                },
+            )
+            .await
+            .expect("published");
+        confirm.await.expect("confirmed");
+    }
+    let mut reasons = Vec::new();
+    for _ in 0..2 {
+        let letter = tokio::time::timeout(WAIT, dead.next())
+            .await
+            .expect("dead-lettered in time")
+            .expect("the tap runs");
+        reasons.push(letter.note.map(|n| n.reason));
+    }
+    reasons.sort_by_key(|r| r.map(DeadReason::as_str));
+    assert_eq!(
+        reasons,
+        vec![
+            Some(DeadReason::ForgedSource),
+            Some(DeadReason::Undecodable)
+        ]
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), got.recv())
+            .await
+            .is_err(),
+        "never emitted"
+    );
+    eventually(WAIT, "the schedule queue is empty", || async {
+        (broker.queue_depth("scheduled.umami.events") == Some(0)
+            && broker.unacked("scheduled.umami.events") == Some(0))
+        .then_some(())
+    })
+    .await;
+}
