@@ -72,6 +72,16 @@ impl AmqpAcker {
         let deadline = Instant::now() + COPY_PATIENCE;
         let mut pause = COPY_PAUSE;
         loop {
+            // A delivery whose channel is gone is the broker's again (it delivers it anew):
+            // a copy made now would be a second one, since the ack after it cannot be sent.
+            // A retry forwarder holding copies through a lost connection made every one of
+            // them twice so (seen: 943 of 1,000 scheduled events after a broker restart).
+            if !settle.is_live() {
+                return Err(TransportError::new(
+                    TransportErrorKind::ConnectionLost,
+                    "the delivery's channel is gone; the broker delivers it again, so no copy is made",
+                ));
+            }
             match Self::publish_copy(&ctx, outgoing.clone()).await {
                 Ok(()) => return settle.ack().await,
                 Err(error)
