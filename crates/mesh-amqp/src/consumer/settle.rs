@@ -3,7 +3,10 @@
 //! decided together, or a release.
 
 use mesh_core::{AckBatch, AckFailed, AckGroup, BoxFuture, TransportError, TransportErrorKind};
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
+
+use super::tracker::ChannelLive;
 
 pub(super) enum AckCommand {
     /// Decided: ack.
@@ -48,23 +51,30 @@ impl Done {
 /// delivery (a requeue), so a message is never lost because a task died.
 pub(super) struct Settle {
     tracker: mpsc::UnboundedSender<AckCommand>,
+    channel: Arc<ChannelLive>,
     tag: u64,
     done: bool,
 }
 
 impl Settle {
     /// The right to settle the delivery of `tag`, through the tracker behind `tracker`.
-    pub(super) fn new(tracker: mpsc::UnboundedSender<AckCommand>, tag: u64) -> Settle {
+    pub(super) fn new(
+        tracker: mpsc::UnboundedSender<AckCommand>,
+        channel: Arc<ChannelLive>,
+        tag: u64,
+    ) -> Settle {
         Settle {
             tracker,
+            channel,
             tag,
             done: false,
         }
     }
 
-    /// Whether its channel may still be there: its ack tracker ends once the channel is gone.
+    /// Whether its channel is still there (open, no close begun, its ack tracker running):
+    /// once not, the broker has the delivery back and delivers it again.
     pub(super) fn is_live(&self) -> bool {
-        !self.tracker.is_closed()
+        !self.tracker.is_closed() && self.channel.is_open()
     }
 
     pub(super) async fn ack(mut self) -> Result<(), TransportError> {

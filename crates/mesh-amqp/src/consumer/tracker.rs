@@ -45,6 +45,22 @@ fn lock(state: &TrackerState) -> std::sync::MutexGuard<'_, AckTracker<Done>> {
 pub(super) struct Tracker {
     commands: mpsc::UnboundedSender<AckCommand>,
     state: TrackerState,
+    channel: Arc<ChannelLive>,
+}
+
+/// Whether a consumer channel is still there, for its deliveries to ask: the tracker task
+/// lives on until every delivery is settled, so it cannot tell.
+pub(super) struct ChannelLive {
+    channel: Channel,
+    closed: CloseSlot,
+}
+
+impl ChannelLive {
+    /// Whether the channel is open and no close of it began (by the broker or by mesh):
+    /// once not, the broker has its unsettled deliveries back.
+    pub(super) fn is_open(&self) -> bool {
+        self.channel.is_open() && !self.closed.gate().is_closing()
+    }
 }
 
 impl Tracker {
@@ -72,13 +88,21 @@ impl Tracker {
             )
             .instrument(span),
         );
-        Tracker { commands, state }
+        let channel = Arc::new(ChannelLive {
+            channel: channel.clone(),
+            closed: closed.clone(),
+        });
+        Tracker {
+            commands,
+            state,
+            channel,
+        }
     }
 
     /// Registers a delivery as handed out: the right to settle it.
     pub(super) fn delivered(&self, tag: u64) -> Settle {
         lock(&self.state).delivered(tag);
-        Settle::new(self.commands.clone(), tag)
+        Settle::new(self.commands.clone(), self.channel.clone(), tag)
     }
 }
 
