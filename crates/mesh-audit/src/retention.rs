@@ -1,6 +1,6 @@
 //! The logger's retention (`--retain`): what arrived longer ago than the retention is removed
 //! continuously, a bounded step at a time between the logger's batches, by arrival
-//! (`received_at`), never by an event's `x-time`. See [`Store::prune_step`] and decision 0022.
+//! (`received_at`), never by an event's `x-time`. See [`Store::prune_step`](crate::Store::prune_step) and decision 0022.
 
 use std::sync::Mutex;
 use std::time::Duration;

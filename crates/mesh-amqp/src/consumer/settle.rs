@@ -6,7 +6,9 @@ use mesh_core::{AckBatch, AckFailed, AckGroup, BoxFuture, TransportError, Transp
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
-use super::tracker::ChannelLive;
+use amqprs::channel::Channel;
+
+use crate::declare::CloseSlot;
 
 pub(super) enum AckCommand {
     /// Decided: ack.
@@ -44,6 +46,25 @@ impl Done {
                 }
             }
         }
+    }
+}
+
+/// Whether a consumer channel is still there, for its deliveries to ask: its ack tracker
+/// task lives on until every delivery is settled, so the tracker cannot tell.
+pub(super) struct ChannelLive {
+    channel: Channel,
+    closed: CloseSlot,
+}
+
+impl ChannelLive {
+    pub(super) fn new(channel: Channel, closed: CloseSlot) -> ChannelLive {
+        ChannelLive { channel, closed }
+    }
+
+    /// Whether the channel is open and no close of it began (by the broker or by mesh):
+    /// once not, the broker has its unsettled deliveries back.
+    fn is_open(&self) -> bool {
+        self.channel.is_open() && !self.closed.gate().is_closing()
     }
 }
 

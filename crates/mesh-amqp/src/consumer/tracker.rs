@@ -19,7 +19,7 @@ use crate::gate::{ChannelGate, Closer};
 
 use super::ack::{AckTracker, Flush, Frame};
 use super::attach::closing;
-use super::settle::{AckCommand, Done, Settle};
+use super::settle::{AckCommand, ChannelLive, Done, Settle};
 
 /// How many commands the ack tracker handles before it sends what they decided.
 const ACK_BATCH: usize = 1024;
@@ -48,21 +48,6 @@ pub(super) struct Tracker {
     channel: Arc<ChannelLive>,
 }
 
-/// Whether a consumer channel is still there, for its deliveries to ask: the tracker task
-/// lives on until every delivery is settled, so it cannot tell.
-pub(super) struct ChannelLive {
-    channel: Channel,
-    closed: CloseSlot,
-}
-
-impl ChannelLive {
-    /// Whether the channel is open and no close of it began (by the broker or by mesh):
-    /// once not, the broker has its unsettled deliveries back.
-    pub(super) fn is_open(&self) -> bool {
-        self.channel.is_open() && !self.closed.gate().is_closing()
-    }
-}
-
 impl Tracker {
     /// Starts the ack tracker task of a manual-ack channel consuming `queue`, which lingers
     /// over acks while fewer than half the `prefetch` is decided; the reader's handle on it.
@@ -88,10 +73,7 @@ impl Tracker {
             )
             .instrument(span),
         );
-        let channel = Arc::new(ChannelLive {
-            channel: channel.clone(),
-            closed: closed.clone(),
-        });
+        let channel = Arc::new(ChannelLive::new(channel.clone(), closed.clone()));
         Tracker {
             commands,
             state,
