@@ -100,6 +100,28 @@ pub(crate) fn request_headers() -> Value {
     })
 }
 
+/// What `x-mesh-error-code` holds: the tool's own codes, and the runtime's, which a reply
+/// may carry whatever the tool (listed from the code, so the document names each one).
+fn error_code_description() -> String {
+    use mesh_core::codec::RemoteError;
+    let runtime = [
+        (RemoteError::INVALID_REQUEST, "the request's body does not fit the tool's request type"),
+        (RemoteError::SCHEMA_INVALID, "the request does not match the tool's request schema (a server validating schemas; the message names the first violation, paths only)"),
+        (RemoteError::FORGED_SOURCE, "the request's x-source is not the caller's validated identity (a server enforcing identity)"),
+        (RemoteError::TIMEOUT, "a timeout around the tool gave up"),
+        (RemoteError::OVERLOADED, "the server shed the request before the tool ran"),
+        (RemoteError::INTERNAL, "the tool panicked or its reply could not be serialized"),
+    ];
+    let listed: Vec<String> = runtime
+        .iter()
+        .map(|(code, meaning)| format!("{code}: {meaning}"))
+        .collect();
+    format!(
+        "The error's code (x-mesh-status error): the tool's own, or one of the runtime's: {}",
+        listed.join("; ")
+    )
+}
+
 /// The headers of a tool's reply, a result or the tool's error.
 pub(crate) fn reply_headers() -> Value {
     json!({
@@ -108,7 +130,7 @@ pub(crate) fn reply_headers() -> Value {
         "properties": {
             "x-mesh-status": {"type": "string", "enum": ["ok", "error"],
                 "description": "ok: the body is the result; error: the tool failed, its code and message in the headers below and no result"},
-            "x-mesh-error-code": {"type": "string", "description": "The tool's error code (x-mesh-status error)"},
+            "x-mesh-error-code": {"type": "string", "description": error_code_description()},
             "x-mesh-error-message": {"type": "string", "description": "The tool's error message (x-mesh-status error)"},
         },
         "description": "AMQP headers; the property correlation_id is the request's."
