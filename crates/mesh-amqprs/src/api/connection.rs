@@ -1,6 +1,3 @@
-// mesh's fork: one file over 1,000 lines on purpose. It is upstream amqprs 2.1.5's
-// `connection.rs` (the Connection class, its arguments and their tests), kept in upstream's
-// shape so each change stays a marked, reviewable diff against it (docs/decisions/0012).
 //! Implementation of AMQP_0-9-1's Connection class compatible with RabbitMQ.
 //!
 //! It provides [APIs][`Connection`] to manage an AMQP `Connection`.
