@@ -201,10 +201,11 @@ fn durable_queues(module: &str) -> anyhow::Result<(Vec<SubscriptionSpec>, Vec<Se
 /// a queue that may hold events by then.
 static DECLARED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
-/// Declares, as the operator, the durable queues of `module` ([`durable_queues`]), connected
+/// Declares, as the operator, the durable queues of `module` (its consumer queue, [`DURABLE`]'s
+/// retry steps, tools and schedule queue; none for the audit logger), connected
 /// like `options` (its addresses in their order, its vhost, its queue type) but as `guest`
 /// ([`mesh_testkit::planned::declare_as`]). Once per module, vhost and broker
-/// ([`DECLARED`]).
+/// (a second call for them returns at once).
 pub async fn declare_durable(module: &str, options: &AmqpOptions) -> anyhow::Result<()> {
     let (subscriptions, serves) = durable_queues(module)?;
     if subscriptions.is_empty() && serves.is_empty() {
