@@ -9,18 +9,17 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod planned;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use mesh::amqp::access::AccessSpec;
-use mesh::{Bus, HandlerError, Incoming, Outgoing};
+use mesh::{Bus, HandlerError, Incoming, Outgoing, RetryPolicy};
+use mesh_amqp::AmqpTransport;
 use mesh_amqp::{AmqpOptions, AuthMechanism, ConnectRefused};
 use mesh_core::{Name, TopicPattern, TransportErrorKind};
+use mesh_testkit::planned::PlannedNode;
 use mesh_testkit::{error_chain, eventually, CertFiles, NodeOptions, TestPki, TlsListener};
-use planned::PlannedNode;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -41,8 +40,6 @@ fn spec() -> AccessSpec {
         .certificate_login(name("billing"))
         .calls(name("umami"), [pattern("billing.quote")])
         .calls(name("shop"), [pattern("umami.#")])
-        // Its modules declare their own queues: the narrowed default is side_doors.rs's.
-        .runtime_declares_queues(true)
 }
 
 /// The node, and the PKI whose CA it trusts (client files are read from it at connect).
@@ -62,11 +59,60 @@ async fn setup() -> Setup {
             server_key: server.key,
             require_client_cert: true,
         });
-    let broker = PlannedNode::start(options, &spec()).await;
+    let broker = PlannedNode::start_with(options, &spec())
+        .await
+        .expect("a private node under the access plan");
+    // The operator declares billing's durable queues (its consumer queue, its tool's serve
+    // queue), as `mesh topology apply` does: under the plan no module may.
+    broker
+        .declare_consumer(
+            "n1",
+            "billing",
+            &["module.umami.#"],
+            &RetryPolicy::default(),
+        )
+        .await
+        .expect("the operator declares billing's queue");
+    broker
+        .declare_tool("billing.quote")
+        .await
+        .expect("the operator declares billing.quote's serve queue");
     Setup { broker, pki }
 }
 
+/// A transport connected with `options`.
+async fn connect(options: AmqpOptions) -> AmqpTransport {
+    let shown = options.to_string();
+    mesh::amqp::connect(options)
+        .await
+        .unwrap_or_else(|e| panic!("{shown} connects: {e:#}"))
+}
+
 impl Setup {
+    /// Options for `user` with its password on the plain listener; connections named
+    /// `<name>.<link>`.
+    fn password_options(&self, user: &str, name: &str) -> AmqpOptions {
+        let options: AmqpOptions = self.broker.node.url().parse().unwrap();
+        options
+            .credentials(user, self.broker.password(user))
+            .connection_name(name)
+    }
+
+    /// The user of each connection whose client-provided name contains `name`.
+    async fn connection_users(&self, name: &str) -> Vec<String> {
+        let listed = self
+            .broker
+            .node
+            .rabbitmqctl(&["list_connections", "client_properties", "user", "-q"])
+            .await
+            .expect("rabbitmqctl lists the connections");
+        listed
+            .lines()
+            .filter(|line| line.contains(name))
+            .filter_map(|line| line.split_whitespace().last().map(str::to_owned))
+            .collect()
+    }
+
     /// Options logging in as `user` with the certificate `cert` alone: `amqps://user@…`,
     /// no password, `auth_mechanism=external`.
     fn certificate_options(&self, user: &str, cert: &CertFiles, name: &str) -> AmqpOptions {
@@ -119,8 +165,7 @@ async fn a_client_certificate_alone_logs_in_as_its_module_and_speaks_only_as_it(
             }
         })
         .start(Arc::new(
-            broker
-                .connect(setup.certificate_options("module.billing", &billing_cert, "x509-billing"))
+            connect(setup.certificate_options("module.billing", &billing_cert, "x509-billing"))
                 .await,
         ))
         .await
@@ -128,11 +173,9 @@ async fn a_client_certificate_alone_logs_in_as_its_module_and_speaks_only_as_it(
 
     // umami, by certificate: the broker logs it in as module.umami, no password sent.
     let umami = Arc::new(
-        broker
-            .connect(setup.certificate_options("module.umami", &umami_cert, "x509-umami"))
-            .await,
+        connect(setup.certificate_options("module.umami", &umami_cert, "x509-umami")).await,
     );
-    let users = broker.connection_users("x509-umami.").await;
+    let users = setup.connection_users("x509-umami.").await;
     assert!(
         !users.is_empty() && users.iter().all(|u| u == "module.umami"),
         "umami's connections log in as module.umami: {users:?}"
@@ -168,10 +211,9 @@ async fn a_client_certificate_alone_logs_in_as_its_module_and_speaks_only_as_it(
 
     // umami's certificate naming billing's user: logged in as umami all the same, so even
     // umami's own key is refused, stamped `user-id: module.billing`.
-    let claiming = broker
-        .connect(setup.certificate_options("module.billing", &umami_cert, "x509-claiming"))
-        .await;
-    let users = broker.connection_users("x509-claiming.").await;
+    let claiming =
+        connect(setup.certificate_options("module.billing", &umami_cert, "x509-claiming")).await;
+    let users = setup.connection_users("x509-claiming.").await;
     assert!(
         !users.is_empty() && users.iter().all(|u| u == "module.umami"),
         "the certificate decides the user: {users:?}"
@@ -233,7 +275,6 @@ async fn a_client_certificate_alone_logs_in_as_its_module_and_speaks_only_as_it(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_modules_the_spec_lets_call_a_tool_reach_it() {
     let setup = setup().await;
-    let broker = &setup.broker;
     let callers = Arc::new(Mutex::new(Vec::<(String, Option<String>)>::new()));
     let billing = {
         let callers = callers.clone();
@@ -252,13 +293,12 @@ async fn only_the_modules_the_spec_lets_call_a_tool_reach_it() {
                 },
             )
             .start(Arc::new(
-                broker
-                    .connect(setup.certificate_options(
-                        "module.billing",
-                        &setup.module_cert("billing"),
-                        "x509-billing",
-                    ))
-                    .await,
+                connect(setup.certificate_options(
+                    "module.billing",
+                    &setup.module_cert("billing"),
+                    "x509-billing",
+                ))
+                .await,
             ))
             .await
             .expect("billing serves on its certificate")
@@ -269,13 +309,12 @@ async fn only_the_modules_the_spec_lets_call_a_tool_reach_it() {
         .node("n1")
         .module("umami")
         .start(Arc::new(
-            broker
-                .connect(setup.certificate_options(
-                    "module.umami",
-                    &setup.module_cert("umami"),
-                    "x509-umami",
-                ))
-                .await,
+            connect(setup.certificate_options(
+                "module.umami",
+                &setup.module_cert("umami"),
+                "x509-umami",
+            ))
+            .await,
         ))
         .await
         .expect("umami's bus starts");
@@ -290,9 +329,7 @@ async fn only_the_modules_the_spec_lets_call_a_tool_reach_it() {
         .node("n1")
         .module("shop")
         .start(Arc::new(
-            broker
-                .connect(broker.options("module.shop", "x509-shop"))
-                .await,
+            connect(setup.password_options("module.shop", "x509-shop")).await,
         ))
         .await
         .expect("shop's bus starts");

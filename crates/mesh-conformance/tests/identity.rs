@@ -3,12 +3,12 @@
 //! consumer enforcing identity believes an event only from the user owning its key.
 //!
 //! The spec: module `umami` reads `module.shop.#`, module `billing` reads `module.umami.#`;
-//! the node `n1`, and the operator, have their users too. The exchanges are declared by the
-//! operator (here the node's admin), as `mesh topology apply` would.
+//! the node `n1`, and the operator, have their users too. The exchanges and the modules'
+//! durable queues are declared by the operator (here the node's admin), as `mesh topology
+//! apply` would: under the plan a module's `configure` covers server-named queues only.
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +16,7 @@ use amqprs::channel::BasicPublishArguments;
 use amqprs::connection::{Connection, OpenConnectionArguments};
 use amqprs::{BasicProperties, FieldTable, FieldValue};
 use bytes::Bytes;
-use mesh::amqp::access::{self, AccessSpec, Password, Passwords};
-use mesh::amqp::management::{ManagementClient, ManagementOptions};
+use mesh::amqp::access::AccessSpec;
 use mesh::{Bus, HandlerError, Incoming, RetryPolicy};
 use mesh_amqp::{AmqpOptions, AmqpTransport};
 use mesh_core::codec::{self, DeadReason};
@@ -25,36 +24,21 @@ use mesh_core::{
     Name, PublishOptions, QueueSpec, ServeSpec, SubscriptionSpec, Target, TopicPattern,
     TransportErrorKind, WireMessage,
 };
-use mesh_testkit::{eventually, Ledger, NodeOptions, PrivateNode};
+use mesh_testkit::planned::PlannedNode;
+use mesh_testkit::{eventually, Ledger};
 
 const WAIT: Duration = Duration::from_secs(30);
 
 struct Broker {
-    node: PrivateNode,
-    /// Every planned user's password (generated for this run).
-    passwords: HashMap<String, String>,
+    planned: PlannedNode,
 }
 
 impl Broker {
-    /// A private node with the access plan applied, and every user's password.
-    async fn start() -> Broker {
-        let node = PrivateNode::start(NodeOptions::default().management(true))
-            .await
-            .expect("a private RabbitMQ node (rabbitmq-server must be installed)");
-        // The operator declares the exchanges; module users may not.
-        let admin = mesh::amqp::connect(node.url().parse().expect("the node's URL"))
-            .await
-            .expect("the admin connects");
-        admin.close().await;
-
-        let management = format!(
-            "http://127.0.0.1:{}",
-            node.management_port().expect("management enabled")
-        );
-        let client = ManagementClient::new(
-            &ManagementOptions::new(management).credentials("guest", "guest"),
-        )
-        .expect("a management client");
+    /// A private node with the access plan applied (every user with a fresh password), and
+    /// the modules' durable queues declared by the operator, as `mesh topology apply` does
+    /// from a spec listing each module's `retry` steps: under the plan no module may. `queues`
+    /// are the subscriptions to declare.
+    async fn start(queues: Vec<SubscriptionSpec>) -> Broker {
         let spec = AccessSpec::new(Name::parse("n1").unwrap())
             .module(
                 Name::parse("umami").unwrap(),
@@ -63,42 +47,25 @@ impl Broker {
             .module(
                 Name::parse("billing").unwrap(),
                 [TopicPattern::parse("module.umami.#").unwrap()],
-            )
-            // Its modules declare their own queues: the narrowed default is side_doors.rs's.
-            .runtime_declares_queues(true);
-        let grants = access::grants(&spec);
-        let passwords: HashMap<String, String> = grants
-            .iter()
-            .map(|grant| {
-                (
-                    grant.user.clone(),
-                    uuid::Uuid::new_v4().simple().to_string(),
-                )
-            })
-            .collect();
-        let mut planned = Passwords::new();
-        for (user, password) in &passwords {
-            planned.insert(user.clone(), Password::new(password.clone()));
-        }
-        // The management listener may come up a moment after the node reports booted.
-        let broker = eventually(WAIT, "the management API answers", || {
-            let client = client.clone();
-            async move { access::read(&client, "/").await.ok() }
-        })
-        .await;
-        let plan = access::plan(&grants, &broker, &planned, "");
-        access::apply(&client, "/", &grants, &plan, &planned)
+            );
+        let planned = PlannedNode::start(&spec)
             .await
-            .expect("the access plan is applied");
-        Broker { node, passwords }
+            .expect("a private node under the access plan");
+        for queue in queues {
+            planned
+                .declare(queue)
+                .await
+                .expect("the operator declares a module's queue");
+        }
+        Broker { planned }
     }
 
     fn password(&self, user: &str) -> String {
-        self.passwords.get(user).expect("a planned user").clone()
+        self.planned.password(user).to_owned()
     }
 
     fn options(&self, user: &str) -> AmqpOptions {
-        let options: AmqpOptions = self.node.url().parse().expect("the node's URL");
+        let options: AmqpOptions = self.planned.node.url().parse().expect("the node's URL");
         options
             .credentials(user, self.password(user))
             .connection_name(format!("identity-{user}"))
@@ -112,8 +79,12 @@ impl Broker {
 
     /// A raw client as `user`, with no mesh in between.
     async fn raw(&self, user: &str) -> (Connection, amqprs::channel::Channel) {
-        let args =
-            OpenConnectionArguments::new("127.0.0.1", self.node.port(), user, &self.password(user));
+        let args = OpenConnectionArguments::new(
+            "127.0.0.1",
+            self.planned.node.port(),
+            user,
+            &self.password(user),
+        );
         let connection = Connection::open(&args).await.expect("raw connection");
         let channel = connection.open_channel(None).await.expect("raw channel");
         (connection, channel)
@@ -139,6 +110,23 @@ fn forbidden(kind: &TransportErrorKind) -> bool {
     matches!(kind, TransportErrorKind::Forbidden { .. })
 }
 
+/// The subscription of `module`'s consumer queue on `n1` reading `patterns`, with the retry
+/// steps of `retry`: what its bus declares, and so what the operator declares first.
+fn consumer(module: &str, patterns: &[&str], retry: &RetryPolicy) -> SubscriptionSpec {
+    SubscriptionSpec {
+        retry_delays: retry.delays().to_vec(),
+        ..spec(&format!("n1.{module}.events"), patterns)
+    }
+}
+
+/// The schedule queue of `module` with the ladder a forwarding bus declares by default.
+fn schedule(module: &str) -> SubscriptionSpec {
+    SubscriptionSpec {
+        retry_delays: mesh::schedule::plan::HOPS.to_vec(),
+        ..spec(&format!("scheduled.{module}.events"), &[])
+    }
+}
+
 fn spec(queue: &str, patterns: &[&str]) -> SubscriptionSpec {
     SubscriptionSpec {
         queue: QueueSpec::Durable {
@@ -155,7 +143,11 @@ fn spec(queue: &str, patterns: &[&str]) -> SubscriptionSpec {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_speaks_only_as_itself_and_the_broker_refuses_the_rest() {
-    let broker = Broker::start().await;
+    let broker = Broker::start(vec![
+        consumer("billing", &["module.umami.#"], &RetryPolicy::default()),
+        spec("n1.umami.events", &["module.shop.#"]),
+    ])
+    .await;
 
     // billing reads umami's events: every confirmed one must arrive.
     let ledger = Arc::new(Ledger::new());
@@ -293,12 +285,13 @@ async fn a_module_speaks_only_as_itself_and_the_broker_refuses_the_rest() {
         .expect_err("the default exchange is refused");
     assert!(forbidden(error.kind()), "{error}");
     assert!(error.to_string().contains("amq.default"), "{error}");
-    // umami's own queue, with the patterns its spec gives, is allowed.
+    // umami's own queue, declared by the operator, with the patterns its spec gives, is
+    // allowed.
     drop(
         umami
             .subscribe(spec("n1.umami.events", &["module.shop.#"]))
             .await
-            .expect("umami declares and binds its own queue"),
+            .expect("umami finds, binds and consumes its own queue"),
     );
 
     own.close().await;
@@ -309,7 +302,8 @@ async fn a_module_speaks_only_as_itself_and_the_broker_refuses_the_rest() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_identity_enforced_only_the_owner_s_user_is_believed() {
-    let broker = Broker::start().await;
+    let retry = RetryPolicy::new(3, vec![Duration::from_millis(200)]).unwrap();
+    let broker = Broker::start(vec![consumer("billing", &["module.umami.#"], &retry)]).await;
     let handled = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let attempts = Arc::new(std::sync::Mutex::new(Vec::<u32>::new()));
     let billing = {
@@ -319,7 +313,7 @@ async fn with_identity_enforced_only_the_owner_s_user_is_believed() {
             .node("n1")
             .module("billing")
             .enforce_identity(true)
-            .retry(RetryPolicy::new(3, vec![Duration::from_millis(200)]).unwrap())
+            .retry(retry)
             .on_raw(["module.umami.#"], move |incoming: Incoming<Bytes>| {
                 let handled = handled.clone();
                 let attempts = attempts.clone();
@@ -436,7 +430,12 @@ async fn with_identity_enforced_only_the_owner_s_user_is_believed() {
 /// queue is set aside (`forged-source`), never emitted. umami's own scheduled event arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_schedules_only_its_own_keys() {
-    let broker = Broker::start().await;
+    let broker = Broker::start(vec![
+        consumer("billing", &["module.umami.#"], &RetryPolicy::default()),
+        schedule("billing"),
+        schedule("umami"),
+    ])
+    .await;
     let (seen, mut got) = tokio::sync::mpsc::unbounded_channel::<String>();
     let billing = Bus::builder()
         .node("n1")
@@ -460,7 +459,7 @@ async fn a_module_schedules_only_its_own_keys() {
         .forward_scheduled(true)
         .start(Arc::new(broker.transport("module.umami").await))
         .await
-        .expect("umami declares and forwards its own schedule queue");
+        .expect("umami forwards its own schedule queue");
     let mut dead = umami
         .dead_letters()
         .await

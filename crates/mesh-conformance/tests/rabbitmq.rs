@@ -1,9 +1,17 @@
 //! The conformance suite on RabbitMQ: the same scenarios as on the memory transport, each in
 //! its own vhost on the shared broker (127.0.0.1:5672, or `MESH_TEST_AMQP_URL`), each module
-//! connecting as its own user with exactly the permissions the access plan gives it.
+//! connecting as its own user with exactly the permissions the access plan gives it. Under
+//! the plan a module's `configure` covers server-named queues only: the operator declares
+//! its durable queues (consumer, retry and serve queues), as `mesh topology apply` does from
+//! a spec listing each module's `retry` steps and `serves`, and the module's runtime, refused
+//! its own declaration, finds them passively. Each scenario picks its own retry steps, so the
+//! harness plays the operator just before a module first subscribes or serves
+//! ([`Declared`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
+
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use mesh::amqp::access::{self, AccessSpec, Password, Passwords};
@@ -11,7 +19,10 @@ use mesh::amqp::management::ManagementClient;
 use mesh_amqp::AmqpOptions;
 use mesh_conformance::{Harness, Role, SUITE_MODULES, SUITE_NODE};
 use mesh_core::naming;
-use mesh_core::{Name, TopicPattern, Transport};
+use mesh_core::{
+    Confirm, Health, Name, PublishOptions, QueueSpec, ServeSpec, Subscription, SubscriptionSpec,
+    ToolKey, TopicPattern, Transport, TransportError, TransportStats, WireMessage,
+};
 use mesh_testkit::TestVhost;
 
 /// A vhost of its own, with the access plan of the suite's spec applied: every transport
@@ -22,6 +33,8 @@ struct RabbitHarness {
     /// Every planned user's password, by user.
     passwords: HashMap<String, String>,
     prefix: String,
+    /// The management API as the broker's administrator.
+    management: ManagementClient,
 }
 
 impl RabbitHarness {
@@ -34,11 +47,7 @@ impl RabbitHarness {
         let prefix = format!("{}/", vhost.name());
         let mut spec = AccessSpec::new(Name::parse(SUITE_NODE).expect("a node name"))
             .user_prefix(prefix.clone())
-            .audit_logger(true)
-            // The scenarios' modules declare their own queues (each scenario its own retry
-            // steps): the plan's narrowed default, with the operator declaring them, is
-            // side_doors.rs's.
-            .runtime_declares_queues(true);
+            .audit_logger(true);
         for (module, patterns) in SUITE_MODULES {
             spec = spec.module(
                 Name::parse(module).expect("a module name"),
@@ -78,7 +87,20 @@ impl RabbitHarness {
             vhost,
             passwords,
             prefix,
+            management,
         }
+    }
+
+    /// Options connecting to the vhost as `user`, with its planned password.
+    fn options(&self, user: &str) -> AmqpOptions {
+        let password = self
+            .passwords
+            .get(user)
+            .unwrap_or_else(|| panic!("`{user}` is not a user of the suite's plan"));
+        self.vhost
+            .url_as(user, password)
+            .parse()
+            .expect("the vhost's URL parses")
     }
 
     fn user(&self, role: Role<'_>) -> String {
@@ -99,20 +121,22 @@ impl RabbitHarness {
 impl Harness for RabbitHarness {
     fn transport(&self, role: Role<'_>) -> BoxFuture<'_, Arc<dyn Transport>> {
         let user = self.user(role);
+        // The audit logger declares its own queues; the operator may declare any.
+        let module = matches!(role, Role::Module(_));
         Box::pin(async move {
-            let password = self
-                .passwords
-                .get(&user)
-                .unwrap_or_else(|| panic!("`{user}` is not a user of the suite's plan"));
-            let options: AmqpOptions = self
-                .vhost
-                .url_as(&user, password)
-                .parse()
-                .expect("the vhost's URL parses");
-            let transport = mesh::amqp::connect(options)
+            let transport = mesh::amqp::connect(self.options(&user))
                 .await
                 .unwrap_or_else(|e| panic!("`{user}` connects to the test vhost: {e}"));
-            Arc::new(transport) as Arc<dyn Transport>
+            let transport = Arc::new(transport) as Arc<dyn Transport>;
+            if !module {
+                return transport;
+            }
+            Arc::new(Declared {
+                module: transport,
+                operator: self.options(&self.user(Role::Operator)),
+                management: self.management.clone(),
+                vhost: self.vhost.name().to_owned(),
+            }) as Arc<dyn Transport>
         })
     }
 
@@ -138,6 +162,120 @@ impl Harness for RabbitHarness {
                 .find(|q| q.name == queue)
                 .map(|q| q.messages)
         })
+    }
+}
+
+/// A module's transport under the plan: before the module subscribes to a durable queue or
+/// serves a tool, the operator declares that queue (and its retry queues) as `mesh topology
+/// apply` would, unless it is there already; everything else is the module's own, on its
+/// own user.
+#[derive(Debug)]
+struct Declared {
+    module: Arc<dyn Transport>,
+    /// The operator's user on the vhost.
+    operator: AmqpOptions,
+    management: ManagementClient,
+    vhost: String,
+}
+
+impl Declared {
+    /// Whether every queue in `names` exists.
+    async fn exist(&self, names: &[String]) -> bool {
+        let queues = self
+            .management
+            .queues(&self.vhost)
+            .await
+            .expect("the management API lists the queues");
+        names.iter().all(|n| queues.iter().any(|q| &q.name == n))
+    }
+
+    /// The operator declares the queues of `spec` or `serve` unless they exist.
+    async fn declare(&self, spec: Option<&SubscriptionSpec>, serve: Option<&ServeSpec>) {
+        let names: Vec<String> = match (spec, serve) {
+            (
+                Some(SubscriptionSpec {
+                    queue: QueueSpec::Durable { name },
+                    retry_delays,
+                    ..
+                }),
+                _,
+            ) => std::iter::once(name.clone())
+                .chain(retry_delays.iter().map(|d| naming::retry_queue(name, *d)))
+                .collect(),
+            (_, Some(serve)) => vec![naming::serve_queue(&serve.tool)],
+            // Server-named queues are the module's own to declare.
+            _ => return,
+        };
+        if self.exist(&names).await {
+            return;
+        }
+        let declared = mesh_testkit::planned::declare_as(
+            self.operator.clone(),
+            spec.into_iter().cloned().collect(),
+            serve.into_iter().cloned().collect(),
+        )
+        .await;
+        declared.unwrap_or_else(|e| panic!("the operator declares {names:?}: {e:#}"));
+    }
+}
+
+impl Transport for Declared {
+    fn publish(
+        &self,
+        message: WireMessage,
+        options: PublishOptions,
+    ) -> BoxFuture<'_, Result<Confirm, TransportError>> {
+        self.module.publish(message, options)
+    }
+
+    fn publish_event(
+        &self,
+        envelope: mesh_core::Envelope,
+        options: PublishOptions,
+    ) -> BoxFuture<'_, Result<Confirm, TransportError>> {
+        self.module.publish_event(envelope, options)
+    }
+
+    fn subscribe(
+        &self,
+        spec: SubscriptionSpec,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async move {
+            self.declare(Some(&spec), None).await;
+            self.module.subscribe(spec).await
+        })
+    }
+
+    fn call(
+        &self,
+        tool: &ToolKey,
+        request: WireMessage,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<WireMessage, TransportError>> {
+        self.module.call(tool, request, timeout)
+    }
+
+    fn serve(&self, spec: ServeSpec) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async move {
+            self.declare(None, Some(&spec)).await;
+            self.module.serve(spec).await
+        })
+    }
+
+    fn health(&self) -> Health {
+        self.module.health()
+    }
+
+    fn stats(&self) -> TransportStats {
+        self.module.stats()
+    }
+
+    fn flush(&self) -> BoxFuture<'_, ()> {
+        self.module.flush()
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        self.module.close()
     }
 }
 

@@ -1,16 +1,30 @@
 //! Where a scenario runs: a vhost of its own on a private node or cluster, a broker user for
 //! each of its modules with exactly the access plan's permissions ([`access()`],
 //! [`cluster_access`]), and transports connected as those users. The harness's `guest` only
-//! acts as the operator (vhosts, mesh's exchanges, `rabbitmqctl`), never as a module.
+//! acts as the operator (vhosts, mesh's exchanges, `rabbitmqctl`, the modules' durable
+//! queues), never as a module.
+//!
+//! Under the plan a module's `configure` covers server-named queues only: the operator
+//! declares its durable queues (consumer, retry, serve and schedule queues, [`DURABLE`]), as
+//! `mesh topology apply` does from a spec listing each module's `retry` steps and `serves`,
+//! and the module's runtime, refused its own declaration, finds them passively. The harness
+//! declares them just before the module first connects, the way the module connects (the
+//! same addresses in the same order, vhost and queue type), so each queue is placed where
+//! the module's own declaration would have placed it: in [`connect`] for a module of the
+//! test process, in [`Access::login`] (and its variants) for a child process, whose queues
+//! are quorum queues.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use mesh::amqp::access::{self, AccessSpec, Password, Passwords};
 use mesh::amqp::{AmqpOptions, AmqpTransport, QueueType};
 use mesh::raw::naming;
-use mesh::raw::{Name, Origin, TopicPattern};
+use mesh::raw::{
+    Name, Origin, QueueSpec, RetryPolicy, ServeSpec, SubscriptionSpec, ToolKey, TopicPattern,
+};
 use mesh_testkit::netns::NetnsCluster;
 use mesh_testkit::shared::percent_encode;
 use mesh_testkit::{Cluster, PrivateNode};
@@ -100,6 +114,146 @@ pub const MODULES: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// What the operator declares for the scenarios' modules (beside the consumer queue of each
+/// module of [`MODULES`] with patterns, with the retry steps of `RetryPolicy::default()`):
+/// the module's other retry steps (as its buses' retry policies have them), the tools it
+/// serves, and whether it forwards scheduled events (its schedule queue and ladder). The
+/// `retry` and `serves` of a spec for `mesh topology apply`.
+pub const DURABLE: &[(&str, &[Duration], &[&str], bool)] = &[
+    // f: the retry ladder's policy.
+    (
+        "ladder",
+        &[Duration::from_secs(30), Duration::from_secs(2)],
+        &[],
+        false,
+    ),
+    // m1: the poison's retries.
+    ("picky", &[Duration::from_millis(200)], &[], false),
+    // The soak's consumers (`crate::soak::retry_policy`).
+    (
+        "crowd",
+        &[Duration::from_millis(300), Duration::from_millis(600)],
+        &[],
+        false,
+    ),
+    // l1, l2 and the soak: `server.answer`.
+    ("server", &[], &["server.answer"], false),
+    // The schedule scenario's forwarder.
+    ("source", &[], &[], true),
+];
+
+/// The durable queues of `module` that the operator declares, as subscriptions and serves
+/// (none for the audit logger, which declares its own).
+fn durable_queues(module: &str) -> anyhow::Result<(Vec<SubscriptionSpec>, Vec<ServeSpec>)> {
+    let (mut subscriptions, mut serves) = (Vec::new(), Vec::new());
+    if module == naming::AUDIT_MODULE {
+        return Ok((subscriptions, serves));
+    }
+    let extra = DURABLE.iter().find(|(name, ..)| *name == module);
+    let patterns = MODULES
+        .iter()
+        .find(|(name, _)| *name == module)
+        .map(|(_, patterns)| *patterns)
+        .unwrap_or_default();
+    if !patterns.is_empty() {
+        let mut retry_delays = RetryPolicy::default().delays().to_vec();
+        for step in extra.map(|(_, steps, ..)| *steps).unwrap_or_default() {
+            if !retry_delays.contains(step) {
+                retry_delays.push(*step);
+            }
+        }
+        subscriptions.push(SubscriptionSpec {
+            queue: QueueSpec::Durable {
+                name: naming::consumer_queue(&Name::parse(NODE)?, &Name::parse(module)?),
+            },
+            patterns: patterns
+                .iter()
+                .map(|p| TopicPattern::parse(p))
+                .collect::<Result<Vec<_>, _>>()?,
+            prefetch: 1,
+            retry_delays,
+        });
+    }
+    if let Some((_, _, tools, schedules)) = extra {
+        for tool in *tools {
+            serves.push(ServeSpec {
+                tool: ToolKey::parse(tool)?,
+                prefetch: 1,
+            });
+        }
+        if *schedules {
+            subscriptions.push(SubscriptionSpec {
+                queue: QueueSpec::Durable {
+                    name: naming::schedule_queue(&Name::parse(module)?),
+                },
+                patterns: Vec::new(),
+                prefetch: 1,
+                retry_delays: mesh::schedule::plan::HOPS.to_vec(),
+            });
+        }
+    }
+    Ok((subscriptions, serves))
+}
+
+/// The modules whose queues the operator declared, each as `<addresses> <vhost> <module>`
+/// (the addresses sorted): once per module and vhost, so that its next connection (another
+/// bus, a replacement process) finds them without the operator attaching, however briefly, to
+/// a queue that may hold events by then.
+static DECLARED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// Declares, as the operator, the durable queues of `module` (its consumer queue, [`DURABLE`]'s
+/// retry steps, tools and schedule queue; none for the audit logger), connected
+/// like `options` (its addresses in their order, its vhost, its queue type) but as `guest`
+/// ([`mesh_testkit::planned::declare_as`]). Once per module, vhost and broker
+/// (a second call for them returns at once).
+pub async fn declare_durable(module: &str, options: &AmqpOptions) -> anyhow::Result<()> {
+    let (subscriptions, serves) = durable_queues(module)?;
+    if subscriptions.is_empty() && serves.is_empty() {
+        return Ok(());
+    }
+    let mut addresses: Vec<String> = options
+        .get_addresses()
+        .iter()
+        .map(|a| format!("{}:{}", a.host, a.port))
+        .collect();
+    addresses.sort();
+    let key = format!("{} {} {module}", addresses.join(","), options.get_vhost());
+    let declared_already = DECLARED
+        .lock()
+        .map_err(|_| anyhow::anyhow!("a scenario panicked declaring queues"))?
+        .contains(&key);
+    if declared_already {
+        return Ok(());
+    }
+    let operator = options
+        .clone()
+        .credentials("guest", "guest")
+        .connection_name("operator-declares")
+        .management_url(NO_MANAGEMENT)
+        .connect_timeout(OPERATOR_CONNECT_TIMEOUT);
+    mesh_testkit::planned::declare_as(operator, subscriptions, serves).await?;
+    DECLARED
+        .lock()
+        .map_err(|_| anyhow::anyhow!("a scenario panicked declaring queues"))?
+        .insert(key);
+    Ok(())
+}
+
+/// The module of [`MODULES`] whose planned user `options` connect as, if any (not for the
+/// operator's `guest`).
+fn module_of(options: &AmqpOptions) -> Option<String> {
+    let user = options.get_user();
+    let prefix = format!("{}/", options.get_vhost());
+    if let Some(module) = user
+        .strip_prefix(prefix.as_str())
+        .and_then(|u| u.strip_prefix("module."))
+    {
+        return Some(module.to_owned());
+    }
+    let audit = naming::audit_user(&prefix, &Name::parse(NODE).ok()?);
+    (user == audit).then(|| naming::AUDIT_MODULE.to_owned())
+}
+
 /// How a child process connects as one user of the access plan: a URL naming the user but
 /// holding no password, and the password, handed over in [`PASSWORD_ENV`]. `Debug` shows
 /// the URL only.
@@ -147,6 +301,9 @@ pub struct Access {
     vhost: String,
     prefix: String,
     passwords: HashMap<String, String>,
+    /// Whether a child process's login has the operator declare its module's queues first
+    /// (off only in this file's unit tests, which have no broker).
+    declares: bool,
 }
 
 impl std::fmt::Debug for Access {
@@ -174,8 +331,32 @@ impl Access {
         }
     }
 
-    /// How `module`'s user connects to `addrs` (tried in this order).
+    /// How `module`'s user connects to `addrs` (tried in this order), for a child process:
+    /// the operator first declares the module's durable queues ([`declare_durable`]) as
+    /// quorum queues, connected to `addrs` in this order (it blocks the calling thread for
+    /// that: call it on a multi-threaded runtime, or outside one).
     pub fn login_at(&self, addrs: &[SocketAddr], module: &str) -> Login {
+        let login = self.login_of(addrs, module);
+        if self.declares {
+            let options = login.options("operator").queue_type(QueueType::Quorum);
+            let declare = declare_durable(module, &options);
+            let declared = match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => tokio::task::block_in_place(|| runtime.block_on(declare)),
+                Err(_) => tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(anyhow::Error::from)
+                    .and_then(|runtime| runtime.block_on(declare)),
+            };
+            if let Err(e) = declared {
+                panic!("the operator declares `{module}`'s queues: {e:#}");
+            }
+        }
+        login
+    }
+
+    /// How `module`'s user connects to `addrs` (tried in this order).
+    fn login_of(&self, addrs: &[SocketAddr], module: &str) -> Login {
         let user = self.user(module);
         let password = self
             .passwords
@@ -211,13 +392,15 @@ impl Access {
     /// queues of type `queue_type`, connecting as `module`'s user: exactly the permissions
     /// the access plan gives it.
     pub fn options(&self, module: &str, queue_type: QueueType) -> AmqpOptions {
-        self.login(module).options(module).queue_type(queue_type)
+        self.login_of(&self.addrs, module)
+            .options(module)
+            .queue_type(queue_type)
     }
 
     /// Options like [`Access::options`] connecting to `addrs` (tried in this order; e.g.
     /// relays in front of a cluster's nodes), on quorum queues.
     pub fn options_at(&self, addrs: &[SocketAddr], module: &str) -> AmqpOptions {
-        self.login_at(addrs, module)
+        self.login_of(addrs, module)
             .options(module)
             .queue_type(QueueType::Quorum)
     }
@@ -225,7 +408,7 @@ impl Access {
     /// Options like [`Access::options`] on `cluster`, given all three nodes with node
     /// `order[0]` first (the one it connects to while it is up), on quorum queues.
     pub fn cluster_options(&self, cluster: &Cluster, order: &[usize], module: &str) -> AmqpOptions {
-        self.cluster_login(cluster, order, module)
+        self.login_of(&in_order(cluster, order), module)
             .options(module)
             .queue_type(QueueType::Quorum)
     }
@@ -250,6 +433,7 @@ pub async fn access(node: &PrivateNode, vhost: &str) -> anyhow::Result<Access> {
         vhost: vhost.to_owned(),
         prefix,
         passwords,
+        declares: true,
     })
 }
 
@@ -269,6 +453,7 @@ pub async fn cluster_access(cluster: &Cluster, vhost: &str) -> anyhow::Result<Ac
         vhost: vhost.to_owned(),
         prefix,
         passwords,
+        declares: true,
     })
 }
 
@@ -289,6 +474,7 @@ pub async fn netns_access(cluster: &NetnsCluster, vhost: &str) -> anyhow::Result
         vhost: vhost.to_owned(),
         prefix,
         passwords,
+        declares: true,
     })
 }
 
@@ -296,12 +482,7 @@ pub async fn netns_access(cluster: &NetnsCluster, vhost: &str) -> anyhow::Result
 /// user, and the definitions that create them with their permissions.
 fn plan(vhost: &str) -> anyhow::Result<(String, HashMap<String, String>, String)> {
     let prefix = format!("{vhost}/");
-    // The scenarios' modules declare their own queues (each scenario its own retry steps):
-    // the plan's narrowed default, with the operator declaring them, is the conformance
-    // suite's side_doors test's.
-    let mut spec = AccessSpec::new(Name::parse(NODE)?)
-        .user_prefix(prefix.clone())
-        .runtime_declares_queues(true);
+    let mut spec = AccessSpec::new(Name::parse(NODE)?).user_prefix(prefix.clone());
     for (module, patterns) in MODULES {
         spec = spec.module(
             Name::parse(module)?,
@@ -325,9 +506,15 @@ fn plan(vhost: &str) -> anyhow::Result<(String, HashMap<String, String>, String)
     Ok((prefix, passwords, definitions))
 }
 
-/// Connects a transport.
+/// Connects a transport; for a module of [`MODULES`], the operator first declares its
+/// durable queues ([`declare_durable`]) connected the way it connects.
 pub async fn connect(options: AmqpOptions) -> Arc<AmqpTransport> {
     let broker = options.to_string();
+    if let Some(module) = module_of(&options) {
+        if let Err(e) = declare_durable(&module, &options).await {
+            panic!("the operator declares `{module}`'s queues on {broker}: {e:#}");
+        }
+    }
     Arc::new(
         mesh::amqp::connect(options)
             .await
@@ -365,6 +552,7 @@ mod tests {
                     "audit-secret".to_owned(),
                 ),
             ]),
+            declares: false,
         }
     }
 
@@ -424,9 +612,70 @@ mod tests {
             vhost: "v".to_owned(),
             prefix,
             passwords,
+            declares: false,
         };
         for (module, _) in MODULES {
             let _ = access.login(module);
         }
+    }
+
+    #[test]
+    fn the_operator_declares_each_modules_queues_with_its_retry_steps_tools_and_schedule() {
+        for (module, ..) in DURABLE {
+            assert!(
+                MODULES.iter().any(|(m, _)| m == module),
+                "`{module}` is not a module of the plan"
+            );
+        }
+        for (module, _) in MODULES {
+            durable_queues(module).unwrap();
+        }
+        let queue = |spec: &SubscriptionSpec| match &spec.queue {
+            QueueSpec::Durable { name } => name.clone(),
+            other => panic!("{other:?}"),
+        };
+        // A consumer: its queue with the default steps and its own.
+        let (ladder, serves) = durable_queues("ladder").unwrap();
+        assert!(serves.is_empty());
+        assert_eq!(ladder.len(), 1);
+        assert_eq!(queue(&ladder[0]), "faults.ladder.events");
+        assert_eq!(ladder[0].patterns.len(), 1);
+        for step in RetryPolicy::default()
+            .delays()
+            .iter()
+            .chain(&[Duration::from_secs(30), Duration::from_secs(2)])
+        {
+            assert!(ladder[0].retry_delays.contains(step), "{step:?}");
+        }
+        // A server: its tool's queue only; an emitter that schedules: its schedule queue.
+        let (server, serves) = durable_queues("server").unwrap();
+        assert!(server.is_empty());
+        assert_eq!(serves.len(), 1);
+        assert_eq!(serves[0].tool.as_str(), "server.answer");
+        let (source, serves) = durable_queues("source").unwrap();
+        assert!(serves.is_empty());
+        assert_eq!(source.len(), 1);
+        assert_eq!(queue(&source[0]), "scheduled.source.events");
+        assert!(source[0].patterns.is_empty());
+        // Nothing for a caller, nor for the audit logger (it declares its own).
+        for module in ["caller", naming::AUDIT_MODULE] {
+            let (subscriptions, serves) = durable_queues(module).unwrap();
+            assert!(subscriptions.is_empty() && serves.is_empty(), "{module}");
+        }
+    }
+
+    #[test]
+    fn a_planned_modules_connection_is_known_by_its_user_and_guests_is_not() {
+        let access = access();
+        assert_eq!(
+            module_of(&access.options("sink", QueueType::Quorum)).as_deref(),
+            Some("sink")
+        );
+        assert_eq!(
+            module_of(&access.options(naming::AUDIT_MODULE, QueueType::Quorum)).as_deref(),
+            Some(naming::AUDIT_MODULE)
+        );
+        let guest: AmqpOptions = "amqp://guest:guest@127.0.0.1:5001/v%20x".parse().unwrap();
+        assert_eq!(module_of(&guest), None);
     }
 }

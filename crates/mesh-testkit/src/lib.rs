@@ -31,7 +31,8 @@
 //!   synchronise);
 //! - `sdk` (feature `sdk`): a transport and an emitting bus of the mesh SDK on a URL;
 //! - `planned` (feature `sdk`): a private node under an applied access plan, with every
-//!   planned user's password;
+//!   planned user's password, and the operator's declaration of a module's durable queues
+//!   (`planned::declare_as`), which under the plan no module may make;
 //! - [`free_port`] for a listener a test configures itself, and [`error_chain`] to show an
 //!   error with its sources on one line.
 //!

@@ -2,10 +2,11 @@
 //! to a broker, so tests of broker-enforced identity run on a node of their own. The node's
 //! `guest` applies the plan through the management API and declares mesh's exchanges (as
 //! `mesh topology apply` would: no planned user but the operator may); every planned user
-//! gets a password generated for the run. Under the plan a module declares only server-named
-//! queues: its durable queues are the operator's to declare first
-//! ([`PlannedNode::declare_consumer`], [`PlannedNode::declare_tool`]), as `mesh topology
-//! apply` does with a spec listing each module's `retry` steps and `serves`.
+//! gets a password generated for the run (but a user logging in by certificate, created
+//! without one). Under the plan a module declares only server-named queues: its durable
+//! queues are the operator's to declare first ([`PlannedNode::declare_consumer`],
+//! [`PlannedNode::declare_tool`], [`PlannedNode::declare`]), as `mesh topology apply` does
+//! with a spec listing each module's `retry` steps and `serves`.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -56,7 +57,17 @@ impl PlannedNode {
     /// Starts a node, applies the plan of `spec` with a fresh password per user, and
     /// declares mesh's exchanges as the administrator.
     pub async fn start(spec: &AccessSpec) -> anyhow::Result<PlannedNode> {
-        let node = PrivateNode::start(NodeOptions::default().management(true))
+        PlannedNode::start_with(NodeOptions::default(), spec).await
+    }
+
+    /// Like [`PlannedNode::start`] on a node started with `options` (e.g. a TLS listener and
+    /// certificate logins; management is turned on: the plan is applied through it). Users
+    /// are prefixed as `spec` says.
+    pub async fn start_with(
+        options: NodeOptions,
+        spec: &AccessSpec,
+    ) -> anyhow::Result<PlannedNode> {
+        let node = PrivateNode::start(options.management(true))
             .await
             .context("a private RabbitMQ node (rabbitmq-server must be installed)")?;
         let admin = mesh::amqp::connect(node.url().parse()?).await?;
@@ -71,6 +82,7 @@ impl PlannedNode {
         let grants = access::grants(spec);
         let passwords: HashMap<String, String> = grants
             .iter()
+            .filter(|g| !g.certificate)
             .map(|g| {
                 let secret: String = (0..16)
                     .map(|_| format!("{:02x}", rand::Rng::gen::<u8>(&mut rand::thread_rng())))
@@ -87,7 +99,7 @@ impl PlannedNode {
             async move { access::read(&client, "/").await.ok() }
         })
         .await;
-        let plan = access::plan(&grants, &broker, &planned, "");
+        let plan = access::plan(&grants, &broker, &planned, spec.get_user_prefix());
         access::apply(&client, "/", &grants, &plan, &planned)
             .await
             .context("applying the access plan")?;
@@ -98,7 +110,8 @@ impl PlannedNode {
         })
     }
 
-    /// A planned user's password (panics for a user the plan does not have).
+    /// A planned user's password (panics for a user the plan does not have, or one logging
+    /// in by certificate).
     pub fn password(&self, user: &str) -> &str {
         self.passwords
             .get(user)
@@ -144,46 +157,69 @@ impl PlannedNode {
             .iter()
             .map(|p| TopicPattern::parse(p))
             .collect::<Result<Vec<_>, _>>()?;
-        let operator = self.operator().await?;
-        // Declared and attached, then dropped at once: nothing is published to it yet.
-        let declared = operator
-            .subscribe(SubscriptionSpec {
-                queue: QueueSpec::Durable {
-                    name: format!("{node}.{module}.events"),
-                },
-                patterns,
-                prefetch: 1,
-                retry_delays: retry.delays().to_vec(),
-            })
-            .await;
-        let declared = declared.map(drop);
-        operator.close().await;
-        Ok(declared?)
+        self.declare(SubscriptionSpec {
+            queue: QueueSpec::Durable {
+                name: format!("{node}.{module}.events"),
+            },
+            patterns,
+            prefetch: 1,
+            retry_delays: retry.delays().to_vec(),
+        })
+        .await
+    }
+
+    /// Declares, as the operator, the durable queue of `spec` (its retry queues, its
+    /// bindings) exactly as the runtime would, e.g. a module's schedule queue
+    /// (`scheduled.<module>.events`, its ladder as `retry_delays`).
+    pub async fn declare(&self, spec: SubscriptionSpec) -> anyhow::Result<()> {
+        declare_as(self.operator_options()?, vec![spec], Vec::new()).await
     }
 
     /// Declares, as the operator, the serve queue of `tool` (`serve.<tool>`, bound on its key
     /// on `mesh.rpc`), as `mesh topology apply` does for a module's `serves`.
     pub async fn declare_tool(&self, tool: &str) -> anyhow::Result<()> {
-        let operator = self.operator().await?;
-        let declared = operator
-            .serve(ServeSpec {
-                tool: ToolKey::parse(tool)?,
-                prefetch: 1,
-            })
-            .await
-            .map(drop);
-        operator.close().await;
-        Ok(declared?)
+        let serve = ServeSpec {
+            tool: ToolKey::parse(tool)?,
+            prefetch: 1,
+        };
+        declare_as(self.operator_options()?, Vec::new(), vec![serve]).await
     }
 
-    /// A transport as the node's administrator, the plan's operator.
-    async fn operator(&self) -> anyhow::Result<AmqpTransport> {
+    /// Options as the node's administrator, the plan's operator.
+    fn operator_options(&self) -> anyhow::Result<AmqpOptions> {
         let options: AmqpOptions = self.node.url().parse()?;
-        Ok(mesh::amqp::connect(options.connection_name("planned-operator")).await?)
+        Ok(options.connection_name("planned-operator"))
     }
 
     /// The management API as the administrator.
     pub fn management(&self) -> &ManagementClient {
         &self.client
     }
+}
+
+/// Declares, connected with `operator` (a user that may: the plan's operator), the durable
+/// queues of `subscriptions` (their retry queues and bindings) and the serve queues of
+/// `serves`, as `mesh topology apply` declares them for a spec listing each module's `retry`
+/// steps and `serves`: through the very code a module's runtime declares them with, each
+/// attached and let go of at once (nothing should be routed to them yet). Under the plan a
+/// module's user may not declare them; its runtime finds them passively.
+pub async fn declare_as(
+    operator: AmqpOptions,
+    subscriptions: Vec<SubscriptionSpec>,
+    serves: Vec<ServeSpec>,
+) -> anyhow::Result<()> {
+    let transport = mesh::amqp::connect(operator).await?;
+    let mut declared = Ok(());
+    for spec in subscriptions {
+        if declared.is_ok() {
+            declared = transport.subscribe(spec).await.map(drop);
+        }
+    }
+    for spec in serves {
+        if declared.is_ok() {
+            declared = transport.serve(spec).await.map(drop);
+        }
+    }
+    transport.close().await;
+    Ok(declared?)
 }

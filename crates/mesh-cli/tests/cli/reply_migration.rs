@@ -3,7 +3,8 @@
 //! under the access plan: `topology plan --check` reports it, `topology apply` creates
 //! `mesh.replies` and keeps `mesh.reply` while a caller of an earlier version waits there,
 //! callers and servers of both versions answer each other meanwhile, and the next `apply`
-//! deletes it.
+//! deletes it. Under the plan's narrowed permissions: `topology apply` declares the serve
+//! queues of both versions' tools (the spec's `serves`), which the servers find passively.
 
 use amqprs::channel::{
     BasicConsumeArguments, BasicPublishArguments, QueueBindArguments, QueueDeclareArguments,
@@ -38,10 +39,13 @@ fn headers(pairs: &[(&str, &str)]) -> FieldTable {
 async fn a_deployment_on_mesh_reply_is_reported_and_migrated_while_both_versions_talk() {
     let setup = Setup::start(
         "replies",
-        // Its modules of both versions declare their own serve queues.
-        "runtime_declares_queues = true\n",
+        "",
         &[
-            ("umami", r#"["module.umami.#"]"#),
+            // The tools of both versions' servers: `topology apply` declares their queues.
+            (
+                "umami",
+                "[\"module.umami.#\"]\nserves = [\"umami.echo\", \"umami.old\"]",
+            ),
             ("billing", r#"["module.billing.#"]"#),
         ],
     )
@@ -157,8 +161,13 @@ async fn a_deployment_on_mesh_reply_is_reported_and_migrated_while_both_versions
     // through `mesh.reply` under the `reply_to`.
     let old_server = raw(&setup, "module.umami").await;
     let server = old_server.open_channel(None).await.unwrap();
+    // Its serve queue is the operator's: found passively (a declaration would be refused).
     let (serve, _, _) = server
-        .queue_declare(QueueDeclareArguments::new("serve.umami.old"))
+        .queue_declare(
+            QueueDeclareArguments::new("serve.umami.old")
+                .passive(true)
+                .finish(),
+        )
         .await
         .unwrap()
         .unwrap();
