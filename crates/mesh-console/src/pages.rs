@@ -13,14 +13,14 @@ use maud::html;
 use mesh_audit::{
     DeadLetterId, DeadLetterQuery, EventQuery, EventRecord, Order, Redrive, RedriveOptions,
 };
-use mesh_core::{EventId, Timestamp};
+use mesh_core::{codec, EventId, Timestamp};
 use tracing::{info, warn};
 
 use crate::actions::{actions_refused, confirm_form, guard, Pairs};
 use crate::input::{dead_id, event_id, pattern, reason, time};
 use crate::params::{link, under, Params};
-use crate::respond::{bad, missing, page, shown, unavailable, Fail, Page, Shared};
-use crate::{svg, Console};
+use crate::respond::{auto_refresh, bad, missing, page, shown, unavailable, Fail, Page, Shared};
+use crate::{svg, when, Console};
 
 /// Refuses a request whose `Host` is none of the allowed origins' (421).
 pub(crate) async fn known_host(
@@ -118,6 +118,8 @@ pub(crate) async fn overview(State(c): Shared) -> Page {
         "Overview",
         html! {
             h1 { "Overview" }
+            (auto_refresh())
+            div #refreshed {
             table {
                 tr { th { "Events" } td.num { (counts.events) } }
                 tr { th { "Dead letters" } td.num { (counts.dead_letters) } }
@@ -146,6 +148,7 @@ pub(crate) async fn overview(State(c): Shared) -> Page {
                         }
                     }
                 }
+            }
             }
         },
     )
@@ -275,7 +278,7 @@ pub(crate) async fn events(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                     tr { th { "Time" } th { "Key" } th { "Source" } th { "Node" } th { "Id" } }
                     @for event in &found {
                         tr {
-                            td { (event.time) }
+                            td { (when::time(&event.time)) }
                             td { (event.routing_key) }
                             td { (event.source) }
                             td { (event.node) }
@@ -315,6 +318,15 @@ pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
         .map(|node| node.event.clone())
         .ok_or_else(|| missing(format!("no event `{id}` is stored")))?;
     let headers = serde_json::to_string_pretty(&event.headers).unwrap_or_default();
+    let dead_letters = c
+        .store
+        .dead_letters(
+            &DeadLetterQuery::new()
+                .event_id(id)
+                .limit(EVENT_DEAD_LETTERS),
+        )
+        .await
+        .map_err(|e| unavailable("listing the event's dead letters", &e))?;
     page(
         &event.routing_key,
         html! {
@@ -323,8 +335,8 @@ pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
                 tr { th { "Id" } td { (event.id) } }
                 tr { th { "Source" } td { (event.source) } }
                 tr { th { "Node" } td { (event.node) } }
-                tr { th { "Time" } td { (event.time) } }
-                tr { th { "Received" } td { (event.received_at) } }
+                tr { th { "Time" } td { (when::time(&event.time)) } }
+                tr { th { "Received" } td { (when::time(&event.received_at)) } }
                 tr { th { "Schema" } td { (event.schema.unwrap_or(1)) } }
                 tr { th { "Publisher" } td { (event.publisher.as_deref().unwrap_or("—")) } }
                 tr { th { "Caused by" } td {
@@ -336,6 +348,24 @@ pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
                         None => "—",
                     }
                 } }
+            }
+            h2 { "Dead letters" }
+            @if dead_letters.is_empty() { p.note { "None: no consumer dead-lettered this event." } } @else {
+                table.event-dead {
+                    tr { th { "Dead at" } th { "Queue" } th { "Reason" } th { "Re-driven" } th { "Id" } }
+                    @for dead in &dead_letters {
+                        tr {
+                            td { (when::time(&dead.dead_at)) }
+                            td { (dead.queue.as_deref().unwrap_or("—")) }
+                            td { (dead.reason.map_or("—", |r| r.as_str())) }
+                            td.num { (dead.redrive_count) }
+                            td { a.dead href=(under("/dead", dead.id)) { (dead.id) } }
+                        }
+                    }
+                }
+                @if dead_letters.len() == EVENT_DEAD_LETTERS {
+                    p.note { "The newest " (EVENT_DEAD_LETTERS) " are listed." }
+                }
             }
             h2 { "Body" }
             pre.body { (pretty_json(&event.body)) }
@@ -351,8 +381,15 @@ pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
     )
 }
 
+/// The most dead letters of one event its page lists.
+const EVENT_DEAD_LETTERS: usize = 50;
+
 /// The most dead letters a group's list shows.
 const MAX_LIST: usize = 200;
+
+/// The most characters of a dead letter's last error its list shows (the whole on hover and
+/// on its page).
+const LAST_ERROR_SHOWN: usize = 80;
 
 pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
     let p = Params::parse(raw.as_deref());
@@ -395,6 +432,8 @@ pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
         "Dead letters",
         html! {
             h1 { (title) }
+            (auto_refresh())
+            div #refreshed {
             p { (total) " dead letter(s)"
                 @if total > list.len() as u64 { ", the newest " (list.len()) " shown" } "." }
             @if c.actions() && queue.is_some() {
@@ -408,7 +447,9 @@ pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                 table {
                     tr {
                         @if c.actions() { th {} }
-                        th { "Dead at" } th { "Key" } th { "Reason" } th { "Attempts" }
+                        th { "Dead at" }
+                        @if queue.is_none() { th { "Queue" } }
+                        th { "Key" } th { "Reason" } th { "Attempts" } th { "Last error" }
                         th { "Re-driven" } th { "Id" } th { "Provenance" }
                     }
                     @for dead in &list {
@@ -416,10 +457,18 @@ pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                             @if c.actions() {
                                 td { input type="checkbox" name="id" value=(dead.id); }
                             }
-                            td { (dead.dead_at) }
+                            td { (when::time(&dead.dead_at)) }
+                            @if queue.is_none() {
+                                td.queue { (dead.queue.as_deref().unwrap_or("—")) }
+                            }
                             td { (dead.routing_key) }
                             td { (dead.reason.map_or("—", |r| r.as_str())) }
                             td.num { (dead.attempts) }
+                            td.error-text {
+                                @if let Some(error) = &dead.last_error {
+                                    span title=(error) { (codec::cut(error, LAST_ERROR_SHOWN)) }
+                                } @else { "—" }
+                            }
                             td.num { (dead.redrive_count) }
                             td { a.dead href=(under("/dead", dead.id)) { (dead.id) } }
                             td { @if dead.untrusted { span.untrusted { "untrusted" } } }
@@ -433,6 +482,7 @@ pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                         button type="submit" formaction="/dead/purge" { "Purge the selected…" }
                     }
                 }
+            }
             }
         },
     )
@@ -448,6 +498,8 @@ async fn dead_groups(c: &Console) -> Page {
         "Dead letters",
         html! {
             h1 { "Dead letters" }
+            (auto_refresh())
+            div #refreshed {
             @if groups.is_empty() { p.note { "None recorded." } } @else {
                 table.groups {
                     tr { th { "Queue" } th { "Reason" } th { "Count" } th { "Pending" } th {} }
@@ -473,6 +525,7 @@ async fn dead_groups(c: &Console) -> Page {
                         }
                     }
                 }
+            }
             }
         },
     )
@@ -504,10 +557,10 @@ pub(crate) async fn dead_letter(State(c): Shared, Path(id): Path<String>) -> Pag
                 tr { th { "Reason" } td { (dead.reason.map_or("—", |r| r.as_str())) } }
                 tr { th { "Attempts" } td { (dead.attempts) } }
                 tr { th { "Last error" } td { pre { (dead.last_error.as_deref().unwrap_or("—")) } } }
-                tr { th { "Dead at" } td { (dead.dead_at) } }
+                tr { th { "Dead at" } td { (when::time(&dead.dead_at)) } }
                 tr { th { "Re-driven" } td {
                     (dead.redrive_count) " time(s)"
-                    @if let Some(at) = dead.redriven_at { ", last " (at) }
+                    @if let Some(at) = dead.redriven_at { ", last " (when::time(&at)) }
                 } }
                 tr { th { "Publisher" } td { (dead.user_id.as_deref().unwrap_or("—")) } }
                 tr { th { "Provenance" } td {

@@ -9,7 +9,7 @@ use axum::response::{Html, IntoResponse, Response};
 use maud::{html, Markup, DOCTYPE};
 use tracing::warn;
 
-use crate::assets::STYLESHEET;
+use crate::assets::{SCRIPT, STYLESHEET};
 use crate::Console;
 
 pub(crate) type Shared = State<Arc<Console>>;
@@ -24,6 +24,7 @@ fn layout(title: &str, body: &Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · mesh console" }
                 link rel="stylesheet" href=(STYLESHEET);
+                script src=(SCRIPT) defer {}
             }
             body {
                 header {
@@ -35,6 +36,20 @@ fn layout(title: &str, body: &Markup) -> Markup {
                 }
                 main { (*body) }
             }
+        }
+    }
+}
+
+/// How often a page with [`auto_refresh`] ticked fetches itself, in seconds.
+pub(crate) const REFRESH_SECONDS: u32 = 5;
+
+/// The opt-in auto-refresh box: while ticked, the console's script swaps the page's
+/// `#refreshed` part for a fresh one every [`REFRESH_SECONDS`] (no reload).
+pub(crate) fn auto_refresh() -> Markup {
+    html! {
+        label.refresh {
+            input #auto-refresh type="checkbox" data-every=(REFRESH_SECONDS);
+            " refresh every " (REFRESH_SECONDS) " s"
         }
     }
 }

@@ -16,6 +16,7 @@ impl Console {
         Router::new()
             .route("/", get(pages::overview))
             .route("/assets/console.css", get(assets::style))
+            .route("/assets/console.js", get(assets::script))
             .route("/assets/live.js", get(assets::live_script))
             .route("/events", get(pages::events))
             .route("/events/{id}", get(pages::event))
