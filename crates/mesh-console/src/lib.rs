@@ -13,10 +13,12 @@
 //!   store's counts, events of the last hour by key prefix and by source (bar
 //!   charts in inline SVG), the module queues (depth, consumers, retrying, pending dead
 //!   letters) and the audit loggers' readiness, and the dead letters pending per queue;
-//! - `/events?key=&source=&since=&until=&id=&order=&after=`: the event search, a keyset
-//!   pagination (`after` is the id of the last event of the page before); a page reads at
-//!   most [`Console::search_reads`] stored events, so a pattern no index serves (`*.*.paid`)
-//!   pages through the store a bounded walk at a time instead of scanning it whole;
+//! - `/events?key=&source=&since=&until=&id=&order=&limit=&after=`: the event search, with
+//!   the number of matches, times as RFC 3339 or back from now (`2h`) with presets, a page
+//!   size, and a keyset pagination (`after` is the id of the last event of the page before);
+//!   a pattern no index serves (`*.*.paid`) is searched a bounded walk
+//!   ([`Console::search_reads`]) at a time, for at most [`Console::search_budget`] a page, and
+//!   the page's script goes on by itself until the page is full or the store is searched;
 //! - `/events/{id}`: an event's headers, body, the dead letters made of it (linked; a dead
 //!   letter links back), and its causation tree as an SVG graph;
 //! - `/dead`, `/dead?queue=&reason=`, `/dead/{id}`: dead letters grouped by queue and
@@ -86,6 +88,7 @@ mod pages;
 mod params;
 mod respond;
 mod routes;
+mod search;
 mod svg;
 mod topology;
 mod when;
@@ -94,7 +97,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{TokenError, Tokens, MIN_TOKEN_LEN};
-pub use console::{Console, DEFAULT_SEARCH_READS};
+pub use console::{Console, DEFAULT_SEARCH_BUDGET, DEFAULT_SEARCH_READS};
 pub use contract_docs::{contract_docs, DEFAULT_DOCS_TITLE};
 
 /// The default address: loopback only.

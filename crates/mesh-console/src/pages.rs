@@ -10,16 +10,14 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::html;
-use mesh_audit::{
-    DeadLetterId, DeadLetterQuery, EventQuery, EventRecord, Order, Redrive, RedriveOptions,
-};
+use mesh_audit::{DeadLetterId, DeadLetterQuery, Redrive, RedriveOptions};
 use mesh_core::{codec, EventId, Timestamp};
 use tracing::{info, warn};
 
 use crate::actions::{actions_refused, confirm_form, guard, Pairs};
-use crate::input::{dead_id, event_id, pattern, reason, time};
+use crate::input::{dead_id, event_id, reason};
 use crate::params::{link, under, Params};
-use crate::respond::{auto_refresh, bad, missing, page, shown, unavailable, Fail, Page, Shared};
+use crate::respond::{auto_refresh, bad, missing, page, unavailable, Fail, Page, Shared};
 use crate::{svg, when, Console};
 
 /// Refuses a request whose `Host` is none of the allowed origins' (421).
@@ -149,150 +147,6 @@ pub(crate) async fn overview(State(c): Shared) -> Page {
                     }
                 }
             }
-            }
-        },
-    )
-}
-
-/// The most events a page of search results holds.
-const MAX_PAGE: usize = 500;
-const DEFAULT_PAGE: usize = 50;
-
-pub(crate) async fn events(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
-    let p = Params::parse(raw.as_deref());
-    let mut query = EventQuery::new();
-    if let Some(key) = p.get("key") {
-        query = query.pattern(pattern(key)?);
-    }
-    if let Some(source) = p.get("source") {
-        query = query.source(source);
-    }
-    if let Some(since) = p.get("since") {
-        query = query.since(time("since", since)?);
-    }
-    if let Some(until) = p.get("until") {
-        query = query.until(time("until", until)?);
-    }
-    let order = match p.get("order") {
-        None | Some("desc") => Order::Desc,
-        Some("asc") => Order::Asc,
-        Some(other) => {
-            return Err(bad(format!(
-                "order: `{}` is neither `asc` nor `desc`",
-                shown(other)
-            )))
-        }
-    };
-    let limit = match p.get("limit") {
-        None => DEFAULT_PAGE,
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| bad(format!("limit: `{}` is not 1 to {MAX_PAGE}", shown(text))))?,
-    };
-    query = query.order(order).limit(limit + 1);
-    let id = p.get("id").map(|id| event_id("id", id)).transpose()?;
-    if let Some(after) = p.get("after") {
-        let after = event_id("after", after)?;
-        let last = c
-            .store
-            .event(after)
-            .await
-            .map_err(|e| unavailable("reading the cursor's event", &e))?
-            .ok_or_else(|| bad("after: the cursor names no stored event"))?;
-        query = query.after(last.time, last.id);
-    }
-    query = query.read_limit(c.search_reads);
-    let (mut found, stopped): (Vec<EventRecord>, Option<(u64, EventId)>) = match id {
-        Some(id) => (
-            c.store
-                .event(id)
-                .await
-                .map_err(|e| unavailable("reading an event", &e))?
-                .into_iter()
-                .collect(),
-            None,
-        ),
-        None => {
-            let found = c
-                .store
-                .search(&query)
-                .await
-                .map_err(|e| unavailable("searching events", &e))?;
-            let stopped = found.stopped_after.map(|(_, id)| (found.read, id));
-            (found.events, stopped)
-        }
-    };
-    let more = found.len() > limit;
-    found.truncate(limit);
-    // The next page starts after this page's last event, or, when the read limit stopped
-    // the search before the page filled, after the last event it read.
-    let after = match (more, found.last(), stopped) {
-        (true, Some(last), _) => Some(last.id),
-        (false, _, Some((_, last_read))) => Some(last_read),
-        _ => None,
-    };
-    let next = after.map(|after| {
-        let after = after.to_string();
-        let mut pairs: Vec<(&str, &str)> = ["key", "source", "since", "until", "order", "limit"]
-            .into_iter()
-            .filter_map(|k| p.get(k).map(|v| (k, v)))
-            .collect();
-        pairs.push(("after", &after));
-        link("/events", pairs)
-    });
-    let stopped_reading = if more {
-        None
-    } else {
-        stopped.map(|(read, _)| read)
-    };
-    let value = |name: &str| p.get(name).unwrap_or_default().to_owned();
-    page(
-        "Events",
-        html! {
-            h1 { "Events" }
-            form.search method="get" action="/events" {
-                input name="key" placeholder="key pattern (module.billing.#)" value=(value("key"));
-                input name="source" placeholder="source" value=(value("source"));
-                input name="since" placeholder="since (RFC 3339)" value=(value("since"));
-                input name="until" placeholder="until (RFC 3339)" value=(value("until"));
-                input name="id" placeholder="event id" value=(value("id"));
-                select name="order" {
-                    option value="desc" selected[order == Order::Desc] { "newest first" }
-                    option value="asc" selected[order == Order::Asc] { "oldest first" }
-                }
-                button type="submit" { "Search" }
-            }
-            @if let Some(read) = stopped_reading {
-                p.note.partial {
-                    "Read " (read) " stored events without filling this page (a pattern no "
-                    "index serves is matched on each event). The search goes on after the "
-                    "last event read."
-                }
-            } @else if found.is_empty() {
-                p.note { "No event matches." }
-            }
-            @if !found.is_empty() {
-                table.events {
-                    tr { th { "Time" } th { "Key" } th { "Source" } th { "Node" } th { "Id" } }
-                    @for event in &found {
-                        tr {
-                            td { (when::time(&event.time)) }
-                            td { (event.routing_key) }
-                            td { (event.source) }
-                            td { (event.node) }
-                            td { a.event href=(under("/events", event.id)) { (event.id) } }
-                        }
-                    }
-                }
-            }
-            @if let Some(next) = &next {
-                @if stopped_reading.is_some() {
-                    p { a.next rel="next" href=(next) { "Search on →" } }
-                } @else {
-                    p { a.next rel="next" href=(next) { "Next page →" } }
-                }
             }
         },
     )

@@ -59,6 +59,12 @@ pub(crate) fn page(title: &str, body: Markup) -> Page {
     Ok(Html(layout(title, &body).into_string()).into_response())
 }
 
+/// A page in the layout with `status`: a form shown again with what was wrong in it.
+#[allow(clippy::needless_pass_by_value)] // Every page hands its markup over.
+pub(crate) fn page_with_status(status: StatusCode, title: &str, body: Markup) -> Page {
+    Ok((status, Html(layout(title, &body).into_string())).into_response())
+}
+
 /// A page that did not render: its status and a message that says why.
 #[derive(Debug)]
 pub(crate) struct Fail {
@@ -72,6 +78,10 @@ impl Fail {
             status,
             message: message.into(),
         }
+    }
+
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
     }
 
     pub(crate) fn message(&self) -> &str {

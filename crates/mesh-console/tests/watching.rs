@@ -136,14 +136,18 @@ async fn the_live_page_pauses_clears_and_filters_by_key() -> anyhow::Result<()> 
     assert_eq!(browser.text("#pause").await?, "Resume");
     let b = billing.emit_outgoing(invoice()?).await?.to_string();
     browser.wait_for_text("#held", "1 held", WAIT).await?;
-    assert_eq!(shown_rows(&browser).await?, [a.clone()], "held back");
+    assert_eq!(
+        shown_rows(&browser).await?,
+        std::slice::from_ref(&a),
+        "held back"
+    );
     browser.click("#pause").await?;
     assert_eq!(shown_rows(&browser).await?, [b.clone(), a.clone()]);
     assert_eq!(browser.text("#held").await?, "");
 
     // The key filter hides what it does not match, new rows included.
     browser.type_into("#filter", "module.billing.#").await?;
-    assert_eq!(shown_rows(&browser).await?, [b.clone()]);
+    assert_eq!(shown_rows(&browser).await?, std::slice::from_ref(&b));
     let c = shop.emit_outgoing(order()?).await?.to_string();
     let d = billing.emit_outgoing(invoice()?).await?.to_string();
     browser.wait_for_text("#seen", "4", WAIT).await?;
