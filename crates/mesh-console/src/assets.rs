@@ -15,6 +15,8 @@ use sha2::{Digest, Sha256};
 
 /// Where pages link the stylesheet (its route in `routes.rs`).
 pub(crate) const STYLESHEET: &str = "/assets/console.css";
+/// Where every page links the console's script (its route in `routes.rs`).
+pub(crate) const SCRIPT: &str = "/assets/console.js";
 /// Where the live page links its script (its route in `routes.rs`).
 pub(crate) const LIVE_SCRIPT: &str = "/assets/live.js";
 
@@ -79,6 +81,13 @@ static LIVE: LazyLock<Asset> = LazyLock::new(|| {
     )
 });
 
+static SCRIPT_ASSET: LazyLock<Asset> = LazyLock::new(|| {
+    Asset::new(
+        include_str!("../assets/console.js"),
+        "text/javascript; charset=utf-8",
+    )
+});
+
 /// `/assets/console.css`: the stylesheet every page links.
 pub(crate) async fn style(request: HeaderMap) -> Response {
     STYLE.respond(&request)
@@ -87,4 +96,9 @@ pub(crate) async fn style(request: HeaderMap) -> Response {
 /// `/assets/live.js`: the live page's script.
 pub(crate) async fn live_script(request: HeaderMap) -> Response {
     LIVE.respond(&request)
+}
+
+/// `/assets/console.js`: the script every page links (local times, auto-refresh).
+pub(crate) async fn script(request: HeaderMap) -> Response {
+    SCRIPT_ASSET.respond(&request)
 }

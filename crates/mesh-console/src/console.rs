@@ -4,6 +4,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use mesh_admin::management::ManagementClient;
 use mesh_audit::Store;
@@ -28,6 +29,7 @@ pub struct Console {
     pub(crate) broker: Option<broker::Broker>,
     pub(crate) live_slots: Arc<Semaphore>,
     pub(crate) search_reads: usize,
+    pub(crate) search_budget: Duration,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -44,9 +46,13 @@ impl fmt::Debug for Console {
     }
 }
 
-/// The most stored events one page of event search reads by default
+/// The most stored events one walk of an event search reads by default
 /// ([`Console::search_reads`]).
 pub const DEFAULT_SEARCH_READS: usize = 10_000;
+
+/// How long one page of event search goes on walking by default
+/// ([`Console::search_budget`]).
+pub const DEFAULT_SEARCH_BUDGET: Duration = Duration::from_secs(1);
 
 impl Console {
     /// A console over `store`: no transport (re-drive unavailable), no token (every action
@@ -61,6 +67,7 @@ impl Console {
             broker: None,
             live_slots: Arc::new(Semaphore::new(MAX_STREAMS)),
             search_reads: DEFAULT_SEARCH_READS,
+            search_budget: DEFAULT_SEARCH_BUDGET,
             shutdown: CancellationToken::new(),
         }
     }
@@ -89,13 +96,22 @@ impl Console {
         self
     }
 
-    /// The most stored events one page of event search reads (default
+    /// The most stored events one walk of an event search reads (default
     /// [`DEFAULT_SEARCH_READS`], at least 1). A key pattern no index serves, such as
     /// `*.*.shipped`, is matched on each event read, so one that matches few events would read
-    /// the whole store for a page; the page instead stops after this many, shows what it
-    /// found, and links to the search going on from there.
+    /// the whole store for a page; the page reads it a walk at a time instead, as long as
+    /// [`Console::search_budget`] allows.
     pub fn search_reads(mut self, rows: usize) -> Console {
         self.search_reads = rows.max(1);
+        self
+    }
+
+    /// How long one page of event search goes on walking the store (default
+    /// [`DEFAULT_SEARCH_BUDGET`]; one walk at least, whatever the budget). A page the budget
+    /// stops before it fills says how much it searched and links on (`a.next.auto`), and the
+    /// console's script follows that link by itself, appending what it finds.
+    pub fn search_budget(mut self, budget: Duration) -> Console {
+        self.search_budget = budget;
         self
     }
 

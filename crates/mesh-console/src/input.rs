@@ -19,13 +19,22 @@ pub(crate) fn pattern(text: &str) -> Result<String, Fail> {
         })
 }
 
+/// A time: RFC 3339, or a duration back from now as the CLI takes it (`2h`, `15m`, `7d`).
 pub(crate) fn time(name: &str, text: &str) -> Result<Timestamp, Fail> {
-    Timestamp::parse(text).map_err(|_| {
-        bad(format!(
-            "{name}: `{}` is not an RFC 3339 time (as 2026-01-31T12:00:00Z)",
-            shown(text)
-        ))
-    })
+    let text = text.trim();
+    if let Ok(time) = Timestamp::parse(text) {
+        return Ok(time);
+    }
+    humantime::parse_duration(text)
+        .ok()
+        .and_then(|ago| Timestamp::now().checked_sub(ago))
+        .ok_or_else(|| {
+            bad(format!(
+                "{name}: `{}` is neither an RFC 3339 time (as 2026-01-31T12:00:00Z) nor a \
+                 duration back from now (as 15m, 2h, 7d)",
+                shown(text)
+            ))
+        })
 }
 
 pub(crate) fn event_id(name: &str, text: &str) -> Result<EventId, Fail> {

@@ -2,25 +2,36 @@
 //! broker (a [`Transport`](mesh_core::Transport): re-drive, replay, the live tail) and its management API
 //! ([`Console::management`]: queues and bindings).
 //!
-//! Server-rendered HTML with a small stylesheet and one small script (the live page's), both
-//! embedded in the binary and served as files of their own (`/assets/…`), and no front-end
-//! build:
+//! Server-rendered HTML with a small stylesheet and two small scripts (every page's, which
+//! shows each time's local form on hover and runs the opt-in auto-refresh; and the live
+//! page's), embedded in the binary and served as files of their own (`/assets/…`), and no
+//! front-end build. Every time is written one way: fixed width, UTC, to the microsecond
+//! (`2026-12-07 09:25:03.041200Z`). The stylesheet follows the system's colour scheme (dark
+//! mode) and stacks tables into blocks on narrow screens (down to 420 px):
 //!
-//! - `/`: the store's counts, events of the last hour by key prefix and by source (bar
+//! - `/`: (refreshed every 5 s when its box is ticked, as the dead letters' pages are) the
+//!   store's counts, events of the last hour by key prefix and by source (bar
 //!   charts in inline SVG), the module queues (depth, consumers, retrying, pending dead
 //!   letters) and the audit loggers' readiness, and the dead letters pending per queue;
-//! - `/events?key=&source=&since=&until=&id=&order=&after=`: the event search, a keyset
-//!   pagination (`after` is the id of the last event of the page before); a page reads at
-//!   most [`Console::search_reads`] stored events, so a pattern no index serves (`*.*.paid`)
-//!   pages through the store a bounded walk at a time instead of scanning it whole;
-//! - `/events/{id}`: an event's headers, body, and its causation tree as an SVG graph;
+//! - `/events?key=&source=&since=&until=&id=&order=&limit=&after=`: the event search, with
+//!   the number of matches, times as RFC 3339 or back from now (`2h`) with presets, a page
+//!   size, and a keyset pagination (`after` is the id of the last event of the page before);
+//!   a pattern no index serves (`*.*.paid`) is searched a bounded walk
+//!   ([`Console::search_reads`]) at a time, for at most [`Console::search_budget`] a page, and
+//!   the page's script goes on by itself until the page is full or the store is searched;
+//! - `/events/{id}`: an event's headers, body, the dead letters made of it (linked; a dead
+//!   letter links back), and its causation tree as an SVG graph;
 //! - `/dead`, `/dead?queue=&reason=`, `/dead/{id}`: dead letters grouped by queue and
-//!   reason, a group's list, one dead letter;
+//!   reason, a group's list (with each letter's last error, and its queue when the list is
+//!   of every queue), one dead letter;
 //! - `/dead/redrive` and `/dead/purge`: a confirmation page on `GET` (how many, to where,
 //!   from [`Store::redrive_plan`](mesh_audit::Store::redrive_plan) and the counts), the action on `POST`;
 //! - `/live?key=`: a live tail, fed by `/live/stream` (Server-Sent Events from an ephemeral
-//!   queue of the console's own; at most 16 open at once);
-//! - `/map?since=&until=`: the system map, emitters → keys → receiving module queues;
+//!   queue of the console's own; at most 16 open at once), with pause (new rows held back
+//!   until resume), clear, and a key filter over the rows shown;
+//! - `/map?since=&until=`: the system map, emitters → keys → receiving module queues, and
+//!   module → module (an edge when one module's events reached another's queues, weighted by
+//!   those events);
 //! - `/modules/{queue}`: a module queue, and `/replay` (confirmation on `GET`, the action on
 //!   `POST`): stored events re-published into that queue only ([`Store::replay`](mesh_audit::Store::replay)).
 //!
@@ -72,18 +83,21 @@ mod headers;
 mod input;
 mod live;
 mod map;
+mod module_graph;
 mod pages;
 mod params;
 mod respond;
 mod routes;
+mod search;
 mod svg;
 mod topology;
+mod when;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{TokenError, Tokens, MIN_TOKEN_LEN};
-pub use console::{Console, DEFAULT_SEARCH_READS};
+pub use console::{Console, DEFAULT_SEARCH_BUDGET, DEFAULT_SEARCH_READS};
 pub use contract_docs::{contract_docs, DEFAULT_DOCS_TITLE};
 
 /// The default address: loopback only.

@@ -87,6 +87,15 @@ pub(crate) async fn live(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                     "newest first (at most once each; the newest " (ROWS_KEPT) " kept): "
                     span #status { "connecting…" } ", " span #seen { "0" } " seen."
                 }
+                div.controls {
+                    button #pause type="button" aria-pressed="false" { "Pause" }
+                    " "
+                    button #clear type="button" { "Clear" }
+                    " "
+                    input #filter type="search" placeholder="show only keys matching (module.*.order.#)" aria-label="key filter";
+                    " "
+                    span #held.note {}
+                }
                 table #live data-stream=(stream) data-kept=(ROWS_KEPT) {
                     thead {
                         tr { th { "Time" } th { "Key" } th { "Source" } th { "Node" } th { "Id" } th { "Body" } }
@@ -168,7 +177,8 @@ fn to_event(message: &mesh_core::WireMessage) -> Event {
                 "key": envelope.key.as_str(),
                 "source": envelope.source,
                 "node": envelope.node,
-                "time": envelope.time.to_string(),
+                "time": crate::when::fixed(&envelope.time),
+                "datetime": envelope.time.text(),
                 "causation_id": envelope.causation_id,
                 "body": body,
             });

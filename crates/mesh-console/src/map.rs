@@ -23,7 +23,7 @@ use crate::input::{pattern, time};
 use crate::params::{link, under, Params};
 use crate::respond::{bad, missing, page, shown, unavailable, Fail, Page, Shared};
 use crate::topology::SystemMap;
-use crate::{svg, Console};
+use crate::{module_graph, svg, when, Console};
 
 /// The window the map draws by default: the last day.
 const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -91,8 +91,8 @@ pub(crate) async fn map(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
         html! {
             h1 { "System map" }
             p.note {
-                "Who emitted which keys in the minutes from " (since_text) " to "
-                (until_text.as_deref().unwrap_or("now"))
+                "Who emitted which keys in the minutes from " (when::time(&since)) " to "
+                @if let Some(until) = &until { (when::time(until)) } @else { "now" }
                 " (the audit store's rollups), and which module queues receive them (their \
                  bindings). "
                 "Audit loggers, bound to every key, are left out."
@@ -102,6 +102,14 @@ pub(crate) async fn map(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                 p.note { "Nothing to draw: no event in the window and no module queue." }
             } @else {
                 (svg::map(&map, &window_pairs))
+                h2 { "Modules" }
+                p.note {
+                    "Which module depends on which: an edge from the module that emitted events to \
+                     each module whose queues received them, wider with more events."
+                }
+                @let edges = module_graph::module_edges(&map);
+                @if edges.is_empty() { p.note { "No event reached a module queue in the window." } }
+                @else { (module_graph::view(&edges, &window_pairs)) }
                 h2 { "Flows" }
                 table.flows {
                     tr { th { "Source" } th { "Key" } th.num { "Events" } th { "Received by" } }

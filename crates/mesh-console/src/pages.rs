@@ -10,17 +10,15 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::html;
-use mesh_audit::{
-    DeadLetterId, DeadLetterQuery, EventQuery, EventRecord, Order, Redrive, RedriveOptions,
-};
-use mesh_core::{EventId, Timestamp};
+use mesh_audit::{DeadLetterId, DeadLetterQuery, Redrive, RedriveOptions};
+use mesh_core::{codec, EventId, Timestamp};
 use tracing::{info, warn};
 
 use crate::actions::{actions_refused, confirm_form, guard, Pairs};
-use crate::input::{dead_id, event_id, pattern, reason, time};
+use crate::input::{dead_id, event_id, reason};
 use crate::params::{link, under, Params};
-use crate::respond::{bad, missing, page, shown, unavailable, Fail, Page, Shared};
-use crate::{svg, Console};
+use crate::respond::{auto_refresh, bad, missing, page, unavailable, Fail, Page, Shared};
+use crate::{svg, when, Console};
 
 /// Refuses a request whose `Host` is none of the allowed origins' (421).
 pub(crate) async fn known_host(
@@ -118,6 +116,8 @@ pub(crate) async fn overview(State(c): Shared) -> Page {
         "Overview",
         html! {
             h1 { "Overview" }
+            (auto_refresh())
+            div #refreshed {
             table {
                 tr { th { "Events" } td.num { (counts.events) } }
                 tr { th { "Dead letters" } td.num { (counts.dead_letters) } }
@@ -147,149 +147,6 @@ pub(crate) async fn overview(State(c): Shared) -> Page {
                     }
                 }
             }
-        },
-    )
-}
-
-/// The most events a page of search results holds.
-const MAX_PAGE: usize = 500;
-const DEFAULT_PAGE: usize = 50;
-
-pub(crate) async fn events(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
-    let p = Params::parse(raw.as_deref());
-    let mut query = EventQuery::new();
-    if let Some(key) = p.get("key") {
-        query = query.pattern(pattern(key)?);
-    }
-    if let Some(source) = p.get("source") {
-        query = query.source(source);
-    }
-    if let Some(since) = p.get("since") {
-        query = query.since(time("since", since)?);
-    }
-    if let Some(until) = p.get("until") {
-        query = query.until(time("until", until)?);
-    }
-    let order = match p.get("order") {
-        None | Some("desc") => Order::Desc,
-        Some("asc") => Order::Asc,
-        Some(other) => {
-            return Err(bad(format!(
-                "order: `{}` is neither `asc` nor `desc`",
-                shown(other)
-            )))
-        }
-    };
-    let limit = match p.get("limit") {
-        None => DEFAULT_PAGE,
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| bad(format!("limit: `{}` is not 1 to {MAX_PAGE}", shown(text))))?,
-    };
-    query = query.order(order).limit(limit + 1);
-    let id = p.get("id").map(|id| event_id("id", id)).transpose()?;
-    if let Some(after) = p.get("after") {
-        let after = event_id("after", after)?;
-        let last = c
-            .store
-            .event(after)
-            .await
-            .map_err(|e| unavailable("reading the cursor's event", &e))?
-            .ok_or_else(|| bad("after: the cursor names no stored event"))?;
-        query = query.after(last.time, last.id);
-    }
-    query = query.read_limit(c.search_reads);
-    let (mut found, stopped): (Vec<EventRecord>, Option<(u64, EventId)>) = match id {
-        Some(id) => (
-            c.store
-                .event(id)
-                .await
-                .map_err(|e| unavailable("reading an event", &e))?
-                .into_iter()
-                .collect(),
-            None,
-        ),
-        None => {
-            let found = c
-                .store
-                .search(&query)
-                .await
-                .map_err(|e| unavailable("searching events", &e))?;
-            let stopped = found.stopped_after.map(|(_, id)| (found.read, id));
-            (found.events, stopped)
-        }
-    };
-    let more = found.len() > limit;
-    found.truncate(limit);
-    // The next page starts after this page's last event, or, when the read limit stopped
-    // the search before the page filled, after the last event it read.
-    let after = match (more, found.last(), stopped) {
-        (true, Some(last), _) => Some(last.id),
-        (false, _, Some((_, last_read))) => Some(last_read),
-        _ => None,
-    };
-    let next = after.map(|after| {
-        let after = after.to_string();
-        let mut pairs: Vec<(&str, &str)> = ["key", "source", "since", "until", "order", "limit"]
-            .into_iter()
-            .filter_map(|k| p.get(k).map(|v| (k, v)))
-            .collect();
-        pairs.push(("after", &after));
-        link("/events", pairs)
-    });
-    let stopped_reading = if more {
-        None
-    } else {
-        stopped.map(|(read, _)| read)
-    };
-    let value = |name: &str| p.get(name).unwrap_or_default().to_owned();
-    page(
-        "Events",
-        html! {
-            h1 { "Events" }
-            form.search method="get" action="/events" {
-                input name="key" placeholder="key pattern (module.billing.#)" value=(value("key"));
-                input name="source" placeholder="source" value=(value("source"));
-                input name="since" placeholder="since (RFC 3339)" value=(value("since"));
-                input name="until" placeholder="until (RFC 3339)" value=(value("until"));
-                input name="id" placeholder="event id" value=(value("id"));
-                select name="order" {
-                    option value="desc" selected[order == Order::Desc] { "newest first" }
-                    option value="asc" selected[order == Order::Asc] { "oldest first" }
-                }
-                button type="submit" { "Search" }
-            }
-            @if let Some(read) = stopped_reading {
-                p.note.partial {
-                    "Read " (read) " stored events without filling this page (a pattern no "
-                    "index serves is matched on each event). The search goes on after the "
-                    "last event read."
-                }
-            } @else if found.is_empty() {
-                p.note { "No event matches." }
-            }
-            @if !found.is_empty() {
-                table.events {
-                    tr { th { "Time" } th { "Key" } th { "Source" } th { "Node" } th { "Id" } }
-                    @for event in &found {
-                        tr {
-                            td { (event.time) }
-                            td { (event.routing_key) }
-                            td { (event.source) }
-                            td { (event.node) }
-                            td { a.event href=(under("/events", event.id)) { (event.id) } }
-                        }
-                    }
-                }
-            }
-            @if let Some(next) = &next {
-                @if stopped_reading.is_some() {
-                    p { a.next rel="next" href=(next) { "Search on →" } }
-                } @else {
-                    p { a.next rel="next" href=(next) { "Next page →" } }
-                }
             }
         },
     )
@@ -315,6 +172,15 @@ pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
         .map(|node| node.event.clone())
         .ok_or_else(|| missing(format!("no event `{id}` is stored")))?;
     let headers = serde_json::to_string_pretty(&event.headers).unwrap_or_default();
+    let dead_letters = c
+        .store
+        .dead_letters(
+            &DeadLetterQuery::new()
+                .event_id(id)
+                .limit(EVENT_DEAD_LETTERS),
+        )
+        .await
+        .map_err(|e| unavailable("listing the event's dead letters", &e))?;
     page(
         &event.routing_key,
         html! {
@@ -323,8 +189,8 @@ pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
                 tr { th { "Id" } td { (event.id) } }
                 tr { th { "Source" } td { (event.source) } }
                 tr { th { "Node" } td { (event.node) } }
-                tr { th { "Time" } td { (event.time) } }
-                tr { th { "Received" } td { (event.received_at) } }
+                tr { th { "Time" } td { (when::time(&event.time)) } }
+                tr { th { "Received" } td { (when::time(&event.received_at)) } }
                 tr { th { "Schema" } td { (event.schema.unwrap_or(1)) } }
                 tr { th { "Publisher" } td { (event.publisher.as_deref().unwrap_or("—")) } }
                 tr { th { "Caused by" } td {
@@ -336,6 +202,24 @@ pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
                         None => "—",
                     }
                 } }
+            }
+            h2 { "Dead letters" }
+            @if dead_letters.is_empty() { p.note { "None: no consumer dead-lettered this event." } } @else {
+                table.event-dead {
+                    tr { th { "Dead at" } th { "Queue" } th { "Reason" } th { "Re-driven" } th { "Id" } }
+                    @for dead in &dead_letters {
+                        tr {
+                            td { (when::time(&dead.dead_at)) }
+                            td { (dead.queue.as_deref().unwrap_or("—")) }
+                            td { (dead.reason.map_or("—", |r| r.as_str())) }
+                            td.num { (dead.redrive_count) }
+                            td { a.dead href=(under("/dead", dead.id)) { (dead.id) } }
+                        }
+                    }
+                }
+                @if dead_letters.len() == EVENT_DEAD_LETTERS {
+                    p.note { "The newest " (EVENT_DEAD_LETTERS) " are listed." }
+                }
             }
             h2 { "Body" }
             pre.body { (pretty_json(&event.body)) }
@@ -351,8 +235,15 @@ pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
     )
 }
 
+/// The most dead letters of one event its page lists.
+const EVENT_DEAD_LETTERS: usize = 50;
+
 /// The most dead letters a group's list shows.
 const MAX_LIST: usize = 200;
+
+/// The most characters of a dead letter's last error its list shows (the whole on hover and
+/// on its page).
+const LAST_ERROR_SHOWN: usize = 80;
 
 pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
     let p = Params::parse(raw.as_deref());
@@ -395,6 +286,8 @@ pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
         "Dead letters",
         html! {
             h1 { (title) }
+            (auto_refresh())
+            div #refreshed {
             p { (total) " dead letter(s)"
                 @if total > list.len() as u64 { ", the newest " (list.len()) " shown" } "." }
             @if c.actions() && queue.is_some() {
@@ -408,7 +301,9 @@ pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                 table {
                     tr {
                         @if c.actions() { th {} }
-                        th { "Dead at" } th { "Key" } th { "Reason" } th { "Attempts" }
+                        th { "Dead at" }
+                        @if queue.is_none() { th { "Queue" } }
+                        th { "Key" } th { "Reason" } th { "Attempts" } th { "Last error" }
                         th { "Re-driven" } th { "Id" } th { "Provenance" }
                     }
                     @for dead in &list {
@@ -416,10 +311,18 @@ pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                             @if c.actions() {
                                 td { input type="checkbox" name="id" value=(dead.id); }
                             }
-                            td { (dead.dead_at) }
+                            td { (when::time(&dead.dead_at)) }
+                            @if queue.is_none() {
+                                td.queue { (dead.queue.as_deref().unwrap_or("—")) }
+                            }
                             td { (dead.routing_key) }
                             td { (dead.reason.map_or("—", |r| r.as_str())) }
                             td.num { (dead.attempts) }
+                            td.error-text {
+                                @if let Some(error) = &dead.last_error {
+                                    span title=(error) { (codec::cut(error, LAST_ERROR_SHOWN)) }
+                                } @else { "—" }
+                            }
                             td.num { (dead.redrive_count) }
                             td { a.dead href=(under("/dead", dead.id)) { (dead.id) } }
                             td { @if dead.untrusted { span.untrusted { "untrusted" } } }
@@ -433,6 +336,7 @@ pub(crate) async fn dead(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
                         button type="submit" formaction="/dead/purge" { "Purge the selected…" }
                     }
                 }
+            }
             }
         },
     )
@@ -448,6 +352,8 @@ async fn dead_groups(c: &Console) -> Page {
         "Dead letters",
         html! {
             h1 { "Dead letters" }
+            (auto_refresh())
+            div #refreshed {
             @if groups.is_empty() { p.note { "None recorded." } } @else {
                 table.groups {
                     tr { th { "Queue" } th { "Reason" } th { "Count" } th { "Pending" } th {} }
@@ -473,6 +379,7 @@ async fn dead_groups(c: &Console) -> Page {
                         }
                     }
                 }
+            }
             }
         },
     )
@@ -504,10 +411,10 @@ pub(crate) async fn dead_letter(State(c): Shared, Path(id): Path<String>) -> Pag
                 tr { th { "Reason" } td { (dead.reason.map_or("—", |r| r.as_str())) } }
                 tr { th { "Attempts" } td { (dead.attempts) } }
                 tr { th { "Last error" } td { pre { (dead.last_error.as_deref().unwrap_or("—")) } } }
-                tr { th { "Dead at" } td { (dead.dead_at) } }
+                tr { th { "Dead at" } td { (when::time(&dead.dead_at)) } }
                 tr { th { "Re-driven" } td {
                     (dead.redrive_count) " time(s)"
-                    @if let Some(at) = dead.redriven_at { ", last " (at) }
+                    @if let Some(at) = dead.redriven_at { ", last " (when::time(&at)) }
                 } }
                 tr { th { "Publisher" } td { (dead.user_id.as_deref().unwrap_or("—")) } }
                 tr { th { "Provenance" } td {

@@ -9,7 +9,7 @@ use axum::response::{Html, IntoResponse, Response};
 use maud::{html, Markup, DOCTYPE};
 use tracing::warn;
 
-use crate::assets::STYLESHEET;
+use crate::assets::{SCRIPT, STYLESHEET};
 use crate::Console;
 
 pub(crate) type Shared = State<Arc<Console>>;
@@ -24,6 +24,7 @@ fn layout(title: &str, body: &Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · mesh console" }
                 link rel="stylesheet" href=(STYLESHEET);
+                script src=(SCRIPT) defer {}
             }
             body {
                 header {
@@ -39,9 +40,29 @@ fn layout(title: &str, body: &Markup) -> Markup {
     }
 }
 
+/// How often a page with [`auto_refresh`] ticked fetches itself, in seconds.
+pub(crate) const REFRESH_SECONDS: u32 = 5;
+
+/// The opt-in auto-refresh box: while ticked, the console's script swaps the page's
+/// `#refreshed` part for a fresh one every [`REFRESH_SECONDS`] (no reload).
+pub(crate) fn auto_refresh() -> Markup {
+    html! {
+        label.refresh {
+            input #auto-refresh type="checkbox" data-every=(REFRESH_SECONDS);
+            " refresh every " (REFRESH_SECONDS) " s"
+        }
+    }
+}
+
 #[allow(clippy::needless_pass_by_value)] // Every page hands its markup over.
 pub(crate) fn page(title: &str, body: Markup) -> Page {
     Ok(Html(layout(title, &body).into_string()).into_response())
+}
+
+/// A page in the layout with `status`: a form shown again with what was wrong in it.
+#[allow(clippy::needless_pass_by_value)] // Every page hands its markup over.
+pub(crate) fn page_with_status(status: StatusCode, title: &str, body: Markup) -> Page {
+    Ok((status, Html(layout(title, &body).into_string())).into_response())
 }
 
 /// A page that did not render: its status and a message that says why.
@@ -57,6 +78,10 @@ impl Fail {
             status,
             message: message.into(),
         }
+    }
+
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
     }
 
     pub(crate) fn message(&self) -> &str {

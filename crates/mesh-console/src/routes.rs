@@ -7,7 +7,7 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::console::Console;
-use crate::{assets, headers, live, map, pages};
+use crate::{assets, headers, live, map, pages, search};
 
 impl Console {
     /// The application.
@@ -16,8 +16,9 @@ impl Console {
         Router::new()
             .route("/", get(pages::overview))
             .route("/assets/console.css", get(assets::style))
+            .route("/assets/console.js", get(assets::script))
             .route("/assets/live.js", get(assets::live_script))
-            .route("/events", get(pages::events))
+            .route("/events", get(search::events))
             .route("/events/{id}", get(pages::event))
             .route("/dead", get(pages::dead))
             .route(

@@ -49,7 +49,7 @@ pub(crate) fn per_minute(minutes: &[(Timestamp, u64)], since: Timestamp) -> Mark
                 @let until = Timestamp::from_unix_seconds(minute.unix_seconds() + 59).unwrap_or(*minute);
                 a href=(link("/events", [("since", minute.to_string().as_str()), ("until", until.to_string().as_str())])) {
                     rect x=(60 + column * COLUMN) y=(HEIGHT + 4 - h) width=(COLUMN - 2) height=(h) {
-                        title { (minute) ": " (n) " events (" (format!("{:.1}", *n as f64 / 60.0)) "/s)" }
+                        title { (crate::when::fixed(minute)) ": " (n) " events (" (format!("{:.1}", *n as f64 / 60.0)) "/s)" }
                     }
                 }
             }
@@ -109,7 +109,7 @@ pub(crate) fn tree(tree: &CausationTree) -> Markup {
                         y=(row * ROW + 4) width=(BOX) height="22" rx="4" {}
                     text x=(depth * INDENT + 8) y=(row * ROW + 19) {
                         (node.event.routing_key) " · " (node.event.source) " · "
-                        (node.event.time)
+                        (crate::when::fixed(&node.event.time))
                     }
                 }
             }

@@ -562,6 +562,24 @@ async fn the_system_map_draws_a_three_module_system() -> anyhow::Result<()> {
     .map(|(a, b)| (a.to_owned(), b.to_owned()))
     .collect();
     assert_eq!(edges, expected, "the edges of the three modules");
+    // Module → module: shop's orders reach billing, billing's invoices reach mailer.
+    let from = browser.attrs("svg.modules path.edge", "data-from").await?;
+    let to = browser.attrs("svg.modules path.edge", "data-to").await?;
+    let weights = browser
+        .attrs("svg.modules path.edge", "data-events")
+        .await?;
+    let modules: HashSet<(String, String, String)> = from
+        .into_iter()
+        .zip(to)
+        .zip(weights)
+        .map(|((a, b), n)| (a, b, n))
+        .collect();
+    let expected: HashSet<(String, String, String)> =
+        [("shop", "billing", "3"), ("billing", "mailer", "2")]
+            .into_iter()
+            .map(|(a, b, n)| (a.to_owned(), b.to_owned(), n.to_owned()))
+            .collect();
+    assert_eq!(modules, expected, "which module depends on which");
     let mut queues = browser.texts("svg.map rect.queue + text").await?;
     queues.sort();
     assert_eq!(queues, ["n1.billing.events", "n1.mailer.events"]);

@@ -37,6 +37,22 @@ const POLL: Duration = Duration::from_millis(50);
 /// The window, so screenshots are the same size on every machine.
 const WINDOW: (u32, u32) = (1280, 900);
 
+/// How the browser looks: its window's size and its colour scheme.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Look {
+    pub(crate) window: (u32, u32),
+    pub(crate) dark: bool,
+}
+
+impl Default for Look {
+    fn default() -> Look {
+        Look {
+            window: WINDOW,
+            dark: false,
+        }
+    }
+}
+
 const HINT: &str = "the console's browser tests need Chromium and chromedriver (Debian: \
                     apt-get install chromium chromium-driver; bash scripts/test.sh installs them)";
 
@@ -89,6 +105,12 @@ impl Browser {
     /// Starts chromedriver on a free port, waits until it answers, and opens a session of a
     /// headless Chromium with a window of [`WINDOW`] and a profile of its own.
     pub(crate) async fn start() -> anyhow::Result<Browser> {
+        Browser::start_with(Look::default()).await
+    }
+
+    /// As [`Browser::start`], with a window of `look.window` and, when `look.dark`, the
+    /// system's dark colour scheme (`prefers-color-scheme: dark`).
+    pub(crate) async fn start_with(look: Look) -> anyhow::Result<Browser> {
         let chromium = on_path("chromium").context(HINT)?;
         let chromedriver = on_path("chromedriver").context(HINT)?;
         let profile = TempDir::new("console-browser")?;
@@ -112,16 +134,20 @@ impl Browser {
         driver.wait_ready(&url, &log).await?;
 
         let user_data = driver.profile.join("profile");
-        let args = [
+        let mut args = vec![
             "--headless=new".to_owned(),
             "--no-sandbox".to_owned(),
             "--disable-gpu".to_owned(),
             "--disable-dev-shm-usage".to_owned(),
             "--no-first-run".to_owned(),
             "--hide-scrollbars".to_owned(),
-            format!("--window-size={},{}", WINDOW.0, WINDOW.1),
+            format!("--window-size={},{}", look.window.0, look.window.1),
             format!("--user-data-dir={}", user_data.display()),
         ];
+        if look.dark {
+            args.push("--force-dark-mode".to_owned());
+            args.push("--blink-settings=preferredColorScheme=0".to_owned());
+        }
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
             "goog:chromeOptions".to_owned(),
