@@ -459,12 +459,8 @@ fn a_shared_audit_logger_consumes_the_shared_queues_only() {
         &["shared.audit-logger.info"],
     );
     // Shared implies a logger, even without the module.
-    let alone = grants_of(AccessSpec::new(name("n2")).shared_audit_logger(true));
+    let alone = super::grants(&AccessSpec::new(name("n2")).shared_audit_logger(true));
     assert!(alone.iter().any(|g| g.user == "audit-logger.n2"));
-}
-
-fn grants_of(spec: AccessSpec) -> Vec<Grant> {
-    grants(&spec)
 }
 
 #[test]
