@@ -1,6 +1,7 @@
 //! The audit logger: consumes `<node>.audit-logger.events` (bound to `#` on `mesh.events`)
-//! and `<node>.audit-logger.dead` (bound to `#` on `mesh.events.dead`), and stores each
-//! message once, in batches.
+//! and `<node>.audit-logger.dead` (bound to `#` on `mesh.events.dead`), or their shared
+//! counterparts `shared.audit-logger.…` (see [Shared loggers](#shared-loggers)), and stores
+//! each message once, in batches.
 //!
 //! # Every logger records every dead letter
 //!
@@ -9,6 +10,21 @@
 //! [`dead_letters`](https://docs.rs/mesh) tap takes nothing away, and dead letters made
 //! while a logger is down wait in its queue. That queue is not dead-lettered itself (a dead
 //! letter's dead letter would loop) and has no delivery limit.
+//!
+//! # Shared loggers
+//!
+//! With [`AuditOptions::shared`] the logger consumes `shared.audit-logger.events` and
+//! `shared.audit-logger.dead` instead of its node's queues (same bindings, same arguments):
+//! every shared logger competes on those two queues, so each event and each dead letter is
+//! delivered to one of them at a time, and adding a logger adds a share of the work rather
+//! than a second full copy. They write into one store (PostgreSQL), where the event id
+//! keeps each event once whichever logger commits it: a logger killed after its commit but
+//! before its ack has its deliveries redelivered to another, which finds the ids stored and
+//! counts them as duplicates; two loggers racing on one id (a redelivery while the first
+//! transaction is still open) are ordered by PostgreSQL's unique index of `event_ids`, the
+//! second waiting for the first and then inserting nothing (or everything, if the first
+//! rolled back). A deadlock between such writers is a transient error: the batch is
+//! retried. `shared` is a reserved node name, so no node's queue is ever the shared one.
 //!
 //! # The retired `mesh.dead-letters`
 //!
@@ -308,9 +324,7 @@ impl AuditLogger {
         retired: Option<&dyn RetiredDeadQueue>,
         shutdown: &CancellationToken,
     ) -> Result<(), Error> {
-        let node = self.options.validate()?;
-        let queue = naming::audit_queue(&node);
-        let dead_queue = naming::audit_dead_queue(&node);
+        let (queue, dead_queue) = self.options.queues()?;
         let span = tracing::info_span!("mesh.audit", queue = %EscapedDisplay(&queue));
         self.run_inner(transport, retired, shutdown, queue, dead_queue)
             .instrument(span)

@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use mesh_core::Name;
+use mesh_core::{naming, Name};
 
 use crate::error::Error;
 
@@ -207,6 +207,7 @@ pub struct AuditOptions {
     prefetch: u16,
     delivery_limit: Option<u32>,
     enforce_identity: Option<String>,
+    shared: bool,
     // Boxed: the options travel inside the logger, kept small.
     retain: Option<Box<crate::retention::Retention>>,
 }
@@ -225,6 +226,7 @@ impl Default for AuditOptions {
             prefetch: DEFAULT_PREFETCH,
             delivery_limit: Some(DEFAULT_DELIVERY_LIMIT),
             enforce_identity: None,
+            shared: false,
             retain: None,
         }
     }
@@ -236,10 +238,48 @@ impl AuditOptions {
         AuditOptions::default()
     }
 
-    /// The node the logger runs on: its queue is `<node>.audit-logger.events`. Required.
+    /// The node the logger runs on: its queue is `<node>.audit-logger.events` (unless
+    /// [`shared`](AuditOptions::shared)). Required; `shared` and `scheduled` are the
+    /// contract's and refused ([`mesh_core::naming::node_name`]).
     pub fn node(mut self, node: impl Into<String>) -> Self {
         self.node = Some(node.into());
         self
+    }
+
+    /// Shared loggers (default `false`: one logger per node, each with its own full copy).
+    /// With `true` the logger consumes `shared.audit-logger.events` (bound to `#`) and
+    /// `shared.audit-logger.dead` (bound to `#` on `mesh.events.dead`) instead of its node's
+    /// queues: every shared logger of the deployment competes on those two queues, so each
+    /// event and each dead letter reaches one of them, and they share the load. Run shared
+    /// loggers into one store (PostgreSQL: several writers); the store keeps each event
+    /// id once whichever logger writes it, so a redelivery after a crash is absorbed as with
+    /// one logger (see decision 0026 in the repository's `docs/decisions`). The node still
+    /// names the process (logs, its broker user). Never mix both shapes on one store: a
+    /// per-node logger beside shared ones records everything a second time over.
+    pub fn shared(mut self, shared: bool) -> Self {
+        self.shared = shared;
+        self
+    }
+
+    /// See [`AuditOptions::shared`].
+    pub fn get_shared(&self) -> bool {
+        self.shared
+    }
+
+    /// The queue of events and the queue of dead letters the logger consumes: its node's
+    /// `<node>.audit-logger.events` and `<node>.audit-logger.dead`, or with
+    /// [`shared`](AuditOptions::shared) `shared.audit-logger.events` and
+    /// `shared.audit-logger.dead`. Fails as [`validate`](AuditOptions::validate) does.
+    pub fn queues(&self) -> Result<(String, String), Error> {
+        let node = self.validate()?;
+        Ok(if self.shared {
+            (
+                naming::shared_audit_queue(),
+                naming::shared_audit_dead_queue(),
+            )
+        } else {
+            (naming::audit_queue(&node), naming::audit_dead_queue(&node))
+        })
     }
 
     /// The `x-delivery-limit` mesh's quorum consumer queues were declared with (default
@@ -336,8 +376,11 @@ impl AuditOptions {
             .node
             .as_deref()
             .ok_or_else(|| Error::options("the audit logger needs a node name"))?;
-        let node = Name::parse(node).map_err(|e| {
-            Error::options(format!("node name `{node}` is not a valid name")).with_source(e)
+        let node = naming::node_name(node).map_err(|e| match e {
+            e @ mesh_core::KeyError::ReservedNode { .. } => {
+                Error::options(format!("`{node}` cannot be the logger's node")).with_source(e)
+            }
+            e => Error::options(format!("node name `{node}` is not a valid name")).with_source(e),
         })?;
         if self.batch_size == 0 {
             return Err(Error::options("the batch size must be at least 1"));
@@ -440,5 +483,45 @@ mod tests {
             .is_ok());
         let node = AuditOptions::new().node("anchor").validate().unwrap();
         assert_eq!(node.as_str(), "anchor");
+    }
+
+    #[test]
+    fn a_shared_logger_consumes_the_shared_queues_and_no_node_is_named_shared() {
+        let per_node = AuditOptions::new().node("n1");
+        assert!(!per_node.get_shared(), "the per-node shape is the default");
+        assert_eq!(
+            per_node.queues().unwrap(),
+            (
+                "n1.audit-logger.events".into(),
+                "n1.audit-logger.dead".into()
+            )
+        );
+        let shared = per_node.shared(true);
+        assert_eq!(
+            shared.queues().unwrap(),
+            (
+                "shared.audit-logger.events".into(),
+                "shared.audit-logger.dead".into()
+            )
+        );
+        // A node named `shared` would declare the shared queue as its own.
+        for reserved in ["shared", "scheduled"] {
+            for options in [
+                AuditOptions::new().node(reserved),
+                AuditOptions::new().node(reserved).shared(true),
+            ] {
+                let err = options.validate().unwrap_err();
+                assert_eq!(err.kind(), &crate::ErrorKind::InvalidOptions);
+                let source = std::error::Error::source(&err).expect("a source");
+                assert!(
+                    matches!(
+                        source.downcast_ref::<mesh_core::KeyError>(),
+                        Some(mesh_core::KeyError::ReservedNode { .. })
+                    ),
+                    "{source:?}"
+                );
+                assert!(options.queues().is_err());
+            }
+        }
     }
 }

@@ -9,7 +9,7 @@ use crate::broker::{self, Broker};
 use crate::cli::{Plan, QueueKind, Scenario};
 use crate::report::Results;
 use crate::scenarios::{
-    audit, consume, declare, e2e, emit, latency, outbox, rpc, scale, Ctx, Db, Run,
+    audit, audit_shared, consume, declare, e2e, emit, latency, outbox, rpc, scale, Ctx, Db, Run,
 };
 
 /// Runs the plan, adding every run to `results`; `notes` collects what the reader should
@@ -158,7 +158,8 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
             Scenario::Latency => latency::setup(ctx).await?,
             Scenario::Rpc => rpc::setup(ctx).await?,
             Scenario::Outbox => outbox::setup(ctx).await?,
-            Scenario::Audit | Scenario::AuditRetain | Scenario::Scale | Scenario::Declare => {}
+            Scenario::Audit | Scenario::AuditRetain | Scenario::AuditShared => {}
+            Scenario::Scale | Scenario::Declare => {}
         }
     }
     let (raw, mesh) = (plan.raw, plan.mesh);
@@ -280,7 +281,20 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                         outbox::lag(ctx, Db::Sqlite).await?,
                     );
                 }
-                Scenario::Outbox | Scenario::AuditRetain => {}
+                Scenario::AuditShared if mesh => {
+                    for (name, loggers) in [
+                        ("audit shared 1 logger", 1),
+                        ("audit shared 2 loggers", 2),
+                        ("audit shared 3 loggers", 3),
+                    ] {
+                        add(
+                            name,
+                            "mesh-audit-pg",
+                            audit_shared::mesh(ctx, loggers).await?,
+                        );
+                    }
+                }
+                Scenario::Outbox | Scenario::AuditRetain | Scenario::AuditShared => {}
                 Scenario::Scale | Scenario::Declare => continue,
             }
             // Let the broker settle (fsyncs, GC of deleted segments) between scenarios.

@@ -181,6 +181,8 @@ pub(crate) enum Scenario {
     /// The audit logger's ingest into a store holding as many events past `--retain 3d`,
     /// removing them meanwhile, against the same without retention (SQLite and PostgreSQL).
     AuditRetain,
+    /// 1, 2 and 3 shared audit loggers ingesting one backlog into one PostgreSQL database.
+    AuditShared,
     /// The transactional outbox on PostgreSQL and SQLite (throughput to the confirm, the
     /// relay's lag), against mesh's direct emit.
     Outbox,

@@ -113,6 +113,19 @@ pub enum KeyError {
         /// The offending character.
         character: char,
     },
+    /// A node name the contract keeps for queues of its own: `shared`
+    /// (`shared.<module>.events`) or `scheduled` (`scheduled.<module>.events`), see
+    /// [`naming::node_name`](crate::naming::node_name).
+    #[error(
+        "node name `{}` is reserved for {purpose}",
+        crate::text::Escaped(.name)
+    )]
+    ReservedNode {
+        /// The reserved name.
+        name: String,
+        /// What the contract keeps it for.
+        purpose: &'static str,
+    },
 }
 
 /// Checks the word structure shared by keys and names: non-empty, bounded, no empty words,

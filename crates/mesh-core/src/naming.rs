@@ -76,6 +76,43 @@ pub fn audit_queue(node: &Name) -> String {
     format!("{node}.{AUDIT_MODULE}.events")
 }
 
+/// `shared.audit-logger.events`: the one queue that shared audit loggers (on any node)
+/// consume as competing consumers, bound to `#`; [`shared_queue`] of the audit logger.
+pub fn shared_audit_queue() -> String {
+    format!("{SHARED_NODE}.{AUDIT_MODULE}.events")
+}
+
+/// `shared.audit-logger.dead`: the shared audit loggers' one queue of dead letters, bound to
+/// [`DEAD_EXCHANGE`] on `#`, which they consume as competing consumers (the shared
+/// counterpart of [`audit_dead_queue`]).
+pub fn shared_audit_dead_queue() -> String {
+    format!("{SHARED_NODE}.{AUDIT_MODULE}.dead")
+}
+
+/// The node names the contract keeps for queues of its own, with what for: a node so named
+/// would declare `<node>.<module>.events` over a queue of the contract's.
+pub const CONTRACT_NODES: [(&str, &str); 2] = [
+    (SHARED_NODE, "shared queues"),
+    (SCHEDULE_NODE, "schedule queues"),
+];
+
+/// `text` as a node name: a valid [`Name`] that is none of [`CONTRACT_NODES`] (`shared`,
+/// `scheduled`), which fail with [`KeyError::ReservedNode`](crate::KeyError::ReservedNode).
+/// Every node the runtime or the audit logger runs as is checked here.
+pub fn node_name(text: &str) -> Result<Name, crate::KeyError> {
+    let name = Name::parse(text)?;
+    match CONTRACT_NODES
+        .iter()
+        .find(|(node, _)| *node == name.as_str())
+    {
+        Some((node, purpose)) => Err(crate::KeyError::ReservedNode {
+            name: (*node).to_owned(),
+            purpose,
+        }),
+        None => Ok(name),
+    }
+}
+
 /// Node names a consumer queue never carries, because the broker's names start with them:
 /// `mesh.…` (the contract's own queues), `serve.…` (tool queues) and `amq.…` (the server's).
 pub const RESERVED_NODES: [&str; 3] = ["mesh", "serve", "amq"];
@@ -188,6 +225,39 @@ mod tests {
 
     fn name(s: &str) -> Name {
         Name::parse(s).unwrap()
+    }
+
+    #[test]
+    fn the_contracts_node_names_are_refused_with_a_typed_error() {
+        assert_eq!(node_name("n1"), Ok(name("n1")));
+        assert_eq!(
+            node_name("shared"),
+            Err(crate::KeyError::ReservedNode {
+                name: "shared".into(),
+                purpose: "shared queues"
+            })
+        );
+        let err = node_name("scheduled").unwrap_err();
+        assert!(
+            matches!(err, crate::KeyError::ReservedNode { .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "node name `scheduled` is reserved for schedule queues"
+        );
+        // Case matters, as in queue names: `Shared` is not reserved.
+        assert_eq!(node_name("Shared"), Ok(name("Shared")));
+        assert!(matches!(
+            node_name("a.b"),
+            Err(crate::KeyError::DottedName { .. })
+        ));
+        // The shared audit logger's queues are what a node `shared` would have declared.
+        assert_eq!(shared_audit_queue(), "shared.audit-logger.events");
+        assert_eq!(shared_audit_queue(), shared_queue(&name(AUDIT_MODULE)));
+        assert_eq!(shared_audit_dead_queue(), "shared.audit-logger.dead");
+        assert!(is_consumer_queue(&shared_audit_queue()));
+        assert!(!is_consumer_queue(&shared_audit_dead_queue()));
     }
 
     #[test]

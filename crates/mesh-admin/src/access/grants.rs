@@ -7,6 +7,7 @@ use std::fmt;
 use mesh_core::naming::{
     audit_user, operator_user, owner_user, AUDIT_MODULE, DEAD_EXCHANGE, EVENTS_EXCHANGE,
     REPLY_EXCHANGE, RETIRED_DEAD_QUEUE, RETIRED_REPLY_EXCHANGE, RETRY_EXCHANGE, RPC_EXCHANGE,
+    SHARED_NODE,
 };
 use mesh_core::{Name, Origin, TopicPattern};
 
@@ -26,6 +27,7 @@ pub struct AccessSpec {
     contexts: BTreeSet<Name>,
     node_user: bool,
     audit_logger: bool,
+    shared_audit_logger: bool,
     certificates: BTreeSet<Name>,
     calls: BTreeMap<Name, BTreeSet<String>>,
     runtime_declares_queues: bool,
@@ -42,6 +44,7 @@ impl AccessSpec {
             contexts: BTreeSet::new(),
             node_user: true,
             audit_logger: false,
+            shared_audit_logger: false,
             certificates: BTreeSet::new(),
             calls: BTreeMap::new(),
             runtime_declares_queues: false,
@@ -120,6 +123,17 @@ impl AccessSpec {
     /// Whether the node runs an audit logger.
     pub fn audit_logger(mut self, yes: bool) -> AccessSpec {
         self.audit_logger = yes;
+        self
+    }
+
+    /// Whether the node's audit logger is a shared one (`mesh-audit run --shared`; default
+    /// false), implying [`audit_logger`](Self::audit_logger): its user, still
+    /// `audit-logger.<node>`, consumes `shared.audit-logger.events` and
+    /// `shared.audit-logger.dead`, which every node's shared logger competes on, rather than
+    /// its node's `<node>.audit-logger.…`.
+    pub fn shared_audit_logger(mut self, yes: bool) -> AccessSpec {
+        self.shared_audit_logger = yes;
+        self.audit_logger |= yes;
         self
     }
 
@@ -459,11 +473,18 @@ fn own_replies(user: &str) -> String {
     format!(r"^{}\.", escape(user))
 }
 
-fn audit(prefix: &str, node: &Name) -> Grant {
+/// The audit logger's grant: its queues are its node's, or with `shared` the shared ones
+/// (`shared.audit-logger.…`), never both.
+fn audit(prefix: &str, node: &Name, shared: bool) -> Grant {
     let user = audit_user(prefix, node);
     let x = escape(node.as_str());
     let logger = escape(AUDIT_MODULE);
-    let own = format!(r"{x}\.{logger}\.(?:events|dead)");
+    let queues_node = if shared {
+        escape(SHARED_NODE)
+    } else {
+        x.clone()
+    };
+    let own = format!(r"{queues_node}\.{logger}\.(?:events|dead)");
     let queues = format!(
         r"{own}(?:\.retry\.[^.]+)?|{}|amq\.gen-.+",
         escape(RETIRED_DEAD_QUEUE)
@@ -524,7 +545,7 @@ pub fn grants(spec: &AccessSpec) -> Vec<Grant> {
     let prefix = spec.prefix.as_str();
     let mut out = vec![operator(prefix)];
     if spec.audit_logger {
-        let mut logger = audit(prefix, &spec.node);
+        let mut logger = audit(prefix, &spec.node, spec.shared_audit_logger);
         logger.certificate = spec.certificates.iter().any(|m| m.as_str() == AUDIT_MODULE);
         out.push(logger);
     }

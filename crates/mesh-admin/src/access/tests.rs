@@ -422,6 +422,48 @@ fn the_audit_logger_reads_everything_and_emits_nothing() {
 }
 
 #[test]
+fn a_shared_audit_logger_consumes_the_shared_queues_only() {
+    let grants = grants(&spec().shared_audit_logger(true));
+    // Still the node's user: every node's shared logger logs in as its own.
+    let logger = grant(&grants, "audit-logger.n1");
+    matches(
+        &logger.permissions.configure,
+        &[
+            "shared.audit-logger.events",
+            "shared.audit-logger.dead",
+            "mesh.dead-letters",
+        ],
+        &[
+            "n1.audit-logger.events",
+            "n1.audit-logger.dead",
+            "shared.umami.events",
+            "sharedx.audit-logger.events",
+        ],
+    );
+    matches(
+        &logger.permissions.read,
+        &["shared.audit-logger.events", "shared.audit-logger.dead"],
+        &["n1.audit-logger.events"],
+    );
+    let dead = topic_of(logger, "mesh.events.dead");
+    matches(&dead.read, &["#"], &[]);
+    // It dead-letters what it cannot store under the shared queue's name.
+    matches(
+        &dead.write,
+        &["shared.audit-logger.events"],
+        &["n1.audit-logger.events", "shared.umami.events"],
+    );
+    matches(
+        &topic_of(logger, "mesh.logs").write,
+        &["n1.audit-logger.info"],
+        &["shared.audit-logger.info"],
+    );
+    // Shared implies a logger, even without the module.
+    let alone = super::grants(&AccessSpec::new(name("n2")).shared_audit_logger(true));
+    assert!(alone.iter().any(|g| g.user == "audit-logger.n2"));
+}
+
+#[test]
 fn names_are_escaped() {
     assert_eq!(escape("a.b-c"), r"a\.b\-c");
     assert_eq!(escape("module.*.#"), r"module\.\*\.\#");

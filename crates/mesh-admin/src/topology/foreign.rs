@@ -10,7 +10,7 @@
 //! | `mesh.retry` | a consumer queue or one of its retry queues `<queue>.retry.<step>` | the queue's own name |
 //! | `mesh.replies` | a server-named `amq.gen-…` | its reply key, `<user>.<queue>` (ending in the queue's own name) |
 //! | `mesh.reply` (retired, until migrated) | a server-named `amq.gen-…` | the queue's own name, or its reply key |
-//! | `mesh.events.dead` | `<node>.audit-logger.dead`, or a server-named `amq.gen-…` (a tap) | `#` for the logger's queue |
+//! | `mesh.events.dead` | `<node>.audit-logger.dead` (`shared.audit-logger.dead` too), or a server-named `amq.gen-…` (a tap) | `#` for the logger's queue |
 //! | `mesh.logs` | a server-named `amq.gen-…` (a follower) | a topic pattern |
 //!
 //! Anything else touching one of them is foreign: an exchange bound to a mesh exchange or
@@ -121,7 +121,7 @@ fn is_server_named(queue: &str) -> bool {
     queue.starts_with("amq.gen-")
 }
 
-/// `<node>.audit-logger.dead`.
+/// `<node>.audit-logger.dead`, `shared.audit-logger.dead` (the shared loggers') included.
 fn is_audit_dead_queue(queue: &str) -> bool {
     match queue.strip_suffix(".dead") {
         Some(rest) => match rest.rsplit_once('.') {
@@ -251,6 +251,9 @@ mod tests {
                 "acme/module.a.amq.gen-r1",
             ),
             row("mesh.events.dead", "queue", "n1.audit-logger.dead", "#"),
+            // The shared audit loggers' queue of dead letters.
+            row("mesh.events.dead", "queue", "shared.audit-logger.dead", "#"),
+            row("mesh.events", "queue", "shared.audit-logger.events", "#"),
             row("mesh.events.dead", "queue", "amq.gen-t", "#"),
             row("mesh.events.dead", "queue", "mesh.dead-letters", "#"),
             row("mesh.logs", "queue", "amq.gen-l", "n1.#"),

@@ -43,6 +43,7 @@ pub(crate) fn plan_logger(global: &Global, args: &AuditRunArgs) -> anyhow::Resul
         .create_if_missing(true);
     let audit = AuditOptions::new()
         .node(node.to_string())
+        .shared(args.shared)
         .batch_size(args.batch_size)
         .batch_wait(args.batch_wait)
         .prefetch(args.prefetch)
@@ -87,7 +88,12 @@ pub(crate) async fn run_logger(global: &Global, args: &AuditRunArgs) -> anyhow::
     output::note(paint(
         DIM,
         format!(
-            "recording every event and dead letter as node {node} into {} (Ctrl-C stops)",
+            "recording every event and dead letter as node {node}{} into {} (Ctrl-C stops)",
+            if audit.get_shared() {
+                ", sharing shared.audit-logger.* with the other shared loggers"
+            } else {
+                ""
+            },
             store.redacted_url()
         ),
     ));

@@ -47,7 +47,8 @@ macro_rules! access_note {
 The plan has one broker user per identity: <prefix>module.<module> for each module of the spec,
 <prefix>mesh.<context> for each context, <prefix>node.<node> (unless node_user = false),
 <prefix>audit-logger.<node> when the spec has the module audit-logger (tag management: it
-lists its queue's bindings), and <prefix>operator
+lists its queue's bindings; with shared = true, on shared.audit-logger.* instead of its
+node's), and <prefix>operator
 (tag management, every permission: it runs topology apply, dead redrive and status). Each
 may read and write only its own queues (<node>.<module>.events on any node,
 shared.<module>.events, their retry queues, serve.<owner>.<tool…>, server-named amq.gen-…)

@@ -168,6 +168,12 @@ pub(crate) struct AuditRunArgs {
     /// With --retain, also remove dead letters not re-driven yet [default: never]
     #[arg(long, requires = "retain")]
     pub(crate) retain_pending_dead_letters: bool,
+    /// Share the work with other shared loggers: consume shared.audit-logger.events and
+    /// shared.audit-logger.dead (competing consumers, each message to one logger) instead of
+    /// <node>.audit-logger.*. Run every shared logger into one PostgreSQL store, and no
+    /// per-node logger beside them [default: one logger per node, each with a full copy]
+    #[arg(long)]
+    pub(crate) shared: bool,
     #[command(flatten)]
     pub(crate) metrics: MetricsArg,
     /// Also serve the operator's console (as `mesh console`) on this address, over the
@@ -283,7 +289,9 @@ const AUDIT_RUN_HELP: &str = "\
 Consumes <node>.audit-logger.events (bound to # on mesh.events) and its own
 <node>.audit-logger.dead (bound to # on mesh.events.dead, so every logger records every dead
 letter; at start it retires the older shared mesh.dead-letters: unbinds it, stores what it
-holds, deletes it once empty), and stores each event and dead letter once.
+holds, deletes it once empty), and stores each event and dead letter once. With --shared it
+consumes shared.audit-logger.events and shared.audit-logger.dead instead, which every shared
+logger competes on, so several loggers share the load into one PostgreSQL store.
 
 An event whose id is stored already is a duplicate (a redelivery or a resend) when its key,
 source and body are the stored event's; otherwise it is a different event reusing the id, kept
@@ -307,7 +315,8 @@ where this user may create it); the default is $XDG_DATA_HOME/mesh/audit.db
 Examples:
   mesh audit run --node anchor --store sqlite:///var/lib/mesh/audit.db
   mesh audit run --context prod --queue-type classic --batch-wait 200ms
-  mesh-audit run --metrics-addr 127.0.0.1:9464";
+  mesh-audit run --metrics-addr 127.0.0.1:9464
+  mesh-audit run --shared --store postgres://audit@db/audit   (on each of several hosts)";
 
 const AUDIT_QUERY_HELP: &str = "\
 Each event is a line: time, key, id, source@node, `by <publisher>` when the store recorded who

@@ -73,9 +73,10 @@ mesh.replies and mesh.logs (durable topics; the retired direct mesh.reply is del
 --module M --pattern P… or in --spec FILE, the queue <node>.<module>.events (x-queue-type,
 x-dead-letter-exchange mesh.events.dead and, on quorum queues, x-delivery-limit) bound to
 mesh.events on exactly its patterns (the module audit-logger also wants its
-<node>.audit-logger.dead bound to mesh.events.dead on #). The retired mesh.dead-letters, if
-the broker still has it, is shown: apply removes its binding, never the queue (a logger
-drains and deletes it).
+<node>.audit-logger.dead bound to mesh.events.dead on #; with shared = true in the spec, the
+shared loggers' shared.audit-logger.events and shared.audit-logger.dead). The retired
+mesh.dead-letters, if the broker still has it, is shown: apply removes its binding, never the
+queue (a logger drains and deletes it).
 Retry queues (<queue>.retry.<step>) are declared by the SDK when the module starts; they are
 not compared. Retired delay queues (<queue>.delay.<step>) are listed: apply deletes those with
 no message and no consumer, and leaves the others draining.

@@ -1,7 +1,8 @@
 //! What the contract wants on the broker for a node: exchanges, queues with their arguments,
 //! and bindings, built from `--module/--pattern` options or a spec file. The module
 //! `audit-logger` also wants its queue of dead letters, `<node>.audit-logger.dead`, bound to
-//! `mesh.events.dead` on `#`. No queue is wanted for the retired `mesh.dead-letters` (see
+//! `mesh.events.dead` on `#`; with `shared = true` (shared audit loggers, competing on
+//! `shared.audit-logger.events`) it wants `shared.audit-logger.dead` instead. No queue is wanted for the retired `mesh.dead-letters` (see
 //! `mesh_admin::topology`).
 //!
 //! The arguments mirror mesh-amqp's declarations (`topology::base`,
@@ -161,7 +162,7 @@ pub(crate) fn wanted(
 
     let mut wanted_queues: Vec<WantedQueue> = audit_dead
         .into_iter()
-        .map(|(name, kind)| {
+        .map(|(name, (kind, _))| {
             WantedQueue::new(
                 name,
                 queue_type_arguments(kind),
@@ -347,14 +348,15 @@ fn command_line_modules(args: &TopologyArgs) -> anyhow::Result<Vec<ModuleSpec>> 
 type Queues = BTreeMap<String, (QueueType, Vec<String>)>;
 
 /// One queue per module name (and sharing): patterns of repeated modules are merged. Also
-/// the audit logger's queue of dead letters, with its queue type, if it is one of them.
+/// the audit logger's queues of dead letters, with their queue type, if it is one of them:
+/// `<node>.audit-logger.dead`, or `shared.audit-logger.dead` for a shared audit logger.
 fn queues_of(
     modules: Vec<ModuleSpec>,
     node: &Name,
     default_type: QueueType,
-) -> anyhow::Result<(Queues, Option<(String, QueueType)>)> {
+) -> anyhow::Result<(Queues, Queues)> {
     let mut queues = Queues::new();
-    let mut audit_dead: Option<(String, QueueType)> = None;
+    let mut audit_dead = Queues::new();
     for module in modules {
         let name = Name::parse(&module.name).coded(Code::Usage, || {
             format!("invalid module name `{}`", module.name)
@@ -376,8 +378,15 @@ fn queues_of(
             naming::consumer_queue(node, &name)
         };
         let kind = module.queue_type.map(queue_type).unwrap_or(default_type);
-        if !module.shared && name.as_str() == AUDIT_MODULE {
-            audit_dead.get_or_insert((naming::audit_dead_queue(node), kind));
+        if name.as_str() == AUDIT_MODULE {
+            let dead = if module.shared {
+                naming::shared_audit_dead_queue()
+            } else {
+                naming::audit_dead_queue(node)
+            };
+            audit_dead
+                .entry(dead)
+                .or_insert((kind, vec!["#".to_owned()]));
         }
         let entry = queues.entry(queue.clone()).or_insert((kind, Vec::new()));
         if entry.0 != kind {
@@ -469,6 +478,9 @@ pub(crate) fn access_spec(
             }
             spec = spec.calls(name.clone(), tools);
         }
+        if module.shared && name.as_str() == AUDIT_MODULE {
+            spec = spec.shared_audit_logger(true);
+        }
         spec = spec.module(name, patterns);
     }
     Ok(spec)
@@ -559,6 +571,53 @@ mod tests {
             Value::Object(dead.arguments.clone()),
             serde_json::json!({"x-queue-type": "classic"})
         );
+    }
+
+    #[test]
+    fn a_shared_audit_logger_wants_the_shared_queues_and_its_user_consumes_them() {
+        let dir = std::env::temp_dir().join(format!("mesh-cli-shared-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mesh.toml");
+        std::fs::write(
+            &path,
+            "node = \"n1\"\n[[modules]]\nname = \"audit-logger\"\npatterns = [\"#\"]\nshared = true\n",
+        )
+        .unwrap();
+        let mut a = args(&[], &[]);
+        a.spec = Some(path.clone());
+        let wanted = wanted(&a, None, None, no_default).unwrap();
+        let names: Vec<_> = wanted.queues.iter().map(|q| q.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["shared.audit-logger.dead", "shared.audit-logger.events"]
+        );
+        let dead = &wanted.queues[0];
+        assert_eq!(dead.exchange, "mesh.events.dead");
+        assert_eq!(dead.patterns, ["#"]);
+        assert_eq!(
+            Value::Object(dead.arguments.clone()),
+            serde_json::json!({"x-queue-type": "quorum"})
+        );
+        let events = &wanted.queues[1];
+        assert_eq!(events.exchange, "mesh.events");
+        assert_eq!(events.patterns, ["#"]);
+        assert_eq!(
+            events.arguments["x-dead-letter-exchange"],
+            "mesh.events.dead"
+        );
+
+        // The access plan: the node's logger user, on the shared queues.
+        let spec = access_spec(&path, None, no_default).unwrap();
+        let grants = mesh::amqp::access::grants(&spec);
+        let logger = grants
+            .iter()
+            .find(|g| g.user == "audit-logger.n1")
+            .expect("the logger's user");
+        assert_eq!(
+            logger.permissions.configure,
+            r"^(?:shared\.audit\-logger\.(?:events|dead)(?:\.retry\.[^.]+)?|mesh\.dead\-letters|amq\.gen-.+)$"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -403,3 +403,70 @@ async fn the_retry_and_serve_queues_of_a_spec_are_what_the_sdk_declares() {
     fresh.delete().await.unwrap();
     vhost.delete().await.unwrap();
 }
+
+/// A spec whose audit logger is shared: plan lists the two shared queues (and not the
+/// node's), apply declares them, and a shared logger then finds exactly them (same
+/// arguments, same bindings: plan --check stays clean while it consumes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_audit_logger_spec_plans_and_applies_the_shared_queues() {
+    let vhost = vhost("cli-shared-audit").await;
+    let url = vhost.url();
+    let dir = mesh_testkit::TempDir::new("shared-audit-spec").unwrap();
+    let spec = dir.join("mesh.toml");
+    std::fs::write(
+        &spec,
+        "node = \"n1\"\n[[modules]]\nname = \"audit-logger\"\npatterns = [\"#\"]\nshared = true\n",
+    )
+    .unwrap();
+    let spec = spec.to_str().unwrap().to_owned();
+    let output = run(Some(&url), &["topology", "plan", "--json", "--spec", &spec]).await;
+    assert_code(&output, 0);
+    let plan = json(&output);
+    let text = plan.to_string();
+    assert!(text.contains("\"shared.audit-logger.events\""), "{text}");
+    assert!(text.contains("\"shared.audit-logger.dead\""), "{text}");
+    assert!(!text.contains("n1.audit-logger"), "{text}");
+    // 6 exchanges, 2 queues, 2 bindings.
+    assert_eq!(plan["differences"].as_array().unwrap().len(), 10, "{text}");
+    let output = run(Some(&url), &["topology", "apply", "--spec", &spec]).await;
+    assert_code(&output, 0);
+    let queues = vhost.list_queues().await.unwrap();
+    for name in ["shared.audit-logger.events", "shared.audit-logger.dead"] {
+        assert!(queues.iter().any(|q| q.name == name), "{name}: {queues:?}");
+    }
+
+    // A shared logger declares the same queues and consumes them.
+    let temp = mesh_testkit::TempStore::sqlite();
+    let store = mesh_audit::Store::open(temp.url().parse().unwrap())
+        .await
+        .unwrap();
+    let logger = mesh_audit::AuditLogger::new(
+        store,
+        mesh_audit::AuditOptions::new().node("n1").shared(true),
+    );
+    let transport = transport(options(&vhost)).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn({
+        let (logger, transport, shutdown) = (logger.clone(), transport.clone(), shutdown.clone());
+        async move { logger.run(&*transport, &shutdown).await }
+    });
+    mesh_testkit::eventually(
+        std::time::Duration::from_secs(60),
+        "the shared logger consuming",
+        || {
+            let logger = logger.clone();
+            async move { logger.is_consuming().then_some(()) }
+        },
+    )
+    .await;
+    let output = run(
+        Some(&url),
+        &["topology", "plan", "--check", "--spec", &spec],
+    )
+    .await;
+    assert_code(&output, 0);
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+    transport.close().await;
+    vhost.delete().await.unwrap();
+}

@@ -1,13 +1,15 @@
 //! The `mesh-audit` binary as a process (what its own crate tested before the binary moved
 //! here beside `mesh`): killed mid-batch it loses nothing, SIGTERM stops it with exit code
-//! 0, its `--metrics-addr` counts are exact, its `--management-url` is used, and bad
-//! arguments are usage errors.
+//! 0, its `--metrics-addr` counts are exact, its `--management-url` is used, bad
+//! arguments are usage errors, and shared loggers (`--shared`) store each event once
+//! through a SIGKILL of one of them.
 
 mod log_lines;
 mod management;
 mod metrics;
 mod planned_user;
 mod process;
+mod shared;
 
 mod common {
     //! The binary with a clean environment; the throw-away stores, the transport and the

@@ -8,7 +8,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use mesh_core::contract::ToolContract;
 use mesh_core::naming;
-use mesh_core::{Name, QueueSpec, RetryPolicy, SubscriptionSpec, TopicPattern, Transport};
+use mesh_core::{
+    KeyError, Name, QueueSpec, RetryPolicy, SubscriptionSpec, TopicPattern, Transport,
+};
 use serde::Serialize;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -659,19 +661,14 @@ fn identify(
     identity: Option<IdentitySpec>,
 ) -> Result<(Name, Identity), Error> {
     let node_text = node.ok_or_else(|| Error::options("a bus needs a node name"))?;
-    let node = Name::parse(&node_text)?;
-    if node.as_str() == naming::SHARED_NODE {
-        return Err(Error::options(format!(
-            "node name `{}` is reserved for shared queues",
-            naming::SHARED_NODE
-        )));
-    }
-    if node.as_str() == naming::SCHEDULE_NODE {
-        return Err(Error::options(format!(
-            "node name `{}` is reserved for schedule queues",
-            naming::SCHEDULE_NODE
-        )));
-    }
+    // `shared` and `scheduled` name queues of the contract's: an options error, with the
+    // typed `KeyError::ReservedNode` as its source.
+    let node = naming::node_name(&node_text).map_err(|e| match e {
+        e @ KeyError::ReservedNode { .. } => {
+            Error::with_source(crate::error::ErrorKind::InvalidOptions, e)
+        }
+        e => Error::from(e),
+    })?;
     let identity = match identity {
         Some(IdentitySpec::Module(m)) => Identity::Module(Name::parse(&m)?),
         Some(IdentitySpec::Context(c)) => Identity::Context(Name::parse(&c)?),
@@ -718,4 +715,29 @@ async fn consume(
     let stop = bus.inner.stop.child_token();
     bus.spawn_loop(dispatcher.run(subscription, stop)).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_contracts_node_names_are_options_errors_with_a_typed_source() {
+        for reserved in [naming::SHARED_NODE, naming::SCHEDULE_NODE] {
+            let err = identify(Some(reserved.to_owned()), Some(IdentitySpec::Node))
+                .expect_err("a reserved node name");
+            assert_eq!(err.kind(), &crate::error::ErrorKind::InvalidOptions);
+            let source = std::error::Error::source(&err).expect("a source");
+            assert!(
+                matches!(
+                    source.downcast_ref::<KeyError>(),
+                    Some(KeyError::ReservedNode { .. })
+                ),
+                "{source:?}"
+            );
+        }
+        let err = identify(Some("a.b".to_owned()), Some(IdentitySpec::Node)).unwrap_err();
+        assert_eq!(err.kind(), &crate::error::ErrorKind::InvalidKey);
+        assert!(identify(Some("n1".to_owned()), Some(IdentitySpec::Node)).is_ok());
+    }
 }
