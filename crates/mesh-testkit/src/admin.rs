@@ -10,8 +10,10 @@
 //! falls back to `rabbitmqctl`; any other failure (a refused login, an error status, no
 //! answer within 60 s) is an error.
 //!
-//! Private nodes are not handled here: they run without the plugin unless a test asks for it,
-//! and their vhosts are made with `rabbitmqctl` (the node-control tool they need anyway).
+//! A private node runs without the plugin unless a test asks for it
+//! ([`NodeOptions::management`](crate::NodeOptions::management)); with it,
+//! [`PrivateNode::add_vhost`](crate::PrivateNode::add_vhost) goes through it too, else
+//! through `rabbitmqctl` (the node-control tool such a node needs anyway).
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs as _};
@@ -54,6 +56,15 @@ impl Management {
             .filter(|u| !u.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_MANAGEMENT_URL.to_owned());
         Management::new(url.trim(), broker).with_context(|| format!("bad {MANAGEMENT_URL_ENV}"))
+    }
+
+    /// A private node's API on `127.0.0.1:port`, as `guest` (a private node's operator).
+    pub(crate) fn loopback(port: u16) -> Management {
+        Management {
+            host: "127.0.0.1".to_owned(),
+            port,
+            authorization: format!("Basic {}", base64(b"guest:guest")),
+        }
     }
 
     fn new(url: &str, broker: &BrokerUrl) -> anyhow::Result<Management> {
@@ -101,6 +112,12 @@ impl Management {
     pub(crate) async fn grant_all(&self, vhost: &str, user: &str) -> anyhow::Result<Answer> {
         let path = format!("/api/permissions/{}/{}", segment(vhost), segment(user));
         self.send("PUT", &path, EVERY_PERMISSION).await
+    }
+
+    /// Imports RabbitMQ definitions (`POST /api/definitions`, the JSON of
+    /// `rabbitmqctl import_definitions`).
+    pub(crate) async fn import_definitions(&self, definitions: &str) -> anyhow::Result<Answer> {
+        self.send("POST", "/api/definitions", definitions).await
     }
 
     /// Deletes vhost `name` and everything in it.
