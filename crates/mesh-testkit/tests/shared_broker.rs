@@ -204,12 +204,9 @@ async fn a_vhost_is_made_and_granted_and_deleted_with_its_users() {
     conn.close().await.unwrap();
     // A user the test made is deleted with the vhost.
     let user = format!("{name}-user");
-    let made = management(
-        "PUT",
-        &format!("/api/users/{user}"),
-        r#"{"password":"p","tags":""}"#,
-    );
-    assert!(matches!(made.await, 201 | 204));
+    let users = format!("/api/users/{user}");
+    let made = management("PUT", &users, r#"{"password":"p","tags":""}"#).await;
+    assert!(matches!(made, 201 | 204), "{made}");
     vhost.own_user(user.clone());
     vhost.delete().await.unwrap();
     assert_eq!(

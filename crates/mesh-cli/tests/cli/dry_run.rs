@@ -2,6 +2,8 @@
 //! changes nothing, neither on the broker nor in the audit store. Each test ends with the real
 //! command, which does change what the dry run left alone (so the checks can fail).
 
+use amqprs::channel::QueueDeclareArguments;
+use amqprs::connection::{Connection, OpenConnectionArguments};
 use mesh::{Bus, HandlerError};
 use mesh_testkit::{eventually, TestVhost};
 
@@ -22,17 +24,27 @@ async fn dead_letters(url: &str, store: &TempStore) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Messages in `queue` as the broker last counted them (ready and unacked; a quorum queue
-/// updates the count on its tick, so it may lag, never run ahead).
-async fn depth(vhost: &TestVhost, queue: &str) -> u64 {
-    vhost
-        .list_queues()
+/// Messages in `queue`, as the queue itself counts them: a passive `queue.declare` over AMQP
+/// answers with its ready messages (the broker's state: no statistics that lag, and no
+/// `rabbitmqctl`, whose Erlang VM per call overran its 60 s limit under load). `None` while
+/// the queue still has a consumer: with none, ready is all it holds.
+async fn depth(vhost: &TestVhost, queue: &str) -> Option<u64> {
+    let addr = vhost.broker_addr();
+    let args = OpenConnectionArguments::new(&addr.ip().to_string(), addr.port(), "guest", "guest")
+        .virtual_host(vhost.name())
+        .connection_name("dry-run-depth")
+        .finish();
+    let connection = Connection::open(&args)
         .await
-        .expect("the broker lists the vhost's queues")
-        .into_iter()
-        .find(|q| q.name == queue)
-        .unwrap_or_else(|| panic!("queue {queue} exists"))
-        .messages
+        .expect("a connection to count the queue");
+    let channel = connection.open_channel(None).await.expect("a channel");
+    let (_, ready, consumers) = channel
+        .queue_declare(QueueDeclareArguments::new(queue).passive(true).finish())
+        .await
+        .unwrap_or_else(|e| panic!("queue {queue} exists: {e}"))
+        .expect("a declare-ok, not no-wait");
+    let _ = connection.close().await;
+    (consumers == 0).then_some(u64::from(ready))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,7 +75,7 @@ async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
     mailer.close().await;
     let queue = format!("{NODE}.mailer.events");
     eventually(WAIT, "the mailer's queue empty", || async {
-        (depth(&vhost, &queue).await == 0).then_some(())
+        (depth(&vhost, &queue).await == Some(0)).then_some(())
     })
     .await;
     let before = dead_letters(&url, &store).await;
@@ -205,7 +217,7 @@ async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
     // queue's only message (a count that holds it also holds whatever came before it).
     assert_code(&run(Some(&url), &["emit", "module.umami.marker"]).await, 0);
     let counted = eventually(WAIT, "the marker counted", || async {
-        let n = depth(&vhost, &queue).await;
+        let n = depth(&vhost, &queue).await?;
         (n >= 1).then_some(n)
     })
     .await;
@@ -235,7 +247,7 @@ async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
     redriven.sort();
     assert_eq!(redriven, ids);
     let counted = eventually(WAIT, "the re-driven letters counted", || async {
-        let n = depth(&vhost, &queue).await;
+        let n = depth(&vhost, &queue).await?;
         (n >= 3).then_some(n)
     })
     .await;
