@@ -2,12 +2,10 @@
 //! changes nothing, neither on the broker nor in the audit store. Each test ends with the real
 //! command, which does change what the dry run left alone (so the checks can fail).
 
-use amqprs::channel::QueueDeclareArguments;
-use amqprs::connection::{Connection, OpenConnectionArguments};
 use mesh::{Bus, HandlerError};
 use mesh_testkit::{eventually, TestVhost};
 
-use crate::audit::{start_logger, stop_logger, TempStore};
+use crate::audit::{queue_counts, start_logger, stop_logger, TempStore};
 use crate::{assert_code, json, options, run, stdout, transport, vhost, NODE, WAIT};
 
 /// Every recorded dead letter, as `mesh dead list --json` prints them (the store's state).
@@ -24,27 +22,13 @@ async fn dead_letters(url: &str, store: &TempStore) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Messages in `queue`, as the queue itself counts them: a passive `queue.declare` over AMQP
-/// answers with its ready messages (the broker's state: no statistics that lag, and no
-/// `rabbitmqctl`, whose Erlang VM per call overran its 60 s limit under load). `None` while
-/// the queue still has a consumer: with none, ready is all it holds.
+/// Messages in `queue` (see [`queue_counts`]); `None` while the queue still has a consumer:
+/// with none, ready is all it holds.
 async fn depth(vhost: &TestVhost, queue: &str) -> Option<u64> {
-    let addr = vhost.broker_addr();
-    let args = OpenConnectionArguments::new(&addr.ip().to_string(), addr.port(), "guest", "guest")
-        .virtual_host(vhost.name())
-        .connection_name("dry-run-depth")
-        .finish();
-    let connection = Connection::open(&args)
+    let (ready, consumers) = queue_counts(vhost, queue)
         .await
-        .expect("a connection to count the queue");
-    let channel = connection.open_channel(None).await.expect("a channel");
-    let (_, ready, consumers) = channel
-        .queue_declare(QueueDeclareArguments::new(queue).passive(true).finish())
-        .await
-        .unwrap_or_else(|e| panic!("queue {queue} exists: {e}"))
-        .expect("a declare-ok, not no-wait");
-    let _ = connection.close().await;
-    (consumers == 0).then_some(u64::from(ready))
+        .unwrap_or_else(|| panic!("queue {queue} exists"));
+    (consumers == 0).then_some(ready)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
