@@ -5,7 +5,7 @@
 //!
 //! Where the API is: [`MANAGEMENT_URL_ENV`] (`http://host:port`, plain HTTP only: the kit
 //! speaks to a local broker), by default `http://127.0.0.1:15672`, as the user of the shared
-//! broker's AMQP URL ([`BrokerUrl`], `guest` by default). When nothing listens there (a
+//! broker's AMQP URL (`BrokerUrl`, `guest` by default). When nothing listens there (a
 //! broker without the management plugin) every call answers [`Answer::NoApi`] and the caller
 //! falls back to `rabbitmqctl`; any other failure (a refused login, an error status, no
 //! answer within 60 s) is an error.
@@ -21,8 +21,6 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-
-use crate::shared::BrokerUrl;
 
 /// Env var naming the shared broker's management API, `http://host:port`.
 pub const MANAGEMENT_URL_ENV: &str = "MESH_TEST_MANAGEMENT_URL";
@@ -49,13 +47,15 @@ pub(crate) struct Management {
 }
 
 impl Management {
-    /// From [`MANAGEMENT_URL_ENV`] (or the default) and `broker`'s credentials.
-    pub(crate) fn from_env(broker: &BrokerUrl) -> anyhow::Result<Management> {
+    /// From [`MANAGEMENT_URL_ENV`] (or the default), as `user` with `password` (the shared
+    /// broker's AMQP credentials, decoded).
+    pub(crate) fn from_env(user: &str, password: &str) -> anyhow::Result<Management> {
         let url = std::env::var(MANAGEMENT_URL_ENV)
             .ok()
             .filter(|u| !u.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_MANAGEMENT_URL.to_owned());
-        Management::new(url.trim(), broker).with_context(|| format!("bad {MANAGEMENT_URL_ENV}"))
+        Management::new(url.trim(), user, password)
+            .with_context(|| format!("bad {MANAGEMENT_URL_ENV}"))
     }
 
     /// A private node's API on `127.0.0.1:port`, as `guest` (a private node's operator).
@@ -67,7 +67,7 @@ impl Management {
         }
     }
 
-    fn new(url: &str, broker: &BrokerUrl) -> anyhow::Result<Management> {
+    fn new(url: &str, user: &str, password: &str) -> anyhow::Result<Management> {
         let hostport = url
             .strip_prefix("http://")
             .ok_or_else(|| anyhow!("`{url}`: the test kit speaks plain http:// only"))?
@@ -90,11 +90,7 @@ impl Management {
         if host.is_empty() {
             bail!("`{url}` has no host");
         }
-        let credentials = format!(
-            "{}:{}",
-            crate::shared::percent_decode(&broker.user),
-            crate::shared::percent_decode(&broker.password)
-        );
+        let credentials = format!("{user}:{password}");
         Ok(Management {
             host: host.to_owned(),
             port,
@@ -238,9 +234,15 @@ fn judge(what: &str, response: &[u8]) -> anyhow::Result<Answer> {
     }
 }
 
-/// One path segment, percent-encoded (a vhost or user name may hold `/`).
+/// One path segment, percent-encoded (a vhost or user name may hold `/`): everything but
+/// RFC 3986's unreserved characters.
 fn segment(name: &str) -> String {
-    crate::shared::percent_encode(name)
+    const UNRESERVED_COMPLEMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(name, UNRESERVED_COMPLEMENT).to_string()
 }
 
 /// Standard base64 with padding, for a Basic `Authorization` header.
@@ -269,10 +271,6 @@ fn base64(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
-    fn broker() -> BrokerUrl {
-        BrokerUrl::parse("amqp://guest:guest@127.0.0.1:5672").unwrap()
-    }
-
     #[test]
     fn base64_matches_the_rfc_4648_vectors() {
         let vectors = [
@@ -292,13 +290,13 @@ mod tests {
 
     #[test]
     fn the_url_gives_host_port_and_the_broker_s_user() {
-        let m = Management::new("http://127.0.0.1:15672/", &broker()).unwrap();
+        let m = Management::new("http://127.0.0.1:15672/", "guest", "guest").unwrap();
         assert_eq!((m.host.as_str(), m.port), ("127.0.0.1", 15672));
         assert_eq!(m.authorization, "Basic Z3Vlc3Q6Z3Vlc3Q=");
-        let v6 = Management::new("http://[::1]:15673", &broker()).unwrap();
+        let v6 = Management::new("http://[::1]:15673", "guest", "guest").unwrap();
         assert_eq!((v6.host.as_str(), v6.port), ("[::1]", 15673));
-        assert!(Management::new("https://127.0.0.1:15671", &broker()).is_err());
-        assert!(Management::new("http://u:p@127.0.0.1:15672", &broker()).is_err());
+        assert!(Management::new("https://127.0.0.1:15671", "guest", "guest").is_err());
+        assert!(Management::new("http://u:p@127.0.0.1:15672", "guest", "guest").is_err());
     }
 
     #[test]
@@ -333,7 +331,7 @@ mod tests {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             listener.local_addr().unwrap()
         };
-        let m = Management::new(&format!("http://{closed}"), &broker()).unwrap();
+        let m = Management::new(&format!("http://{closed}"), "guest", "guest").unwrap();
         assert_eq!(m.create_vhost("x").await.unwrap(), Answer::NoApi);
         assert_eq!(m.delete_vhost_blocking("x").unwrap(), Answer::NoApi);
     }

@@ -226,7 +226,10 @@ impl TestVhost {
             })
             .collect();
         let name = format!("mesh-test-{prefix}-{}", random_suffix(8));
-        let management = Management::from_env(&broker)?;
+        let management = Management::from_env(
+            &percent_decode(&broker.user),
+            &percent_decode(&broker.password),
+        )?;
         let node = shared_node_name();
         let created = management
             .create_vhost(&name)
@@ -417,7 +420,7 @@ fn shared_node_name() -> Option<String> {
         .filter(|s| !s.trim().is_empty())
 }
 
-pub(crate) fn percent_decode(s: &str) -> String {
+fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
