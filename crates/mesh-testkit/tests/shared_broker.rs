@@ -177,9 +177,15 @@ async fn management(method: &str, path: &str, body: &str) -> u16 {
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    stream.write_all(request.as_bytes()).await.unwrap();
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("sending the request");
     let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("reading the answer");
     response
         .split(' ')
         .nth(1)
