@@ -421,6 +421,78 @@ pub fn longest_emits(tries: &[Try]) -> (Duration, Duration) {
     (longest_emit, longest_try)
 }
 
+/// Every try of a run held against a publish deadline: how each ended and how long its
+/// caller waited ([`bounded_tries`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TryBounds {
+    /// Tries in all.
+    pub tries: usize,
+    /// Of those, confirmed.
+    pub confirmed: usize,
+    /// Of those, failed (retryable or not), by error kind.
+    pub failed: BTreeMap<String, usize>,
+    /// The longest a try waited for its confirm or its failure.
+    pub longest: Duration,
+}
+
+/// Checks that every try in `tries` ended, as a confirm or a failure, within `bound`, that
+/// every failed try was retryable and tried again later, and that each event has exactly
+/// one confirmed try; `Err` names the first try that breaks one of these. A try is recorded
+/// only once its outcome is known, so the check is complete once every event of the plan is
+/// confirmed (an event is tried again only after its try failed).
+pub fn bounded_tries(tries: &[Try], bound: Duration) -> Result<TryBounds, String> {
+    let mut sorted: Vec<&Try> = tries.iter().collect();
+    sorted.sort_by_key(|t| t.started);
+    let mut bounds = TryBounds {
+        tries: sorted.len(),
+        confirmed: 0,
+        failed: BTreeMap::new(),
+        longest: Duration::ZERO,
+    };
+    // Per event: its confirmed tries, and whether its last try so far failed.
+    let mut events: BTreeMap<usize, (usize, bool)> = BTreeMap::new();
+    for t in sorted {
+        let waited = t.waited();
+        bounds.longest = bounds.longest.max(waited);
+        if waited > bound {
+            return Err(format!(
+                "event {}'s try waited {waited:?} for its outcome ({:?}), over {bound:?}",
+                t.index, t.outcome
+            ));
+        }
+        let event = events.entry(t.index).or_insert((0, false));
+        match &t.outcome {
+            TryOutcome::Confirmed => {
+                bounds.confirmed += 1;
+                event.0 += 1;
+                event.1 = false;
+            }
+            TryOutcome::Failed {
+                kind, retryable, ..
+            } => {
+                if !retryable {
+                    return Err(format!("event {}'s try failed for good: {kind}", t.index));
+                }
+                *bounds.failed.entry(kind.clone()).or_insert(0) += 1;
+                event.1 = true;
+            }
+        }
+    }
+    for (index, (confirms, last_failed)) in events {
+        if confirms != 1 || last_failed {
+            return Err(format!(
+                "event {index} has {confirms} confirmed tries{}",
+                if last_failed {
+                    " and its last try failed (not tried again)"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    Ok(bounds)
+}
+
 fn fatal_count(shared: &Shared) -> usize {
     lock(&shared.tries)
         .iter()
@@ -434,4 +506,71 @@ fn fatal_count(shared: &Shared) -> usize {
             )
         })
         .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(index: usize, at: Instant, waited_ms: u64, outcome: TryOutcome) -> Try {
+        Try {
+            index,
+            started: at,
+            resolved: at + Duration::from_millis(waited_ms),
+            outcome,
+        }
+    }
+
+    fn timeout(retryable: bool) -> TryOutcome {
+        TryOutcome::Failed {
+            kind: "Timeout".to_owned(),
+            retryable,
+            text: "no confirm within the deadline".to_owned(),
+        }
+    }
+
+    #[test]
+    fn failed_tries_within_the_bound_then_one_confirm_each_are_bounded() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let tries = [
+            attempt(0, t0, 5_000, timeout(true)),
+            attempt(1, t0 + ms(10), 40, TryOutcome::Confirmed),
+            attempt(0, t0 + ms(5_100), 30, TryOutcome::Confirmed),
+        ];
+        let bounds = bounded_tries(&tries, ms(15_000)).unwrap();
+        assert_eq!(bounds.tries, 3);
+        assert_eq!(bounds.confirmed, 2);
+        assert_eq!(bounds.failed.get("Timeout"), Some(&1));
+        assert_eq!(bounds.longest, ms(5_000));
+    }
+
+    #[test]
+    fn a_try_past_the_bound_a_fatal_failure_or_an_unretried_one_is_named() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let slow = [attempt(7, t0, 15_001, TryOutcome::Confirmed)];
+        let err = bounded_tries(&slow, ms(15_000)).unwrap_err();
+        assert!(err.contains("event 7") && err.contains("over"), "{err}");
+        let fatal = [attempt(2, t0, 10, timeout(false))];
+        assert!(bounded_tries(&fatal, ms(15_000))
+            .unwrap_err()
+            .contains("for good"));
+        let dropped = [
+            attempt(3, t0, 10, TryOutcome::Confirmed),
+            attempt(4, t0, 10, timeout(true)),
+        ];
+        let err = bounded_tries(&dropped, ms(15_000)).unwrap_err();
+        assert!(
+            err.contains("event 4") && err.contains("not tried again"),
+            "{err}"
+        );
+        let twice = [
+            attempt(5, t0, 10, TryOutcome::Confirmed),
+            attempt(5, t0 + ms(20), 10, TryOutcome::Confirmed),
+        ];
+        assert!(bounded_tries(&twice, ms(15_000))
+            .unwrap_err()
+            .contains("2 confirmed"));
+    }
 }

@@ -1,7 +1,7 @@
 //! Test helpers for mesh's crates (dev-only, never published).
 //!
 //! - [`shared`]: a throw-away vhost per test on the machine's shared RabbitMQ
-//!   ([`TestVhost`]), `rabbitmqctl`, and typed listings of queues, exchanges, bindings and
+//!   ([`TestVhost`], made through the management API), `rabbitmqctl`, and typed listings of queues, exchanges, bindings and
 //!   connections, plus forced connection closes;
 //! - [`node`]: private RabbitMQ nodes for destructive tests ([`PrivateNode`]: stop, crash,
 //!   restart with the same data, memory alarm), shared per test binary with [`shared_node`],
@@ -79,6 +79,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admin;
 pub mod certs;
 pub mod cluster;
 pub mod http;

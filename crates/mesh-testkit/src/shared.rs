@@ -20,6 +20,11 @@
 //!   `NODENAME` from `/etc/rabbitmq/rabbitmq-env.conf`).
 //! - `MESH_TEST_RABBITMQ_SBIN`: a directory holding `rabbitmqctl` and `rabbitmq-server`, for
 //!   installs other than Debian's `/usr/lib/rabbitmq/bin`; they then run as the current user.
+//! - `MESH_TEST_MANAGEMENT_URL` ([`MANAGEMENT_URL_ENV`]): the shared broker's management API,
+//!   `http://host:port`. Default: `http://127.0.0.1:15672`. [`TestVhost`] makes and deletes
+//!   its vhost, its permissions and its users there (one HTTP request each; `rabbitmqctl`
+//!   boots an Erlang VM per command, which under load overran its 60 s limit), and falls back
+//!   to `rabbitmqctl` only when nothing listens there.
 //!
 //! `rabbitmqctl` must share the broker's Erlang cookie. On Debian, run as root, the kit runs it
 //! as the `rabbitmq` user with `HOME=/var/lib/rabbitmq` (what Debian's `/usr/sbin/rabbitmqctl`
@@ -36,12 +41,14 @@ use anyhow::{anyhow, bail, Context};
 use rand::Rng;
 use serde_json::Value;
 
+use crate::admin::{Answer, Management};
 use crate::sys::Install;
 
 /// Env var overriding the shared broker's URL (scheme, credentials, host, port).
 pub const AMQP_URL_ENV: &str = "MESH_TEST_AMQP_URL";
 /// Env var naming the shared broker's Erlang node for `rabbitmqctl -n`.
 pub const NODE_ENV: &str = "MESH_TEST_RABBITMQ_NODE";
+pub use crate::admin::MANAGEMENT_URL_ENV;
 
 const DEFAULT_URL: &str = "amqp://guest:guest@127.0.0.1:5672";
 /// Each `rabbitmqctl` boots an Erlang VM (~0.8 s here); a minute means "it hangs".
@@ -183,13 +190,15 @@ pub(crate) fn random_suffix(len: usize) -> String {
 /// Created as `mesh-test-<prefix>-<random>` with full permissions for the URL's user (guest by
 /// default), so tests running in parallel never see each other's queues or exchanges, and a
 /// crashed test leaves nothing that a later one trips over. Deleted by [`TestVhost::delete`] or,
-/// failing that, on drop (a blocking `rabbitmqctl delete_vhost`, ~1 s, which also runs when the
+/// failing that, on drop (a blocking `DELETE` to the management API, which also runs when the
 /// test panics).
 #[derive(Debug)]
 pub struct TestVhost {
     name: String,
     broker: BrokerUrl,
     addr: SocketAddr,
+    /// Where the vhost is made and deleted (see [`crate::admin`]).
+    management: Management,
     deleted: bool,
     /// Users made for this vhost's test ([`TestVhost::own_user`]), deleted with it (users
     /// are global to a broker).
@@ -200,8 +209,9 @@ impl TestVhost {
     /// Creates a fresh vhost on the shared broker (see the module docs for the environment).
     ///
     /// Fails with "no RabbitMQ on 127.0.0.1:5672: start one with `rabbitmq-server -detached`
-    /// (Debian package rabbitmq-server)" when nothing listens there. Takes ~2 s (two
-    /// `rabbitmqctl` runs).
+    /// (Debian package rabbitmq-server)" when nothing listens there. Two requests to the
+    /// management API ([`MANAGEMENT_URL_ENV`]), a few milliseconds; two `rabbitmqctl` runs
+    /// (~2 s) on a broker without it.
     pub async fn create(prefix: &str) -> anyhow::Result<TestVhost> {
         let broker = BrokerUrl::from_env()?;
         let addr = broker.ensure_reachable().await?;
@@ -216,33 +226,51 @@ impl TestVhost {
             })
             .collect();
         let name = format!("mesh-test-{prefix}-{}", random_suffix(8));
+        let management = Management::from_env(
+            &percent_decode(&broker.user),
+            &percent_decode(&broker.password),
+        )?;
         let node = shared_node_name();
-        rabbitmqctl(node.as_deref(), &["add_vhost", &name])
+        let created = management
+            .create_vhost(&name)
             .await
             .with_context(|| format!("creating vhost {name}"))?;
+        if created == Answer::NoApi {
+            rabbitmqctl(node.as_deref(), &["add_vhost", &name])
+                .await
+                .with_context(|| format!("creating vhost {name}"))?;
+        }
         // From here on, Drop deletes the vhost whatever happens.
         let vhost = TestVhost {
             name,
             broker,
             addr,
+            management,
             deleted: false,
             users: Vec::new(),
         };
         let user = percent_decode(&vhost.broker.user);
-        rabbitmqctl(
-            node.as_deref(),
-            &[
-                "set_permissions",
-                "-p",
-                &vhost.name,
-                &user,
-                ".*",
-                ".*",
-                ".*",
-            ],
-        )
-        .await
-        .with_context(|| format!("granting {user} permissions on {}", vhost.name))?;
+        let granted = vhost
+            .management
+            .grant_all(&vhost.name, &user)
+            .await
+            .with_context(|| format!("granting {user} permissions on {}", vhost.name))?;
+        if granted == Answer::NoApi {
+            rabbitmqctl(
+                node.as_deref(),
+                &[
+                    "set_permissions",
+                    "-p",
+                    &vhost.name,
+                    &user,
+                    ".*",
+                    ".*",
+                    ".*",
+                ],
+            )
+            .await
+            .with_context(|| format!("granting {user} permissions on {}", vhost.name))?;
+        }
         Ok(vhost)
     }
 
@@ -328,31 +356,57 @@ impl TestVhost {
     /// Deletes the vhost now, reporting failure (drop only logs it).
     pub async fn delete(mut self) -> anyhow::Result<()> {
         self.deleted = true;
+        let node = shared_node_name();
         for user in std::mem::take(&mut self.users) {
-            rabbitmqctl(shared_node_name().as_deref(), &["delete_user", &user])
+            let deleted = self
+                .management
+                .delete_user(&user)
                 .await
                 .with_context(|| format!("deleting user {user}"))?;
+            if deleted == Answer::NoApi {
+                rabbitmqctl(node.as_deref(), &["delete_user", &user])
+                    .await
+                    .with_context(|| format!("deleting user {user}"))?;
+            }
         }
-        rabbitmqctl(shared_node_name().as_deref(), &["delete_vhost", &self.name])
+        let deleted = self
+            .management
+            .delete_vhost(&self.name)
             .await
-            .map(|_| ())
-            .with_context(|| format!("deleting vhost {}", self.name))
+            .with_context(|| format!("deleting vhost {}", self.name))?;
+        if deleted == Answer::NoApi {
+            rabbitmqctl(node.as_deref(), &["delete_vhost", &self.name])
+                .await
+                .with_context(|| format!("deleting vhost {}", self.name))?;
+        }
+        Ok(())
     }
 }
 
 impl Drop for TestVhost {
     fn drop(&mut self) {
+        let node = shared_node_name();
         for user in std::mem::take(&mut self.users) {
-            let node = shared_node_name();
-            if let Err(e) = rabbitmqctl_blocking(node.as_deref(), &["delete_user", &user]) {
+            let deleted = match self.management.delete_user_blocking(&user) {
+                Ok(Answer::NoApi) => {
+                    rabbitmqctl_blocking(node.as_deref(), &["delete_user", &user]).map(|_| ())
+                }
+                other => other.map(|_| ()),
+            };
+            if let Err(e) = deleted {
                 eprintln!("mesh-testkit: could not delete user {user}: {e:#}");
             }
         }
         if self.deleted {
             return;
         }
-        let node = shared_node_name();
-        if let Err(e) = rabbitmqctl_blocking(node.as_deref(), &["delete_vhost", &self.name]) {
+        let deleted = match self.management.delete_vhost_blocking(&self.name) {
+            Ok(Answer::NoApi) => {
+                rabbitmqctl_blocking(node.as_deref(), &["delete_vhost", &self.name]).map(|_| ())
+            }
+            other => other.map(|_| ()),
+        };
+        if let Err(e) = deleted {
             tracing::warn!(vhost = %self.name, error = %e, "could not delete test vhost");
             eprintln!("mesh-testkit: could not delete vhost {}: {e:#}", self.name);
         }

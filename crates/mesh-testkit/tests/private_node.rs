@@ -245,3 +245,30 @@ async fn shared_node_first_user_checks_the_options() {
 async fn shared_node_second_user() {
     use_shared_node().await;
 }
+
+#[tokio::test]
+async fn a_vhost_and_definitions_go_in_on_a_node_with_management() {
+    let node = use_shared_node().await;
+    node.add_vhost("kit-defs").await.unwrap();
+    node.import_definitions(
+        r#"{"users": [{"name": "kit-defs-user", "password": "kit-defs-pw", "tags": ""}],
+            "permissions": [{"user": "kit-defs-user", "vhost": "kit-defs",
+                             "configure": ".*", "write": ".*", "read": ".*"}]}"#,
+    )
+    .await
+    .unwrap();
+    for (user, password) in [("guest", "guest"), ("kit-defs-user", "kit-defs-pw")] {
+        let args = OpenConnectionArguments::new("127.0.0.1", node.port(), user, password)
+            .virtual_host("kit-defs")
+            .finish();
+        let conn = Connection::open(&args)
+            .await
+            .unwrap_or_else(|e| panic!("{user} opens the new vhost: {e}"));
+        let channel = conn.open_channel(None).await.unwrap();
+        channel
+            .queue_declare(QueueDeclareArguments::new(&format!("{user}.q")))
+            .await
+            .unwrap_or_else(|e| panic!("{user} may configure there: {e}"));
+        conn.close().await.unwrap();
+    }
+}

@@ -165,6 +165,67 @@ async fn a_dropped_vhost_is_deleted() {
     assert!(!vhost_exists(&name).await);
 }
 
+/// `method path` on the shared broker's management API as guest: the status code.
+async fn management(method: &str, path: &str, body: &str) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect("127.0.0.1:15672")
+        .await
+        .expect("the shared broker's management API on 127.0.0.1:15672");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:15672\r\n\
+         Authorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("sending the request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("reading the answer");
+    response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {response}"))
+}
+
+#[tokio::test]
+async fn a_vhost_is_made_and_granted_and_deleted_with_its_users() {
+    let began = std::time::Instant::now();
+    let mut vhost = TestVhost::create("through-http").await.unwrap();
+    let made_in = began.elapsed();
+    let name = vhost.name().to_owned();
+    // Made and granted: the API lists both, and guest can open the vhost at once.
+    assert_eq!(
+        management("GET", &format!("/api/vhosts/{name}"), "").await,
+        200
+    );
+    let grant = format!("/api/permissions/{name}/guest");
+    assert_eq!(management("GET", &grant, "").await, 200);
+    let conn = connect(5672, &name, "through-http").await;
+    conn.close().await.unwrap();
+    // A user the test made is deleted with the vhost.
+    let user = format!("{name}-user");
+    let users = format!("/api/users/{user}");
+    let made = management("PUT", &users, r#"{"password":"p","tags":""}"#).await;
+    assert!(matches!(made, 201 | 204), "{made}");
+    vhost.own_user(user.clone());
+    vhost.delete().await.unwrap();
+    assert_eq!(
+        management("GET", &format!("/api/vhosts/{name}"), "").await,
+        404
+    );
+    assert_eq!(
+        management("GET", &format!("/api/users/{user}"), "").await,
+        404
+    );
+    eprintln!("MEASURED a test vhost made and granted in {made_in:?}");
+}
+
 #[tokio::test]
 async fn an_unreachable_broker_fails_with_a_hint() {
     let err = BrokerUrl::parse("amqp://guest:guest@127.0.0.1:1")

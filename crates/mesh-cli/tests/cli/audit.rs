@@ -3,6 +3,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use amqprs::channel::QueueDeclareArguments;
+use amqprs::connection::{Connection, OpenConnectionArguments};
 use mesh::{Bus, HandlerError};
 pub(crate) use mesh_testkit::TempStore;
 use mesh_testkit::{eventually, TestVhost};
@@ -23,14 +25,33 @@ pub(crate) async fn start_logger(vhost: &TestVhost, store: &TempStore) -> Child 
         .expect("mesh audit run starts");
     let queue = format!("{NODE}.audit-logger.events");
     eventually(WAIT, "the audit logger consuming", || async {
-        let queues = vhost.list_queues().await.ok()?;
-        queues
-            .iter()
-            .any(|q| q.name == queue && q.consumers > 0)
-            .then_some(())
+        let (_, consumers) = queue_counts(vhost, &queue).await?;
+        (consumers > 0).then_some(())
     })
     .await;
     child
+}
+
+/// `queue`'s ready messages and consumers, as the queue itself counts them: a passive
+/// `queue.declare` over AMQP (the broker's state: no statistics that lag, and no
+/// `rabbitmqctl`, whose Erlang VM per call overran its 60 s limit under load); `None` when
+/// the queue does not exist (yet).
+pub(crate) async fn queue_counts(vhost: &TestVhost, queue: &str) -> Option<(u64, u32)> {
+    let addr = vhost.broker_addr();
+    let args = OpenConnectionArguments::new(&addr.ip().to_string(), addr.port(), "guest", "guest")
+        .virtual_host(vhost.name())
+        .connection_name("queue-counts")
+        .finish();
+    let connection = Connection::open(&args)
+        .await
+        .expect("a connection to count a queue");
+    let channel = connection.open_channel(None).await.expect("a channel");
+    let declared = channel
+        .queue_declare(QueueDeclareArguments::new(queue).passive(true).finish())
+        .await;
+    let _ = connection.close().await;
+    let (_, ready, consumers) = declared.ok()??;
+    Some((u64::from(ready), consumers))
 }
 
 /// Stops the logger gracefully (SIGTERM) and checks it exited 0.

@@ -5,7 +5,7 @@
 use mesh::{Bus, HandlerError};
 use mesh_testkit::{eventually, TestVhost};
 
-use crate::audit::{start_logger, stop_logger, TempStore};
+use crate::audit::{queue_counts, start_logger, stop_logger, TempStore};
 use crate::{assert_code, json, options, run, stdout, transport, vhost, NODE, WAIT};
 
 /// Every recorded dead letter, as `mesh dead list --json` prints them (the store's state).
@@ -22,17 +22,13 @@ async fn dead_letters(url: &str, store: &TempStore) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Messages in `queue` as the broker last counted them (ready and unacked; a quorum queue
-/// updates the count on its tick, so it may lag, never run ahead).
-async fn depth(vhost: &TestVhost, queue: &str) -> u64 {
-    vhost
-        .list_queues()
+/// Messages in `queue` (see [`queue_counts`]); `None` while the queue still has a consumer:
+/// with none, ready is all it holds.
+async fn depth(vhost: &TestVhost, queue: &str) -> Option<u64> {
+    let (ready, consumers) = queue_counts(vhost, queue)
         .await
-        .expect("the broker lists the vhost's queues")
-        .into_iter()
-        .find(|q| q.name == queue)
-        .unwrap_or_else(|| panic!("queue {queue} exists"))
-        .messages
+        .unwrap_or_else(|| panic!("queue {queue} exists"));
+    (consumers == 0).then_some(ready)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,7 +59,7 @@ async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
     mailer.close().await;
     let queue = format!("{NODE}.mailer.events");
     eventually(WAIT, "the mailer's queue empty", || async {
-        (depth(&vhost, &queue).await == 0).then_some(())
+        (depth(&vhost, &queue).await == Some(0)).then_some(())
     })
     .await;
     let before = dead_letters(&url, &store).await;
@@ -205,7 +201,7 @@ async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
     // queue's only message (a count that holds it also holds whatever came before it).
     assert_code(&run(Some(&url), &["emit", "module.umami.marker"]).await, 0);
     let counted = eventually(WAIT, "the marker counted", || async {
-        let n = depth(&vhost, &queue).await;
+        let n = depth(&vhost, &queue).await?;
         (n >= 1).then_some(n)
     })
     .await;
@@ -235,7 +231,7 @@ async fn dead_letter_dry_runs_publish_nothing_and_keep_the_store() {
     redriven.sort();
     assert_eq!(redriven, ids);
     let counted = eventually(WAIT, "the re-driven letters counted", || async {
-        let n = depth(&vhost, &queue).await;
+        let n = depth(&vhost, &queue).await?;
         (n >= 3).then_some(n)
     })
     .await;

@@ -27,12 +27,7 @@ impl Setup {
         let node = PrivateNode::start(NodeOptions::default().management(true))
             .await
             .expect("a private RabbitMQ node with management");
-        for args in [
-            &["add_vhost", VHOST][..],
-            &["set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*"],
-        ] {
-            node.rabbitmqctl(args).await.expect("rabbitmqctl");
-        }
+        node.add_vhost(VHOST).await.expect("the test's vhost");
         let management_url = format!(
             "http://127.0.0.1:{}",
             node.management_port().expect("management enabled")

@@ -63,6 +63,7 @@ pub use self::ports::free_port;
 pub(crate) use self::ports::{pick_port, port_open};
 
 use self::options::TLS_FILES;
+use crate::admin::{Answer, Management};
 use crate::registry::Registry;
 use crate::server;
 use crate::shared::{self, rabbitmqctl_with_timeout, random_suffix};
@@ -497,11 +498,45 @@ impl PrivateNode {
         shared::rabbitmqctl(Some(&self.name), args).await
     }
 
-    /// Imports RabbitMQ definitions (users, permissions, topic permissions, …) given as JSON,
-    /// with `rabbitmqctl import_definitions`: one call, where setting each permission would
-    /// take one `rabbitmqctl` run (about a second) apiece. The file is written to the node's
-    /// directory, readable by the node's owner only.
+    /// Creates vhost `name` and gives `guest` every permission on it: through the management
+    /// API when the node has it ([`NodeOptions::management`]) and it answers, two HTTP requests;
+    /// else two `rabbitmqctl` runs (an Erlang VM booted for each, about a second apiece on a
+    /// quiet machine, up to the 60 s limit on a loaded one).
+    pub async fn add_vhost(&self, name: &str) -> anyhow::Result<()> {
+        if let Some(port) = self.management_port {
+            let api = Management::loopback(port);
+            let made = api
+                .create_vhost(name)
+                .await
+                .with_context(|| format!("creating vhost {name} on {}", self.name))?;
+            if made == Answer::Done {
+                api.grant_all(name, "guest")
+                    .await
+                    .with_context(|| format!("granting guest permissions on {name}"))?;
+                return Ok(());
+            }
+        }
+        self.rabbitmqctl(&["add_vhost", name]).await?;
+        self.rabbitmqctl(&["set_permissions", "-p", name, "guest", ".*", ".*", ".*"])
+            .await?;
+        Ok(())
+    }
+
+    /// Imports RabbitMQ definitions (users, permissions, topic permissions, …) given as JSON:
+    /// through the management API when the node has it ([`NodeOptions::management`]) and it
+    /// answers, one HTTP request; else with `rabbitmqctl import_definitions`, one call, where
+    /// setting each permission would take one `rabbitmqctl` run (about a second) apiece. The
+    /// file is written to the node's directory, readable by the node's owner only.
     pub async fn import_definitions(&self, definitions: &str) -> anyhow::Result<()> {
+        if let Some(port) = self.management_port {
+            let imported = Management::loopback(port)
+                .import_definitions(definitions)
+                .await
+                .with_context(|| format!("importing definitions on {}", self.name))?;
+            if imported == Answer::Done {
+                return Ok(());
+            }
+        }
         server::import_definitions(&self.dir, definitions, |path| async move {
             self.rabbitmqctl(&["import_definitions", &path]).await
         })
@@ -566,7 +601,7 @@ impl Drop for PrivateNode {
 /// starting a node per test would cost ~10 s each. Tests that only connect, declare and
 /// publish can share one: call `shared_node("basic", NodeOptions::default())` from each, and
 /// give every test its own queue/exchange names (or its own vhost via
-/// `node.rabbitmqctl(&["add_vhost", ..])`).
+/// [`PrivateNode::add_vhost`]).
 ///
 /// Guidance: never `stop`, `kill`, alarm or close connections on a shared node unless exactly
 /// one test uses that key; tests that do such things get a key of their own (or a plain
