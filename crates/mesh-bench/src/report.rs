@@ -178,7 +178,7 @@ const fn outbox(scenario: &'static str, reference: &'static str) -> Comparison {
     }
 }
 
-const COMPARISONS: [Comparison; 20] = [
+const COMPARISONS: [Comparison; 21] = [
     sides("emit pipelined", "raw", "mesh"),
     sides("emit one at a time", "raw", "mesh"),
     sides("consume ack each", "raw", "mesh"),

@@ -414,7 +414,7 @@ async fn drain(
 /// The baseline storing the backlog into a new store of `db`'s kind.
 pub(crate) async fn run(ctx: &Ctx, db: Db) -> anyhow::Result<Run> {
     audit::declare(ctx).await?;
-    audit::prefill(ctx).await?;
+    audit::prefill(ctx, ctx.plan.audit_backlog).await?;
     let events = ctx.plan.audit_backlog;
     let temp = db.store().await?;
     // The schema is mesh-audit's own: its migrations make the tables and indexes.
