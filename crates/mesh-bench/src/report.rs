@@ -745,7 +745,12 @@ mod tests {
                     record("audit ingest", "baseline", 1_000.0, 20.0),
                     record("audit ingest", "mesh-audit", sqlite_rate, 30.0),
                     record("audit ingest postgres", "baseline", 1_000.0, 20.0),
-                    record("audit ingest postgres", "mesh-audit", postgres_rate, postgres_rss),
+                    record(
+                        "audit ingest postgres",
+                        "mesh-audit",
+                        postgres_rate,
+                        postgres_rss,
+                    ),
                 ],
                 ..Results::default()
             };

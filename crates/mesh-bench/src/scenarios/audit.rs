@@ -115,10 +115,7 @@ pub(crate) async fn prefill(ctx: &Ctx, events: u64) -> anyhow::Result<()> {
     publisher.close().await;
     broker::close(connection).await;
     let depth = broker::depth(&ctx.admin, QUEUE).await?;
-    anyhow::ensure!(
-        depth == events,
-        "the audit backlog is {depth} events"
-    );
+    anyhow::ensure!(depth == events, "the audit backlog is {depth} events");
     Ok(())
 }
 
@@ -289,7 +286,10 @@ pub(crate) async fn retained(ctx: &Ctx, db: Db, retain: bool) -> anyhow::Result<
     if retain {
         anyhow::ensure!(removed > 0, "no old event was removed during the run");
     } else {
-        anyhow::ensure!(removed == 0, "{removed} old events removed without retention");
+        anyhow::ensure!(
+            removed == 0,
+            "{removed} old events removed without retention"
+        );
     }
     broker::delete(&ctx.admin, QUEUE).await?;
     Ok(Run::rate("events/s", events, cost.wall.as_secs_f64(), cost))

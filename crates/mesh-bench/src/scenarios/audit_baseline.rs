@@ -68,12 +68,9 @@ impl Database {
                         .await?,
                 )
             }
-            Db::Postgres => Database::Postgres(
-                PgPoolOptions::new()
-                    .max_connections(2)
-                    .connect(url)
-                    .await?,
-            ),
+            Db::Postgres => {
+                Database::Postgres(PgPoolOptions::new().max_connections(2).connect(url).await?)
+            }
         })
     }
 
@@ -106,12 +103,14 @@ impl Database {
                     .fetch_one(pool)
                     .await?
             }
-            Database::Postgres(pool) => sqlx::query_scalar(
-                "SELECT count(*) FROM event_ids WHERE received_at < $1::timestamptz",
-            )
-            .bind(before)
-            .fetch_one(pool)
-            .await?,
+            Database::Postgres(pool) => {
+                sqlx::query_scalar(
+                    "SELECT count(*) FROM event_ids WHERE received_at < $1::timestamptz",
+                )
+                .bind(before)
+                .fetch_one(pool)
+                .await?
+            }
         };
         Ok(u64::try_from(n).unwrap_or(0))
     }
@@ -315,7 +314,15 @@ impl Database {
                 let mut tx = pool.begin().await?;
                 let mut qb = QueryBuilder::new(format!("WITH v ({COLUMNS}) AS ("));
                 qb.push_values(rows, |mut b, row| {
-                    push_row!(b, row, received, "::uuid", "::timestamptz", "::jsonb", "::json");
+                    push_row!(
+                        b,
+                        row,
+                        received,
+                        "::uuid",
+                        "::timestamptz",
+                        "::jsonb",
+                        "::json"
+                    );
                 });
                 qb.push(
                     "), fresh AS (INSERT INTO event_ids (id, received_at) \
@@ -329,7 +336,8 @@ impl Database {
                     "INSERT INTO event_rollups (minute, routing_key, source, events) ",
                 );
                 qb.push_values(&rollups, |mut b, ((minute, key, source), n)| {
-                    b.push_bind(minute.as_str()).push_unseparated("::timestamptz");
+                    b.push_bind(minute.as_str())
+                        .push_unseparated("::timestamptz");
                     b.push_bind(*key);
                     b.push_bind(*source);
                     b.push_bind(*n);
@@ -371,8 +379,7 @@ async fn drain(
         let due = batch
             .opened
             .is_some_and(|opened| opened + DEFAULT_BATCH_WAIT <= Instant::now());
-        let close = !batch.rows.is_empty()
-            && (batch.rows.len() >= DEFAULT_BATCH_SIZE || due);
+        let close = !batch.rows.is_empty() && (batch.rows.len() >= DEFAULT_BATCH_SIZE || due);
         if close {
             // One batch written at a time: the next waits for it.
             if let Some(previous) = writing.take() {
@@ -381,9 +388,10 @@ async fn drain(
             writing = Some(write(database, &channel, std::mem::take(&mut batch)));
             continue;
         }
-        let deadline = batch
-            .opened
-            .map_or_else(|| Instant::now() + DEFAULT_BATCH_WAIT, |t| t + DEFAULT_BATCH_WAIT);
+        let deadline = batch.opened.map_or_else(
+            || Instant::now() + DEFAULT_BATCH_WAIT,
+            |t| t + DEFAULT_BATCH_WAIT,
+        );
         tokio::select! {
             done = async {
                 match writing.as_mut() {
@@ -437,7 +445,8 @@ pub(crate) async fn run(ctx: &Ctx, db: Db) -> anyhow::Result<Run> {
     broker::close(connection).await;
     let stored = database.count_events().await;
     database.close().await;
-    drained.map_err(|_| anyhow::anyhow!("the baseline logger stalled at {acked} of {events}"))??;
+    drained
+        .map_err(|_| anyhow::anyhow!("the baseline logger stalled at {acked} of {events}"))??;
     let stored = stored?;
     anyhow::ensure!(
         stored == events,
