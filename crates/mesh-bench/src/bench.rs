@@ -9,7 +9,8 @@ use crate::broker::{self, Broker};
 use crate::cli::{Plan, QueueKind, Scenario};
 use crate::report::Results;
 use crate::scenarios::{
-    audit, audit_shared, consume, declare, e2e, emit, latency, outbox, rpc, scale, Ctx, Db, Run,
+    audit, audit_baseline, audit_shared, audit_size, consume, declare, e2e, emit, latency,
+    outbox, rpc, scale, Ctx, Db, Run,
 };
 
 /// Runs the plan, adding every run to `results`; `notes` collects what the reader should
@@ -45,11 +46,15 @@ async fn compare(
 ) -> anyhow::Result<()> {
     if plan.scenarios.contains(&Scenario::Audit) {
         notes.push(format!(
-            "audit ingest: mesh-audit's logger (prefetch {}, its default batches) into a new \
-             SQLite file (mesh-audit) and into a new database on the PostgreSQL server of \
-             MESH_TEST_PG_URL, the local one by default (mesh-audit-pg), against raw consume of the same queue with the same prefetch, \
-             acking each",
-            mesh_audit::DEFAULT_PREFETCH
+            "audit ingest: mesh-audit's logger (mesh-audit: prefetch {}, batches of {}) into \
+             a new SQLite file (audit ingest) and into a new database on the PostgreSQL server \
+             of MESH_TEST_PG_URL, the local one by default (audit ingest postgres), against a \
+             hand-written logger on amqprs and sqlx (baseline: the same prefetch, batches, \
+             tables and indexes, commit then one multiple ack), run just before it each \
+             round; and raw consume of the same queue acking each, writing nothing \
+             (audit consume only)",
+            mesh_audit::DEFAULT_PREFETCH,
+            mesh_audit::DEFAULT_BATCH_SIZE
         ));
     }
     if plan.scenarios.contains(&Scenario::E2e) && plan.tls {
@@ -158,8 +163,12 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
             Scenario::Latency => latency::setup(ctx).await?,
             Scenario::Rpc => rpc::setup(ctx).await?,
             Scenario::Outbox => outbox::setup(ctx).await?,
-            Scenario::Audit | Scenario::AuditRetain | Scenario::AuditShared => {}
-            Scenario::Scale | Scenario::Declare => {}
+            Scenario::Audit
+            | Scenario::AuditRetain
+            | Scenario::AuditShared
+            | Scenario::AuditSize
+            | Scenario::Scale
+            | Scenario::Declare => {}
         }
     }
     let (raw, mesh) = (plan.raw, plan.mesh);
@@ -236,13 +245,25 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                 }
                 Scenario::Audit => {
                     if raw {
-                        add("audit ingest", "raw", audit::raw(ctx).await?);
+                        add("audit consume only", "raw", audit::raw(ctx).await?);
                     }
-                    if mesh {
-                        let sqlite = audit::mesh(ctx, Db::Sqlite).await?;
-                        add("audit ingest", "mesh-audit", sqlite);
-                        let postgres = audit::mesh(ctx, Db::Postgres).await?;
-                        add("audit ingest", "mesh-audit-pg", postgres);
+                    for (name, db) in [
+                        ("audit ingest", Db::Sqlite),
+                        ("audit ingest postgres", Db::Postgres),
+                    ] {
+                        if raw {
+                            add(name, "baseline", audit_baseline::run(ctx, db).await?);
+                        }
+                        if mesh {
+                            add(name, "mesh-audit", audit::mesh(ctx, db).await?);
+                        }
+                    }
+                }
+                Scenario::AuditSize if mesh && round == 1 => {
+                    for db in [Db::Sqlite, Db::Postgres] {
+                        let sizes = audit_size::run(ctx, db).await?;
+                        eprint!("{}", audit_size::table(std::slice::from_ref(&sizes)));
+                        results.audit_size.push(sizes);
                     }
                 }
                 Scenario::AuditRetain if mesh => {
@@ -294,7 +315,10 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                         );
                     }
                 }
-                Scenario::Outbox | Scenario::AuditRetain | Scenario::AuditShared => {}
+                Scenario::Outbox
+                | Scenario::AuditRetain
+                | Scenario::AuditShared
+                | Scenario::AuditSize => {}
                 Scenario::Scale | Scenario::Declare => continue,
             }
             // Let the broker settle (fsyncs, GC of deleted segments) between scenarios.

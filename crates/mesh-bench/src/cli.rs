@@ -43,6 +43,11 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) audit_backlog: Option<u64>,
 
+    /// Events the audit-size scenario stores in each store before measuring its bytes on
+    /// disk (default 200,000; 2,000 with --short).
+    #[arg(long)]
+    pub(crate) audit_size_events: Option<u64>,
+
     /// Events per outbox throughput run with 100 events per transaction, and per pipelined
     /// direct emit run it is compared with (default 20,000; 1,000 with --short).
     #[arg(long)]
@@ -176,13 +181,17 @@ pub(crate) enum Scenario {
     Latency,
     /// Request/reply round trips, 1 and 64 callers.
     Rpc,
-    /// The audit logger's ingest into SQLite and into PostgreSQL, against raw consume.
+    /// The audit logger's ingest into SQLite and into PostgreSQL, against a hand-written
+    /// logger doing the same durable work (and raw consume, writing nothing).
     Audit,
     /// The audit logger's ingest into a store holding as many events past `--retain 3d`,
     /// removing them meanwhile, against the same without retention (SQLite and PostgreSQL).
     AuditRetain,
     /// 1, 2 and 3 shared audit loggers ingesting one backlog into one PostgreSQL database.
     AuditShared,
+    /// Bytes on disk per million events in each store (table, indexes, rollups), after the
+    /// audit logger stored `--audit-size-events` events (mesh alone; the first round).
+    AuditSize,
     /// The transactional outbox on PostgreSQL and SQLite (throughput to the confirm, the
     /// relay's lag), against mesh's direct emit.
     Outbox,
@@ -261,6 +270,7 @@ pub(crate) struct Plan {
     pub(crate) backlog: u64,
     pub(crate) e2e_events: u64,
     pub(crate) audit_backlog: u64,
+    pub(crate) audit_size_events: u64,
     pub(crate) latency_events: u64,
     pub(crate) outbox_events: u64,
     pub(crate) outbox_single_events: u64,
@@ -333,6 +343,7 @@ impl Args {
             backlog: pick(self.backlog, 2_000, 200_000),
             e2e_events: pick(self.e2e_events, 2_000, 100_000),
             audit_backlog: pick(self.audit_backlog, 2_000, 50_000),
+            audit_size_events: pick(self.audit_size_events, 2_000, 200_000),
             latency_events: pick(self.latency_events, 1_000, 10_000),
             outbox_events: pick(self.outbox_events, 1_000, 20_000),
             outbox_single_events: pick(self.outbox_single_events, 100, 5_000),
@@ -368,6 +379,7 @@ impl Args {
             ("--backlog", plan.backlog),
             ("--e2e-events", plan.e2e_events),
             ("--audit-backlog", plan.audit_backlog),
+            ("--audit-size-events", plan.audit_size_events),
             ("--latency-events", plan.latency_events),
             ("--outbox-events", plan.outbox_events),
             ("--outbox-single-events", plan.outbox_single_events),

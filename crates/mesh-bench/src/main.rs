@@ -157,6 +157,14 @@ async fn bench_main(plan: cli::Plan, json: Option<std::path::PathBuf>) -> anyhow
         write!(out, "{}", scenarios::declare::table(declare))?;
         writeln!(out)?;
     }
+    if !results.audit_size.is_empty() {
+        writeln!(
+            out,
+            "audit size: the audit logger's stores after the backlog, measured by the bench\n"
+        )?;
+        write!(out, "{}", scenarios::audit_size::table(&results.audit_size))?;
+        writeln!(out)?;
+    }
     write!(out, "{}", report::targets_text(&targets))?;
     for note in &notes {
         writeln!(out, "note: {note}")?;
@@ -172,6 +180,7 @@ async fn bench_main(plan: cli::Plan, json: Option<std::path::PathBuf>) -> anyhow
             runs: &results.records,
             scale: results.scale.as_ref(),
             declare: results.declare.as_ref(),
+            audit_size: &results.audit_size,
         };
         let text = serde_json::to_string_pretty(&document)?;
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;

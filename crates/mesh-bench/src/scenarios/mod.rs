@@ -9,7 +9,9 @@
 //! compares mesh's declarations with a raw client's on a private node of its own.
 
 pub(crate) mod audit;
+pub(crate) mod audit_baseline;
 pub(crate) mod audit_shared;
+pub(crate) mod audit_size;
 pub(crate) mod consume;
 pub(crate) mod declare;
 pub(crate) mod e2e;
