@@ -42,6 +42,8 @@ pub(crate) struct Forwarder {
     pub(crate) hops: Vec<Duration>,
     /// How long an emit may wait for room and its confirm (the bus's emit deadline).
     pub(crate) deadline: Option<Duration>,
+    /// What "now" is when a copy's due time is looked at.
+    pub(crate) clock: super::clock::Clock,
 }
 
 /// A copy held until it is due, ordered by when to look at it again.
@@ -134,7 +136,7 @@ impl Forwarder {
                 return None;
             }
         };
-        match plan::next(due, Timestamp::now(), &self.hops) {
+        match plan::next(due, self.clock.now(), &self.hops) {
             Next::Emit => sending.push(Box::pin(Arc::clone(self).emit(copy))),
             Next::Hold(hold) => return Some((hold, copy)),
             Next::Hop(n) => sending.push(Box::pin(hop(copy, n))),
