@@ -83,6 +83,12 @@ async fn a_scheduled_event_arrives_when_due_and_not_before() {
         "no x-mesh-* header reaches mesh.events: {:?}",
         event.meta.headers().keys().collect::<Vec<_>>()
     );
+    // `x-due` says it was scheduled, and for when.
+    assert_eq!(
+        event.meta.headers().get(codec::SCHEDULED_DUE),
+        Some(&HeaderValue::Str(due.text())),
+        "x-due is the due time"
+    );
     // Only the one event, and nothing left waiting.
     assert!(
         tokio::time::timeout(Duration::from_millis(300), got.recv())

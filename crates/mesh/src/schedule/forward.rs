@@ -147,11 +147,19 @@ impl Forwarder {
     /// Emits a due copy to `mesh.events` as this bus, then acks it.
     async fn emit(self: Arc<Self>, copy: Delivery) {
         let mut message = copy.message.clone();
-        // No `x-mesh-*` header is believed from `mesh.events`, and none is sent there.
+        // No `x-mesh-*` header is believed from `mesh.events`, and none is sent there; the
+        // due time goes on as `x-due`, which says the event was scheduled.
+        let due = message.header(codec::DUE).cloned();
         message
             .properties
             .headers
             .retain(|name, _| !codec::is_mesh_header(name));
+        if let Some(due) = due {
+            message
+                .properties
+                .headers
+                .insert(codec::SCHEDULED_DUE.to_owned(), due);
+        }
         if let Err(e) = codec::decode(&message) {
             return dead_letter(copy, DeadReason::Undecodable, e.to_string()).await;
         }
