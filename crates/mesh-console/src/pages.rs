@@ -302,6 +302,12 @@ fn pretty_json(text: &str) -> String {
         .unwrap_or_else(|| text.to_owned())
 }
 
+/// The due time a scheduled event was emitted at (`x-due`, set by the runtime only), if it
+/// was scheduled.
+fn scheduled_due(headers: &serde_json::Value) -> Option<&str> {
+    headers.get(mesh_core::codec::SCHEDULED_DUE)?.as_str()
+}
+
 pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
     let id = event_id("id", &id)?;
     let tree = c
@@ -324,6 +330,11 @@ pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
                 tr { th { "Source" } td { (event.source) } }
                 tr { th { "Node" } td { (event.node) } }
                 tr { th { "Time" } td { (event.time) } }
+                @if let Some(due) = scheduled_due(&event.headers) {
+                    tr.scheduled { th { "Scheduled" } td {
+                        "for " (due) "; delivered (emitted when due, stored " (event.received_at) ")"
+                    } }
+                }
                 tr { th { "Received" } td { (event.received_at) } }
                 tr { th { "Schema" } td { (event.schema.unwrap_or(1)) } }
                 tr { th { "Publisher" } td { (event.publisher.as_deref().unwrap_or("—")) } }
