@@ -35,6 +35,12 @@ impl ModuleQueue {
     pub(crate) fn is_audit_logger(&self) -> bool {
         self.module == AUDIT_MODULE
     }
+
+    /// Whether it is a module's schedule queue (`scheduled.<module>.events`), whose hops
+    /// are its retry queues.
+    pub(crate) fn is_schedule_queue(&self) -> bool {
+        self.node == naming::SCHEDULE_NODE
+    }
 }
 
 /// A consumer queue's binding on `mesh.events`.

@@ -360,7 +360,29 @@ pub(crate) async fn broker_overview(
     };
     let (loggers, modules): (Vec<&ModuleQueue>, Vec<&ModuleQueue>) =
         queues.iter().partition(|q| q.is_audit_logger());
+    let (scheduled, modules): (Vec<&ModuleQueue>, Vec<&ModuleQueue>) =
+        modules.into_iter().partition(|q| q.is_schedule_queue());
     html! {
+        h2 { "Scheduled events waiting, by module" }
+        @if scheduled.is_empty() { p.note { "None: no module forwards scheduled events." } } @else {
+            table.scheduled {
+                tr { th { "Module" } th.num { "Waiting" } th.num { "Forwarders" } th {} }
+                @for q in &scheduled {
+                    tr {
+                        td { (q.module) }
+                        // In the schedule queue and on its hops; a copy is counted where it is.
+                        td.num { (q.messages + q.retrying) }
+                        td.num { (q.consumers) }
+                        td { @if q.consumers == 0 { span.error { "no forwarder: they wait" } } }
+                    }
+                }
+            }
+            p.note { "Counted by the broker: a scheduled event waits on the broker as one copy, \
+                      moving between its module's schedule queue and the hops of its ladder, \
+                      where no reader can list it without taking it. The audit store records \
+                      it once it is emitted, when due; an event scheduled in a service's outbox \
+                      waits in that service's database, not here." }
+        }
         h2 { "Module queues" }
         @if modules.is_empty() { p.note { "None." } } @else {
             table.queues {

@@ -159,6 +159,12 @@ fn pretty_json(text: &str) -> String {
         .unwrap_or_else(|| text.to_owned())
 }
 
+/// The due time a scheduled event was emitted at (`x-due`, set by the runtime only), if it
+/// was scheduled.
+fn scheduled_due(headers: &serde_json::Value) -> Option<&str> {
+    headers.get(mesh_core::codec::SCHEDULED_DUE)?.as_str()
+}
+
 pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
     let id = event_id("id", &id)?;
     let tree = c
@@ -190,6 +196,16 @@ pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
                 tr { th { "Source" } td { (event.source) } }
                 tr { th { "Node" } td { (event.node) } }
                 tr { th { "Time" } td { (when::time(&event.time)) } }
+                @if let Some(due) = scheduled_due(&event.headers) {
+                    tr.scheduled { th { "Scheduled" } td {
+                        "for "
+                        @match Timestamp::parse(due) {
+                            Ok(due) => (when::time(&due)),
+                            Err(_) => (due),
+                        }
+                        "; delivered (emitted when due, stored " (when::time(&event.received_at)) ")"
+                    } }
+                }
                 tr { th { "Received" } td { (when::time(&event.received_at)) } }
                 tr { th { "Schema" } td { (event.schema.unwrap_or(1)) } }
                 tr { th { "Publisher" } td { (event.publisher.as_deref().unwrap_or("—")) } }

@@ -498,3 +498,42 @@ async fn a_selection_of_dead_letters_is_purged_and_nothing_else() -> anyhow::Res
     assert!(html.contains("none of the selected dead letters is recorded"));
     Ok(())
 }
+
+/// A scheduled event's page says so, with its due time (`x-due`), and that it was delivered;
+/// an event emitted at once says nothing of the kind.
+#[tokio::test]
+async fn a_scheduled_events_page_shows_its_due_time() -> anyhow::Result<()> {
+    use mesh_audit::{Store, StoreOptions};
+    use mesh_core::codec;
+    use mesh_core::HeaderValue;
+    use mesh_testkit::TempStore;
+
+    let temp = TempStore::sqlite();
+    let store = Store::open(temp.url().parse::<StoreOptions>()?).await?;
+    let due = common::at(30);
+    let (scheduled, mut message) =
+        common::event("module.shop.reminder.due", "shop", due, None, b"{}");
+    message.properties.headers.insert(
+        codec::SCHEDULED_DUE.to_owned(),
+        HeaderValue::Str(due.text()),
+    );
+    let (plain, other) = common::event("module.shop.order.placed", "shop", due, None, b"{}");
+    store.record_events(&[message, other]).await?;
+    let served = serve(Console::new(store).tokens(tokens())).await?;
+
+    let (status, html) = get(&format!("{}/events/{scheduled}", served.base)).await?;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("Scheduled"), "{html}");
+    // The due time, written as every time of the console is (the exact one in `datetime`).
+    assert!(
+        html.contains(&format!("for <time datetime=\"{}\">", due.text())),
+        "{html}"
+    );
+    assert!(html.contains("delivered"), "{html}");
+    let (status, html) = get(&format!("{}/events/{plain}", served.base)).await?;
+    assert_eq!(status, 200, "{html}");
+    assert!(!html.contains("Scheduled"), "{html}");
+    drop(served);
+    drop(temp);
+    Ok(())
+}

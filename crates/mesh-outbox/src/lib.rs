@@ -39,6 +39,12 @@
 //! event states a database change (it is published if and only if the change commits); the
 //! inbox when a handler's effect is a database change that must happen once per event.
 //!
+//! Scheduled events ([`ScheduleIn`]): an event written now, in the transaction, and published
+//! when due; until then [`Outbox::cancel`] (or [`cancel_in`], in a transaction) deletes it
+//! and says whether it came in time. It waits in a table of its own and the relay moves it to
+//! the outbox when due (`sql/scheduled.rs`). The SDK's own `Bus::emit_at` needs no database
+//! but cannot be cancelled (the project's decision record 0028).
+//!
 //! The library's tables never collide with the application's: PostgreSQL schema
 //! `mesh_outbox`, SQLite tables named `mesh_*`, versions in a table of their own (see
 //! `ARCHITECTURE.md` for the relay's design: leases per source, order, crash behaviour).
@@ -61,7 +67,8 @@ mod window;
 use std::future::Future;
 use std::time::Duration;
 
-use mesh::{Bus, Event, EventId, Outgoing};
+use mesh::{Bus, Event, EventId, Outgoing, Timestamp};
+use mesh_core::{codec, HeaderValue};
 use sqlx::{Pool, Transaction};
 
 pub use error::{Error, ErrorKind};
@@ -71,7 +78,7 @@ pub use spool::{Spool, SpoolOptions};
 pub use sql::{Backend, Counts};
 
 use row::{source_of, MessageColumns};
-use sql::NewRow;
+use sql::{NewRow, ScheduledRow};
 
 /// The outbox of one database: its tables, installed on [`Outbox::new`], and the relays
 /// started from it. Cheap to clone.
@@ -130,6 +137,22 @@ impl<DB: Backend> Outbox<DB> {
     /// [`RelayOptions::retention`]); returns how many.
     pub async fn cleanup(&self, older_than: Duration) -> Result<u64, Error> {
         relay::cleanup(&self.pool, older_than).await
+    }
+
+    /// Cancels the scheduled event `id` ([`ScheduleIn`]): `true` when it was cancelled in
+    /// time, and is never published; `false` when it was not waiting any more (it was due
+    /// and handed to the relay, which publishes it, or it was cancelled before, or never
+    /// scheduled in this outbox). Exact: a relay moves a due event to the outbox and a cancel
+    /// deletes it, and the database orders the two.
+    pub async fn cancel(&self, id: EventId) -> Result<bool, Error> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| Error::database("cancelling a scheduled event", e))?;
+        DB::cancel(&mut conn, &id.to_string())
+            .await
+            .map_err(|e| Error::database("cancelling a scheduled event", e))
     }
 
     /// The table's size now.
@@ -211,12 +234,142 @@ impl EmitIn for Bus {
     }
 }
 
+/// Cancels the scheduled event `id` in the caller's transaction: as [`Outbox::cancel`], and
+/// undone if `tx` rolls back (the event is then published when due). Until `tx` ends, a
+/// relay leaves the event where it is (on PostgreSQL, the row is locked; on SQLite, `tx`
+/// is the one writer).
+pub async fn cancel_in<DB: Backend>(
+    tx: &mut Transaction<'_, DB>,
+    id: EventId,
+) -> Result<bool, Error> {
+    DB::cancel(&mut **tx, &id.to_string())
+        .await
+        .map_err(|e| Error::database("cancelling a scheduled event", e))
+}
+
+/// Schedules events in the outbox, in the caller's transaction: [`Bus`] implements it.
+///
+/// The event is made as [`EmitIn`] makes it, with `x-time` set to its due time (as
+/// [`Bus::emit_at`] does), and written as a row of the outbox's scheduled table in `tx`.
+/// Once `tx` committed and the due time passed (by the database's clock on PostgreSQL, the
+/// relay process's on SQLite), a relay moves it to the outbox and publishes it as any row,
+/// within its poll interval. Until then [`Outbox::cancel`] (or [`cancel_in`]) deletes it.
+/// A time already past is published at once. The key must be the bus's own (`ForeignKey`
+/// otherwise, as an emit). The choice against the broker's ladder
+/// ([`Bus::emit_at`]) is in the project's decision record 0028.
+pub trait ScheduleIn {
+    /// Schedules a typed event for `at`; returns its id, which cancels it.
+    fn emit_at_in<'a, DB: Backend, E: Event>(
+        &'a self,
+        tx: &'a mut Transaction<'_, DB>,
+        at: Timestamp,
+        event: &E,
+    ) -> impl Future<Output = Result<EventId, Error>> + Send + 'a;
+
+    /// Schedules a typed event for `after` from now (the process's clock); returns its id.
+    fn emit_after_in<'a, DB: Backend, E: Event>(
+        &'a self,
+        tx: &'a mut Transaction<'_, DB>,
+        after: Duration,
+        event: &E,
+    ) -> impl Future<Output = Result<EventId, Error>> + Send + 'a;
+
+    /// Schedules an [`Outgoing`] for `at`; returns its id.
+    fn emit_outgoing_at_in<'a, DB: Backend>(
+        &'a self,
+        tx: &'a mut Transaction<'_, DB>,
+        at: Timestamp,
+        outgoing: Outgoing,
+    ) -> impl Future<Output = Result<EventId, Error>> + Send + 'a;
+}
+
+impl ScheduleIn for Bus {
+    fn emit_at_in<'a, DB: Backend, E: Event>(
+        &'a self,
+        tx: &'a mut Transaction<'_, DB>,
+        at: Timestamp,
+        event: &E,
+    ) -> impl Future<Output = Result<EventId, Error>> + Send + 'a {
+        let outgoing = Outgoing::event(event);
+        async move { self.emit_outgoing_at_in(tx, at, outgoing?).await }
+    }
+
+    fn emit_after_in<'a, DB: Backend, E: Event>(
+        &'a self,
+        tx: &'a mut Transaction<'_, DB>,
+        after: Duration,
+        event: &E,
+    ) -> impl Future<Output = Result<EventId, Error>> + Send + 'a {
+        let made = Outgoing::event(event)
+            .map_err(Error::from)
+            .and_then(|outgoing| {
+                let at = Timestamp::now().checked_add(after).ok_or_else(|| {
+                    Error::options(format!("{after:?} from now is past 9999-12-31"))
+                })?;
+                Ok((at, outgoing))
+            });
+        async move {
+            let (at, outgoing) = made?;
+            self.emit_outgoing_at_in(tx, at, outgoing).await
+        }
+    }
+
+    fn emit_outgoing_at_in<'a, DB: Backend>(
+        &'a self,
+        tx: &'a mut Transaction<'_, DB>,
+        at: Timestamp,
+        outgoing: Outgoing,
+    ) -> impl Future<Output = Result<EventId, Error>> + Send + 'a {
+        let row = self.prepare_scheduled(at, outgoing);
+        async move {
+            let (id, row) = row?;
+            DB::schedule(&mut **tx, std::slice::from_ref(&row))
+                .await
+                .map_err(|e| Error::database("writing a scheduled event", e))?;
+            Ok(id)
+        }
+    }
+}
+
+/// Makes the row of a scheduled event, before anything is awaited: the event's `x-time` is
+/// its due time.
+trait PrepareScheduled {
+    fn prepare_scheduled(
+        &self,
+        at: Timestamp,
+        outgoing: Outgoing,
+    ) -> Result<(EventId, ScheduledRow), Error>;
+}
+
 /// Makes the rows of events, before anything is awaited (so the futures hold no event).
 trait PrepareRows {
     fn prepare_rows(
         &self,
         outgoing: impl IntoIterator<Item = Outgoing>,
     ) -> Result<(Vec<EventId>, Vec<NewRow>), Error>;
+}
+
+impl PrepareScheduled for Bus {
+    fn prepare_scheduled(
+        &self,
+        at: Timestamp,
+        outgoing: Outgoing,
+    ) -> Result<(EventId, ScheduledRow), Error> {
+        let prepared = self.prepare_emit(outgoing)?;
+        let mut message = prepared.message().clone();
+        let headers = &mut message.properties.headers;
+        headers.insert(codec::TIME.to_owned(), HeaderValue::Str(at.text()));
+        headers.insert(codec::SCHEDULED_DUE.to_owned(), HeaderValue::Str(at.text()));
+        let row = ScheduledRow {
+            row: NewRow {
+                source: source_of(self),
+                event_id: prepared.id().to_string(),
+                columns: MessageColumns::from_message(&message),
+            },
+            due: at,
+        };
+        Ok((prepared.id(), row))
+    }
 }
 
 impl PrepareRows for Bus {

@@ -691,12 +691,19 @@ impl<DB: Backend> SourceWorker<DB> {
     /// pipelined (the transport keeps the order on its one confirm channel); their confirms
     /// are awaited by the session's loop.
     async fn read(&mut self, s: &mut Session) -> Result<Read, Stop> {
-        // Without the lease (idle), a read-only look first: an idle relay writes nothing.
-        if self.renew_at.is_none() && !DB::has_unsent(&self.pool, &self.source).await? {
+        // A read-only look first: an idle relay writes nothing.
+        let look = DB::look(&self.pool, &self.source).await?;
+        if self.renew_at.is_none() && !look.unsent && !look.due {
             return Ok(Read::Empty);
         }
         if !self.hold_lease().await? {
             return Err(Stop::Taken);
+        }
+        // Due scheduled rows join the outbox's, after the rows already there.
+        if look.due {
+            let limit = i64::try_from(self.options.batch).unwrap_or(i64::MAX);
+            let moved = DB::promote(&self.pool, &self.source, limit).await?;
+            debug!(source = %self.source, moved, "due scheduled events moved to the outbox");
         }
         let Some(batch) = s.window.open_batch() else {
             return Ok(Read::Rows { more: true });

@@ -145,6 +145,7 @@ async fn headers_the_runtime_sets_cannot_be_set_by_an_emitter() {
         "content-type",
         "traceparent",
         "x-death",
+        "X-Due",
     ] {
         let outgoing = Outgoing::json("site.created", &serde_json::json!({}))
             .expect("an event")

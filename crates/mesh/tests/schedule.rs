@@ -83,6 +83,12 @@ async fn a_scheduled_event_arrives_when_due_and_not_before() {
         "no x-mesh-* header reaches mesh.events: {:?}",
         event.meta.headers().keys().collect::<Vec<_>>()
     );
+    // `x-due` says it was scheduled, and for when.
+    assert_eq!(
+        event.meta.headers().get(codec::SCHEDULED_DUE),
+        Some(&HeaderValue::Str(due.text())),
+        "x-due is the due time"
+    );
     // Only the one event, and nothing left waiting.
     assert!(
         tokio::time::timeout(Duration::from_millis(300), got.recv())
@@ -293,4 +299,71 @@ async fn a_forged_copy_in_the_schedule_queue_is_dead_lettered() {
         .then_some(())
     })
     .await;
+}
+
+/// The test harness counts due times by tokio's clock on the in-memory broker: under a
+/// paused clock a 24-hour schedule (144 hops of 10 minutes, then a hold) runs in
+/// milliseconds of wall time, delivered once 24 hours of the paused clock passed and not
+/// before.
+#[tokio::test(start_paused = true)]
+async fn the_harness_runs_a_24_hour_schedule_on_the_paused_clock() -> anyhow::Result<()> {
+    use mesh::testing::Harness;
+    use tokio::time::Instant;
+
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+    let wall = std::time::Instant::now();
+    let harness = Harness::memory().timeout(DAY + Duration::from_secs(60));
+    let umami = harness
+        .module("umami", |bus| bus.forward_scheduled(true))
+        .await?;
+    let (seen, mut got) = mpsc::unbounded_channel();
+    harness
+        .module("watcher", |bus| {
+            bus.on_raw(["module.umami.#"], move |e: Incoming<Bytes>| {
+                let seen = seen.clone();
+                async move {
+                    let _ = seen.send((e.meta.id(), e.meta.time(), Instant::now()));
+                    Ok(())
+                }
+            })
+        })
+        .await?;
+    let asked = Instant::now();
+    let id = umami
+        .emit_outgoing_after(DAY, Outgoing::json("reminder.due", &"call back")?)
+        .await?;
+    // On the paused clock: a schedule counted by the system's clock would still be hopping.
+    let (got_id, time, at) = tokio::time::timeout(DAY + Duration::from_secs(60), got.recv())
+        .await
+        .expect("delivered within a day and a minute of the paused clock")
+        .expect("the watcher runs");
+    let waited = at - asked;
+    let took = wall.elapsed();
+    eprintln!("delivered after {waited:?} of the paused clock, {took:?} of wall time");
+    assert_eq!(got_id, id);
+    assert!(
+        waited >= DAY,
+        "delivered after {waited:?}, before it was due"
+    );
+    // The last hop ends at most a hop (1 s) early and the hold ends on the due time: on a
+    // paused clock nothing else takes time.
+    assert!(
+        waited <= DAY + Duration::from_secs(2),
+        "delivered {waited:?} after it was asked, long after it was due"
+    );
+    // Its `x-time` is the due time by the harness's clock, and the harness saw the emit.
+    assert!(time.unix_nanos() - Timestamp::now().unix_nanos() >= 23 * 3600 * 1_000_000_000);
+    let published = harness.published::<Reminder>().await?;
+    assert_eq!(published.record.id, Some(id));
+    harness.drain().await?;
+    // Nothing else waits: the only copy was emitted.
+    let broker = harness.broker().expect("an in-memory harness");
+    assert_eq!(broker.queue_depth("scheduled.umami.events"), Some(0));
+    Ok(())
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Reminder(String);
+impl mesh::Event for Reminder {
+    const KEY: &'static str = "module.umami.reminder.due";
 }

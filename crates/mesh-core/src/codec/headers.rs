@@ -61,6 +61,11 @@ pub const TOOL: &str = "x-mesh-tool";
 /// that queue's retry ladder, all through `mesh.retry`), when it is due, RFC 3339. Removed
 /// before the event is emitted to `mesh.events`, where no `x-mesh-*` header is believed.
 pub const DUE: &str = "x-mesh-due";
+/// `x-due`: on an event a schedule emitted (a module's schedule forwarder, or the outbox's
+/// relay for a scheduled row), the time it was due, RFC 3339 (its `x-time` is the same). Set
+/// by the runtime only: an emit may not set it ([`is_reserved_header`]). It says the event was
+/// scheduled; a reader shows it (the console's event page), nothing decides on it.
+pub const SCHEDULED_DUE: &str = "x-due";
 /// `x-mesh-routing-key`: a message's own routing key while it travels under another one
 /// (a retry copy through a retry queue, a re-driven dead letter sent straight to a queue:
 /// the broker rewrites the key on both paths). A transport restores it on delivery.
@@ -90,8 +95,8 @@ pub const CONTRACT_HEADERS: [&str; 7] = [
 /// Whether a header is the runtime's alone, so an emitter may not set it: the contract
 /// headers (`x-event-id`, `x-source`, `x-node`, `x-time`, `x-causation-id`, `x-schema`,
 /// `content-type`), every `x-mesh-*` header, the W3C trace context (`traceparent`,
-/// `tracestate`, written from the emitting span) and the broker's `x-death` and
-/// `x-delivery-count`. Names are compared ignoring ASCII case, so a look-alike is refused
+/// `tracestate`, written from the emitting span), the broker's `x-death` and
+/// `x-delivery-count`, and `x-due` (a schedule's). Names are compared ignoring ASCII case, so a look-alike is refused
 /// too.
 pub fn is_reserved_header(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
@@ -100,6 +105,7 @@ pub fn is_reserved_header(name: &str) -> bool {
         || TRACE_CONTEXT_HEADERS.contains(&lower.as_str())
         || lower == BROKER_DEATH
         || lower == DELIVERY_COUNT
+        || lower == SCHEDULED_DUE
 }
 
 /// `x-delivery-count`: how many times a quorum queue delivered the message before.

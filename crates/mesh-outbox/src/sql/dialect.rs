@@ -16,6 +16,8 @@ pub(crate) struct Dialect {
     pub(crate) leases: &'static str,
     /// The inbox table.
     pub(crate) inbox: &'static str,
+    /// The scheduled events waiting for their due time.
+    pub(crate) scheduled: &'static str,
     /// The table of the library's schema versions.
     pub(crate) versions: &'static str,
     /// Cast after a bound event id.
@@ -59,6 +61,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     outbox: "mesh_outbox.outbox",
     leases: "mesh_outbox.leases",
     inbox: "mesh_outbox.inbox",
+    scheduled: "mesh_outbox.scheduled",
     versions: "mesh_outbox.versions",
     uuid: "::uuid",
     float: "::float8",
@@ -74,6 +77,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     outbox: "mesh_outbox",
     leases: "mesh_outbox_leases",
     inbox: "mesh_inbox",
+    scheduled: "mesh_scheduled",
     versions: "mesh_outbox_versions",
     uuid: "",
     float: "",

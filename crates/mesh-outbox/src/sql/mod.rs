@@ -14,6 +14,7 @@
 #![allow(unreachable_pub)]
 
 mod dialect;
+pub(crate) mod scheduled;
 mod schema;
 pub(crate) mod statements;
 
@@ -24,10 +25,11 @@ use sqlx::Pool;
 
 use crate::error::Error;
 use crate::row::MessageColumns;
+pub use scheduled::{ScheduledRow, Scheduling};
 
 /// A database the outbox and the inbox run on: [`sqlx::Postgres`] or [`sqlx::Sqlite`]
 /// (sealed).
-pub trait Backend: Sql {}
+pub trait Backend: Sql + Scheduling {}
 
 impl Backend for sqlx::Postgres {}
 impl Backend for sqlx::Sqlite {}
@@ -56,6 +58,8 @@ pub struct Counts {
     pub sent: u64,
     /// The age of the oldest unsent row, in seconds (0 when none).
     pub oldest_pending_seconds: f64,
+    /// Scheduled events waiting for their due time (not yet in the table's pending rows).
+    pub scheduled: u64,
 }
 
 /// What each backend does; sealed.
@@ -89,12 +93,6 @@ pub trait Sql: sqlx::Database + Sized {
         source: &'a str,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
-
-    /// Whether `source` has an unsent row: the relay's look before it takes the lease.
-    fn has_unsent<'a>(
-        pool: &'a Pool<Self>,
-        source: &'a str,
-    ) -> BoxFuture<'a, Result<bool, sqlx::Error>>;
 
     /// The oldest `limit` unsent rows of `source` whose seq is not in `skip` (the relay's
     /// rows in flight), in order.

@@ -64,13 +64,36 @@ DROP TRIGGER IF EXISTS outbox_notify ON mesh_outbox.outbox;
 DROP FUNCTION IF EXISTS mesh_outbox.notify();
 "#,
     ),
+    (
+        3,
+        // Scheduled events: a table of their own, so the outbox's rows and indexes are left
+        // as they are. A row waits here until due, then moves to the outbox in one statement
+        // (`sql/scheduled.rs`); cancelling deletes it before that.
+        r#"
+CREATE TABLE mesh_outbox.scheduled (
+    event_id       uuid        NOT NULL PRIMARY KEY, -- x-event-id: what a cancel names
+    source         text        NOT NULL,
+    due_at         timestamptz NOT NULL,             -- moved to the outbox once the database's clock passed it
+    routing_key    text        NOT NULL,
+    content_type   text,
+    message_id     text,
+    amqp_timestamp bigint,
+    persistent     boolean     NOT NULL,
+    headers        text        NOT NULL,
+    body           bytea       NOT NULL,
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX scheduled_due ON mesh_outbox.scheduled (source, due_at);
+"#,
+    ),
 ];
 
 /// SQLite's versions, in order. Every statement is idempotent, so two processes installing
 /// at once cannot fail on each other's tables.
-pub(crate) const SQLITE_VERSIONS: &[(i64, &str)] = &[(
-    1,
-    r#"
+pub(crate) const SQLITE_VERSIONS: &[(i64, &str)] = &[
+    (
+        1,
+        r#"
 CREATE TABLE IF NOT EXISTS mesh_outbox (
     seq            INTEGER PRIMARY KEY AUTOINCREMENT,
     source         TEXT    NOT NULL,
@@ -103,7 +126,28 @@ CREATE TABLE IF NOT EXISTS mesh_inbox (
 );
 CREATE INDEX IF NOT EXISTS mesh_inbox_by_time ON mesh_inbox (processed_at);
 "#,
-)];
+    ),
+    (
+        2,
+        // Scheduled events, as PostgreSQL's version 3.
+        r#"
+CREATE TABLE IF NOT EXISTS mesh_scheduled (
+    event_id       TEXT    NOT NULL PRIMARY KEY,
+    source         TEXT    NOT NULL,
+    due_at         INTEGER NOT NULL,  -- milliseconds since the epoch, the process's clock
+    routing_key    TEXT    NOT NULL,
+    content_type   TEXT,
+    message_id     TEXT,
+    amqp_timestamp INTEGER,
+    persistent     INTEGER NOT NULL,
+    headers        TEXT    NOT NULL,
+    body           BLOB    NOT NULL,
+    created_at     INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS mesh_scheduled_due ON mesh_scheduled (source, due_at);
+"#,
+    ),
+];
 
 /// PostgreSQL's schema and version table, created before the version is read.
 pub(crate) const POSTGRES_PRELUDE: &str = "CREATE SCHEMA IF NOT EXISTS mesh_outbox;

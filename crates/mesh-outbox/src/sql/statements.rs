@@ -14,7 +14,7 @@ use crate::error::{Error, ErrorKind};
 use crate::row::MessageColumns;
 
 /// Rows per `INSERT` (10 parameters each: far below either backend's limit).
-const ROWS_PER_STATEMENT: usize = 1000;
+pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
 
 /// The select list of a fetched row, in [`StoredTuple`]'s order.
 const SELECT_COLUMNS: &str =
@@ -232,21 +232,6 @@ macro_rules! impl_sql {
                 })
             }
 
-            fn has_unsent<'a>(
-                pool: &'a Pool<Self>,
-                source: &'a str,
-            ) -> BoxFuture<'a, Result<bool, sqlx::Error>> {
-                Box::pin(async move {
-                    let d: &Dialect = &$dialect;
-                    let mut qb = QueryBuilder::<Self>::new(format!(
-                        "SELECT EXISTS (SELECT 1 FROM {} WHERE source = ",
-                        d.outbox
-                    ));
-                    qb.push_bind(source).push(" AND sent_at IS NULL)");
-                    qb.build_query_scalar().fetch_one(pool).await
-                })
-            }
-
             fn fetch<'a>(
                 pool: &'a Pool<Self>,
                 source: &'a str,
@@ -322,6 +307,7 @@ macro_rules! impl_sql {
                         pending: u64::try_from(pending).unwrap_or(0),
                         sent: u64::try_from(sent).unwrap_or(0),
                         oldest_pending_seconds: oldest.max(0.0),
+                        scheduled: <Self as super::Scheduling>::count_scheduled(pool).await?,
                     })
                 })
             }

@@ -97,6 +97,8 @@ pub struct BusBuilder {
     spool: Option<SpoolSlot>,
     /// Forward the module's scheduled events, with hops up to this long.
     forward_scheduled: Option<Duration>,
+    /// The clock scheduled events are due by (tokio's under the test harness).
+    clock: crate::schedule::clock::Clock,
 }
 
 /// A bus's spool, held both ways: the builder starts it (handing it the bus), the bus's
@@ -144,11 +146,20 @@ impl Default for BusBuilder {
             validate: false,
             spool: None,
             forward_scheduled: None,
+            clock: crate::schedule::clock::Clock::System,
         }
     }
 }
 
 impl BusBuilder {
+    /// The clock its scheduled events are due by: the test harness gives its in-memory
+    /// modules tokio's, so a paused clock runs a schedule as it runs a retry ladder.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn clock(mut self, clock: crate::schedule::clock::Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// The node this bus runs on (one word).
     pub fn node(mut self, node: impl Into<String>) -> Self {
         self.node = Some(node.into());
@@ -621,6 +632,7 @@ impl BusBuilder {
             closed,
             confirms: TaskTracker::new(),
             loops: Mutex::new(Vec::new()),
+            clock: self.clock,
         });
         let bus = Bus { inner };
 

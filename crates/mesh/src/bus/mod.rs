@@ -67,6 +67,8 @@ pub(crate) struct Inner {
     /// Confirms of emits whose callers did not await them.
     confirms: TaskTracker,
     loops: Mutex<Vec<JoinHandle<()>>>,
+    /// The clock its scheduled events are due by.
+    clock: crate::schedule::clock::Clock,
 }
 
 /// A module's handle onto the mesh: emit events, call tools, and (through the

@@ -41,7 +41,7 @@ impl Bus {
 
     /// Schedules a typed event for `after` from now; see [`Bus::emit_at`].
     pub async fn emit_after<E: Event>(&self, after: Duration, event: &E) -> Result<EventId, Error> {
-        self.emit_at(due_after(after)?, event).await
+        self.emit_at(self.due_after(after)?, event).await
     }
 
     /// Schedules an [`Outgoing`] for `after` from now; see [`Bus::emit_at`].
@@ -50,7 +50,8 @@ impl Bus {
         after: Duration,
         outgoing: Outgoing,
     ) -> Result<EventId, Error> {
-        self.emit_outgoing_at(due_after(after)?, outgoing).await
+        self.emit_outgoing_at(self.due_after(after)?, outgoing)
+            .await
     }
 
     /// Schedules an [`Outgoing`] for `at`; see [`Bus::emit_at`].
@@ -103,6 +104,15 @@ impl Bus {
         }
     }
 
+    /// Now plus `after` by the bus's clock, within the range of a [`Timestamp`].
+    fn due_after(&self, after: Duration) -> Result<Timestamp, Error> {
+        self.inner
+            .clock
+            .now()
+            .checked_add(after)
+            .ok_or_else(|| Error::options(format!("{after:?} from now is past 9999-12-31")))
+    }
+
     /// The bus's emit deadline (for its schedule forwarder's emits).
     pub(crate) fn emit_deadline(&self) -> Option<Duration> {
         self.inner.emitter.emit_deadline()
@@ -134,15 +144,9 @@ pub(super) async fn start_forwarding(bus: &Bus, hops: Vec<Duration>) -> Result<(
         node: bus.node().clone(),
         hops,
         deadline: bus.emit_deadline(),
+        clock: bus.inner.clock,
     });
     let stop = bus.inner.stop.child_token();
     bus.spawn_loop(forwarder.run(copies, stop)).await;
     Ok(())
-}
-
-/// Now plus `after`, within the range of a [`Timestamp`].
-fn due_after(after: Duration) -> Result<Timestamp, Error> {
-    Timestamp::now()
-        .checked_add(after)
-        .ok_or_else(|| Error::options(format!("{after:?} from now is past 9999-12-31")))
 }

@@ -42,6 +42,8 @@ pub(crate) struct Forwarder {
     pub(crate) hops: Vec<Duration>,
     /// How long an emit may wait for room and its confirm (the bus's emit deadline).
     pub(crate) deadline: Option<Duration>,
+    /// What "now" is when a copy's due time is looked at.
+    pub(crate) clock: super::clock::Clock,
 }
 
 /// A copy held until it is due, ordered by when to look at it again.
@@ -134,7 +136,7 @@ impl Forwarder {
                 return None;
             }
         };
-        match plan::next(due, Timestamp::now(), &self.hops) {
+        match plan::next(due, self.clock.now(), &self.hops) {
             Next::Emit => sending.push(Box::pin(Arc::clone(self).emit(copy))),
             Next::Hold(hold) => return Some((hold, copy)),
             Next::Hop(n) => sending.push(Box::pin(hop(copy, n))),
@@ -145,11 +147,19 @@ impl Forwarder {
     /// Emits a due copy to `mesh.events` as this bus, then acks it.
     async fn emit(self: Arc<Self>, copy: Delivery) {
         let mut message = copy.message.clone();
-        // No `x-mesh-*` header is believed from `mesh.events`, and none is sent there.
+        // No `x-mesh-*` header is believed from `mesh.events`, and none is sent there; the
+        // due time goes on as `x-due`, which says the event was scheduled.
+        let due = message.header(codec::DUE).cloned();
         message
             .properties
             .headers
             .retain(|name, _| !codec::is_mesh_header(name));
+        if let Some(due) = due {
+            message
+                .properties
+                .headers
+                .insert(codec::SCHEDULED_DUE.to_owned(), due);
+        }
         if let Err(e) = codec::decode(&message) {
             return dead_letter(copy, DeadReason::Undecodable, e.to_string()).await;
         }

@@ -9,9 +9,11 @@
 //! it is due, then emits it as its own (`forward`). Nothing here depends on the broker's TTL
 //! or dead-lettering: each wait is a copy held by a retry forwarder, as retries are.
 //!
+//! - `clock`: what "now" is (the system's clock, or tokio's under the test harness);
 //! - `plan`: what to do with a copy now (pure);
 //! - `forward`: the forwarder's loop.
 
+pub(crate) mod clock;
 pub(crate) mod forward;
 pub mod plan;
 

@@ -13,6 +13,7 @@ use super::transport::RecordingTransport;
 use crate::bus::builder::BusBuilder;
 use crate::bus::Bus;
 use crate::error::Error;
+use crate::schedule::clock::Clock;
 
 /// How long an assertion waits by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,6 +46,9 @@ pub struct Harness {
     buses: Mutex<Vec<(String, Bus)>>,
     /// The harness's own reader of dead letters, opened with the first module.
     tap: OnceCell<Tap>,
+    /// The clock its in-memory modules' scheduled events are due by: tokio's, made with the
+    /// first module, so a paused clock moves due times as it moves the ladder's hops.
+    clock: std::sync::OnceLock<Clock>,
 }
 
 /// A reader of every dead letter, standing for the audit logger a deployment runs: on
@@ -107,6 +111,7 @@ impl Harness {
             timeout: DEFAULT_TIMEOUT,
             buses: Mutex::new(Vec::new()),
             tap: OnceCell::new(),
+            clock: std::sync::OnceLock::new(),
         }
     }
 
@@ -170,11 +175,18 @@ impl Harness {
         name: &str,
         configure: impl FnOnce(BusBuilder) -> BusBuilder,
     ) -> Result<Bus, Error> {
+        let clock = match &self.broker {
+            Broker::Memory(_) => *self.clock.get_or_init(Clock::tokio),
+            // On RabbitMQ the hops wait on the broker, in real time.
+            #[cfg(feature = "amqp")]
+            Broker::Amqp(_) => Clock::System,
+        };
         let builder = configure(
             Bus::builder()
                 .node(self.node.clone())
                 .module(name)
-                .announce(false),
+                .announce(false)
+                .clock(clock),
         );
         self.tap
             .get_or_try_init(|| async { Tap::open(self.connect("dead-letters").await?).await })

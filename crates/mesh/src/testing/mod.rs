@@ -19,7 +19,10 @@
 //!
 //! On the in-memory broker every timer is tokio's, so under a paused clock
 //! (`#[tokio::test(start_paused = true)]`) a retry ladder of minutes runs in milliseconds of
-//! wall time, and so does an assertion's timeout. The guide, from one handler to three
+//! wall time, and so does an assertion's timeout. Scheduled events too: the harness's
+//! in-memory modules count due times by tokio's clock, so a module that forwards scheduled
+//! events ([`BusBuilder::forward_scheduled`](crate::BusBuilder::forward_scheduled)) emits
+//! an `emit_after(24 hours)` once 24 hours of the paused clock passed. The guide, from one handler to three
 //! modules together, with the counterparts of MassTransit's and FastStream's test harnesses,
 //! is `docs/TESTING.md`.
 //!

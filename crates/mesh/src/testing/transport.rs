@@ -16,8 +16,8 @@ use std::time::Duration;
 use mesh_core::codec;
 use mesh_core::{
     AckFailed, Acker, BoxFuture, Confirm, Delivery, DeliveryFeed, Envelope, Health, PublishOptions,
-    QueueSpec, ServeSpec, Subscription, SubscriptionSpec, ToolKey, Transport, TransportError,
-    TransportStats, WireMessage,
+    QueueSpec, ServeSpec, Subscription, SubscriptionSpec, Target, ToolKey, Transport,
+    TransportError, TransportStats, WireMessage,
 };
 use tokio::sync::oneshot;
 
@@ -80,6 +80,11 @@ impl Transport for RecordingTransport {
         options: PublishOptions,
     ) -> BoxFuture<'_, Result<Confirm, TransportError>> {
         Box::pin(async move {
+            // A scheduled event's copy into its schedule queue is not published yet: it is
+            // recorded when its forwarder emits it, when due.
+            if matches!(options.target, Target::Retry(_)) {
+                return self.inner.publish(message, options).await;
+            }
             let record = match codec::decode(&message) {
                 Ok(envelope) => self.published(&envelope),
                 // Not an event the contract accepts: recorded as it is, by its key.
