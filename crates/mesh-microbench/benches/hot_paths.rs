@@ -109,23 +109,47 @@ fn to_properties(message: WireMessage) -> (WireMessage, Result<ClientProperties,
     (message, black_box(properties))
 }
 
-fn consumed((_, message): (ClientProperties, WireMessage)) {
+fn consumed(message: WireMessage) {
     let caused = message.header(codec::CAUSATION_ID).is_some();
     mesh_microbench::check_delivered(&mesh_microbench::message(caused), &message);
 }
 
+/// The consume-side conversion alone; what is left of the client library's properties is
+/// dropped inside the count, as the consumer drops it.
 #[library_benchmark]
 #[bench::event(args = (true), setup = mesh_microbench::delivery, teardown = consumed, config = limit("delivered::event"))]
-fn delivered(
-    (properties, routing_key, body): (ClientProperties, String, Vec<u8>),
-) -> (ClientProperties, WireMessage) {
+fn delivered((properties, routing_key, body): (ClientProperties, String, Vec<u8>)) -> WireMessage {
     let message = internals::delivered(
         black_box(EVENTS_EXCHANGE),
         black_box(routing_key),
-        black_box(&properties),
+        black_box(properties),
         black_box(body),
     );
-    (properties, black_box(message))
+    black_box(message)
+}
+
+fn consumed_and_decoded((message, decoded): (WireMessage, Result<Envelope, DecodeError>)) {
+    let caused = message.header(codec::CAUSATION_ID).is_some();
+    mesh_microbench::check_delivered(&mesh_microbench::message(caused), &message);
+    mesh_microbench::check_decoded(&mesh_microbench::envelope(caused), &message, decoded);
+}
+
+/// A delivery's whole way from the client library's types to the event a handler gets: the
+/// properties taken apart (and what is left of them dropped), then the event decoded.
+#[library_benchmark]
+#[bench::event(args = (false), setup = mesh_microbench::delivery, teardown = consumed_and_decoded, config = limit("consume::event"))]
+#[bench::caused(args = (true), setup = mesh_microbench::delivery, teardown = consumed_and_decoded, config = limit("consume::caused"))]
+fn consume(
+    (properties, routing_key, body): (ClientProperties, String, Vec<u8>),
+) -> (WireMessage, Result<Envelope, DecodeError>) {
+    let message = internals::delivered(
+        black_box(EVENTS_EXCHANGE),
+        black_box(routing_key),
+        black_box(properties),
+        black_box(body),
+    );
+    let decoded = codec::decode(black_box(&message));
+    (message, black_box(decoded))
 }
 
 fn bounded((message, bound): (WireMessage, usize)) {
@@ -141,7 +165,7 @@ fn header_frame_bound(message: WireMessage) -> (WireMessage, usize) {
 
 library_benchmark_group!(
     name = convert_group;
-    benchmarks = to_properties, delivered, header_frame_bound
+    benchmarks = to_properties, delivered, consume, header_frame_bound
 );
 
 // 3. Keys and patterns.

@@ -149,7 +149,7 @@ pub fn check_to_properties(
             &internals::delivered(
                 EVENTS_EXCHANGE,
                 message.routing_key.clone(),
-                &properties,
+                properties,
                 message.body.to_vec(),
             ),
         ),
