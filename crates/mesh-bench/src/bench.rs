@@ -9,7 +9,7 @@ use crate::broker::{self, Broker};
 use crate::cli::{Plan, QueueKind, Scenario};
 use crate::report::Results;
 use crate::scenarios::{
-    audit, consume, declare, e2e, emit, latency, outbox, rpc, scale, Ctx, Db, Run,
+    audit, consume, declare, e2e, emit, latency, memory, outbox, rpc, scale, Ctx, Db, Run,
 };
 
 /// Runs the plan, adding every run to `results`; `notes` collects what the reader should
@@ -157,6 +157,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
             Scenario::E2e => {}
             Scenario::Latency => latency::setup(ctx).await?,
             Scenario::Rpc => rpc::setup(ctx).await?,
+            Scenario::Memory => memory::setup(ctx).await?,
             Scenario::Outbox => outbox::setup(ctx).await?,
             Scenario::Audit | Scenario::AuditRetain | Scenario::Scale | Scenario::Declare => {}
         }
@@ -233,6 +234,13 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                         }
                     }
                 }
+                Scenario::Memory if mesh => {
+                    for run in [memory::idle(ctx).await?, memory::in_flight(ctx).await?] {
+                        let over = memory::check(&run);
+                        add("memory", "mesh", run);
+                        over?;
+                    }
+                }
                 Scenario::Audit => {
                     if raw {
                         add("audit ingest", "raw", audit::raw(ctx).await?);
@@ -280,7 +288,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                         outbox::lag(ctx, Db::Sqlite).await?,
                     );
                 }
-                Scenario::Outbox | Scenario::AuditRetain => {}
+                Scenario::Outbox | Scenario::AuditRetain | Scenario::Memory => {}
                 Scenario::Scale | Scenario::Declare => continue,
             }
             // Let the broker settle (fsyncs, GC of deleted segments) between scenarios.
@@ -294,6 +302,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
         e2e::QUEUE,
         latency::QUEUE,
         rpc::QUEUE,
+        memory::QUEUE,
         outbox::SINK,
     ] {
         let _ = broker::delete(&ctx.admin, queue).await;

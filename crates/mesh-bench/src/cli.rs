@@ -130,7 +130,7 @@ pub(crate) struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "emit,consume,e2e,latency,rpc,audit,outbox"
+        default_value = "emit,consume,e2e,latency,rpc,memory,audit,outbox"
     )]
     pub(crate) scenarios: Vec<Scenario>,
 
@@ -176,6 +176,9 @@ pub(crate) enum Scenario {
     Latency,
     /// Request/reply round trips, 1 and 64 callers.
     Rpc,
+    /// mesh's RSS per 1,000 idle subscriptions and per 1,000 deliveries in flight, against
+    /// budgets (mesh alone).
+    Memory,
     /// The audit logger's ingest into SQLite and into PostgreSQL, against raw consume.
     Audit,
     /// The audit logger's ingest into a store holding as many events past `--retain 3d`,
