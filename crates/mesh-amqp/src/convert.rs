@@ -447,11 +447,11 @@ pub(crate) fn stamp_routing_key(message: &mut WireMessage, publish_key: &str) {
 ///
 /// One pass over the client library's header table: each header is copied once, or left
 /// out, as it is read (not copied, then looked for and removed). The properties' texts are
-/// moved.
+/// moved out of `props`; the caller drops what is left.
 pub(crate) fn delivered(
     exchange: &str,
     routing_key: String,
-    mut props: BasicProperties,
+    props: &mut BasicProperties,
     body: Vec<u8>,
 ) -> WireMessage {
     let trusted = mesh_core::codec::mesh_headers_trusted_from(exchange);
@@ -494,7 +494,7 @@ pub(crate) fn delivered(
         }
         None => routing_key,
     };
-    message_of(routing_key, &mut props, headers, body)
+    message_of(routing_key, props, headers, body)
 }
 
 /// A returned message in mesh's types, as the broker handed it. The client library's
@@ -662,7 +662,7 @@ mod tests {
         let mut message = WireMessage::new("module.a.b", "{}");
         stamp_routing_key(&mut message, "n.m.events.retry.1s");
         let props = to_properties(&message, true).unwrap();
-        let back = delivered("", "n.m.events".into(), props.clone(), b"{}".to_vec());
+        let back = delivered("", "n.m.events".into(), &mut props.clone(), b"{}".to_vec());
         assert_eq!(back.routing_key, "module.a.b");
         assert!(back.header(ROUTING_KEY_HEADER).is_none());
 
@@ -678,7 +678,7 @@ mod tests {
             .insert(ROUTING_KEY_HEADER.into(), HeaderValue::Int(3));
         let props = to_properties(&forged, false).unwrap();
         assert_eq!(
-            delivered("", "q".into(), props.clone(), vec![]).routing_key,
+            delivered("", "q".into(), &mut props.clone(), vec![]).routing_key,
             "q"
         );
     }
@@ -702,7 +702,7 @@ mod tests {
             let back = delivered(
                 exchange,
                 "module.umami.site.created".into(),
-                props.clone(),
+                &mut props.clone(),
                 vec![],
             );
             assert_eq!(back.routing_key, "module.umami.site.created", "{exchange}");
@@ -712,14 +712,14 @@ mod tests {
         // Through the retry exchange (a retry from its retry queue), the default exchange (a
         // re-driven dead letter) and the dead-letter exchange, they are mesh's.
         for exchange in ["mesh.retry", ""] {
-            let back = delivered(exchange, "n.m.events".into(), props.clone(), vec![]);
+            let back = delivered(exchange, "n.m.events".into(), &mut props.clone(), vec![]);
             assert_eq!(
                 back.routing_key, "module.billing.invoice.paid",
                 "{exchange:?}"
             );
             assert_eq!(mesh_core::codec::attempts(&back), 99, "{exchange:?}");
         }
-        let dead = delivered("mesh.events.dead", "k".into(), props.clone(), vec![]);
+        let dead = delivered("mesh.events.dead", "k".into(), &mut props.clone(), vec![]);
         assert!(dead.header("X-Mesh-Dead-Queue").is_some());
     }
 
@@ -925,7 +925,7 @@ mod tests {
                     expected.routing_key = original;
                 }
             }
-            let got = delivered(&exchange, key, props, b"{}".to_vec());
+            let got = delivered(&exchange, key, &mut props.clone(), b"{}".to_vec());
             proptest::prop_assert_eq!(got, expected);
         }
     }

@@ -237,7 +237,11 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                 Scenario::Memory if mesh => {
                     for run in [memory::idle(ctx).await?, memory::in_flight(ctx).await?] {
                         // A debug build's memory (`--short`, CI) is not what the budgets are for.
-                        let over = if plan.short { Ok(()) } else { memory::check(&run) };
+                        let over = if plan.short {
+                            Ok(())
+                        } else {
+                            memory::check(&run)
+                        };
                         add("memory", "mesh", run);
                         over?;
                     }
