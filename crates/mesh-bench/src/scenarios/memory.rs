@@ -49,8 +49,10 @@ pub(crate) const IDLE: &str = "MiB per 1000 idle subscriptions";
 /// The metric of deliveries in flight: MiB of RSS per 1,000.
 pub(crate) const IN_FLIGHT: &str = "MiB per 1000 deliveries in flight";
 
-/// The budgets, MiB per 1,000: the figures measured when they were set (docs/BENCHMARKS.md,
-/// "Memory"). A figure may exceed its budget by up to [`BUDGET_FACTOR`].
+/// The budgets, MiB per 1,000, to be the figures of a release run (docs/BENCHMARKS.md,
+/// "Memory"). Provisional: no release build of the bench could be made when the scenario
+/// was written, so they are not measured yet, and the scenario is not among the default
+/// ones until they are. A figure may exceed its budget by up to [`BUDGET_FACTOR`].
 pub(crate) const IDLE_BUDGET_MIB: f64 = 1.0;
 /// See [`IDLE_BUDGET_MIB`].
 pub(crate) const IN_FLIGHT_BUDGET_MIB: f64 = 1.0;
