@@ -39,14 +39,16 @@ pub fn to_properties(
 }
 
 /// The consume-side conversion: a delivery through `exchange` under `routing_key`, in mesh's
-/// types (its own routing key restored, unearned `x-mesh-*` headers removed).
+/// types (its own routing key restored, unearned `x-mesh-*` headers removed), the client
+/// library's properties taken apart as the consumer does (what is left of them is the
+/// caller's to drop).
 pub fn delivered(
     exchange: &str,
     routing_key: String,
-    properties: &ClientProperties,
+    properties: &mut ClientProperties,
     body: Vec<u8>,
 ) -> WireMessage {
-    crate::convert::delivered(exchange, routing_key, &properties.inner, body)
+    crate::convert::delivered(exchange, routing_key, &mut properties.inner, body)
 }
 
 /// The upper bound of `message`'s content-header frame the publisher checks before sending.

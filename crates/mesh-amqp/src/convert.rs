@@ -441,18 +441,35 @@ pub(crate) fn stamp_routing_key(message: &mut WireMessage, publish_key: &str) {
 /// A delivered message in mesh's types, under its own routing key (see
 /// [`ROUTING_KEY_HEADER`]), with mesh's own headers only where mesh can have set them: on a
 /// delivery through any exchange but the default and the dead-letter exchange, every
-/// `x-mesh-*` header is removed first ([`mesh_core::codec::remove_unearned_mesh_headers`]).
-/// A dead letter also gets the key it was delivered under in
-/// [`mesh_core::codec::DEAD_KEY`].
+/// `x-mesh-*` header is left out ([`mesh_core::codec::mesh_headers_trusted_from`], as
+/// [`mesh_core::codec::remove_unearned_mesh_headers`] would remove it). A dead letter also
+/// gets the key it was delivered under in [`mesh_core::codec::DEAD_KEY`].
+///
+/// One pass over the client library's header table: each header is copied once, or left
+/// out, as it is read (not copied, then looked for and removed). The properties' texts are
+/// moved out of `props`; the caller drops what is left.
 pub(crate) fn delivered(
     exchange: &str,
     routing_key: String,
-    props: &BasicProperties,
+    props: &mut BasicProperties,
     body: Vec<u8>,
 ) -> WireMessage {
-    let mut message = from_delivery(routing_key, props, body);
-    let removed =
-        mesh_core::codec::remove_unearned_mesh_headers(exchange, &mut message.properties.headers);
+    let trusted = mesh_core::codec::mesh_headers_trusted_from(exchange);
+    let mut removed = 0_usize;
+    let mut original_key = None;
+    let mut headers = Headers::new();
+    if let Some(table) = props.headers() {
+        for (name, value) in table.as_ref() {
+            let name: &String = name.as_ref();
+            if !trusted && mesh_core::codec::is_mesh_header(name) {
+                removed += 1;
+            } else if name == ROUTING_KEY_HEADER {
+                original_key = Some(value);
+            } else {
+                headers.insert(name.clone(), value_from_wire(value, 1));
+            }
+        }
+    }
     if removed > 0 {
         tracing::debug!(
             exchange,
@@ -462,41 +479,58 @@ pub(crate) fn delivered(
     }
     if exchange == mesh_core::naming::DEAD_EXCHANGE {
         // The key it came under, which provenance is judged on: replaces any value sent.
-        message.properties.headers.insert(
+        headers.insert(
             mesh_core::codec::DEAD_KEY.to_owned(),
-            HeaderValue::Str(message.routing_key.clone()),
+            HeaderValue::Str(routing_key.clone()),
         );
     }
-    if let Some(original) = message.properties.headers.remove(ROUTING_KEY_HEADER) {
-        match original {
-            HeaderValue::Str(key) if key.len() <= MAX_SHORT_STR => message.routing_key = key,
-            other => tracing::debug!(value = ?other, "ignored a malformed {ROUTING_KEY_HEADER}"),
+    let routing_key = match original_key {
+        Some(FieldValue::S(key)) if AsRef::<String>::as_ref(key).len() <= MAX_SHORT_STR => {
+            AsRef::<String>::as_ref(key).clone()
         }
-    }
-    message
+        Some(other) => {
+            tracing::debug!(value = ?other, "ignored a malformed {ROUTING_KEY_HEADER}");
+            routing_key
+        }
+        None => routing_key,
+    };
+    message_of(routing_key, props, headers, body)
 }
 
-/// A delivered (or returned) message in mesh's types, as the broker handed it.
+/// A returned message in mesh's types, as the broker handed it. The client library's
+/// properties are taken apart: their texts are moved, not copied.
 pub(crate) fn from_delivery(
     routing_key: String,
-    props: &BasicProperties,
+    mut props: BasicProperties,
     body: Vec<u8>,
 ) -> WireMessage {
+    let headers = props.headers().map(from_field_table).unwrap_or_default();
+    message_of(routing_key, &mut props, headers, body)
+}
+
+/// A message of `props` (their texts moved out) with `headers`.
+fn message_of(
+    routing_key: String,
+    props: &mut BasicProperties,
+    headers: Headers,
+    body: Vec<u8>,
+) -> WireMessage {
+    let texts = props.take_texts();
     WireMessage {
         routing_key,
         properties: Properties {
-            content_type: props.content_type().cloned(),
+            content_type: texts.content_type,
             persistent: props.delivery_mode() == Some(DELIVERY_MODE_PERSISTENT),
-            message_id: props.message_id().cloned(),
+            message_id: texts.message_id,
             timestamp: props.timestamp(),
-            correlation_id: props.correlation_id().cloned(),
-            reply_to: props.reply_to().cloned(),
-            user_id: props.user_id().cloned(),
+            correlation_id: texts.correlation_id,
+            reply_to: texts.reply_to,
+            user_id: texts.user_id,
             expiration: props
                 .expiration()
                 .and_then(|text| text.parse::<u64>().ok())
                 .map(Duration::from_millis),
-            headers: props.headers().map(from_field_table).unwrap_or_default(),
+            headers,
         },
         body: body.into(),
     }
@@ -628,7 +662,7 @@ mod tests {
         let mut message = WireMessage::new("module.a.b", "{}");
         stamp_routing_key(&mut message, "n.m.events.retry.1s");
         let props = to_properties(&message, true).unwrap();
-        let back = delivered("", "n.m.events".into(), &props, b"{}".to_vec());
+        let back = delivered("", "n.m.events".into(), &mut props.clone(), b"{}".to_vec());
         assert_eq!(back.routing_key, "module.a.b");
         assert!(back.header(ROUTING_KEY_HEADER).is_none());
 
@@ -643,7 +677,10 @@ mod tests {
             .headers
             .insert(ROUTING_KEY_HEADER.into(), HeaderValue::Int(3));
         let props = to_properties(&forged, false).unwrap();
-        assert_eq!(delivered("", "q".into(), &props, vec![]).routing_key, "q");
+        assert_eq!(
+            delivered("", "q".into(), &mut props.clone(), vec![]).routing_key,
+            "q"
+        );
     }
 
     #[test]
@@ -662,7 +699,12 @@ mod tests {
         }
         let props = to_properties(&forged, false).unwrap();
         for exchange in ["mesh.events", "mesh.rpc", "amq.topic"] {
-            let back = delivered(exchange, "module.umami.site.created".into(), &props, vec![]);
+            let back = delivered(
+                exchange,
+                "module.umami.site.created".into(),
+                &mut props.clone(),
+                vec![],
+            );
             assert_eq!(back.routing_key, "module.umami.site.created", "{exchange}");
             let names: Vec<_> = back.properties.headers.keys().collect();
             assert_eq!(names, ["x-other"], "{exchange}");
@@ -670,14 +712,14 @@ mod tests {
         // Through the retry exchange (a retry from its retry queue), the default exchange (a
         // re-driven dead letter) and the dead-letter exchange, they are mesh's.
         for exchange in ["mesh.retry", ""] {
-            let back = delivered(exchange, "n.m.events".into(), &props, vec![]);
+            let back = delivered(exchange, "n.m.events".into(), &mut props.clone(), vec![]);
             assert_eq!(
                 back.routing_key, "module.billing.invoice.paid",
                 "{exchange:?}"
             );
             assert_eq!(mesh_core::codec::attempts(&back), 99, "{exchange:?}");
         }
-        let dead = delivered("mesh.events.dead", "k".into(), &props, vec![]);
+        let dead = delivered("mesh.events.dead", "k".into(), &mut props.clone(), vec![]);
         assert!(dead.header("X-Mesh-Dead-Queue").is_some());
     }
 
@@ -824,16 +866,67 @@ mod tests {
                 .collect(),
         };
         let props = to_properties(&message, false).unwrap();
-        let back = from_delivery("module.a.b".into(), &props, b"{}".to_vec());
+        let back = from_delivery("module.a.b".into(), props, b"{}".to_vec());
         assert_eq!(back, message);
 
         let mut transient = WireMessage::new("k", "");
         transient.properties.persistent = false;
         let forced = to_properties(&transient, true).unwrap();
         assert!(
-            from_delivery("k".into(), &forced, vec![])
+            from_delivery("k".into(), forced, vec![])
                 .properties
                 .persistent
         );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
+
+        /// A delivery read in one pass is what the two passes made of it before: the whole
+        /// table copied, then `remove_unearned_mesh_headers`, the dead letter's key, and the
+        /// routing key restored from `x-mesh-routing-key` when that is a short string.
+        #[test]
+        fn a_delivery_read_in_one_pass_is_what_two_passes_made(
+            exchange in "(|mesh\\.events|mesh\\.rpc|mesh\\.retry|mesh\\.replies|mesh\\.reply|\
+                          mesh\\.events\\.dead|amq\\.topic)",
+            key in "[a-z.]{0,30}",
+            headers in proptest::collection::btree_map(
+                "(x-mesh-routing-key|X-Mesh-Routing-Key|x-mesh-attempts|X-MESH-dead-queue|\
+                  x-mesh-dead-key|x-mesh-user|x-event-id|x-delivery-count|x-[a-z]{1,8}|[a-z]{1,8})",
+                header_value(),
+                0..8,
+            ),
+            original in proptest::option::of(".{0,300}"),
+            user in proptest::option::of("[a-z]{1,8}"),
+        ) {
+            let mut message = WireMessage::new(key.clone(), "{}");
+            message.properties.headers = headers;
+            message.properties.user_id = user;
+            if let Some(original) = original {
+                message
+                    .properties
+                    .headers
+                    .insert(ROUTING_KEY_HEADER.to_owned(), HeaderValue::Str(original));
+            }
+            let Ok(props) = to_properties(&message, false) else {
+                return Ok(());
+            };
+            let mut expected = from_delivery(key.clone(), props.clone(), b"{}".to_vec());
+            let headers = &mut expected.properties.headers;
+            mesh_core::codec::remove_unearned_mesh_headers(&exchange, headers);
+            if exchange == mesh_core::naming::DEAD_EXCHANGE {
+                headers.insert(
+                    mesh_core::codec::DEAD_KEY.to_owned(),
+                    HeaderValue::Str(key.clone()),
+                );
+            }
+            if let Some(HeaderValue::Str(original)) = headers.remove(ROUTING_KEY_HEADER) {
+                if original.len() <= MAX_SHORT_STR {
+                    expected.routing_key = original;
+                }
+            }
+            let got = delivered(&exchange, key, &mut props.clone(), b"{}".to_vec());
+            proptest::prop_assert_eq!(got, expected);
+        }
     }
 }

@@ -251,7 +251,7 @@ async fn receive_replies(
         let reply = crate::convert::delivered(
             deliver.exchange(),
             deliver.routing_key().clone(),
-            &properties.unwrap_or_default(),
+            &mut properties.unwrap_or_default(),
             message.content.unwrap_or_default(),
         );
         let waiter = reply

@@ -84,6 +84,8 @@ pub use frame::Deliver;
 pub use frame::GetOk;
 pub use frame::Nack;
 pub use frame::Return;
+// mesh's fork: what `BasicProperties::take_texts` returns.
+pub use frame::TakenTexts;
 
 pub use frame::DELIVERY_MODE_PERSISTENT;
 pub use frame::DELIVERY_MODE_TRANSIENT;

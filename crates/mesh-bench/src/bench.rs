@@ -10,7 +10,7 @@ use crate::cli::{Plan, QueueKind, Scenario};
 use crate::report::Results;
 use crate::scenarios::{
     audit, audit_baseline, audit_shared, audit_size, consume, declare, e2e, emit, latency,
-    outbox, rpc, scale, Ctx, Db, Run,
+    memory, outbox, rpc, scale, Ctx, Db, Run,
 };
 
 /// Runs the plan, adding every run to `results`; `notes` collects what the reader should
@@ -162,6 +162,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
             Scenario::E2e => {}
             Scenario::Latency => latency::setup(ctx).await?,
             Scenario::Rpc => rpc::setup(ctx).await?,
+            Scenario::Memory => memory::setup(ctx).await?,
             Scenario::Outbox => outbox::setup(ctx).await?,
             Scenario::Audit
             | Scenario::AuditRetain
@@ -243,6 +244,18 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                         }
                     }
                 }
+                Scenario::Memory if mesh => {
+                    for run in [memory::idle(ctx).await?, memory::in_flight(ctx).await?] {
+                        // A debug build's memory (`--short`, CI) is not what the budgets are for.
+                        let over = if plan.short {
+                            Ok(())
+                        } else {
+                            memory::check(&run)
+                        };
+                        add("memory", "mesh", run);
+                        over?;
+                    }
+                }
                 Scenario::Audit => {
                     if raw {
                         add("audit consume only", "raw", audit::raw(ctx).await?);
@@ -318,7 +331,8 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
                 Scenario::Outbox
                 | Scenario::AuditRetain
                 | Scenario::AuditShared
-                | Scenario::AuditSize => {}
+                | Scenario::AuditSize
+                | Scenario::Memory => {}
                 Scenario::Scale | Scenario::Declare => continue,
             }
             // Let the broker settle (fsyncs, GC of deleted segments) between scenarios.
@@ -332,6 +346,7 @@ async fn rounds(ctx: &Ctx, results: &mut Results) -> anyhow::Result<()> {
         e2e::QUEUE,
         latency::QUEUE,
         rpc::QUEUE,
+        memory::QUEUE,
         outbox::SINK,
     ] {
         let _ = broker::delete(&ctx.admin, queue).await;

@@ -144,12 +144,12 @@ pub fn check_to_properties(
     properties: Result<ClientProperties, TransportError>,
 ) {
     match properties {
-        Ok(properties) => check_delivered(
+        Ok(mut properties) => check_delivered(
             message,
             &internals::delivered(
                 EVENTS_EXCHANGE,
                 message.routing_key.clone(),
-                &properties,
+                &mut properties,
                 message.body.to_vec(),
             ),
         ),

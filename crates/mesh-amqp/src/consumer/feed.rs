@@ -60,7 +60,7 @@ impl Reader {
         let mut message = crate::convert::delivered(
             deliver.exchange(),
             deliver.routing_key().clone(),
-            &basic_properties.unwrap_or_default(),
+            &mut basic_properties.unwrap_or_default(),
             content.unwrap_or_default(),
         );
         if let Some(why) = foreign {

@@ -105,7 +105,7 @@ impl ChannelCallback for PublishCallback {
             text: ret.reply_text().clone(),
             message: Box::new(from_delivery(
                 ret.routing_key().clone(),
-                &properties,
+                properties,
                 content,
             )),
         });

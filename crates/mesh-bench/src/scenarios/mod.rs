@@ -17,6 +17,7 @@ pub(crate) mod declare;
 pub(crate) mod e2e;
 pub(crate) mod emit;
 pub(crate) mod latency;
+pub(crate) mod memory;
 pub(crate) mod outbox;
 pub(crate) mod rpc;
 pub(crate) mod scale;

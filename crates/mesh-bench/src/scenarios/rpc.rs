@@ -1,5 +1,7 @@
 //! RPC: round trips per second to an echo tool (`bench.echo`, a number in, the same number
-//! out), with 1 and with 64 concurrent callers for `--rpc-seconds`.
+//! out), with 1 and with 64 concurrent callers for `--rpc-seconds`; with one caller, also
+//! the round trip's p50 and p99 (each call timed from before the request is built to the
+//! reply read; the first tenth of the run's calls, at most 100, warm up and are not recorded).
 //!
 //! Both sides do what mesh's `call`/`serve` do on the wire, with four connections (caller
 //! publish and consume, server consume and publish): the caller registers a correlation id,
@@ -19,6 +21,7 @@ use amqprs::channel::{BasicAckArguments, QueueDeclareArguments};
 use anyhow::Context;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
+use hdrhistogram::Histogram;
 use mesh::RemoteError;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -48,22 +51,51 @@ async fn echo(n: u64, _meta: mesh::RequestMeta) -> Result<u64, RemoteError> {
     Ok(n)
 }
 
-/// Runs `callers` loops of `call` until the deadline; returns the calls made.
-async fn drive<F, Fut>(callers: usize, time: Duration, call: F) -> anyhow::Result<u64>
+/// The calls of a run and, for one caller, their round trips.
+struct Driven {
+    calls: u64,
+    /// Round trips in nanoseconds, the warm-up's left out; empty with several callers.
+    round_trips: Histogram<u64>,
+}
+
+/// Calls a single caller makes before its round trips are recorded.
+const WARMUP_CALLS: u64 = 100;
+
+/// Runs `callers` loops of `call` until the deadline; returns the calls made (and, with one
+/// caller, their round trips).
+async fn drive<F, Fut>(callers: usize, time: Duration, call: F) -> anyhow::Result<Driven>
 where
     F: Fn(u64) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
 {
     let deadline = Instant::now() + time;
     let done = Arc::new(AtomicU64::new(0));
+    // 1 µs to 60 s, 3 significant digits, as the latency scenario's.
+    let round_trips = Arc::new(Mutex::new(Histogram::new_with_bounds(
+        1_000,
+        60_000_000_000,
+        3,
+    )?));
     let mut tasks = Vec::with_capacity(callers);
     for caller in 0..callers {
         let call = call.clone();
         let done = done.clone();
+        let timed = (callers == 1).then(|| round_trips.clone());
         tasks.push(tokio::spawn(async move {
             let mut n = (caller as u64) << 32;
+            let mut own = 0;
             while Instant::now() < deadline {
+                let started = Instant::now();
                 call(n).await?;
+                let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                if let Some(histogram) = &timed {
+                    if own >= WARMUP_CALLS {
+                        if let Ok(mut histogram) = histogram.lock() {
+                            let _ = histogram.record(took.max(1_000));
+                        }
+                    }
+                }
+                own += 1;
                 n += 1;
                 done.fetch_add(1, Ordering::Relaxed);
             }
@@ -73,7 +105,25 @@ where
     for task in tasks {
         task.await??;
     }
-    Ok(done.load(Ordering::Relaxed))
+    let round_trips = round_trips
+        .lock()
+        .map_err(|_| anyhow::anyhow!("the histogram lock is poisoned"))?
+        .clone();
+    Ok(Driven {
+        calls: done.load(Ordering::Relaxed),
+        round_trips,
+    })
+}
+
+/// A run's figures: calls per second, and with one caller the round trip's p50 and p99.
+fn finish(driven: &Driven, cost: crate::measure::Cost) -> Run {
+    let mut run = Run::rate("calls/s", driven.calls, cost.wall.as_secs_f64(), cost);
+    if !driven.round_trips.is_empty() {
+        let ms = |q: f64| driven.round_trips.value_at_quantile(q) as f64 / 1e6;
+        run.metrics.insert("p50 ms", ms(0.5));
+        run.metrics.insert("p99 ms", ms(0.99));
+    }
+    run
 }
 
 type Waiters = Arc<Mutex<HashMap<String, oneshot::Sender<Vec<u8>>>>>;
@@ -233,10 +283,10 @@ pub(crate) async fn raw(ctx: &Ctx, callers: usize) -> anyhow::Result<Run> {
     for connection in [caller_out, caller_in, server_out, server_in] {
         broker::close(connection).await;
     }
-    let calls = calls?;
+    let driven = calls?;
     served??;
     broker::purge(&ctx.admin, QUEUE).await?;
-    Ok(Run::rate("calls/s", calls, cost.wall.as_secs_f64(), cost))
+    Ok(finish(&driven, cost))
 }
 
 pub(crate) async fn mesh(ctx: &Ctx, callers: usize) -> anyhow::Result<Run> {
@@ -261,7 +311,7 @@ pub(crate) async fn mesh(ctx: &Ctx, callers: usize) -> anyhow::Result<Run> {
 
     caller.drain().await?;
     server.drain().await?;
-    let calls = calls?;
+    let driven = calls?;
     broker::purge(&ctx.admin, QUEUE).await?;
-    Ok(Run::rate("calls/s", calls, cost.wall.as_secs_f64(), cost))
+    Ok(finish(&driven, cost))
 }
