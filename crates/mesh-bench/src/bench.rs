@@ -9,8 +9,8 @@ use crate::broker::{self, Broker};
 use crate::cli::{Plan, QueueKind, Scenario};
 use crate::report::Results;
 use crate::scenarios::{
-    audit, audit_baseline, audit_shared, audit_size, consume, declare, e2e, emit, latency,
-    memory, outbox, rpc, scale, Ctx, Db, Run,
+    audit, audit_baseline, audit_shared, audit_size, consume, declare, e2e, emit, latency, memory,
+    outbox, rpc, scale, Ctx, Db, Run,
 };
 
 /// Runs the plan, adding every run to `results`; `notes` collects what the reader should
