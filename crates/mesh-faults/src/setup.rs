@@ -336,9 +336,35 @@ impl Access {
     /// quorum queues, connected to `addrs` in this order (it blocks the calling thread for
     /// that: call it on a multi-threaded runtime, or outside one).
     pub fn login_at(&self, addrs: &[SocketAddr], module: &str) -> Login {
+        self.login_declared(addrs, module, None)
+    }
+
+    /// As [`Access::cluster_login`], for a module whose queue has the delivery limit
+    /// `delivery_limit` (`x-delivery-limit`, an argument of the queue): the operator declares
+    /// it with that limit, as the module's own declaration would have, since the module's
+    /// passive declaration takes the queue as it finds it.
+    pub fn cluster_login_with_delivery_limit(
+        &self,
+        cluster: &Cluster,
+        order: &[usize],
+        module: &str,
+        delivery_limit: u32,
+    ) -> Login {
+        self.login_declared(&in_order(cluster, order), module, Some(delivery_limit))
+    }
+
+    fn login_declared(
+        &self,
+        addrs: &[SocketAddr],
+        module: &str,
+        delivery_limit: Option<u32>,
+    ) -> Login {
         let login = self.login_of(addrs, module);
         if self.declares {
-            let options = login.options("operator").queue_type(QueueType::Quorum);
+            let mut options = login.options("operator").queue_type(QueueType::Quorum);
+            if let Some(limit) = delivery_limit {
+                options = options.delivery_limit(limit);
+            }
             let declare = declare_durable(module, &options);
             let declared = match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => tokio::task::block_in_place(|| runtime.block_on(declare)),

@@ -726,7 +726,9 @@ async fn poison_that_crashes_its_consumer_is_dead_lettered_by_the_delivery_limit
     // Each module connects as its own user, with exactly the access plan's permissions.
     let access = setup::cluster_access(&cluster, vhost).await.unwrap();
     let ledger = Ledger::new();
-    let login = access.cluster_login(&cluster, &[0, 1, 2], "crashy");
+    // The operator declares crashy's queue with the delivery limit the worker asks for.
+    let login =
+        access.cluster_login_with_delivery_limit(&cluster, &[0, 1, 2], "crashy", ATTEMPTS - 1);
     let poison_seq = POISON_SEQ.to_string();
     let limit = (ATTEMPTS - 1).to_string();
     let args = [

@@ -23,7 +23,7 @@ use mesh::{Bus, Outgoing, Timestamp};
 use mesh_faults::secs;
 use mesh_faults::setup::{self, connect};
 use mesh_faults::worker::Worker;
-use mesh_testkit::{eventually, shared_cluster, ClusterHarness, NodeOptions, PrivateNode};
+use mesh_testkit::{eventually, NodeOptions, PrivateNode};
 
 const EVENTS: usize = 1_000;
 const WAIT: Duration = Duration::from_secs(60);
@@ -286,95 +286,4 @@ async fn a_schedule_longer_than_the_consumer_timeout_arrives_on_time() {
     // A copy held past the consumer timeout would be taken back and come back a timeout or
     // more late; on time is well under that (three times the usual lateness under load).
     assert!(worst < Duration::from_secs(5), "late by {worst:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scheduled_events_arrive_through_their_queues_leader_killed() {
-    setup::init_tracing();
-    let began = Instant::now();
-    let cluster = shared_cluster("schedule", NodeOptions::default())
-        .await
-        .expect("a private RabbitMQ cluster (is rabbitmq-server installed?)");
-    let rejoin = Duration::from_secs(120);
-    cluster.heal(rejoin).await.unwrap();
-    eprintln!(
-        "[schedule-election] cluster ready after {}",
-        secs(began.elapsed())
-    );
-    let vhost = "schedule-election";
-    cluster.add_vhost(vhost).await.unwrap();
-    let access = setup::cluster_access(&cluster, vhost).await.unwrap();
-    // The forwarder (which also schedules) connects to node 0 first and declares the schedule
-    // queue and its hops there: their leaders are on node 0, with its connection.
-    let source = Bus::builder()
-        .node(setup::NODE)
-        .module("source")
-        .announce(false)
-        .forward_scheduled(true)
-        .emit_deadline(Some(Duration::from_secs(30)))
-        .start(connect(access.cluster_options(&cluster, &[0, 1, 2], "source")).await)
-        .await
-        .unwrap();
-    let (sink, seen) = sink(&access).await;
-    let queue = "scheduled.source.events";
-    let leader = eventually(WAIT, "the schedule queue's leader", || async {
-        cluster.leader_of(vhost, queue).await.ok()
-    })
-    .await;
-
-    let started = Instant::now();
-    let scheduled = schedule(
-        &source,
-        EVENTS,
-        Duration::from_secs(5),
-        Duration::from_secs(30),
-    )
-    .await;
-    eprintln!(
-        "[schedule-election] {EVENTS} scheduled in {}; the schedule queue's leader is node {leader}",
-        secs(started.elapsed())
-    );
-    eventually(WAIT, "the first events arrive", || async {
-        (arrived(&seen) >= 50).then_some(())
-    })
-    .await;
-    let before = arrived(&seen);
-    let killed = Instant::now();
-    cluster.node(leader).kill().await.unwrap();
-    let new_leader = eventually(WAIT, "a new leader of the schedule queue", || async {
-        cluster
-            .leader_of(vhost, queue)
-            .await
-            .ok()
-            .filter(|n| *n != leader)
-    })
-    .await;
-    eprintln!(
-        "[schedule-election] node {leader} killed at {} ({before} arrived); node {new_leader} leads after {}",
-        secs(started.elapsed()),
-        secs(killed.elapsed())
-    );
-    cluster.start_again(&[leader]).await.unwrap();
-    cluster.await_rejoined(leader, rejoin).await.unwrap();
-    eprintln!(
-        "[schedule-election] node {leader} back at {} ({} arrived)",
-        secs(started.elapsed()),
-        arrived(&seen)
-    );
-
-    eventually(DELIVER_TIMEOUT, "every scheduled event arrives", || async {
-        (arrived(&seen) >= EVENTS).then_some(())
-    })
-    .await;
-    let (lateness, duplicates) = check(&scheduled, &seen);
-    eprintln!(
-        "[schedule-election] all {EVENTS} arrived by {}: none early, none lost, {duplicates} duplicates; lateness p50 {:?} p99 {:?} max {:?}; total {}",
-        secs(started.elapsed()),
-        percentile(&lateness, 0.5),
-        percentile(&lateness, 0.99),
-        lateness.last().copied().unwrap_or_default(),
-        secs(began.elapsed()),
-    );
-    source.close().await;
-    sink.close().await;
 }

@@ -329,7 +329,8 @@ async fn the_outbox_tables_never_meet_the_applications() -> anyhow::Result<()> {
         sqlx::query_scalar("SELECT version FROM mesh_outbox.versions ORDER BY version")
             .fetch_all(&pool)
             .await?;
-    assert_eq!(versions, [1, 2]);
+    // Version 3 added the scheduled events' table (decision 0028).
+    assert_eq!(versions, [1, 2, 3]);
     // Version 2 dropped version 1's commit notification: no trigger makes the application's
     // transactions notify (a notifying commit serialises the database's commits).
     let triggers: i64 = sqlx::query_scalar(
@@ -357,10 +358,10 @@ async fn the_outbox_tables_never_meet_the_applications() -> anyhow::Result<()> {
     .await?;
     let has = |table: &str, schema: &str| tables.contains(&(table.into(), schema.into()));
     assert!(has("outbox", "public"), "{tables:?}");
-    for table in ["outbox", "versions", "leases", "inbox"] {
+    for table in ["outbox", "versions", "leases", "inbox", "scheduled"] {
         assert!(has(table, "mesh_outbox"), "{table}: {tables:?}");
     }
     assert!(has("_sqlx_migrations", "public"), "{tables:?}");
-    assert_eq!(tables.len(), 6, "{tables:?}");
+    assert_eq!(tables.len(), 7, "{tables:?}");
     Ok(())
 }

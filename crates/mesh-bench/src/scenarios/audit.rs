@@ -23,7 +23,7 @@ use mesh_testkit::TempStore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::audit_baseline::Database;
+use super::audit_db::Database;
 use super::{patience, Ctx, Db, Run, EVENTS};
 use crate::broker;
 use crate::measure::{now_ns, Meter};

@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::audit;
-use super::audit_baseline::Database;
+use super::audit_db::Database;
 use super::{Ctx, Db};
 
 /// One measured part of a store.

@@ -10,6 +10,7 @@
 
 pub(crate) mod audit;
 pub(crate) mod audit_baseline;
+pub(crate) mod audit_db;
 pub(crate) mod audit_shared;
 pub(crate) mod audit_size;
 pub(crate) mod consume;

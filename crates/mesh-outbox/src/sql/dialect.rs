@@ -201,3 +201,6 @@ impl SeqSet for Sqlite {
         Ok(())
     }
 }
+
+/// Rows per `INSERT` (10 parameters each: far below either backend's limit).
+pub(crate) const ROWS_PER_STATEMENT: usize = 1000;

@@ -14,6 +14,7 @@
 #![allow(unreachable_pub)]
 
 mod dialect;
+mod rows;
 pub(crate) mod scheduled;
 mod schema;
 pub(crate) mod statements;
@@ -24,7 +25,7 @@ use futures::future::BoxFuture;
 use sqlx::Pool;
 
 use crate::error::Error;
-use crate::row::MessageColumns;
+pub use rows::{NewRow, StoredRow};
 pub use scheduled::{ScheduledRow, Scheduling};
 
 /// A database the outbox and the inbox run on: [`sqlx::Postgres`] or [`sqlx::Sqlite`]
@@ -33,21 +34,6 @@ pub trait Backend: Sql + Scheduling {}
 
 impl Backend for sqlx::Postgres {}
 impl Backend for sqlx::Sqlite {}
-
-/// An outbox row to write.
-#[derive(Debug)]
-pub struct NewRow {
-    pub(crate) source: String,
-    pub(crate) event_id: String,
-    pub(crate) columns: MessageColumns,
-}
-
-/// An unsent outbox row, read by a relay.
-#[derive(Debug)]
-pub struct StoredRow {
-    pub(crate) seq: i64,
-    pub(crate) columns: MessageColumns,
-}
 
 /// The outbox table's size now.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

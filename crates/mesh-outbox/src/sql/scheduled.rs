@@ -13,8 +13,9 @@
 use futures::future::BoxFuture;
 use sqlx::{Pool, Postgres, QueryBuilder, Sqlite};
 
+use super::dialect::ROWS_PER_STATEMENT;
 use super::dialect::{now_ms, push_now, Clock, Dialect, POSTGRES, SQLITE};
-use super::NewRow;
+use super::rows::NewRow;
 use mesh::Timestamp;
 
 /// A scheduled row to write: an outbox row and its due time.
@@ -99,7 +100,7 @@ macro_rules! impl_shared {
                 let d: &Dialect = &$dialect;
                 let now = now_ms();
                 let (before, after) = due_expression(d);
-                for chunk in rows.chunks(super::statements::ROWS_PER_STATEMENT) {
+                for chunk in rows.chunks(ROWS_PER_STATEMENT) {
                     let mut qb = QueryBuilder::<Self>::new(format!(
                         "INSERT INTO {} ({MESSAGE_COLUMNS}, due_at{}) ",
                         d.scheduled,

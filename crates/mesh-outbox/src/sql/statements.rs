@@ -7,14 +7,13 @@ use futures::future::BoxFuture;
 use sqlx::{Executor, Pool, Postgres, QueryBuilder, Sqlite};
 
 use super::dialect::{
-    now_ms, push_age_seconds, push_now, push_shifted, Dialect, SeqSet, POSTGRES, SQLITE,
+    now_ms, push_age_seconds, push_now, push_shifted, Dialect, SeqSet, POSTGRES,
+    ROWS_PER_STATEMENT, SQLITE,
 };
-use super::{Counts, NewRow, Sql, StoredRow};
+use super::rows::{NewRow, StoredRow};
+use super::{Counts, Sql};
 use crate::error::{Error, ErrorKind};
 use crate::row::MessageColumns;
-
-/// Rows per `INSERT` (10 parameters each: far below either backend's limit).
-pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
 
 /// The select list of a fetched row, in [`StoredTuple`]'s order.
 const SELECT_COLUMNS: &str =
