@@ -1,3 +1,6 @@
+//! One piece: upstream amqprs's connection module (1,261 lines), kept whole in mesh's fork
+//! so that the fork's diff against upstream is its fixes alone.
+//!
 //! Implementation of AMQP_0-9-1's Connection class compatible with RabbitMQ.
 //!
 //! It provides [APIs][`Connection`] to manage an AMQP `Connection`.
@@ -33,9 +36,6 @@
 //! [`Connection`]: struct.Connection.html
 //! [`Channel`]: ../channel/struct.Channel.html
 //! [`close`]: struct.Connection.html#method.close
-//!
-//! One piece: upstream amqprs's connection module, kept whole in mesh's fork so that the
-//! fork's diff against upstream is its fixes alone.
 
 use std::{
     fmt,
