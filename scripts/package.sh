@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(meshbus-amqprs meshbus-core meshbus-files meshbus-memory meshbus-amqp meshbus-admin meshbus meshbus-logs meshbus-audit
-  meshbus-contract meshbus-outbox meshbus-console meshbus-cli)
+  meshbus-contract meshbus-outbox meshbus-saga meshbus-console meshbus-cli)
 version=$(awk -F'"' '/^version = "/ { print $2; exit }' Cargo.toml)
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 out="$target_dir/package"

@@ -187,6 +187,23 @@ impl<DB: Backend> Inbox<DB> {
     }
 }
 
+/// Records that `consumer` processed the event `id`, in the caller's transaction: `true` when
+/// it is recorded now, `false` when it was recorded before (the event's effect is done; roll
+/// back). The record commits or rolls back with `tx`, as in [`Inbox::handler`]; use this
+/// when the work around it is more than one handler's (a saga retrying its transaction on a
+/// conflict). A concurrent transaction recording the same id makes this wait for its outcome.
+pub async fn record_in<DB: Backend>(
+    tx: &mut Transaction<'_, DB>,
+    consumer: &str,
+    id: EventId,
+) -> Result<bool, Error> {
+    let recorded = DB::inbox_insert(&mut **tx, consumer, &id.to_string())
+        .await
+        .map_err(|e| Error::database("recording a processed event", e))?;
+    telemetry::inbox(consumer, !recorded);
+    Ok(recorded)
+}
+
 /// The inbox's cleanup on a schedule ([`Inbox::start_cleanup`]); stops when dropped.
 #[derive(Debug)]
 pub struct InboxCleanup {

@@ -72,7 +72,7 @@ use mesh_core::{codec, HeaderValue};
 use sqlx::{Pool, Transaction};
 
 pub use error::{Error, ErrorKind};
-pub use inbox::{Inbox, InboxCleanup, SqlDedup};
+pub use inbox::{record_in, Inbox, InboxCleanup, SqlDedup};
 pub use relay::{Relay, RelayOptions};
 pub use spool::{Spool, SpoolOptions};
 pub use sql::{Backend, Counts};

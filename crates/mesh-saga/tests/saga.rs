@@ -1,0 +1,155 @@
+//! The order saga of `examples/saga.rs` on both backends, on the harness's in-memory broker
+//! with the outbox's relay: the happy path, the timeout path (compensation) and duplicate
+//! deliveries each reach the right final state, and each effect happens once.
+//!
+//! The timeout runs on real time (a short payment timeout): an outbox-scheduled event is due
+//! by the database's clock (the relay process's on SQLite), which a paused tokio clock does
+//! not move.
+
+mod common;
+
+use std::time::Duration;
+
+use common::order::{
+    OrderCancelled, OrderCompleted, OrderPlaced, OrderShipped, PaymentExpired, PaymentReceived,
+    PaymentRequested, ShipmentRequested, Stage,
+};
+use common::World;
+use mesh::{EventId, Outgoing};
+
+/// Long enough never to fire in a test that does not wait for it.
+const HOUR: Duration = Duration::from_secs(3600);
+
+macro_rules! on_both_backends {
+    ($backend:ident) => {
+        mod $backend {
+            use super::*;
+
+            /// Placed, paid, shipped: completed as `Shipped`, its payment timeout cancelled
+            /// (never published), each of its events published once.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn an_order_paid_and_shipped_completes_once() -> anyhow::Result<()> {
+                let (_db, pool) = common::$backend().await?;
+                let w = World::start(pool, HOUR).await?;
+
+                w.shop.emit(&OrderPlaced { order: 1, cents: 4200 }).await?;
+                w.harness
+                    .published_where(|e: &PaymentRequested| e.order == 1 && e.cents == 4200)
+                    .await?;
+                let waiting = w
+                    .instance_when("1", "order 1 started", |i| i.version == 1)
+                    .await;
+                assert_eq!(waiting.state.stage, Stage::AwaitingPayment);
+                assert_eq!(waiting.timeouts.len(), 1, "{:?}", waiting.timeouts);
+                assert_eq!(waiting.timeouts[0].name, "payment");
+                assert_eq!(w.outbox.counts().await?.scheduled, 1);
+
+                w.payments.emit(&PaymentReceived { order: 1 }).await?;
+                w.harness
+                    .published_where(|e: &ShipmentRequested| e.order == 1)
+                    .await?;
+                let paid = w
+                    .instance_when("1", "order 1 paid", |i| i.version == 2)
+                    .await;
+                assert_eq!(paid.state.stage, Stage::AwaitingShipment);
+                assert!(paid.timeouts.is_empty(), "the payment timeout is cancelled");
+                assert_eq!(w.outbox.counts().await?.scheduled, 0, "and gone from the outbox");
+
+                w.warehouse.emit(&OrderShipped { order: 1 }).await?;
+                w.harness
+                    .published_where(|e: &OrderCompleted| e.order == 1)
+                    .await?;
+                let done = w.instance_when("1", "order 1 done", |i| i.completed).await;
+                assert_eq!(done.state.stage, Stage::Shipped);
+                assert_eq!(done.version, 3);
+
+                w.relay_idle().await;
+                assert_eq!(w.published(|e: &PaymentRequested| e.order == 1), 1);
+                assert_eq!(w.published(|e: &ShipmentRequested| e.order == 1), 1);
+                assert_eq!(w.published(|e: &OrderCompleted| e.order == 1), 1);
+                assert_eq!(w.published(|_: &PaymentExpired| true), 0);
+                assert_eq!(w.published(|_: &OrderCancelled| true), 0);
+                w.stop().await
+            }
+
+            /// Placed and never paid: the payment timeout arrives, the order is cancelled
+            /// (the compensation is emitted once), and a payment after that changes nothing.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn an_order_not_paid_in_time_is_cancelled_once() -> anyhow::Result<()> {
+                let (_db, pool) = common::$backend().await?;
+                let w = World::start(pool, Duration::from_millis(300)).await?;
+
+                w.shop.emit(&OrderPlaced { order: 2, cents: 990 }).await?;
+                w.harness
+                    .published_where(|e: &OrderCancelled| e.order == 2)
+                    .await?;
+                let done = w.instance_when("2", "order 2 done", |i| i.completed).await;
+                assert_eq!(done.state.stage, Stage::Cancelled);
+                assert_eq!(done.version, 2, "started, then timed out");
+                assert!(done.timeouts.is_empty());
+
+                // A payment too late: acked, and the completed instance stays as it is.
+                w.payments.emit(&PaymentReceived { order: 2 }).await?;
+                w.harness.handled::<PaymentReceived>("orders").await?;
+                let after = w.instance_when("2", "order 2", |_| true).await;
+                assert_eq!(after.version, 2);
+                assert_eq!(after.state.stage, Stage::Cancelled);
+
+                w.relay_idle().await;
+                assert_eq!(w.published(|e: &PaymentExpired| e.order == 2), 1);
+                assert_eq!(w.published(|e: &OrderCancelled| e.order == 2), 1);
+                assert_eq!(w.published(|_: &ShipmentRequested| true), 0);
+                assert_eq!(w.published(|_: &OrderCompleted| true), 0);
+                w.stop().await
+            }
+
+            /// Every event of an order delivered two or three times (the same id): each
+            /// is applied once, and each effect is published once. A timeout event that is
+            /// not the instance's pending one (a stray copy) changes nothing either.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn duplicate_deliveries_are_applied_once() -> anyhow::Result<()> {
+                let (_db, pool) = common::$backend().await?;
+                let w = World::start(pool, HOUR).await?;
+
+                let placed = EventId::new();
+                for _ in 0..3 {
+                    let e = Outgoing::event(&OrderPlaced { order: 3, cents: 100 })?.id(placed);
+                    w.shop.emit_outgoing(e).await?;
+                }
+                common::wait_handled(&w, 3).await;
+                let started = w.instance_when("3", "order 3 started", |_| true).await;
+                assert_eq!(started.version, 1);
+
+                // Not the pending timeout's id: ignored.
+                w.orders.emit(&PaymentExpired { order: 3 }).await?;
+                common::wait_handled(&w, 4).await;
+
+                let paid = EventId::new();
+                for _ in 0..2 {
+                    let e = Outgoing::event(&PaymentReceived { order: 3 })?.id(paid);
+                    w.payments.emit_outgoing(e).await?;
+                }
+                common::wait_handled(&w, 6).await;
+                let shipped = EventId::new();
+                for _ in 0..2 {
+                    let e = Outgoing::event(&OrderShipped { order: 3 })?.id(shipped);
+                    w.warehouse.emit_outgoing(e).await?;
+                }
+                common::wait_handled(&w, 8).await;
+
+                let done = w.instance_when("3", "order 3 done", |i| i.completed).await;
+                assert_eq!(done.state.stage, Stage::Shipped);
+                assert_eq!(done.version, 3, "three events applied, each once");
+                w.relay_idle().await;
+                assert_eq!(w.published(|e: &PaymentRequested| e.order == 3), 1);
+                assert_eq!(w.published(|e: &ShipmentRequested| e.order == 3), 1);
+                assert_eq!(w.published(|e: &OrderCompleted| e.order == 3), 1);
+                assert_eq!(w.published(|_: &OrderCancelled| true), 0);
+                w.stop().await
+            }
+        }
+    };
+}
+
+on_both_backends!(sqlite);
+on_both_backends!(postgres);
