@@ -15,7 +15,9 @@ use std::time::Duration;
 use mesh::{Bus, HandlerError, Incoming, MemoryBroker};
 use mesh_outbox::{Outbox, RelayOptions};
 use mesh_saga::{Instance, SagaStore};
-use order::{Order, OrderPlaced, OrderShipped, PaymentReceived, PaymentRequested, ShipmentRequested};
+use order::{
+    Order, OrderPlaced, OrderShipped, PaymentReceived, PaymentRequested, ShipmentRequested,
+};
 use sqlx::sqlite::SqlitePoolOptions;
 
 #[tokio::main]
@@ -49,7 +51,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The other side: payments pays order 1 only; the warehouse ships what it is asked to.
     let payments = bus("payments")
         .on(|e: Incoming<PaymentRequested>| async move {
-            println!("payments: asked for {} cents for order {}", e.event.cents, e.event.order);
+            println!(
+                "payments: asked for {} cents for order {}",
+                e.event.cents, e.event.order
+            );
             Ok::<_, HandlerError>(())
         })
         .start(Arc::new(broker.transport()))
@@ -62,7 +67,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             async move {
                 println!("warehouse: shipping order {}", e.event.order);
                 warehouse
-                    .emit(&OrderShipped { order: e.event.order })
+                    .emit(&OrderShipped {
+                        order: e.event.order,
+                    })
                     .await
                     .map_err(HandlerError::retry)?;
                 Ok(())
@@ -72,9 +79,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     let shop = bus("shop").start(Arc::new(broker.transport())).await?;
 
-    shop.emit(&OrderPlaced { order: 1, cents: 4200 }).await?;
-    shop.emit(&OrderPlaced { order: 2, cents: 990 }).await?;
-    wait_until(&store, "1", |o| o.state.stage == order::Stage::AwaitingPayment).await?;
+    shop.emit(&OrderPlaced {
+        order: 1,
+        cents: 4200,
+    })
+    .await?;
+    shop.emit(&OrderPlaced {
+        order: 2,
+        cents: 990,
+    })
+    .await?;
+    wait_until(&store, "1", |o| {
+        o.state.stage == order::Stage::AwaitingPayment
+    })
+    .await?;
     payments.emit(&PaymentReceived { order: 1 }).await?;
 
     for key in ["1", "2"] {

@@ -125,7 +125,9 @@ where
         key: impl Fn(&E) -> String + Send + Sync + 'static,
         start: impl Fn(&E, &mut Step) -> S + Send + Sync + 'static,
     ) -> Self {
-        self.route(key, |r: &mut EventRoute<S, E>| r.start = Some(Arc::new(start)))
+        self.route(key, |r: &mut EventRoute<S, E>| {
+            r.start = Some(Arc::new(start))
+        })
     }
 
     /// Events of type `E` move the started instance `key(event)` on with `transition`. An
@@ -137,7 +139,9 @@ where
         key: impl Fn(&E) -> String + Send + Sync + 'static,
         transition: impl Fn(&mut S, &E, &mut Step) + Send + Sync + 'static,
     ) -> Self {
-        self.route(key, |r: &mut EventRoute<S, E>| r.on = Some(Arc::new(transition)))
+        self.route(key, |r: &mut EventRoute<S, E>| {
+            r.on = Some(Arc::new(transition))
+        })
     }
 
     /// Events of type `E` are the saga's timeouts ([`Step::schedule`]): as [`Saga::on`],

@@ -94,9 +94,9 @@ where
     /// before [`SagaService::attach`] wait for it.
     pub fn wire(&self, builder: BusBuilder) -> BusBuilder {
         let apply: Arc<dyn Apply<S>> = Arc::clone(&self.engine) as Arc<dyn Apply<S>>;
-        self.routes
-            .iter()
-            .fold(builder, |builder, route| route.wire(builder, Arc::clone(&apply)))
+        self.routes.iter().fold(builder, |builder, route| {
+            route.wire(builder, Arc::clone(&apply))
+        })
     }
 
     /// The bus the saga emits and schedules through: the one its handlers were wired into
@@ -224,7 +224,10 @@ where
         }
         // The state first: the optimistic check, and on PostgreSQL the row's lock for the
         // rest of the transaction.
-        if !self.write(&mut tx, &d.key, &state, previous, step.complete).await? {
+        if !self
+            .write(&mut tx, &d.key, &state, previous, step.complete)
+            .await?
+        {
             tx.rollback().await.map_err(failed)?;
             return Ok(None);
         }

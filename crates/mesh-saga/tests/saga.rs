@@ -32,7 +32,12 @@ macro_rules! on_both_backends {
                 let (_db, pool) = common::$backend().await?;
                 let w = World::start(pool, HOUR).await?;
 
-                w.shop.emit(&OrderPlaced { order: 1, cents: 4200 }).await?;
+                w.shop
+                    .emit(&OrderPlaced {
+                        order: 1,
+                        cents: 4200,
+                    })
+                    .await?;
                 w.harness
                     .published_where(|e: &PaymentRequested| e.order == 1 && e.cents == 4200)
                     .await?;
@@ -53,7 +58,11 @@ macro_rules! on_both_backends {
                     .await;
                 assert_eq!(paid.state.stage, Stage::AwaitingShipment);
                 assert!(paid.timeouts.is_empty(), "the payment timeout is cancelled");
-                assert_eq!(w.outbox.counts().await?.scheduled, 0, "and gone from the outbox");
+                assert_eq!(
+                    w.outbox.counts().await?.scheduled,
+                    0,
+                    "and gone from the outbox"
+                );
 
                 w.warehouse.emit(&OrderShipped { order: 1 }).await?;
                 w.harness
@@ -79,7 +88,12 @@ macro_rules! on_both_backends {
                 let (_db, pool) = common::$backend().await?;
                 let w = World::start(pool, Duration::from_millis(300)).await?;
 
-                w.shop.emit(&OrderPlaced { order: 2, cents: 990 }).await?;
+                w.shop
+                    .emit(&OrderPlaced {
+                        order: 2,
+                        cents: 990,
+                    })
+                    .await?;
                 w.harness
                     .published_where(|e: &OrderCancelled| e.order == 2)
                     .await?;
@@ -113,7 +127,11 @@ macro_rules! on_both_backends {
 
                 let placed = EventId::new();
                 for _ in 0..3 {
-                    let e = Outgoing::event(&OrderPlaced { order: 3, cents: 100 })?.id(placed);
+                    let e = Outgoing::event(&OrderPlaced {
+                        order: 3,
+                        cents: 100,
+                    })?
+                    .id(placed);
                     w.shop.emit_outgoing(e).await?;
                 }
                 common::wait_handled(&w, 3).await;

@@ -110,7 +110,11 @@ pub fn saga(payment_timeout: Duration) -> Saga<Order> {
                     order: e.order,
                     cents: e.cents,
                 });
-                step.schedule("payment", payment_timeout, &PaymentExpired { order: e.order });
+                step.schedule(
+                    "payment",
+                    payment_timeout,
+                    &PaymentExpired { order: e.order },
+                );
                 Order {
                     order: e.order,
                     cents: e.cents,

@@ -81,7 +81,9 @@ impl<DB: Database> SagaStore<DB> {
     /// The store on `pool`'s database if the saga tables are there, `None` if not: reads
     /// only (for tools that look at instances).
     pub async fn existing(pool: Pool<DB>) -> Result<Option<SagaStore<DB>>, Error> {
-        Ok(DB::installed_sagas(&pool).await?.map(|_| SagaStore { pool }))
+        Ok(DB::installed_sagas(&pool)
+            .await?
+            .map(|_| SagaStore { pool }))
     }
 
     /// The pool.
@@ -101,9 +103,7 @@ impl<DB: Database> SagaStore<DB> {
         let Some(row) = DB::load(&mut conn, saga, key).await.map_err(failed)? else {
             return Ok(None);
         };
-        let timeouts = DB::timeouts(&mut conn, saga, key)
-            .await
-            .map_err(failed)?;
+        let timeouts = DB::timeouts(&mut conn, saga, key).await.map_err(failed)?;
         Ok(Some(view(row, timeouts)?))
     }
 
@@ -138,7 +138,10 @@ fn view<S: DeserializeOwned>(
     let state = serde_json::from_str(&row.state).map_err(|e| {
         Error::with_source(
             ErrorKind::State,
-            format!("reading the state of instance {:?} of saga {:?}", row.key, row.saga),
+            format!(
+                "reading the state of instance {:?} of saga {:?}",
+                row.key, row.saga
+            ),
             e,
         )
     })?;

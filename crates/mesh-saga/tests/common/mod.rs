@@ -25,25 +25,35 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 /// A PostgreSQL database of the test's own (dropped with the store) and a pool on it.
 pub async fn postgres() -> anyhow::Result<(TempStore, PgPool)> {
     let store = TempStore::postgres().await?;
-    let pool = PgPoolOptions::new()
-        .max_connections(16)
-        .connect(store.url())
-        .await?;
+    let pool = postgres_pool(store.url()).await?;
     Ok((store, pool))
+}
+
+/// A pool on the PostgreSQL database at `url`.
+pub async fn postgres_pool(url: &str) -> anyhow::Result<PgPool> {
+    Ok(PgPoolOptions::new()
+        .max_connections(16)
+        .connect(url)
+        .await?)
 }
 
 /// A SQLite file of the test's own (removed with the store) and a pool on it: WAL, and a
 /// writer waits for another's lock rather than failing.
 pub async fn sqlite() -> anyhow::Result<(TempStore, SqlitePool)> {
     let store = TempStore::sqlite();
-    let options = SqliteConnectOptions::from_str(store.url())?
+    let pool = sqlite_pool(store.url()).await?;
+    Ok((store, pool))
+}
+
+/// A pool on the SQLite file at `url`.
+pub async fn sqlite_pool(url: &str) -> anyhow::Result<SqlitePool> {
+    let options = SqliteConnectOptions::from_str(url)?
         .journal_mode(SqliteJournalMode::Wal)
         .busy_timeout(Duration::from_secs(30));
-    let pool = SqlitePoolOptions::new()
+    Ok(SqlitePoolOptions::new()
         .max_connections(4)
         .connect_with(options)
-        .await?;
-    Ok((store, pool))
+        .await?)
 }
 
 /// Relays that notice quickly.
@@ -73,9 +83,7 @@ impl<DB: Database> World<DB> {
         let harness = Harness::memory().timeout(PATIENCE);
         let store = SagaStore::new(pool.clone()).await?;
         let service = order::saga(payment_timeout).service(store.clone());
-        let orders = harness
-            .module("orders", |bus| service.wire(bus))
-            .await?;
+        let orders = harness.module("orders", |bus| service.wire(bus)).await?;
         service.attach(&orders);
         let outbox = Outbox::new(pool).await?;
         let relay = outbox.start_relay([orders.clone()], quick()).await?;
@@ -164,8 +172,10 @@ pub fn published_ids<E: Event + DeserializeOwned>(
 
 /// Waits until module `orders` handled `n` deliveries in all.
 pub async fn wait_handled<DB: Database>(w: &World<DB>, n: usize) {
-    eventually(PATIENCE, &format!("{n} deliveries handled by orders"), || async {
-        (w.handled("orders") >= n).then_some(())
-    })
+    eventually(
+        PATIENCE,
+        &format!("{n} deliveries handled by orders"),
+        || async { (w.handled("orders") >= n).then_some(()) },
+    )
     .await;
 }
