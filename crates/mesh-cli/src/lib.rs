@@ -26,6 +26,7 @@ mod output;
 mod process;
 #[cfg(test)]
 mod reference;
+mod saga;
 mod status;
 mod store;
 mod tail;
@@ -233,6 +234,7 @@ fn run(mut cli: Cli) -> anyhow::Result<Code> {
                 Command::Logs(command) => logs::run(global, command).await,
                 Command::Contract(command) => contract::run(global, command).await,
                 Command::Outbox(command) => outbox::run(global, command).await,
+                Command::Saga(command) => saga::run(global, command).await,
                 Command::Console(args) => console::run(global, args).await,
                 Command::Topology(command) => topology::run(global, command),
                 Command::Access(command) => access::run(global, command),

@@ -27,6 +27,8 @@
 //!                   [--lease-ttl 60s] [--publish-deadline 30s] [--retention 1h]
 //!                   [--owner NAME] [--metrics-addr ADDR]
 //! mesh outbox status --database URL
+//! mesh saga list --database URL [--saga NAME] [-n N]
+//! mesh saga show SAGA KEY --database URL
 //! mesh completions bash | zsh | fish | elvish | powershell
 //! mesh man [-o DIR]
 //! ```
@@ -75,7 +77,7 @@
 //! |---|---|---|
 //! | `-d` | `--data` | `emit`, `call` |
 //! | `-f` | the input file: `--data-file` / `--spec` | `emit` / `topology`, `access` |
-//! | `-n` | how many: `--count` / `--limit` | `emit`, `tail`, `logs tail` / `audit query`, `dead list` |
+//! | `-n` | how many: `--count` / `--limit` | `emit`, `tail`, `logs tail` / `audit query`, `dead list`, `saga list` |
 //! | `-s` | `--source` | `emit`, `audit query`, `audit count`, `outbox relay` |
 //! | `-k` | `--key` | `audit query`, `audit count` |
 //! | `-t` | `--timeout` | `call` |

@@ -59,14 +59,14 @@ fn bus_builder(source: &Source, node: &Name) -> mesh::BusBuilder {
 }
 
 /// The database of `--database`, parsed (nothing connected yet).
-enum Database {
+pub(crate) enum Database {
     Postgres(PgConnectOptions),
     Sqlite(SqliteConnectOptions),
 }
 
 /// Parses `--database`: `postgres://…` or `sqlite:…`; anything else, or a URL the driver
 /// refuses, is a usage error that never quotes a password.
-fn parse_database(url: &str) -> anyhow::Result<Database> {
+pub(crate) fn parse_database(url: &str) -> anyhow::Result<Database> {
     let url = url.trim();
     let scheme = url.split_once(':').map(|(scheme, _)| scheme);
     let invalid = || format!("invalid --database {}", shown(url));
@@ -275,7 +275,7 @@ async fn count_existing<DB: Backend>(
 /// One connection is tried first; only what may heal (a server starting or shutting down,
 /// too many connections, a slow answer) is left to the pool's retries. The audit store
 /// connects the same way.
-async fn connect_postgres(
+pub(crate) async fn connect_postgres(
     pool: PgPoolOptions,
     options: PgConnectOptions,
     timeout: Duration,

@@ -13,6 +13,7 @@ mod dead;
 mod generate;
 mod global;
 mod outbox;
+mod saga;
 mod shared;
 mod topology;
 mod values;
@@ -33,6 +34,7 @@ pub(crate) use self::dead::{DeadCommand, RedriveArgs};
 pub(crate) use self::generate::{CompletionsArgs, ManArgs};
 pub(crate) use self::global::{ColorWhen, EnvPassword, Global, LogFormatArg, QueueTypeArg};
 pub(crate) use self::outbox::{shown, OutboxCommand, OutboxDatabaseArg, OutboxRelayArgs, Source};
+pub(crate) use self::saga::{SagaCommand, SagaDatabaseArg};
 pub(crate) use self::shared::StoreArg;
 pub(crate) use self::topology::{TopologyArgs, TopologyCommand};
 // The topology spec's tests make their bindings as the command line does.
@@ -130,6 +132,9 @@ pub(crate) enum Command {
     /// Relay a transactional outbox's committed events to the broker, and count its rows
     #[command(subcommand)]
     Outbox(OutboxCommand),
+    /// List and show the instances of the sagas in a service's database
+    #[command(subcommand)]
+    Saga(SagaCommand),
     /// Serve the operator's console: events, dead letters, a live tail and the system map, with
     /// re-drive, replay and purge
     #[command(after_help = CONSOLE_HELP)]

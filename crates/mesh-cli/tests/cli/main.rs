@@ -29,6 +29,7 @@ mod outbox;
 mod profiles;
 mod replay;
 mod reply_migration;
+mod saga;
 mod schedule;
 mod secrets;
 mod service_example;
