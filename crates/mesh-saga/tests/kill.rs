@@ -1,0 +1,243 @@
+//! Acceptance: a saga across a crash, on RabbitMQ and PostgreSQL. A saga service process
+//! commits an event's transition (its state, its emitted event and its timeout in the outbox)
+//! and is SIGKILLed before it acks; the next service gets the delivery again, and the same
+//! event twice more: the instance moved once, and the event the killed process emitted is
+//! published once (not lost, not doubled).
+//!
+//! The killed service is this test binary again, running this same test with `CHILD_ENV`
+//! set; a layer holds each delivery after its handler succeeded (never acks), so the kill
+//! lands exactly between the commit and the ack.
+
+mod common;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use common::order::{
+    self, OrderPlaced, PaymentReceived, PaymentRequested, ShipmentRequested, Stage,
+};
+use common::PATIENCE;
+use mesh::{Bus, EventId, HandlerError, Incoming, Outgoing};
+use mesh_outbox::Outbox;
+use mesh_saga::SagaStore;
+use mesh_testkit::{eventually, sdk, TestVhost};
+
+/// Set in the child: `<database URL> <broker URL>`.
+const CHILD_ENV: &str = "MESH_SAGA_KILL_CHILD";
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transition_committed_before_a_kill_is_applied_once() -> anyhow::Result<()> {
+    match std::env::var(CHILD_ENV) {
+        Ok(config) => child(&config).await,
+        Err(_) => parent().await,
+    }
+}
+
+/// Holds every delivery its handler succeeded on: the ack never comes.
+#[derive(Clone, Copy)]
+struct HoldAfterSuccess;
+
+impl<S> tower_layer::Layer<S> for HoldAfterSuccess {
+    type Service = Hold<S>;
+    fn layer(&self, inner: S) -> Hold<S> {
+        Hold(inner)
+    }
+}
+
+struct Hold<S>(S);
+
+impl<S, R> tower_service::Service<R> for Hold<S>
+where
+    S: tower_service::Service<R>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let done = self.0.call(request);
+        Box::pin(async move {
+            let result = done.await;
+            if result.is_ok() {
+                // Committed; the parent kills this process now.
+                std::future::pending::<()>().await;
+            }
+            result
+        })
+    }
+}
+
+async fn child(config: &str) -> anyhow::Result<()> {
+    let Some((db, amqp)) = config.split_once(' ') else {
+        anyhow::bail!("{CHILD_ENV} needs a database URL and a broker URL");
+    };
+    let store = SagaStore::new(common::postgres_pool(db).await?).await?;
+    let service = order::saga(HOUR).service(store);
+    let bus = service
+        .wire(
+            Bus::builder()
+                .node("n1")
+                .module("orders")
+                .prefetch(1)
+                .layer(HoldAfterSuccess),
+        )
+        .start(sdk::transport(amqp).await?)
+        .await?;
+    service.attach(&bus);
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+async fn parent() -> anyhow::Result<()> {
+    let (db, pool) = common::postgres().await?;
+    let vhost = TestVhost::create("saga-kill").await?;
+    let store = SagaStore::new(pool.clone()).await?;
+    // The saga's queue and bindings first (a bus that declares them and stops), so the
+    // event waits there for the child.
+    let declare = order::saga(HOUR).service(store.clone());
+    declare
+        .wire(Bus::builder().node("n1").module("orders"))
+        .start(sdk::transport(&vhost.url()).await?)
+        .await?
+        .close()
+        .await;
+    // What the relay publishes, by id.
+    let requested: Arc<Mutex<Vec<EventId>>> = Arc::default();
+    let shipped: Arc<Mutex<Vec<EventId>>> = Arc::default();
+    let (r, s) = (Arc::clone(&requested), Arc::clone(&shipped));
+    let sink = Bus::builder()
+        .node("n1")
+        .module("sink")
+        .on(move |e: Incoming<PaymentRequested>| {
+            let r = Arc::clone(&r);
+            async move {
+                r.lock()
+                    .map_err(|_| HandlerError::permanent("poisoned"))?
+                    .push(e.meta.id());
+                Ok(())
+            }
+        })
+        .on(move |e: Incoming<ShipmentRequested>| {
+            let s = Arc::clone(&s);
+            async move {
+                s.lock()
+                    .map_err(|_| HandlerError::permanent("poisoned"))?
+                    .push(e.meta.id());
+                Ok(())
+            }
+        })
+        .start(sdk::transport(&vhost.url()).await?)
+        .await?;
+    let shop = sdk::emitter(&vhost.url(), "n1", "shop").await?;
+    let placed = Outgoing::event(&OrderPlaced {
+        order: 7,
+        cents: 700,
+    })?
+    .id(EventId::new());
+    shop.emit_outgoing(placed.clone()).await?;
+
+    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+        .args([
+            "a_transition_committed_before_a_kill_is_applied_once",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, format!("{} {}", db.url(), vhost.url()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let version = || async {
+        store
+            .instance::<order::Order>("order", "7")
+            .await
+            .ok()
+            .flatten()
+            .map(|i| i.version)
+    };
+    eventually(PATIENCE, "the child committed the start", || async {
+        (version().await? == 1).then_some(())
+    })
+    .await;
+    child.start_kill()?;
+    child.wait().await?;
+
+    // The next service, with a relay: the killed one's delivery comes back, then two
+    // resends of it, then the payment (one delivery at a time, in the queue's order).
+    let service = order::saga(HOUR).service(store.clone());
+    let orders = service
+        .wire(Bus::builder().node("n1").module("orders").prefetch(1))
+        .start(sdk::transport(&vhost.url()).await?)
+        .await?;
+    service.attach(&orders);
+    let outbox = Outbox::new(pool.clone()).await?;
+    let relay = outbox
+        .start_relay([orders.clone()], common::quick())
+        .await?;
+    for _ in 0..2 {
+        shop.emit_outgoing(placed.clone()).await?;
+    }
+    let payments = sdk::emitter(&vhost.url(), "n1", "payments").await?;
+    payments.emit(&PaymentReceived { order: 7 }).await?;
+    eventually(PATIENCE, "the payment applied", || async {
+        (version().await? == 2).then_some(())
+    })
+    .await;
+    eventually(PATIENCE, "the shipment request published", || async {
+        (!shipped.lock().ok()?.is_empty()).then_some(())
+    })
+    .await;
+    eventually(PATIENCE, "the outbox relayed everything", || async {
+        (outbox.counts().await.ok()?.pending == 0).then_some(())
+    })
+    .await;
+    relay.stop().await;
+    for bus in [&orders, &shop, &payments, &sink] {
+        bus.drain().await?;
+    }
+
+    let done = store
+        .instance::<order::Order>("order", "7")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no instance"))?;
+    assert_eq!(
+        done.version, 2,
+        "started once, paid once, in five deliveries"
+    );
+    assert_eq!(done.state.stage, Stage::AwaitingShipment);
+    assert!(done.timeouts.is_empty(), "the payment timeout is cancelled");
+    assert_eq!(outbox.counts().await?.scheduled, 0);
+    let requested: HashSet<EventId> = requested
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .iter()
+        .copied()
+        .collect();
+    assert_eq!(
+        requested.len(),
+        1,
+        "the killed process's emit is published, and only it"
+    );
+    let rows: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM mesh_outbox.outbox WHERE routing_key = 'module.orders.payment.requested'",
+    )
+    .fetch_one(&pool)
+    .await?;
+    assert_eq!(rows, 1, "one payment request written in all");
+    Ok(())
+}
