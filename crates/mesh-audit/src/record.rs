@@ -168,6 +168,7 @@ pub struct EventQuery {
     pub(crate) node: Option<String>,
     pub(crate) since: Option<Timestamp>,
     pub(crate) until: Option<Timestamp>,
+    pub(crate) body: Option<String>,
     pub(crate) limit: usize,
     pub(crate) order: Order,
     pub(crate) after: Option<(Timestamp, EventId)>,
@@ -182,6 +183,7 @@ impl Default for EventQuery {
             node: None,
             since: None,
             until: None,
+            body: None,
             limit: DEFAULT_LIMIT,
             order: Order::Desc,
             after: None,
@@ -224,6 +226,17 @@ impl EventQuery {
     /// Emitted before `time`.
     pub fn until(mut self, time: Timestamp) -> Self {
         self.until = Some(time);
+        self
+    }
+
+    /// Whose body holds these words, in this order, next to each other (a phrase): words as
+    /// the store's full-text index splits the body's JSON text (keys and values, letters and
+    /// digits, case ignored; see decision 0030), in its first 100,000 characters. Any text is
+    /// searched literally, never parsed as a query language; a text of more than
+    /// [`crate::MAX_BODY_SEARCH`] characters is refused, and one with no word matches
+    /// nothing. Searches stored events only ([`crate::Store::conflicts`] refuses it).
+    pub fn body(mut self, text: impl Into<String>) -> Self {
+        self.body = Some(text.into());
         self
     }
 

@@ -6,6 +6,7 @@
 //! them and changes nothing). The SQL is shared ([`sql`]); only casts and
 //! select lists differ.
 
+mod body;
 mod connect;
 mod hint;
 mod rows;
@@ -31,6 +32,8 @@ use rows::{conflict_record, event_record, ConflictTuple, EventTuple};
 pub(crate) use rows::{now_text, DeadRow, EventRow};
 use sql::{Cursor, Dialect, POSTGRES, SQLITE};
 use walk::Walk;
+
+pub use body::MAX_BODY_SEARCH;
 
 /// Ids per `IN (…)` list.
 const IDS_PER_STATEMENT: usize = 500;
@@ -249,6 +252,34 @@ impl Store {
         }
     }
 
+    /// The routing keys of the stored events that `pattern` matches (every key when `None`),
+    /// by key. Skips through the key index, one probe per key stored, whatever the number
+    /// of events (where [`Store::event_counts_by_key`] reads them all).
+    pub async fn routing_keys(&self, pattern: Option<&str>) -> Result<Vec<String>, Error> {
+        let keys: Vec<String> = with_pool!(self, |pool, d| {
+            let next = |after: &str| {
+                format!(
+                    "(SELECT routing_key FROM events {after} ORDER BY routing_key{} LIMIT 1)",
+                    d.key_order
+                )
+            };
+            let sql = format!(
+                "WITH RECURSIVE k (key) AS (SELECT {} UNION ALL SELECT {} FROM k \
+                 WHERE k.key IS NOT NULL) SELECT key FROM k WHERE key IS NOT NULL",
+                next(""),
+                next(&format!("WHERE routing_key {} k.key", d.key_after)),
+            );
+            sqlx::query_scalar(&sql)
+                .fetch_all(pool)
+                .await
+                .map_err(|e| Error::database("listing routing keys", e))?
+        });
+        Ok(keys
+            .into_iter()
+            .filter(|key| sql::key_passes(pattern, key))
+            .collect())
+    }
+
     /// How many events match `query`, per routing key, by key.
     pub async fn event_counts_by_key(
         &self,
@@ -376,7 +407,7 @@ impl Store {
                     "SELECT {} FROM event_conflicts",
                     d.conflict_columns
                 ));
-                sql::push_event_filters(&mut qb, d, query)?;
+                sql::push_conflict_filters(&mut qb, d, query)?;
                 sql::push_page(&mut qb, d, "time", query.order, cursor.as_ref(), page);
                 qb.build_query_as()
                     .fetch_all(pool)
