@@ -169,6 +169,9 @@ pub struct EventQuery {
     pub(crate) since: Option<Timestamp>,
     pub(crate) until: Option<Timestamp>,
     pub(crate) body: Option<String>,
+    /// The pattern resolved by the store to the stored keys it matches (see
+    /// `Store::resolved`): SQL then decides the pattern alone, through the key index.
+    pub(crate) keys: Option<Vec<String>>,
     pub(crate) limit: usize,
     pub(crate) order: Order,
     pub(crate) after: Option<(Timestamp, EventId)>,
@@ -184,6 +187,7 @@ impl Default for EventQuery {
             since: None,
             until: None,
             body: None,
+            keys: None,
             limit: DEFAULT_LIMIT,
             order: Order::Desc,
             after: None,
@@ -202,6 +206,7 @@ impl EventQuery {
     /// ([`mesh_core::topic_matches`]): `*` one word, `#` zero or more.
     pub fn pattern(mut self, pattern: impl Into<String>) -> Self {
         self.pattern = Some(pattern.into());
+        self.keys = None;
         self
     }
 

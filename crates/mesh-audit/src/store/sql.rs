@@ -221,7 +221,18 @@ where
     String: Encode<'a, DB> + Type<DB>,
 {
     qb.push(" WHERE 1 = 1");
-    if let Some(pattern) = &query.pattern {
+    if let Some(keys) = &query.keys {
+        if keys.is_empty() {
+            qb.push(" AND 1 = 0");
+        } else {
+            qb.push(" AND routing_key IN (");
+            let mut list = qb.separated(", ");
+            for key in keys {
+                list.push_bind(key.clone());
+            }
+            qb.push(")");
+        }
+    } else if let Some(pattern) = &query.pattern {
         match key_prefilter(pattern) {
             KeyPrefilter::Exact(key) => {
                 qb.push(" AND routing_key = ").push_bind(key);
