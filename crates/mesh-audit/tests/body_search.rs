@@ -115,7 +115,9 @@ async fn finds_an_event_by_a_value_only_in_its_body(backend: Backend) -> anyhow:
     assert!(body(&store, "placed").await?.is_empty());
     assert!(body(&store, "shop").await?.is_empty());
     // With other filters, and counted.
-    let query = EventQuery::new().body("ord-7f3a9c").pattern("module.*.order.#");
+    let query = EventQuery::new()
+        .body("ord-7f3a9c")
+        .pattern("module.*.order.#");
     assert_eq!(found(&store, query.clone()).await?, only);
     assert_eq!(store.count_events(&query).await?, 1);
     assert_eq!(
@@ -255,7 +257,12 @@ async fn retention_keeps_the_index_in_step_postgres() -> anyhow::Result<()> {
 async fn the_migration_keeps_every_row(backend: Backend) -> anyhow::Result<()> {
     let temp = TempStore::new(backend).await?;
     let messages: Vec<WireMessage> = (0..2_000)
-        .map(|n| event("module.shop.order.placed", &format!(r#"{{"order":"o{n}"}}"#)))
+        .map(|n| {
+            event(
+                "module.shop.order.placed",
+                &format!(r#"{{"order":"o{n}"}}"#),
+            )
+        })
         .collect();
     {
         let store = temp.open().await?;

@@ -308,11 +308,16 @@ async fn a_wildcard_reads_only_its_matches(backend: Backend) -> anyhow::Result<(
             .search(&EventQuery::new().pattern(pattern).limit(50).read_limit(250))
             .await?;
         assert_eq!(found.events.len(), expected, "{pattern}");
-        assert_eq!(found.read, expected as u64, "{pattern}: only the matches read");
+        assert_eq!(
+            found.read, expected as u64,
+            "{pattern}: only the matches read"
+        );
         assert_eq!(found.stopped_after, None, "{pattern}");
         assert!(found.events.iter().all(|e| e.routing_key == "module.a.x.y"));
         assert_eq!(
-            store.count_events(&EventQuery::new().pattern(pattern)).await?,
+            store
+                .count_events(&EventQuery::new().pattern(pattern))
+                .await?,
             expected as u64,
             "{pattern}"
         );

@@ -264,9 +264,9 @@ fn listing(p: &Params, r: &Results, total: Option<u64>) -> Markup {
         let after = after.to_string();
         let mut pairs: Vec<(&str, &str)> =
             ["key", "source", "body", "since", "until", "order", "limit"]
-            .into_iter()
-            .filter_map(|k| p.get(k).map(|v| (k, v)))
-            .collect();
+                .into_iter()
+                .filter_map(|k| p.get(k).map(|v| (k, v)))
+                .collect();
         pairs.push(("after", &after));
         link("/events", pairs)
     });

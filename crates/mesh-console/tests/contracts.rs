@@ -45,12 +45,21 @@ async fn demo_contracts() -> anyhow::Result<(Vec<ModuleContract>, Vec<Bus>)> {
 }
 
 /// The announcement event of `contract` at `time`, as a bus emits it.
-fn announcement(contract: &ModuleContract, time: Timestamp, body: Vec<u8>) -> mesh_core::WireMessage {
+fn announcement(
+    contract: &ModuleContract,
+    time: Timestamp,
+    body: Vec<u8>,
+) -> mesh_core::WireMessage {
     codec::encode(&Envelope {
         id: EventId::new(),
         key: RoutingKey::parse(&format!("{}.contract.announced", contract.owner))
             .expect("a valid key"),
-        source: contract.owner.rsplit('.').next().unwrap_or_default().to_owned(),
+        source: contract
+            .owner
+            .rsplit('.')
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
         node: contract.node.clone(),
         time,
         causation_id: None,
@@ -67,7 +76,11 @@ async fn the_contracts_page_shows_the_demo_s_keys_and_schemas() -> anyhow::Resul
     let store = Store::open(temp.url().parse::<StoreOptions>()?).await?;
     let mut messages = Vec::new();
     for contract in &contracts {
-        messages.push(announcement(contract, at(60), serde_json::to_vec(contract)?));
+        messages.push(announcement(
+            contract,
+            at(60),
+            serde_json::to_vec(contract)?,
+        ));
     }
     // An older umami announcing nothing, and a newer one that is not a contract: the page
     // shows the newest readable one, and names the unreadable one.
@@ -86,7 +99,10 @@ async fn the_contracts_page_shows_the_demo_s_keys_and_schemas() -> anyhow::Resul
     let system = System::from_timed(contracts.iter().map(|c| (0, c.clone())));
     let keys: Vec<String> = system.key_table().into_iter().map(|r| r.key).collect();
     let tools: Vec<String> = system.tool_table().into_iter().map(|r| r.tool).collect();
-    assert!(!keys.is_empty() && !tools.is_empty(), "the demo has keys and tools");
+    assert!(
+        !keys.is_empty() && !tools.is_empty(),
+        "the demo has keys and tools"
+    );
 
     let served = serve(Console::new(store.clone())).await?;
     let browser = Browser::start().await?;

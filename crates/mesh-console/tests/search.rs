@@ -145,10 +145,14 @@ async fn a_body_search_finds_an_event_by_a_value_only_in_its_body() -> anyhow::R
     browser.click("form.search button[type=submit]").await?;
     let b = &browser;
     let found = browser
-        .wait_until("the event found by its body", common::browser::WAIT, || async {
-            let ids = b.texts("table.events a.event").await.ok()?;
-            (!ids.is_empty()).then_some(ids)
-        })
+        .wait_until(
+            "the event found by its body",
+            common::browser::WAIT,
+            || async {
+                let ids = b.texts("table.events a.event").await.ok()?;
+                (!ids.is_empty()).then_some(ids)
+            },
+        )
         .await?;
     assert_eq!(found, [wanted.to_string()]);
     assert_eq!(browser.text("span.matches").await?, "1");
@@ -170,7 +174,14 @@ async fn a_body_search_finds_an_event_by_a_value_only_in_its_body() -> anyhow::R
     }
     // Query syntax of either database is searched literally: a page, never an error.
     for text in [
-        "\"ord", "NEAR(ord", "ord*", "body:ord", "ord\" OR \"x", "a & !b | c <-> d", "^ord", "\0ord",
+        "\"ord",
+        "NEAR(ord",
+        "ord*",
+        "body:ord",
+        "ord\" OR \"x",
+        "a & !b | c <-> d",
+        "^ord",
+        "\0ord",
     ] {
         let query = form_urlencoded::Serializer::new(String::new())
             .append_pair("body", text)

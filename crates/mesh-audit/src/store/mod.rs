@@ -264,12 +264,14 @@ impl Store {
         let resolved = self.resolved(query).await?;
         let query = resolved.as_ref().unwrap_or(query);
         match query.pattern.as_deref() {
-            Some(pattern) if query.keys.is_none() && !sql::key_prefilter(pattern).is_exact() => Ok(self
-                .event_counts_by_key(query)
-                .await?
-                .into_iter()
-                .map(|(_, n)| n)
-                .sum()),
+            Some(pattern) if query.keys.is_none() && !sql::key_prefilter(pattern).is_exact() => {
+                Ok(self
+                    .event_counts_by_key(query)
+                    .await?
+                    .into_iter()
+                    .map(|(_, n)| n)
+                    .sum())
+            }
             _ => {
                 let count: i64 = with_pool!(self, |pool, d| {
                     let mut qb = QueryBuilder::new("SELECT count(*) FROM events");
