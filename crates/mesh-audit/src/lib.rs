@@ -87,7 +87,7 @@ pub use replay::{Replay, ReplayPlan, ReplayReport};
 pub use retention::{Prune, Pruned, Retention, DEFAULT_PRUNE_CHUNK};
 #[cfg(feature = "service")]
 pub use service::AuditService;
-pub use store::Store;
+pub use store::{Store, MAX_BODY_SEARCH};
 
 #[cfg(test)]
 mod tests {

@@ -168,6 +168,10 @@ pub struct EventQuery {
     pub(crate) node: Option<String>,
     pub(crate) since: Option<Timestamp>,
     pub(crate) until: Option<Timestamp>,
+    pub(crate) body: Option<String>,
+    /// The pattern resolved by the store to the stored keys it matches (see
+    /// `Store::resolved`): SQL then decides the pattern alone, through the key index.
+    pub(crate) keys: Option<Vec<String>>,
     pub(crate) limit: usize,
     pub(crate) order: Order,
     pub(crate) after: Option<(Timestamp, EventId)>,
@@ -182,6 +186,8 @@ impl Default for EventQuery {
             node: None,
             since: None,
             until: None,
+            body: None,
+            keys: None,
             limit: DEFAULT_LIMIT,
             order: Order::Desc,
             after: None,
@@ -200,6 +206,7 @@ impl EventQuery {
     /// ([`mesh_core::topic_matches`]): `*` one word, `#` zero or more.
     pub fn pattern(mut self, pattern: impl Into<String>) -> Self {
         self.pattern = Some(pattern.into());
+        self.keys = None;
         self
     }
 
@@ -224,6 +231,17 @@ impl EventQuery {
     /// Emitted before `time`.
     pub fn until(mut self, time: Timestamp) -> Self {
         self.until = Some(time);
+        self
+    }
+
+    /// Whose body holds these words, in this order, next to each other (a phrase): words as
+    /// the store's full-text index splits the body's JSON text (keys and values, letters and
+    /// digits, case ignored; see decision 0030), in its first 100,000 characters. Any text is
+    /// searched literally, never parsed as a query language; a text of more than
+    /// [`crate::MAX_BODY_SEARCH`] characters is refused, and one with no word matches
+    /// nothing. Searches stored events only ([`crate::Store::conflicts`] refuses it).
+    pub fn body(mut self, text: impl Into<String>) -> Self {
+        self.body = Some(text.into());
         self
     }
 

@@ -198,11 +198,17 @@ async fn patterns_agree_with_the_core_matcher_postgres() -> anyhow::Result<()> {
     patterns_agree_with_the_core_matcher(Backend::Postgres).await
 }
 
-/// A pattern whose matches are rare, behind a prefilter that lets many rows through: the
+/// A pattern whose matches are rare, behind a prefilter that lets many rows through, in a
+/// store of more keys than a pattern is resolved to (so each row read is matched): the
 /// pages must go on until the limit is filled.
 async fn the_limit_is_filled_past_many_prefiltered_rows(backend: Backend) -> anyhow::Result<()> {
     let temp = TempStore::new(backend).await?;
     let store = temp.open().await?;
+    // 1,001 other keys, older than the rest, which the prefilter `module.a` leaves out.
+    let others: Vec<WireMessage> = (0..1_001)
+        .map(|n| event(&format!("module.b.k{n}.z"), "b", "n1", at(10_000 + n)))
+        .collect();
+    store.record_events(&others).await?;
     let mut messages = Vec::new();
     for i in 0..1200 {
         // One key in a hundred ends in `.y`; `module.a.#.y` prefilters on `module.a`.
@@ -279,6 +285,59 @@ async fn the_limit_is_filled_past_many_prefiltered_rows(backend: Backend) -> any
     }
     store.close().await;
     Ok(())
+}
+
+/// A wildcard pattern in a store of few keys is resolved to the keys it matches: a search
+/// reads its matching events only, whatever the read limit, and the count agrees.
+async fn a_wildcard_reads_only_its_matches(backend: Backend) -> anyhow::Result<()> {
+    let temp = TempStore::new(backend).await?;
+    let store = temp.open().await?;
+    let mut messages = Vec::new();
+    for i in 0..1200 {
+        let key = if i % 100 == 0 {
+            "module.a.x.y"
+        } else {
+            "module.a.x.z"
+        };
+        messages.push(event(key, owner(key), "n1", at(i)));
+    }
+    store.record_events(&messages).await?;
+    for pattern in ["*.*.x.y", "module.a.#.y", "#.y", "*.nobody.#"] {
+        let expected = if pattern == "*.nobody.#" { 0 } else { 12 };
+        let found = store
+            .search(&EventQuery::new().pattern(pattern).limit(50).read_limit(250))
+            .await?;
+        assert_eq!(found.events.len(), expected, "{pattern}");
+        assert_eq!(
+            found.read, expected as u64,
+            "{pattern}: only the matches read"
+        );
+        assert_eq!(found.stopped_after, None, "{pattern}");
+        assert!(found.events.iter().all(|e| e.routing_key == "module.a.x.y"));
+        assert_eq!(
+            store
+                .count_events(&EventQuery::new().pattern(pattern))
+                .await?,
+            expected as u64,
+            "{pattern}"
+        );
+    }
+    assert_eq!(
+        store.routing_keys(Some("module.#")).await?,
+        ["module.a.x.y", "module.a.x.z"]
+    );
+    store.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_wildcard_reads_only_its_matches_sqlite() -> anyhow::Result<()> {
+    a_wildcard_reads_only_its_matches(Backend::Sqlite).await
+}
+
+#[tokio::test]
+async fn a_wildcard_reads_only_its_matches_postgres() -> anyhow::Result<()> {
+    a_wildcard_reads_only_its_matches(Backend::Postgres).await
 }
 
 #[tokio::test]

@@ -1,17 +1,15 @@
 //! `mesh contract export | show | check | codegen | docs`: the modules' announced contracts,
-//! from the audit store (the newest `<origin>.<owner>.contract.announced` of each owner) or
-//! from files, on top of the `mesh-contract` library (which does the export, the check and
-//! the code without I/O) and the console's page of the contracts
-//! (`mesh_console::contract_docs`).
+//! from the audit store (the newest `<origin>.<owner>.contract.announced` of each owner, read
+//! as the console's contracts page reads them: `mesh_console::announced_system`) or from
+//! files, on top of the `mesh-contract` library (which does the export, the check and the
+//! code without I/O) and the console's page of the contracts (`mesh_console::contract_docs`).
 
 use std::path::Path;
 
 use anyhow::Context as _;
-use mesh_audit::{EventQuery, EventRecord, Order, Store};
 use mesh_contract::asyncapi::{export, ExportOptions, Server};
 use mesh_contract::codegen::CodegenOptions;
-use mesh_contract::{check, read_announcement, System};
-use mesh_core::contract::CONTRACT_FORMAT;
+use mesh_contract::{check, System};
 use serde_json::json;
 
 use crate::cli::{
@@ -21,15 +19,6 @@ use crate::cli::{
 use crate::exit::{fail, Code, WithCode};
 use crate::output::{self, paint, BAD, DIM, GOOD, NAME, WARN};
 use crate::store;
-
-/// The announcement keys, whoever announces: `module.<m>.contract.announced`,
-/// `node.<n>.…`, `mesh.<c>.…`.
-const ANNOUNCEMENTS: &str = "*.*.contract.announced";
-
-/// How many of an owner's announcements are read at a time, newest first, while looking for
-/// its newest readable one (each unreadable one is skipped with a warning; the pages go on
-/// until a readable one or the owner's oldest, through the key's index).
-const PAGE: usize = 20;
 
 /// Runs one `contract` command.
 pub(crate) async fn run(global: &Global, command: &ContractCommand) -> anyhow::Result<Code> {
@@ -71,79 +60,30 @@ fn read_file(path: &Path) -> anyhow::Result<System> {
     })
 }
 
-/// The newest readable announcement of every owner in the store; an unreadable one is
-/// skipped with a warning naming its event id.
+/// The newest readable announcement of every owner in the store
+/// ([`mesh_console::announced_system`], as the console's contracts page reads it); an
+/// unreadable one is skipped with a warning naming its event id.
 async fn from_store(global: &Global, arg: &StoreArg) -> anyhow::Result<System> {
     let store = store::open(global, arg).await?;
-    let result = newest_announcements(&store).await;
+    let result = mesh_console::announced_system(&store).await;
     store.close().await;
-    Ok(System::from_timed(result?))
-}
-
-async fn newest_announcements(
-    store: &Store,
-) -> anyhow::Result<Vec<(mesh::raw::Timestamp, mesh_core::contract::ModuleContract)>> {
-    let keys = store
-        .event_counts_by_key(&EventQuery::new().pattern(ANNOUNCEMENTS))
-        .await
-        .context("listing the contract announcements")?;
-    let mut found = Vec::new();
-    for (key, _) in keys {
-        match newest_readable(store, &key).await? {
-            Some(newest) => found.push(newest),
-            None => output::note(paint(
-                WARN,
-                format!("warning: no readable announcement under {key}"),
-            )),
-        }
+    let announced = result.context("reading the contract announcements")?;
+    for skipped in &announced.skipped {
+        output::note(paint(
+            WARN,
+            format!(
+                "warning: skipping the announcement {} ({}): {}",
+                skipped.event, skipped.key, skipped.reason
+            ),
+        ));
     }
-    Ok(found)
-}
-
-/// The newest readable announcement under one key, however far back: a page of [`PAGE`] at a
-/// time, newest first, each unreadable one named in a warning.
-async fn newest_readable(
-    store: &Store,
-    key: &str,
-) -> anyhow::Result<Option<(mesh::raw::Timestamp, mesh_core::contract::ModuleContract)>> {
-    let mut query = EventQuery::new()
-        .pattern(key.to_owned())
-        .order(Order::Desc)
-        .limit(PAGE);
-    loop {
-        let events = store
-            .events(&query)
-            .await
-            .with_context(|| format!("reading the announcements {key}"))?;
-        for event in &events {
-            match announcement(event) {
-                Ok(contract) => return Ok(Some((event.time, contract))),
-                Err(error) => output::note(paint(
-                    WARN,
-                    format!(
-                        "warning: skipping the announcement {} ({}): {error:#}",
-                        event.id, &event.routing_key
-                    ),
-                )),
-            }
-        }
-        match events.last() {
-            Some(last) if events.len() == PAGE => {
-                query = query.after(last.time, last.id);
-            }
-            _ => return Ok(None),
-        }
+    for key in &announced.unreadable_keys {
+        output::note(paint(
+            WARN,
+            format!("warning: no readable announcement under {key}"),
+        ));
     }
-}
-
-fn announcement(event: &EventRecord) -> anyhow::Result<mesh_core::contract::ModuleContract> {
-    // `x-schema` is the announcement's format; absent means 1.
-    let format = event.schema.unwrap_or(1);
-    if format != CONTRACT_FORMAT {
-        anyhow::bail!("an announcement of format {format}, this version reads {CONTRACT_FORMAT}");
-    }
-    let body = event.body_json().context("the body is not JSON")?;
-    Ok(read_announcement(&event.routing_key, &body)?)
+    Ok(announced.system)
 }
 
 async fn run_export(global: &Global, args: &ContractExportArgs) -> anyhow::Result<Code> {

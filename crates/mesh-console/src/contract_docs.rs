@@ -93,12 +93,12 @@ pub fn contract_docs(system: &System, title: &str) -> String {
                     section #keys {
                         h2 { "Events" }
                         @if keys.is_empty() { p.note { "No key is emitted or handled." } }
-                        @for row in &keys { (key(system, row)) }
+                        @for row in &keys { (key_article(system, row)) }
                     }
                     section #tools {
                         h2 { "Tools" }
                         @if tools.is_empty() { p.note { "No tool is served or called." } }
-                        @for row in &tools { (tool(system, row)) }
+                        @for row in &tools { (tool_article(system, row)) }
                     }
                 }
             }
@@ -189,7 +189,9 @@ fn schema(label: &str, schema: Option<&Value>) -> Markup {
     }
 }
 
-fn key(system: &System, row: &KeyRow) -> Markup {
+/// A key's article: versions, emitters, handlers and each one's schema (also the console's
+/// `/contracts`).
+pub(crate) fn key_article(system: &System, row: &KeyRow) -> Markup {
     let versions: BTreeSet<u32> = row
         .emitters
         .iter()
@@ -271,7 +273,9 @@ fn handler_schema<'a>(
         .as_ref()
 }
 
-fn tool(system: &System, row: &ToolRow) -> Markup {
+/// A tool's article: servers, callers, its schemas and errors (also the console's
+/// `/contracts`).
+pub(crate) fn tool_article(system: &System, row: &ToolRow) -> Markup {
     // The schemas its servers declare, else those its callers expect.
     let declared = row
         .servers

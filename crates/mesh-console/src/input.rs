@@ -3,7 +3,7 @@
 
 use std::str::FromStr;
 
-use mesh_audit::DeadLetterId;
+use mesh_audit::{DeadLetterId, MAX_BODY_SEARCH};
 use mesh_core::{DeadReason, EventId, Timestamp, TopicPattern};
 
 use crate::respond::{bad, shown, Fail};
@@ -35,6 +35,24 @@ pub(crate) fn time(name: &str, text: &str) -> Result<Timestamp, Fail> {
                 shown(text)
             ))
         })
+}
+
+/// Words to find in events' bodies: any text of at most [`MAX_BODY_SEARCH`] characters holding
+/// a letter or a digit (the store searches it literally, whatever else it holds).
+pub(crate) fn body(text: &str) -> Result<String, Fail> {
+    if text.chars().count() > MAX_BODY_SEARCH {
+        return Err(bad(format!(
+            "body: `{}` is longer than {MAX_BODY_SEARCH} characters",
+            shown(text)
+        )));
+    }
+    if !text.chars().any(char::is_alphanumeric) {
+        return Err(bad(format!(
+            "body: `{}` holds no word to search for (a letter or a digit)",
+            shown(text)
+        )));
+    }
+    Ok(text.to_owned())
 }
 
 pub(crate) fn event_id(name: &str, text: &str) -> Result<EventId, Fail> {

@@ -13,8 +13,8 @@
 //!   store's counts, events of the last hour by key prefix and by source (bar
 //!   charts in inline SVG), the module queues (depth, consumers, retrying, pending dead
 //!   letters) and the audit loggers' readiness, and the dead letters pending per queue;
-//! - `/events?key=&source=&since=&until=&id=&order=&limit=&after=`: the event search, with
-//!   the number of matches, times as RFC 3339 or back from now (`2h`) with presets, a page
+//! - `/events?key=&source=&body=&since=&until=&id=&order=&limit=&after=`: the event search,
+//!   words in the body found through the store's full-text index, with the number of matches, times as RFC 3339 or back from now (`2h`) with presets, a page
 //!   size, and a keyset pagination (`after` is the id of the last event of the page before);
 //!   a pattern no index serves (`*.*.paid`) is searched a bounded walk
 //!   ([`Console::search_reads`]) at a time, for at most [`Console::search_budget`] a page, and
@@ -32,6 +32,9 @@
 //! - `/map?since=&until=`: the system map, emitters → keys → receiving module queues, and
 //!   module → module (an edge when one module's events reached another's queues, weighted by
 //!   those events);
+//! - `/contracts`: the contracts the modules announced (the newest of each, from the store):
+//!   per key its schemas, versions, emitters and readers, per tool its schemas, servers and
+//!   callers, as `mesh contract docs` shows them ([`announced_system`]);
 //! - `/modules/{queue}`: a module queue, and `/replay` (confirmation on `GET`, the action on
 //!   `POST`): stored events re-published into that queue only ([`Store::replay`](mesh_audit::Store::replay)).
 //!
@@ -79,6 +82,7 @@ mod auth;
 mod broker;
 mod console;
 mod contract_docs;
+mod contracts;
 mod headers;
 mod input;
 mod live;
@@ -99,6 +103,7 @@ use tokio_util::sync::CancellationToken;
 pub use auth::{TokenError, Tokens, MIN_TOKEN_LEN};
 pub use console::{Console, DEFAULT_SEARCH_BUDGET, DEFAULT_SEARCH_READS};
 pub use contract_docs::{contract_docs, DEFAULT_DOCS_TITLE};
+pub use contracts::{announced_system, Announced, Skipped, ANNOUNCEMENTS};
 
 /// The default address: loopback only.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8642";

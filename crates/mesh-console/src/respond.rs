@@ -33,6 +33,7 @@ fn layout(title: &str, body: &Markup) -> Markup {
                     a href="/dead" { "Dead letters" }
                     a href="/live" { "Live" }
                     a href="/map" { "System map" }
+                    a href="/contracts" { "Contracts" }
                 }
                 main { (*body) }
             }

@@ -7,7 +7,7 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::console::Console;
-use crate::{assets, headers, live, map, pages, search};
+use crate::{assets, contracts, headers, live, map, pages, search};
 
 impl Console {
     /// The application.
@@ -30,6 +30,7 @@ impl Console {
             .route("/live", get(live::live))
             .route("/live/stream", get(live::stream))
             .route("/map", get(map::map))
+            .route("/contracts", get(contracts::contracts))
             .route("/modules/{queue}", get(map::module))
             .route("/replay", get(map::replay_confirm).post(map::replay))
             .fallback(pages::not_found)

@@ -1,6 +1,8 @@
-//! `/events`: the event search. A form (key pattern, source, a time range as RFC 3339 or as a
-//! duration back from now, `2h`, with presets; an id; the order and the page size), the
-//! number of matching events, and a page of them with a keyset cursor to the next.
+//! `/events`: the event search. A form (key pattern, source, words in the body, a time range
+//! as RFC 3339 or as a duration back from now, `2h`, with presets; an id; the order and the
+//! page size), the number of matching events, and a page of them with a keyset cursor to the
+//! next. Words in the body are found through the store's full-text index (decision 0030):
+//! a phrase of whole words, case ignored, the text taken literally.
 //!
 //! A pattern no index serves (`*.*.order.special`) is matched on each event read. The page
 //! reads walks of [`Console::search_reads`] events until it is full, the store is searched,
@@ -19,7 +21,7 @@ use maud::{html, Markup};
 use mesh_audit::{EventQuery, EventRecord, Order};
 use mesh_core::EventId;
 
-use crate::input::{event_id, pattern, time};
+use crate::input::{body, event_id, pattern, time};
 use crate::params::{link, under, Params};
 use crate::respond::{bad, page, page_with_status, shown, unavailable, Fail, Page, Shared};
 use crate::{when, Console};
@@ -56,6 +58,9 @@ fn asked(p: &Params) -> Result<Asked, Fail> {
     }
     if let Some(source) = p.get("source").filter(|s| !s.is_empty()) {
         query = query.source(source);
+    }
+    if let Some(text) = p.get("body").filter(|b| !b.trim().is_empty()) {
+        query = query.body(body(text)?);
     }
     if let Some(since) = p.get("since").filter(|s| !s.is_empty()) {
         query = query.since(time("since", since)?);
@@ -216,7 +221,7 @@ pub(crate) async fn events(State(c): Shared, RawQuery(raw): RawQuery) -> Page {
 fn form(p: &Params, order: Order, limit: usize) -> Markup {
     let value = |name: &str| p.get(name).unwrap_or_default().to_owned();
     let preset = |since: &str| {
-        let mut pairs: Vec<(&str, &str)> = ["key", "source", "order", "limit"]
+        let mut pairs: Vec<(&str, &str)> = ["key", "source", "body", "order", "limit"]
             .into_iter()
             .filter_map(|k| p.get(k).map(|v| (k, v)))
             .collect();
@@ -227,6 +232,7 @@ fn form(p: &Params, order: Order, limit: usize) -> Markup {
         form.search method="get" action="/events" {
             input name="key" placeholder="key pattern (module.billing.#)" value=(value("key"));
             input name="source" placeholder="source" value=(value("source"));
+            input name="body" placeholder="words in the body" value=(value("body"));
             input name="since" placeholder="since (2h, or RFC 3339)" value=(value("since"));
             input name="until" placeholder="until (10m, or RFC 3339)" value=(value("until"));
             input name="id" placeholder="event id" value=(value("id"));
@@ -256,10 +262,11 @@ fn form(p: &Params, order: Order, limit: usize) -> Markup {
 fn listing(p: &Params, r: &Results, total: Option<u64>) -> Markup {
     let next = r.after.map(|after| {
         let after = after.to_string();
-        let mut pairs: Vec<(&str, &str)> = ["key", "source", "since", "until", "order", "limit"]
-            .into_iter()
-            .filter_map(|k| p.get(k).map(|v| (k, v)))
-            .collect();
+        let mut pairs: Vec<(&str, &str)> =
+            ["key", "source", "body", "since", "until", "order", "limit"]
+                .into_iter()
+                .filter_map(|k| p.get(k).map(|v| (k, v)))
+                .collect();
         pairs.push(("after", &after));
         link("/events", pairs)
     });

@@ -1,7 +1,9 @@
 //! The event search as an operator uses it: the count of matches equals the store's (an
 //! exact key and a pattern), times back from now (`2h`) and their presets, a page size, a bad
-//! time shown inline with the form kept, and, in headless Chromium, a wildcard search no index
-//! serves whose 37 matches lie behind 100,000 newer events, shown without a click.
+//! time shown inline with the form kept, in headless Chromium a search by a value only in an
+//! event's body (any text typed there is a literal search, never an error), and a wildcard
+//! search no index serves whose 37 matches lie behind 100,000 newer events, shown without a
+//! click.
 //!
 //! Chromium and chromedriver must be installed (`bash scripts/prepare-tests.sh` installs
 //! them); the browser tests fail, never skip, without them.
@@ -123,6 +125,77 @@ async fn a_bad_time_is_shown_with_the_form_as_typed() -> anyhow::Result<()> {
     let (status, _) = get(&format!("{}/events?since=yesterday", served.base)).await?;
     assert_eq!(status, 400);
     browser.close().await
+}
+
+#[tokio::test]
+async fn a_body_search_finds_an_event_by_a_value_only_in_its_body() -> anyhow::Result<()> {
+    let seed = seeded().await?;
+    let (wanted, message) = event(
+        "module.shop.order.placed",
+        "shop",
+        at(300),
+        None,
+        br#"{"order":"ord-7f3a9c","lines":[{"sku":"Kettle Blue","qty":2}]}"#,
+    );
+    seed.store.record_events(&[message]).await?;
+    let served = serve(Console::new(seed.store.clone())).await?;
+    let browser = Browser::start().await?;
+    browser.open(&format!("{}/events", served.base)).await?;
+    browser.type_into("input[name=body]", "ORD-7f3a9c").await?;
+    browser.click("form.search button[type=submit]").await?;
+    let b = &browser;
+    let found = browser
+        .wait_until(
+            "the event found by its body",
+            common::browser::WAIT,
+            || async {
+                let ids = b.texts("table.events a.event").await.ok()?;
+                (!ids.is_empty()).then_some(ids)
+            },
+        )
+        .await?;
+    assert_eq!(found, [wanted.to_string()]);
+    assert_eq!(browser.text("span.matches").await?, "1");
+    assert_eq!(
+        browser.attrs("input[name=body]", "value").await?,
+        ["ORD-7f3a9c"]
+    );
+    browser.screenshot("events-body-search").await?;
+    browser.close().await?;
+
+    // A phrase: both words, in order; a part of a word finds nothing.
+    for (text, expected) in [("kettle blue", 1), ("blue kettle", 0), ("7f3a", 0)] {
+        let query = form_urlencoded::Serializer::new(String::new())
+            .append_pair("body", text)
+            .finish();
+        let (status, html) = get(&format!("{}/events?{query}", served.base)).await?;
+        assert_eq!(status, 200, "{text}: {html}");
+        assert_eq!(shown_count(&html), Some(expected), "{text}");
+    }
+    // Query syntax of either database is searched literally: a page, never an error.
+    for text in [
+        "\"ord",
+        "NEAR(ord",
+        "ord*",
+        "body:ord",
+        "ord\" OR \"x",
+        "a & !b | c <-> d",
+        "^ord",
+        "\0ord",
+    ] {
+        let query = form_urlencoded::Serializer::new(String::new())
+            .append_pair("body", text)
+            .finish();
+        let (status, html) = get(&format!("{}/events?{query}", served.base)).await?;
+        assert_eq!(status, 200, "{text:?}: {html}");
+        assert!(shown_count(&html).is_some(), "{text:?}: {html}");
+    }
+    // No word at all: said inline, the form kept.
+    let (status, html) = get(&format!("{}/events?body=%22%2A%28", served.base)).await?;
+    assert_eq!(status, 400, "{html}");
+    assert!(html.contains("holds no word to search for"), "{html}");
+    assert!(html.contains("value=\"&quot;*(\""), "{html}");
+    Ok(())
 }
 
 /// 100,000 events of the seeded keys, all newer than the 37 `module.shop.order.special`

@@ -6,6 +6,7 @@
 //! them and changes nothing). The SQL is shared ([`sql`]); only casts and
 //! select lists differ.
 
+mod body;
 mod connect;
 mod hint;
 mod rows;
@@ -32,8 +33,14 @@ pub(crate) use rows::{now_text, DeadRow, EventRow};
 use sql::{Cursor, Dialect, POSTGRES, SQLITE};
 use walk::Walk;
 
+pub use body::MAX_BODY_SEARCH;
+
 /// Ids per `IN (…)` list.
 const IDS_PER_STATEMENT: usize = 500;
+
+/// The most stored routing keys a wildcard pattern is resolved to (`Store::resolved`); a
+/// store holding more walks the events instead, matching each.
+const MAX_RESOLVED_KEYS: usize = 1_000;
 
 /// Runs `$body` with `$pool` bound to the concrete pool and `$d` to its [`Dialect`]: the body
 /// is compiled once per backend, so each gets its own placeholders (`?` or `$n`) and types.
@@ -154,6 +161,8 @@ impl Store {
     /// the cursor to go on from: a search page whose pattern no index serves reads a bounded
     /// number of rows, however few of them match.
     pub async fn search(&self, query: &EventQuery) -> Result<Found, Error> {
+        let resolved = self.resolved(query).await?;
+        let query = resolved.as_ref().unwrap_or(query);
         let mut walk = Walk::new(query)?;
         while walk.more() {
             let (cursor, page) = (walk.cursor.clone(), walk.page_size());
@@ -226,15 +235,43 @@ impl Store {
         row.map(event_record).transpose()
     }
 
+    /// `query` with its pattern resolved to the stored keys it matches, when it has a
+    /// wildcard and the store holds at most [`MAX_RESOLVED_KEYS`] keys: SQL then selects
+    /// exactly the matching events through the key index, where it could only narrow them by
+    /// the pattern's literal prefix (and not at all for `*.*.paid`), so a pattern matching
+    /// few events finds them without reading the others. `None`: the query as it is.
+    async fn resolved(&self, query: &EventQuery) -> Result<Option<EventQuery>, Error> {
+        let Some(pattern) = query.pattern.as_deref() else {
+            return Ok(None);
+        };
+        if query.keys.is_some() || sql::key_prefilter(pattern).is_exact() {
+            return Ok(None);
+        }
+        let keys = self.keys_at_most(MAX_RESOLVED_KEYS).await?;
+        Ok(keys.map(|keys| {
+            let mut query = query.clone();
+            query.keys = Some(
+                keys.into_iter()
+                    .filter(|key| sql::key_passes(Some(pattern), key))
+                    .collect(),
+            );
+            query
+        }))
+    }
+
     /// How many events match `query` (its limit and order aside).
     pub async fn count_events(&self, query: &EventQuery) -> Result<u64, Error> {
+        let resolved = self.resolved(query).await?;
+        let query = resolved.as_ref().unwrap_or(query);
         match query.pattern.as_deref() {
-            Some(pattern) if !sql::key_prefilter(pattern).is_exact() => Ok(self
-                .event_counts_by_key(query)
-                .await?
-                .into_iter()
-                .map(|(_, n)| n)
-                .sum()),
+            Some(pattern) if query.keys.is_none() && !sql::key_prefilter(pattern).is_exact() => {
+                Ok(self
+                    .event_counts_by_key(query)
+                    .await?
+                    .into_iter()
+                    .map(|(_, n)| n)
+                    .sum())
+            }
             _ => {
                 let count: i64 = with_pool!(self, |pool, d| {
                     let mut qb = QueryBuilder::new("SELECT count(*) FROM events");
@@ -249,11 +286,54 @@ impl Store {
         }
     }
 
+    /// The routing keys of the stored events that `pattern` matches (every key when `None`),
+    /// by key. Skips through the key index, one probe per key stored, whatever the number
+    /// of events (where [`Store::event_counts_by_key`] reads them all).
+    pub async fn routing_keys(&self, pattern: Option<&str>) -> Result<Vec<String>, Error> {
+        let keys = self.keys_up_to(None).await?;
+        Ok(keys
+            .into_iter()
+            .filter(|key| sql::key_passes(pattern, key))
+            .collect())
+    }
+
+    /// Every stored routing key, by key, unless there are more than `most`.
+    async fn keys_at_most(&self, most: usize) -> Result<Option<Vec<String>>, Error> {
+        let keys = self.keys_up_to(Some(most + 1)).await?;
+        Ok((keys.len() <= most).then_some(keys))
+    }
+
+    /// The stored routing keys, by key, the first `limit` of them.
+    async fn keys_up_to(&self, limit: Option<usize>) -> Result<Vec<String>, Error> {
+        let limit = limit.map_or(String::new(), |n| format!(" LIMIT {n}"));
+        let keys: Vec<String> = with_pool!(self, |pool, d| {
+            let next = |after: &str| {
+                format!(
+                    "(SELECT routing_key FROM events {after} ORDER BY routing_key{} LIMIT 1)",
+                    d.key_order
+                )
+            };
+            let sql = format!(
+                "WITH RECURSIVE k (key) AS (SELECT {} UNION ALL SELECT {} FROM k \
+                 WHERE k.key IS NOT NULL) SELECT key FROM k WHERE key IS NOT NULL{limit}",
+                next(""),
+                next(&format!("WHERE routing_key {} k.key", d.key_after)),
+            );
+            sqlx::query_scalar(&sql)
+                .fetch_all(pool)
+                .await
+                .map_err(|e| Error::database("listing routing keys", e))?
+        });
+        Ok(keys)
+    }
+
     /// How many events match `query`, per routing key, by key.
     pub async fn event_counts_by_key(
         &self,
         query: &EventQuery,
     ) -> Result<Vec<(String, u64)>, Error> {
+        let resolved = self.resolved(query).await?;
+        let query = resolved.as_ref().unwrap_or(query);
         let rows: Vec<(String, i64)> = with_pool!(self, |pool, d| {
             let mut qb = QueryBuilder::new("SELECT routing_key, count(*) FROM events");
             sql::push_event_filters(&mut qb, d, query)?;
@@ -376,7 +456,7 @@ impl Store {
                     "SELECT {} FROM event_conflicts",
                     d.conflict_columns
                 ));
-                sql::push_event_filters(&mut qb, d, query)?;
+                sql::push_conflict_filters(&mut qb, d, query)?;
                 sql::push_page(&mut qb, d, "time", query.order, cursor.as_ref(), page);
                 qb.build_query_as()
                     .fetch_all(pool)

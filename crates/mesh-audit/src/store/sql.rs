@@ -7,6 +7,7 @@
 use mesh_core::topic_matches;
 use sqlx::{Database, Encode, QueryBuilder, Type};
 
+use super::body::{self, BodyMatch};
 use crate::convert::time_to_text;
 use crate::error::Error;
 use crate::record::{DeadLetterQuery, EventQuery, Order};
@@ -39,6 +40,12 @@ pub(crate) struct Dialect {
     pub(crate) partitioned: bool,
     /// What ends an insert into `events` (see `write::insert_events`).
     pub(crate) on_conflict: &'static str,
+    /// How an event's body is searched (its full-text index).
+    pub(crate) body_match: &'static BodyMatch,
+    /// The comparison and the order the routing-key index is in (`text_pattern_ops` on
+    /// PostgreSQL: bytewise, whatever the database's collation).
+    pub(crate) key_after: &'static str,
+    pub(crate) key_order: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -58,6 +65,9 @@ pub(crate) const SQLITE: Dialect = Dialect {
     minute: "minute",
     partitioned: false,
     on_conflict: " ON CONFLICT (id) DO NOTHING",
+    body_match: &body::SQLITE,
+    key_after: ">",
+    key_order: "",
 };
 
 /// `to_char` in the stored time format, in UTC whatever the session's time zone.
@@ -106,6 +116,9 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     partitioned: true,
     // `event_ids` decided which rows are new: the insert into `events` cannot conflict.
     on_conflict: "",
+    body_match: &body::POSTGRES,
+    key_after: "~>~",
+    key_order: " USING ~<~",
 };
 
 /// Rows per `INSERT` statement, at most: a power of two (see [`statement_chunks`]). The
@@ -196,7 +209,8 @@ pub(crate) struct Cursor {
     pub(crate) id: String,
 }
 
-/// ` WHERE …` for an event query (the pattern as its prefilter only).
+/// ` WHERE …` for an event query (the pattern as its prefilter only), over `events` (a body
+/// search needs its index; see [`push_conflict_filters`]).
 pub(crate) fn push_event_filters<'a, DB>(
     qb: &mut QueryBuilder<'a, DB>,
     d: &Dialect,
@@ -207,7 +221,18 @@ where
     String: Encode<'a, DB> + Type<DB>,
 {
     qb.push(" WHERE 1 = 1");
-    if let Some(pattern) = &query.pattern {
+    if let Some(keys) = &query.keys {
+        if keys.is_empty() {
+            qb.push(" AND 1 = 0");
+        } else {
+            qb.push(" AND routing_key IN (");
+            let mut list = qb.separated(", ");
+            for key in keys {
+                list.push_bind(key.clone());
+            }
+            qb.push(")");
+        }
+    } else if let Some(pattern) = &query.pattern {
         match key_prefilter(pattern) {
             KeyPrefilter::Exact(key) => {
                 qb.push(" AND routing_key = ").push_bind(key);
@@ -245,7 +270,32 @@ where
             .push_bind(time_to_text(until)?)
             .push(d.time);
     }
+    if let Some(text) = &query.body {
+        let m = d.body_match;
+        qb.push(m.before)
+            .push_bind((m.phrase)(body::checked(text)?))
+            .push(m.after);
+    }
     Ok(())
+}
+
+/// ` WHERE …` for an event query over `event_conflicts`, which has no body index: a body
+/// search is refused.
+pub(crate) fn push_conflict_filters<'a, DB>(
+    qb: &mut QueryBuilder<'a, DB>,
+    d: &Dialect,
+    query: &EventQuery,
+) -> Result<(), Error>
+where
+    DB: Database,
+    String: Encode<'a, DB> + Type<DB>,
+{
+    if query.body.is_some() {
+        return Err(Error::options(
+            "a body search covers the stored events, not the id conflicts",
+        ));
+    }
+    push_event_filters(qb, d, query)
 }
 
 /// ` WHERE …` for a dead-letter query.

@@ -38,10 +38,12 @@ pub(crate) struct Walk<'q, R> {
 
 impl<'q, R> Walk<'q, R> {
     pub(crate) fn new(query: &'q EventQuery) -> Result<Walk<'q, R>, Error> {
-        let exact = query
-            .pattern
-            .as_deref()
-            .is_none_or(|p| sql::key_prefilter(p).is_exact());
+        // SQL decides the pattern alone: none, an exact key, or one resolved to stored keys.
+        let exact = query.keys.is_some()
+            || query
+                .pattern
+                .as_deref()
+                .is_none_or(|p| sql::key_prefilter(p).is_exact());
         // The page before ended on this event: start after it.
         let cursor = query
             .after

@@ -59,6 +59,11 @@ fn key(n: u64) -> (String, String) {
     )
 }
 
+/// The order number in event `n`'s body: a value in that body only.
+fn order(n: u64) -> String {
+    format!("ord-{n:08x}")
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     tokio::runtime::Builder::new_multi_thread()
@@ -164,12 +169,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
             format!("/events?{}", encode(&[("id", &probes.id.to_string())])),
         ),
         (
-            "events, wildcard `*.*.thing2.#` (no index)",
+            "events, wildcard `*.*.thing2.#` (1 in 5 keys)",
             format!("/events?{}", encode(&[("key", "*.*.thing2.#")])),
         ),
         (
-            "events, wildcard matching none (a page reads 10,000 rows at most)",
+            "events, wildcard `*.*.nothing.#` matching none",
             format!("/events?{}", encode(&[("key", "*.*.nothing.#")])),
+        ),
+        (
+            "events, body search: a value in one event's body",
+            format!("/events?{}", encode(&[("body", &order(args.events / 3))])),
+        ),
+        (
+            "events, body search and a key prefix",
+            format!(
+                "/events?{}",
+                encode(&[("body", &order(args.events / 3)), ("key", "module.#")])
+            ),
         ),
         (
             "events, newest first, a page nine tenths down (keyset)",
@@ -188,6 +204,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             ),
         ),
         ("system map, last day", "/map".to_owned()),
+        (
+            "contracts (the announcement keys, by the key index)",
+            "/contracts".to_owned(),
+        ),
     ];
     println!("| page | median | p95 | slowest |\n|---|---:|---:|---:|");
     for (name, path) in pages {
@@ -211,6 +231,68 @@ async fn run(args: Args) -> anyhow::Result<()> {
         };
         println!(
             "| {name} | {:.1} ms | {:.1} ms | {:.1} ms |",
+            ms(at(0.5)),
+            ms(at(0.95)),
+            ms(times[times.len() - 1])
+        );
+    }
+    // A search no index serves, as the operator sees it: the page, then each walk the page's
+    // script follows by itself (`a.next.auto`), until the page is full or the store searched.
+    println!(
+        "\n| search, until its first full page or the whole store searched | median | p95 | slowest | requests |\n|---|---:|---:|---:|---:|"
+    );
+    for (name, pattern) in [
+        ("wildcard `*.*.thing2.#` (1 in 5 keys)", "*.*.thing2.#"),
+        ("wildcard `*.*.nothing.#` (matching none)", "*.*.nothing.#"),
+        (
+            "wildcard `module.*.thing4.#` (1 in 5 keys)",
+            "module.*.thing4.#",
+        ),
+    ] {
+        let first = format!(
+            "{base}/events?{}",
+            encode(&[("key", pattern), ("limit", "50")])
+        );
+        let mut times = Vec::with_capacity(args.requests);
+        let mut requests = 0;
+        for round in 0..=args.requests {
+            let start = Instant::now();
+            let (mut url, mut rows, mut n) = (first.clone(), 0, 0);
+            loop {
+                let response = client.get(&url).send().await?;
+                let status = response.status();
+                let html = response.text().await?;
+                anyhow::ensure!(status == 200, "{name}: {status}: {html}");
+                n += 1;
+                rows += html.matches("<tr class=\"event\">").count();
+                // The link the script follows: `<a class="next auto" rel="next" href=…>`.
+                let marker = "rel=\"next\" href=\"";
+                let auto = html.find(marker).and_then(|at| {
+                    let tag = &html[html[..at].rfind('<')?..at];
+                    let rest = &html[at + marker.len()..];
+                    tag.contains("auto")
+                        .then(|| rest.split('"').next())
+                        .flatten()
+                });
+                match auto {
+                    Some(next) if rows < 50 => {
+                        url = format!("{base}{}", next.replace("&amp;", "&"))
+                    }
+                    _ => break,
+                }
+            }
+            if round > 0 {
+                times.push(start.elapsed());
+                requests = n;
+            }
+        }
+        times.sort();
+        let at = |q: f64| {
+            let i = ((times.len() as f64 - 1.0) * q).round() as usize;
+            times[i.min(times.len() - 1)]
+        };
+        println!(
+            "| {name} | {:.1} ms | {:.1} ms | {:.1} ms | {requests} |",
             ms(at(0.5)),
             ms(at(0.95)),
             ms(times[times.len() - 1])
@@ -274,7 +356,10 @@ async fn seed(store: &Store, args: &Args) -> anyhow::Result<Probes> {
             causation_id: cause.map(|c| c.to_string()),
             schema: None,
             extra_headers: Headers::new(),
-            body: Bytes::from(format!(r#"{{"n":{n},"note":"seeded"}}"#)),
+            body: Bytes::from(format!(
+                r#"{{"n":{n},"order":"{}","note":"seeded"}}"#,
+                order(n)
+            )),
         });
         if (dead_messages.len() as u64) < args.dead
             && n % (args.events / args.dead.max(1)).max(1) == 0

@@ -33,12 +33,13 @@ pub(crate) struct ConsoleArgs {
 
 pub(super) const CONSOLE_HELP: &str = "\
 Pages: / (overview), /events (search), /events/ID, /dead (groups), /dead/ID, /live (a live
-tail), /map (the system map), /modules/QUEUE (a module queue, and its replay). A re-drive, a
-replay or a purge asks for confirmation, then for the token; it is refused (403) without a
-valid token, or from another origin than the console's own. Without a token, no action is
-offered. The broker (--url) serves re-drive, replay and the live tail; its management API
-(--management-url, else the broker's first host on port 15672) the queues and the map's
-receivers: a console that reaches neither still shows the store.
+tail), /map (the system map), /contracts (the announced contracts), /modules/QUEUE (a module
+queue, and its replay). A re-drive, a replay or a purge asks for confirmation, then for the
+token; it is refused (403) without a valid token, or from another origin than the console's
+own. Without a token, no action is offered. The broker (--url) serves re-drive, replay and
+the live tail; its management API (--management-url, else the broker's first host on port
+15672) the queues and the map's receivers: a console that reaches neither still shows the
+store.
 
 Examples:
   mesh console --read-only
