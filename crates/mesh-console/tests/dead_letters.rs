@@ -269,3 +269,143 @@ async fn a_thousand_dead_letters_are_redriven_through_select_all_with_progress(
     assert_eq!(twice.redrive_count, 2, "the one asked for again");
     Ok(())
 }
+
+/// A batch's JSON report: (re-driven, refused errors, next cursor, done).
+fn report(json: &str) -> anyhow::Result<(u64, Vec<String>, Option<String>, bool)> {
+    let value: serde_json::Value = serde_json::from_str(json)?;
+    let failed = value["failed"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .map(|f| f["error"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((
+        value["redriven"].as_u64().unwrap_or(u64::MAX),
+        failed,
+        value["next"].as_str().map(str::to_owned),
+        value["done"].as_bool().unwrap_or(false),
+    ))
+}
+
+/// Batches take the refusals of a single re-drive: an untrusted dead letter is refused
+/// without the override and goes with it; a read-only console refuses every batch.
+#[tokio::test]
+async fn batches_refuse_untrusted_dead_letters_without_the_override() -> anyhow::Result<()> {
+    let vhost = TestVhost::create("console-dead-batches").await?;
+    let url = vhost.url();
+    let management = mesh::amqp::management_options(&url.parse::<AmqpOptions>()?)
+        .expect("an address to derive the API from");
+    let api = ManagementClient::new(&management)?;
+    api.put_queue(vhost.name(), QUEUE, true, &serde_json::Map::new())
+        .await?;
+    let temp = TempStore::sqlite();
+    let store = Store::open(temp.url().parse::<StoreOptions>()?).await?;
+    store.record_dead_letters(&dead_letters(3, QUEUE)).await?;
+    // Published by umami's user, naming billing's queue: untrusted.
+    let (_, message) = event("module.shop.order.placed", "shop", at(10), None, b"{}");
+    let mut forged = dead_at(&message, QUEUE, at(3000));
+    forged.properties.user_id = Some("module.umami".into());
+    store
+        .record_dead_letters_judged(&[forged], Some(""))
+        .await?;
+    let served = serve(
+        Console::new(store.clone())
+            .transport(transport(&url).await?)
+            .tokens(tokens()),
+    )
+    .await?;
+    let base = &served.base;
+    let origin = [("origin", base.as_str())];
+
+    // The confirmation offers the override.
+    let (status, html) = get(&format!("{base}/dead/redrive?queue={QUEUE}")).await?;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("Re-drive 3 dead letter(s)?"), "{html}");
+    assert!(html.contains("1 untrusted"), "{html}");
+
+    // Batches of 2 without it: the untrusted one refused, the three others re-driven.
+    let form = |after: Option<&str>, strip: bool| {
+        let mut form = vec![("queue", QUEUE), ("batch", "2"), ("token", TOKEN)];
+        if let Some(after) = after {
+            form.push(("after", after));
+        }
+        if strip {
+            form.push(("strip_untrusted_claims", "yes"));
+        }
+        form.into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect::<Vec<_>>()
+    };
+    let (mut redriven, mut refused, mut after) = (0, Vec::new(), None::<String>);
+    for round in 0.. {
+        assert!(round < 5, "the batches end");
+        let fields = form(after.as_deref(), false);
+        let fields: Vec<(&str, &str)> = fields
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let (status, body) = post(&format!("{base}/dead/redrive"), &fields, &origin).await?;
+        assert_eq!(status, 200, "{body}");
+        let (n, failed, next, done) = report(&body)?;
+        redriven += n;
+        refused.extend(failed);
+        if done {
+            break;
+        }
+        after = next;
+    }
+    assert_eq!(redriven, 3);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].contains("x-mesh-* claims stripped"),
+        "{refused:?}"
+    );
+
+    // With the override, the untrusted one goes (its claims stripped).
+    let fields = form(None, true);
+    let fields: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let (status, body) = post(&format!("{base}/dead/redrive"), &fields, &origin).await?;
+    assert_eq!(status, 200, "{body}");
+    let (n, failed, _, done) = report(&body)?;
+    assert_eq!((n, failed.len(), done), (1, 0, true), "{body}");
+    assert_eq!(
+        store
+            .count_dead_letters(&DeadLetterQuery::new().redriven(false))
+            .await?,
+        0
+    );
+
+    // Read-only: every batch refused, nothing re-driven.
+    let read_only = serve(
+        Console::new(store.clone())
+            .transport(transport(&url).await?)
+            .tokens(tokens())
+            .read_only(true),
+    )
+    .await?;
+    let (status, html) = post(
+        &format!("{}/dead/redrive", read_only.base),
+        &[
+            ("queue", QUEUE),
+            ("batch", "2"),
+            ("again", "yes"),
+            ("token", TOKEN),
+        ],
+        &[("origin", read_only.base.as_str())],
+    )
+    .await?;
+    assert_eq!(status, 403, "{html}");
+    assert!(html.contains("read-only"), "{html}");
+    eventually(COUNTED, "4 messages counted on the queue", || {
+        let api = api.clone();
+        let vhost = vhost.name().to_owned();
+        async move { (counted(&api, &vhost, QUEUE).await == Some(4)).then_some(()) }
+    })
+    .await;
+    Ok(())
+}
