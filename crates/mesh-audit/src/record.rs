@@ -321,6 +321,7 @@ pub struct DeadLetterQuery {
     pub(crate) redriven: Option<bool>,
     pub(crate) limit: usize,
     pub(crate) order: Order,
+    pub(crate) after: Option<(Timestamp, DeadLetterId)>,
 }
 
 impl Default for DeadLetterQuery {
@@ -334,6 +335,7 @@ impl Default for DeadLetterQuery {
             redriven: None,
             limit: DEFAULT_LIMIT,
             order: Order::Desc,
+            after: None,
         }
     }
 }
@@ -389,6 +391,22 @@ impl DeadLetterQuery {
     /// The order by the time they were set aside.
     pub fn order(mut self, order: Order) -> Self {
         self.order = order;
+        self
+    }
+
+    /// Only those after the dead letter set aside at `time` with id `id`, in the query's
+    /// order: a keyset cursor, so paging never skips nor repeats a dead letter, however many
+    /// arrive meanwhile. Lists and re-drives ([`crate::Redrive::Matching`]) honour it;
+    /// counts, groups and purges ignore it, as they ignore the limit.
+    ///
+    /// ```
+    /// # use mesh_audit::{DeadLetterQuery, Order};
+    /// # fn next(last: &mesh_audit::DeadLetterRecord) -> DeadLetterQuery {
+    /// DeadLetterQuery::new().order(Order::Asc).limit(50).after(last.dead_at, last.id)
+    /// # }
+    /// ```
+    pub fn after(mut self, time: Timestamp, id: DeadLetterId) -> Self {
+        self.after = Some((time, id));
         self
     }
 }

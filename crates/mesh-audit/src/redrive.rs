@@ -39,13 +39,20 @@
 //! A dead letter re-driven before is not sent again by the bulk forms (which take only those
 //! not re-driven yet), nor when named by id ([`Redrive::One`] fails with
 //! [`ErrorKind::AlreadyRedriven`]), unless a second re-drive is asked for as such
-//! ([`Redrive::Again`]); each re-drive adds one to the row's count.
+//! ([`Redrive::Again`], or [`RedriveOptions::again`] for any form); each re-drive adds one to
+//! the row's count.
+//!
+//! A large set goes in batches: [`Redrive::Matching`] with a limit, each batch's query
+//! [`after`](DeadLetterQuery::after) the last dead letter of the one before
+//! ([`RedriveReport::last`]), so a dead letter refused or failed is not tried again and none
+//! is skipped.
 
 use mesh_core::text::EscapedDisplay;
 use std::time::Duration;
 
 use mesh_core::{
-    codec, naming, HeaderValue, Properties, PublishOptions, Target, Transport, WireMessage,
+    codec, naming, HeaderValue, Properties, PublishOptions, Target, Timestamp, Transport,
+    WireMessage,
 };
 use tracing::{info, warn};
 
@@ -80,6 +87,10 @@ pub struct RedriveOptions {
     /// every `x-mesh-*` header removed (default false: they are refused with
     /// [`ErrorKind::Untrusted`]).
     pub strip_untrusted_claims: bool,
+    /// Re-drive those re-driven before too (default false: [`Redrive::One`] fails with
+    /// [`ErrorKind::AlreadyRedriven`] and the bulk forms take only those not re-driven yet,
+    /// unless their query says otherwise). Each is handed to its consumer once more.
+    pub again: bool,
 }
 
 impl RedriveOptions {
@@ -91,6 +102,12 @@ impl RedriveOptions {
     /// Whether untrusted dead letters are re-driven with their claims stripped.
     pub fn strip_untrusted_claims(mut self, yes: bool) -> RedriveOptions {
         self.strip_untrusted_claims = yes;
+        self
+    }
+
+    /// Whether dead letters re-driven before go again ([`RedriveOptions::again`]).
+    pub fn again(mut self, yes: bool) -> RedriveOptions {
+        self.again = yes;
         self
     }
 }
@@ -121,6 +138,10 @@ pub struct RedriveReport {
     /// re-driven before ([`ErrorKind::AlreadyRedriven`]), unroutable or not confirmed
     /// ([`ErrorKind::Transport`]).
     pub failed: Vec<(DeadLetterId, Error)>,
+    /// The last dead letter the re-drive went through (re-driven or not), as the time it was
+    /// set aside and its id: where a re-drive of the same query in batches goes on
+    /// ([`DeadLetterQuery::after`]).
+    pub last: Option<(Timestamp, DeadLetterId)>,
 }
 
 /// What a re-drive would do ([`Store::redrive_plan`]): nothing published, nothing marked.
@@ -237,6 +258,13 @@ impl Store {
     }
 
     async fn redrive_into(&self, which: Redrive, sink: &mut Sink<'_>) -> Result<(), Error> {
+        let again = sink.options().again;
+        let which = match which {
+            Redrive::One(id) if again => Redrive::Again(id),
+            which => which,
+        };
+        // Unless asked for again, the bulk forms take only those not re-driven yet.
+        let pending = (!again).then_some(false);
         match which.clone() {
             Redrive::One(id) | Redrive::Again(id) => {
                 let found = self.dead_letter_full(id).await?.ok_or_else(|| {
@@ -259,17 +287,17 @@ impl Store {
             }
             Redrive::Matching(query) => {
                 let query = DeadLetterQuery {
-                    redriven: query.redriven.or(Some(false)),
+                    redriven: query.redriven.or(pending),
                     order: Order::Asc,
                     ..query
                 };
                 self.redrive_walk(sink, &query).await
             }
             Redrive::All => {
-                let query = DeadLetterQuery::new()
-                    .redriven(false)
-                    .order(Order::Asc)
-                    .limit(usize::MAX);
+                let query = DeadLetterQuery {
+                    redriven: pending,
+                    ..DeadLetterQuery::new().order(Order::Asc).limit(usize::MAX)
+                };
                 self.redrive_walk(sink, &query).await
             }
         }
@@ -324,6 +352,9 @@ impl Store {
         report: &mut RedriveReport,
         options: RedriveOptions,
     ) -> Result<(), Error> {
+        if let Some((last, _, _)) = page.last() {
+            report.last = Some((last.dead_at, last.id));
+        }
         let mut pending = Vec::with_capacity(page.len());
         for (record, message_id, timestamp) in page {
             let queue = match target_queue(&record, options) {

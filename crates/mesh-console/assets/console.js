@@ -7,6 +7,8 @@
 //   `#refreshed` for the new one: no reload, the form and the box kept.
 // - An event search its budget stopped before the page filled goes on by itself
 //   (`a.next.auto`), appending what each further walk finds.
+// - A dead letters' list's header box (`#select-page`) ticks or clears every row of the page
+//   (its "all matching" box, a form field, needs no script).
 (function () {
   function localTimes(root) {
     Array.prototype.forEach.call(root.querySelectorAll("time[datetime]"), function (t) {
@@ -17,6 +19,20 @@
   localTimes(document);
   searchOn();
   refreshing();
+  selectPage();
+
+  function selectPage() {
+    // Delegated: the list may be swapped by the auto-refresh.
+    document.addEventListener("change", function (changed) {
+      var box = changed.target;
+      if (!box || box.id !== "select-page") { return; }
+      var form = box.form;
+      if (!form) { return; }
+      Array.prototype.forEach.call(form.querySelectorAll("input.pick"), function (pick) {
+        pick.checked = box.checked;
+      });
+    });
+  }
 
   // A search a page's budget stopped before it filled links on with `a.next.auto`: follow
   // it here, appending the rows each further walk finds, until the page holds `data-limit`

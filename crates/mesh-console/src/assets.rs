@@ -1,5 +1,5 @@
-//! The console's static assets, embedded in the binary: its one stylesheet and the live
-//! page's script. They are files of their own, never inlined in a page, so the
+//! The console's static assets, embedded in the binary: its one stylesheet, the script every
+//! page loads, the live page's and the re-drive confirmation's. They are files of their own, never inlined in a page, so the
 //! Content-Security-Policy ([`crate::headers`]) can allow styles and scripts from the console
 //! itself only.
 //!
@@ -19,6 +19,9 @@ pub(crate) const STYLESHEET: &str = "/assets/console.css";
 pub(crate) const SCRIPT: &str = "/assets/console.js";
 /// Where the live page links its script (its route in `routes.rs`).
 pub(crate) const LIVE_SCRIPT: &str = "/assets/live.js";
+/// Where a re-drive's confirmation links its script, which posts the batches and shows the
+/// progress (its route in `routes.rs`).
+pub(crate) const REDRIVE_SCRIPT: &str = "/assets/redrive.js";
 
 /// An embedded file: its content, its media type and its entity tag.
 pub(crate) struct Asset {
@@ -81,6 +84,13 @@ static LIVE: LazyLock<Asset> = LazyLock::new(|| {
     )
 });
 
+static REDRIVE: LazyLock<Asset> = LazyLock::new(|| {
+    Asset::new(
+        include_str!("../assets/redrive.js"),
+        "text/javascript; charset=utf-8",
+    )
+});
+
 static SCRIPT_ASSET: LazyLock<Asset> = LazyLock::new(|| {
     Asset::new(
         include_str!("../assets/console.js"),
@@ -96,6 +106,11 @@ pub(crate) async fn style(request: HeaderMap) -> Response {
 /// `/assets/live.js`: the live page's script.
 pub(crate) async fn live_script(request: HeaderMap) -> Response {
     LIVE.respond(&request)
+}
+
+/// `/assets/redrive.js`: a re-drive confirmation's script (batches, progress).
+pub(crate) async fn redrive_script(request: HeaderMap) -> Response {
+    REDRIVE.respond(&request)
 }
 
 /// `/assets/console.js`: the script every page links (local times, auto-refresh).

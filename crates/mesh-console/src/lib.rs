@@ -2,9 +2,10 @@
 //! broker (a [`Transport`](mesh_core::Transport): re-drive, replay, the live tail) and its management API
 //! ([`Console::management`]: queues and bindings).
 //!
-//! Server-rendered HTML with a small stylesheet and two small scripts (every page's, which
-//! shows each time's local form on hover and runs the opt-in auto-refresh; and the live
-//! page's), embedded in the binary and served as files of their own (`/assets/…`), and no
+//! Server-rendered HTML with a small stylesheet and three small scripts (every page's, which
+//! shows each time's local form on hover, runs the opt-in auto-refresh and ticks a page of
+//! dead letters; the live page's; and the re-drive confirmation's, which posts a filter's
+//! re-drive in batches and shows the progress), embedded in the binary and served as files of their own (`/assets/…`), and no
 //! front-end build. Every time is written one way: fixed width, UTC, to the microsecond
 //! (`2026-12-07 09:25:03.041200Z`). The stylesheet follows the system's colour scheme (dark
 //! mode) and stacks tables into blocks on narrow screens (down to 420 px):
@@ -21,11 +22,19 @@
 //!   the page's script goes on by itself until the page is full or the store is searched;
 //! - `/events/{id}`: an event's headers, body, the dead letters made of it (linked; a dead
 //!   letter links back), and its causation tree as an SVG graph;
-//! - `/dead`, `/dead?queue=&reason=`, `/dead/{id}`: dead letters grouped by queue and
-//!   reason, a group's list (with each letter's last error, and its queue when the list is
-//!   of every queue), one dead letter;
+//! - `/dead`, `/dead?queue=&reason=&event=&limit=&after=`, `/dead/{id}`: dead letters grouped
+//!   by queue and reason; a filtered list of any size (with each letter's last error, and its
+//!   queue when the list is of every queue), paged by keyset (`after` is the id of the last
+//!   dead letter of the page before) with a page size, whose form selects ticked rows or,
+//!   with "all matching" (`all=yes`), the whole filter; one dead letter (linked to its event
+//!   and to that event's dead letters);
 //! - `/dead/redrive` and `/dead/purge`: a confirmation page on `GET` (how many, to where,
-//!   from [`Store::redrive_plan`](mesh_audit::Store::redrive_plan) and the counts), the action on `POST`;
+//!   from [`Store::redrive_plan`](mesh_audit::Store::redrive_plan) and the counts; those
+//!   re-driven before, which go again only with `again=yes`, offered there), the action on
+//!   `POST`. A whole filter's re-drive is fixed at its confirmation (`until`) and goes in
+//!   batches (`batch=N&after=ID`, each answered as JSON, each passing every check below),
+//!   posted by the confirmation's script with a progress bar; without the script, in one
+//!   request;
 //! - `/live?key=`: a live tail, fed by `/live/stream` (Server-Sent Events from an ephemeral
 //!   queue of the console's own; at most 16 open at once), with pause (new rows held back
 //!   until resume), clear, and a key filter over the rows shown;
@@ -83,6 +92,7 @@ mod broker;
 mod console;
 mod contract_docs;
 mod contracts;
+mod dead_letters;
 mod headers;
 mod input;
 mod live;
@@ -90,6 +100,7 @@ mod map;
 mod module_graph;
 mod pages;
 mod params;
+mod redrive;
 mod respond;
 mod routes;
 mod search;

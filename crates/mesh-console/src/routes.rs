@@ -8,6 +8,7 @@ use axum::Router;
 
 use crate::console::Console;
 use crate::{assets, contracts, headers, live, map, pages, search};
+use crate::{assets, dead_letters, headers, live, map, pages, redrive, search};
 
 impl Console {
     /// The application.
@@ -18,15 +19,19 @@ impl Console {
             .route("/assets/console.css", get(assets::style))
             .route("/assets/console.js", get(assets::script))
             .route("/assets/live.js", get(assets::live_script))
+            .route("/assets/redrive.js", get(assets::redrive_script))
             .route("/events", get(search::events))
             .route("/events/{id}", get(pages::event))
-            .route("/dead", get(pages::dead))
+            .route("/dead", get(dead_letters::dead))
             .route(
                 "/dead/redrive",
-                get(pages::redrive_confirm).post(pages::redrive),
+                get(redrive::redrive_confirm).post(redrive::redrive),
             )
-            .route("/dead/purge", get(pages::purge_confirm).post(pages::purge))
-            .route("/dead/{id}", get(pages::dead_letter))
+            .route(
+                "/dead/purge",
+                get(dead_letters::purge_confirm).post(dead_letters::purge),
+            )
+            .route("/dead/{id}", get(dead_letters::dead_letter))
             .route("/live", get(live::live))
             .route("/live/stream", get(live::stream))
             .route("/map", get(map::map))

@@ -256,11 +256,14 @@ async fn bad_input_is_a_clear_400_or_404() -> anyhow::Result<()> {
             404,
             "no dead letter",
         ),
+        ("/dead/purge?all=yes", 400, "say which dead letters"),
+        ("/dead?queue=n1.billing.events&limit=0", 400, "limit"),
         (
-            "/dead/purge?reason=permanent",
+            &format!("/dead?queue=n1.billing.events&after={unknown}"),
             400,
-            "say which dead letters",
+            "the cursor names no recorded dead letter",
         ),
+        ("/dead?event=nope", 400, "is not an event id"),
         ("/map?since=yesterday", 400, "is neither an RFC 3339 time"),
         (
             "/map?until=2026-13-01T00:00:00Z",

@@ -159,7 +159,7 @@ async fn every_action_on_screen(browser: &Browser, page: &str) -> anyhow::Result
         "{page} scrolls sideways: {scroll} px in a {width} px window"
     );
     let actions = browser
-        .find_all("main a.action, main a.group, main button, main input, main select")
+        .find_all("main a.action, main a.group, main button, main input:not([type='hidden']), main select")
         .await?;
     for action in &actions {
         let (x, _, w, _) = action.rectangle().await?;

@@ -211,6 +211,34 @@ async fn an_event_s_page_links_to_its_dead_letters_and_back() -> anyhow::Result<
             url.ends_with(&format!("/events/{event}"))
         })
         .await?;
+    // The event's page links to the dead letters' list of that event (paged, with the
+    // actions), which lists exactly them and links back to the event.
+    browser.click("a.event-dead-list").await?;
+    browser
+        .wait_for_url("the event's dead letters", WAIT, |url| {
+            url.ends_with(&format!("/dead?event={event}"))
+        })
+        .await?;
+    assert_eq!(
+        browser.attrs("table.dead-list a.dead", "href").await?,
+        expected
+    );
+    browser.click("a.dead").await?;
+    browser
+        .wait_for_url("the dead letter's page", WAIT, |url| url.contains("/dead/"))
+        .await?;
+    browser.click("a.siblings").await?;
+    browser
+        .wait_for_url("the event's dead letters again", WAIT, |url| {
+            url.ends_with(&format!("/dead?event={event}"))
+        })
+        .await?;
+    browser.click("main a.event").await?;
+    browser
+        .wait_for_url("the event's page from its list", WAIT, |url| {
+            url.ends_with(&format!("/events/{event}"))
+        })
+        .await?;
     // An event no consumer dead-lettered says so.
     let (quiet, _, _) = &seed.events[40];
     browser

@@ -154,11 +154,14 @@ impl Store {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        // The walk's own cursor, else the query's (where a walk starts).
         let cursor = cursor
-            .map(|c| -> Result<Cursor, Error> {
+            .map(|c| (c.dead_at, c.id))
+            .or(query.after)
+            .map(|(time, id)| -> Result<Cursor, Error> {
                 Ok(Cursor {
-                    time: crate::convert::time_to_text(c.dead_at)?,
-                    id: c.id.to_string(),
+                    time: crate::convert::time_to_text(time)?,
+                    id: id.to_string(),
                 })
             })
             .transpose()?;
