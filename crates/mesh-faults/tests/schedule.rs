@@ -8,13 +8,15 @@
 //! - On a node whose consumer timeout is 10 s, events scheduled 40 s ahead (four timeouts)
 //!   with the longest hop at 5 s arrive on time.
 //! - On a private three-node cluster, 1,000 events scheduled 5–30 s ahead while the node
-//!   leading the schedule queue (and its hops, and the forwarder's connection) is SIGKILLed:
-//!   a new leader is elected, the forwarder reconnects to another node, and every event
-//!   arrives, none early, none lost.
+//!   leading the schedule queue (and its hops, the sink's queue, and the forwarder's
+//!   connection) is SIGKILLed and started again: a new leader is elected, the forwarder
+//!   reconnects to another node, and every event arrives, none early, none lost, none
+//!   dead-lettered by the broker (the operator watches every dead letter).
 //!
 //! Faults are timed by progress (events delivered), not by the clock.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,9 +25,11 @@ use mesh::{Bus, Outgoing, Timestamp};
 use mesh_faults::secs;
 use mesh_faults::setup::{self, connect};
 use mesh_faults::worker::Worker;
-use mesh_testkit::{eventually, NodeOptions, PrivateNode};
+use mesh_testkit::{eventually, shared_cluster, ClusterHarness, NodeOptions, PrivateNode};
 
 const EVENTS: usize = 1_000;
+/// The schedule queue's delivery limit in the leader election (see there).
+const DELIVERY_LIMIT: u32 = 5;
 const WAIT: Duration = Duration::from_secs(60);
 /// How long every event may take to arrive once scheduled: the latest due time (30 s), the
 /// restart and the forwarder's kill, with room on 2 cores.
@@ -286,4 +290,138 @@ async fn a_schedule_longer_than_the_consumer_timeout_arrives_on_time() {
     // A copy held past the consumer timeout would be taken back and come back a timeout or
     // more late; on time is well under that (three times the usual lateness under load).
     assert!(worst < Duration::from_secs(5), "late by {worst:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduled_events_arrive_through_their_queues_leader_killed() {
+    setup::init_tracing();
+    let began = Instant::now();
+    let cluster = shared_cluster("schedule", NodeOptions::default())
+        .await
+        .expect("a private RabbitMQ cluster (is rabbitmq-server installed?)");
+    let rejoin = Duration::from_secs(120);
+    cluster.heal(rejoin).await.unwrap();
+    eprintln!(
+        "[schedule-election] cluster ready after {}",
+        secs(began.elapsed())
+    );
+    let vhost = "schedule-election";
+    cluster.add_vhost(vhost).await.unwrap();
+    let access = setup::cluster_access(&cluster, vhost).await.unwrap();
+    // The forwarder (which also schedules) connects to node 0 first, and the operator
+    // declares its schedule queue and hops connected the same way: their leaders are on
+    // node 0, with the forwarder's connection. The schedule queue's delivery limit is low
+    // (5, not 20): a forwarder that released due copies while their emits were nacked
+    // through the election ran it down in a second and the broker dead-lettered them (the
+    // watcher below counts them), which 20 showed only now and then.
+    let options = access.cluster_options(&cluster, &[0, 1, 2], "source");
+    let source = Bus::builder()
+        .node(setup::NODE)
+        .module("source")
+        .announce(false)
+        .forward_scheduled(true)
+        .emit_deadline(Some(Duration::from_secs(30)))
+        .start(connect(options.delivery_limit(DELIVERY_LIMIT)).await)
+        .await
+        .unwrap();
+    let (sink, seen) = sink(&access).await;
+    // The operator watches every dead letter (a module reads only its own queues'): a copy
+    // the broker dead-lettered (the schedule queue's delivery limit) is a scheduled event
+    // lost, said at once rather than as a stall.
+    let watcher = Bus::builder()
+        .node(setup::NODE)
+        .module("watcher")
+        .announce(false)
+        .start(connect(setup::guest_cluster_options(&cluster, vhost)).await)
+        .await
+        .unwrap();
+    let dead = Arc::new(AtomicUsize::new(0));
+    let mut letters = watcher.all_dead_letters().await.unwrap();
+    let watching = tokio::spawn({
+        let dead = dead.clone();
+        async move {
+            while let Some(letter) = letters.next().await {
+                dead.fetch_add(1, Ordering::SeqCst);
+                let _ = letter.ack().await;
+            }
+        }
+    });
+    let queue = "scheduled.source.events";
+    let leader = eventually(WAIT, "the schedule queue's leader", || async {
+        cluster.leader_of(vhost, queue).await.ok()
+    })
+    .await;
+
+    let started = Instant::now();
+    let scheduled = schedule(
+        &source,
+        EVENTS,
+        Duration::from_secs(5),
+        Duration::from_secs(30),
+    )
+    .await;
+    eprintln!(
+        "[schedule-election] {EVENTS} scheduled in {}; the schedule queue's leader is node {leader}",
+        secs(started.elapsed())
+    );
+    eventually(WAIT, "the first events arrive", || async {
+        (arrived(&seen) >= 50).then_some(())
+    })
+    .await;
+    let before = arrived(&seen);
+    let killed = Instant::now();
+    cluster.node(leader).kill().await.unwrap();
+    let new_leader = eventually(WAIT, "a new leader of the schedule queue", || async {
+        cluster
+            .leader_of(vhost, queue)
+            .await
+            .ok()
+            .filter(|n| *n != leader)
+    })
+    .await;
+    eprintln!(
+        "[schedule-election] node {leader} killed at {} ({before} arrived); node {new_leader} leads after {}",
+        secs(started.elapsed()),
+        secs(killed.elapsed())
+    );
+    cluster.start_again(&[leader]).await.unwrap();
+    cluster.await_rejoined(leader, rejoin).await.unwrap();
+    eprintln!(
+        "[schedule-election] node {leader} back at {} ({} arrived)",
+        secs(started.elapsed()),
+        arrived(&seen)
+    );
+
+    // Not `eventually`: a failure says how many arrived, and how many the broker
+    // dead-lettered (lost) rather than delayed.
+    let all = async {
+        while arrived(&seen) < EVENTS && dead.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let waited = tokio::time::timeout(DELIVER_TIMEOUT, all).await;
+    let (got, lost) = (arrived(&seen), dead.load(Ordering::SeqCst));
+    assert!(
+        waited.is_ok() && lost == 0,
+        "{got} of {EVENTS} arrived after {}; {lost} scheduled copies dead-lettered (lost)",
+        secs(started.elapsed())
+    );
+    let (lateness, duplicates) = check(&scheduled, &seen);
+    eprintln!(
+        "[schedule-election] all {EVENTS} arrived by {}: none early, none lost, {duplicates} duplicates; lateness p50 {:?} p99 {:?} max {:?}; total {}",
+        secs(started.elapsed()),
+        percentile(&lateness, 0.5),
+        percentile(&lateness, 0.99),
+        lateness.last().copied().unwrap_or_default(),
+        secs(began.elapsed()),
+    );
+    source.close().await;
+    sink.close().await;
+    watcher.close().await;
+    watching.abort();
+    assert_eq!(
+        dead.load(Ordering::SeqCst),
+        0,
+        "scheduled copies dead-lettered"
+    );
 }

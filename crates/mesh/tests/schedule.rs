@@ -3,6 +3,7 @@
 //! (The same on RabbitMQ, with restarts and the broker's permissions: mesh-faults'
 //! `schedule` test and mesh-conformance's `identity` test.)
 
+use std::future::Future as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -366,4 +367,162 @@ async fn the_harness_runs_a_24_hour_schedule_on_the_paused_clock() -> anyhow::Re
 struct Reminder(String);
 impl mesh::Event for Reminder {
     const KEY: &'static str = "module.umami.reminder.due";
+}
+
+/// A transport over the memory broker's that nacks the first `nacks` emits to `mesh.events`
+/// (as RabbitMQ does while a quorum queue bound to the key elects its leader) and counts the
+/// deliveries of the schedule queue `scheduled.umami.events`.
+#[derive(Debug)]
+struct Nacking {
+    inner: Arc<dyn Transport>,
+    nacks: std::sync::atomic::AtomicUsize,
+    deliveries: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// A subscription's deliveries, counted.
+struct Counted {
+    inner: mesh::raw::Subscription,
+    cancelled: Option<tokio::sync::oneshot::Receiver<()>>,
+    deliveries: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl mesh::raw::DeliveryFeed for Counted {
+    fn poll_next(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<mesh::raw::Delivery>> {
+        if let Some(cancelled) = &mut self.cancelled {
+            if std::pin::Pin::new(cancelled).poll(cx).is_ready() {
+                self.cancelled = None;
+                self.inner.cancel();
+            }
+        }
+        let next = self.inner.poll_next(cx);
+        if let std::task::Poll::Ready(Some(_)) = &next {
+            self.deliveries
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        next
+    }
+}
+
+impl Transport for Nacking {
+    fn publish(
+        &self,
+        message: WireMessage,
+        options: PublishOptions,
+    ) -> mesh::raw::BoxFuture<'_, Result<mesh::raw::Confirm, mesh::raw::TransportError>> {
+        use std::sync::atomic::Ordering;
+        let nack = matches!(options.target, Target::Events)
+            && self
+                .nacks
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if nack {
+            return Box::pin(async {
+                Err(mesh::raw::TransportError::new(
+                    TransportErrorKind::Nacked,
+                    "a queue bound to the key has no leader",
+                ))
+            });
+        }
+        self.inner.publish(message, options)
+    }
+
+    fn subscribe(
+        &self,
+        spec: mesh::raw::SubscriptionSpec,
+    ) -> mesh::raw::BoxFuture<'_, Result<mesh::raw::Subscription, mesh::raw::TransportError>> {
+        Box::pin(async move {
+            let counted = matches!(&spec.queue, mesh::raw::QueueSpec::Durable { name } if name == "scheduled.umami.events");
+            let inner = self.inner.subscribe(spec).await?;
+            if !counted {
+                return Ok(inner);
+            }
+            let (cancel, cancelled) = tokio::sync::oneshot::channel();
+            let queue = inner.queue().to_owned();
+            let feed = Counted {
+                inner,
+                cancelled: Some(cancelled),
+                deliveries: self.deliveries.clone(),
+            };
+            Ok(mesh::raw::Subscription::from_feed(queue, feed, cancel))
+        })
+    }
+
+    fn call(
+        &self,
+        tool: &mesh::raw::ToolKey,
+        request: WireMessage,
+        timeout: Duration,
+    ) -> mesh::raw::BoxFuture<'_, Result<WireMessage, mesh::raw::TransportError>> {
+        self.inner.call(tool, request, timeout)
+    }
+
+    fn serve(
+        &self,
+        spec: mesh::raw::ServeSpec,
+    ) -> mesh::raw::BoxFuture<'_, Result<mesh::raw::Subscription, mesh::raw::TransportError>> {
+        self.inner.serve(spec)
+    }
+
+    fn health(&self) -> mesh::raw::Health {
+        self.inner.health()
+    }
+
+    fn flush(&self) -> mesh::raw::BoxFuture<'_, ()> {
+        self.inner.flush()
+    }
+
+    fn close(&self) -> mesh::raw::BoxFuture<'_, ()> {
+        self.inner.close()
+    }
+}
+
+/// An emit nacked again and again (a queue bound to its key electing its leader) keeps its
+/// copy: held and emitted again after a pause, never released to the schedule queue, whose
+/// delivery limit a burst of releases would run down (the broker would then dead-letter the
+/// event). The copy is delivered to the forwarder once, and the event arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nacked_emit_keeps_its_copy_and_is_emitted_again() {
+    let broker = MemoryBroker::new();
+    let deliveries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let nacking = Arc::new(Nacking {
+        inner: Arc::new(broker.transport()),
+        nacks: std::sync::atomic::AtomicUsize::new(5),
+        deliveries: deliveries.clone(),
+    });
+    let umami = Bus::builder()
+        .node("n1")
+        .module("umami")
+        .forward_scheduled(true)
+        .announce(false)
+        .start(nacking.clone())
+        .await
+        .expect("the forwarder starts");
+    let (_watcher, mut got) = watcher(&broker).await;
+    let id = umami
+        .emit_outgoing_after(
+            Duration::from_millis(200),
+            Outgoing::json("reminder.due", &"nacked").expect("an outgoing"),
+        )
+        .await
+        .expect("scheduled");
+    let (event, at) = tokio::time::timeout(WAIT, got.recv())
+        .await
+        .expect("delivered in time")
+        .expect("the watcher runs");
+    assert_eq!(event.meta.id(), id);
+    assert!(at >= event.meta.time(), "not before it was due");
+    assert_eq!(
+        nacking.nacks.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "every nack was met"
+    );
+    assert_eq!(
+        deliveries.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the copy was released back to the schedule queue"
+    );
+    umami.close().await;
 }

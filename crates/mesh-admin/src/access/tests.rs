@@ -9,6 +9,7 @@ use regex::Regex;
 use sha2::Digest as _;
 
 mod certificates;
+mod schedule;
 
 fn name(s: &str) -> Name {
     Name::parse(s).unwrap()

@@ -74,7 +74,11 @@ mesh.replies and mesh.logs (durable topics; the retired direct mesh.reply is del
 x-dead-letter-exchange mesh.events.dead and, on quorum queues, x-delivery-limit) bound to
 mesh.events on exactly its patterns (the module audit-logger also wants its
 <node>.audit-logger.dead bound to mesh.events.dead on #; with shared = true in the spec, the
-shared loggers' shared.audit-logger.events and shared.audit-logger.dead). The retired
+shared loggers' shared.audit-logger.events and shared.audit-logger.dead). A module with
+forward_scheduled = true in the spec also wants its schedule queue scheduled.<module>.events
+(arguments as its consumer queue's) and its hops scheduled.<module>.events.retry.<hop> (1s, 5s,
+30s, 2m, 10m, up to longest_schedule_hop; x-queue-type only), each bound to mesh.retry on its
+own name, so a bus that forwards scheduled events starts without configure. The retired
 mesh.dead-letters, if the broker still has it, is shown: apply removes its binding, never the
 queue (a logger drains and deletes it).
 Retry queues (<queue>.retry.<step>) are declared by the SDK when the module starts; they are
@@ -97,6 +101,8 @@ A spec file (TOML, or JSON when it ends in .json):
   shared = false               # optional: the queue shared.<module>.events
   retry = [\"5s\", \"1m\"]         # optional: its retry steps, whose retry queues are declared
   serves = [\"billing.quote\"]   # optional: its tools, whose serve.<key> queues are declared
+  forward_scheduled = true     # optional: its schedule queue and hops are declared
+  longest_schedule_hop = \"2m\"  # optional: as its bus's (default 10m); implies forward_scheduled
   [access]                     # optional: read by mesh access only"
     };
 }

@@ -3,7 +3,8 @@
 //! `audit-logger` also wants its queue of dead letters, `<node>.audit-logger.dead`, bound to
 //! `mesh.events.dead` on `#`; with `shared = true` (shared audit loggers, competing on
 //! `shared.audit-logger.events`) it wants `shared.audit-logger.dead` instead. No queue is wanted for the retired `mesh.dead-letters` (see
-//! `mesh_admin::topology`).
+//! `mesh_admin::topology`). A module with `forward_scheduled = true` wants its schedule queue
+//! `scheduled.<module>.events` and its hops, so its bus forwards without `configure`.
 //!
 //! The arguments mirror mesh-amqp's declarations (`topology::base`,
 //! `topology::consumer_queue` and `topology::dead_queue`, private to that crate); the test
@@ -90,6 +91,13 @@ struct ModuleSpec {
     /// The tools it serves (`["billing.quote"]`): their `serve.<key>` queues are wanted.
     #[serde(default)]
     serves: Vec<String>,
+    /// A bus of it forwards its scheduled events (`forward_scheduled(true)`): its schedule
+    /// queue `scheduled.<module>.events` and the hop queues of its ladder are wanted.
+    #[serde(default)]
+    forward_scheduled: bool,
+    /// The longest hop of its ladder, as its bus's `longest_schedule_hop` (default 10m):
+    /// only the hops up to it are wanted. Implies `forward_scheduled`.
+    longest_schedule_hop: Option<String>,
     /// Given with `--module` rather than in the spec file.
     #[serde(skip)]
     from_command_line: bool,
@@ -193,9 +201,11 @@ pub(crate) fn wanted(
 const MAX_RETRY_STEP: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 /// The retry queues of each module's consumer queue (its `retry` steps; only a module with
-/// patterns has a queue) and the `serve.<key>` queue of each tool it serves, as mesh-amqp
-/// declares them (`topology::retry_queue`, `topology::serve_queue`): each bound on its own
-/// name on `mesh.retry`, on its key on `mesh.rpc`.
+/// patterns has a queue), the `serve.<key>` queue of each tool it serves, and the schedule
+/// queue and hops of a module that forwards scheduled events, as mesh-amqp declares them
+/// (`topology::retry_queue`, `topology::serve_queue`, and `topology::consumer_queue` with its
+/// retry queues for a schedule queue): each bound on its own name on `mesh.retry`, on its
+/// key on `mesh.rpc`.
 fn retry_and_serve_queues(
     modules: &[ModuleSpec],
     node: &Name,
@@ -261,6 +271,51 @@ fn retry_and_serve_queues(
                 vec![key.as_str().to_owned()],
             ));
         }
+        out.extend(schedule_queues(module, &name, kind, delivery_limit)?);
+    }
+    Ok(out)
+}
+
+/// The schedule queue `scheduled.<module>.events` of a module that forwards scheduled events
+/// (dead-lettered and limited as a consumer queue, bound on `mesh.retry` on its own name,
+/// where `emit_at` publishes) and its hop queues up to the longest hop (its retry queues).
+fn schedule_queues(
+    module: &ModuleSpec,
+    name: &Name,
+    kind: QueueType,
+    delivery_limit: u32,
+) -> anyhow::Result<Vec<WantedQueue>> {
+    use mesh::schedule::plan::{hops_up_to, HOPS, MAX_LONGEST_HOP, MIN_LONGEST_HOP};
+    let longest = match &module.longest_schedule_hop {
+        None if !module.forward_scheduled => return Ok(Vec::new()),
+        None => HOPS[HOPS.len() - 1],
+        Some(text) => humantime::parse_duration(text.trim())
+            .ok()
+            .filter(|d| (MIN_LONGEST_HOP..=MAX_LONGEST_HOP).contains(d))
+            .ok_or_else(|| {
+                fail(
+                    Code::Usage,
+                    format!(
+                        "invalid longest_schedule_hop `{text}` of module `{name}`: a duration                          from 1s to 15m"
+                    ),
+                )
+            })?,
+    };
+    let queue = naming::schedule_queue(name);
+    let mut out = vec![WantedQueue::new(
+        queue.clone(),
+        consumer_arguments(kind, delivery_limit),
+        RETRY_EXCHANGE,
+        vec![queue.clone()],
+    )];
+    for hop in hops_up_to(longest) {
+        let hop = naming::retry_queue(&queue, hop);
+        out.push(WantedQueue::new(
+            hop.clone(),
+            queue_type_arguments(kind),
+            RETRY_EXCHANGE,
+            vec![hop],
+        ));
     }
     Ok(out)
 }
@@ -294,6 +349,8 @@ fn command_line_modules(args: &TopologyArgs) -> anyhow::Result<Vec<ModuleSpec>> 
             calls: None,
             retry: Vec::new(),
             serves: Vec::new(),
+            forward_scheduled: false,
+            longest_schedule_hop: None,
             from_command_line: true,
         })
         .collect();
@@ -334,6 +391,8 @@ fn command_line_modules(args: &TopologyArgs) -> anyhow::Result<Vec<ModuleSpec>> 
                     calls: None,
                     retry: Vec::new(),
                     serves: Vec::new(),
+                    forward_scheduled: false,
+                    longest_schedule_hop: None,
                     from_command_line: true,
                 });
                 from_args.len() - 1
@@ -853,7 +912,7 @@ mod tests {
         let path = dir.join("mesh.toml");
         std::fs::write(
             &path,
-            "node = \"n1\"\ndelivery_limit = 7\n[[modules]]\nname = \"billing\"\npatterns = [\"module.umami.#\"]\nretry = [\"5s\", \"1m\"]\nserves = [\"billing.quote\"]\n[[modules]]\nname = \"quiet\"\nserves = [\"quiet.ping\"]\nretry = [\"5s\"]\nqueue_type = \"classic\"\n",
+            "node = \"n1\"\ndelivery_limit = 7\n[[modules]]\nname = \"billing\"\npatterns = [\"module.umami.#\"]\nretry = [\"5s\", \"1m\"]\nserves = [\"billing.quote\"]\nforward_scheduled = true\n[[modules]]\nname = \"quiet\"\nserves = [\"quiet.ping\"]\nretry = [\"5s\"]\nqueue_type = \"classic\"\nlongest_schedule_hop = \"30s\"\n",
         )
         .unwrap();
         let mut a = args(&[], &[]);
@@ -876,6 +935,29 @@ mod tests {
         let ping = find("serve.quiet.ping").expect("quiet's tool queue");
         assert_eq!(ping.arguments["x-queue-type"], "classic");
         assert!(!ping.arguments.contains_key("x-delivery-limit"));
+        // A forwarder's schedule queue (a consumer queue's arguments) and its hops, on
+        // `mesh.retry` under their own names; a module with no pattern forwards too.
+        let scheduled = find("scheduled.billing.events").expect("billing's schedule queue");
+        assert_eq!(scheduled.exchange, "mesh.retry");
+        assert_eq!(scheduled.patterns, ["scheduled.billing.events"]);
+        assert_eq!(
+            scheduled.arguments,
+            consumer_arguments(QueueType::Quorum, 7)
+        );
+        let hops = |module: &str| -> Vec<String> {
+            let prefix = format!("scheduled.{module}.events.retry.");
+            let of = wanted.queues.iter().filter(|q| q.name.starts_with(&prefix));
+            of.map(|q| q.name[prefix.len()..].to_owned()).collect()
+        };
+        assert_eq!(hops("billing"), ["1s", "5s", "30s", "2m", "10m"]);
+        assert_eq!(hops("quiet"), ["1s", "5s", "30s"]);
+        assert_eq!(
+            find("scheduled.quiet.events.retry.1s")
+                .unwrap()
+                .arguments
+                .len(),
+            1
+        );
 
         for (bad, what) in [
             ("retry = [\"0s\"]", "retry"),
@@ -883,6 +965,8 @@ mod tests {
             ("retry = [\"soon\"]", "retry"),
             ("serves = [\"other.quote\"]", "tool"),
             ("serves = [\"billing\"]", "tool"),
+            ("longest_schedule_hop = \"0s\"", "longest_schedule_hop"),
+            ("longest_schedule_hop = \"16m\"", "longest_schedule_hop"),
         ] {
             std::fs::write(
                 &path,

@@ -7,7 +7,12 @@ use bytes::Bytes;
 use mesh::{Bus, Incoming, Timestamp};
 use tokio::sync::mpsc;
 
-use crate::{assert_code, json, run, vhost, WAIT};
+use mesh::amqp::access::AccessSpec;
+use mesh::raw::{Name, TopicPattern};
+use mesh::Outgoing;
+use mesh_testkit::planned::PlannedNode;
+
+use crate::{assert_code, finish, json, mesh, run, vhost, WAIT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn emit_after_two_seconds_arrives_after_two_seconds() {
@@ -117,4 +122,111 @@ async fn emit_after_two_seconds_arrives_after_two_seconds() {
     watcher.drain().await.expect("drained");
     forwarder.drain().await.expect("drained");
     vhost.delete().await.expect("the vhost is deleted");
+}
+
+/// The error and its causes, as one line.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
+}
+
+/// Under the narrowed access plan (a module configures server-named queues only), a bus that
+/// forwards scheduled events cannot start before its schedule queue exists; once `mesh
+/// topology apply` declared it and its hops from the spec (nothing by hand), it starts as its
+/// module's own user and the event it schedules arrives, no earlier than due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarding_bus_starts_as_its_own_user_after_topology_apply_alone() {
+    let umami_name = Name::parse("umami").unwrap();
+    let access = AccessSpec::new(Name::parse("n1").unwrap())
+        .module(umami_name, [])
+        .module(
+            Name::parse("watcher").unwrap(),
+            [TopicPattern::parse("module.umami.#").unwrap()],
+        );
+    let node = PlannedNode::start(&access).await.expect("the planned node");
+    let forwarder = || async {
+        Bus::builder()
+            .node("n1")
+            .module("umami")
+            .announce(false)
+            .forward_scheduled(true)
+            .start(
+                node.transport("module.umami")
+                    .await
+                    .expect("umami connects"),
+            )
+            .await
+    };
+    let refused = forwarder()
+        .await
+        .expect_err("no schedule queue yet, and umami may not declare it");
+    assert!(
+        chain(&refused).contains("mesh topology apply"),
+        "{}",
+        chain(&refused)
+    );
+
+    let dir = mesh_testkit::TempDir::new("schedule-apply").unwrap();
+    let spec = dir.join("mesh.toml");
+    std::fs::write(
+        &spec,
+        "node = \"n1\"\n[[modules]]\nname = \"umami\"\nforward_scheduled = true\n",
+    )
+    .unwrap();
+    let management_url = format!(
+        "http://127.0.0.1:{}",
+        node.node.management_port().expect("management enabled")
+    );
+    let applied = finish(
+        mesh(Some(&node.node.url()))
+            .args(["topology", "apply", "--spec"])
+            .arg(&spec)
+            .args(["--management-url", &management_url])
+            .spawn()
+            .expect("mesh starts"),
+    )
+    .await;
+    assert_code(&applied, 0);
+
+    let forwarder = forwarder()
+        .await
+        .unwrap_or_else(|e| panic!("umami forwards as its own user: {}", chain(&e)));
+    let watcher = Bus::builder()
+        .node("n1")
+        .module("watcher")
+        .announce(false)
+        .start(
+            node.transport("module.watcher")
+                .await
+                .expect("watcher connects"),
+        )
+        .await
+        .expect("the watcher starts");
+    let mut seen = watcher
+        .listen(["module.umami.#"])
+        .await
+        .expect("the watcher listens");
+    let id = forwarder
+        .emit_outgoing_after(
+            Duration::from_secs(1),
+            Outgoing::json("reminder.due", &1).unwrap(),
+        )
+        .await
+        .expect("umami schedules its own event");
+    let event = tokio::time::timeout(WAIT, seen.next())
+        .await
+        .expect("delivered in time")
+        .expect("the watcher listens")
+        .expect("a decodable event");
+    let arrived = Timestamp::now();
+    assert_eq!(event.meta.id(), id);
+    assert!(arrived >= event.meta.time(), "before its due time");
+    watcher.close().await;
+    forwarder.close().await;
 }

@@ -470,3 +470,62 @@ async fn a_shared_audit_logger_spec_plans_and_applies_the_shared_queues() {
     transport.close().await;
     vhost.delete().await.unwrap();
 }
+
+/// A module that forwards scheduled events (`forward_scheduled = true`): plan wants its
+/// schedule queue and hops exactly as its bus declares them (clean after the bus declared
+/// them itself), lists each as missing on a fresh vhost, and apply declares them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedule_queue_and_hops_of_a_spec_are_what_a_forwarding_bus_declares() {
+    let vhost = vhost("cli-schedule-plan").await;
+    let bus = Bus::builder()
+        .node(crate::NODE)
+        .module("umami")
+        .announce(false)
+        .forward_scheduled(true)
+        .start(transport(options(&vhost)).await)
+        .await
+        .expect("umami forwards scheduled events");
+    let dir = mesh_testkit::TempDir::new("schedule-spec").unwrap();
+    let spec = dir.join("mesh.toml");
+    std::fs::write(
+        &spec,
+        "[[modules]]\nname = \"umami\"\nforward_scheduled = true\n",
+    )
+    .unwrap();
+    let spec = spec.to_str().unwrap().to_owned();
+    let plan = ["topology", "plan", "--json", "--check", "--spec", &spec];
+    let output = run(Some(&vhost.url()), &plan).await;
+    assert_code(&output, 0);
+    assert_eq!(json(&output)["differences"], serde_json::json!([]));
+    bus.close().await;
+
+    let fresh = crate::vhost("cli-schedule-plan-fresh").await;
+    let output = run(Some(&fresh.url()), &plan).await;
+    assert_code(&output, 9);
+    let differences = json(&output)["differences"].clone();
+    let queues = [
+        "scheduled.umami.events",
+        "scheduled.umami.events.retry.1s",
+        "scheduled.umami.events.retry.5s",
+        "scheduled.umami.events.retry.30s",
+        "scheduled.umami.events.retry.2m",
+        "scheduled.umami.events.retry.10m",
+    ];
+    for queue in queues {
+        let missing = |kind: &str| {
+            differences
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["kind"] == kind && d["queue"] == queue)
+        };
+        assert!(missing("missing-queue"), "{queue}: {differences}");
+        assert!(missing("missing-binding"), "{queue}: {differences}");
+    }
+    let output = run(Some(&fresh.url()), &["topology", "apply", "--spec", &spec]).await;
+    assert_code(&output, 0);
+    let output = run(Some(&fresh.url()), &plan).await;
+    assert_code(&output, 0);
+    fresh.delete().await.unwrap();
+    vhost.delete().await.unwrap();
+}

@@ -12,6 +12,14 @@
 //! The emit is this bus's own publish, under its own broker user: the broker checks the key
 //! against the user's topic permission, so a copy put in the queue under a key the module
 //! does not own is refused twice, here (dead-lettered `forged-source`) and by the broker.
+//!
+//! An emit that fails for a passing reason (nacked while a queue bound to the key elects its
+//! leader, the publisher reconnecting, the emit deadline) keeps its copy: it is held and
+//! emitted again after a pause ([`EMIT_PAUSE`], doubled up to [`EMIT_PAUSE_MAX`]), never
+//! released. A released copy is due, so the broker would deliver it again at once: a second
+//! of nacks would run the schedule queue's delivery limit down and have the broker
+//! dead-letter the event, which would then never arrive (as the transport's retry copies are
+//! held through passing failures for the same reason).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -46,11 +54,32 @@ pub(crate) struct Forwarder {
     pub(crate) clock: super::clock::Clock,
 }
 
+/// The first pause before a due copy whose emit failed is emitted again, doubled after each
+/// failure up to [`EMIT_PAUSE_MAX`].
+pub(crate) const EMIT_PAUSE: Duration = Duration::from_millis(100);
+/// The longest pause between two emits of the same copy.
+pub(crate) const EMIT_PAUSE_MAX: Duration = Duration::from_secs(5);
+
 /// A copy held until it is due, ordered by when to look at it again.
 struct Held {
     at: Instant,
     seq: u64,
     copy: Delivery,
+    /// Its emits that failed so far.
+    failed: u32,
+}
+
+/// A copy to hold again: for how long, and its emits that failed so far.
+struct Again {
+    hold: Duration,
+    copy: Delivery,
+    failed: u32,
+}
+
+/// The pause after a copy's `failed`-th failed emit.
+fn emit_pause(failed: u32) -> Duration {
+    let doubled = EMIT_PAUSE.saturating_mul(1u32 << failed.saturating_sub(1).min(16));
+    doubled.min(EMIT_PAUSE_MAX)
 }
 
 impl PartialEq for Held {
@@ -70,7 +99,8 @@ impl Ord for Held {
     }
 }
 
-type Sending = FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send>>>;
+/// What is being sent; one that failed for a passing reason hands its copy back.
+type Sending = FuturesUnordered<Pin<Box<dyn Future<Output = Option<Again>> + Send>>>;
 
 impl Forwarder {
     /// Forwards `copies` until `stop` or the end of the subscription; copies still held then
@@ -79,32 +109,45 @@ impl Forwarder {
         let mut held: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
         let mut sending: Sending = FuturesUnordered::new();
         let mut seq = 0u64;
+        let mut hold = |held: &mut BinaryHeap<Reverse<Held>>, again: Option<Again>| {
+            if let Some(Again { hold, copy, failed }) = again {
+                seq += 1;
+                let at = Instant::now() + hold;
+                held.push(Reverse(Held {
+                    at,
+                    seq,
+                    copy,
+                    failed,
+                }));
+            }
+        };
         loop {
             let wake = held.peek().map(|Reverse(h)| h.at);
             tokio::select! {
                 biased;
                 () = stop.cancelled() => break,
-                Some(()) = sending.next(), if !sending.is_empty() => {}
+                Some(again) = sending.next(), if !sending.is_empty() => hold(&mut held, again),
                 () = sleep_until(wake), if wake.is_some() => {
                     if let Some(Reverse(h)) = held.pop() {
-                        if let Some(hold) = self.place(h.copy, &mut sending) {
-                            seq += 1;
-                            held.push(Reverse(Held { at: Instant::now() + hold.0, seq, copy: hold.1 }));
-                        }
+                        let again = self.place(h.copy, h.failed, &mut sending);
+                        hold(&mut held, again);
                     }
                 }
                 next = copies.next() => match next {
                     Some(copy) => {
-                        if let Some(hold) = self.place(copy, &mut sending) {
-                            seq += 1;
-                            held.push(Reverse(Held { at: Instant::now() + hold.0, seq, copy: hold.1 }));
-                        }
+                        let again = self.place(copy, 0, &mut sending);
+                        hold(&mut held, again);
                     }
                     None => break,
                 },
             }
         }
-        while sending.next().await.is_some() {}
+        // What is still sending finishes (or fails); a copy handed back is released below.
+        while let Some(again) = sending.next().await {
+            if let Some(again) = again {
+                again.copy.release();
+            }
+        }
         copies.cancel();
         // Released with the rest: what arrives until the broker confirmed the cancel.
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
@@ -119,33 +162,38 @@ impl Forwarder {
     }
 
     /// Starts what `copy` needs now (its emit, its hop, its dead letter), or hands it back
-    /// with how long to hold it.
+    /// with how long to hold it. `failed` counts its emits that failed so far.
     fn place(
         self: &Arc<Self>,
         copy: Delivery,
+        failed: u32,
         sending: &mut Sending,
-    ) -> Option<(Duration, Delivery)> {
+    ) -> Option<Again> {
         let due = match plan::due_of(&copy.message) {
             Ok(due) => due,
             Err(e) => {
-                sending.push(Box::pin(dead_letter(
-                    copy,
-                    DeadReason::Undecodable,
-                    e.to_string(),
-                )));
+                let error = e.to_string();
+                sending.push(Box::pin(async move {
+                    dead_letter(copy, DeadReason::Undecodable, error).await;
+                    None
+                }));
                 return None;
             }
         };
         match plan::next(due, self.clock.now(), &self.hops) {
-            Next::Emit => sending.push(Box::pin(Arc::clone(self).emit(copy))),
-            Next::Hold(hold) => return Some((hold, copy)),
-            Next::Hop(n) => sending.push(Box::pin(hop(copy, n))),
+            Next::Emit => sending.push(Box::pin(Arc::clone(self).emit(copy, failed))),
+            Next::Hold(hold) => return Some(Again { hold, copy, failed }),
+            Next::Hop(n) => sending.push(Box::pin(async move {
+                hop(copy, n).await;
+                None
+            })),
         }
         None
     }
 
-    /// Emits a due copy to `mesh.events` as this bus, then acks it.
-    async fn emit(self: Arc<Self>, copy: Delivery) {
+    /// Emits a due copy to `mesh.events` as this bus, then acks it; hands the copy back to be
+    /// held and emitted again if the emit failed for a passing reason (see the module docs).
+    async fn emit(self: Arc<Self>, copy: Delivery, failed: u32) -> Option<Again> {
         let mut message = copy.message.clone();
         // No `x-mesh-*` header is believed from `mesh.events`, and none is sent there; the
         // due time goes on as `x-due`, which says the event was scheduled.
@@ -161,7 +209,8 @@ impl Forwarder {
                 .insert(codec::SCHEDULED_DUE.to_owned(), due);
         }
         if let Err(e) = codec::decode(&message) {
-            return dead_letter(copy, DeadReason::Undecodable, e.to_string()).await;
+            dead_letter(copy, DeadReason::Undecodable, e.to_string()).await;
+            return None;
         }
         let own = RoutingKey::parse(&message.routing_key)
             .is_ok_and(|key| self.identity.owns(&self.node, &key))
@@ -172,7 +221,8 @@ impl Forwarder {
                 "a scheduled event under `{}`, which this module does not own",
                 mesh_core::text::escape(&message.routing_key)
             );
-            return dead_letter(copy, DeadReason::ForgedSource, error).await;
+            dead_letter(copy, DeadReason::ForgedSource, error).await;
+            return None;
         }
         let options = PublishOptions {
             target: Target::Events,
@@ -193,10 +243,13 @@ impl Forwarder {
                 dead_letter(copy, DeadReason::ForgedSource, e.to_string()).await;
             }
             Err(e) => {
-                warn!(error = %EscapedDisplay(&e), "emitting a scheduled event failed; it is looked at again");
-                copy.release();
+                let failed = failed.saturating_add(1);
+                let hold = emit_pause(failed);
+                warn!(error = %EscapedDisplay(&e), failed, retry_in = ?hold, "emitting a scheduled event failed; its copy is held and emitted again");
+                return Some(Again { hold, copy, failed });
             }
         }
+        None
     }
 }
 
@@ -232,5 +285,19 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_emit_waits_longer_each_time_up_to_the_longest_pause() {
+        assert_eq!(emit_pause(1), EMIT_PAUSE);
+        assert_eq!(emit_pause(2), EMIT_PAUSE * 2);
+        assert_eq!(emit_pause(4), EMIT_PAUSE * 8);
+        assert_eq!(emit_pause(7), EMIT_PAUSE_MAX);
+        assert_eq!(emit_pause(u32::MAX), EMIT_PAUSE_MAX);
     }
 }
