@@ -7,8 +7,7 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::console::Console;
-use crate::{assets, contracts, headers, live, map, pages, search};
-use crate::{assets, dead_letters, headers, live, map, pages, redrive, search};
+use crate::{assets, contracts, dead_letters, headers, live, map, pages, redrive, search};
 
 impl Console {
     /// The application.
