@@ -49,8 +49,9 @@ impl Step {
     /// as any event (register its type with [`Saga::on_timeout`](crate::Saga::on_timeout))
     /// unless cancelled first ([`Step::cancel`], or the instance's completion). A timeout of
     /// the same name still pending is cancelled and replaced. Its key must be the saga's
-    /// module's own.
+    /// module's own. Of two schedules of one name in one step, the later counts.
     pub fn schedule<E: Event>(&mut self, name: &str, after: Duration, event: &E) {
+        self.schedules.retain(|t| t.name != name);
         match Outgoing::event(event) {
             Ok(event) => self.schedules.push(Timeout {
                 name: name.to_owned(),
@@ -83,5 +84,47 @@ impl Step {
         if self.failed.is_none() {
             self.failed = Some(Error::with_source(ErrorKind::Transition, context, source));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Expired {
+        n: u32,
+    }
+    impl Event for Expired {
+        const KEY: &'static str = "module.orders.payment.expired";
+    }
+
+    #[test]
+    fn a_step_collects_what_a_transition_asks_for() {
+        let mut step = Step::default();
+        step.schedule("payment", Duration::from_secs(1), &Expired { n: 1 });
+        step.schedule("reminder", Duration::from_secs(2), &Expired { n: 2 });
+        step.schedule("payment", Duration::from_secs(3), &Expired { n: 3 });
+        step.cancel("old");
+        step.emit(&Expired { n: 4 });
+        assert!(!step.is_complete());
+        step.complete();
+        assert!(step.is_complete());
+        let names: Vec<(&str, Duration)> = step
+            .schedules
+            .iter()
+            .map(|t| (t.name.as_str(), t.after))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("reminder", Duration::from_secs(2)),
+                ("payment", Duration::from_secs(3))
+            ],
+            "the later schedule of a name counts"
+        );
+        assert_eq!(step.cancels, ["old"]);
+        assert_eq!(step.emits.len(), 1);
+        assert!(step.failed.is_none());
     }
 }

@@ -14,6 +14,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -22,7 +23,8 @@ use common::order::{
     self, OrderPlaced, PaymentReceived, PaymentRequested, ShipmentRequested, Stage,
 };
 use common::PATIENCE;
-use mesh::{Bus, EventId, HandlerError, Incoming, Outgoing};
+use mesh::layer::ToolRequest;
+use mesh::{Bus, EventId, HandlerError, Incoming, Meta, Outgoing};
 use mesh_outbox::Outbox;
 use mesh_saga::SagaStore;
 use mesh_testkit::{eventually, sdk, TestVhost};
@@ -77,6 +79,50 @@ where
             }
             result
         })
+    }
+}
+
+/// Counts the deliveries that come marked redelivered (the broker's flag).
+#[derive(Clone)]
+struct CountRedelivered(Arc<AtomicU32>);
+
+impl<S> tower_layer::Layer<S> for CountRedelivered {
+    type Service = Counted<S>;
+    fn layer(&self, inner: S) -> Counted<S> {
+        Counted(inner, Arc::clone(&self.0))
+    }
+}
+
+struct Counted<S>(S, Arc<AtomicU32>);
+
+impl<S: tower_service::Service<Meta>> tower_service::Service<Meta> for Counted<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, meta: Meta) -> S::Future {
+        if meta.redelivered() {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+        self.0.call(meta)
+    }
+}
+
+impl<S: tower_service::Service<ToolRequest>> tower_service::Service<ToolRequest> for Counted<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ToolRequest) -> S::Future {
+        self.0.call(request)
     }
 }
 
@@ -180,8 +226,15 @@ async fn parent() -> anyhow::Result<()> {
     // The next service, with a relay: the killed one's delivery comes back, then two
     // resends of it, then the payment (one delivery at a time, in the queue's order).
     let service = order::saga(HOUR).service(store.clone());
+    let redelivered = Arc::new(AtomicU32::new(0));
     let orders = service
-        .wire(Bus::builder().node("n1").module("orders").prefetch(1))
+        .wire(
+            Bus::builder()
+                .node("n1")
+                .module("orders")
+                .prefetch(1)
+                .layer(CountRedelivered(Arc::clone(&redelivered))),
+        )
         .start(sdk::transport(&vhost.url()).await?)
         .await?;
     service.attach(&orders);
