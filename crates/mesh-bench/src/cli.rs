@@ -131,12 +131,11 @@ pub(crate) struct Args {
     pub(crate) mesh_bin: Option<PathBuf>,
 
     /// Scenarios to run, comma-separated (`scale` is not among the default ones: it takes
-    /// minutes, and runs on a private node of its own; nor is `memory` until its budgets
-    /// are set from a release run).
+    /// minutes, and runs on a private node of its own).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "emit,consume,e2e,latency,rpc,audit,outbox"
+        default_value = "emit,consume,e2e,latency,rpc,memory,audit,outbox"
     )]
     pub(crate) scenarios: Vec<Scenario>,
 
