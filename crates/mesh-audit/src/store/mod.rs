@@ -1,10 +1,11 @@
 //! The store: the audit trail and the dead letters, in SQLite or PostgreSQL.
 //!
 //! One `Store` type over either backend. Both have the same tables (`events`,
-//! `event_conflicts`, `dead_letters`) created by their own migrations (`migrations/sqlite`, `migrations/postgres`), embedded in
+//! `event_conflicts`, `dead_letters`) and a full-text index of the bodies (decision 0030),
+//! created by their own migrations (`migrations/sqlite`, `migrations/postgres`), embedded in
 //! the binary and applied by [`Store::open`] ([`Store::open_existing`], for readers, checks
-//! them and changes nothing). The SQL is shared ([`sql`]); only casts and
-//! select lists differ.
+//! them and changes nothing). The SQL is shared ([`sql`]); only casts, select lists and the
+//! body search's SQL differ.
 
 mod body;
 mod connect;
