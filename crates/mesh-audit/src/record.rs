@@ -273,10 +273,11 @@ impl EventQuery {
         self
     }
 
-    /// Reads at most `rows` stored events to answer (ignored by counts). A pattern no index
-    /// serves (a wildcard before its last literal word) is matched on each row read, so one
-    /// that matches few events would otherwise read every row; with a read limit the search
-    /// stops there and [`crate::Store::search`] says after which event to go on.
+    /// Reads at most `rows` stored events to answer (ignored by counts). A wildcard pattern is
+    /// resolved to the stored keys it matches when the store holds at most 1,000 keys; in a
+    /// larger store it is matched on each row read, so one that matches few events would
+    /// otherwise read every row; with a read limit the search stops there and
+    /// [`crate::Store::search`] says after which event to go on.
     pub fn read_limit(mut self, rows: usize) -> Self {
         self.read_limit = Some(rows);
         self

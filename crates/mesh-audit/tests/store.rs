@@ -326,6 +326,35 @@ async fn a_wildcard_reads_only_its_matches(backend: Backend) -> anyhow::Result<(
         store.routing_keys(Some("module.#")).await?,
         ["module.a.x.y", "module.a.x.z"]
     );
+    // A pattern of several keys is searched key by key and merged: the same events, in the
+    // same order, as the search of every event, page after page.
+    for order in [Order::Desc, Order::Asc] {
+        let (mut merged, mut all) = (Vec::new(), Vec::new());
+        let (mut after, mut after_all) = (None, None);
+        for _ in 0..3 {
+            let mut query = EventQuery::new()
+                .pattern("module.a.#")
+                .limit(50)
+                .order(order);
+            let mut every = EventQuery::new().limit(50).order(order);
+            if let Some((time, id)) = after {
+                query = query.after(time, id);
+            }
+            if let Some((time, id)) = after_all {
+                every = every.after(time, id);
+            }
+            let page = store.search(&query).await?;
+            assert_eq!(page.stopped_after, None);
+            let last = page.events.last().expect("a full page");
+            after = Some((last.time, last.id));
+            merged.extend(ids(&page.events));
+            let page = store.events(&every).await?;
+            let last = page.last().expect("a full page");
+            after_all = Some((last.time, last.id));
+            all.extend(ids(&page));
+        }
+        assert_eq!(merged, all, "{order:?}");
+    }
     store.close().await;
     Ok(())
 }

@@ -15,9 +15,11 @@
 //!   charts in inline SVG), the module queues (depth, consumers, retrying, pending dead
 //!   letters) and the audit loggers' readiness, and the dead letters pending per queue;
 //! - `/events?key=&source=&body=&since=&until=&id=&order=&limit=&after=`: the event search,
-//!   words in the body found through the store's full-text index, with the number of matches, times as RFC 3339 or back from now (`2h`) with presets, a page
-//!   size, and a keyset pagination (`after` is the id of the last event of the page before);
-//!   a pattern no index serves (`*.*.paid`) is searched a bounded walk
+//!   words in the body found through the store's full-text index, with the number of
+//!   matches, times as RFC 3339 or back from now (`2h`) with presets, a page size, and a
+//!   keyset pagination (`after` is the id of the last event of the page before);
+//!   a wildcard is resolved to the stored keys it matches (the key index); in a store of more
+//!   than 1,000 keys a pattern no index serves (`*.*.paid`) is searched a bounded walk
 //!   ([`Console::search_reads`]) at a time, for at most [`Console::search_budget`] a page, and
 //!   the page's script goes on by itself until the page is full or the store is searched;
 //! - `/events/{id}`: an event's headers, body, the dead letters made of it (linked; a dead

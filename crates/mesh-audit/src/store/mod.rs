@@ -1,10 +1,11 @@
 //! The store: the audit trail and the dead letters, in SQLite or PostgreSQL.
 //!
 //! One `Store` type over either backend. Both have the same tables (`events`,
-//! `event_conflicts`, `dead_letters`) created by their own migrations (`migrations/sqlite`, `migrations/postgres`), embedded in
+//! `event_conflicts`, `dead_letters`) and a full-text index of the bodies (decision 0030),
+//! created by their own migrations (`migrations/sqlite`, `migrations/postgres`), embedded in
 //! the binary and applied by [`Store::open`] ([`Store::open_existing`], for readers, checks
-//! them and changes nothing). The SQL is shared ([`sql`]); only casts and
-//! select lists differ.
+//! them and changes nothing). The SQL is shared ([`sql`]); only casts, select lists and the
+//! body search's SQL differ.
 
 mod body;
 mod connect;
@@ -37,6 +38,9 @@ pub use body::MAX_BODY_SEARCH;
 
 /// Ids per `IN (…)` list.
 const IDS_PER_STATEMENT: usize = 500;
+
+/// The most keys a resolved pattern is searched key by key (`Store::search_merged`).
+const MAX_MERGED_KEYS: usize = 32;
 
 /// The most stored routing keys a wildcard pattern is resolved to (`Store::resolved`); a
 /// store holding more walks the events instead, matching each.
@@ -162,7 +166,51 @@ impl Store {
     /// number of rows, however few of them match.
     pub async fn search(&self, query: &EventQuery) -> Result<Found, Error> {
         let resolved = self.resolved(query).await?;
-        let query = resolved.as_ref().unwrap_or(query);
+        if let Some(keys) = resolved.as_ref().and_then(|q| q.keys.as_deref()) {
+            if (2..=MAX_MERGED_KEYS).contains(&keys.len()) {
+                if let Some(found) = self.search_merged(query, keys).await? {
+                    return Ok(found);
+                }
+            }
+        }
+        self.walk(resolved.as_ref().unwrap_or(query)).await
+    }
+
+    /// A search of a few keys, one exact search per key (each reads at most a page, through
+    /// the key index), merged in the query's order: a database asked for all of them at once
+    /// (`IN`) reads every event of those keys to sort them, or walks the time index past
+    /// every other event. `None` when a key's search was stopped by the read limit.
+    async fn search_merged(
+        &self,
+        query: &EventQuery,
+        keys: &[String],
+    ) -> Result<Option<Found>, Error> {
+        let mut events = Vec::new();
+        let mut read = 0u64;
+        for key in keys {
+            let mut one = query.clone();
+            one.keys = Some(vec![key.clone()]);
+            let found = self.walk(&one).await?;
+            if found.stopped_after.is_some() {
+                return Ok(None);
+            }
+            read = read.saturating_add(found.read);
+            events.extend(found.events);
+        }
+        events.sort_by_key(|e| (e.time, e.id));
+        if query.order == crate::record::Order::Desc {
+            events.reverse();
+        }
+        events.truncate(query.limit);
+        Ok(Some(Found {
+            events,
+            read,
+            stopped_after: None,
+        }))
+    }
+
+    /// The keyset walk of [`Store::search`], for `query` as it is.
+    async fn walk(&self, query: &EventQuery) -> Result<Found, Error> {
         let mut walk = Walk::new(query)?;
         while walk.more() {
             let (cursor, page) = (walk.cursor.clone(), walk.page_size());
