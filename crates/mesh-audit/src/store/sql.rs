@@ -40,6 +40,10 @@ pub(crate) struct Dialect {
     pub(crate) partitioned: bool,
     /// What ends an insert into `events` (see `write::insert_events`).
     pub(crate) on_conflict: &'static str,
+    /// The inserted ids come back with the statement's answer at little cost (PostgreSQL),
+    /// so a batch asks for them at once rather than in a savepoint tried first without
+    /// them (SQLite, whose worker thread hands result rows one by one).
+    pub(crate) cheap_returning: bool,
     /// How an event's body is searched (its full-text index).
     pub(crate) body_match: &'static BodyMatch,
     /// The comparison and the order the routing-key index is in (`text_pattern_ops` on
@@ -65,6 +69,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     minute: "minute",
     partitioned: false,
     on_conflict: " ON CONFLICT (id) DO NOTHING",
+    cheap_returning: false,
     body_match: &body::SQLITE,
     key_after: ">",
     key_order: "",
@@ -116,6 +121,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     partitioned: true,
     // `event_ids` decided which rows are new: the insert into `events` cannot conflict.
     on_conflict: "",
+    cheap_returning: true,
     body_match: &body::POSTGRES,
     key_after: "~>~",
     key_order: " USING ~<~",

@@ -114,11 +114,11 @@ impl Store {
         let mut written = Written::default();
         with_pool!(self, |pool, d| {
             let mut tx = pool.begin().await?;
-            // The common case first: every row new, so the inserts need not say which
-            // (`RETURNING` each id costs a result row per event, which SQLite hands from its
-            // worker thread one by one). They run in a savepoint: when fewer rows went in
-            // than the batch holds, it is rolled back and the rows inserted again, naming
-            // their ids, so the rows below know which were new.
+            // On SQLite the common case first: every row new, so the inserts need not say
+            // which (`RETURNING` each id costs a result row per event, which SQLite hands
+            // from its worker thread one by one). They run in a savepoint: when fewer rows
+            // went in than the batch holds, it is rolled back and the rows inserted again,
+            // naming their ids, so the rows below know which were new.
             let mut all_new = true;
             // PostgreSQL inserts each id of the batch once (its first row), as `event_ids`
             // decides for the whole statement; SQLite's `ON CONFLICT` skips the later rows.
@@ -131,7 +131,23 @@ impl Store {
             } else {
                 events.iter().collect()
             };
-            if !events.is_empty() {
+            let mut inserted: HashSet<String> = HashSet::new();
+            // Where the ids come back cheaply with the insert (PostgreSQL, in the answer to
+            // the statement), they are asked for at once, without a savepoint: one
+            // statement, not three, and no subtransaction for the server to keep.
+            let mut returned = false;
+            if !events.is_empty() && d.cheap_returning {
+                for chunk in statement_chunks(&firsts) {
+                    let mut qb =
+                        insert_events(d, chunk, |mut b, row| push_event_columns!(b, d, row));
+                    qb.push(d.on_conflict).push(" RETURNING ").push(d.id_text);
+                    let ids: Vec<String> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
+                    written.events += ids.len() as u64;
+                    inserted.extend(ids);
+                }
+                all_new = written.events == events.len() as u64;
+                returned = true;
+            } else if !events.is_empty() {
                 let mut attempt = sqlx::Connection::begin(&mut *tx).await?;
                 let mut count = 0;
                 for chunk in statement_chunks(&firsts) {
@@ -150,8 +166,7 @@ impl Store {
                     attempt.rollback().await?;
                 }
             }
-            let mut inserted: HashSet<String> = HashSet::new();
-            if !all_new {
+            if !all_new && !returned {
                 for chunk in statement_chunks(&firsts) {
                     let mut qb =
                         insert_events(d, chunk, |mut b, row| push_event_columns!(b, d, row));
