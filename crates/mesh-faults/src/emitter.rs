@@ -125,6 +125,8 @@ struct Shared {
     limit: watch::Sender<usize>,
     confirms: Timeline,
     tries: Mutex<Vec<Try>>,
+    /// Tries handed to the bus whose outcome is not known yet.
+    in_flight: watch::Sender<usize>,
     /// Failed tries since the last confirm: the generator's backoff.
     failing: AtomicU32,
     /// The pauses while emits fail: the workspace's schedule, fed the count above (shared by
@@ -201,6 +203,7 @@ impl Emitter {
             limit: watch::Sender::new(plan.limit.unwrap_or(plan.count)),
             confirms: Timeline::new(),
             tries: Mutex::new(Vec::new()),
+            in_flight: watch::Sender::new(0),
             failing: AtomicU32::new(0),
             schedule: Backoff::new(MIN_BACKOFF, MAX_BACKOFF),
         });
@@ -306,9 +309,24 @@ impl Emitter {
         });
     }
 
-    /// Stops trying (events not confirmed yet stay unconfirmed).
+    /// Stops trying (events not confirmed yet stay unconfirmed). Tries already handed to the
+    /// bus still get their outcome: [`Emitter::settled`] waits for them.
     pub fn stop(&self) {
         self.task.abort();
+    }
+
+    /// Waits until every try handed to the bus has its outcome (a confirm, or a failure by
+    /// its deadline at the latest), so that a drain closing the bus afterwards cuts none of
+    /// them off (which would read as a try failed for good: the bus closed under it).
+    pub async fn settled(&self, timeout: Duration) -> Result<(), String> {
+        let mut in_flight = self.shared.in_flight.subscribe();
+        match tokio::time::timeout(timeout, in_flight.wait_for(|n| *n == 0)).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(format!(
+                "{} tries still without an outcome after {timeout:?}",
+                *in_flight.borrow()
+            )),
+        }
     }
 }
 
@@ -378,6 +396,9 @@ async fn run(bus: Bus, shared: Arc<Shared>, plan: EmitPlan) {
             Ok(pending) => {
                 let shared = shared.clone();
                 let retry = retry_tx.clone();
+                // Counted here, not before the emit: `stop` may drop the generator inside
+                // `emit_nowait`, but never this task.
+                shared.in_flight.send_modify(|n| *n += 1);
                 tokio::spawn(async move {
                     match pending.await {
                         Ok(_) => shared.record(index, started, TryOutcome::Confirmed),
@@ -389,6 +410,7 @@ async fn run(bus: Bus, shared: Arc<Shared>, plan: EmitPlan) {
                             }
                         }
                     }
+                    shared.in_flight.send_modify(|n| *n = n.saturating_sub(1));
                 });
             }
             Err(e) => {

@@ -38,6 +38,13 @@ pub(super) async fn drain(
         emitter.stop();
     }
     calls.stop();
+    // Every try handed to a bus gets its outcome (a confirm, or a failure by its deadline)
+    // before the drain below may close that bus under it.
+    for (_, emitter) in &clients.emitters {
+        if let Err(e) = emitter.settled(WAIT).await {
+            problems.push(format!("an emitter did not settle: {e}"));
+        }
+    }
     // Every emit still unconfirmed gets its outcome (a confirm, or a failure within the
     // deadline).
     for (bus, _) in &clients.emitters {
