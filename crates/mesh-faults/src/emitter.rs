@@ -127,6 +127,9 @@ struct Shared {
     tries: Mutex<Vec<Try>>,
     /// Tries handed to the bus whose outcome is not known yet.
     in_flight: watch::Sender<usize>,
+    /// The generator runs (false once it returned or was stopped: `abort` only asks, and
+    /// the generator may be inside an emit on another thread when it does).
+    generating: watch::Sender<bool>,
     /// Failed tries since the last confirm: the generator's backoff.
     failing: AtomicU32,
     /// The pauses while emits fail: the workspace's schedule, fed the count above (shared by
@@ -204,6 +207,7 @@ impl Emitter {
             confirms: Timeline::new(),
             tries: Mutex::new(Vec::new()),
             in_flight: watch::Sender::new(0),
+            generating: watch::Sender::new(true),
             failing: AtomicU32::new(0),
             schedule: Backoff::new(MIN_BACKOFF, MAX_BACKOFF),
         });
@@ -315,16 +319,24 @@ impl Emitter {
         self.task.abort();
     }
 
-    /// Waits until every try handed to the bus has its outcome (a confirm, or a failure by
-    /// its deadline at the latest), so that a drain closing the bus afterwards cuts none of
-    /// them off (which would read as a try failed for good: the bus closed under it).
+    /// After [`Emitter::stop`]: waits until the generator has stopped and every try handed
+    /// to the bus has its outcome (a confirm, or a failure by its deadline at the latest), so
+    /// that a drain closing the bus afterwards cuts none of them off (which would read as a
+    /// try failed for good: the bus closed under it).
     pub async fn settled(&self, timeout: Duration) -> Result<(), String> {
+        let mut generating = self.shared.generating.subscribe();
         let mut in_flight = self.shared.in_flight.subscribe();
-        match tokio::time::timeout(timeout, in_flight.wait_for(|n| *n == 0)).await {
-            Ok(_) => Ok(()),
+        let settled = tokio::time::timeout(timeout, async {
+            let _ = generating.wait_for(|running| !*running).await;
+            let _ = in_flight.wait_for(|n| *n == 0).await;
+        })
+        .await;
+        match settled {
+            Ok(()) => Ok(()),
             Err(_) => Err(format!(
-                "{} tries still without an outcome after {timeout:?}",
-                *in_flight.borrow()
+                "{} tries still without an outcome after {timeout:?} (generator running: {})",
+                *in_flight.borrow(),
+                *generating.borrow()
             )),
         }
     }
@@ -339,6 +351,14 @@ impl Drop for Emitter {
 /// The generator: fresh events in order, retries first, each try's confirm awaited by a
 /// task of its own so that many are in flight (as many as the transport's window holds).
 async fn run(bus: Bus, shared: Arc<Shared>, plan: EmitPlan) {
+    // Says the generator stopped however it ends: returned, or dropped by `abort`.
+    struct Generating(Arc<Shared>);
+    impl Drop for Generating {
+        fn drop(&mut self) {
+            self.0.generating.send_replace(false);
+        }
+    }
+    let _generating = Generating(shared.clone());
     let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<usize>();
     let mut retries: VecDeque<usize> = VecDeque::new();
     let mut next_fresh = 0;
