@@ -49,7 +49,7 @@ pub struct Announced {
 
 /// The system of the contracts announced in `store`: under each announcement key (found
 /// through the key index, [`Store::routing_keys`]), the newest readable announcement, a page
-/// of [`PAGE`] at a time, newest first, however far back.
+/// of 20 at a time, newest first, however far back.
 pub async fn announced_system(store: &Store) -> Result<Announced, mesh_audit::Error> {
     let mut announced = Announced::default();
     let mut found: Vec<(Timestamp, ModuleContract)> = Vec::new();
