@@ -165,11 +165,11 @@ async fn a_search_returns_exactly_the_matching_events_page_by_page() -> anyhow::
     let (status, html) =
         common::get(&format!("{}/events?key=%2A.%2A.nobody.%23", reading_5.base)).await?;
     assert_eq!(status, 200, "{html}");
-    assert!(
-        html.contains("Searched 5 stored events of 64 without filling this page"),
-        "{html}"
-    );
-    assert!(html.contains("Search on"), "{html}");
+    // The store holds few keys, so the pattern is resolved to the stored keys it matches
+    // (none here) and answered at once, without a walk of stored events or a link on (the
+    // walk of a store of more keys is `mesh-audit`'s store test and `search.rs`'s).
+    assert!(html.contains("No event matches."), "{html}");
+    assert!(!html.contains("Search on"), "{html}");
     for (pattern, base) in [
         "#",
         "module.shop.#",
