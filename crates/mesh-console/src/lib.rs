@@ -23,7 +23,9 @@
 //!   ([`Console::search_reads`]) at a time, for at most [`Console::search_budget`] a page, and
 //!   the page's script goes on by itself until the page is full or the store is searched;
 //! - `/events/{id}`: an event's headers, body, the dead letters made of it (linked; a dead
-//!   letter links back), and its causation tree as an SVG graph;
+//!   letter links back), the saga instances its trace moved (each saga's transition event,
+//!   `mesh_core::saga`: the saga, key, version and state after the event), and its causation
+//!   tree as an SVG graph;
 //! - `/dead`, `/dead?queue=&reason=&event=&limit=&after=`, `/dead/{id}`: dead letters grouped
 //!   by queue and reason; a filtered list of any size (with each letter's last error, and its
 //!   queue when the list is of every queue), paged by keyset (`after` is the id of the last
@@ -105,6 +107,7 @@ mod params;
 mod redrive;
 mod respond;
 mod routes;
+mod sagas;
 mod search;
 mod svg;
 mod topology;

@@ -16,7 +16,7 @@ use tracing::warn;
 use crate::input::event_id;
 use crate::params::{link, under};
 use crate::respond::{auto_refresh, missing, page, unavailable, Fail, Page, Shared};
-use crate::{svg, when};
+use crate::{sagas, svg, when};
 
 /// Refuses a request whose `Host` is none of the allowed origins' (421).
 pub(crate) async fn known_host(
@@ -223,6 +223,7 @@ pub(crate) async fn event(State(c): Shared, Path(id): Path<String>) -> Page {
                     }
                 } }
             }
+            (sagas::section(&tree))
             h2 { "Dead letters" }
             @if dead_letters.is_empty() { p.note { "None: no consumer dead-lettered this event." } } @else {
                 table.event-dead {

@@ -10,6 +10,7 @@
 //!   of the workspace draws its delays from;
 //! - [`naming`]: every exchange and queue name;
 //! - [`provenance`]: whether a dead letter's claims may be believed;
+//! - [`saga`]: a saga's transition as an event (what the console shows of a saga);
 //! - [`transport`]: the seam every transport implements.
 //!
 //! # Example
@@ -57,6 +58,7 @@ pub mod naming;
 pub mod pattern;
 pub mod policy;
 pub mod provenance;
+pub mod saga;
 pub mod text;
 pub mod transport;
 pub mod wire;

@@ -252,8 +252,9 @@ pub async fn cancel_in<DB: Backend>(
 /// The event is made as [`EmitIn`] makes it, with `x-time` set to its due time (as
 /// [`Bus::emit_at`] does), and written as a row of the outbox's scheduled table in `tx`.
 /// Once `tx` committed and the due time passed (by the database's clock on PostgreSQL, the
-/// relay process's on SQLite), a relay moves it to the outbox and publishes it as any row,
-/// within its poll interval. Until then [`Outbox::cancel`] (or [`cancel_in`]) deletes it.
+/// relay process's on SQLite; by the relay's bus's clock, [`Bus::now`], when that is not the
+/// system's, as on the test harness, so a test moves it with `Harness::advance`), a relay
+/// moves it to the outbox and publishes it as any row, within its poll interval. Until then [`Outbox::cancel`] (or [`cancel_in`]) deletes it.
 /// A time already past is published at once. The key must be the bus's own (`ForeignKey`
 /// otherwise, as an emit). The choice against the broker's ladder
 /// ([`Bus::emit_at`]) is in the project's decision record 0028.
@@ -266,7 +267,8 @@ pub trait ScheduleIn {
         event: &E,
     ) -> impl Future<Output = Result<EventId, Error>> + Send + 'a;
 
-    /// Schedules a typed event for `after` from now (the process's clock); returns its id.
+    /// Schedules a typed event for `after` from now (by the bus's clock, [`Bus::now`]: the
+    /// system's, or the test harness's); returns its id.
     fn emit_after_in<'a, DB: Backend, E: Event>(
         &'a self,
         tx: &'a mut Transaction<'_, DB>,
@@ -303,7 +305,7 @@ impl ScheduleIn for Bus {
         let made = Outgoing::event(event)
             .map_err(Error::from)
             .and_then(|outgoing| {
-                let at = Timestamp::now().checked_add(after).ok_or_else(|| {
+                let at = self.now().checked_add(after).ok_or_else(|| {
                     Error::options(format!("{after:?} from now is past 9999-12-31"))
                 })?;
                 Ok((at, outgoing))

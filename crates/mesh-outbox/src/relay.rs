@@ -692,7 +692,10 @@ impl<DB: Backend> SourceWorker<DB> {
     /// are awaited by the session's loop.
     async fn read(&mut self, s: &mut Session) -> Result<Read, Stop> {
         // A read-only look first: an idle relay writes nothing.
-        let look = DB::look(&self.pool, &self.source).await?;
+        // Due by the bus's clock when it is not the system's (the test harness's, which a
+        // test moves on), by the backend's otherwise.
+        let now = (!self.bus.on_system_clock()).then(|| self.bus.now());
+        let look = DB::look(&self.pool, &self.source, now).await?;
         if self.renew_at.is_none() && !look.unsent && !look.due {
             return Ok(Read::Empty);
         }
@@ -702,7 +705,7 @@ impl<DB: Backend> SourceWorker<DB> {
         // Due scheduled rows join the outbox's, after the rows already there.
         if look.due {
             let limit = i64::try_from(self.options.batch).unwrap_or(i64::MAX);
-            let moved = DB::promote(&self.pool, &self.source, limit).await?;
+            let moved = DB::promote(&self.pool, &self.source, limit, now).await?;
             debug!(source = %self.source, moved, "due scheduled events moved to the outbox");
         }
         let Some(batch) = s.window.open_batch() else {

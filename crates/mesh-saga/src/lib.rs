@@ -54,6 +54,12 @@
 //! once (a lost race), so it must not act on the world itself; what it emits is published
 //! at least once by the outbox's relay, with the same event id each time.
 //!
+//! Time is the saga's bus's clock ([`Bus::now`](mesh::Bus::now)): timeouts are due by it,
+//! and a relay whose bus is on the test harness's clock compares due times with it, so a test
+//! moves a timeout of hours on with `Harness::advance`. With [`Saga::emit_transitions`] each
+//! applied event also emits the instance after it (`module.<m>.saga.transition`), which the
+//! console shows on the event's page.
+//!
 //! Architecture invariant: the saga's logic (transitions, [`Step`]) knows no database and no
 //! bus; only `service.rs` and `store/` do, and the store's SQL is written once for both
 //! backends.
@@ -86,6 +92,8 @@ use route::{EventRoute, Route};
 /// starts or moves an instance. Bound to a store with [`Saga::service`].
 pub struct Saga<S> {
     name: String,
+    /// Whether each applied event emits the instance's state ([`Saga::emit_transitions`]).
+    transitions: bool,
     routes: Vec<Box<dyn Route<S>>>,
     by_type: HashMap<TypeId, usize>,
 }
@@ -94,6 +102,7 @@ impl<S> fmt::Debug for Saga<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Saga")
             .field("name", &self.name)
+            .field("transitions", &self.transitions)
             .field("events", &self.routes.len())
             .finish()
     }
@@ -107,6 +116,7 @@ where
     pub fn new(name: impl Into<String>) -> Saga<S> {
         Saga {
             name: name.into(),
+            transitions: false,
             routes: Vec::new(),
             by_type: HashMap::new(),
         }
@@ -158,9 +168,21 @@ where
         })
     }
 
+    /// Each event applied to an instance also emits the instance after it, as the event
+    /// `<the bus's prefix>saga.transition` (`module.<m>.saga.transition`): body
+    /// [`SagaTransition`](mesh::raw::saga::SagaTransition) (the saga, the key, the version,
+    /// whether completed, the state as JSON), caused by the applied event, written to the
+    /// outbox with the state (published if and only if it commits, once per applied event).
+    /// The audit logger records it, and the console shows it on the page of the event that
+    /// caused it. Off by default: the state goes to every reader of the module's events.
+    pub fn emit_transitions(mut self) -> Self {
+        self.transitions = true;
+        self
+    }
+
     /// Binds the saga to `store`: the service that wires its handlers into a bus.
     pub fn service<DB: Database>(self, store: SagaStore<DB>) -> SagaService<S, DB> {
-        SagaService::new(self.name, self.routes, store)
+        SagaService::new(self.name, self.transitions, self.routes, store)
     }
 
     /// The route of `E`, made on first use, with `set` applied.

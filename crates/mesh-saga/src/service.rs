@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use mesh::{Bus, BusBuilder, Timestamp};
+use mesh::raw::saga::{SagaTransition, TRANSITION_EVENT, TRANSITION_FORMAT};
+use mesh::{Bus, BusBuilder, Outgoing};
 use mesh_outbox::{cancel_in, record_in, EmitIn, ScheduleIn};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -19,7 +20,7 @@ use crate::error::{Error, ErrorKind};
 use crate::route::{Apply, Delivery, Route};
 use crate::step::Step;
 use crate::store::sql::{StoredInstance, TimeoutRow};
-use crate::store::{event_id, now_text, Database, SagaStore};
+use crate::store::{event_id, Database, SagaStore};
 
 /// How many times one delivery is tried against fresh state before it goes back to the bus
 /// (which retries it later, on its ladder).
@@ -55,6 +56,8 @@ impl<S, DB: Database> fmt::Debug for SagaService<S, DB> {
 
 struct Engine<S, DB: Database> {
     name: String,
+    /// Whether each applied event emits the instance after it (`Saga::emit_transitions`).
+    transitions: bool,
     /// The inbox's consumer name of this saga.
     consumer: String,
     store: SagaStore<DB>,
@@ -76,11 +79,17 @@ where
     S: Serialize + DeserializeOwned + Send + Sync + 'static,
     DB: Database,
 {
-    pub(crate) fn new(name: String, routes: Vec<Box<dyn Route<S>>>, store: SagaStore<DB>) -> Self {
+    pub(crate) fn new(
+        name: String,
+        transitions: bool,
+        routes: Vec<Box<dyn Route<S>>>,
+        store: SagaStore<DB>,
+    ) -> Self {
         SagaService {
             engine: Arc::new(Engine {
                 consumer: format!("saga:{name}"),
                 name,
+                transitions,
                 store,
                 bus: watch::Sender::new(None),
                 conflicts: AtomicU64::new(0),
@@ -224,17 +233,23 @@ where
         }
         // The state first: the optimistic check, and on PostgreSQL the row's lock for the
         // rest of the transaction.
-        if !self
-            .write(&mut tx, &d.key, &state, previous, step.complete)
+        let Some(version) = self
+            .write(&mut tx, bus, &d.key, &state, previous, step.complete)
             .await?
-        {
+        else {
             tx.rollback().await.map_err(failed)?;
             return Ok(None);
-        }
+        };
         self.timeouts(&mut tx, bus, d, &mut pending, &mut step)
             .await?;
+        let transition = if self.transitions {
+            Some(self.transition(bus, &d.key, &state, version, step.complete)?)
+        } else {
+            None
+        };
         let emits = std::mem::take(&mut step.emits)
             .into_iter()
+            .chain(transition)
             .map(|e| e.causation_id(d.id.to_string()));
         bus.emit_all_in(&mut tx, emits)
             .await
@@ -255,19 +270,53 @@ where
         Ok(Some(Outcome::Ignored(why)))
     }
 
-    /// Writes the new state: `false` when the instance changed since it was read.
+    /// The event of a transition (`Saga::emit_transitions`): the instance after it.
+    fn transition(
+        &self,
+        bus: &Bus,
+        key: &str,
+        state: &S,
+        version: i64,
+        completed: bool,
+    ) -> Result<Outgoing, Error> {
+        let failed = |e| Error::with_source(ErrorKind::Transition, "emitting a transition", e);
+        let body = SagaTransition {
+            saga: self.name.clone(),
+            key: key.to_owned(),
+            version: u64::try_from(version).unwrap_or(0),
+            completed,
+            state: serde_json::to_value(state).map_err(|e| {
+                Error::with_source(ErrorKind::State, "writing an instance's state", e)
+            })?,
+        };
+        let node = bus.node().clone();
+        let routing_key = format!(
+            "{}.{}.{TRANSITION_EVENT}",
+            bus.identity().origin(),
+            bus.identity().owner(&node)
+        );
+        let body = serde_json::to_vec(&body)
+            .map_err(|e| Error::with_source(ErrorKind::State, "writing a transition", e))?;
+        Ok(Outgoing::raw(&routing_key, body)
+            .map_err(failed)?
+            .schema(TRANSITION_FORMAT))
+    }
+
+    /// Writes the new state: its version, `None` when the instance changed since it was read.
     async fn write(
         &self,
         tx: &mut Transaction<'static, DB>,
+        bus: &Bus,
         key: &str,
         state: &S,
         previous: Option<StoredInstance>,
         complete: bool,
-    ) -> Result<bool, Error> {
+    ) -> Result<Option<i64>, Error> {
         let failed = |e| Error::database("writing a saga instance", e);
         let json = serde_json::to_string(state)
             .map_err(|e| Error::with_source(ErrorKind::State, "writing an instance's state", e))?;
-        let now = now_text();
+        // The bus's clock, as for the timeouts: the test harness's moves both.
+        let now = bus.now().text();
         match previous {
             None => {
                 let row = StoredInstance {
@@ -279,7 +328,8 @@ where
                     created_at: now.clone(),
                     updated_at: now,
                 };
-                DB::insert_instance(tx, &row).await.map_err(failed)
+                let written = DB::insert_instance(tx, &row).await.map_err(failed)?;
+                Ok(written.then_some(row.version))
             }
             Some(previous) => {
                 let row = StoredInstance {
@@ -289,7 +339,10 @@ where
                     updated_at: now,
                     ..previous
                 };
-                DB::update(tx, &row, row.version - 1).await.map_err(failed)
+                let written = DB::update(tx, &row, row.version - 1)
+                    .await
+                    .map_err(failed)?;
+                Ok(written.then_some(row.version))
             }
         }
     }
@@ -327,7 +380,10 @@ where
             return Ok(());
         }
         for timeout in std::mem::take(&mut step.schedules) {
-            let due = Timestamp::now().checked_add(timeout.after).ok_or_else(|| {
+            // Due by the bus's clock (the system's; the test harness's under it, so a test
+            // moves a timeout of hours on with `Harness::advance`), as the relay that
+            // publishes it compares.
+            let due = bus.now().checked_add(timeout.after).ok_or_else(|| {
                 Error::new(
                     ErrorKind::Transition,
                     format!("timeout {:?} is past the year 9999", timeout.name),

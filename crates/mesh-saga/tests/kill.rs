@@ -1,12 +1,18 @@
-//! Acceptance: a saga across a crash, on RabbitMQ and PostgreSQL. A saga service process
-//! commits an event's transition (its state, its emitted event and its timeout in the outbox)
-//! and is SIGKILLed before it acks; the next service gets the delivery again, and the same
-//! event twice more: the instance moved once, and the event the killed process emitted is
-//! published once (not lost, not doubled).
+//! Acceptance: a saga across a crash, on a private RabbitMQ node and PostgreSQL. A saga
+//! service process commits an event's transition (its state, its emitted event and its
+//! timeout in the outbox) and is SIGKILLed before it acks; the next service gets the delivery
+//! again, and the same event twice more: the instance moved once, and the event the killed
+//! process emitted is published once (not lost, not doubled).
+//!
+//! Counted with two ledgers: one of the events the saga consumes (each confirmed by the
+//! broker, each handled by the surviving service: none lost), one of the events it emits
+//! (each row the outbox holds is delivered to a sink, and nothing else is: one payment request
+//! and one shipment request in all, so no effect twice).
 //!
 //! The killed service is this test binary again, running this same test with `CHILD_ENV`
 //! set; a layer holds each delivery after its handler succeeded (never acks), so the kill
-//! lands exactly between the commit and the ack.
+//! lands exactly between the commit and the ack. The node is the test's own, as every test
+//! that kills a process holding a broker's deliveries.
 
 mod common;
 
@@ -24,10 +30,11 @@ use common::order::{
 };
 use common::PATIENCE;
 use mesh::layer::ToolRequest;
+use mesh::raw::saga::SagaTransition;
 use mesh::{Bus, EventId, HandlerError, Incoming, Meta, Outgoing};
 use mesh_outbox::Outbox;
 use mesh_saga::SagaStore;
-use mesh_testkit::{eventually, sdk, TestVhost};
+use mesh_testkit::{eventually, sdk, Ledger, NodeOptions, PrivateNode};
 
 /// Set in the child: `<database URL> <broker URL>`.
 const CHILD_ENV: &str = "MESH_SAGA_KILL_CHILD";
@@ -82,18 +89,19 @@ where
     }
 }
 
-/// Counts the deliveries that come marked redelivered (the broker's flag).
+/// Counts the deliveries that come marked redelivered (the broker's flag), and notes each
+/// delivery in the ledger of consumed events.
 #[derive(Clone)]
-struct CountRedelivered(Arc<AtomicU32>);
+struct CountRedelivered(Arc<AtomicU32>, Ledger);
 
 impl<S> tower_layer::Layer<S> for CountRedelivered {
     type Service = Counted<S>;
     fn layer(&self, inner: S) -> Counted<S> {
-        Counted(inner, Arc::clone(&self.0))
+        Counted(inner, Arc::clone(&self.0), self.1.clone())
     }
 }
 
-struct Counted<S>(S, Arc<AtomicU32>);
+struct Counted<S>(S, Arc<AtomicU32>, Ledger);
 
 impl<S: tower_service::Service<Meta>> tower_service::Service<Meta> for Counted<S> {
     type Response = S::Response;
@@ -108,6 +116,7 @@ impl<S: tower_service::Service<Meta>> tower_service::Service<Meta> for Counted<S
         if meta.redelivered() {
             self.1.fetch_add(1, Ordering::SeqCst);
         }
+        self.2.handled(meta.id().to_string());
         self.0.call(meta)
     }
 }
@@ -149,14 +158,18 @@ async fn child(config: &str) -> anyhow::Result<()> {
 
 async fn parent() -> anyhow::Result<()> {
     let (db, pool) = common::postgres().await?;
-    let vhost = TestVhost::create("saga-kill").await?;
+    let node = PrivateNode::start(NodeOptions::default().heartbeat(2)).await?;
+    let url = node.url();
+    // The events the saga consumes, and the events it emits.
+    let consumed = Ledger::new();
+    let emitted = Ledger::new();
     let store = SagaStore::new(pool.clone()).await?;
     // The saga's queue and bindings first (a bus that declares them and stops), so the
     // event waits there for the child.
     let declare = order::saga(HOUR).service(store.clone());
     declare
         .wire(Bus::builder().node("n1").module("orders"))
-        .start(sdk::transport(&vhost.url()).await?)
+        .start(sdk::transport(&url).await?)
         .await?
         .close()
         .await;
@@ -164,11 +177,15 @@ async fn parent() -> anyhow::Result<()> {
     let requested: Arc<Mutex<Vec<EventId>>> = Arc::default();
     let shipped: Arc<Mutex<Vec<EventId>>> = Arc::default();
     let (r, s) = (Arc::clone(&requested), Arc::clone(&shipped));
+    let (lr, ls, lt) = (emitted.clone(), emitted.clone(), emitted.clone());
+    let versions: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let v = Arc::clone(&versions);
     let sink = Bus::builder()
         .node("n1")
         .module("sink")
         .on(move |e: Incoming<PaymentRequested>| {
             let r = Arc::clone(&r);
+            lr.handled(e.meta.id().to_string());
             async move {
                 r.lock()
                     .map_err(|_| HandlerError::permanent("poisoned"))?
@@ -176,8 +193,21 @@ async fn parent() -> anyhow::Result<()> {
                 Ok(())
             }
         })
+        .on_raw(["module.orders.saga.transition"], move |e| {
+            lt.handled(e.meta.id().to_string());
+            let v = Arc::clone(&v);
+            async move {
+                let t: SagaTransition =
+                    serde_json::from_slice(&e.event).map_err(HandlerError::permanent)?;
+                v.lock()
+                    .map_err(|_| HandlerError::permanent("poisoned"))?
+                    .push(t.version);
+                Ok(())
+            }
+        })
         .on(move |e: Incoming<ShipmentRequested>| {
             let s = Arc::clone(&s);
+            ls.handled(e.meta.id().to_string());
             async move {
                 s.lock()
                     .map_err(|_| HandlerError::permanent("poisoned"))?
@@ -185,15 +215,19 @@ async fn parent() -> anyhow::Result<()> {
                 Ok(())
             }
         })
-        .start(sdk::transport(&vhost.url()).await?)
+        .start(sdk::transport(&url).await?)
         .await?;
-    let shop = sdk::emitter(&vhost.url(), "n1", "shop").await?;
+    let shop = sdk::emitter(&url, "n1", "shop").await?;
+    let placed_event = EventId::new();
     let placed = Outgoing::event(&OrderPlaced {
         order: 7,
         cents: 700,
     })?
-    .id(EventId::new());
+    .id(placed_event);
+    let placed_id = placed_event.to_string();
+    consumed.attempted(placed_id.clone());
     shop.emit_outgoing(placed.clone()).await?;
+    consumed.confirmed(placed_id.clone());
 
     let mut child = tokio::process::Command::new(std::env::current_exe()?)
         .args([
@@ -202,7 +236,7 @@ async fn parent() -> anyhow::Result<()> {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD_ENV, format!("{} {}", db.url(), vhost.url()))
+        .env(CHILD_ENV, format!("{} {url}", db.url()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -233,9 +267,9 @@ async fn parent() -> anyhow::Result<()> {
                 .node("n1")
                 .module("orders")
                 .prefetch(1)
-                .layer(CountRedelivered(Arc::clone(&redelivered))),
+                .layer(CountRedelivered(Arc::clone(&redelivered), consumed.clone())),
         )
-        .start(sdk::transport(&vhost.url()).await?)
+        .start(sdk::transport(&url).await?)
         .await?;
     service.attach(&orders);
     let outbox = Outbox::new(pool.clone()).await?;
@@ -243,10 +277,16 @@ async fn parent() -> anyhow::Result<()> {
         .start_relay([orders.clone()], common::quick())
         .await?;
     for _ in 0..2 {
+        consumed.attempted(placed_id.clone());
         shop.emit_outgoing(placed.clone()).await?;
     }
-    let payments = sdk::emitter(&vhost.url(), "n1", "payments").await?;
-    payments.emit(&PaymentReceived { order: 7 }).await?;
+    let payments = sdk::emitter(&url, "n1", "payments").await?;
+    let paid_event = EventId::new();
+    let paid = Outgoing::event(&PaymentReceived { order: 7 })?.id(paid_event);
+    let paid_id = paid_event.to_string();
+    consumed.attempted(paid_id.clone());
+    payments.emit_outgoing(paid).await?;
+    consumed.confirmed(paid_id.clone());
     eventually(PATIENCE, "the payment applied", || async {
         (version().await? == 2).then_some(())
     })
@@ -259,6 +299,39 @@ async fn parent() -> anyhow::Result<()> {
         (outbox.counts().await.ok()?.pending == 0).then_some(())
     })
     .await;
+    // No lost event: each event the saga consumes reached the surviving service, the
+    // killed one's delivery again (redelivered: the kill came before the ack).
+    let report = consumed.wait_all_handled(PATIENCE).await;
+    println!("saga kill ledger, consumed: {report}");
+    report.assert_clean();
+    assert_eq!(report.confirmed, 2, "the order and its payment: {report}");
+    assert!(
+        redelivered.load(Ordering::SeqCst) >= 1,
+        "the killed service's delivery came back: {report}"
+    );
+    // No double effect: the outbox holds each event the saga emitted once, and each is
+    // delivered (the killed process's payment request too), and nothing else is.
+    let rows: Vec<String> = sqlx::query_scalar("SELECT event_id::text FROM mesh_outbox.outbox")
+        .fetch_all(&pool)
+        .await?;
+    for id in rows {
+        emitted.attempted(id.clone());
+        emitted.confirmed(id);
+    }
+    let report = emitted.wait_all_handled(PATIENCE).await;
+    println!("saga kill ledger, emitted: {report}");
+    report.assert_clean();
+    assert_eq!(
+        report.confirmed, 4,
+        "one payment request, one shipment request, and a transition of each: {report}"
+    );
+    let mut versions: Vec<u64> = versions
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
+    versions.sort_unstable();
+    versions.dedup();
+    assert_eq!(versions, [1, 2], "the instance moved once per event");
     relay.stop().await;
     for bus in [&orders, &shop, &payments, &sink] {
         bus.drain().await?;

@@ -2,9 +2,9 @@
 //! with the outbox's relay: the happy path, the timeout path (compensation) and duplicate
 //! deliveries each reach the right final state, and each effect happens once.
 //!
-//! The timeout runs on real time (a short payment timeout): an outbox-scheduled event is due
-//! by the database's clock (the relay process's on SQLite), which a paused tokio clock does
-//! not move.
+//! The timeout runs on the harness's clock: the saga's timeouts are due by its bus's clock,
+//! and the relay compares due times with that clock when it is the harness's, so a payment
+//! timeout of 30 minutes fires once the harness advances 30 minutes, in no wall time.
 
 mod common;
 
@@ -14,11 +14,14 @@ use common::order::{
     OrderCancelled, OrderCompleted, OrderPlaced, OrderShipped, PaymentExpired, PaymentReceived,
     PaymentRequested, ShipmentRequested, Stage,
 };
-use common::World;
+use common::{order, World};
 use mesh::{EventId, Outgoing};
 
 /// Long enough never to fire in a test that does not wait for it.
 const HOUR: Duration = Duration::from_secs(3600);
+
+/// The payment timeout of the timeout path, passed by advancing the harness's clock.
+const HALF_AN_HOUR: Duration = Duration::from_secs(30 * 60);
 
 macro_rules! on_both_backends {
     ($backend:ident) => {
@@ -78,15 +81,45 @@ macro_rules! on_both_backends {
                 assert_eq!(w.published(|e: &OrderCompleted| e.order == 1), 1);
                 assert_eq!(w.published(|_: &PaymentExpired| true), 0);
                 assert_eq!(w.published(|_: &OrderCancelled| true), 0);
+
+                // Each applied event emitted the instance after it, caused by that event.
+                let transitions = common::transitions(&w.harness);
+                let seen: Vec<(u64, bool, Option<Stage>)> = transitions
+                    .iter()
+                    .map(|(_, _, t)| {
+                        let stage = serde_json::from_value::<order::Order>(t.state.clone())
+                            .ok()
+                            .map(|o| o.stage);
+                        (t.version, t.completed, stage)
+                    })
+                    .collect();
+                assert_eq!(
+                    seen,
+                    [
+                        (1, false, Some(Stage::AwaitingPayment)),
+                        (2, false, Some(Stage::AwaitingShipment)),
+                        (3, true, Some(Stage::Shipped)),
+                    ]
+                );
+                assert!(transitions
+                    .iter()
+                    .all(|(_, cause, t)| t.saga == "order" && t.key == "1" && cause.is_some()));
                 w.stop().await
             }
 
-            /// Placed and never paid: the payment timeout arrives, the order is cancelled
-            /// (the compensation is emitted once), and a payment after that changes nothing.
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            /// Placed and never paid: once the harness's clock passed the 30-minute payment
+            /// timeout, the timeout arrives, the order is cancelled (the compensation is
+            /// emitted once), and a payment after that changes nothing.
+            ///
+            /// On a current-thread runtime, as `Harness::advance` asks; the clock runs on
+            /// real time otherwise (the relay waits on the database).
+            #[tokio::test]
             async fn an_order_not_paid_in_time_is_cancelled_once() -> anyhow::Result<()> {
                 let (_db, pool) = common::$backend().await?;
-                let w = World::start(pool, Duration::from_millis(300)).await?;
+                let w = World::start(pool, HALF_AN_HOUR).await?;
+                // The harness's clock an hour ahead of the system's: a timeout due by the
+                // system's clock would be due already, and fire before the advance below.
+                w.harness.advance(HOUR).await;
 
                 w.shop
                     .emit(&OrderPlaced {
@@ -94,6 +127,31 @@ macro_rules! on_both_backends {
                         cents: 990,
                     })
                     .await?;
+                w.harness
+                    .published_where(|e: &PaymentRequested| e.order == 2)
+                    .await?;
+                let waiting = w
+                    .instance_when("2", "order 2 started", |i| i.version == 1)
+                    .await;
+                assert_eq!(waiting.state.stage, Stage::AwaitingPayment);
+                assert_eq!(waiting.timeouts.len(), 1, "{:?}", waiting.timeouts);
+                let due = mesh::Timestamp::parse(&waiting.timeouts[0].due)?;
+                let from = w.orders.now();
+                assert!(
+                    due.unix_nanos() - from.unix_nanos() > 29 * 60 * 1_000_000_000,
+                    "the timeout is due in half an hour by the harness's clock: {due:?}, now {from:?}"
+                );
+                assert!(
+                    due.unix_nanos() - mesh::Timestamp::now().unix_nanos()
+                        > 89 * 60 * 1_000_000_000,
+                    "not by the system's: {due:?}"
+                );
+                // Everything the start emitted is out; the timeout waits for its time.
+                w.relay_idle().await;
+                assert_eq!(w.outbox.counts().await?.scheduled, 1);
+                assert_eq!(w.published(|_: &PaymentExpired| true), 0);
+
+                w.harness.advance(HALF_AN_HOUR).await;
                 w.harness
                     .published_where(|e: &OrderCancelled| e.order == 2)
                     .await?;
@@ -163,6 +221,11 @@ macro_rules! on_both_backends {
                 assert_eq!(w.published(|e: &ShipmentRequested| e.order == 3), 1);
                 assert_eq!(w.published(|e: &OrderCompleted| e.order == 3), 1);
                 assert_eq!(w.published(|_: &OrderCancelled| true), 0);
+                let versions: Vec<u64> = common::transitions(&w.harness)
+                    .iter()
+                    .map(|(_, _, t)| t.version)
+                    .collect();
+                assert_eq!(versions, [1, 2, 3], "a transition per applied event, none per copy");
                 w.stop().await
             }
         }

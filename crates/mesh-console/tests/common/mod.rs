@@ -99,6 +99,17 @@ pub(crate) fn event(
     cause: Option<EventId>,
     body: &'static [u8],
 ) -> (EventId, WireMessage) {
+    event_of(key, source, time, cause, Bytes::from_static(body))
+}
+
+/// As [`event`], with a body made at run time.
+pub(crate) fn event_of(
+    key: &str,
+    source: &str,
+    time: Timestamp,
+    cause: Option<EventId>,
+    body: Bytes,
+) -> (EventId, WireMessage) {
     let id = EventId::new();
     let message = codec::encode(&Envelope {
         id,
@@ -109,7 +120,7 @@ pub(crate) fn event(
         causation_id: cause.map(|c| c.to_string()),
         schema: None,
         extra_headers: Headers::new(),
-        body: Bytes::from_static(body),
+        body,
     });
     (id, message)
 }

@@ -47,15 +47,22 @@ pub trait Scheduling: sqlx::Database + Sized {
     ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
 
     /// Whether `source` has an unsent outbox row and whether it has a due scheduled one: the
-    /// relay's one read-only look before a read.
-    fn look<'a>(pool: &'a Pool<Self>, source: &'a str) -> BoxFuture<'a, Result<Look, sqlx::Error>>;
+    /// relay's one read-only look before a read. Due by `now` when given (the relay's bus's
+    /// clock, when it is not the system's), by the backend's clock otherwise.
+    fn look<'a>(
+        pool: &'a Pool<Self>,
+        source: &'a str,
+        now: Option<Timestamp>,
+    ) -> BoxFuture<'a, Result<Look, sqlx::Error>>;
 
     /// Moves up to `limit` due scheduled rows of `source` to the outbox, the earliest due
-    /// first (so they are published in that order); returns how many.
+    /// first (so they are published in that order); returns how many. Due as in
+    /// [`Scheduling::look`].
     fn promote<'a>(
         pool: &'a Pool<Self>,
         source: &'a str,
         limit: i64,
+        now: Option<Timestamp>,
     ) -> BoxFuture<'a, Result<u64, sqlx::Error>>;
 
     /// Deletes the scheduled row of `event_id` in the caller's transaction: `false` when
@@ -79,6 +86,31 @@ fn stored_due(d: &Dialect, due: Timestamp) -> i64 {
     let nanos = due.unix_nanos();
     let units = nanos.div_euclid(unit) + i128::from(nanos.rem_euclid(unit) != 0);
     i64::try_from(units).unwrap_or(i64::MAX)
+}
+
+/// A time given for a due comparison, as the backend stores due times, rounded down so a
+/// row is due once its time came (never before, by the rounding up of [`stored_due`]).
+fn stored_now(d: &Dialect, now: Timestamp) -> i64 {
+    let unit: i128 = match d.clock {
+        Clock::Database => 1_000,
+        Clock::Process => 1_000_000,
+    };
+    i64::try_from(now.unix_nanos().div_euclid(unit)).unwrap_or(i64::MAX)
+}
+
+/// "Now" in a due comparison: `now` when given, the backend's clock otherwise.
+fn push_due_now<'a, DB>(qb: &mut QueryBuilder<'a, DB>, d: &Dialect, now: Option<Timestamp>)
+where
+    DB: sqlx::Database,
+    i64: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    match now {
+        Some(now) => {
+            let (before, after) = due_expression(d);
+            qb.push(before).push_bind(stored_now(d, now)).push(after);
+        }
+        None => push_now(qb, d, now_ms()),
+    }
 }
 
 /// The SQL around a bound [`stored_due`].
@@ -134,6 +166,7 @@ macro_rules! impl_shared {
         fn look<'a>(
             pool: &'a Pool<Self>,
             source: &'a str,
+            now: Option<Timestamp>,
         ) -> BoxFuture<'a, Result<Look, sqlx::Error>> {
             Box::pin(async move {
                 let d: &Dialect = &$dialect;
@@ -146,7 +179,7 @@ macro_rules! impl_shared {
                     d.scheduled
                 ));
                 qb.push_bind(source).push(" AND due_at <= ");
-                push_now(&mut qb, d, now_ms());
+                push_due_now(&mut qb, d, now);
                 qb.push(")");
                 let (unsent, due): (bool, bool) = qb.build_query_as().fetch_one(pool).await?;
                 Ok(Look { unsent, due })
@@ -188,6 +221,7 @@ impl Scheduling for Postgres {
         pool: &'a Pool<Self>,
         source: &'a str,
         limit: i64,
+        now: Option<Timestamp>,
     ) -> BoxFuture<'a, Result<u64, sqlx::Error>> {
         Box::pin(async move {
             let d = &POSTGRES;
@@ -198,8 +232,9 @@ impl Scheduling for Postgres {
                  WHERE source = ",
                 d.scheduled
             ));
-            qb.push_bind(source)
-                .push(" AND due_at <= clock_timestamp() ORDER BY due_at, event_id LIMIT ")
+            qb.push_bind(source).push(" AND due_at <= ");
+            push_due_now(&mut qb, d, now);
+            qb.push(" ORDER BY due_at, event_id LIMIT ")
                 .push_bind(limit)
                 .push(format!(
                     " FOR UPDATE SKIP LOCKED) RETURNING {MESSAGE_COLUMNS}, due_at) \
@@ -219,10 +254,12 @@ impl Scheduling for Sqlite {
         pool: &'a Pool<Self>,
         source: &'a str,
         limit: i64,
+        due_by: Option<Timestamp>,
     ) -> BoxFuture<'a, Result<u64, sqlx::Error>> {
         Box::pin(async move {
             let d = &SQLITE;
             let now = now_ms();
+            let due_now = due_by.map_or(now, |t| stored_now(d, t));
             // The same rows twice (the same bound time, one writer at a time): copied in due
             // order, then deleted, in one transaction.
             let due = |qb: &mut QueryBuilder<'a, Sqlite>| {
@@ -232,7 +269,7 @@ impl Scheduling for Sqlite {
                 ))
                 .push_bind(source)
                 .push(" AND due_at <= ")
-                .push_bind(now)
+                .push_bind(due_now)
                 .push(" ORDER BY due_at, event_id LIMIT ")
                 .push_bind(limit)
                 .push(")");

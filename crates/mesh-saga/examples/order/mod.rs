@@ -100,9 +100,11 @@ pub struct Order {
     pub stage: Stage,
 }
 
-/// The saga, with its payment timeout.
+/// The saga, with its payment timeout. It emits its transitions (the console shows each
+/// order's state on the page of the event that moved it).
 pub fn saga(payment_timeout: Duration) -> Saga<Order> {
     Saga::new("order")
+        .emit_transitions()
         .starts(
             |e: &OrderPlaced| e.order.to_string(),
             move |e, step| {

@@ -7,7 +7,7 @@ pub(crate) mod sql;
 
 use std::str::FromStr;
 
-use mesh::{EventId, Timestamp};
+use mesh::EventId;
 use serde::de::DeserializeOwned;
 use sqlx::Pool;
 
@@ -172,9 +172,4 @@ pub(crate) fn event_id(text: &str) -> Result<EventId, Error> {
             format!("a pending timeout's event id is not an id: {text:?}"),
         )
     })
-}
-
-/// Now, as the tables write it.
-pub(crate) fn now_text() -> String {
-    Timestamp::now().text()
 }

@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 
+use mesh::raw::saga::SagaTransition;
 use mesh::testing::{Harness, Record};
 use mesh::{Bus, Event};
 use mesh_outbox::{Outbox, Relay, RelayOptions};
@@ -168,6 +169,26 @@ pub fn published_ids<E: Event + DeserializeOwned>(
             _ => None,
         })
         .collect()
+}
+
+/// The saga's transitions published so far, each id once, by version.
+pub fn transitions(harness: &Harness) -> Vec<(String, Option<String>, SagaTransition)> {
+    let mut seen = HashSet::new();
+    let mut all: Vec<(String, Option<String>, SagaTransition)> = harness
+        .records()
+        .iter()
+        .filter_map(|r| match r {
+            Record::Published(p) if p.key == "module.orders.saga.transition" => {
+                let id = p.id.map(|id| id.to_string()).unwrap_or_default();
+                let body: SagaTransition = serde_json::from_slice(&p.body).ok()?;
+                seen.insert(id.clone())
+                    .then(|| (id, p.causation_id.clone(), body))
+            }
+            _ => None,
+        })
+        .collect();
+    all.sort_by_key(|(_, _, t)| (t.key.clone(), t.version));
+    all
 }
 
 /// Waits until module `orders` handled `n` deliveries in all.

@@ -104,11 +104,27 @@ impl Bus {
         }
     }
 
+    /// The time now by the bus's clock: the one [`Bus::emit_after`] counts from and its
+    /// schedule forwarder compares due times with. The system's clock, except on the test
+    /// harness's in-memory broker, where it follows tokio's (so a paused test clock, or
+    /// [`Harness::advance`](crate::testing::Harness::advance), moves it). A library that
+    /// schedules on a module's behalf (the outbox's scheduled events, a saga's timeouts)
+    /// takes its time from here, so that the harness moves it too.
+    pub fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    /// Whether the bus's clock is the system's ([`Bus::now`] is [`Timestamp::now`]); `false`
+    /// on the test harness's in-memory broker. A component with a clock of its own (an
+    /// outbox relay comparing due times on the database's clock) keeps it when this holds,
+    /// and takes [`Bus::now`] otherwise.
+    pub fn on_system_clock(&self) -> bool {
+        matches!(self.inner.clock, crate::schedule::clock::Clock::System)
+    }
+
     /// Now plus `after` by the bus's clock, within the range of a [`Timestamp`].
     fn due_after(&self, after: Duration) -> Result<Timestamp, Error> {
-        self.inner
-            .clock
-            .now()
+        self.now()
             .checked_add(after)
             .ok_or_else(|| Error::options(format!("{after:?} from now is past 9999-12-31")))
     }

@@ -153,6 +153,27 @@ impl Harness {
         self
     }
 
+    /// Moves the clock of the harness's in-memory modules on by `by`, at once: whatever is
+    /// due by then is due now (a retry's hop, a scheduled event, a row an outbox relay
+    /// schedules through a bus of the harness, a saga's timeout), as if `by` had passed.
+    ///
+    /// For a test on real time, one that waits on a database or another process (under
+    /// `start_paused = true`, tokio moves a paused clock on whenever the runtime waits on
+    /// I/O, and an assertion's timeout passes while a query runs): it pauses tokio's clock,
+    /// advances it by `by` and lets it run on again. Every timer of the runtime due by then
+    /// fires, an assertion's timeout included, so nothing should be waiting on one. On
+    /// RabbitMQ time is the broker's and this moves only the test's timers.
+    ///
+    /// # Panics
+    ///
+    /// Outside a current-thread runtime (`#[tokio::test]`'s default), and on a clock paused
+    /// already (under `start_paused = true`, call [`tokio::time::advance`]).
+    pub async fn advance(&self, by: Duration) {
+        tokio::time::pause();
+        tokio::time::advance(by).await;
+        tokio::time::resume();
+    }
+
     /// The in-memory broker, for what a test wants to check or do on it directly (queue
     /// depths, a message published raw); `None` on RabbitMQ.
     pub fn broker(&self) -> Option<&mesh_memory::MemoryBroker> {
