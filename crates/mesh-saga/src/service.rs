@@ -289,11 +289,10 @@ where
                 Error::with_source(ErrorKind::State, "writing an instance's state", e)
             })?,
         };
-        let node = bus.node().clone();
         let routing_key = format!(
             "{}.{}.{TRANSITION_EVENT}",
             bus.identity().origin(),
-            bus.identity().owner(&node)
+            bus.identity().owner(bus.node())
         );
         let body = serde_json::to_vec(&body)
             .map_err(|e| Error::with_source(ErrorKind::State, "writing a transition", e))?;
