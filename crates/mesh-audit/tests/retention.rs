@@ -296,7 +296,7 @@ async fn fresh_connections_ingest_while_pruning_sqlite() -> anyhow::Result<()> {
         match stored {
             Ok(n) => recorded += n,
             Err(e) => {
-                failed = Some(format!("round {round} of {ROUNDS}: {e:#}"));
+                failed = Some(anyhow::Error::from(e).context(format!("round {round} of {ROUNDS}")));
                 break;
             }
         }
@@ -304,7 +304,7 @@ async fn fresh_connections_ingest_while_pruning_sqlite() -> anyhow::Result<()> {
     stop.cancel();
     let steps = pruning.await??;
     if let Some(failed) = failed {
-        anyhow::bail!("{failed}");
+        return Err(failed);
     }
     assert_eq!(recorded, (ROUNDS * 64) as u64);
     assert!(steps > 0, "the prune ran meanwhile");
