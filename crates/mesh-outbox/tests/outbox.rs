@@ -1,6 +1,7 @@
 //! The transactional outbox against a real broker and real databases: nothing is published
 //! for a rolled-back transaction, everything committed is, with its id and causation; the
-//! order per source survives two relays; two relays share 50,000 events without a duplicate.
+//! order per source survives two relays; two relays share 50,000 events without a duplicate;
+//! processes upgrading one SQLite outbox at once all succeed.
 
 mod common;
 

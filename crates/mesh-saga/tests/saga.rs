@@ -1,6 +1,7 @@
 //! The order saga of `examples/saga.rs` on both backends, on the harness's in-memory broker
 //! with the outbox's relay: the happy path, the timeout path (compensation) and duplicate
-//! deliveries each reach the right final state, and each effect happens once.
+//! deliveries each reach the right final state, and each effect happens once. Processes
+//! opening one SQLite store at once all succeed.
 //!
 //! The timeout runs on real time (a short payment timeout): an outbox-scheduled event is due
 //! by the database's clock (the relay process's on SQLite), which a paused tokio clock does
