@@ -252,6 +252,66 @@ async fn ingest_meanwhile_loses_nothing_postgres() -> anyhow::Result<()> {
     ingest_meanwhile_loses_nothing(Backend::Postgres).await
 }
 
+/// Batches recorded on connections new to the store, while another store prunes without
+/// pause, are all stored. A connection's first insert into `events` connects the body index
+/// (FTS5), which reads the index's configuration before the insert writes: in a deferred
+/// transaction that read makes the transaction a reader, and SQLite answers a reader that
+/// wants to write while another connection writes with "database is locked" at once,
+/// without waiting for the busy timeout. Each round opens the store anew (fresh
+/// connections) and records one batch; the rows arrived long ago, so the prune always has
+/// rows to remove and keeps writing.
+#[tokio::test]
+async fn fresh_connections_ingest_while_pruning_sqlite() -> anyhow::Result<()> {
+    const ROUNDS: usize = 40;
+    let temp = TempStore::new(Backend::Sqlite).await?;
+    let pruner: Store = temp.open().await?;
+    let now = Timestamp::now();
+    let long_ago = now.checked_sub(DAY * 5).expect("in range");
+    let prune = Prune {
+        chunk: 64,
+        ..Retention::new(DAY).prune_at(now)?
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let pruning = tokio::spawn({
+        let (pruner, stop) = (pruner.clone(), stop.clone());
+        async move {
+            let mut steps = 0_u64;
+            while !stop.is_cancelled() {
+                pruner.prune_step(&prune).await?;
+                steps += 1;
+            }
+            Ok::<u64, mesh_audit::Error>(steps)
+        }
+    });
+    let options: mesh_audit::StoreOptions = temp.url().parse()?;
+    let mut recorded = 0;
+    let mut failed = None;
+    for round in 0..ROUNDS {
+        let ingest = Store::open_existing(options.clone()).await?;
+        let batch: Vec<WireMessage> = (0..64)
+            .map(|_| event(EventId::new(), now, r#"{"word": "fresh"}"#))
+            .collect();
+        let stored = ingest.record_events_arrived(&batch, long_ago).await;
+        ingest.close().await;
+        match stored {
+            Ok(n) => recorded += n,
+            Err(e) => {
+                failed = Some(anyhow::Error::from(e).context(format!("round {round} of {ROUNDS}")));
+                break;
+            }
+        }
+    }
+    stop.cancel();
+    let steps = pruning.await??;
+    if let Some(failed) = failed {
+        return Err(failed);
+    }
+    assert_eq!(recorded, (ROUNDS * 64) as u64);
+    assert!(steps > 0, "the prune ran meanwhile");
+    pruner.close().await;
+    Ok(())
+}
+
 /// An event stored in yesterday's partition and delivered again today is not stored again;
 /// another event reusing its id is a conflict, as before partitioning.
 async fn a_redelivery_across_partitions_is_stored_once(backend: Backend) -> anyhow::Result<()> {

@@ -97,8 +97,10 @@ impl<DB: Backend> Clone for Outbox<DB> {
 
 impl<DB: Backend> Outbox<DB> {
     /// The outbox on `pool`'s database: creates or upgrades the library's tables (safe from
-    /// several processes at once), in their own schema (PostgreSQL `mesh_outbox`) or under
-    /// their own names (SQLite `mesh_*`), with their own version table.
+    /// several processes at once: one install at a time, under an advisory lock on
+    /// PostgreSQL, holding the write lock from its `BEGIN IMMEDIATE` on SQLite), in their own
+    /// schema (PostgreSQL `mesh_outbox`) or under their own names (SQLite `mesh_*`), with
+    /// their own version table.
     pub async fn new(pool: Pool<DB>) -> Result<Outbox<DB>, Error> {
         DB::install(&pool).await?;
         Ok(Outbox { pool })

@@ -1,6 +1,7 @@
 //! The transactional outbox against a real broker and real databases: nothing is published
 //! for a rolled-back transaction, everything committed is, with its id and causation; the
-//! order per source survives two relays; two relays share 50,000 events without a duplicate.
+//! order per source survives two relays; two relays share 50,000 events without a duplicate;
+//! processes upgrading one SQLite outbox at once all succeed.
 
 mod common;
 
@@ -363,5 +364,49 @@ async fn the_outbox_tables_never_meet_the_applications() -> anyhow::Result<()> {
     }
     assert!(has("_sqlx_migrations", "public"), "{tables:?}");
     assert_eq!(tables.len(), 7, "{tables:?}");
+    Ok(())
+}
+
+/// Processes upgrading one SQLite outbox at once all succeed, the upgrade made once. Each
+/// round takes the file back to version 1 (as an earlier release left it) and four pools
+/// install at once: an install that has read the version in a deferred transaction cannot
+/// wait to become the writer, and SQLite answered it "database is locked" at once while
+/// another upgraded; it takes the write lock before it reads (`BEGIN IMMEDIATE`), waits, and
+/// finds the tables upgraded.
+#[tokio::test]
+async fn concurrent_upgrades_of_a_sqlite_outbox_all_succeed() -> anyhow::Result<()> {
+    use anyhow::Context;
+    const ROUNDS: usize = 10;
+    const INSTALLS: usize = 4;
+    let (store, pool) = common::sqlite().await?;
+    Outbox::new(pool.clone()).await?;
+    let mut pools = Vec::new();
+    for _ in 0..INSTALLS {
+        pools.push(common::sqlite_pool(store.url()).await?);
+    }
+    for round in 0..ROUNDS {
+        sqlx::raw_sql(
+            "DROP TABLE mesh_scheduled; DELETE FROM mesh_outbox_versions WHERE version = 2",
+        )
+        .execute(&pool)
+        .await?;
+        let installs = pools.iter().map(|pool| Outbox::new(pool.clone()));
+        for (i, installed) in futures::future::join_all(installs)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            installed.with_context(|| format!("round {round} of {ROUNDS}, install {i}"))?;
+        }
+    }
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM mesh_outbox_versions ORDER BY version")
+            .fetch_all(&pool)
+            .await?;
+    assert_eq!(versions, [1, 2]);
+    for pool in pools {
+        pool.close().await;
+    }
+    pool.close().await;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The order saga of `examples/saga.rs` on both backends, on the harness's in-memory broker
 //! with the outbox's relay: the happy path, the timeout path (compensation) and duplicate
-//! deliveries each reach the right final state, and each effect happens once.
+//! deliveries each reach the right final state, and each effect happens once. Processes
+//! opening one SQLite store at once all succeed.
 //!
 //! The timeout runs on the harness's clock: the saga's timeouts are due by its bus's clock,
 //! and the relay compares due times with that clock when it is the harness's, so a payment
@@ -234,3 +235,46 @@ macro_rules! on_both_backends {
 
 on_both_backends!(sqlite);
 on_both_backends!(postgres);
+
+/// Processes opening one SQLite saga store at once all succeed, and the saga tables'
+/// version is recorded once. Each round empties the version table (the tables stay) and
+/// four pools open the store at once: an install that has read the version in a deferred
+/// transaction cannot wait to become the writer, and SQLite answered it "database is
+/// locked" at once while another wrote; it takes the write lock before it reads
+/// (`BEGIN IMMEDIATE`), waits, and finds the version recorded.
+#[tokio::test]
+async fn concurrent_installs_of_a_sqlite_saga_store_all_succeed() -> anyhow::Result<()> {
+    use anyhow::Context;
+    const ROUNDS: usize = 10;
+    const INSTALLS: usize = 4;
+    let (store, pool) = common::sqlite().await?;
+    mesh_saga::SagaStore::new(pool.clone()).await?;
+    let mut pools = Vec::new();
+    for _ in 0..INSTALLS {
+        pools.push(common::sqlite_pool(store.url()).await?);
+    }
+    for round in 0..ROUNDS {
+        sqlx::query("DELETE FROM mesh_saga_versions")
+            .execute(&pool)
+            .await?;
+        let installs = pools
+            .iter()
+            .map(|pool| mesh_saga::SagaStore::new(pool.clone()));
+        for (i, installed) in futures::future::join_all(installs)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            installed.with_context(|| format!("round {round} of {ROUNDS}, install {i}"))?;
+        }
+        let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM mesh_saga_versions")
+            .fetch_all(&pool)
+            .await?;
+        assert_eq!(versions, [1], "round {round}: the version recorded once");
+    }
+    for pool in pools {
+        pool.close().await;
+    }
+    pool.close().await;
+    Ok(())
+}

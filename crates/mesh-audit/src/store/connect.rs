@@ -62,6 +62,8 @@ async fn sqlite(options: &StoreOptions, mode: Mode) -> Result<Pool, Error> {
         } else {
             SqliteSynchronous::Normal
         })
+        // How long a writer waits for another; a transaction that read first cannot wait
+        // (the store's writing transactions begin `IMMEDIATE`: see the module docs).
         .busy_timeout(Duration::from_secs(30));
     // Every connection to `:memory:` is a database of its own: keep exactly one.
     let memory = url.contains(":memory:") || url.contains("mode=memory");

@@ -6,6 +6,18 @@
 //! the binary and applied by [`Store::open`] ([`Store::open_existing`], for readers, checks
 //! them and changes nothing). The SQL is shared ([`sql`]); only casts, select lists and the
 //! body search's SQL differ.
+//!
+//! On SQLite (WAL) one connection writes at a time, and a writer waits for another for up
+//! to the busy timeout (30 s). A transaction of several statements that writes (a batch:
+//! events, conflicts, rollups, dead letters) begins `BEGIN IMMEDIATE`
+//! (`Dialect::begin_write`), taking the write lock before anything else. A deferred `BEGIN`
+//! is not enough even when the first statement is an insert: the first insert into `events`
+//! on a connection connects the body index (FTS5), which reads its configuration first, and a
+//! transaction that has read cannot wait to become the writer: SQLite answers "database is
+//! locked" (`SQLITE_BUSY`) at once, whatever the busy timeout, rather than risk a deadlock.
+//! A statement outside a transaction (a prune step's deletes, a purge, marking dead letters
+//! re-driven) is a transaction of its own, which waits for the lock as it should. Any new
+//! transaction that writes begins with `begin_write`.
 
 mod body;
 mod connect;

@@ -40,6 +40,12 @@ pub(crate) struct Dialect {
     pub(crate) partitioned: bool,
     /// What ends an insert into `events` (see `write::insert_events`).
     pub(crate) on_conflict: &'static str,
+    /// How a writing transaction begins; `None`: the driver's `BEGIN`. SQLite takes the
+    /// write lock at `BEGIN IMMEDIATE`, waiting for it as long as the busy timeout allows: a
+    /// deferred transaction that has read anything (the first insert on a connection reads
+    /// the body index's configuration) cannot wait to become the writer, and fails at once
+    /// with "database is locked" while another connection writes (see the store's docs).
+    pub(crate) begin_write: Option<&'static str>,
     /// The inserted ids come back with the statement's answer at little cost (PostgreSQL),
     /// so a batch asks for them at once rather than in a savepoint tried first without
     /// them (SQLite, whose worker thread hands result rows one by one).
@@ -69,6 +75,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     minute: "minute",
     partitioned: false,
     on_conflict: " ON CONFLICT (id) DO NOTHING",
+    begin_write: Some("BEGIN IMMEDIATE"),
     cheap_returning: false,
     body_match: &body::SQLITE,
     key_after: ">",
@@ -121,6 +128,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     partitioned: true,
     // `event_ids` decided which rows are new: the insert into `events` cannot conflict.
     on_conflict: "",
+    begin_write: None,
     cheap_returning: true,
     body_match: &body::POSTGRES,
     key_after: "~>~",

@@ -113,7 +113,11 @@ impl Store {
     ) -> Result<Written, sqlx::Error> {
         let mut written = Written::default();
         with_pool!(self, |pool, d| {
-            let mut tx = pool.begin().await?;
+            // On SQLite the writer from the start (`BEGIN IMMEDIATE`, see the store's docs).
+            let mut tx = match d.begin_write {
+                Some(begin) => pool.begin_with(begin).await?,
+                None => pool.begin().await?,
+            };
             // On SQLite the common case first: every row new, so the inserts need not say
             // which (`RETURNING` each id costs a result row per event, which SQLite hands
             // from its worker thread one by one). They run in a savepoint: when fewer rows

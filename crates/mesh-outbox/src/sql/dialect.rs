@@ -33,6 +33,11 @@ pub(crate) struct Dialect {
     /// The advisory lock an install holds for its transaction, where the backend needs one
     /// to serialise installs on one database.
     pub(crate) install_lock: Option<i64>,
+    /// How an install's transaction begins; `None`: the driver's `BEGIN`. SQLite's
+    /// `BEGIN IMMEDIATE` takes the write lock first, waiting for another install: a deferred
+    /// transaction that has read the version cannot wait to write, and fails at once with
+    /// "database is locked" while another connection writes.
+    pub(crate) install_begin: Option<&'static str>,
     /// The schema's versions, in order: `(version, statements)`.
     pub(crate) schema_versions: &'static [(i64, &'static str)],
     /// What a failed install says it was doing.
@@ -69,6 +74,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     install_prelude: schema::POSTGRES_PRELUDE,
     versions_exist: "SELECT to_regclass('mesh_outbox.versions') IS NOT NULL",
     install_lock: Some(schema::INSTALL_LOCK),
+    install_begin: None,
     schema_versions: schema::POSTGRES_VERSIONS,
     installing: "installing the outbox schema",
 };
@@ -86,6 +92,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     versions_exist: "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' \
                      AND name = 'mesh_outbox_versions'",
     install_lock: None,
+    install_begin: Some("BEGIN IMMEDIATE"),
     schema_versions: schema::SQLITE_VERSIONS,
     installing: "installing the outbox tables",
 };

@@ -77,7 +77,11 @@ macro_rules! impl_sql {
                     let d: &Dialect = &$dialect;
                     let failed = |e| Error::database(d.installing, e);
                     let known = latest(d.schema_versions);
-                    let mut tx = pool.begin().await.map_err(failed)?;
+                    let mut tx = match d.install_begin {
+                        Some(begin) => pool.begin_with(begin).await,
+                        None => pool.begin().await,
+                    }
+                    .map_err(failed)?;
                     if let Some(lock) = d.install_lock {
                         QueryBuilder::<Self>::new("SELECT pg_advisory_xact_lock(")
                             .push_bind(lock)

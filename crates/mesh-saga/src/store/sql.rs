@@ -40,6 +40,11 @@ pub(crate) struct Dialect {
     versions: &'static str,
     prelude: &'static str,
     install_lock: Option<i64>,
+    /// How an install's transaction begins; `None`: the driver's `BEGIN`. SQLite's
+    /// `BEGIN IMMEDIATE` takes the write lock first, waiting for another install: a deferred
+    /// transaction that has read the version cannot wait to write, and fails at once with
+    /// "database is locked" while another connection writes.
+    install_begin: Option<&'static str>,
     versions_exist: &'static str,
     schema_versions: &'static [(i64, &'static str)],
 }
@@ -50,6 +55,7 @@ const POSTGRES: Dialect = Dialect {
     versions: "mesh_saga.versions",
     prelude: schema::POSTGRES_PRELUDE,
     install_lock: Some(schema::INSTALL_LOCK),
+    install_begin: None,
     versions_exist: "SELECT to_regclass('mesh_saga.versions') IS NOT NULL",
     schema_versions: schema::POSTGRES_VERSIONS,
 };
@@ -60,6 +66,7 @@ const SQLITE: Dialect = Dialect {
     versions: "mesh_saga_versions",
     prelude: schema::SQLITE_PRELUDE,
     install_lock: None,
+    install_begin: Some("BEGIN IMMEDIATE"),
     versions_exist: "SELECT count(*) > 0 FROM sqlite_master \
                      WHERE type = 'table' AND name = 'mesh_saga_versions'",
     schema_versions: schema::SQLITE_VERSIONS,
@@ -155,7 +162,11 @@ macro_rules! impl_sql {
                     let d: &Dialect = &$dialect;
                     let failed = |e| Error::database("installing the saga tables", e);
                     let known = latest(d);
-                    let mut tx = pool.begin().await.map_err(failed)?;
+                    let mut tx = match d.install_begin {
+                        Some(begin) => pool.begin_with(begin).await,
+                        None => pool.begin().await,
+                    }
+                    .map_err(failed)?;
                     if let Some(lock) = d.install_lock {
                         sqlx::query("SELECT pg_advisory_xact_lock($1)")
                             .bind(lock)
