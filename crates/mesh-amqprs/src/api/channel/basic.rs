@@ -1,3 +1,8 @@
+//! The channel's `basic` class: qos, consume, publish, get, acks and their arguments.
+//!
+//! One piece: the AMQP class as upstream amqprs keeps it, one method per call; mesh's fork
+//! adds to it (the publish that never waits) rather than reorganising upstream's file.
+
 use amqp_serde::types::AmqpDeliveryTag;
 use tokio::sync::{mpsc, oneshot};
 #[cfg(feature = "traces")]
