@@ -204,3 +204,80 @@ async fn a_publish_waits_for_room_and_goes_out_once_a_confirm_frees_it() {
     drop(relay);
     vhost.delete().await.unwrap();
 }
+
+/// Cancel safety, now that a publish is written by its caller: one cancelled while it waits
+/// for room leaves neither a frame nor a slot in the window, and one that resolved was
+/// published whole, whatever happens to its `Confirm` (dropped here). The queue shows it:
+/// the cancelled publish, had any of it gone out, would come between the other two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_cancelled_while_waiting_leaves_nothing_and_a_taken_one_goes_out_whole() {
+    use mesh_core::{QueueSpec, SubscriptionSpec, TopicPattern};
+
+    let vhost = common::vhost("window-cancel").await;
+    let relay = Relay::start(vhost.broker_addr()).await.unwrap();
+    let options = vhost
+        .url_via(relay.addr())
+        .parse::<mesh_amqp::AmqpOptions>()
+        .unwrap()
+        .connection_name("window-cancel")
+        .confirm_window(1);
+    let transport = AmqpTransport::connect(options).await.unwrap();
+    let mut subscription = transport
+        .subscribe(SubscriptionSpec {
+            queue: QueueSpec::Durable {
+                name: "n.cancel.events".to_owned(),
+            },
+            patterns: vec![TopicPattern::parse("module.cancel.#").unwrap()],
+            prefetch: 8,
+            retry_delays: vec![],
+        })
+        .await
+        .unwrap();
+
+    relay.blackhole();
+    // Taken at once (room for one), its confirm dropped: it is published all the same.
+    drop(
+        transport
+            .publish(
+                common::event("module.cancel.a", "{\"n\":\"a\"}"),
+                within(Duration::from_secs(30)),
+            )
+            .await
+            .unwrap(),
+    );
+    assert_eq!(transport.stats().unconfirmed, 1);
+    // No room: it waits, and is cancelled while it does.
+    let mut cancelled = Box::pin(transport.publish(
+        common::event("module.cancel.b", "{\"n\":\"b\"}"),
+        within(Duration::from_secs(30)),
+    ));
+    assert!(futures::poll!(&mut cancelled).is_pending());
+    drop(cancelled);
+    assert_eq!(transport.stats().unconfirmed, 1);
+
+    relay.pass();
+    let last = tokio::time::timeout(common::WAIT, async {
+        transport
+            .publish(
+                common::event("module.cancel.c", "{\"n\":\"c\"}"),
+                within(Duration::from_secs(30)),
+            )
+            .await?
+            .await
+    })
+    .await
+    .expect("room and a confirm before the wait ran out");
+    last.unwrap();
+
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        let delivery = common::next(&mut subscription).await;
+        bodies.push(String::from_utf8(delivery.message.body.to_vec()).unwrap());
+        delivery.ack().await.unwrap();
+    }
+    assert_eq!(bodies, ["{\"n\":\"a\"}", "{\"n\":\"c\"}"]);
+    common::assert_window_empty(&transport);
+    transport.close().await;
+    drop(relay);
+    vhost.delete().await.unwrap();
+}

@@ -1,6 +1,9 @@
 //! The [`Publisher`] handle: cheap to clone, it checks a publish, takes its room in the
-//! unconfirmed window (waiting for it until the deadline: the backpressure), hands it to the
-//! task and gives the caller a [`Confirm`] to await now, later or never.
+//! unconfirmed window (waiting for it until the deadline: the backpressure), takes it into
+//! the window (publishing it itself when the task lets it, see [`Core`]) and gives the
+//! caller a [`Confirm`] to await now, later or never.
+//!
+//! [`Core`]: super::publication::Core
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,8 +14,7 @@ use std::time::Duration;
 
 use amqprs::BasicProperties;
 use mesh_core::{Confirm, TransportError, TransportErrorKind};
-use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::time::Instant;
 
 use crate::connection::owner::ConnectionOwner;
@@ -23,10 +25,11 @@ use crate::options::AmqpOptions;
 use crate::topology::Topology;
 
 use super::publication::{
-    check_header_frame, closed, frame_max, header_frame_size, Command, Payload, Pending,
+    check_header_frame, closed, frame_max, header_frame_size, now, Command, Core, Payload, Pending,
     Publication, WindowRoom,
 };
 use super::task::PublishTask;
+use super::window::Window;
 
 /// Room in the window: one publish, and its bytes.
 type Room = (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>);
@@ -40,33 +43,37 @@ pub(crate) struct Waiting {
     /// Its bytes' share of the window.
     charge: u32,
     deadline: Option<Instant>,
-    /// Its room, when only the queue to the task was full.
-    room: Option<Room>,
 }
 
 impl Waiting {
-    /// Hands the publish to the task through `slot`, with the `Confirm` of its outcome.
-    fn hand_over(self, room: Room, slot: mpsc::Permit<'_, Command>) -> Confirm {
+    /// Takes the publish into the window (see [`WindowRoom::take`]), with the `Confirm` of
+    /// its outcome; `Err(Closed)` once the task is shutting down.
+    fn hand_over(self, room: Room, window: &WindowRoom) -> Result<Confirm, TransportError> {
         let (responder, outcome) = oneshot::channel();
-        // The room is the task's now: it gives it back when the message is settled, all of
-        // one confirm's at once.
+        // The room is the window's now: the task gives it back when the message is settled,
+        // all of one confirm's at once.
         let (count, bytes) = room;
         count.forget();
         if let Some(bytes) = bytes {
             bytes.forget();
         }
-        slot.send(Command::Publish(Box::new(Pending {
+        let charge = self.charge;
+        let pending = Box::new(Pending {
             outgoing: self.outgoing,
             properties: Some(self.properties),
             header_frame: self.header_frame,
             responder,
-            charge: self.charge,
-        })));
-        Confirm::new(ConfirmWait {
+            charge,
+        });
+        if window.take(pending).is_err() {
+            window.give_back(1, u64::from(charge));
+            return Err(closed());
+        }
+        Ok(Confirm::new(ConfirmWait {
             outcome,
             deadline: self.deadline,
             timer: None,
-        })
+        }))
     }
 }
 
@@ -115,6 +122,7 @@ pub(crate) enum Attempt {
 /// The handle to the publish task.
 #[derive(Clone)]
 pub(crate) struct Publisher {
+    /// Flushes and the close; publishes go into the window directly.
     commands: mpsc::Sender<Command>,
     /// The connection's user, stamped as `user-id` on every message.
     user_id: Arc<str>,
@@ -149,6 +157,12 @@ impl Publisher {
             max_bytes: options.get_max_unconfirmed_bytes(),
             broker_max: AtomicUsize::new(0),
             frame_max: AtomicUsize::new(owner.connection().map_or(0, frame_max)),
+            core: Mutex::new(Core {
+                window: Window::new(now()),
+                direct: None,
+                closed: false,
+            }),
+            wake: Notify::new(),
         });
         let user_id: Arc<str> = Arc::from(options.get_user());
         let commands = PublishTask::start(
@@ -211,8 +225,7 @@ impl Publisher {
     }
 
     /// The part of [`publish`](Self::publish) that needs no waiting: checks `outgoing`,
-    /// builds its properties and, when the window has room and the queue to the task a free
-    /// slot, hands it over (`Taken`). Otherwise the caller waits with
+    /// builds its properties and, when the window has room, takes it in (`Taken`). Otherwise the caller waits with
     /// [`publish_waiting`](Self::publish_waiting), which holds only what a wait needs: a
     /// publish that finds room, the common case, never builds (nor boxes) a waiting future.
     pub(crate) fn try_publish(
@@ -277,35 +290,26 @@ impl Publisher {
             header_frame,
             charge,
             deadline,
-            room: None,
         };
-        let room = match self.try_room(charge) {
-            Ok(Some(room)) => room,
-            Ok(None) => return Ok(Attempt::Wait(Box::new(waiting))),
-            Err(_) => return Err(closed()),
-        };
-        match self.commands.try_reserve() {
-            Ok(slot) => Ok(Attempt::Taken(waiting.hand_over(room, slot))),
-            Err(TrySendError::Full(())) => Ok(Attempt::Wait(Box::new(Waiting {
-                room: Some(room),
-                ..waiting
-            }))),
-            Err(TrySendError::Closed(())) => Err(closed()),
+        // The task is gone (it never is before `close`, which closes the room too).
+        if self.commands.is_closed() {
+            return Err(closed());
+        }
+        match self.try_room(charge) {
+            Ok(Some(room)) => Ok(Attempt::Taken(waiting.hand_over(room, &self.window)?)),
+            Ok(None) => Ok(Attempt::Wait(Box::new(waiting))),
+            Err(_) => Err(closed()),
         }
     }
 
-    /// Waits for room in the window (unless `waiting` holds it) and for a slot in the queue
-    /// to the task, until the deadline, then hands the publish over.
+    /// Waits for room in the window, until the deadline, then takes the publish in. Only
+    /// the wait awaits: cancelled, it leaves nothing in the window.
     pub(crate) async fn publish_waiting(
         &self,
-        mut waiting: Box<Waiting>,
+        waiting: Box<Waiting>,
     ) -> Result<Confirm, TransportError> {
-        let room = match waiting.room.take() {
-            Some(room) => room,
-            None => self.wait_for_room(waiting.charge, waiting.deadline).await?,
-        };
-        let slot = self.commands.reserve().await.map_err(|_| closed())?;
-        Ok(waiting.hand_over(room, slot))
+        let room = self.wait_for_room(waiting.charge, waiting.deadline).await?;
+        waiting.hand_over(room, &self.window)
     }
 
     /// Room in the window now, if there is (`Ok(None)` if not); a semaphore never makes a

@@ -9,26 +9,43 @@
 //! backpressure, bounded by the publish deadline
 //! ([`Backpressure`]); so memory stays bounded through an
 //! outage or a broker alarm however fast callers publish. The message then goes, with its
-//! permits, through a queue to the [`PublishTask`], and the caller gets a [`Confirm`] to await
-//! now, later or never. The permits are released when the broker settles the message: the
-//! task owns them from the hand-over on, and gives back those of everything one confirm
-//! settled in one call per semaphore, before it tells any of their callers.
-//! A publish that finds room and a free slot in that queue is handed over without
-//! awaiting anything ([`Publisher::try_publish`]); only one that must wait builds, and boxes
-//! apart, the future that waits ([`Publisher::publish_waiting`]). So a publish's own future
-//! stays small, and boxing it (as `Transport::publish` does) stays cheap: the waiting
-//! future's state (a timer, two semaphore waits, the queue's) made every publish a large
-//! allocation before.
+//! permits, into the window, and the caller gets a [`Confirm`] to await now, later or
+//! never. The permits are released when the broker settles the message: the window owns
+//! them from then on, and the task gives back those of everything one confirm settled in
+//! one call per semaphore, before it tells any of their callers.
+//! A publish that finds room is taken in without awaiting anything
+//! ([`Publisher::try_publish`]); only one that must wait builds, and boxes apart, the future
+//! that waits ([`Publisher::publish_waiting`]). So a publish's own future stays small, and
+//! boxing it (as `Transport::publish` does) stays cheap.
+//!
+//! # Who writes the frame
+//!
+//! The window and the backlog (below) are shared by the handles and the task under one
+//! lock (`publication::Core`), never held across an await. While the task allows it (a
+//! confirm channel open and selected, the backlog empty) a handle publishes its message
+//! itself, under that lock: it takes it into the window and puts its frames whole into the
+//! client library's outgoing queue without waiting (`Channel::try_basic_publish`, a method
+//! of mesh's fork), so the window numbers publishes in the order their frames leave and a
+//! cancelled caller can leave no half-written publish (it is either before the lock, and
+//! nothing happened, or after it, and the message is in the window). The emitting task
+//! encodes nothing more than the raw client's caller does, and nothing crosses to another
+//! task before the client's writer: no hand-over to the publish task, no wake of it per
+//! publish. Whenever the task must publish from the backlog (after a loss, on a new
+//! channel, when the client's queue is full) it takes the channel back first, publishes
+//! the backlog in order, awaiting the client, and gives it back once the backlog is empty;
+//! a handle that finds it taken leaves its message in the backlog and wakes the task.
 //!
 //! The task owns the connection (through its [`ConnectionOwner`]; `<prefix>.publish`, its
 //! own connection because RabbitMQ blocks publishing connections during alarms, which must
-//! not stall consumers) and one channel in confirm mode. It keeps two queues of whole messages:
+//! not stall consumers) and one channel in confirm mode. The window keeps two queues of
+//! whole messages:
 //!
 //! - the **window**, *sequence number → message*, of what was published on the current
 //!   channel and not yet settled. It numbers each `basic.publish` as the broker does (1, 2, …
 //!   from `confirm.select`);
 //! - the **backlog**, in order, of what is waiting to be published: new messages while the
-//!   connection is down, and every unsettled message of a lost channel.
+//!   connection is down or the task holds the channel, and every unsettled message of a
+//!   lost channel.
 //!
 //! The broker settles a message with `basic.ack` (with `multiple`, everything up to the tag):
 //! `Ok`, or [`Unroutable`] if a `basic.return` for it came
@@ -110,13 +127,15 @@
 //! sends again and in which order, the nack run, the stall — is the [`window::Window`] state
 //! machine, which does no I/O and is tested alone (unit and property tests). The task is its
 //! shell: it feeds it the connection's and the channel's events and performs what it says
-//! (publish, answer a caller, replace the channel, report blocked).
+//! (publish the backlog, answer a caller, replace the channel, report blocked); a handle
+//! performs only the publish of its own message, and only on a channel the task gave it.
 //!
 //! # Files
 //!
 //! - `handle`: the [`Publisher`] handle, the wait for room and the [`Confirm`];
 //! - `publication`: a publish on its way (what it carries, its room, its header frame's
-//!   size, what its caller is told);
+//!   size, what its caller is told), and the window shared under a lock with the channel a
+//!   handle may publish on (`Core`);
 //! - `task`: the [`PublishTask`], the shell of the window;
 //! - `callback`: the channel's callbacks, forwarding [`Event`]s to the task;
 //! - `window`: the state machine.

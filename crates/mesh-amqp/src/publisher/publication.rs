@@ -5,12 +5,14 @@
 
 use mesh_core::text::EscapedDisplay;
 use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use amqprs::channel::{BasicPublishArguments, Channel};
 use amqprs::BasicProperties;
 use bytes::Bytes;
 use mesh_core::{Envelope, TransportError, TransportErrorKind, WireMessage};
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::{oneshot, Notify, Semaphore};
+use tokio::time::Instant;
 
 use crate::convert::to_properties;
 use crate::error::{from_close, publish_refusal, BrokerClose, PublishRefusal};
@@ -268,16 +270,110 @@ impl Pending {
     }
 }
 
-/// What a handle asks of the task.
+impl Publication {
+    /// The client's arguments of its `basic.publish`. Built whole: the client's chained
+    /// builder copies both names once more.
+    pub(super) fn publish_arguments(&self) -> BasicPublishArguments {
+        BasicPublishArguments {
+            exchange: self.exchange.to_owned(),
+            routing_key: self.payload.routing_key().to_owned(),
+            mandatory: self.mandatory,
+            immediate: false,
+        }
+    }
+}
+
+/// What a handle asks of the task (a publish goes into the shared [`Core`] instead).
 pub(super) enum Command {
-    Publish(Box<Pending>),
     /// Answer once everything published before is settled.
     Flush(oneshot::Sender<()>),
     Close(oneshot::Sender<()>),
 }
 
-/// The room of the unconfirmed window, shared by the handles and the task.
-#[derive(Debug)]
+/// Now, as the window counts time (the tokio clock, so paused test time applies).
+pub(super) fn now() -> std::time::Instant {
+    Instant::now().into_std()
+}
+
+/// The channel a handle may publish on itself, while the task lets it: the task's current
+/// confirm channel, its generation in the window, and its connection's frame size limit.
+pub(super) struct Direct {
+    pub(super) channel: Channel,
+    pub(super) generation: u64,
+    pub(super) frame_max: usize,
+}
+
+/// The unconfirmed window and the backlog, shared by the handles and the task under one
+/// lock (never held across an await). A handle takes a publish in, and, while the task has
+/// set [`direct`](Self::direct) (a confirm channel open, nothing waiting in the backlog),
+/// publishes it itself under the lock, so that the window numbers publishes in the order
+/// their frames go out. Everything else (the backlog after a loss, confirms, refusals,
+/// timers) is the task's.
+pub(super) struct Core {
+    pub(super) window: window::Window<Box<Pending>>,
+    pub(super) direct: Option<Direct>,
+    /// The task is shutting down or gone: nothing more is taken in.
+    pub(super) closed: bool,
+}
+
+impl Core {
+    /// Publishes the one message waiting on the direct channel, if there is one and it may:
+    /// whether the task must be woken (something is left for it to publish, or the window
+    /// just started to fill, which starts its stall clock).
+    fn publish_direct(&mut self) -> bool {
+        let Core { window, direct, .. } = self;
+        let Some(to) = direct.as_ref() else {
+            return true;
+        };
+        if window.backlog() != 1 || !window.is_current(to.generation) || !to.channel.is_open() {
+            *direct = None;
+            return true;
+        }
+        let Some(mut queued) = window.pop_unsent() else {
+            return true;
+        };
+        let pending = &mut queued.message;
+        let fits = check_header_frame(
+            pending.header_frame,
+            to.frame_max,
+            pending.outgoing.payload.routing_key(),
+        )
+        .is_ok();
+        // Taken in just now, so its properties are there; the task fails what does not fit.
+        let properties = match pending.properties.take() {
+            Some(properties) if fits => properties,
+            properties => {
+                pending.properties = properties;
+                window.unsent(queued);
+                return true;
+            }
+        };
+        let outgoing = &pending.outgoing;
+        let sent = to.channel.try_basic_publish(
+            properties,
+            outgoing.payload.body().to_vec(),
+            outgoing.publish_arguments(),
+        );
+        match sent {
+            Ok(()) => {
+                let started = window.in_flight() == 0;
+                window.sent(queued, now());
+                started
+            }
+            Err(_) => {
+                // Nothing was queued (the client's queue is full, or the connection gone):
+                // the task publishes it, waiting for room, or learns of the loss. A resend
+                // builds its properties again.
+                window.unsent(queued);
+                *direct = None;
+                true
+            }
+        }
+    }
+}
+
+/// The room of the unconfirmed window, and the window itself ([`Core`]), shared by the
+/// handles and the task.
 pub(super) struct WindowRoom {
     pub(super) count: Arc<Semaphore>,
     pub(super) bytes: Arc<Semaphore>,
@@ -287,9 +383,46 @@ pub(super) struct WindowRoom {
     pub(super) broker_max: AtomicUsize,
     /// The frame size limit of the last connection (0: none yet).
     pub(super) frame_max: AtomicUsize,
+    pub(super) core: Mutex<Core>,
+    /// Wakes the task: a publish waits in the backlog, or the window started to fill.
+    pub(super) wake: Notify,
+}
+
+impl std::fmt::Debug for WindowRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WindowRoom")
+            .field("max_count", &self.max_count)
+            .field("max_bytes", &self.max_bytes)
+            .finish_non_exhaustive()
+    }
 }
 
 impl WindowRoom {
+    /// The window, locked. A panic while it was held leaves it as consistent as any
+    /// step of the state machine does: the lock is taken again.
+    pub(super) fn core(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes `pending` (whose room it holds) into the window and publishes it at once on
+    /// the direct channel if the task lets handles publish; otherwise the task publishes
+    /// it. Nothing here awaits: a caller cancelled after it returned has published whole,
+    /// one cancelled before has published nothing. `Err` (the publish back) once the task
+    /// is shutting down.
+    pub(super) fn take(&self, pending: Box<Pending>) -> Result<(), Box<Pending>> {
+        let mut core = self.core();
+        if core.closed {
+            return Err(pending);
+        }
+        core.window.push(pending);
+        let wake = core.publish_direct();
+        drop(core);
+        if wake {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
     pub(super) fn close(&self) {
         self.count.close();
         self.bytes.close();

@@ -1,15 +1,18 @@
 //! The publish task: the shell of the [`Window`](window::Window) state machine. It owns the
 //! publishing connection (through its [`ConnectionOwner`]) and the confirm channel, feeds
 //! the window the connection's and the channel's events, and does what the window says:
-//! publish the backlog, answer callers, replace the channel, report a block. See the
-//! module docs of `publisher` for what happens after a loss.
+//! publish the backlog, answer callers, replace the channel, report a block. The window
+//! itself is shared with the handles ([`Core`]): once the backlog is published the task
+//! lets them publish on the channel themselves, and takes that back whenever it must
+//! publish from the backlog again or the channel goes. See the module docs of `publisher`
+//! for what happens after a loss.
 
 use mesh_core::text::EscapedDisplay;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments};
+use amqprs::channel::{Channel, ConfirmSelectArguments};
 use amqprs::connection::Connection;
 use mesh_core::{TransportError, WireMessage};
 use tokio::sync::{mpsc, oneshot};
@@ -27,12 +30,12 @@ use crate::topology::Topology;
 
 use super::callback::{Event, PublishCallback};
 use super::publication::{
-    check_header_frame, closed, connection_lost, frame_max, Command, Pending, WindowRoom,
+    check_header_frame, connection_lost, frame_max, now, Command, Core, Direct, Pending, WindowRoom,
 };
 use super::window::{self, Progress, Returned, NACK_RUN_REOPEN, STALL_AFTER, STUCK_AFTER};
 
-/// How many queued publishes the task takes in before it publishes them.
-const COMMAND_BATCH: usize = 256;
+/// Room in the queue of commands (flushes and the close; publishes go into the window).
+const COMMANDS: usize = 64;
 
 /// How the broker names the default exchange (`""`) in its refusals.
 const DEFAULT_EXCHANGE_NAME: &str = "amq.default";
@@ -59,13 +62,13 @@ pub(super) struct PublishTask {
     redeclare: BTreeSet<String>,
     /// The generation of the newest channel; events of older ones are stale.
     generation: u64,
-    /// The unconfirmed window and the backlog: the bookkeeping this task is the shell of.
-    window: window::Window<Box<Pending>>,
     /// Flushes waiting for the window and the backlog to empty.
     flushes: Vec<oneshot::Sender<()>>,
     /// What [`answer_settled`](Self::answer_settled) is answering: kept empty between
     /// calls, for its buffer.
     settled: Vec<(Box<Pending>, Result<(), TransportError>)>,
+    /// What the window settled, taken out under its lock: kept empty between calls.
+    settled_outcomes: Vec<(Box<Pending>, window::Outcome)>,
     /// The connection's user, named as the publisher of every event (a resend builds an
     /// event's properties again).
     user_id: Arc<str>,
@@ -77,12 +80,9 @@ enum Step {
     ChannelRetry,
     Stalled,
     Stuck,
+    /// A handle left a publish in the backlog, or the window started to fill.
+    Woken,
     Command(Option<Command>),
-}
-
-/// Now, as the window counts time (the tokio clock, so paused test time applies).
-fn now() -> std::time::Instant {
-    Instant::now().into_std()
 }
 
 impl PublishTask {
@@ -97,9 +97,7 @@ impl PublishTask {
         owner: ConnectionOwner,
         user_id: Arc<str>,
     ) -> mpsc::Sender<Command> {
-        // Every queued publish holds a permit, so the queue never holds more than the
-        // window; the extra room is for `Close`.
-        let (commands_tx, commands) = mpsc::channel(options.get_confirm_window() + 4);
+        let (commands_tx, commands) = mpsc::channel(COMMANDS);
         let (events_tx, events) = mpsc::unbounded_channel();
         let task = PublishTask {
             state,
@@ -115,9 +113,9 @@ impl PublishTask {
             channel_retry_at: None,
             redeclare: BTreeSet::new(),
             generation: 0,
-            window: window::Window::new(now()),
             flushes: Vec::new(),
             settled: Vec::new(),
+            settled_outcomes: Vec::new(),
             user_id,
         };
         let span = tracing::info_span!(
@@ -129,22 +127,28 @@ impl PublishTask {
         commands_tx
     }
 
+    /// The window, locked: never held across an await, nor while answering a caller.
+    fn core(&self) -> MutexGuard<'_, Core> {
+        self.room.core()
+    }
+
     async fn run(mut self) {
         loop {
             self.flush().await;
             self.answer_flushes();
-            let stall_at = self
-                .window
-                .stall_at(self.owner.connection().is_some())
-                .map(Instant::from_std);
+            let connected = self.owner.connection().is_some();
             // A channel with nothing confirmed for STUCK_AFTER is replaced, unless the broker
             // said it blocks the connection (an alarm: a new channel would not help).
-            let stuck_at = if self.state.broker_blocked() || self.channel.is_none() {
-                None
-            } else {
-                self.window
-                    .stuck_at(self.owner.connection().is_some())
-                    .map(Instant::from_std)
+            let watch_stuck = !self.state.broker_blocked() && self.channel.is_some();
+            let (stall_at, stuck_at) = {
+                let core = self.core();
+                let stall_at = core.window.stall_at(connected).map(Instant::from_std);
+                let stuck_at = if watch_stuck {
+                    core.window.stuck_at(connected).map(Instant::from_std)
+                } else {
+                    None
+                };
+                (stall_at, stuck_at)
             };
             let step = tokio::select! {
                 biased;
@@ -153,6 +157,7 @@ impl PublishTask {
                 () = sleep_opt(self.channel_retry_at) => Step::ChannelRetry,
                 () = sleep_opt(stall_at) => Step::Stalled,
                 () = sleep_opt(stuck_at) => Step::Stuck,
+                () = self.room.wake.notified() => Step::Woken,
                 command = self.commands.recv() => Step::Command(command),
             };
             match step {
@@ -161,22 +166,8 @@ impl PublishTask {
                 Step::ChannelRetry => self.channel_retry_at = None,
                 Step::Stalled => self.on_stalled(),
                 Step::Stuck => self.on_stuck(),
-                Step::Command(Some(Command::Publish(pending))) => {
-                    self.window.push(pending);
-                    // Take in what else is queued, so it goes out in one go.
-                    for _ in 1..COMMAND_BATCH {
-                        match self.commands.try_recv() {
-                            Ok(Command::Publish(pending)) => self.window.push(pending),
-                            Ok(Command::Flush(done)) => self.flushes.push(done),
-                            Ok(Command::Close(done)) => {
-                                self.shutdown().await;
-                                let _ = done.send(());
-                                return;
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                }
+                // The loop's top publishes the backlog and sets the timers again.
+                Step::Woken => {}
                 Step::Command(Some(Command::Flush(done))) => self.flushes.push(done),
                 Step::Command(Some(Command::Close(done))) => {
                     self.shutdown().await;
@@ -196,7 +187,7 @@ impl PublishTask {
     /// queued before it, and, under a steady stream of publishes, for a moment with none in
     /// flight (its callers bound the wait).
     fn answer_flushes(&mut self) {
-        if self.flushes.is_empty() || !self.window.is_idle() {
+        if self.flushes.is_empty() || !self.core().window.is_idle() {
             return;
         }
         for done in self.flushes.drain(..) {
@@ -207,13 +198,21 @@ impl PublishTask {
     /// Answers the callers of what the window settled; `close` is the broker's close that
     /// settled them, if that is what did.
     fn answer_settled(&mut self, close: Option<&BrokerClose>) {
+        let mut taken = std::mem::take(&mut self.settled_outcomes);
+        {
+            let mut core = self.core();
+            while let Some(settled) = core.window.poll_settled() {
+                taken.push(settled);
+            }
+        }
         let mut settled = std::mem::take(&mut self.settled);
         let mut bytes = 0u64;
-        while let Some((pending, outcome)) = self.window.poll_settled() {
+        for (pending, outcome) in taken.drain(..) {
             bytes += u64::from(pending.charge);
             let result = pending.outcome(outcome, close);
             settled.push((pending, result));
         }
+        self.settled_outcomes = taken;
         // Room first: whoever is told an outcome sees the room of everything settled with
         // it free.
         self.room.give_back(settled.len(), bytes);
@@ -226,11 +225,17 @@ impl PublishTask {
     /// Publishes the backlog, in order, if there is a connection and a channel may be
     /// opened.
     async fn flush(&mut self) {
-        if self.window.backlog() == 0
-            || self.owner.connection().is_none()
-            || self.channel_retry_at.is_some()
-        {
+        if self.owner.connection().is_none() || self.channel_retry_at.is_some() {
             return;
+        }
+        {
+            let mut core = self.core();
+            if core.window.backlog() == 0 {
+                return;
+            }
+            // Publishing from the backlog awaits: no handle publishes past it meanwhile, so
+            // the window numbers publishes in the order they go out.
+            core.direct = None;
         }
         let channel = match self.ensure_channel().await {
             Ok(channel) => channel,
@@ -245,7 +250,25 @@ impl PublishTask {
         // The window reads the time only for a send into an empty window (its stall clock
         // starts then), which only the first send of a flush can be.
         let mut sent_at = None;
-        while let Some(mut queued) = self.window.pop_unsent() {
+        loop {
+            let mut queued = {
+                let mut core = self.core();
+                match core.window.pop_unsent() {
+                    Some(queued) => queued,
+                    None => {
+                        // Caught up: handles publish on the channel themselves until the
+                        // task needs it again.
+                        if !core.closed && core.window.is_current(self.generation) {
+                            core.direct = Some(Direct {
+                                channel: channel.clone(),
+                                generation: self.generation,
+                                frame_max,
+                            });
+                        }
+                        break;
+                    }
+                }
+            };
             // Checked again on the connection it goes out on: a resend may meet a broker
             // with a smaller frame size than the one the publish was accepted under.
             if let Err(error) = check_header_frame(
@@ -274,13 +297,7 @@ impl PublishTask {
                 },
             };
             let outgoing = &pending.outgoing;
-            // Built whole: the client's chained builder copies both names once more.
-            let args = BasicPublishArguments {
-                exchange: outgoing.exchange.to_owned(),
-                routing_key: outgoing.payload.routing_key().to_owned(),
-                mandatory: outgoing.mandatory,
-                immediate: false,
-            };
+            let args = outgoing.publish_arguments();
             let sent = within(
                 channel.basic_publish(properties, outgoing.payload.body().to_vec(), args),
                 "publishing",
@@ -292,13 +309,14 @@ impl PublishTask {
                     if queued.sent > 0 {
                         resent += 1;
                     }
-                    self.window.sent(queued, *sent_at.get_or_insert_with(now));
+                    let at = *sent_at.get_or_insert_with(now);
+                    self.core().window.sent(queued, at);
                 }
                 Err(error) => {
                     // The frame never left: the channel (or the connection) is unusable, and
                     // the broker's numbering of what did leave is ours no more to trust.
                     tracing::warn!(error = %EscapedDisplay(&error), "publish failed; replacing the channel");
-                    self.window.unsent(queued);
+                    self.core().window.unsent(queued);
                     self.drop_channel(None);
                     self.retry_channel_later();
                     break;
@@ -353,7 +371,7 @@ impl PublishTask {
             generation,
             "publish channel open, confirms selected"
         );
-        self.window.channel_opened(generation);
+        self.core().window.channel_opened(generation);
         self.channel = Some(channel.clone());
         Ok(channel)
     }
@@ -382,11 +400,15 @@ impl PublishTask {
     }
 
     fn on_stalled(&mut self) {
-        self.window.stall();
+        let in_flight = {
+            let mut core = self.core();
+            core.window.stall();
+            core.window.in_flight()
+        };
         self.state.block(format!(
-            "no publish confirm for {STALL_AFTER:?} with {} unconfirmed while connected: \
-             the broker is blocking publishers (a memory or disk alarm) or is overloaded",
-            self.window.in_flight()
+            "no publish confirm for {STALL_AFTER:?} with {in_flight} unconfirmed while \
+             connected: the broker is blocking publishers (a memory or disk alarm) or is \
+             overloaded"
         ));
     }
 
@@ -399,7 +421,7 @@ impl PublishTask {
         Counters::bump(&self.shared.counters.stuck_reopens);
         tracing::warn!(
             for_ = ?STUCK_AFTER,
-            unconfirmed = self.window.in_flight(),
+            unconfirmed = self.core().window.in_flight(),
             "no publish confirm on the channel and the broker does not say it blocks the \
              connection; opening a new channel"
         );
@@ -422,6 +444,7 @@ impl PublishTask {
                 "the broker nacked every publish on the channel; opening a new one"
             );
             self.channel = None;
+            self.core().direct = None;
             self.retry_channel_later();
         }
     }
@@ -433,7 +456,7 @@ impl PublishTask {
                 tag,
                 multiple,
             } => {
-                let progress = self.window.on_ack(generation, tag, multiple, now());
+                let progress = self.core().window.on_ack(generation, tag, multiple, now());
                 if !progress.stale {
                     // Progress: a channel the broker closes next is reopened at once.
                     self.channel_backoff.reset();
@@ -446,7 +469,7 @@ impl PublishTask {
                 tag,
                 multiple,
             } => {
-                let progress = self.window.on_nack(generation, tag, multiple, now());
+                let progress = self.core().window.on_nack(generation, tag, multiple, now());
                 if !progress.stale {
                     self.on_progress(progress);
                 }
@@ -459,7 +482,7 @@ impl PublishTask {
                 text,
                 message,
             } => self.on_return(generation, &exchange, BrokerClose { code, text }, &message),
-            Event::Closed { generation, close } if self.window.is_current(generation) => {
+            Event::Closed { generation, close } if self.core().window.is_current(generation) => {
                 self.on_channel_closed(&close);
                 false
             }
@@ -485,10 +508,11 @@ impl PublishTask {
                 && outgoing.payload.routing_key() == returned.routing_key
                 && outgoing.payload.is_returned(returned)
         };
-        match self
+        let matched = self
+            .core()
             .window
-            .on_return(generation, |pending| matches(pending), close)
-        {
+            .on_return(generation, |pending| matches(pending), close);
+        match matched {
             Returned::Matched => false,
             Returned::Unmatched => {
                 Counters::bump(&self.shared.counters.unmatched_returns);
@@ -518,7 +542,7 @@ impl PublishTask {
             PublishRefusal::TooLarge { size, max } => {
                 self.room.broker_max.store(max, Ordering::Relaxed);
                 // The refused message is logged as it is answered (`Pending::settle`).
-                if !self.window.refuse_too_large(size) {
+                if !self.core().window.refuse_too_large(size) {
                     tracing::warn!(size, "no unsettled message has the refused size");
                 }
             }
@@ -535,12 +559,15 @@ impl PublishTask {
                 } else {
                     // The broker names the default exchange `amq.default`; mesh publishes
                     // to it as `""`.
-                    let refused = self.window.refuse_exchange(&exchange)
-                        + if exchange == DEFAULT_EXCHANGE_NAME {
-                            self.window.refuse_exchange("")
-                        } else {
-                            0
-                        };
+                    let refused = {
+                        let mut core = self.core();
+                        core.window.refuse_exchange(&exchange)
+                            + if exchange == DEFAULT_EXCHANGE_NAME {
+                                core.window.refuse_exchange("")
+                            } else {
+                                0
+                            }
+                    };
                     tracing::warn!(
                         exchange = %EscapedDisplay(&exchange),
                         refused,
@@ -549,7 +576,7 @@ impl PublishTask {
                 }
             }
             PublishRefusal::Topic { exchange, key } => {
-                let refused = self.window.refuse_topic(&exchange, &key);
+                let refused = self.core().window.refuse_topic(&exchange, &key);
                 tracing::warn!(
                     exchange = %EscapedDisplay(&exchange),
                     routing_key = %EscapedDisplay(&key),
@@ -559,7 +586,7 @@ impl PublishTask {
                 );
             }
             PublishRefusal::UserId => {
-                let refused = self.window.refuse_all();
+                let refused = self.core().window.refuse_all();
                 tracing::error!(
                     refused,
                     "the broker refused the user-id stamped on every message (it is not the \
@@ -576,7 +603,11 @@ impl PublishTask {
     /// order, except those that are not resent, which fail with `ConnectionLost`.
     fn drop_channel(&mut self, close: Option<&BrokerClose>) {
         self.channel = None;
-        self.window.channel_lost();
+        {
+            let mut core = self.core();
+            core.direct = None;
+            core.window.channel_lost();
+        }
         self.answer_settled(close);
         // A channel the broker closed is gone already; one we gave up on is closed by the
         // client library when its last handle drops.
@@ -596,13 +627,17 @@ impl PublishTask {
                 // The owner marked the link down, which ends a block (reported); the stall
                 // clock starts over on the next connection.
                 self.channel = None;
-                self.window.connection_lost();
+                {
+                    let mut core = self.core();
+                    core.direct = None;
+                    core.window.connection_lost();
+                }
                 self.answer_settled(None);
                 self.channel_retry_at = None;
                 self.channel_backoff.reset();
                 tracing::warn!(
                     reason = %EscapedDisplay(&reason),
-                    unconfirmed = self.window.backlog(),
+                    unconfirmed = self.core().window.backlog(),
                     "publishing connection lost; unconfirmed publishes will be resent"
                 );
             }
@@ -615,7 +650,7 @@ impl PublishTask {
                 );
                 tracing::info!(
                     %address,
-                    to_resend = self.window.backlog(),
+                    to_resend = self.core().window.backlog(),
                     "publishing connection re-established"
                 );
             }
@@ -628,16 +663,17 @@ impl PublishTask {
         for done in self.flushes.drain(..) {
             let _ = done.send(());
         }
-        self.window.close();
+        {
+            // Nothing more is taken in, and the handles publish no more.
+            let mut core = self.core();
+            core.closed = true;
+            core.direct = None;
+            core.window.close();
+        }
         self.answer_settled(None);
         self.commands.close();
-        while let Ok(command) = self.commands.try_recv() {
-            match command {
-                Command::Publish(pending) => pending.fail(&self.room, closed()),
-                Command::Flush(done) | Command::Close(done) => {
-                    let _ = done.send(());
-                }
-            }
+        while let Ok(Command::Flush(done) | Command::Close(done)) = self.commands.try_recv() {
+            let _ = done.send(());
         }
         if let Some(channel) = self.channel.take() {
             if channel.is_open() {

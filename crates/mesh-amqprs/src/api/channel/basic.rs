@@ -1,3 +1,8 @@
+//! The channel's `basic` class: qos, consume, publish, get, acks and their arguments.
+//!
+//! One piece: the AMQP class as upstream amqprs keeps it, one method per call; mesh's fork
+//! adds to it (the publish that never waits) rather than reorganising upstream's file.
+
 use amqp_serde::types::AmqpDeliveryTag;
 use tokio::sync::{mpsc, oneshot};
 #[cfg(feature = "traces")]
@@ -950,31 +955,62 @@ impl Channel {
         content: Vec<u8>,
         args: BasicPublishArguments,
     ) -> Result<()> {
-        let mut publish = Publish::new(
-            0,
-            args.exchange.try_into().unwrap(),
-            args.routing_key.try_into().unwrap(),
-        );
-        publish.set_mandatory(args.mandatory);
-        publish.set_immediate(args.immediate);
-
-        let content_header = ContentHeader::new(
-            ContentHeaderCommon {
-                class: 60, // basic class
-                weight: 0,
-                body_size: content.len() as u64,
-            },
-            basic_properties,
-        );
-
-        let publish_combo =
-            Frame::PublishCombo(publish, Box::new(content_header), ContentBody::new(content));
+        let publish_combo = publish_frame(basic_properties, content, args);
         self.shared
             .outgoing_tx
             .send((self.shared.channel_id, publish_combo))
             .await?;
         Ok(())
     }
+
+    /// mesh's fork: [`basic_publish`](Self::basic_publish) without waiting. The frames go
+    /// into the connection's outgoing queue now, whole, or not at all: `Err` when that
+    /// queue is full or the connection is gone. It never suspends, so a caller holding a
+    /// lock that numbers a confirm channel's publishes can publish under it, and a caller
+    /// that is cancelled can never leave half a publish behind.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InternalChannelError`] if the outgoing queue is full or closed; nothing was
+    /// queued then.
+    pub fn try_basic_publish(
+        &self,
+        basic_properties: BasicProperties,
+        content: Vec<u8>,
+        args: BasicPublishArguments,
+    ) -> Result<()> {
+        let publish_combo = publish_frame(basic_properties, content, args);
+        self.shared
+            .outgoing_tx
+            .try_send((self.shared.channel_id, publish_combo))
+            .map_err(|error| Error::InternalChannelError(error.to_string()))
+    }
+}
+
+/// The frames of one `basic.publish`: the method, the content header and the body.
+fn publish_frame(
+    basic_properties: BasicProperties,
+    content: Vec<u8>,
+    args: BasicPublishArguments,
+) -> Frame {
+    let mut publish = Publish::new(
+        0,
+        args.exchange.try_into().unwrap(),
+        args.routing_key.try_into().unwrap(),
+    );
+    publish.set_mandatory(args.mandatory);
+    publish.set_immediate(args.immediate);
+
+    let content_header = ContentHeader::new(
+        ContentHeaderCommon {
+            class: 60, // basic class
+            weight: 0,
+            body_size: content.len() as u64,
+        },
+        basic_properties,
+    );
+
+    Frame::PublishCombo(publish, Box::new(content_header), ContentBody::new(content))
 }
 
 /// What a frame out of order in a `basic.get` answer was, for the error: its kind only, never
