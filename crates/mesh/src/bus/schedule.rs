@@ -106,10 +106,10 @@ impl Bus {
 
     /// The time now by the bus's clock: the one [`Bus::emit_after`] counts from and its
     /// schedule forwarder compares due times with. The system's clock, except on the test
-    /// harness's in-memory broker, where it follows tokio's (so a paused test clock, or
-    /// [`Harness::advance`](crate::testing::Harness::advance), moves it). A library that
-    /// schedules on a module's behalf (the outbox's scheduled events, a saga's timeouts)
-    /// takes its time from here, so that the harness moves it too.
+    /// harness's in-memory broker, where it follows tokio's (so a paused test clock, or the
+    /// harness's `Harness::advance` in `mesh::testing`, the `testing` feature, moves it). A
+    /// library that schedules on a module's behalf (the outbox's scheduled events, a saga's
+    /// timeouts) takes its time from here, so that the harness moves it too.
     pub fn now(&self) -> Timestamp {
         self.inner.clock.now()
     }
